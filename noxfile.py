@@ -1,0 +1,71 @@
+"""Test sessions: each package in its own fresh virtualenv with only what it declares.
+
+    nox -s tests                              # every package
+    nox -s "tests(package='gpt-core')"        # one package
+    nox -s plugin                             # the example third-party task plugin, installed as a third party would
+    nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
+    nox -s lint                               # ruff
+
+Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+PYTHON = "3.11"
+
+# Each package with the sibling packages it depends on, in install order.
+PACKAGES = {
+    "gpt-core": [],
+    "gpt-viz": [],
+    "gpt-tasks": ["gpt-core"],
+    "gpt-train": ["gpt-core", "gpt-tasks", "gpt-viz"],
+}
+
+nox.options.sessions = ["tests", "plugin", "experiments", "lint"]
+nox.options.reuse_existing_virtualenvs = False
+
+
+def package_dir(name: str) -> str:
+    return str(ROOT / "packages" / name)
+
+
+def install_packages(session: nox.Session, *names: str, extras: str = "") -> None:
+    """Install packages from their directories (non-editable, as a user would) with their declared dependencies."""
+    *siblings, last = names
+    session.install(*CONSTRAINTS, *map(package_dir, siblings), package_dir(last) + extras)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str) -> None:
+    """Run one package's tests in a venv holding only that package and its declared dependencies."""
+    install_packages(session, *PACKAGES[package], package, extras="[test]")
+    session.run("pytest", "-q", package_dir(package) + "/tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def plugin(session: nox.Session) -> None:
+    """Install gpt-tasks, gpt-train and the example plugin as a third party would, and prove it is found and trains."""
+    example = str(ROOT / "examples" / "gpt-task-reverse")
+    install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
+    session.install(*CONSTRAINTS, example + "[test]")
+    session.run("pytest", "-q", example + "/tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def experiments(session: nox.Session) -> None:
+    """Run every experiment in quick mode: checks the machinery end to end, not the accuracies."""
+    install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
+    session.run("python", str(ROOT / "experiments" / "run_all.py"), "--quick", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", str(ROOT))

@@ -1,0 +1,41 @@
+"""gpt_core: a decoder-only GPT whose every internal piece is hand-written on tensors and autograd."""
+
+from gpt_core.attention import MultiHeadAttention, causal_mask, sdpa
+from gpt_core.functional import IGNORE_INDEX, cross_entropy, dropout, gelu, layer_norm, log_softmax, softmax
+from gpt_core.generate import generate, next_token
+from gpt_core.kv_cache import KVCache
+from gpt_core.layers import GELU, MLP, Embedding, LayerNorm, Linear
+from gpt_core.model import GPT, POSITION_ENCODINGS, Block, GPTConfig
+from gpt_core.rope import RotaryEmbedding
+from gpt_core.verification import Row, format_report, verification_report
+
+__all__ = [
+    "GELU",
+    "GPT",
+    "IGNORE_INDEX",
+    "MLP",
+    "POSITION_ENCODINGS",
+    "Block",
+    "Embedding",
+    "GPTConfig",
+    "KVCache",
+    "LayerNorm",
+    "Linear",
+    "MultiHeadAttention",
+    "RotaryEmbedding",
+    "Row",
+    "causal_mask",
+    "cross_entropy",
+    "dropout",
+    "format_report",
+    "gelu",
+    "generate",
+    "layer_norm",
+    "log_softmax",
+    "next_token",
+    "sdpa",
+    "softmax",
+    "verification_report",
+]
+
+__version__ = "0.1.0"

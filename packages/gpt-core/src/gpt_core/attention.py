@@ -1,0 +1,117 @@
+"""Scaled dot-product attention and multi-head self-attention, by hand.
+
+`sdpa` is a `torch.autograd.Function` whose backward is derived by hand: with P the attention
+probabilities and dO the gradient of the output,
+    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),   dQ = dS K,   dK = dS^T Q
+(times the 1/sqrt(d) scale), so the forward keeps only q, k, v and P instead of every
+intermediate of the softmax.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from gpt_core.functional import dropout
+from gpt_core.layers import Linear
+from gpt_core.rope import RotaryEmbedding
+
+if TYPE_CHECKING:
+    from gpt_core.kv_cache import KVCache
+
+
+def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
+    """Boolean (n_queries, n_keys) mask, True where attention is allowed.
+
+    The queries are the last `n_queries` positions of the key sequence (the KV-cache case:
+    query i sits at absolute position n_keys - n_queries + i), so query i sees keys
+    0 .. n_keys - n_queries + i.
+    """
+    offset = n_keys - n_queries
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril_(offset)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
+        scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+        n_queries, n_keys = scores.shape[-2:]
+        if causal and n_queries > 1:
+            scores.masked_fill_(~causal_mask(n_queries, n_keys, scores.device), float("-inf"))
+        probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+        probs.div_(probs.sum(dim=-1, keepdim=True))
+        if dropout_p > 0.0:
+            keep = (torch.rand_like(probs) >= dropout_p) / (1.0 - dropout_p)
+            out = (probs * keep) @ v
+        else:
+            keep = None
+            out = probs @ v  # (B, H, Tq, d)
+        ctx.scale = scale
+        ctx.save_for_backward(q, k, v, probs, keep)
+        ctx.mark_non_differentiable(probs)
+        return out, probs
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor, _d_probs: Tensor):
+        q, k, v, probs, keep = ctx.saved_tensors
+        dropped = probs if keep is None else probs * keep
+        d_v = dropped.transpose(-2, -1) @ d_out
+        d_probs = d_out @ v.transpose(-2, -1)
+        if keep is not None:
+            d_probs = d_probs * keep
+        d_scores = probs * (d_probs - (d_probs * probs).sum(dim=-1, keepdim=True))
+        d_scores = d_scores * ctx.scale
+        d_q = d_scores @ k
+        d_k = d_scores.transpose(-2, -1) @ q
+        return d_q, d_k, d_v, None, None, None
+
+
+def sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = True,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Attention softmax(q k^T * scale) v, returning the output and the attention weights.
+
+    q: (B, H, Tq, d); k, v: (B, H, Tk, d) with Tq <= Tk when causal. With `causal`, the
+    queries are aligned to the end of the keys (see `causal_mask`), which is exactly the
+    layout of incremental decoding with a KV cache. Returns the output (B, H, Tq, d) and the
+    attention probabilities (B, H, Tq, Tk) before dropout; the latter carry no gradient.
+    """
+    if causal and q.shape[-2] > k.shape[-2]:
+        raise ValueError(f"causal attention needs no more queries than keys, got {q.shape[-2]} > {k.shape[-2]}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return _Attention.apply(q, k, v, causal, scale, dropout_p)
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal self-attention: one fused qkv projection, split into heads, then an output projection."""
+
+    def __init__(self, n_embd: int, n_head: int, bias: bool, dropout_p: float, rope: RotaryEmbedding | None):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = Linear(n_embd, 3 * n_embd, bias=bias)
+        self.proj = Linear(n_embd, n_embd, bias=bias)
+        self.rope = rope
+        self.dropout_p = dropout_p
+
+    def forward(self, x: Tensor, layer: int = 0, cache: KVCache | None = None) -> tuple[Tensor, Tensor]:
+        """x: (B, T, C) -> output (B, T, C) and attention weights (B, H, T, T_total)."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
+        offset = cache.length if cache is not None else 0
+        if self.rope is not None:
+            q = self.rope(q, offset)
+            k = self.rope(k, offset)
+        if cache is not None:
+            k, v = cache.store(layer, k, v)  # (B, H, offset + T, d)
+        p = self.dropout_p if self.training else 0.0
+        y, weights = sdpa(q, k, v, causal=True, dropout_p=p)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return dropout(self.proj(y), p, self.training), weights

@@ -1,0 +1,139 @@
+"""The functions PyTorch would otherwise supply, written by hand on tensors.
+
+softmax, log_softmax and dropout are short enough that autograd's own backward is already
+what a person would write. layer_norm, gelu and cross_entropy are `torch.autograd.Function`s
+with backward passes derived by hand: autograd would save every intermediate of the forward
+and replay one kernel per operation, while the closed-form gradient needs only a couple of
+saved tensors and a handful of kernels. Every function here is pinned, forward and backward,
+against its PyTorch built-in in `tests/test_functional.py`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+IGNORE_INDEX = -100
+"""Target value for positions a task does not score (the same default as PyTorch's)."""
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)), shifted by the max first so large logits cannot overflow."""
+    exp = (x - x.amax(dim=dim, keepdim=True)).exp()
+    return exp / exp.sum(dim=dim, keepdim=True)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """x - logsumexp(x), computed as (x - max) - log(sum(exp(x - max)))."""
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    return shifted - shifted.exp().sum(dim=dim, keepdim=True).log()
+
+
+def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | None = None) -> Tensor:
+    """Zero each element with probability p and rescale the rest by 1/(1-p) (inverted dropout)."""
+    if not training or p == 0.0:
+        return x
+    keep = torch.rand(x.shape, device=x.device, generator=generator) >= p
+    return x * keep / (1.0 - p)
+
+
+class _LayerNorm(torch.autograd.Function):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dimension.
+
+    Backward, with xhat the normalised input and g = dy * weight:
+        dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    so only xhat and rstd are kept from the forward.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+        rstd = (var + eps).rsqrt()
+        xhat = (x - mean) * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.has_bias = bias is not None
+        y = xhat * weight
+        return y + bias if bias is not None else y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        xhat, rstd, weight = ctx.saved_tensors
+        batch_dims = tuple(range(dy.dim() - 1))
+        g = dy * weight
+        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        dweight = (dy * xhat).sum(batch_dims)
+        dbias = dy.sum(batch_dims) if ctx.has_bias else None
+        return dx, dweight, dbias, None
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Layer normalisation over the last dimension, with a hand-derived backward."""
+    return _LayerNorm.apply(x, weight, bias, eps)
+
+
+class _GELU(torch.autograd.Function):
+    """GELU in its tanh form: 0.5 x (1 + tanh(c (x + a x^3))), c = sqrt(2/pi), a = 0.044715.
+
+    Backward: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2), with t the saved tanh.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        t = torch.tanh(_GELU_C * (x + _GELU_A * x * x * x))
+        ctx.save_for_backward(x, t)
+        return 0.5 * x * (1.0 + t)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> Tensor:
+        x, t = ctx.saved_tensors
+        x2 = x * x
+        slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3.0 * _GELU_A * x2)
+        return dy * slope
+
+
+def gelu(x: Tensor) -> Tensor:
+    """The tanh approximation of GELU used by GPT-2, with a hand-derived backward."""
+    return _GELU.apply(x)
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """Mean negative log-likelihood of the targets over the scored (non-ignored) rows.
+
+    Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere.
+    Keeps the logits and the per-row logsumexp; the softmax is rebuilt in one pass.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
+        scored = targets != ignore_index
+        safe_targets = torch.where(scored, targets, 0)
+        row_max = logits.amax(dim=-1, keepdim=True)
+        lse = row_max + (logits - row_max).exp().sum(dim=-1, keepdim=True).log()  # (N, 1)
+        picked = logits.gather(-1, safe_targets.unsqueeze(-1))  # (N, 1)
+        n_scored = scored.sum()
+        loss = ((lse - picked).squeeze(-1) * scored).sum() / n_scored
+        ctx.save_for_backward(logits, lse, safe_targets, scored, n_scored)
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss: Tensor):
+        logits, lse, safe_targets, scored, n_scored = ctx.saved_tensors
+        grad = (logits - lse).exp_()
+        grad.scatter_add_(-1, safe_targets.unsqueeze(-1), torch.full_like(lse, -1.0))
+        grad.mul_((scored.unsqueeze(-1) * (dloss / n_scored)).to(grad.dtype))
+        return grad, None, None
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Mean cross-entropy of `logits` (..., V) against integer `targets` (...).
+
+    Positions whose target equals `ignore_index` are not scored and get zero gradient. If no
+    position is scored the mean is 0/0 = nan, as in PyTorch.
+    """
+    vocab = logits.shape[-1]
+    return _CrossEntropy.apply(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index)

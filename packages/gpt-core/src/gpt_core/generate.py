@@ -1,0 +1,72 @@
+"""Autoregressive generation: greedy or sampled, batched, with or without the KV cache."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gpt_core.functional import softmax
+from gpt_core.model import GPT
+
+
+def next_token(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Pick one token per row of logits (B, V): argmax when temperature is 0, else a sample
+    from softmax(logits / temperature) restricted to the top_k most likely tokens."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_best = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))
+    probs = softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    idx: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
+
+    temperature 0 is greedy decoding. With learned positions the model has no vectors past
+    block_size, so generation stops there (n_new = min(max_new_tokens, block_size - T));
+    with rope or none positions it runs as far as asked, past the trained length.
+    Without the cache, each step re-runs the whole sequence; with it, only the new token.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    B, T = idx.shape
+    n_new = max_new_tokens
+    if model.config.pos == "learned":
+        if model.config.block_size < T:
+            raise ValueError(f"prompt of {T} tokens is longer than block_size {model.config.block_size}")
+        n_new = min(n_new, model.config.block_size - T)
+    if n_new <= 0:
+        return idx
+
+    cache = model.new_cache(B, T + n_new) if use_cache else None
+    tokens = [idx]
+    logits, _ = model(idx, cache=cache)
+    for step in range(n_new):
+        token = next_token(logits[:, -1, :], temperature, top_k, generator)  # (B,)
+        tokens.append(token[:, None])
+        if step == n_new - 1:
+            break
+        if use_cache:
+            logits, _ = model(token[:, None], cache=cache)
+        else:
+            logits, _ = model(torch.cat(tokens, dim=1))
+    return torch.cat(tokens, dim=1)

@@ -1,0 +1,46 @@
+"""A key/value cache for incremental decoding.
+
+Without a cache every new token re-runs the whole prefix through every layer. With one, each
+layer keeps the keys and values it has already computed in buffers preallocated for the whole
+generation, so a step costs one token's worth of projections plus one row of attention.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    """Preallocated keys and values for every layer, and how many positions are filled."""
+
+    def __init__(
+        self,
+        n_layer: int,
+        batch_size: int,
+        n_head: int,
+        head_dim: int,
+        max_length: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ):
+        shape = (n_layer, batch_size, n_head, max_length, head_dim)  # (L, B, H, T_max, d)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.max_length = max_length
+        self.length = 0
+
+    def store(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write this step's k, v (B, H, T, d) after the filled part; return all filled keys and values.
+
+        `length` is advanced once per model forward by `advance`, after every layer has stored.
+        """
+        end = self.length + k.shape[-2]
+        if end > self.max_length:
+            raise ValueError(f"KV cache is full: {end} positions needed, {self.max_length} allocated")
+        self.keys[layer, :, :, self.length : end] = k
+        self.values[layer, :, :, self.length : end] = v
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def advance(self, n_positions: int) -> None:
+        self.length += n_positions

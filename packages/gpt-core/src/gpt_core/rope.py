@@ -1,0 +1,35 @@
+"""Rotary position embedding (RoPE), by hand.
+
+Each pair of channels (i, i + d/2) of a query or key at position m is rotated by the angle
+m * base^(-2i/d). The dot product of a rotated query at m and key at n then depends on the
+positions only through m - n, which is why RoPE needs no table and can run past the length
+it was trained on.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size, got {head_dim}")
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+        # float32, not float64: Apple's MPS backend has no float64 tensors.
+        self.register_buffer("inv_freq", (base**-exponents).float(), persistent=False)  # (d/2,)
+
+    def angles(self, n_positions: int, offset: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin of the rotation angles for positions offset .. offset + n_positions - 1."""
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        positions = torch.arange(offset, offset + n_positions, device=self.inv_freq.device, dtype=work)
+        theta = torch.outer(positions, self.inv_freq.to(work))  # (T, d/2)
+        return theta.cos().to(dtype), theta.sin().to(dtype)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: (B, H, T, d) at positions offset .. offset + T - 1 -> rotated x of the same shape."""
+        cos, sin = self.angles(x.shape[-2], offset, x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, d/2) each
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)

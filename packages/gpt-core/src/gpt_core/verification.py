@@ -1,0 +1,197 @@
+"""Compare every hand-written piece with the PyTorch built-in it replaces, on fresh random inputs.
+
+The built-ins are passed in (`reference`, normally `torch.nn.functional`) rather than imported
+here, so that gpt-core's source stays free of them: the model is hand-written, and only the
+caller that wants the proof names the thing it is checked against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.func import functional_call
+
+from gpt_core.attention import sdpa
+from gpt_core.functional import IGNORE_INDEX, cross_entropy, gelu, layer_norm, log_softmax, softmax
+from gpt_core.layers import Embedding, Linear
+from gpt_core.model import GPT, GPTConfig
+
+
+@dataclass(frozen=True)
+class Row:
+    component: str
+    reference: str
+    forward: float
+    grad: float | None
+
+
+@dataclass(frozen=True)
+class _Case:
+    component: str
+    reference: str
+    inputs: Callable[[torch.Generator, torch.dtype], Sequence[Tensor]]
+    ours: Callable[..., Tensor]
+    theirs: Callable[..., Tensor]
+
+
+def _randn(gen: torch.Generator, dtype: torch.dtype, *shape: int) -> Tensor:
+    return torch.randn(*shape, generator=gen, dtype=dtype).requires_grad_()
+
+
+def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
+    targets = torch.randint(vocab, (n,), generator=gen)
+    targets[::3] = IGNORE_INDEX  # every third position unscored
+    return targets
+
+
+def _cases(ref: ModuleType) -> list[_Case]:
+    """The comparisons, as (inputs, ours, theirs). Shapes follow the seed: (B, H, T, d) = (2, 4, 7, 16)."""
+    B, H, T, d, C, V = 2, 4, 7, 16, 32, 11
+    ids = torch.tensor([[0, 3, 7, 1], [10, 2, 2, 5]])
+
+    def linear_inputs(g, dt):
+        return _randn(g, dt, B, T, C), _randn(g, dt, 3 * C, C), _randn(g, dt, 3 * C)
+
+    def linear_ours(x, w, b):
+        return functional_call(Linear(C, 3 * C), {"weight": w, "bias": b}, (x,))
+
+    def embedding_ours(w):
+        return functional_call(Embedding(V, C), {"weight": w}, (ids,))
+
+    def attention_inputs(tq):
+        def make(g, dt):
+            return _randn(g, dt, B, H, tq, d), _randn(g, dt, B, H, T, d), _randn(g, dt, B, H, T, d)
+
+        return make
+
+    def ce_inputs(g, dt):
+        return _randn(g, dt, B * T, V), _targets_with_ignored(g, B * T, V)
+
+    return [
+        _Case("Linear", "linear", linear_inputs, linear_ours, ref.linear),
+        _Case(
+            "Embedding",
+            "embedding",
+            lambda g, dt: (_randn(g, dt, V, C),),
+            embedding_ours,
+            lambda w: ref.embedding(ids, w),
+        ),
+        _Case(
+            "LayerNorm",
+            "layer_norm",
+            lambda g, dt: (_randn(g, dt, B, T, C), _randn(g, dt, C), _randn(g, dt, C)),
+            lambda x, w, b: layer_norm(x, w, b),
+            lambda x, w, b: ref.layer_norm(x, (C,), w, b),
+        ),
+        _Case(
+            "GELU (tanh)",
+            "gelu(approximate='tanh')",
+            lambda g, dt: (_randn(g, dt, B, T, C),),
+            gelu,
+            lambda x: ref.gelu(x, approximate="tanh"),
+        ),
+        _Case("softmax", "softmax", lambda g, dt: (_randn(g, dt, B, T, V),), softmax, lambda x: ref.softmax(x, dim=-1)),
+        _Case(
+            "log_softmax",
+            "log_softmax",
+            lambda g, dt: (_randn(g, dt, B, T, V),),
+            log_softmax,
+            lambda x: ref.log_softmax(x, dim=-1),
+        ),
+        _Case(
+            "cross_entropy (ignore_index)",
+            "cross_entropy",
+            ce_inputs,
+            cross_entropy,
+            lambda x, t: ref.cross_entropy(x, t, ignore_index=IGNORE_INDEX),
+        ),
+        _Case(
+            "sdpa causal",
+            "scaled_dot_product_attention",
+            attention_inputs(T),
+            lambda q, k, v: sdpa(q, k, v, causal=True)[0],
+            lambda q, k, v: ref.scaled_dot_product_attention(q, k, v, is_causal=True),
+        ),
+        _Case(
+            "sdpa non-causal",
+            "scaled_dot_product_attention",
+            attention_inputs(T),
+            lambda q, k, v: sdpa(q, k, v, causal=False)[0],
+            lambda q, k, v: ref.scaled_dot_product_attention(q, k, v),
+        ),
+        _Case(
+            "sdpa causal, queries offset by 4",
+            "scaled_dot_product_attention",
+            attention_inputs(T - 4),
+            lambda q, k, v: sdpa(q, k, v, causal=True)[0],
+            lambda q, k, v: _suffix_attention(ref, q, k, v),
+        ),
+    ]
+
+
+def _suffix_attention(ref: ModuleType, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The built-in's answer for queries that are the last Tq positions: run it on a full-length
+    query block (zeros in front) with its own top-left causal mask and keep the last Tq rows."""
+    n_missing = k.shape[-2] - q.shape[-2]
+    padded = torch.cat((q.new_zeros(*q.shape[:-2], n_missing, q.shape[-1]), q), dim=-2)
+    return ref.scaled_dot_product_attention(padded, k, v, is_causal=True)[..., n_missing:, :]
+
+
+def _max_diff(a: Tensor, b: Tensor) -> float:
+    return (a.detach() - b.detach()).abs().max().item()
+
+
+def _compare(case: _Case, gen: torch.Generator, dtype: torch.dtype) -> Row:
+    inputs = case.inputs(gen, dtype)
+    ours, theirs = case.ours(*inputs), case.theirs(*inputs)
+    forward = _max_diff(ours, theirs)
+    leaves = [x for x in inputs if x.requires_grad]
+    cotangent = torch.randn(ours.shape, generator=gen, dtype=dtype)
+    grads_ours = torch.autograd.grad(ours, leaves, cotangent)
+    grads_theirs = torch.autograd.grad(theirs, leaves, cotangent)
+    grad = max(_max_diff(a, b) for a, b in zip(grads_ours, grads_theirs, strict=True))
+    return Row(case.component, case.reference, forward, grad)
+
+
+def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope") -> Row:
+    """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix."""
+    model = GPT(GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos)).to(dtype).eval()
+    idx = torch.randint(13, (2, 12), generator=gen)
+    with torch.no_grad():
+        full, _ = model(idx)
+        cache = model.new_cache(2, 12)
+        first, _ = model(idx[:, :5], cache=cache)
+        steps = [first] + [model(idx[:, t : t + 1], cache=cache)[0] for t in range(5, 12)]
+    return Row(
+        f"KV-cache decoding ({pos} positions)", "full forward (gpt_core)", _max_diff(torch.cat(steps, 1), full), None
+    )
+
+
+def verification_report(reference: Any, dtype: torch.dtype = torch.float64, seed: int | None = None) -> list[Row]:
+    """Run every comparison on fresh random inputs and return one Row per component.
+
+    `reference` is a namespace with PyTorch's functional API (pass `torch.nn.functional`).
+    `seed` fixes the inputs; by default they are fresh each call.
+    """
+    gen = torch.Generator()
+    gen.manual_seed(seed) if seed is not None else gen.seed()
+    rows = [_compare(case, gen, dtype) for case in _cases(reference)]
+    rows += [kv_cache_row(gen, dtype, pos) for pos in ("learned", "rope", "none")]
+    return rows
+
+
+def format_report(rows: Sequence[Row]) -> str:
+    """A plain-text table: component, reference, max |diff| forward, max |diff| grad."""
+    header = ("component", "PyTorch reference", "max |diff| fwd", "max |diff| grad")
+    body = [(r.component, r.reference, f"{r.forward:.1e}", "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(4)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

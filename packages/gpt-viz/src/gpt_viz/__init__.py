@@ -1,0 +1,41 @@
+"""Headless pictures of GPT training runs.
+
+Every function returns a :class:`matplotlib.figure.Figure` drawn on an Agg
+canvas; pyplot is never imported, so the package works on machines without a
+display and leaves no global figure state behind.  Save with
+:func:`save_figure`.
+"""
+
+from gpt_viz.attention import attention_grid, attention_map
+from gpt_viz.canvas import SAVE_DPI, save_figure
+from gpt_viz.curves import compare_runs, training_curves
+from gpt_viz.errors import VizError
+from gpt_viz.generalisation import length_generalisation
+from gpt_viz.grokking import first_crossing, grokking
+from gpt_viz.run_data import (
+    AttentionSnapshot,
+    available_metrics,
+    load_attention,
+    load_config,
+    load_metrics,
+    metric_series,
+)
+
+__all__ = [
+    "SAVE_DPI",
+    "AttentionSnapshot",
+    "VizError",
+    "attention_grid",
+    "attention_map",
+    "available_metrics",
+    "compare_runs",
+    "first_crossing",
+    "grokking",
+    "length_generalisation",
+    "load_attention",
+    "load_config",
+    "load_metrics",
+    "metric_series",
+    "save_figure",
+    "training_curves",
+]

@@ -1,0 +1,64 @@
+"""Creating and saving figures without pyplot.
+
+Figures are built with the object-oriented API on an Agg canvas, so drawing
+works on a headless machine, never touches pyplot's global figure registry,
+and a figure is freed as soon as the caller drops it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from gpt_viz.errors import VizError
+from gpt_viz.run_data import PathLike
+
+# Dots per inch of saved raster images: sharp on screens and in slides, still small files.
+SAVE_DPI = 150
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A blank figure on an Agg canvas, laid out so labels do not overlap."""
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save_figure(
+    fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)
+) -> list[Path]:
+    """Write ``fig`` once per format and return the paths written.
+
+    ``path`` gives the location and name; its suffix is replaced by each format
+    when it is an image suffix (``curves.png`` or ``curves`` both give
+    ``curves.png`` and ``curves.svg``), so names containing dots survive.
+    Parent directories are created.  Raster formats use :data:`SAVE_DPI`.
+    """
+    supported = fig.canvas.get_supported_filetypes()
+    stem = _without_image_suffix(Path(path), supported)
+    written = []
+    for fmt in formats:
+        fmt = fmt.lower().lstrip(".")
+        if fmt not in supported:
+            raise VizError(f"cannot save as {fmt!r}; supported formats: {', '.join(sorted(supported))}")
+        target = stem.with_name(f"{stem.name}.{fmt}")
+        _write(fig, target, fmt)
+        written.append(target)
+    return written
+
+
+def _without_image_suffix(path: Path, image_suffixes: Iterable[str]) -> Path:
+    if path.suffix.lower().lstrip(".") in image_suffixes:
+        return path.with_suffix("")
+    return path
+
+
+def _write(fig: Figure, target: Path, fmt: str) -> None:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(target, format=fmt, dpi=SAVE_DPI)
+    except OSError as error:
+        raise VizError(f"cannot write {target}: {error.strerror or error}") from error

@@ -1,0 +1,150 @@
+"""Training curves of one run and overlays of several runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from gpt_viz.attention import draw_attention
+from gpt_viz.canvas import new_figure
+from gpt_viz.errors import VizError
+from gpt_viz.run_data import (
+    ATTENTION_FILE,
+    PathLike,
+    Record,
+    load_attention,
+    load_config,
+    load_metrics,
+    metric_series,
+    run_directory,
+)
+
+LOSS_COLOUR = "tab:blue"
+METRIC_COLOUR = "tab:orange"
+
+
+def axis_label(metric: str) -> str:
+    """``loss`` in metrics.jsonl is the training loss; every other key names itself."""
+    return "training loss" if metric == "loss" else metric
+
+
+def is_loss(metric: str) -> bool:
+    """Losses span orders of magnitude, so they read best on a log axis."""
+    return metric == "loss" or metric.endswith("_loss")
+
+
+def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
+    """The headline figure of a run: what it learned, and where it looks.
+
+    Left: training loss (log scale) against step, with the held-out metric on
+    a twin y axis.  The metric is ``metric`` if given, else the config's
+    ``primary_metric``; runs that name neither show the loss alone.
+    Right, when ``attention.npz`` exists: the last layer's attention on the
+    held-out example, averaged over heads, since the mean shows what the layer
+    as a whole reads without singling out one arbitrary head.
+    """
+    run = run_directory(run_dir)
+    records = load_metrics(run)
+    config = load_config(run)
+    metric = metric or config.get("primary_metric")
+    has_attention = (run / ATTENTION_FILE).is_file()
+
+    figure = new_figure(12.5 if has_attention else 7.0, 5.0)
+    if has_attention:
+        curves_ax, attention_ax = figure.subplots(1, 2, width_ratios=[1.15, 1.0])
+    else:
+        curves_ax = figure.add_subplot()
+    _draw_loss_and_metric(curves_ax, records, metric, source=str(run))
+    if has_attention:
+        _draw_last_layer_attention(figure, attention_ax, run)
+    task = config.get("task")
+    figure.suptitle(f"{task} — {run.name}" if task else run.name)
+    return figure
+
+
+def _draw_loss_and_metric(
+    ax: Axes, records: Sequence[Record], metric: str | None, source: str
+) -> None:
+    steps, losses = metric_series(records, "loss", source=source)
+    handles = ax.plot(steps, losses, color=LOSS_COLOUR, linewidth=1.2, label="training loss")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss", color=LOSS_COLOUR)
+    ax.tick_params(axis="y", labelcolor=LOSS_COLOUR)
+    ax.grid(alpha=0.3)
+    if metric is None:
+        ax.set_title("training loss (config names no primary_metric)")
+    else:
+        handles += _draw_metric_on_twin(ax, records, metric, source)
+        ax.set_title(f"training loss and {metric}")
+    ax.legend(handles=handles, loc="center right")
+
+
+def _draw_metric_on_twin(ax: Axes, records: Sequence[Record], metric: str, source: str) -> list:
+    steps, values = metric_series(records, metric, source=source)
+    twin = ax.twinx()
+    handles = twin.plot(
+        steps, values, color=METRIC_COLOUR, marker="o", markersize=3, linewidth=1.2, label=metric
+    )
+    twin.set_ylabel(metric, color=METRIC_COLOUR)
+    twin.tick_params(axis="y", labelcolor=METRIC_COLOUR)
+    if is_loss(metric):
+        twin.set_yscale("log")
+    elif _all_fractions(values):
+        twin.set_ylim(-0.02, 1.02)
+    return handles
+
+
+def _all_fractions(values: np.ndarray) -> bool:
+    """Accuracies get a fixed 0–1 axis so that 0.5 looks like 0.5 in every run."""
+    finite = values[np.isfinite(values)]
+    return bool(finite.size) and bool(np.all((finite >= 0) & (finite <= 1)))
+
+
+def _draw_last_layer_attention(figure: Figure, ax: Axes, run: Path) -> None:
+    snapshot = load_attention(run)
+    last_layer = snapshot.weights.shape[0] - 1
+    n_head = snapshot.weights.shape[1]
+    image = draw_attention(ax, snapshot.weights[last_layer].mean(axis=0), snapshot.tokens)
+    ax.set_title(f"layer {last_layer} attention, mean of {n_head} heads (held-out example)")
+    figure.colorbar(image, ax=ax, label="attention weight", shrink=0.85)
+
+
+def compare_runs(
+    run_dirs: Sequence[PathLike],
+    metric: str,
+    labels: Sequence[str] | None = None,
+    log_y: bool | None = None,
+) -> Figure:
+    """Several runs' ``metric`` against step on one axis, one legend entry per run.
+
+    Meant for ablations (baseline, no LayerNorm, no residual, neither).
+    ``metric`` is ``"loss"`` or any logged metric key.  ``labels`` default to
+    the run directory names.  ``log_y`` defaults to a log axis for losses only.
+    """
+    runs = [run_directory(run_dir) for run_dir in run_dirs]
+    if not runs:
+        raise VizError("compare needs at least one run directory")
+    labels = [run.name for run in runs] if labels is None else list(labels)
+    if len(labels) != len(runs):
+        raise VizError(f"got {len(labels)} labels for {len(runs)} runs; give one label per run")
+
+    figure = new_figure(8.0, 5.0)
+    ax = figure.add_subplot()
+    for run, label in zip(runs, labels):
+        steps, values = metric_series(load_metrics(run), metric, source=str(run))
+        marker = None if metric == "loss" else "o"  # evaluations are sparse: show each one
+        ax.plot(steps, values, linewidth=1.3, marker=marker, markersize=3, label=label)
+    use_log_y = is_loss(metric) if log_y is None else log_y
+    if use_log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(axis_label(metric))
+    ax.set_title(f"{axis_label(metric)} by run")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return figure

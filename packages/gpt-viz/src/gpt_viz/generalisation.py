@@ -1,0 +1,114 @@
+"""Accuracy by evaluation length for several position encodings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from gpt_viz.canvas import new_figure
+from gpt_viz.errors import VizError
+
+Score = Sequence[float] | None
+NOT_APPLICABLE = "n/a"
+# Fraction of each length's slot filled by its group of bars.
+_GROUP_WIDTH = 0.8
+
+
+def length_generalisation(
+    results: Mapping[str, Mapping[int, Score]],
+    title: str = "accuracy by evaluation length",
+    ylabel: str = "accuracy",
+) -> Figure:
+    """Grouped bars: one group per evaluation length, one bar per position encoding.
+
+    ``results`` maps encoding name to ``{length: (mean, std) or None}``.
+    ``None`` (or a length the encoding lacks) means "not applicable", e.g.
+    learned positions cannot run past their table; it is drawn as an "n/a"
+    label at the bar's place so it cannot be mistaken for an accuracy of 0.
+    Lengths may be ints or numeric strings (JSON object keys).
+    """
+    if not results:
+        raise VizError("results mapping is empty; expected {encoding: {length: (mean, std) or None}}")
+    scores = {name: _normalise(name, by_length) for name, by_length in results.items()}
+    lengths = sorted({length for by_length in scores.values() for length in by_length})
+    if not lengths:
+        raise VizError("results mapping has no evaluation lengths")
+
+    figure = new_figure(max(6.0, 1.0 + 1.1 * len(lengths)), 4.8)
+    ax = figure.add_subplot()
+    top = _axis_top(scores)
+    bar_width = _GROUP_WIDTH / len(scores)
+    for index, (name, by_length) in enumerate(scores.items()):
+        offset = (index - (len(scores) - 1) / 2) * bar_width
+        _draw_encoding(ax, lengths, by_length, offset, bar_width, f"C{index}", top)
+    ax.set_xticks(range(len(lengths)), [str(length) for length in lengths])
+    ax.set_ylim(0.0, top)
+    ax.set_xlabel("evaluation length")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    legend_handles = [Patch(color=f"C{i}", label=name) for i, name in enumerate(scores)]
+    ax.legend(handles=legend_handles, title="position encoding")
+    return figure
+
+
+def _normalise(name: str, by_length: Mapping[int, Score]) -> dict[int, tuple[float, float] | None]:
+    return {
+        _as_length(name, length): _as_mean_std(name, length, score)
+        for length, score in by_length.items()
+    }
+
+
+def _as_length(name: str, length: object) -> int:
+    try:
+        return int(length)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise VizError(f"length {length!r} of {name!r} is not an integer") from None
+
+
+def _as_mean_std(name: str, length: object, score: Score) -> tuple[float, float] | None:
+    if score is None:
+        return None
+    try:
+        mean, std = score
+        return float(mean), float(std)
+    except (TypeError, ValueError):
+        raise VizError(
+            f"results[{name!r}][{length!r}] must be (mean, std) or None, got {score!r}"
+        ) from None
+
+
+def _axis_top(scores: Mapping[str, Mapping[int, tuple[float, float] | None]]) -> float:
+    """At least 1 so accuracies keep their full 0–1 range; taller if error bars need it."""
+    highs = [
+        mean_std[0] + mean_std[1]
+        for by_length in scores.values()
+        for mean_std in by_length.values()
+        if mean_std is not None
+    ]
+    return max([1.0, *highs]) * 1.08
+
+
+def _draw_encoding(
+    ax: Axes,
+    lengths: Sequence[int],
+    by_length: Mapping[int, tuple[float, float] | None],
+    offset: float,
+    width: float,
+    colour: str,
+    top: float,
+) -> None:
+    for slot, length in enumerate(lengths):
+        x = slot + offset
+        score = by_length.get(length)
+        if score is None:
+            ax.text(x, 0.02 * top, NOT_APPLICABLE, rotation=90, ha="center", va="bottom",
+                    fontsize=8, color="0.35")
+        else:
+            mean, std = score
+            ax.bar(x, mean, width=width * 0.95, yerr=std, color=colour, capsize=2,
+                   error_kw={"elinewidth": 0.8})
+
