@@ -44,7 +44,9 @@ class _Attention(torch.autograd.Function):
         probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
         probs.div_(probs.sum(dim=-1, keepdim=True))
         if dropout_p > 0.0:
-            keep = (torch.rand_like(probs) >= dropout_p) / (1.0 - dropout_p)
+            keep = (torch.rand_like(probs) >= dropout_p).to(probs.dtype)
+            if dropout_p < 1.0:  # at p = 1 every weight is dropped: keep stays 0 rather than 0/0 = nan
+                keep /= 1.0 - dropout_p
             out = (probs * keep) @ v
         else:
             keep = None
@@ -86,6 +88,8 @@ def sdpa(
     """
     if causal and q.shape[-2] > k.shape[-2]:
         raise ValueError(f"causal attention needs no more queries than keys, got {q.shape[-2]} > {k.shape[-2]}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _Attention.apply(q, k, v, causal, scale, dropout_p)
 

@@ -36,8 +36,12 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | None = None) -> Tensor:
     """Zero each element with probability p and rescale the rest by 1/(1-p) (inverted dropout)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
+    if p == 1.0:  # everything dropped; x * keep / (1 - p) would be 0/0 = nan
+        return x * 0.0
     keep = torch.rand(x.shape, device=x.device, generator=generator) >= p
     return x * keep / (1.0 - p)
 
@@ -66,8 +70,10 @@ class _LayerNorm(torch.autograd.Function):
         batch_dims = tuple(range(dy.dim() - 1))
         g = dy * weight
         dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-        dweight = (dy * xhat).sum(batch_dims)
-        dbias = dy.sum(batch_dims) if ctx.has_bias else None
+        # An empty tuple of dims would make sum() reduce everything, so a 1-D input (no batch
+        # dimensions) keeps its per-feature gradients as they are.
+        dweight = (dy * xhat).sum(batch_dims) if batch_dims else dy * xhat
+        dbias = (dy.sum(batch_dims) if batch_dims else dy) if ctx.has_bias else None
         return dx, dweight, dbias, None
 
 

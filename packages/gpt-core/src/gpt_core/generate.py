@@ -40,8 +40,9 @@ def generate(
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
 
     temperature 0 is greedy decoding. With learned positions the model has no vectors past
-    block_size, so generation stops there (n_new = min(max_new_tokens, block_size - T));
-    with rope or none positions it runs as far as asked, past the trained length.
+    block_size, so generation stops when the model would have to read more than block_size
+    tokens: the output holds at most block_size + 1 tokens (the last one predicted from a full
+    block). With rope or none positions it runs as far as asked, past the trained length.
     Without the cache, each step re-runs the whole sequence; with it, only the new token.
     """
     if temperature < 0:
@@ -53,11 +54,11 @@ def generate(
     if model.config.pos == "learned":
         if model.config.block_size < T:
             raise ValueError(f"prompt of {T} tokens is longer than block_size {model.config.block_size}")
-        n_new = min(n_new, model.config.block_size - T)
+        n_new = min(n_new, model.config.block_size + 1 - T)
     if n_new <= 0:
         return idx
 
-    cache = model.new_cache(B, T + n_new) if use_cache else None
+    cache = model.new_cache(B, T + n_new - 1) if use_cache else None  # the last token is never read
     tokens = [idx]
     logits, _ = model(idx, cache=cache)
     for step in range(n_new):

@@ -17,6 +17,8 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head size, got {head_dim}")
+        self.head_dim = head_dim
+        self.base = base
         exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
         # float32, not float64: Apple's MPS backend has no float64 tensors.
         self.register_buffer("inv_freq", (base**-exponents).float(), persistent=False)  # (d/2,)
@@ -24,8 +26,16 @@ class RotaryEmbedding(nn.Module):
     def angles(self, n_positions: int, offset: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin of the rotation angles for positions offset .. offset + n_positions - 1."""
         work = torch.float64 if dtype == torch.float64 else torch.float32
-        positions = torch.arange(offset, offset + n_positions, device=self.inv_freq.device, dtype=work)
-        theta = torch.outer(positions, self.inv_freq.to(work))  # (T, d/2)
+        device = self.inv_freq.device
+        positions = torch.arange(offset, offset + n_positions, device=device, dtype=work)
+        if work == torch.float64:
+            # Recomputed in float64: the float32 buffer's rounding (~6e-8 relative) would put
+            # errors of ~1e-7 into a float64 model's rotations by position 64.
+            exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=work) / self.head_dim
+            inv_freq = self.base**-exponents
+        else:
+            inv_freq = self.inv_freq.to(work)
+        theta = torch.outer(positions, inv_freq)  # (T, d/2)
         return theta.cos().to(dtype), theta.sin().to(dtype)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:

@@ -1,0 +1,9 @@
+"""The built-in tasks, registered through the same entry-point hook as any third-party plugin."""
+
+from gpt_tasks.builtin.sort import SortTask
+from gpt_tasks.hooks import hookimpl
+
+
+@hookimpl
+def register_tasks(register):
+    register(SortTask)

@@ -1,0 +1,87 @@
+"""Typed parameters from Python values or command-line strings, with errors that name the key.
+
+Task parameters and model shapes are both frozen dataclasses; `build` turns a mapping of
+overrides into one, refusing unknown keys and values of the wrong type, so that
+`--set lenght=8` or `--set length=eight` fails loudly instead of training the wrong thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class ParamError(ValueError):
+    """A parameter name or value that does not fit the declaration."""
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Each dataclass field's resolved type annotation."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Convert `value` (a Python value or a string from the command line) to `annotation`."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        if value not in choices:
+            raise ParamError(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return coerce(key, value, options[0])
+    if annotation is bool:
+        return _coerce_bool(key, value)
+    if annotation in (int, float):
+        return _coerce_number(key, value, annotation)
+    if annotation is str:
+        return str(value)
+    raise ParamError(f"{key}: unsupported parameter type {annotation!r}")
+
+
+def _coerce_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    raise ParamError(f"{key} must be true or false, got {value!r}")
+
+
+def _coerce_number(key: str, value: Any, kind: type) -> int | float:
+    if isinstance(value, bool):
+        raise ParamError(f"{key} must be {kind.__name__}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = kind(value) if kind is float else int(value, 10)
+        except ValueError:
+            raise ParamError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    if kind is int and not isinstance(value, int):
+        raise ParamError(f"{key} must be an integer, got {value!r}")
+    if kind is float and not isinstance(value, int | float):
+        raise ParamError(f"{key} must be a number, got {value!r}")
+    return kind(value)
+
+
+def build(cls: type[T], overrides: dict[str, Any], what: str = "parameter") -> T:
+    """Instantiate dataclass `cls` from `overrides`, coercing each value to its declared type."""
+    types_by_name = field_types(cls)
+    unknown = sorted(set(overrides) - set(types_by_name))
+    if unknown:
+        known = ", ".join(sorted(types_by_name)) or "none"
+        raise ParamError(f"unknown {what} {', '.join(map(repr, unknown))}; known: {known}")
+    values = {key: coerce(key, value, types_by_name[key]) for key, value in overrides.items()}
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:
+        raise ParamError(str(error)) from None

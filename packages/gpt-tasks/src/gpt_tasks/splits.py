@@ -1,0 +1,92 @@
+"""Stable train / held-out splits by hashing a canonical encoding of each example.
+
+Python's built-in `hash()` is salted per process, so a split built on it would move between
+runs; blake2b of the example's bytes gives every example the same side on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+
+import torch
+
+MAX_ENUMERATED = 2_000_000
+"""Example spaces up to this size have their split computed once, in full."""
+
+
+def unit_hash(data: bytes, salt: bytes) -> float:
+    """A number in [0, 1) fixed by `data` and `salt`: the first 8 bytes of blake2b as a fraction."""
+    digest = hashlib.blake2b(data, digest_size=8, salt=salt[:16].ljust(16, b"\0")).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def is_heldout(data: bytes, fraction: float, salt: bytes) -> bool:
+    return unit_hash(data, salt) < fraction
+
+
+def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> torch.Tensor:
+    """Bool tensor: True for each encoded example that belongs to the held-out split."""
+    return torch.tensor([is_heldout(data, fraction, salt) for data in encodings], dtype=torch.bool)
+
+
+class IndexedSplit:
+    """The split of an example space numbered 0 .. size-1, each number encoded by `encode`.
+
+    Small spaces are hashed once in full: training batches sample the train ids and evaluation
+    can cover every held-out id. Larger spaces are sampled: a candidate is drawn uniformly and
+    kept only if its hash puts it on the wanted side (rejection sampling), so the two sides stay
+    disjoint without ever being listed.
+    """
+
+    def __init__(self, size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes):
+        self.size = size
+        self.encode = encode
+        self.fraction = fraction
+        self.salt = salt
+        self.enumerated = size <= MAX_ENUMERATED
+        if self.enumerated:
+            every = torch.arange(size)
+            mask = heldout_mask(encode(every), fraction, salt)
+            self._ids = {"heldout": every[mask], "train": every[~mask]}
+
+    def count(self, split: str) -> int | None:
+        """Number of examples in `split`, or None when the space is too large to list."""
+        return len(self._ids[split]) if self.enumerated else None
+
+    def ids(self, split: str) -> torch.Tensor:
+        """Every id of `split` (only for enumerated spaces)."""
+        if not self.enumerated:
+            raise ValueError(f"the example space ({self.size:,}) is too large to list; sample it instead")
+        return self._ids[split]
+
+    def sample(self, split: str, n: int, generator: torch.Generator) -> torch.Tensor:
+        """n ids drawn uniformly (with replacement) from `split`."""
+        if self.enumerated:
+            pool = self._ids[split]
+            return pool[torch.randint(len(pool), (n,), generator=generator)]
+        want_heldout = split == "heldout"
+        kept: list[torch.Tensor] = []
+        n_kept = 0
+        while n_kept < n:
+            candidates = torch.randint(self.size, (2 * n,), generator=generator)
+            mask = heldout_mask(self.encode(candidates), self.fraction, self.salt)
+            chosen = candidates[mask if want_heldout else ~mask]
+            kept.append(chosen)
+            n_kept += len(chosen)
+        return torch.cat(kept)[:n]
+
+    def evaluation_ids(self, split: str, limit: int | None, seed: int = 0) -> torch.Tensor:
+        """The ids an evaluation scores: all of `split` (enumerated, no limit) or a fixed-seed sample.
+
+        The sample is the same on every call, so metrics logged during training are comparable.
+        """
+        generator = torch.Generator().manual_seed(seed)
+        if self.enumerated:
+            pool = self._ids[split]
+            if limit is None or limit >= len(pool):
+                return pool
+            return pool[torch.randperm(len(pool), generator=generator)[:limit]]
+        if limit is None:
+            raise ValueError(f"the example space ({self.size:,}) is too large to evaluate in full; give a limit")
+        return self.sample(split, limit, generator)

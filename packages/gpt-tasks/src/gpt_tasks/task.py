@@ -1,0 +1,138 @@
+"""The task contract: what a task must tell the trainer, and nothing about how training works.
+
+A task owns its vocabulary, its examples and their split, how to draw a training batch, and how
+to score a model. It talks to the model only through gpt_core's public interface: calling the
+model on token ids (forward) and `gpt_core.generate`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from gpt_core import GPT
+
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """inputs and targets (B, T) of token ids; targets hold IGNORE_INDEX where nothing is scored."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.inputs.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
+
+
+@dataclass(frozen=True)
+class TrainDefaults:
+    """Hyperparameters that make `gpt-train run --task NAME` give a good result on a CPU.
+
+    `model` holds GPTConfig fields other than vocab_size and block_size, which the task fixes.
+    """
+
+    model: dict[str, Any] = field(default_factory=dict)
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_limit: int = 2000
+
+
+class Task(ABC):
+    """Base class of every task. Subclasses set the class attributes and implement the methods.
+
+    Class attributes:
+        name: the registry name (`gpt-train run --task NAME`).
+        description: one line for `gpt-train tasks`.
+        Params: a frozen dataclass of the task's parameters, with defaults; validated in __post_init__.
+        primary_metric: the metric shown in progress bars and pictures (a key of `evaluate`'s dict).
+        higher_is_better: whether a larger primary metric is better.
+        eval_splits: the splits evaluated during training.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Params: ClassVar[type]
+    primary_metric: ClassVar[str]
+    higher_is_better: ClassVar[bool] = True
+    eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)
+
+    def __init__(self, params: Any):
+        self.params = params
+
+    # vocabulary -----------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of distinct token ids."""
+
+    @property
+    @abstractmethod
+    def block_size(self) -> int:
+        """Length of the model's input sequences."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Text to token ids; raises ValueError on a character outside the vocabulary."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids to text."""
+
+    def token_labels(self, ids: Sequence[int]) -> list[str]:
+        """One printable label per token, for the tick labels of attention pictures."""
+        return [self.decode([i]) for i in ids]
+
+    # data and scoring ------------------------------------------------------------------------
+    @abstractmethod
+    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """A training batch drawn with `generator`; it never contains a held-out example."""
+
+    @abstractmethod
+    def evaluate(
+        self, model: GPT, split: str, device: torch.device | str, limit: int | None = None
+    ) -> dict[str, float]:
+        """Named metrics of `model` on `split` ("train" or "heldout"): the whole split when
+        `limit` is None, else a fixed sample of `limit` examples."""
+
+    @abstractmethod
+    def defaults(self) -> TrainDefaults:
+        """Hyperparameters for a good CPU run of this task with these parameters."""
+
+    @abstractmethod
+    def example_prompts(self) -> list[str]:
+        """A few prompts for sampling from a trained model."""
+
+    @abstractmethod
+    def attention_example(self) -> str:
+        """One held-out example (as text, at most block_size tokens) for attention pictures."""
+
+
+class evaluating:
+    """Context manager: put a model in eval mode with gradients off, and restore its mode after."""
+
+    def __init__(self, model: GPT):
+        self.model = model
+
+    def __enter__(self) -> GPT:
+        self.was_training = self.model.training
+        self.no_grad = torch.no_grad()
+        self.no_grad.__enter__()
+        self.model.eval()
+        return self.model
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.train(self.was_training)
+        self.no_grad.__exit__(*exc)
