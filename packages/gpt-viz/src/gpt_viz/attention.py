@@ -31,9 +31,7 @@ def display_token(token: str) -> str:
     return "".join(_VISIBLE.get(char, char) for char in token)
 
 
-def draw_attention(
-    ax: Axes, weights_2d: np.ndarray, tokens: Sequence[str], vmax: float | None = None
-) -> AxesImage:
+def draw_attention(ax: Axes, weights_2d: np.ndarray, tokens: Sequence[str], vmax: float | None = None) -> AxesImage:
     """Draw one query × key heatmap on ``ax`` with the tokens as tick labels.
 
     The colour scale starts at 0 so that masked (future) positions are the
@@ -70,9 +68,7 @@ def _tick_fontsize(label_count: int) -> float:
     return max(5.0, min(9.0, 180 / max(label_count, 1)))
 
 
-def attention_map(
-    weights_2d: np.ndarray, tokens: Sequence[str], title: str = "attention"
-) -> Figure:
+def attention_map(weights_2d: np.ndarray, tokens: Sequence[str], title: str = "attention") -> Figure:
     """One attention matrix ``(T, T)`` as a heatmap with a colorbar."""
     figure = new_figure(6.0, 5.4)
     ax = figure.add_subplot()
@@ -82,9 +78,7 @@ def attention_map(
     return figure
 
 
-def attention_grid(
-    weights_layer: np.ndarray, tokens: Sequence[str], layer: int | None = None
-) -> Figure:
+def attention_grid(weights_layer: np.ndarray, tokens: Sequence[str], layer: int | None = None) -> Figure:
     """Every head of one layer side by side, sharing one colour scale.
 
     ``weights_layer`` has shape ``(n_head, T, T)``.  A shared scale makes heads
@@ -93,10 +87,7 @@ def attention_grid(
     """
     weights_layer = np.asarray(weights_layer)
     if weights_layer.ndim != 3 or weights_layer.shape[0] == 0:
-        raise VizError(
-            f"layer attention must have shape (n_head, T, T) with n_head >= 1, "
-            f"got {weights_layer.shape}"
-        )
+        raise VizError(f"layer attention must have shape (n_head, T, T) with n_head >= 1, got {weights_layer.shape}")
     n_head = weights_layer.shape[0]
     columns = math.ceil(math.sqrt(n_head))
     rows = math.ceil(n_head / columns)

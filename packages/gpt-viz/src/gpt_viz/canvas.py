@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike
@@ -27,9 +30,31 @@ def new_figure(width: float, height: float) -> Figure:
     return figure
 
 
-def save_figure(
-    fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)
-) -> list[Path]:
+def legend_below(ax: Axes, handles: list | None = None) -> None:
+    """A legend under the axes, where no curve can hide behind it."""
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=2, frameon=False)
+
+
+class PlainLogFormatter(LogFormatter):
+    """Labels the ticks matplotlib would label on a log axis, but as 0.2, 1, 300 instead of 2×10⁻¹."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def use_log_scale(ax: Axes, which: Literal["x", "y"]) -> None:
+    """A log axis with plain numbers, so a loss or a step is read off without decoding exponents."""
+    if which == "x":
+        ax.set_xscale("log")
+        axis = ax.xaxis
+    else:
+        ax.set_yscale("log")
+        axis = ax.yaxis
+    axis.set_major_formatter(PlainLogFormatter())
+    axis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
+
+
+def save_figure(fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)) -> list[Path]:
     """Write ``fig`` once per format and return the paths written.
 
     ``path`` gives the location and name; its suffix is replaced by each format

@@ -10,7 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from gpt_viz.attention import draw_attention
-from gpt_viz.canvas import new_figure
+from gpt_viz.canvas import legend_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import (
     ATTENTION_FILE,
@@ -25,6 +25,9 @@ from gpt_viz.run_data import (
 
 LOSS_COLOUR = "tab:blue"
 METRIC_COLOUR = "tab:orange"
+MAX_MARKED_POINTS = 60
+# Logged on every training step, unlike the evaluation metrics.
+PER_STEP_KEYS = frozenset({"loss", "lr"})
 
 
 def axis_label(metric: str) -> str:
@@ -35,6 +38,12 @@ def axis_label(metric: str) -> str:
 def is_loss(metric: str) -> bool:
     """Losses span orders of magnitude, so they read best on a log axis."""
     return metric == "loss" or metric.endswith("_loss")
+
+
+def point_marker(metric: str, steps: np.ndarray) -> str | None:
+    """Dots on sparse evaluation series show where the data is; per-step logs would turn to smudge."""
+    is_evaluation = metric not in PER_STEP_KEYS
+    return "o" if is_evaluation and len(steps) <= MAX_MARKED_POINTS else None
 
 
 def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
@@ -66,12 +75,10 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     return figure
 
 
-def _draw_loss_and_metric(
-    ax: Axes, records: Sequence[Record], metric: str | None, source: str
-) -> None:
+def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | None, source: str) -> None:
     steps, losses = metric_series(records, "loss", source=source)
     handles = ax.plot(steps, losses, color=LOSS_COLOUR, linewidth=1.2, label="training loss")
-    ax.set_yscale("log")
+    use_log_scale(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss", color=LOSS_COLOUR)
     ax.tick_params(axis="y", labelcolor=LOSS_COLOUR)
@@ -81,19 +88,18 @@ def _draw_loss_and_metric(
     else:
         handles += _draw_metric_on_twin(ax, records, metric, source)
         ax.set_title(f"training loss and {metric}")
-    ax.legend(handles=handles, loc="center right")
+    legend_below(ax, handles)
 
 
 def _draw_metric_on_twin(ax: Axes, records: Sequence[Record], metric: str, source: str) -> list:
     steps, values = metric_series(records, metric, source=source)
     twin = ax.twinx()
-    handles = twin.plot(
-        steps, values, color=METRIC_COLOUR, marker="o", markersize=3, linewidth=1.2, label=metric
-    )
+    marker = point_marker(metric, steps)
+    handles = twin.plot(steps, values, color=METRIC_COLOUR, marker=marker, markersize=3, linewidth=1.2, label=metric)
     twin.set_ylabel(metric, color=METRIC_COLOUR)
     twin.tick_params(axis="y", labelcolor=METRIC_COLOUR)
     if is_loss(metric):
-        twin.set_yscale("log")
+        use_log_scale(twin, "y")
     elif _all_fractions(values):
         twin.set_ylim(-0.02, 1.02)
     return handles
@@ -135,13 +141,12 @@ def compare_runs(
 
     figure = new_figure(8.0, 5.0)
     ax = figure.add_subplot()
-    for run, label in zip(runs, labels):
+    for run, label in zip(runs, labels, strict=True):
         steps, values = metric_series(load_metrics(run), metric, source=str(run))
-        marker = None if metric == "loss" else "o"  # evaluations are sparse: show each one
-        ax.plot(steps, values, linewidth=1.3, marker=marker, markersize=3, label=label)
+        ax.plot(steps, values, linewidth=1.3, marker=point_marker(metric, steps), markersize=3, label=label)
     use_log_y = is_loss(metric) if log_y is None else log_y
     if use_log_y:
-        ax.set_yscale("log")
+        use_log_scale(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel(axis_label(metric))
     ax.set_title(f"{axis_label(metric)} by run")

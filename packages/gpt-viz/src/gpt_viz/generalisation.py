@@ -41,7 +41,7 @@ def length_generalisation(
     ax = figure.add_subplot()
     top = _axis_top(scores)
     bar_width = _GROUP_WIDTH / len(scores)
-    for index, (name, by_length) in enumerate(scores.items()):
+    for index, by_length in enumerate(scores.values()):
         offset = (index - (len(scores) - 1) / 2) * bar_width
         _draw_encoding(ax, lengths, by_length, offset, bar_width, f"C{index}", top)
     ax.set_xticks(range(len(lengths)), [str(length) for length in lengths])
@@ -51,20 +51,17 @@ def length_generalisation(
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     legend_handles = [Patch(color=f"C{i}", label=name) for i, name in enumerate(scores)]
-    ax.legend(handles=legend_handles, title="position encoding")
+    ax.legend(handles=legend_handles, title="position encoding", loc="best")
     return figure
 
 
 def _normalise(name: str, by_length: Mapping[int, Score]) -> dict[int, tuple[float, float] | None]:
-    return {
-        _as_length(name, length): _as_mean_std(name, length, score)
-        for length, score in by_length.items()
-    }
+    return {_as_length(name, length): _as_mean_std(name, length, score) for length, score in by_length.items()}
 
 
-def _as_length(name: str, length: object) -> int:
+def _as_length(name: str, length: int | str) -> int:
     try:
-        return int(length)  # type: ignore[call-overload]
+        return int(length)
     except (TypeError, ValueError):
         raise VizError(f"length {length!r} of {name!r} is not an integer") from None
 
@@ -76,9 +73,7 @@ def _as_mean_std(name: str, length: object, score: Score) -> tuple[float, float]
         mean, std = score
         return float(mean), float(std)
     except (TypeError, ValueError):
-        raise VizError(
-            f"results[{name!r}][{length!r}] must be (mean, std) or None, got {score!r}"
-        ) from None
+        raise VizError(f"results[{name!r}][{length!r}] must be (mean, std) or None, got {score!r}") from None
 
 
 def _axis_top(scores: Mapping[str, Mapping[int, tuple[float, float] | None]]) -> float:
@@ -105,10 +100,7 @@ def _draw_encoding(
         x = slot + offset
         score = by_length.get(length)
         if score is None:
-            ax.text(x, 0.02 * top, NOT_APPLICABLE, rotation=90, ha="center", va="bottom",
-                    fontsize=8, color="0.35")
+            ax.text(x, 0.02 * top, NOT_APPLICABLE, rotation=90, ha="center", va="bottom", fontsize=8, color="0.35")
         else:
             mean, std = score
-            ax.bar(x, mean, width=width * 0.95, yerr=std, color=colour, capsize=2,
-                   error_kw={"elinewidth": 0.8})
-
+            ax.bar(x, mean, width=width * 0.95, yerr=std, color=colour, capsize=2, error_kw={"elinewidth": 0.8})

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpt_viz.canvas import new_figure
+from gpt_viz.canvas import legend_below, new_figure, use_log_scale
 from gpt_viz.run_data import PathLike, Record, load_metrics, metric_series, run_directory
 
 THRESHOLD = 0.99
@@ -47,19 +47,17 @@ def grokking(run: PathLike | Sequence[Record], threshold: float = THRESHOLD) -> 
         positive = steps > 0
         _draw_accuracy(ax, steps[positive], values[positive], name, colour, threshold)
     ax.axhline(threshold, color="0.5", linestyle=":", linewidth=0.8)
-    ax.set_xscale("log")
+    use_log_scale(ax, "x")
     ax.set_ylim(-0.02, 1.05)
     ax.set_xlabel("step (log scale)")
     ax.set_ylabel("accuracy")
     ax.set_title(f"grokking: first step at accuracy ≥ {threshold:g}")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(loc="center left")
+    legend_below(ax)
     return figure
 
 
-def _draw_accuracy(
-    ax: Axes, steps: np.ndarray, values: np.ndarray, name: str, colour: str, threshold: float
-) -> None:
+def _draw_accuracy(ax: Axes, steps: np.ndarray, values: np.ndarray, name: str, colour: str, threshold: float) -> None:
     crossing = first_crossing(steps, values, threshold)
     if crossing is None:
         label = f"{name} (never reaches {threshold:g})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Union
@@ -72,11 +73,7 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     if not path.is_file():
         raise VizError(f"{path} is missing")
     lines = path.read_text(encoding="utf-8").splitlines()
-    records = [
-        _parse_metrics_line(line, path, number)
-        for number, line in enumerate(lines, start=1)
-        if line.strip()
-    ]
+    records = [_parse_metrics_line(line, path, number) for number, line in enumerate(lines, start=1) if line.strip()]
     if not records:
         raise VizError(f"{path} is empty")
     return records
@@ -90,7 +87,7 @@ def _parse_metrics_line(line: str, path: Path, number: int) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise VizError(f"{path} line {number} is not a JSON object")
     if "step" not in record:
-        raise VizError(f"{path} line {number} has no \"step\"")
+        raise VizError(f'{path} line {number} has no "step"')
     return record
 
 
@@ -100,9 +97,7 @@ def available_metrics(records: Iterable[Record]) -> list[str]:
     return sorted(names - _NON_METRIC_KEYS)
 
 
-def metric_series(
-    records: Iterable[Record], key: str, *, source: str = "the records"
-) -> tuple[np.ndarray, np.ndarray]:
+def metric_series(records: Iterable[Record], key: str, *, source: str = "the records") -> tuple[np.ndarray, np.ndarray]:
     """Return ``(steps, values)`` for the lines that carry ``key``.
 
     Evaluation metrics appear only on evaluation lines, so a metric series is
@@ -114,8 +109,11 @@ def metric_series(
     if not points:
         available = ", ".join(available_metrics(records)) or "none"
         raise VizError(f"metric {key!r} not found in {source}; it has: {available}")
-    steps, values = zip(*points)
-    return np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64)
+    steps, values = zip(*points, strict=True)
+    try:
+        return np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise VizError(f"metric {key!r} in {source} has a step or value that is not a number: {error}") from error
 
 
 def load_attention(run_dir: PathLike) -> AttentionSnapshot:
@@ -123,20 +121,24 @@ def load_attention(run_dir: PathLike) -> AttentionSnapshot:
     path = run_directory(run_dir) / ATTENTION_FILE
     if not path.is_file():
         raise VizError(f"{path} is missing")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            weights, tokens = archive["weights"], archive["tokens"]
-    except KeyError as error:
-        raise VizError(f"{path} lacks the array {error.args[0]!r}; it needs 'weights' and 'tokens'") from error
-    except ValueError as error:
-        raise VizError(f"{path} cannot be read without pickle: store tokens as a string array") from error
+    weights, tokens = _read_npz_arrays(path, ("weights", "tokens"))
     if weights.ndim != 4:
-        raise VizError(
-            f"{path}: weights have shape {weights.shape}; expected (n_layer, n_head, T, T)"
-        )
+        raise VizError(f"{path}: weights have shape {weights.shape}; expected (n_layer, n_head, T, T)")
     labels = [str(token) for token in np.asarray(tokens).astype(str).ravel()]
     check_attention_shape(weights, labels)
     return AttentionSnapshot(weights=weights, tokens=labels)
+
+
+def _read_npz_arrays(path: Path, names: tuple[str, ...]) -> list[np.ndarray]:
+    """The named arrays of an .npz archive; pickled (object) arrays are refused, not executed."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [name for name in names if name not in archive.files]
+            if missing:
+                raise VizError(f"{path} lacks the array {missing[0]!r}; it needs {', '.join(map(repr, names))}")
+            return [archive[name] for name in names]
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        raise VizError(f"{path} is not a readable .npz of plain arrays (store tokens as strings): {error}") from error
 
 
 def check_attention_shape(weights: np.ndarray, tokens: Sequence[str]) -> None:
@@ -147,6 +149,4 @@ def check_attention_shape(weights: np.ndarray, tokens: Sequence[str]) -> None:
     if positions == 0 or weights.size == 0:
         raise VizError(f"attention weights of shape {weights.shape} are empty")
     if positions != len(tokens):
-        raise VizError(
-            f"attention weights cover {positions} positions but there are {len(tokens)} tokens"
-        )
+        raise VizError(f"attention weights cover {positions} positions but there are {len(tokens)} tokens")

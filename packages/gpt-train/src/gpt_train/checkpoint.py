@@ -1,0 +1,126 @@
+"""Checkpoints: one safetensors file holding weights, optimiser state and RNG state.
+
+Written atomically (a temporary file in the same directory, fsync, then os.replace), so a
+crash mid-write leaves the previous checkpoint whole. Loaded without unpickling anything:
+safetensors holds only tensors, and the rest (step, optimiser hyperparameters) is JSON in its
+metadata, together with a sha256 of every tensor's bytes that catches corruption the file
+format alone would not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from gpt_train.errors import UserError
+
+CHECKPOINT_NAME = "checkpoint.safetensors"
+
+
+@dataclass
+class TrainingState:
+    """What a resumed run needs beyond the configuration."""
+
+    task: str
+    step: int
+    elapsed: float
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    rng: dict[str, torch.Tensor]
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    tensors = {f"model/{k}": v for k, v in state.model.items()}
+    tensors |= {f"rng/{k}": v for k, v in state.rng.items()}
+    for index, slots in state.optimizer["state"].items():
+        tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    meta = {
+        "task": state.task,
+        "step": str(state.step),
+        "elapsed": repr(state.elapsed),
+        "param_groups": json.dumps(state.optimizer["param_groups"]),
+        "sha256": _digest(tensors),
+    }
+    return tensors, meta
+
+
+def save_checkpoint(path: Path, state: TrainingState) -> None:
+    """Write `state` to `path` atomically."""
+    tensors, meta = _flatten(state)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata=meta)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    if not path.is_file():
+        raise UserError(f"no checkpoint at {path}")
+    try:
+        tensors = load_file(str(path))
+        with open(path, "rb") as handle:
+            header_len = int.from_bytes(handle.read(8), "little")
+            meta = json.loads(handle.read(header_len)).get("__metadata__") or {}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise UserError(f"checkpoint {path} is truncated or corrupted ({error})") from None
+    if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
+        raise UserError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
+    return tensors, meta
+
+
+def load_checkpoint(path: Path, task: str) -> TrainingState:
+    """Read and verify a checkpoint written by `save_checkpoint` for a run of `task`."""
+    tensors, meta = _read(path)
+    if meta.get("task") != task:
+        raise UserError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
+    optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
+    model, rng = {}, {}
+    for key, value in tensors.items():
+        kind, _, rest = key.partition("/")
+        if kind == "model":
+            model[rest] = value
+        elif kind == "rng":
+            rng[rest] = value
+        elif kind == "optim":
+            index, _, slot = rest.partition("/")
+            optimizer_state.setdefault(int(index), {})[slot] = value
+    try:
+        param_groups = json.loads(meta["param_groups"])
+        step, elapsed = int(meta["step"]), float(meta["elapsed"])
+    except (KeyError, ValueError) as error:
+        raise UserError(f"checkpoint {path} has unreadable metadata ({error})") from None
+    optimizer = {"state": optimizer_state, "param_groups": param_groups}
+    return TrainingState(task=task, step=step, elapsed=elapsed, model=model, optimizer=optimizer, rng=rng)
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Copy saved weights into `model`, refusing a checkpoint whose parameters do not match it."""
+    params = dict(model.named_parameters())
+    if set(params) != set(weights):
+        raise UserError("checkpoint does not match this run's model (different parameters)")
+    with torch.no_grad():
+        for name, param in params.items():
+            if param.shape != weights[name].shape:
+                raise UserError(f"checkpoint does not match this run's model ({name}: {tuple(param.shape)})")
+            param.copy_(weights[name])

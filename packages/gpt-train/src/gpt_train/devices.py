@@ -1,0 +1,34 @@
+"""Choosing the device: auto picks cuda, then mps, then cpu; an absent device is an error, never a fallback."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from gpt_train.errors import UserError
+
+
+def available_devices() -> list[str]:
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine."""
+    name = name.strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
+        raise UserError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+    if name not in available_devices():
+        raise UserError(f"device {name!r} is not available on this machine; available: {', '.join(available_devices())}")
+    return torch.device(name)

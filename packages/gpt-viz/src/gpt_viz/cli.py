@@ -1,0 +1,153 @@
+"""The ``gpt-viz`` command: one subcommand per picture, each printing the files it wrote.
+
+Bad input ends with a single line ``gpt-viz: error: ...`` on stderr and exit
+status 2, never a traceback: the messages of :class:`VizError` already name
+the file, metric or shape at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from matplotlib.figure import Figure
+
+from gpt_viz.attention import attention_grid
+from gpt_viz.canvas import save_figure
+from gpt_viz.curves import compare_runs, training_curves
+from gpt_viz.errors import VizError
+from gpt_viz.grokking import grokking
+from gpt_viz.run_data import load_attention, run_directory
+
+RUN_DIR = click.Path(path_type=Path)
+SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each PNG.")
+
+
+class BadInput(click.ClickException):
+    """A VizError as the CLI reports it: one line on stderr, exit status 2."""
+
+    exit_code = 2
+
+    def show(self, file: object = None) -> None:
+        message = self.format_message().replace("\n", " ")
+        click.echo(f"gpt-viz: error: {message}", err=True)
+
+
+class _VizGroup(click.Group):
+    """Turns a VizError raised by any subcommand into :class:`BadInput`."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except VizError as error:
+            raise BadInput(str(error)) from error
+
+
+@click.group(cls=_VizGroup)
+@click.version_option(package_name="gpt-viz")
+def main() -> None:
+    """Pictures of GPT training runs, written as PNG (and SVG with --svg).
+
+    A run directory holds config.json, metrics.jsonl and optionally
+    attention.npz, as written by the trainer.
+    """
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=RUN_DIR)
+@click.option("--metric", help="Held-out metric for the twin axis [default: config's primary_metric].")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Directory for the pictures, named RUN-curves.png [default: curves.png in each run].",
+)
+@SVG_OPTION
+def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg: bool) -> None:
+    """Loss, held-out metric and last-layer attention of each run.
+
+    \b
+    Example:
+      gpt-viz curves runs/addition runs/sorting --metric heldout_exact_match
+    """
+    targets = _curves_targets(run_dirs, out)
+    for run_dir, target in zip(run_dirs, targets, strict=True):
+        _save_and_report(training_curves(run_dir, metric=metric), target, svg)
+
+
+def _curves_targets(run_dirs: Sequence[Path], out: Path | None) -> list[Path]:
+    """Where each run's curves go; refuses two runs that would overwrite one picture."""
+    if out is None:
+        return [run_directory(run_dir) / "curves" for run_dir in run_dirs]
+    names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise VizError(f"runs share the name {repeated[0]!r}, so their pictures in {out} would collide")
+    return [out / f"{name}-curves" for name in names]
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=RUN_DIR)
+@click.option("--metric", required=True, help="'loss' or any metric key, e.g. heldout_accuracy.")
+@click.option("--label", "labels", multiple=True, help="Legend label, once per run, in order.")
+@click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: compare-METRIC.png].")
+@click.option("--log-y/--linear-y", default=None, help="Y axis scale [default: log for losses].")
+@SVG_OPTION
+def compare(
+    run_dirs: tuple[Path, ...],
+    metric: str,
+    labels: tuple[str, ...],
+    out: Path | None,
+    log_y: bool | None,
+    svg: bool,
+) -> None:
+    """Overlay one metric of several runs, as for an ablation.
+
+    \b
+    Example:
+      gpt-viz compare runs/base runs/no-ln runs/no-res runs/neither \\
+          --metric heldout_loss --label baseline --label "no LayerNorm" \\
+          --label "no residual" --label neither --out ablation.png
+    """
+    figure = compare_runs(run_dirs, metric, labels=labels or None, log_y=log_y)
+    _save_and_report(figure, out or Path(f"compare-{metric}"), svg)
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--layer", type=int, help="Layer to show, counted from 0 [default: the last].")
+@click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/attention-layerN.png].")
+@SVG_OPTION
+def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> None:
+    """Every attention head of one layer, from attention.npz.
+
+    \b
+    Example:
+      gpt-viz attention runs/addition --layer 0
+    """
+    snapshot = load_attention(run_dir)
+    n_layer = snapshot.weights.shape[0]
+    layer = n_layer - 1 if layer is None else layer
+    if not 0 <= layer < n_layer:
+        raise VizError(f"layer {layer} is out of range; attention.npz has layers 0 to {n_layer - 1}")
+    figure = attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer)
+    _save_and_report(figure, out or run_dir / f"attention-layer{layer}", svg)
+
+
+@main.command("grokking")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/grokking.png].")
+@SVG_OPTION
+def grokking_command(run_dir: Path, out: Path | None, svg: bool) -> None:
+    """Train and held-out accuracy, marking where each reaches 0.99.
+
+    \b
+    Example:
+      gpt-viz grokking runs/modular-addition --out grokking.png
+    """
+    _save_and_report(grokking(run_dir), out or run_dir / "grokking", svg)
+
+
+def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:
+    for path in save_figure(figure, target, formats=("png", "svg") if svg else ("png",)):
+        click.echo(str(path))

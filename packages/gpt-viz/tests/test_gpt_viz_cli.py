@@ -1,0 +1,150 @@
+"""The gpt-viz command: writes pictures and prints their paths; bad input is one line and exit 2."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from gpt_viz.cli import main
+
+
+@pytest.fixture
+def runner():
+    """A runner that keeps stderr apart from stdout (click 8.1 needs asking; 8.2+ always does)."""
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
+def written(result):
+    return [Path(line) for line in result.stdout.splitlines()]
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpt-viz: error: ")
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_curves_writes_curves_png_into_each_run(runner, make_run):
+    runs = [make_run("a"), make_run("b", attention=False)]
+    result = runner.invoke(main, ["curves", *map(str, runs)])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [runs[0] / "curves.png", runs[1] / "curves.png"]
+    assert all(path.stat().st_size > 0 for path in written(result))
+
+
+def test_curves_out_names_each_picture_after_its_run_and_svg_adds_svgs(runner, make_run, tmp_path):
+    runs = [make_run("a"), make_run("b")]
+    out = tmp_path / "pictures"
+    result = runner.invoke(main, ["curves", *map(str, runs), "--out", str(out), "--svg"])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [out / "a-curves.png", out / "a-curves.svg", out / "b-curves.png", out / "b-curves.svg"]
+    assert all(path.is_file() for path in written(result))
+
+
+def test_curves_out_refuses_runs_whose_pictures_would_collide(runner, make_run, tmp_path):
+    first = make_run("x/seed0")
+    second = make_run("y/seed0")
+    result = runner.invoke(main, ["curves", str(first), str(second), "--out", str(tmp_path)])
+    assert_one_line_error(result, "share the name 'seed0'")
+
+
+def test_curves_metric_option_is_used(runner, make_run):
+    result = runner.invoke(main, ["curves", str(make_run()), "--metric", "no_such_metric"])
+    assert_one_line_error(result, "metric 'no_such_metric' not found", "it has: heldout_accuracy")
+
+
+def test_compare_writes_one_picture_with_the_given_labels(runner, make_run, tmp_path):
+    runs = [make_run("base", attention=False), make_run("no-ln", attention=False)]
+    out = tmp_path / "ablation.png"
+    args = ["compare", *map(str, runs), "--metric", "heldout_loss", "--label", "baseline", "--label", "no LN"]
+    result = runner.invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [out]
+    assert out.is_file()
+
+
+def test_compare_defaults_to_a_file_named_after_the_metric(runner, make_run, tmp_path, monkeypatch):
+    run = make_run(attention=False)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(main, ["compare", str(run), "--metric", "loss"])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [Path("compare-loss.png")]
+    assert (tmp_path / "compare-loss.png").is_file()
+
+
+def test_compare_with_wrong_label_count_is_a_one_line_error(runner, make_run):
+    runs = [make_run("a", attention=False), make_run("b", attention=False)]
+    result = runner.invoke(main, ["compare", *map(str, runs), "--metric", "loss", "--label", "only-one"])
+    assert_one_line_error(result, "got 1 labels for 2 runs")
+
+
+def test_compare_requires_a_metric(runner, make_run):
+    result = runner.invoke(main, ["compare", str(make_run())])
+    assert result.exit_code == 2
+    assert "--metric" in result.stderr
+
+
+def test_attention_draws_the_last_layer_by_default(runner, make_run):
+    run = make_run(n_layer=3)
+    result = runner.invoke(main, ["attention", str(run)])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [run / "attention-layer2.png"]
+
+
+def test_attention_layer_and_out_options(runner, make_run, tmp_path):
+    out = tmp_path / "heads.png"
+    result = runner.invoke(main, ["attention", str(make_run()), "--layer", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [out]
+
+
+def test_attention_layer_out_of_range_is_a_one_line_error(runner, make_run):
+    result = runner.invoke(main, ["attention", str(make_run()), "--layer", "7"])
+    assert_one_line_error(result, "layer 7 is out of range", "layers 0 to 1")
+
+
+def test_attention_without_attention_file_is_a_one_line_error(runner, make_run):
+    result = runner.invoke(main, ["attention", str(make_run(attention=False))])
+    assert_one_line_error(result, "attention.npz is missing")
+
+
+def test_grokking_writes_grokking_png(runner, make_run):
+    run = make_run()
+    result = runner.invoke(main, ["grokking", str(run)])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [run / "grokking.png"]
+
+
+@pytest.mark.parametrize("command", ["curves", "attention", "grokking"])
+def test_missing_run_directory_is_a_one_line_error(runner, tmp_path, command):
+    result = runner.invoke(main, [command, str(tmp_path / "missing")])
+    assert_one_line_error(result, "missing does not exist")
+
+
+def test_invalid_metrics_line_is_a_one_line_error(runner, make_run):
+    run = make_run()
+    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n{oops\n')
+    result = runner.invoke(main, ["curves", str(run)])
+    assert_one_line_error(result, "metrics.jsonl line 2 is not valid JSON")
+
+
+def test_empty_metrics_file_is_a_one_line_error(runner, make_run):
+    run = make_run()
+    (run / "metrics.jsonl").write_text("")
+    result = runner.invoke(main, ["grokking", str(run)])
+    assert_one_line_error(result, "metrics.jsonl is empty")
+
+
+@pytest.mark.parametrize("command", ["curves", "compare", "attention", "grokking"])
+def test_every_command_help_shows_an_example(runner, command):
+    result = runner.invoke(main, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Example:" in result.stdout
+    assert f"gpt-viz {command} runs/" in result.stdout

@@ -1,0 +1,79 @@
+"""Train and held-out accuracy on a log step axis, with the 0.99 crossings marked."""
+
+import numpy as np
+import pytest
+from gpt_viz import VizError, first_crossing, grokking, load_metrics
+
+
+def only_axes(figure):
+    (ax,) = figure.axes
+    return ax
+
+
+def vertical_line_steps(ax):
+    return sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == "--")
+
+
+def legend_texts(ax):
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_grokking_renders_as_a_real_picture(run_dir, assert_real_picture):
+    assert_real_picture(grokking(run_dir))
+
+
+def test_first_crossing_of_each_accuracy_is_marked_with_a_vertical_line(run_dir):
+    ax = only_axes(grokking(run_dir))
+    assert vertical_line_steps(ax) == [200, 400]
+    assert {text.get_text() for text in ax.texts} == {"step 200", "step 400"}
+
+
+def test_legend_gives_the_crossing_steps(run_dir):
+    assert legend_texts(only_axes(grokking(run_dir))) == [
+        "train accuracy (≥ 0.99 at step 200)",
+        "held-out accuracy (≥ 0.99 at step 400)",
+    ]
+
+
+def test_step_is_on_a_log_axis(run_dir):
+    ax = only_axes(grokking(run_dir))
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "step (log scale)"
+    assert ax.get_ylabel() == "accuracy"
+
+
+def test_step_zero_is_left_out_of_the_log_axis(run_dir):
+    ax = only_axes(grokking(run_dir))
+    curves = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert [min(curve.get_xdata()) for curve in curves] == [50, 50]
+
+
+def test_accuracy_that_never_crosses_says_so_in_the_legend():
+    records = [
+        {"step": step, "loss": 1.0, "train_accuracy": train, "heldout_accuracy": heldout}
+        for step, train, heldout in [(10, 0.5, 0.1), (100, 1.0, 0.3), (1000, 1.0, 0.6)]
+    ]
+    ax = only_axes(grokking(records))
+    assert legend_texts(ax) == [
+        "train accuracy (≥ 0.99 at step 100)",
+        "held-out accuracy (never reaches 0.99)",
+    ]
+    assert vertical_line_steps(ax) == [100]
+
+
+def test_already_loaded_records_give_the_same_picture(run_dir):
+    from_records = only_axes(grokking(load_metrics(run_dir)))
+    from_directory = only_axes(grokking(run_dir))
+    assert legend_texts(from_records) == legend_texts(from_directory)
+
+
+def test_first_crossing_is_the_first_step_at_or_above_the_threshold():
+    steps = np.array([1, 2, 3, 4])
+    assert first_crossing(steps, np.array([0.5, 0.99, 0.8, 1.0])) == 2
+    assert first_crossing(steps, np.array([0.5, 0.6, 0.7, 0.98])) is None
+
+
+def test_run_without_accuracies_names_the_missing_metric(make_run):
+    run = make_run(records=[{"step": 1, "elapsed": 0.1, "loss": 2.0, "lr": 1e-3}])
+    with pytest.raises(VizError, match="metric 'train_accuracy' not found in .*; it has: loss, lr"):
+        grokking(run)

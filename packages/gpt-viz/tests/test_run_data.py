@@ -1,0 +1,146 @@
+"""Reading run directories, and the one-line errors for malformed ones."""
+
+import json
+
+import numpy as np
+import pytest
+from gpt_viz import VizError, available_metrics, load_attention, load_config, load_metrics, metric_series
+
+
+def test_load_metrics_returns_one_record_per_line_in_file_order(run_dir):
+    records = load_metrics(run_dir)
+    assert len(records) == 51
+    assert [r["step"] for r in records[:3]] == [0, 10, 20]
+
+
+def test_metric_series_has_only_the_evaluation_points(run_dir):
+    records = load_metrics(run_dir)
+    loss_steps, _ = metric_series(records, "loss")
+    steps, values = metric_series(records, "heldout_exact_match")
+    assert len(loss_steps) == 51
+    assert steps.tolist() == list(range(0, 501, 50))
+    assert values.dtype == np.float64
+
+
+def test_metric_series_skips_null_values():
+    records = [{"step": 0, "loss": 1.0}, {"step": 1, "loss": None}, {"step": 2, "loss": 0.5}]
+    steps, values = metric_series(records, "loss")
+    assert steps.tolist() == [0, 2]
+    assert values.tolist() == [1.0, 0.5]
+
+
+def test_available_metrics_excludes_step_and_elapsed(run_dir):
+    assert available_metrics(load_metrics(run_dir)) == [
+        "heldout_accuracy",
+        "heldout_exact_match",
+        "heldout_loss",
+        "loss",
+        "lr",
+        "train_accuracy",
+    ]
+
+
+def test_unknown_metric_is_named_with_the_metrics_the_run_has(run_dir):
+    with pytest.raises(VizError) as error:
+        metric_series(load_metrics(run_dir), "heldout_bits_per_char", source=str(run_dir))
+    message = str(error.value)
+    assert "'heldout_bits_per_char'" in message
+    assert str(run_dir) in message
+    assert "heldout_exact_match, heldout_loss, loss, lr" in message
+
+
+def test_missing_run_directory_is_reported(tmp_path):
+    with pytest.raises(VizError, match=r"run directory .*nowhere does not exist"):
+        load_metrics(tmp_path / "nowhere")
+
+
+def test_missing_metrics_file_is_reported(run_dir):
+    (run_dir / "metrics.jsonl").unlink()
+    with pytest.raises(VizError, match=r"metrics\.jsonl is missing$"):
+        load_metrics(run_dir)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"])
+def test_empty_metrics_file_is_reported(run_dir, content):
+    (run_dir / "metrics.jsonl").write_text(content)
+    with pytest.raises(VizError, match=r"metrics\.jsonl is empty$"):
+        load_metrics(run_dir)
+
+
+def test_invalid_json_line_names_the_file_and_line_number(run_dir):
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[2] = '{"step": 20, "loss": '
+    path.write_text("\n".join(lines))
+    with pytest.raises(VizError) as error:
+        load_metrics(run_dir)
+    assert str(path) in str(error.value)
+    assert "line 3 is not valid JSON" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(("line", "problem"), [("[1, 2]", "is not a JSON object"), ('{"loss": 1.0}', 'has no "step"')])
+def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n" + line + "\n")
+    with pytest.raises(VizError, match=f"line 2 {problem}"):
+        load_metrics(run_dir)
+
+
+def test_missing_config_reads_as_empty_so_old_runs_still_plot(run_dir):
+    (run_dir / "config.json").unlink()
+    assert load_config(run_dir) == {}
+
+
+def test_invalid_config_is_reported(run_dir):
+    (run_dir / "config.json").write_text("{task:")
+    with pytest.raises(VizError, match=r"config\.json is not valid JSON"):
+        load_config(run_dir)
+
+
+def test_load_attention_reads_weights_and_token_labels(run_dir):
+    snapshot = load_attention(run_dir)
+    assert snapshot.weights.shape == (2, 4, 10, 10)
+    assert snapshot.tokens[:3] == ["1", "2", "+"]
+
+
+def test_missing_attention_file_is_reported(make_run):
+    run = make_run(attention=False)
+    with pytest.raises(VizError, match=r"attention\.npz is missing"):
+        load_attention(run)
+
+
+def test_attention_shape_that_does_not_match_the_tokens_is_rejected(run_dir):
+    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 2, 4, 4)), tokens=np.array(["a", "b", "c"]))
+    with pytest.raises(VizError, match="cover 4 positions but there are 3 tokens"):
+        load_attention(run_dir)
+
+
+def test_attention_that_is_not_square_is_rejected(run_dir):
+    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 2, 4, 3)), tokens=np.array(["a", "b", "c"]))
+    with pytest.raises(VizError, match=r"shape \(1, 2, 4, 3\) are not square"):
+        load_attention(run_dir)
+
+
+def test_attention_without_layer_and_head_axes_is_rejected(run_dir):
+    np.savez(run_dir / "attention.npz", weights=np.zeros((3, 3)), tokens=np.array(["a", "b", "c"]))
+    with pytest.raises(VizError, match=r"expected \(n_layer, n_head, T, T\)"):
+        load_attention(run_dir)
+
+
+def test_attention_archive_without_tokens_is_rejected(run_dir):
+    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 1, 3, 3)))
+    with pytest.raises(VizError, match="lacks the array 'tokens'"):
+        load_attention(run_dir)
+
+
+def test_attention_with_pickled_tokens_is_refused(run_dir):
+    tokens = np.array(["a", "b", "c"], dtype=object)
+    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 1, 3, 3)), tokens=tokens)
+    with pytest.raises(VizError, match="not a readable .npz of plain arrays"):
+        load_attention(run_dir)
+
+
+def test_metric_value_that_is_not_a_number_is_reported():
+    records = [{"step": 0, "loss": 1.0}, {"step": 1, "loss": "low"}]
+    with pytest.raises(VizError, match="metric 'loss' in run-7 has a step or value that is not a number"):
+        metric_series(records, "loss", source="run-7")

@@ -1,0 +1,88 @@
+"""The headline figure: loss and held-out metric, beside the last layer's attention."""
+
+import numpy as np
+import pytest
+from gpt_viz import VizError, load_attention, training_curves
+from gpt_viz.attention import display_token
+
+
+def axes_with_xlabel(figure, label):
+    return [ax for ax in figure.axes if ax.get_xlabel() == label]
+
+
+def twin_of(figure, ax):
+    (twin,) = [other for other in figure.axes if other is not ax and other.bbox.bounds == ax.bbox.bounds]
+    return twin
+
+
+def test_curves_with_attention_render_as_a_real_picture(run_dir, assert_real_picture):
+    assert_real_picture(training_curves(run_dir))
+
+
+def test_loss_is_on_a_log_axis_against_step(run_dir):
+    (loss_ax,) = axes_with_xlabel(training_curves(run_dir), "step")
+    assert loss_ax.get_ylabel() == "training loss"
+    assert loss_ax.get_yscale() == "log"
+
+
+def test_primary_metric_from_config_is_on_the_twin_axis(run_dir):
+    figure = training_curves(run_dir)
+    (loss_ax,) = axes_with_xlabel(figure, "step")
+    twin = twin_of(figure, loss_ax)
+    assert twin.get_ylabel() == "heldout_exact_match"
+    (line,) = twin.get_lines()
+    assert line.get_xdata().tolist() == list(range(0, 501, 50))
+
+
+def test_metric_argument_overrides_the_config(run_dir):
+    figure = training_curves(run_dir, metric="heldout_loss")
+    (loss_ax,) = axes_with_xlabel(figure, "step")
+    assert twin_of(figure, loss_ax).get_ylabel() == "heldout_loss"
+
+
+def test_right_panel_is_the_last_layer_averaged_over_heads(run_dir):
+    figure = training_curves(run_dir)
+    (attention_ax,) = axes_with_xlabel(figure, "key position")
+    (image,) = attention_ax.get_images()
+    expected = load_attention(run_dir).weights[-1].mean(axis=0)
+    np.testing.assert_allclose(image.get_array(), expected, rtol=1e-6)
+    assert "layer 1" in attention_ax.get_title()
+    assert "mean of 4 heads" in attention_ax.get_title()
+
+
+def test_tokens_label_the_attention_panel(run_dir, tokens):
+    (attention_ax,) = axes_with_xlabel(training_curves(run_dir), "key position")
+    expected = [display_token(token) for token in tokens]
+    assert [label.get_text() for label in attention_ax.get_xticklabels()] == expected
+    assert [label.get_text() for label in attention_ax.get_yticklabels()] == expected
+
+
+def test_without_attention_file_there_is_a_single_panel(make_run, assert_real_picture):
+    figure = training_curves(make_run(attention=False))
+    assert axes_with_xlabel(figure, "key position") == []
+    assert len(figure.axes) == 2  # the loss axis and its twin
+    assert_real_picture(figure)
+
+
+def test_config_without_primary_metric_shows_the_loss_alone(make_run):
+    figure = training_curves(make_run(config={"task": "addition"}, attention=False))
+    (loss_ax,) = figure.axes
+    assert "no primary_metric" in loss_ax.get_title()
+
+
+def test_title_names_task_and_run(make_run):
+    figure = training_curves(make_run("seed-3"))
+    assert figure.get_suptitle() == "addition — seed-3"
+
+
+def test_metric_the_run_lacks_is_named_with_what_it_has(run_dir):
+    with pytest.raises(VizError, match=r"metric 'heldout_bits_per_char' not found in .*; it has: heldout_accuracy"):
+        training_curves(run_dir, metric="heldout_bits_per_char")
+
+
+def test_log_axis_is_labelled_with_plain_numbers(run_dir):
+    figure = training_curves(run_dir)
+    figure.canvas.draw()
+    (loss_ax,) = axes_with_xlabel(figure, "step")
+    labels = {label.get_text() for label in loss_ax.get_yticklabels()}
+    assert {"0.1", "1"} <= labels
