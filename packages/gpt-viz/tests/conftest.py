@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gpt_viz import SAVE_DPI, save_figure
 from matplotlib.figure import Figure
 from matplotlib.image import imread
+
+from gpt_viz import SAVE_DPI, save_figure
 
 TOKENS = ["1", "2", "+", "3", "4", "=", "4", "6", " ", "$"]
 EVAL_EVERY = 50

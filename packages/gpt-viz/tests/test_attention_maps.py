@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from gpt_viz import VizError, attention_grid, attention_map
 from gpt_viz.attention import MAX_TICK_LABELS, display_token
 

@@ -1,6 +1,7 @@
 """Several runs overlaid on one axis, one legend entry per run."""
 
 import pytest
+
 from gpt_viz import VizError, compare_runs
 
 

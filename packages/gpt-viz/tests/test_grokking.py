@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from gpt_viz import VizError, first_crossing, grokking, load_metrics
 
 

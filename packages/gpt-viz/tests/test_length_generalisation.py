@@ -1,6 +1,7 @@
 """Accuracy by evaluation length per position encoding; "not applicable" is not zero."""
 
 import pytest
+
 from gpt_viz import VizError, length_generalisation
 from gpt_viz.generalisation import NOT_APPLICABLE
 

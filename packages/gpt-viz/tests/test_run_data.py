@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+
 from gpt_viz import VizError, available_metrics, load_attention, load_config, load_metrics, metric_series
 
 

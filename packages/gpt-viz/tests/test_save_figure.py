@@ -1,8 +1,9 @@
 """Saving: one file per format, sized figsize × SAVE_DPI, parents created."""
 
 import pytest
-from gpt_viz import SAVE_DPI, VizError, attention_map, save_figure
 from matplotlib.image import imread
+
+from gpt_viz import SAVE_DPI, VizError, attention_map, save_figure
 
 
 @pytest.fixture

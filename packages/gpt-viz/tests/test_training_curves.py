@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from gpt_viz import VizError, load_attention, training_curves
 from gpt_viz.attention import display_token
 

@@ -41,7 +41,7 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
         h.update(name.encode())
-        h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 

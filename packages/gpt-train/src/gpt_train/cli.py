@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 import torch
-from gpt_core import generate
 
+from gpt_core import generate
 from gpt_train.config import RunConfig, parse_assignments, resolve_run_config, split_assignments
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
@@ -47,13 +47,22 @@ TRAIN_FLAGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "compile")
 @click.option("--batch-size", type=int, help="Sequences per step (per process under torchrun). [default: the task's]")
 @click.option("--lr", type=float, help="Peak learning rate (after warmup). [default: the task's]")
 @click.option("--weight-decay", type=float, help="AdamW weight decay on weight matrices. [default: the task's]")
-@click.option("--seed", type=int, help="Seed for weights and data; same seed + flags on CPU = same numbers. [default: 1337]")
+@click.option(
+    "--seed", type=int, help="Seed for weights and data; same seed + flags on CPU = same numbers. [default: 1337]"
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Run directory. [default: runs/<task>-<timestamp>]")
 @click.option("--compile", "compile_", is_flag=True, default=None, help="Train through torch.compile.")
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
-              help="Override a task, model or training parameter (repeatable), e.g. --set pos=rope.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a task, model or training parameter (repeatable), e.g. --set pos=rope.",
+)
 @click.option("--data", type=click.Path(path_type=Path), help="Data file for tasks that read one (shakespeare).")
-@click.option("--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint.")
+@click.option(
+    "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
+)
 @click.option("--force", is_flag=True, help="Replace a run already in --out.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
 def run(task_name, device, out, assignments, data, resume, force, quiet, compile_, **flags) -> None:
@@ -158,15 +167,25 @@ def tasks(as_json: bool) -> None:
     from gpt_tasks import list_tasks
 
     rows = [
-        {"name": t.name, "plugin": t.plugin, "distribution": t.distribution, "version": t.version,
-         "description": t.description}
+        {
+            "name": t.name,
+            "plugin": t.plugin,
+            "distribution": t.distribution,
+            "version": t.version,
+            "description": t.description,
+        }
         for t in list_tasks()
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    header = {"name": "TASK", "plugin": "PLUGIN", "distribution": "DISTRIBUTION", "version": "VERSION",
-              "description": "DESCRIPTION"}
+    header = {
+        "name": "TASK",
+        "plugin": "PLUGIN",
+        "distribution": "DISTRIBUTION",
+        "version": "VERSION",
+        "description": "DESCRIPTION",
+    }
     keys = list(header)
     widths = {k: max(len(str(r[k])) for r in [header, *rows]) for k in keys}
     for row in [header, *rows]:
@@ -177,8 +196,13 @@ def tasks(as_json: bool) -> None:
 @cli.command("eval", context_settings=CONTEXT)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--split", type=click.Choice(["heldout", "train"]), default="heldout", show_default=True)
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
-              help="Override a task parameter for this evaluation, e.g. --set length=8.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a task parameter for this evaluation, e.g. --set length=8.",
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Score a fixed sample of this many examples. [default: all]")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
@@ -213,8 +237,13 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--prompt", multiple=True, help="Prompt text (repeatable). [default: the task's example prompts]")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens to generate. [default: fill the block]")
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
-              help="0 is greedy; higher is more random.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="0 is greedy; higher is more random.",
+)
 @click.option("--top-k", type=click.IntRange(min=1), help="Sample only from the k most likely tokens.")
 @click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
@@ -238,11 +267,12 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
             raise UserError(f"prompt {text!r}: {error}") from None
         n_new = max_new_tokens or max(1, config.model.block_size + 1 - ids.shape[1])
         try:
-            out = generate(model, ids, n_new, temperature=temperature, top_k=top_k,
-                           use_cache=not no_cache, generator=generator)
+            out = generate(
+                model, ids, n_new, temperature=temperature, top_k=top_k, use_cache=not no_cache, generator=generator
+            )
         except ValueError as error:
             raise UserError(str(error)) from None
-        click.echo(f"{text} -> {task.decode(out[0, ids.shape[1]:].tolist())}")
+        click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
 
 
 # verify --------------------------------------------------------------------------------------
@@ -262,6 +292,7 @@ def verify(seed: int | None, tolerance: float) -> None:
       gpt-train verify
     """
     import torch.nn.functional as F  # the reference: gpt-core itself never imports it
+
     from gpt_core import format_report, verification_report
 
     rows = verification_report(F, seed=seed)

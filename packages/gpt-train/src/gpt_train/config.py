@@ -16,7 +16,6 @@ from gpt_core import GPTConfig
 from gpt_tasks import ParamError, Task, TaskError, TrainDefaults, get_task
 from gpt_tasks.params import build, field_types
 from gpt_tasks.registry import default_registry
-
 from gpt_train.errors import UserError
 
 CONFIG_NAME = "config.json"
@@ -176,7 +175,9 @@ def resolve_run_config(task_name: str, flags: dict[str, Any], assignments: tuple
         raise UserError(f"invalid model shape: {error}") from None
     given_flags = {k: v for k, v in flags.items() if v is not None}
     try:
-        train = build(TrainSettings, TrainSettings.from_defaults(defaults) | given_flags | train_sets, "training setting")
+        train = build(
+            TrainSettings, TrainSettings.from_defaults(defaults) | given_flags | train_sets, "training setting"
+        )
     except ParamError as error:
         raise UserError(f"invalid training setting: {error}") from None
     config = RunConfig(

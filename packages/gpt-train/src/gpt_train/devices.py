@@ -30,5 +30,7 @@ def resolve_device(name: str) -> torch.device:
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
         raise UserError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
     if name not in available_devices():
-        raise UserError(f"device {name!r} is not available on this machine; available: {', '.join(available_devices())}")
+        raise UserError(
+            f"device {name!r} is not available on this machine; available: {', '.join(available_devices())}"
+        )
     return torch.device(name)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from gpt_core import GPT
 from gpt_tasks import Task, evaluating
 

@@ -6,8 +6,8 @@ from datetime import datetime
 from pathlib import Path
 
 import torch
-from gpt_core import GPT
 
+from gpt_core import GPT
 from gpt_train.checkpoint import CHECKPOINT_NAME, load_checkpoint, load_weights
 from gpt_train.config import CONFIG_NAME, RunConfig
 from gpt_train.errors import UserError

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpt_core import GPT
-from gpt_tasks import Task
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from gpt_core import GPT
+from gpt_tasks import Task
 from gpt_train.checkpoint import CHECKPOINT_NAME, TrainingState, load_checkpoint, load_weights, save_checkpoint
 from gpt_train.config import RunConfig, TrainSettings
 from gpt_train.distributed import Rank
@@ -113,12 +113,13 @@ class Trainer:
         task: Task,
         run_dir: Path,
         device: torch.device,
-        rank: Rank = Rank(),
+        rank: Rank | None = None,
         quiet: bool = False,
         resume: bool = False,
         on_step: Callable[[int], None] | None = None,
     ):
-        self.config, self.task, self.run_dir, self.device, self.rank = config, task, run_dir, device, rank
+        self.config, self.task, self.run_dir, self.device = config, task, run_dir, device
+        self.rank = rank = rank or Rank()
         self.settings = config.train
         self.quiet = quiet or not rank.is_main
         self.on_step = on_step
@@ -229,7 +230,9 @@ class Trainer:
                     record = {"step": self.step, "elapsed": round(elapsed(), 3), "loss": loss, "lr": lr}
                     self._log(record | (latest if evaluated else {}))
                 bar.update(1)
-                bar.set_postfix({"loss": f"{loss:.4f}"} | ({primary: f"{latest[primary]:.4f}"} if primary in latest else {}))
+                bar.set_postfix(
+                    {"loss": f"{loss:.4f}"} | ({primary: f"{latest[primary]:.4f}"} if primary in latest else {})
+                )
                 if self.step % s.checkpoint_every == 0:
                     self.save(elapsed())
                 if (stop_requested or self.stop.requested) and self.step < s.steps:
@@ -254,7 +257,10 @@ class Trainer:
         if not self.rank.distributed:
             return {}
         checksum = sum(float(p.double().sum()) for p in self.model.parameters())
-        return {"world_size": self.rank.world_size, "rank_weight_checksums": self.rank.gather_floats(checksum, self.device)}
+        return {
+            "world_size": self.rank.world_size,
+            "rank_weight_checksums": self.rank.gather_floats(checksum, self.device),
+        }
 
     def _diverged(self, loss: float) -> None:
         checkpoint = self.run_dir / CHECKPOINT_NAME
@@ -263,6 +269,5 @@ class Trainer:
 
     def _interrupted_message(self) -> str:
         return (
-            f"interrupted at step {self.step}; checkpoint written. "
-            f"Resume with: gpt-train run --resume {self.run_dir}"
+            f"interrupted at step {self.step}; checkpoint written. Resume with: gpt-train run --resume {self.run_dir}"
         )

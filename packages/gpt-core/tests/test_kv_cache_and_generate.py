@@ -1,0 +1,236 @@
+"""KV-cache decoding against the full forward, and generation: greedy, sampled, cached or not,
+stopping at block_size for learned positions and running past it otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpt_core import GPT, GPTConfig, KVCache, generate, next_token, softmax
+
+V = 17
+
+
+def _model(pos: str, block_size: int = 32, dtype=torch.float64, n_layer: int = 2) -> GPT:
+    config = GPTConfig(vocab_size=V, block_size=block_size, n_layer=n_layer, n_head=2, n_embd=16, pos=pos)
+    return GPT(config).to(dtype).eval()
+
+
+def _sharpen(model: GPT, gen: torch.Generator) -> GPT:
+    """Scale the weights up so the random model has clear preferences (not near-uniform logits)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.3)
+    return model
+
+
+# ----------------------------------------------------------------------------- KV cache vs full forward
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "none"])
+def test_cached_incremental_logits_equal_full_forward(gen, close, pos):
+    model = _sharpen(_model(pos), gen)
+    idx = torch.randint(V, (3, 14), generator=gen)
+    with torch.no_grad():
+        full, _ = model(idx)
+        cache = model.new_cache(3, 14)
+        steps = [model(idx[:, :5], cache=cache)[0]]
+        steps += [model(idx[:, t : t + 1], cache=cache)[0] for t in range(5, 14)]
+    assert cache.length == 14
+    close(f"KV cache vs full ({pos})", torch.cat(steps, dim=1), full, 1e-10)
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "none"])
+def test_cached_decoding_in_uneven_chunks_equals_full_forward(gen, close, pos):
+    """Chunks of more than one token exercise the offset causal mask inside the cache."""
+    model = _sharpen(_model(pos), gen)
+    idx = torch.randint(V, (2, 12), generator=gen)
+    with torch.no_grad():
+        full, _, full_att = model(idx, return_attention=True)
+        cache = model.new_cache(2, 12)
+        parts, atts = [], []
+        for a, b in [(0, 3), (3, 7), (7, 8), (8, 12)]:
+            logits, _, att = model(idx[:, a:b], cache=cache, return_attention=True)
+            parts.append(logits)
+            assert att.shape == (2, 2, 2, b - a, b)  # (L, B, H, new queries, keys so far)
+            atts.append(att[..., : b - a, :b])
+    close(f"KV cache vs full ({pos})", torch.cat(parts, dim=1), full, 1e-10)
+    # Each chunk's attention rows equal the matching rows of the full attention.
+    for (a, b), att in zip([(0, 3), (3, 7), (7, 8), (8, 12)], atts, strict=True):
+        close(f"KV cache attention ({pos})", att, full_att[..., a:b, :b], 1e-10)
+
+
+def test_kv_cache_raises_a_clear_error_when_full(gen):
+    model = _model("rope")
+    cache = model.new_cache(1, 4)
+    model(torch.randint(V, (1, 3), generator=gen), cache=cache)
+    model(torch.randint(V, (1, 1), generator=gen), cache=cache)
+    assert cache.length == 4
+    with pytest.raises(ValueError, match=r"KV cache is full: 5 positions needed, 4 allocated"):
+        model(torch.randint(V, (1, 1), generator=gen), cache=cache)
+
+
+def test_kv_cache_store_returns_every_filled_position():
+    cache = KVCache(n_layer=2, batch_size=1, n_head=1, head_dim=2, max_length=5, device="cpu", dtype=torch.float64)
+    k1, v1 = torch.ones(1, 1, 2, 2), 2 * torch.ones(1, 1, 2, 2)
+    keys, values = cache.store(1, k1.double(), v1.double())
+    assert keys.shape == (1, 1, 2, 2) and torch.equal(values, v1.double())
+    cache.advance(2)
+    keys, values = cache.store(1, 3 * torch.ones(1, 1, 1, 2, dtype=torch.float64), torch.zeros(1, 1, 1, 2).double())
+    assert keys.shape == (1, 1, 3, 2)
+    assert keys[0, 0, :, 0].tolist() == [1.0, 1.0, 3.0]
+    assert torch.equal(cache.keys[0], torch.zeros(1, 1, 5, 2, dtype=torch.float64))  # other layer untouched
+
+
+def test_new_cache_matches_model_shape_and_dtype():
+    model = _model("none", n_layer=3)
+    cache = model.new_cache(batch_size=4, max_length=9)
+    assert cache.keys.shape == (3, 4, 2, 9, 8)
+    assert cache.keys.dtype == torch.float64 and cache.length == 0
+
+
+def test_learned_positions_with_cache_refuse_to_pass_block_size(gen):
+    model = _model("learned", block_size=6)
+    cache = model.new_cache(1, 10)
+    model(torch.randint(V, (1, 6), generator=gen), cache=cache)
+    with pytest.raises(ValueError, match="longer than block_size"):
+        model(torch.randint(V, (1, 1), generator=gen), cache=cache)
+
+
+# ----------------------------------------------------------------------------- greedy generation
+
+
+def _greedy_by_hand(model: GPT, idx: torch.Tensor, n: int) -> torch.Tensor:
+    with torch.no_grad():
+        for _ in range(n):
+            logits, _ = model(idx)
+            idx = torch.cat((idx, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+    return idx
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "none"])
+def test_greedy_generation_is_identical_with_and_without_cache_float32(gen, pos):
+    model = _model(pos, block_size=32, dtype=torch.float32)  # randomly initialised, float32
+    prompt = torch.randint(V, (4, 5), generator=gen)
+    with_cache = generate(model, prompt, 20, temperature=0.0, use_cache=True)
+    without = generate(model, prompt, 20, temperature=0.0, use_cache=False)
+    assert with_cache.shape == (4, 25)
+    assert torch.equal(with_cache[:, :5], prompt)
+    assert torch.equal(with_cache, without)
+    assert torch.equal(with_cache, _greedy_by_hand(model, prompt, 20))
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_with_learned_positions_stops_at_block_size(gen, use_cache):
+    """The model never reads more than block_size tokens (it would raise), so the output ends
+    with the token predicted from one full block: block_size + 1 tokens, however many were asked."""
+    model = _sharpen(_model("learned", block_size=12), gen)
+    prompt = torch.randint(V, (2, 5), generator=gen)
+    out = generate(model, prompt, 30, temperature=0.0, use_cache=use_cache)
+    assert out.shape == (2, 12 + 1)
+    assert torch.equal(out, _greedy_by_hand(model, prompt, 8))
+    # Asking for fewer than fit is honoured exactly.
+    assert generate(model, prompt, 3, temperature=0.0, use_cache=use_cache).shape == (2, 8)
+
+
+def test_generate_with_learned_positions_rejects_prompt_longer_than_block_size(gen):
+    model = _model("learned", block_size=4)
+    with pytest.raises(ValueError, match="longer than block_size"):
+        generate(model, torch.randint(V, (1, 5), generator=gen), 3)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_from_a_full_block_adds_exactly_one_token(gen, use_cache):
+    model = _model("learned", block_size=6)
+    prompt = torch.randint(V, (2, 6), generator=gen)
+    out = generate(model, prompt, 5, temperature=0.0, use_cache=use_cache)
+    assert out.shape == (2, 7)
+    assert torch.equal(out, _greedy_by_hand(model, prompt, 1))
+
+
+def test_generate_with_zero_new_tokens_returns_the_prompt(gen):
+    prompt = torch.randint(V, (2, 3), generator=gen)
+    for pos in ("learned", "rope"):
+        assert torch.equal(generate(_model(pos), prompt, 0), prompt)
+
+
+@pytest.mark.parametrize("pos", ["rope", "none"])
+def test_generate_without_learned_positions_runs_past_block_size(gen, pos):
+    model = _sharpen(_model(pos, block_size=8), gen)
+    prompt = torch.randint(V, (3, 4), generator=gen)
+    with_cache = generate(model, prompt, 14, temperature=0.0, use_cache=True)
+    without = generate(model, prompt, 14, temperature=0.0, use_cache=False)
+    assert with_cache.shape == (3, 18) and with_cache.shape[1] > model.config.block_size
+    assert torch.equal(with_cache, without)
+    assert torch.equal(with_cache, _greedy_by_hand(model, prompt, 14))
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_top_k_one_sampling_equals_greedy(gen, use_cache):
+    model = _model("rope", dtype=torch.float32)
+    prompt = torch.randint(V, (4, 3), generator=gen)
+    sampled = generate(model, prompt, 15, temperature=1.3, top_k=1, use_cache=use_cache, generator=gen)
+    assert torch.equal(sampled, generate(model, prompt, 15, temperature=0.0, use_cache=use_cache))
+
+
+def test_sampling_with_the_same_generator_seed_is_reproducible(gen):
+    model = _model("learned", dtype=torch.float32)
+    prompt = torch.randint(V, (4, 3), generator=gen)
+
+    def sample(seed):
+        return generate(model, prompt, 20, temperature=1.0, generator=torch.Generator().manual_seed(seed))
+
+    a, b, c = sample(5), sample(5), sample(6)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    # Sampling from a near-uniform random model is not greedy.
+    assert not torch.equal(a, generate(model, prompt, 20, temperature=0.0))
+
+
+def test_sampling_with_and_without_cache_agree_for_the_same_seed(gen):
+    model = _sharpen(_model("none"), gen)
+    prompt = torch.randint(V, (2, 3), generator=gen)
+    a = generate(model, prompt, 10, temperature=0.8, use_cache=True, generator=torch.Generator().manual_seed(3))
+    b = generate(model, prompt, 10, temperature=0.8, use_cache=False, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+def test_negative_temperature_raises(gen):
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3, temperature=-0.5)
+
+
+def test_top_k_below_one_raises(gen):
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3, top_k=0)
+
+
+def test_generate_does_not_build_a_graph(gen):
+    out = generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3)
+    assert not out.requires_grad and out.dtype == torch.long
+
+
+def test_next_token_with_zero_temperature_is_argmax(gen):
+    logits = torch.randn(6, V, generator=gen)
+    assert torch.equal(next_token(logits, temperature=0.0), logits.argmax(-1))
+
+
+def test_next_token_top_k_restricts_to_the_k_most_likely(gen):
+    row = torch.randn(V, generator=gen, dtype=torch.float64)
+    logits = row.expand(4000, V)
+    picks = next_token(logits, temperature=1.0, top_k=3, generator=gen)
+    assert set(picks.tolist()) == set(row.topk(3).indices.tolist())
+
+
+def test_next_token_samples_from_tempered_softmax(gen):
+    row = torch.randn(5, generator=gen, dtype=torch.float64)
+    n = 40_000
+    picks = next_token(row.expand(n, 5), temperature=0.7, generator=gen)
+    freq = torch.bincount(picks, minlength=5).double() / n
+    expected = softmax(row / 0.7)
+    # Binomial standard error is at most 0.0025 at n = 40k; allow 5 sigma.
+    assert (freq - expected).abs().max() < 0.0125

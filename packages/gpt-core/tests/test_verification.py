@@ -1,0 +1,110 @@
+"""verification_report: every comparison within 1e-12 in float64, a readable table, fresh inputs
+per call unless seeded."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import gpt_core.verification as verification
+from gpt_core import Row, format_report, verification_report
+
+_ORIGINAL_RANDN = verification._randn
+
+EXPECTED_COMPONENTS = [
+    "Linear",
+    "Embedding",
+    "LayerNorm",
+    "GELU (tanh)",
+    "softmax",
+    "log_softmax",
+    "cross_entropy (ignore_index)",
+    "sdpa causal",
+    "sdpa non-causal",
+    "sdpa causal, queries offset by 4",
+    "KV-cache decoding (learned positions)",
+    "KV-cache decoding (rope positions)",
+    "KV-cache decoding (none positions)",
+]
+
+
+def test_verification_report_rows_are_all_within_1e_12_in_float64(close):
+    rows = verification_report(F, seed=0)
+    assert [r.component for r in rows] == EXPECTED_COMPONENTS
+    zero = torch.tensor(0.0, dtype=torch.float64)
+    for row in rows:
+        assert isinstance(row, Row)
+        assert row.forward >= 0.0 and (row.grad is None or row.grad >= 0.0), row
+        close(f"report: {row.component}", torch.tensor(row.forward, dtype=torch.float64), zero, 1e-12)
+        if row.grad is not None:
+            close(f"report: {row.component} grad", torch.tensor(row.grad, dtype=torch.float64), zero, 1e-12)
+    # Every built-in comparison checks gradients; the KV-cache rows are forward-only.
+    assert all(r.grad is not None for r in rows if not r.component.startswith("KV-cache"))
+    assert all(r.grad is None for r in rows if r.component.startswith("KV-cache"))
+
+
+def test_verification_report_detects_a_wrong_reference():
+    """The report is not vacuous: a reference whose gelu is the erf form shows a large diff."""
+
+    class ErfGelu:
+        def __getattr__(self, name):
+            return getattr(F, name)
+
+        @staticmethod
+        def gelu(x, approximate="none"):
+            return F.gelu(x)  # ignores the tanh request
+
+    rows = {r.component: r for r in verification_report(ErfGelu(), seed=0)}
+    assert rows["GELU (tanh)"].forward > 1e-5
+    assert rows["softmax"].forward <= 1e-12
+
+
+def test_format_report_has_header_rule_and_one_line_per_row():
+    rows = [Row("Linear", "linear", 1.5e-16, 2.0e-16), Row("KV-cache decoding", "full forward", 0.0, None)]
+    text = format_report(rows)
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert lines[0].split() == ["component", "PyTorch", "reference", "max", "|diff|", "fwd", "max", "|diff|", "grad"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert lines[2].split() == ["Linear", "linear", "1.5e-16", "2.0e-16"]
+    assert lines[3].split() == ["KV-cache", "decoding", "full", "forward", "0.0e+00", "-"]
+    # Columns line up: the second column starts at the same offset on every line.
+    starts = {line.index(word) for line, word in zip(lines[2:], ["linear", "full forward"], strict=True)}
+    assert starts == {lines[0].index("PyTorch reference")}
+
+
+def test_format_report_of_a_real_report():
+    rows = verification_report(F, seed=1)
+    lines = format_report(rows).splitlines()
+    assert len(lines) == len(rows) + 2
+    for line, row in zip(lines[2:], rows, strict=True):
+        assert line.startswith(row.component)
+
+
+def _first_inputs(monkeypatch, **kwargs) -> list[torch.Tensor]:
+    """Run a report and return the random tensors its comparisons were fed."""
+    seen: list[torch.Tensor] = []
+
+    def spy(gen, dtype, *shape):
+        x = _ORIGINAL_RANDN(gen, dtype, *shape)
+        seen.append(x.detach().clone())
+        return x
+
+    monkeypatch.setattr(verification, "_randn", spy)
+    verification_report(F, **kwargs)
+    return seen
+
+
+def test_two_unseeded_reports_use_different_inputs(monkeypatch):
+    a = _first_inputs(monkeypatch, seed=None)
+    b = _first_inputs(monkeypatch, seed=None)
+    assert len(a) == len(b) > 0
+    assert not any(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_seeded_reports_use_identical_inputs(monkeypatch):
+    a = _first_inputs(monkeypatch, seed=3)
+    b = _first_inputs(monkeypatch, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    c = _first_inputs(monkeypatch, seed=4)
+    assert not torch.equal(a[0], c[0])

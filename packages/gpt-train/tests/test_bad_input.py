@@ -1,0 +1,134 @@
+"""Bad input: a one-line message, a non-zero exit, no traceback, and nothing already written lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, assert_one_line_error
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir())}
+
+
+def test_unknown_task_lists_the_available_ones(cli):
+    assert_one_line_error(cli("run", "--task", "sorting"), "unknown task 'sorting'", "sort")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so asking for it is not an error")
+def test_unavailable_device_names_what_is_available(cli):
+    assert_one_line_error(cli("run", "--task", "sort", "--device", "cuda"), "'cuda' is not available", "cpu")
+
+
+def test_nonsense_device_is_refused(cli):
+    assert_one_line_error(cli("run", "--task", "sort", "--device", "tpu"), "unknown device 'tpu'")
+
+
+def test_invalid_model_shape_is_explained(cli, tmp_path):
+    result = cli("run", "--task", "sort", "--set", "n_embd=30", "--out", tmp_path / "r")
+    assert_one_line_error(result, "invalid model shape", "divisible by n_head")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--batch-size"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_non_positive_steps_or_batch_size(cli, flag, value):
+    assert_one_line_error(cli("run", "--task", "sort", flag, value), flag, "must be positive")
+
+
+def test_unknown_set_key_lists_known_keys(cli):
+    assert_one_line_error(
+        cli("run", "--task", "sort", "--set", "n_layers=3"), "unknown --set key 'n_layers'", "n_layer"
+    )
+
+
+def test_set_value_of_the_wrong_type(cli):
+    assert_one_line_error(cli("run", "--task", "sort", "--set", "n_layer=three"), "n_layer must be an integer")
+    assert_one_line_error(cli("run", "--task", "sort", "--set", "layernorm=maybe"), "layernorm must be true or false")
+
+
+def test_set_without_equals_sign(cli):
+    assert_one_line_error(cli("run", "--task", "sort", "--set", "pos"), "key=value")
+
+
+def test_flag_of_the_wrong_type_is_one_line(cli):
+    assert_one_line_error(cli("run", "--task", "sort", "--steps", "many"), "'many' is not a valid integer")
+
+
+def test_existing_run_is_refused_and_left_intact(cli, tiny_run):
+    before = snapshot(tiny_run)
+    assert_one_line_error(cli(*TINY, "--out", tiny_run), "already holds a run", "--resume", "--force")
+    assert snapshot(tiny_run) == before
+
+
+def test_force_replaces_an_existing_run(cli, tiny_run):
+    assert cli(*TINY, "--out", tiny_run, "--force", "--seed", "7").code == 0
+    assert '"seed": 7' in (tiny_run / "config.json").read_text()
+
+
+def test_resume_of_a_missing_directory(cli, tmp_path):
+    assert_one_line_error(cli("run", "--resume", tmp_path / "nowhere"), "does not exist")
+
+
+def test_eval_of_a_missing_directory(cli, tmp_path):
+    assert_one_line_error(cli("eval", tmp_path / "nowhere"), "does not exist")
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [truncate, flip_last_byte], ids=["truncated", "corrupted"])
+@pytest.mark.parametrize("command", ["resume", "eval"])
+def test_damaged_checkpoint_is_reported_and_kept(cli, tiny_run, damage, command):
+    checkpoint = tiny_run / "checkpoint.safetensors"
+    damage(checkpoint)
+    before = snapshot(tiny_run)
+    args = ("run", "--resume", tiny_run) if command == "resume" else ("eval", tiny_run)
+    assert_one_line_error(cli(*args), "checkpoint", "corrupted")
+    assert snapshot(tiny_run) == before
+
+
+@pytest.mark.parametrize("command", ["resume", "eval"])
+def test_missing_checkpoint(cli, tiny_run, command):
+    (tiny_run / "checkpoint.safetensors").unlink()
+    args = ("run", "--resume", tiny_run) if command == "resume" else ("eval", tiny_run)
+    assert_one_line_error(cli(*args), "no checkpoint")
+
+
+def test_resume_as_another_task_is_refused(cli, tiny_run):
+    assert_one_line_error(cli("run", "--task", "addition", "--resume", tiny_run), "is a 'sort' run, not 'addition'")
+
+
+def test_checkpoint_of_another_task_is_refused(cli, tiny_run, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    config = (tiny_run / "config.json").read_text().replace('"task": "sort"', '"task": "addition"', 1)
+    (other / "config.json").write_text(config)
+    (other / "checkpoint.safetensors").write_bytes((tiny_run / "checkpoint.safetensors").read_bytes())
+    assert_one_line_error(cli("eval", other), "belongs to a 'sort' run, not 'addition'")
+
+
+def test_resume_refuses_changed_settings(cli, tiny_run):
+    assert_one_line_error(cli("run", "--resume", tiny_run, "--lr", "0.1"), "drop --lr")
+
+
+def test_eval_with_learned_positions_past_their_table(cli, tiny_run):
+    assert_one_line_error(cli("eval", tiny_run, "--set", "length=6"), "learned positions cannot go past their table")
+
+
+def test_eval_set_of_a_model_key_is_refused(cli, tiny_run):
+    assert_one_line_error(cli("eval", tiny_run, "--set", "n_layer=2"), "task parameters only")
+
+
+def test_sample_prompt_outside_the_vocabulary(cli, tiny_run):
+    assert_one_line_error(cli("sample", tiny_run, "--prompt", "12x4"), "not in the vocabulary")

@@ -1,0 +1,100 @@
+"""The commands a user runs: run, tasks, eval, sample, verify, --help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import read_metrics
+
+from gpt_tasks import get_task, list_tasks
+
+
+def test_run_writes_a_complete_run_directory(tiny_run):
+    names = {p.name for p in tiny_run.iterdir()}
+    expected = {"config.json", "metrics.jsonl", "final.json", "checkpoint.safetensors", "attention.npz"}
+    assert expected | {"curves.png", "attention.png"} <= names
+    assert not [n for n in names if n.startswith(".")], "temporary files left behind"
+
+
+def test_config_records_every_resolved_setting(tiny_run):
+    config = json.loads((tiny_run / "config.json").read_text())
+    assert config["task"] == "sort" and config["task_params"]["length"] == 4
+    assert config["model"]["n_layer"] == 1 and config["model"]["block_size"] == 7
+    assert config["train"]["steps"] == 30 and config["train"]["batch_size"] == 32
+    assert config["primary_metric"] == "heldout_exact_match"
+
+
+def test_metrics_have_step_time_loss_lr_and_heldout_metrics(tiny_run):
+    records = read_metrics(tiny_run)
+    assert [r["step"] for r in records] == [5, 10, 15, 20, 25, 30]
+    assert all({"step", "elapsed", "loss", "lr"} <= set(r) for r in records)
+    evaluated = [r["step"] for r in records if "heldout_exact_match" in r]
+    assert evaluated == [10, 20, 30]
+    assert all(0.0 <= r["heldout_exact_match"] <= 1.0 for r in records if "heldout_exact_match" in r)
+
+
+def test_final_metrics_cover_the_whole_heldout_split(tiny_run):
+    final = json.loads((tiny_run / "final.json").read_text())
+    assert final["step"] == 30
+    assert final["heldout_examples"] == get_task("sort", length=4).split.count("heldout")
+    assert 0.0 <= final["heldout_exact_match"] <= 1.0
+
+
+def test_tasks_lists_each_task_with_its_distribution(cli):
+    result = cli("tasks")
+    assert result.code == 0
+    sort_line = next(line for line in result.out.splitlines() if line.startswith("sort "))
+    info = next(t for t in list_tasks() if t.name == "sort")
+    assert "builtin" in sort_line and "gpt-tasks" in sort_line and info.version in sort_line
+
+
+def test_tasks_json_is_machine_readable(cli):
+    rows = json.loads(cli("tasks", "--json").out)
+    assert {"sort", "addition", "modadd", "shakespeare"} <= {r["name"] for r in rows}
+    assert all({"name", "plugin", "distribution", "version", "description"} <= set(r) for r in rows)
+
+
+def test_eval_prints_the_metrics_of_a_saved_run(cli, tiny_run):
+    result = cli("eval", tiny_run, "--json")
+    assert result.code == 0, result.err
+    final = json.loads((tiny_run / "final.json").read_text())
+    assert json.loads(result.out)["exact_match"] == final["heldout_exact_match"]
+
+
+def test_eval_on_the_train_split_with_a_limit(cli, tiny_run):
+    metrics = json.loads(cli("eval", tiny_run, "--split", "train", "--limit", "100", "--json").out)
+    assert metrics["examples"] == 100
+
+
+def test_sample_continues_each_prompt(cli, tiny_run):
+    result = cli("sample", tiny_run, "--prompt", "3141", "--prompt", "2718")
+    assert result.code == 0, result.err
+    lines = result.out.strip().splitlines()
+    assert [line.split(" -> ")[0] for line in lines] == ["3141", "2718"]
+    assert all(len(line.split(" -> ")[1]) == 4 for line in lines)  # fills the block: 4 new tokens
+
+
+def test_sample_with_and_without_cache_agree_when_greedy(cli, tiny_run):
+    cached = cli("sample", tiny_run, "--prompt", "9081").out
+    uncached = cli("sample", tiny_run, "--prompt", "9081", "--no-cache").out
+    assert cached == uncached
+
+
+def test_verify_prints_the_table_and_passes(cli):
+    result = cli("verify", "--seed", "0")
+    assert result.code == 0, result.err
+    assert "LayerNorm" in result.out and "scaled_dot_product_attention" in result.out
+    assert "checks within 1e-12" in result.out
+
+
+def test_verify_fails_when_the_tolerance_is_impossible(cli):
+    result = cli("verify", "--seed", "0", "--tolerance", "0")
+    assert result.code == 1 and "exceeds" in result.err
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["tasks"], ["eval"], ["sample"], ["verify"]])
+def test_every_command_has_help_with_an_example(cli, command):
+    result = cli(*command, "--help")
+    assert result.code == 0
+    assert "Example" in result.out or "Start here" in result.out

@@ -1,0 +1,160 @@
+"""The training loop: schedule, decay groups, reproducibility, resume, Ctrl-C, divergence, torchrun."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, read_metrics
+
+from gpt_core import GPT, GPTConfig
+from gpt_train.checkpoint import load_checkpoint
+from gpt_train.config import RunConfig, TrainSettings
+from gpt_train.errors import UserError
+from gpt_train.trainer import Trainer, learning_rate, make_optimizer
+
+SETTINGS = dict(steps=100, batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=10, schedule="cosine",
+                weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0, eval_every=50, eval_limit=10)  # fmt: skip
+
+
+def test_learning_rate_warms_up_then_decays_to_min_lr():
+    s = TrainSettings(**SETTINGS)
+    assert learning_rate(0, s) == pytest.approx(1e-4)
+    assert learning_rate(9, s) == pytest.approx(1e-3)
+    assert learning_rate(10, s) == pytest.approx(1e-3)
+    assert learning_rate(55, s) == pytest.approx(5.5e-4)
+    assert learning_rate(100, s) == pytest.approx(1e-4)
+    assert all(learning_rate(i, s) >= learning_rate(i + 1, s) for i in range(10, 100))
+
+
+def test_constant_schedule_stays_at_lr_after_warmup():
+    s = TrainSettings(**SETTINGS | {"schedule": "constant"})
+    assert learning_rate(99, s) == learning_rate(10, s) == 1e-3
+
+
+def test_weight_decay_only_on_matrices_not_norms_biases_or_positions():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    decay, no_decay = make_optimizer(model, TrainSettings(**SETTINGS)).param_groups
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert "wte.weight" in decayed and "blocks.0.attn.qkv.weight" in decayed
+    assert "wpe.weight" not in decayed
+    assert not [n for n in decayed if n.endswith(".bias") or ".ln" in n]
+
+
+def test_same_seed_and_flags_give_bit_identical_metrics(cli, tmp_path):
+    for name in ("a", "b"):
+        assert cli(*TINY, "--out", tmp_path / name).code == 0
+    strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
+    assert strip(read_metrics(tmp_path / "a")) == strip(read_metrics(tmp_path / "b"))
+
+
+def test_different_seeds_give_different_runs(cli, tmp_path):
+    assert cli(*TINY, "--out", tmp_path / "a").code == 0
+    assert cli(*TINY, "--out", tmp_path / "b", "--seed", "2").code == 0
+    assert read_metrics(tmp_path / "a")[0]["loss"] != read_metrics(tmp_path / "b")[0]["loss"]
+
+
+def tensors_of(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run_dir / "checkpoint.safetensors", "sort").model
+
+
+def interrupt_at(trainer: Trainer, step: int):
+    def hook(current: int) -> None:
+        if current == step:
+            trainer.stop.requested = True  # exactly what the SIGINT handler does
+
+    return hook
+
+
+def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert cli(*TINY, "--out", whole).code == 0
+    assert cli(*TINY, "--out", split, "--steps", "1").code == 0  # lay out the run directory and config
+    config = RunConfig.load(whole)
+    config.save(split)
+    (split / "checkpoint.safetensors").unlink()
+    (split / "metrics.jsonl").unlink()
+    trainer = Trainer(config, config.build_task(), split, torch.device("cpu"), quiet=True)
+    trainer.on_step = interrupt_at(trainer, 17)
+    with pytest.raises(UserError) as stopped:
+        trainer.run()
+    assert stopped.value.exit_code == 130 and f"--resume {split}" in str(stopped.value)
+    assert load_checkpoint(split / "checkpoint.safetensors", "sort").step == 17
+
+    assert cli("run", "--resume", split, "--quiet").code == 0
+    expected, resumed = tensors_of(whole), tensors_of(split)
+    assert expected.keys() == resumed.keys()
+    assert all(torch.equal(expected[k], resumed[k]) for k in expected)
+    strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
+    assert strip(read_metrics(split)) == strip(read_metrics(whole))
+
+
+def test_sigint_stops_cleanly_with_a_checkpoint_and_the_resume_command(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY if a != "--quiet"]
+    steps = args.index("--steps")
+    args[steps + 1] = "100000"
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpt_train", *args, "--out", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoint.safetensors").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert f"gpt-train run --resume {run_dir}" in err
+    state = load_checkpoint(run_dir / "checkpoint.safetensors", "sort")
+    assert state.step > 0
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir, "--steps", "1").code == 0
+    config = RunConfig.load(run_dir)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=30))
+    (run_dir / "checkpoint.safetensors").unlink()
+    trainer = Trainer(config, config.build_task(), run_dir, torch.device("cpu"), quiet=True)
+
+    def poison(step: int) -> None:
+        if step == 12:  # after the checkpoint at step 10
+            with torch.no_grad():
+                trainer.model.wte.weight.fill_(float("nan"))
+
+    trainer.on_step = poison
+    with pytest.raises(UserError) as stopped:
+        trainer.run()
+    assert stopped.value.exit_code == 1
+    assert "loss became nan at step 13" in str(stopped.value) and "last good checkpoint" in str(stopped.value)
+    state = load_checkpoint(run_dir / "checkpoint.safetensors", "sort")
+    assert state.step == 10
+    assert all(torch.isfinite(t).all() for t in state.model.values())
+
+
+def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path):
+    run_dir = tmp_path / "ddp"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+               "-m", "gpt_train", *TINY[:TINY.index("--steps")], "--steps", "20", "--out", str(run_dir),
+               *TINY[TINY.index("--batch-size"):]]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads((run_dir / "final.json").read_text())
+    assert final["world_size"] == 2
+    first, second = final["rank_weight_checksums"]
+    assert first == second
+    losses = [r["loss"] for r in read_metrics(run_dir)]
+    assert losses[-1] < losses[0]
