@@ -132,6 +132,10 @@ class GPT(nn.Module):
         p = self.wte.weight
         return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype)
 
+    def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy over the scored targets (those not equal to IGNORE_INDEX)."""
+        return cross_entropy(logits, targets, IGNORE_INDEX)
+
     def forward(
         self,
         idx: Tensor,
@@ -166,7 +170,7 @@ class GPT(nn.Module):
         if cache is not None:
             cache.advance(T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
-        loss = cross_entropy(logits, targets, IGNORE_INDEX) if targets is not None else None
+        loss = self.loss(logits, targets) if targets is not None else None
         if return_attention:
             return logits, loss, torch.stack(attention)  # (L, B, H, T, T_total)
         return logits, loss

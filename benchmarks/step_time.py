@@ -1,0 +1,94 @@
+"""Training-step time: hand-written GPT vs its built-in twin, same weights, interleaved in one process.
+
+    python benchmarks/step_time.py            # eager and compiled, both configurations
+    python benchmarks/step_time.py --eager-only
+
+Each round times one full AdamW step of each model, alternating, so both see the same machine
+load; the table reports medians and their ratio. Model FLOP/s counts 6 x parameters x tokens and
+is compared with a large fp32 matmul measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import matmul_peak_gflops, peak_rss_mib, print_table  # noqa: E402
+from gpt_core import GPT, GPTConfig  # noqa: E402
+from twin import builtin_twin  # noqa: E402
+
+CONFIGS = {
+    # the sort task's defaults: 3 layers, 4 heads, 64 dims, 11 positions, batch 128
+    "sort": (GPTConfig(vocab_size=10, block_size=11, n_layer=3, n_head=4, n_embd=64), 128),
+    # the small CPU shakespeare configuration: 4 layers, 4 heads, 128 dims, block 64, batch 12
+    "shakespeare": (GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128), 12),
+}
+
+
+def make_step(model: GPT, batch: int, block: int, vocab: int, compile_: bool):
+    forward = torch.compile(model) if compile_ else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        x = torch.randint(vocab, (batch, block), generator=gen)
+        _, loss = forward(x, torch.roll(x, -1, dims=1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def measure(name: str, compile_: bool, rounds: int, peak: float) -> list[str]:
+    config, batch = CONFIGS[name]
+    torch.manual_seed(0)
+    hand = GPT(config)
+    twin = builtin_twin(hand)
+    steps = {
+        label: make_step(m, batch, config.block_size, config.vocab_size, compile_)
+        for label, m in (("hand", hand), ("builtin", twin))
+    }
+    start = time.perf_counter()
+    for step in steps.values():  # warm up (and compile)
+        for _ in range(3):
+            step()
+    warmup = time.perf_counter() - start
+    times: dict[str, list[float]] = {"hand": [], "builtin": []}
+    for _ in range(rounds):
+        for label, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[label].append(time.perf_counter() - t0)
+    hand_ms, twin_ms = (statistics.median(times[k]) * 1e3 for k in ("hand", "builtin"))
+    tokens = batch * config.block_size
+    gflops = 6 * hand.num_parameters() * tokens / (hand_ms / 1e3) / 1e9
+    mode = "compiled" if compile_ else "eager"
+    return [name, mode, f"{hand_ms:.2f}", f"{twin_ms:.2f}", f"{hand_ms / twin_ms:.3f}", f"{gflops:.1f}",
+            f"{gflops / peak:.0%}", f"{warmup:.1f}", f"{peak_rss_mib():.0f}"]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--eager-only", action="store_true")
+    args = parser.parse_args()
+    peak = matmul_peak_gflops()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 matmul peak {peak:.0f} GFLOP/s\n")
+    rows = []
+    for compile_ in (False,) if args.eager_only else (False, True):
+        for name in CONFIGS:
+            rows.append(measure(name, compile_, args.rounds, peak))
+    header = ["config", "mode", "hand ms", "built-in ms", "ratio", "model GFLOP/s", "of peak", "warmup s",
+              "peak RSS MiB"]  # fmt: skip
+    print_table(header, rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The built-in twin: the same GPT with PyTorch's own kernels in place of the hand-written ones.
+
+Only the four places where gpt-core hand-writes a kernel change: LayerNorm, GELU, the attention
+call and the loss. Everything else (parameters, Linear, embeddings, the block structure, the
+weights themselves) is shared by construction, so a timing difference is the kernels' alone.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch.nn.functional as F
+from gpt_core import GELU, GPT, IGNORE_INDEX, LayerNorm, MultiHeadAttention
+
+
+class BuiltinLayerNorm(LayerNorm):
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class BuiltinGELU(GELU):
+    def forward(self, x):
+        return F.gelu(x, approximate="tanh")
+
+
+class BuiltinAttention(MultiHeadAttention):
+    def attend(self, q, k, v):
+        p = self.dropout_p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p), None
+
+
+class BuiltinGPT(GPT):
+    def loss(self, logits, targets):
+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+SWAPS = {LayerNorm: BuiltinLayerNorm, GELU: BuiltinGELU, MultiHeadAttention: BuiltinAttention, GPT: BuiltinGPT}
+
+
+def builtin_twin(model: GPT) -> GPT:
+    """A deep copy of `model` (same weights) whose hand-written kernels are PyTorch's built-ins."""
+    twin = copy.deepcopy(model)
+    for module in twin.modules():
+        if type(module) in SWAPS:
+            module.__class__ = SWAPS[type(module)]
+    return twin
