@@ -20,8 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import matmul_peak_gflops, peak_rss_mib, print_table  # noqa: E402
-from gpt_core import GPT, GPTConfig  # noqa: E402
 from twin import builtin_twin  # noqa: E402
+
+from gpt_core import GPT, GPTConfig  # noqa: E402
 
 CONFIGS = {
     # the sort task's defaults: 3 layers, 4 heads, 64 dims, 11 positions, batch 128

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 import torch.nn.functional as F
+
 from gpt_core import GELU, GPT, IGNORE_INDEX, LayerNorm, MultiHeadAttention
 
 

@@ -1,0 +1,64 @@
+"""KV cache: tokens/s of greedy generation with and without the cache, and a check that both agree.
+
+    python benchmarks/kv_cache.py                 # 255 new tokens, batch 1 and 64
+    python benchmarks/kv_cache.py --batches 1     # quicker
+
+Models: a 6-layer, 6-head, 384-dim, block-256 GPT (prompt of 1 token, 255 new ones, filling the
+block) and the sort model (3 layers, 4 heads, 64 dims; prompt of 6 digits, 6 new tokens, as in
+its evaluation). Weights are random: speed does not depend on what was learned, and greedy
+decoding of the same weights must give the same tokens either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import peak_rss_mib, print_table  # noqa: E402
+
+from gpt_core import GPT, GPTConfig, generate  # noqa: E402
+
+MODELS = {
+    "6L-6H-384d, block 256": (GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384), 1),
+    "sort (3L-4H-64d)": (GPTConfig(vocab_size=10, block_size=11, n_layer=3, n_head=4, n_embd=64), 6),
+}
+
+
+def timed_generate(model: GPT, prompt: torch.Tensor, n_new: int, use_cache: bool) -> tuple[torch.Tensor, float]:
+    start = time.perf_counter()
+    out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=255, help="new tokens for the large model")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, greedy decoding, float32\n")
+    rows = []
+    for name, (config, prompt_len) in MODELS.items():
+        torch.manual_seed(0)
+        model = GPT(config).eval()
+        n_new = min(args.tokens, config.block_size + 1 - prompt_len)
+        for batch in args.batches:
+            prompt = torch.randint(config.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(1))
+            timed_generate(model, prompt[:, :prompt_len], 2, True)  # warm up
+            cached, t_cached = timed_generate(model, prompt, n_new, True)
+            uncached, t_uncached = timed_generate(model, prompt, n_new, False)
+            tokens = batch * n_new
+            rows.append([name, batch, n_new, f"{tokens / t_uncached:,.0f}", f"{tokens / t_cached:,.0f}",
+                         f"{t_uncached / t_cached:.1f}x", "yes" if torch.equal(cached, uncached) else "NO",
+                         f"{peak_rss_mib():.0f}"])  # fmt: skip
+    print_table(HEADER, rows)
+
+
+HEADER = ["model", "batch", "new tokens", "tokens/s no cache", "tokens/s cache", "speedup", "identical", "peak RSS MiB"]
+
+if __name__ == "__main__":
+    main()
