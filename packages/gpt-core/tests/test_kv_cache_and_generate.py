@@ -234,3 +234,17 @@ def test_next_token_samples_from_tempered_softmax(gen):
     expected = softmax(row / 0.7)
     # Binomial standard error is at most 0.0025 at n = 40k; allow 5 sigma.
     assert (freq - expected).abs().max() < 0.0125
+
+
+def test_slide_continues_past_block_size_with_learned_positions():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    prompt = torch.randint(V, (2, 3))
+    out = generate(model, prompt, 20, temperature=0.0, slide=True)
+    assert out.shape == (2, 23)
+    assert torch.equal(out[:, :3], prompt)
+    # the first block is exactly what plain generation gives; then the window restarts
+    assert torch.equal(out[:, :9], generate(model, prompt, 20, temperature=0.0))
+    restart = out[:, 9 - 4 : 9]  # block_size // 2 = 4 tokens of context
+    assert torch.equal(out[:, 9:14], generate(model, restart, 5, temperature=0.0)[:, 4:])
+    assert torch.equal(out, generate(model, prompt, 20, temperature=0.0, slide=True, use_cache=False))

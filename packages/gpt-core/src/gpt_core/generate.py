@@ -36,19 +36,44 @@ def generate(
     top_k: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    slide: bool = False,
 ) -> Tensor:
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
 
     temperature 0 is greedy decoding. With learned positions the model has no vectors past
     block_size, so generation stops when the model would have to read more than block_size
     tokens: the output holds at most block_size + 1 tokens (the last one predicted from a full
-    block). With rope or none positions it runs as far as asked, past the trained length.
+    block). With `slide`, it instead continues from the last block_size // 2 tokens as a fresh
+    prompt, block after block, for text longer than the model can see at once. With rope or
+    none positions it runs as far as asked, past the trained length.
     Without the cache, each step re-runs the whole sequence; with it, only the new token.
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    block = model.config.block_size
+    if model.config.pos != "learned" or not slide:
+        return _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator)
+    out = idx
+    while out.shape[1] - idx.shape[1] < max_new_tokens:
+        context = out if out.shape[1] <= block else out[:, -(block // 2) :]
+        wanted = max_new_tokens - (out.shape[1] - idx.shape[1])
+        extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator)
+        out = torch.cat((out, extended[:, context.shape[1] :]), dim=1)
+    return out
+
+
+def _generate_once(
+    model: GPT,
+    idx: Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    use_cache: bool,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """One pass of generation, never reading past block_size tokens with learned positions."""
     B, T = idx.shape
     n_new = max_new_tokens
     if model.config.pos == "learned":

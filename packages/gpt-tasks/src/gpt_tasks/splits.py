@@ -14,6 +14,9 @@ import torch
 MAX_ENUMERATED = 2_000_000
 """Example spaces up to this size have their split computed once, in full."""
 
+SAMPLED_EVALUATION = 20_000
+"""Examples scored when a split is too large to list and no limit is given."""
+
 
 def unit_hash(data: bytes, salt: bytes) -> float:
     """A number in [0, 1) fixed by `data` and `salt`: the first 8 bytes of blake2b as a fraction."""
@@ -77,7 +80,8 @@ class IndexedSplit:
         return torch.cat(kept)[:n]
 
     def evaluation_ids(self, split: str, limit: int | None, seed: int = 0) -> torch.Tensor:
-        """The ids an evaluation scores: all of `split` (enumerated, no limit) or a fixed-seed sample.
+        """The ids an evaluation scores: all of `split` (enumerated, no limit) or a fixed-seed sample
+        (`limit` examples, or SAMPLED_EVALUATION when the space is too large to list).
 
         The sample is the same on every call, so metrics logged during training are comparable.
         """
@@ -87,6 +91,4 @@ class IndexedSplit:
             if limit is None or limit >= len(pool):
                 return pool
             return pool[torch.randperm(len(pool), generator=generator)[:limit]]
-        if limit is None:
-            raise ValueError(f"the example space ({self.size:,}) is too large to evaluate in full; give a limit")
-        return self.sample(split, limit, generator)
+        return self.sample(split, SAMPLED_EVALUATION if limit is None else limit, generator)

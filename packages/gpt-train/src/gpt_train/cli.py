@@ -236,7 +236,12 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 @cli.command(context_settings=CONTEXT)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--prompt", multiple=True, help="Prompt text (repeatable). [default: the task's example prompts]")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), help="Tokens to generate. [default: fill the block]")
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    help="Tokens to generate; past a learned-position model's block, the last half block is the new prompt. "
+    "[default: fill the block]",
+)
 @click.option(
     "--temperature",
     type=click.FloatRange(min=0.0),
@@ -268,7 +273,7 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
         n_new = max_new_tokens or max(1, config.model.block_size + 1 - ids.shape[1])
         try:
             out = generate(
-                model, ids, n_new, temperature=temperature, top_k=top_k, use_cache=not no_cache, generator=generator
+                model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
             )
         except ValueError as error:
             raise UserError(str(error)) from None

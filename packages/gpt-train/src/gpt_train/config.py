@@ -43,6 +43,7 @@ class TrainSettings:
     checkpoint_every: int = 500
     decay_position_embedding: bool = False
     compile: bool = False
+    final_eval_limit: int | None = None  # None: score the whole held-out split at the end
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every"):
@@ -51,6 +52,8 @@ class TrainSettings:
         for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.final_eval_limit is not None and self.final_eval_limit <= 0:
+            raise ValueError(f"final_eval_limit must be positive, got {self.final_eval_limit}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):

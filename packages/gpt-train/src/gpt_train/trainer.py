@@ -238,7 +238,7 @@ class Trainer:
                 if (stop_requested or self.stop.requested) and self.step < s.steps:
                     self.save(elapsed())
                     raise UserError(self._interrupted_message(), exit_code=INTERRUPTED_EXIT)
-        final = self._evaluate(None, self.config.eval_splits)
+        final = self._evaluate(s.final_eval_limit, self.config.eval_splits)
         total = elapsed()
         self.save(total)
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}
