@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, assert_one_line_error
+from train_helpers import TINY, assert_one_line_error
 
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import read_metrics
+from train_helpers import read_metrics
 
 from gpt_tasks import get_task, list_tasks
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, read_metrics
+from train_helpers import TINY, read_metrics
 
 from gpt_core import GPT, GPTConfig
 from gpt_train.checkpoint import load_checkpoint
