@@ -1,0 +1,165 @@
+"""What every experiment shares: running gpt-train, reading its run directories, writing reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+
+@dataclass
+class Context:
+    """Where results go and how runs are made."""
+
+    out: Path  # reports and pictures
+    runs: Path  # run directories
+    quick: bool
+    jobs: int = 1
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def threads(self) -> int:
+        return max(1, (os.cpu_count() or 1) // self.jobs)
+
+    def env(self) -> dict[str, str]:
+        return os.environ | {"OMP_NUM_THREADS": str(self.threads), "PYTHONUNBUFFERED": "1"}
+
+    def machine(self) -> str:
+        cpu = platform.processor() or platform.machine()
+        parallel = f"; {self.jobs} runs in parallel, {self.threads} threads each" if self.jobs > 1 else ""
+        versions = f"torch {torch.__version__}, Python {platform.python_version()}"
+        return f"{os.cpu_count()} CPU cores ({cpu}), device cpu, {versions}{parallel}"
+
+
+@dataclass
+class Run:
+    name: str
+    run_dir: Path
+    wall: float
+    final: dict[str, Any]
+    metrics: list[dict[str, Any]]
+
+    def first_step(self, key: str, threshold: float) -> int | None:
+        """First logged step at which `key` reaches `threshold` (None if never)."""
+        return next((r["step"] for r in self.metrics if r.get(key, -1.0) >= threshold), None)
+
+
+def gpt_train(ctx: Context, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "gpt_train", *map(str, args)]
+    done = subprocess.run(command, capture_output=True, text=True, env=ctx.env())
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done
+
+
+def train(ctx: Context, name: str, args: Sequence[str]) -> Run:
+    """`gpt-train run` with `args` into runs/<name>, replacing an earlier run of the same name."""
+    run_dir = ctx.runs / name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    start = time.perf_counter()
+    gpt_train(ctx, "run", *args, "--device", "cpu", "--quiet", "--out", run_dir)
+    wall = time.perf_counter() - start
+    final = json.loads((run_dir / "final.json").read_text())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return Run(name, run_dir, wall, final, metrics)
+
+
+def train_all(ctx: Context, specs: dict[str, Sequence[str]]) -> dict[str, Run]:
+    """Every spec trained, ctx.jobs at a time."""
+    with ThreadPoolExecutor(max_workers=ctx.jobs) as pool:
+        futures = {name: pool.submit(train, ctx, name, args) for name, args in specs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def evaluate(ctx: Context, run_dir: Path, *args: str) -> dict[str, float]:
+    return json.loads(gpt_train(ctx, "eval", run_dir, "--device", "cpu", "--json", *args).stdout)
+
+
+def mean_std(values: Sequence[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def shakespeare_path(ctx: Context) -> Path:
+    """The corpus from ../shared/data; quick mode falls back to a small generated text so CI needs no corpus."""
+    if SHAKESPEARE.is_file():
+        return SHAKESPEARE
+    if not ctx.quick:
+        raise FileNotFoundError(f"the language experiment needs {SHAKESPEARE} (see ../shared/data/README.md)")
+    text = ctx.runs / "generated.txt"
+    ctx.runs.mkdir(parents=True, exist_ok=True)
+    speakers = ["ROMEO", "JULIET", "NURSE"]
+    lines = [f"{speakers[i % 3]}:\nthe night is young and so are we, line {i}.\n\n" for i in range(3000)]
+    text.write_text("".join(lines))
+    return text
+
+
+def report(ctx: Context, name: str, title: str, commands: Sequence[str], body: str, wall: float) -> Path:
+    """docs-ready markdown: the commands, the machine, the wall time and the body (tables, pictures)."""
+    command_block = "\n".join(commands)
+    text = (
+        f"## {title}\n\n```\n{command_block}\n```\n\n"
+        f"Machine: {ctx.machine()}. Wall time of the whole experiment: {wall:.0f} s.\n\n{body.strip()}\n"
+    )
+    path = ctx.out / f"{name}.md"
+    path.write_text(text)
+    print(text, flush=True)
+    return path
+
+
+def copy_picture(ctx: Context, source: Path, name: str) -> str:
+    """Copy a run's picture into the results folder; returns a markdown image link."""
+    target = ctx.out / name
+    shutil.copyfile(source, target)
+    return f"![{name}]({name})"
+
+
+def context_from_args(argv: Sequence[str] | None = None, description: str = "") -> Context:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny settings: checks the machinery, not the results")
+    parser.add_argument(
+        "--out", type=Path, help="reports and pictures [default: docs/results, or a temp dir with --quick]"
+    )
+    parser.add_argument("--runs", type=Path, help="run directories [default: experiments/runs]")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained in parallel (threads are split between them)")
+    parser.add_argument("--only", nargs="*", default=None, help="run_all: only these experiments")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path(tempfile_dir()) if args.quick else ROOT / "docs" / "results"
+    runs = args.runs or (args.out / "runs" if args.quick else ROOT / "experiments" / "runs")
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs.mkdir(parents=True, exist_ok=True)
+    ctx = Context(out=args.out, runs=runs, quick=args.quick, jobs=args.jobs)
+    ctx.only = args.only  # type: ignore[attr-defined]
+    return ctx
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="gpt-experiments-")

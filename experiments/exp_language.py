@@ -1,0 +1,59 @@
+"""4. Language: character-level tiny-shakespeare with the small CPU configuration.
+
+python experiments/exp_language.py       # needs ../shared/data/tinyshakespeare.txt
+python experiments/exp_language.py --quick
+"""
+
+from __future__ import annotations
+
+import time
+
+from common import Context, context_from_args, copy_picture, gpt_train, markdown_table, report, shakespeare_path, train
+
+
+def run(ctx: Context):
+    start = time.perf_counter()
+    data = shakespeare_path(ctx)
+    quick = ["--steps", "20", "--set", "n_layer=1", "--set", "eval_every=10", "--set", "eval_limit=20"]
+    args = ["--task", "shakespeare", "--data", str(data), *(quick if ctx.quick else [])]
+    result = train(ctx, "shakespeare", args)
+    final = result.final
+    train_seconds = next(r["elapsed"] for r in result.metrics if r["step"] == final["step"])
+    rows = [
+        ["held-out loss (nats/char, every held-out window)", f"{final['heldout_loss']:.4f}"],
+        ["held-out bits per character", f"{final['heldout_bits_per_char']:.4f}"],
+        ["steps", final["step"]],
+        ["steps per second (training and periodic evaluation)", f"{final['step'] / train_seconds:.1f}"],
+        ["wall time of the command", f"{result.wall:.1f} s"],
+    ]
+    samples = gpt_train(
+        ctx,
+        "sample",
+        result.run_dir,
+        "--prompt",
+        "ROMEO:",
+        "--prompt",
+        "First Citizen:",
+        "--max-new-tokens",
+        "300",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "20",
+        "--device",
+        "cpu",
+    ).stdout
+    body = markdown_table(["measure", "value"], rows)
+    body += "\n\nSamples (temperature 0.8, top-k 20, seed 0):\n\n```\n" + samples.strip() + "\n```\n\n"
+    body += copy_picture(ctx, result.run_dir / "curves.png", "shakespeare_curves.png")
+    train_command = "gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt"
+    sample_command = "gpt-train sample RUN_DIR --prompt ROMEO: --prompt 'First Citizen:' --max-new-tokens 300"
+    commands = [
+        " ".join([train_command, *(quick if ctx.quick else [])]),
+        sample_command + " --temperature 0.8 --top-k 20",
+    ]
+    return report(ctx, "language", "4. Language", commands, body, time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    run(context_from_args(description=__doc__))
