@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+
 from gpt_core import GPT
 
 SPLITS = ("train", "heldout")

@@ -1,5 +1,8 @@
 """The built-in tasks, registered through the same entry-point hook as any third-party plugin."""
 
+from gpt_tasks.builtin.addition import AdditionTask
+from gpt_tasks.builtin.modadd import ModAddTask
+from gpt_tasks.builtin.shakespeare import ShakespeareTask
 from gpt_tasks.builtin.sort import SortTask
 from gpt_tasks.hooks import hookimpl
 
@@ -7,3 +10,6 @@ from gpt_tasks.hooks import hookimpl
 @hookimpl
 def register_tasks(register):
     register(SortTask)
+    register(AdditionTask)
+    register(ModAddTask)
+    register(ShakespeareTask)

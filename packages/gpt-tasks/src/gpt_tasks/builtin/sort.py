@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from gpt_core import GPT, IGNORE_INDEX, generate
 
+from gpt_core import GPT, IGNORE_INDEX, generate
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import DIGITS, CharVocab
 from gpt_tasks.task import Batch, Task, TrainDefaults, evaluating
