@@ -1,0 +1,156 @@
+"""modadd: a + b (mod p), the grokking task of Power et al. (2022) and Nanda et al. (2023).
+
+Tokens 0 .. p-1 are the numbers and token p is "="; as text, tokens are separated by spaces
+("5 17 = 22"). The model reads [a, b, =] and is scored only on its prediction at "=", which
+must be c = (a + b) mod p. Only `train_fraction` of the p^2 pairs are trained on, as one full
+batch; the rest are held out. Training accuracy reaches 100% early; held-out accuracy stays
+near chance for a long time and then jumps ("grokking"), driven by the weight decay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpt_core import GPT, IGNORE_INDEX, cross_entropy
+from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
+from gpt_tasks.task import Batch, Task, TrainDefaults, evaluating
+
+EVAL_BATCH = 4096
+MAX_P = int(MAX_ENUMERATED**0.5)  # every one of the p^2 pairs is listed: 1414
+EQUALS_TEXT = "="
+
+
+@dataclass(frozen=True)
+class ModAddParams:
+    p: int = 113
+    train_fraction: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.p <= MAX_P:
+            raise ValueError(f"p must be between 2 and {MAX_P} (all p*p pairs are listed), got {self.p}")
+        if not 0.0 < self.train_fraction < 1.0:
+            raise ValueError(f"train_fraction must be in (0, 1), got {self.train_fraction}")
+
+
+def pair_bytes(a: torch.Tensor, b: torch.Tensor) -> list[bytes]:
+    """The canonical encoding of each pair: a then b as big-endian 16-bit integers."""
+    rows = np.stack((a.numpy(), b.numpy()), axis=1).astype(">u2")
+    return [row.tobytes() for row in rows]
+
+
+class ModAddTask(Task):
+    name = "modadd"
+    description = "a + b mod p on a fraction of the pairs, full batch: the grokking task (accuracy)"
+    Params = ModAddParams
+    primary_metric = "accuracy"
+    eval_splits = ("train", "heldout")
+
+    def __init__(self, params: ModAddParams):
+        super().__init__(params)
+        p = params.p
+        self.equals = p  # the token id of "="
+        self.split = IndexedSplit(
+            size=p * p,
+            encode=lambda ids: pair_bytes(ids // p, ids % p),
+            fraction=1.0 - params.train_fraction,
+            salt=b"modadd",
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.params.p + 1
+
+    @property
+    def block_size(self) -> int:
+        return 3
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for word in text.split():
+            if word == EQUALS_TEXT:
+                ids.append(self.equals)
+            elif word.isascii() and word.isdigit() and int(word) < self.params.p:
+                ids.append(int(word))
+            else:
+                raise ValueError(
+                    f"token {word!r} is not in the vocabulary (numbers 0..{self.params.p - 1} and '=', "
+                    "separated by spaces)"
+                )
+        return ids
+
+    def decode(self, ids) -> str:
+        return " ".join(self.token_labels(ids))
+
+    def token_labels(self, ids) -> list[str]:
+        return [EQUALS_TEXT if int(i) == self.equals else str(int(i)) for i in ids]
+
+    def pairs(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pair numbers (N,) -> the model inputs [a, b, =] (N, 3) and the answers c (N,)."""
+        p = self.params.p
+        a, b = ids // p, ids % p
+        inputs = torch.stack((a, b, torch.full_like(a, self.equals)), dim=1)
+        return inputs, (a + b) % p
+
+    @property
+    def train_size(self) -> int:
+        return len(self.split.ids("train"))
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """The whole training set (in a fixed order) when batch_size covers it, else a random sample
+        without replacement."""
+        ids = self.split.ids("train")
+        if batch_size < len(ids):
+            ids = ids[torch.randperm(len(ids), generator=generator)[:batch_size]]
+        inputs, answers = self.pairs(ids)
+        targets = torch.full_like(inputs, IGNORE_INDEX)
+        targets[:, -1] = answers  # scored only at "="
+        return Batch(inputs, targets)
+
+    def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        ids = self.split.evaluation_ids(split, limit)
+        total_loss = 0.0
+        correct = 0
+        with evaluating(model):
+            for chunk in ids.split(EVAL_BATCH):
+                inputs, answers = self.pairs(chunk)
+                inputs, answers = inputs.to(device), answers.to(device)
+                logits = model(inputs)[0][:, -1, :]  # (N, V) at "="
+                total_loss += float(cross_entropy(logits.float(), answers)) * len(chunk)
+                correct += int((logits.argmax(dim=-1) == answers).sum())
+        n = len(ids)
+        return {"accuracy": correct / n, "loss": total_loss / n, "examples": float(n)}
+
+    def defaults(self) -> TrainDefaults:
+        return TrainDefaults(
+            model={
+                "n_layer": 1,
+                "n_head": 4,
+                "n_embd": 128,
+                "dropout": 0.0,
+                "pos": "learned",
+                "layernorm": True,
+                "tie_weights": False,
+            },
+            steps=2500,
+            batch_size=self.train_size,  # full batch
+            lr=1e-3,
+            min_lr=1e-3,
+            warmup_steps=10,
+            schedule="constant",
+            weight_decay=1.0,
+            betas=(0.9, 0.98),
+            grad_clip=0.0,
+            eval_every=100,
+            eval_limit=self.params.p**2,  # every pair of the split
+        )
+
+    def example_prompts(self) -> list[str]:
+        inputs, _ = self.pairs(self.split.evaluation_ids("heldout", 3, seed=1))
+        return [self.decode(row.tolist()) for row in inputs]
+
+    def attention_example(self) -> str:
+        inputs, _ = self.pairs(self.split.evaluation_ids("heldout", 1, seed=1))
+        return self.decode(inputs[0].tolist())
