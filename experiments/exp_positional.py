@@ -57,8 +57,8 @@ def run(ctx: Context):
     body += (
         f"\n\nMean ± sample standard deviation over seeds {', '.join(map(str, seeds))}. "
         "The trained length is scored on its whole held-out split; longer lengths on a fixed sample of "
-        "20,000 held-out sequences (their spaces are too large to list). Learned positions have a table of exactly the trained block, so they cannot be evaluated "
-        "past it."
+        "20,000 held-out sequences (their spaces are too large to list). Learned positions have a table "
+        "of exactly the trained block, so they cannot be evaluated past it."
     )
     figure = gpt_viz.length_generalisation(
         {enc: {n: (statistics.mean(v), statistics.pstdev(v)) if v else None for n, v in by_len.items()}
