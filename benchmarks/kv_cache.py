@@ -29,9 +29,16 @@ MODELS = {
 }
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def timed_generate(model: GPT, prompt: torch.Tensor, n_new: int, use_cache: bool) -> tuple[torch.Tensor, float]:
+    synchronize(prompt.device)
     start = time.perf_counter()
     out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
+    synchronize(prompt.device)
     return out, time.perf_counter() - start
 
 
@@ -39,15 +46,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=255, help="new tokens for the large model")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, greedy decoding, float32\n")
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    print(f"torch {torch.__version__}, {where}, greedy decoding, float32\n")
     rows = []
     for name, (config, prompt_len) in MODELS.items():
         torch.manual_seed(0)
-        model = GPT(config).eval()
+        model = GPT(config).to(device).eval()
         n_new = min(args.tokens, config.block_size + 1 - prompt_len)
         for batch in args.batches:
-            prompt = torch.randint(config.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(1))
+            gen = torch.Generator().manual_seed(1)
+            prompt = torch.randint(config.vocab_size, (batch, prompt_len), generator=gen).to(device)
             timed_generate(model, prompt[:, :prompt_len], 2, True)  # warm up
             cached, t_cached = timed_generate(model, prompt, n_new, True)
             uncached, t_uncached = timed_generate(model, prompt, n_new, False)

@@ -248,3 +248,12 @@ def test_slide_continues_past_block_size_with_learned_positions():
     restart = out[:, 9 - 4 : 9]  # block_size // 2 = 4 tokens of context
     assert torch.equal(out[:, 9:14], generate(model, restart, 5, temperature=0.0)[:, 4:])
     assert torch.equal(out, generate(model, prompt, 20, temperature=0.0, slide=True, use_cache=False))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.parametrize("pos", ["learned", "rope", "none"])
+def test_cached_and_uncached_greedy_agree_on_cuda(pos):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, block_size=32, n_layer=2, n_head=2, n_embd=32, pos=pos)).cuda().eval()
+    prompt = torch.randint(V, (4, 5), device="cuda")
+    assert torch.equal(generate(model, prompt, 20, temperature=0.0), generate(model, prompt, 20, 0.0, use_cache=False))
