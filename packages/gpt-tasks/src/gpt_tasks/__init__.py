@@ -2,6 +2,7 @@
 
 from gpt_tasks.hooks import ENTRY_POINT_GROUP, hookimpl, hookspec
 from gpt_tasks.params import ParamError
+from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, get_task, list_tasks
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
 from gpt_tasks.task import SPLITS, Batch, Task, TrainDefaults, evaluating
@@ -13,6 +14,7 @@ __all__ = [
     "IndexedSplit",
     "ParamError",
     "PluginWarning",
+    "PromptAnswerTask",
     "Registry",
     "Task",
     "TaskError",

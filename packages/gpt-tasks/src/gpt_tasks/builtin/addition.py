@@ -15,13 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, generate
 from gpt_tasks.builtin.sort import as_bytes, digits_of
+from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import CharVocab
-from gpt_tasks.task import Batch, Task, TrainDefaults, evaluating
-
-EVAL_BATCH = 4096  # as for sort
+from gpt_tasks.task import TrainDefaults
 
 ALPHABET = "0123456789+="
 PLUS, EQUALS = ALPHABET.index("+"), ALPHABET.index("=")
@@ -41,11 +39,12 @@ class AdditionParams:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
 
 
-class AdditionTask(Task):
+class AdditionTask(PromptAnswerTask):
     name = "addition"
     description = "add two n-digit numbers, sum written least-significant digit first (exact match by generation)"
     Params = AdditionParams
     primary_metric = "exact_match"
+    token_metric = "digit_accuracy"
 
     def __init__(self, params: AdditionParams):
         super().__init__(params)
@@ -63,13 +62,18 @@ class AdditionTask(Task):
         return len(ALPHABET)
 
     @property
-    def block_size(self) -> int:
-        return 3 * self.params.digits + 2  # a + b = sum, minus the last token
-
-    @property
     def prompt_length(self) -> int:
         """Tokens up to and including "=": the part generation starts from."""
         return 2 * self.params.digits + 2
+
+    @property
+    def answer_length(self) -> int:
+        return self.params.digits + 1
+
+    def answer_position_names(self) -> list[str]:
+        """Named by place value whatever the order: digit_0 is always the units digit."""
+        places = [f"digit_{place}" for place in range(self.answer_length)]
+        return places if self.params.reverse else places[::-1]
 
     def encode(self, text: str) -> list[int]:
         return self.vocab.encode(text)
@@ -89,38 +93,6 @@ class AdditionTask(Task):
         equals = torch.full((len(ids), 1), EQUALS, dtype=torch.long)
         return torch.cat((operands[:, :d], plus, operands[:, d:], equals, answer), dim=1)
 
-    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        seq = self.sequences(self.split.sample("train", batch_size, generator))
-        targets = seq[:, 1:].clone()
-        targets[:, : self.prompt_length - 1] = IGNORE_INDEX  # only the sum is scored
-        return Batch(seq[:, :-1], targets)
-
-    def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        if model.config.pos == "learned" and self.block_size > model.config.block_size:
-            raise ValueError(
-                f"learned positions cannot go past their table: {self.params.digits}-digit addition needs "
-                f"{self.block_size} positions, the model has {model.config.block_size}"
-            )
-        # limit None: every pair of the split, or SAMPLED_EVALUATION (20,000) when it cannot be listed.
-        ids = self.split.evaluation_ids(split, limit)
-        n_out = self.params.digits + 1
-        start = self.prompt_length
-        correct = torch.zeros(n_out, dtype=torch.long)
-        exact = 0
-        with evaluating(model):
-            for chunk in ids.split(EVAL_BATCH):
-                seq = self.sequences(chunk).to(device)
-                out = generate(model, seq[:, :start], max_new_tokens=n_out, temperature=0.0)
-                hits = out[:, start:] == seq[:, start:]  # (N, digits + 1)
-                exact += int(hits.all(dim=1).sum())
-                correct += hits.sum(dim=0).cpu()
-        n = len(ids)
-        if not self.params.reverse:
-            correct = correct.flip(0)  # index by place value: 0 is the units digit
-        metrics = {"exact_match": exact / n, "digit_accuracy": float(correct.sum()) / (n * n_out), "examples": float(n)}
-        metrics |= {f"digit_{place}_accuracy": float(c) / n for place, c in enumerate(correct)}
-        return metrics
-
     def defaults(self) -> TrainDefaults:
         return TrainDefaults(
             model={"n_layer": 2, "n_head": 4, "n_embd": 64, "dropout": 0.0, "pos": "learned"},
@@ -133,11 +105,3 @@ class AdditionTask(Task):
             eval_every=250,
             eval_limit=2000,
         )
-
-    def example_prompts(self) -> list[str]:
-        ids = self.split.evaluation_ids("heldout", 3, seed=1)
-        return [self.decode(row.tolist()) for row in self.sequences(ids)[:, : self.prompt_length]]
-
-    def attention_example(self) -> str:
-        ids = self.split.evaluation_ids("heldout", 1, seed=1)
-        return self.decode(self.sequences(ids)[0, :-1].tolist())

@@ -3,8 +3,8 @@
 Tokens 0 .. p-1 are the numbers and token p is "="; as text, tokens are separated by spaces
 ("5 17 = 22"). The model reads [a, b, =] and is scored only on its prediction at "=", which
 must be c = (a + b) mod p. Only `train_fraction` of the p^2 pairs are trained on, as one full
-batch; the rest are held out. Training accuracy reaches 100% early; held-out accuracy stays
-near chance for a long time and then jumps ("grokking"), driven by the weight decay.
+batch; the rest are held out. Training accuracy reaches 100% early; held-out accuracy lags
+for hundreds of steps and then jumps ("grokking"), driven by the weight decay.
 """
 
 from __future__ import annotations
@@ -124,6 +124,10 @@ class ModAddTask(Task):
         return {"accuracy": correct / n, "loss": total_loss / n, "examples": float(n)}
 
     def defaults(self) -> TrainDefaults:
+        # Nanda et al.'s recipe, but with LayerNorm: with gpt-core's GPT-2 init (std 0.02) and weight
+        # decay 1.0 the LayerNorm-free model never fit the training set (train accuracy < 0.85 after
+        # 10,000 steps). With it, train accuracy is 100% by step 100 and held-out accuracy passes 99%
+        # at steps 800-1,400 (measured over several seeds), so 2,000 steps leave a margin.
         return TrainDefaults(
             model={
                 "n_layer": 1,
@@ -134,7 +138,7 @@ class ModAddTask(Task):
                 "layernorm": True,
                 "tie_weights": False,
             },
-            steps=2500,
+            steps=2000,
             batch_size=self.train_size,  # full batch
             lr=1e-3,
             min_lr=1e-3,

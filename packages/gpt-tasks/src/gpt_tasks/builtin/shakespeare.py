@@ -69,13 +69,17 @@ def cache_path() -> Path:
     return root / "gpt-tasks" / CACHE_NAME
 
 
-def download(path: Path, url: str = CORPUS_URL, sha256: str = CORPUS_SHA256) -> Path:
-    """Fetch the corpus into `path`, verifying its sha256; nothing is left behind on failure."""
+def download(path: Path, url: str | None = None, sha256: str | None = None) -> Path:
+    """Fetch the corpus (default CORPUS_URL) into `path`, verifying its sha256 (default
+    CORPUS_SHA256); nothing is left behind on failure."""
+    url, sha256 = url or CORPUS_URL, sha256 or CORPUS_SHA256
     try:
         with urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
             data = response.read()
     except (OSError, ValueError) as error:  # URLError, timeouts and refused connections are OSErrors
-        raise ValueError(f"tiny-shakespeare is not available offline and the download failed ({error}); {HOW_TO_SUPPLY}") from error
+        raise ValueError(
+            f"tiny-shakespeare is not available offline and the download failed ({error}); {HOW_TO_SUPPLY}"
+        ) from error
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".part")
     partial.write_bytes(data)
@@ -174,7 +178,9 @@ class ShakespeareTask(Task):
         bs = self.params.block_size
         chunks = self.chunks(split)
         per_chunk = (self.chunk_lengths[chunks] - 1) // bs
-        starts = torch.cat([s + bs * torch.arange(n) for s, n in zip(self.chunk_starts[chunks], per_chunk)])
+        starts = torch.cat(
+            [s + bs * torch.arange(n) for s, n in zip(self.chunk_starts[chunks], per_chunk, strict=True)]
+        )
         if limit is None or limit >= len(starts):
             return starts
         generator = torch.Generator().manual_seed(seed)

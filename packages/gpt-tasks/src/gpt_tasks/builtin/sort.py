@@ -12,12 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, generate
+from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import DIGITS, CharVocab
-from gpt_tasks.task import Batch, Task, TrainDefaults, evaluating
-
-EVAL_BATCH = 4096  # measured: large enough to hide per-call overhead, small enough to stay in cache
+from gpt_tasks.task import TrainDefaults
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ def as_bytes(rows: torch.Tensor) -> list[bytes]:
     return [row.tobytes() for row in rows.numpy().astype(np.uint8)]
 
 
-class SortTask(Task):
+class SortTask(PromptAnswerTask):
     name = "sort"
     description = "sort a run of digits (seed task; exact match by greedy generation)"
     Params = SortParams
@@ -67,8 +65,12 @@ class SortTask(Task):
         return self.params.vocab
 
     @property
-    def block_size(self) -> int:
-        return 2 * self.params.length - 1
+    def prompt_length(self) -> int:
+        return self.params.length
+
+    @property
+    def answer_length(self) -> int:
+        return self.params.length
 
     def encode(self, text: str) -> list[int]:
         return self.vocab.encode(text)
@@ -84,34 +86,6 @@ class SortTask(Task):
         digits = self.digits(ids)
         return torch.cat((digits, digits.sort(dim=1).values), dim=1)
 
-    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        seq = self.sequences(self.split.sample("train", batch_size, generator))
-        targets = seq[:, 1:].clone()
-        targets[:, : self.params.length - 1] = IGNORE_INDEX  # only the sorted tail is scored
-        return Batch(seq[:, :-1], targets)
-
-    def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        length = self.params.length
-        if model.config.pos == "learned" and self.block_size > model.config.block_size:
-            raise ValueError(
-                f"learned positions cannot go past their table: length {length} needs {self.block_size} "
-                f"positions, the model has {model.config.block_size}"
-            )
-        ids = self.split.evaluation_ids(split, limit)
-        correct_rows = torch.zeros(length, dtype=torch.long)
-        exact = 0
-        with evaluating(model):
-            for chunk in ids.split(EVAL_BATCH):
-                seq = self.sequences(chunk).to(device)
-                out = generate(model, seq[:, :length], max_new_tokens=length, temperature=0.0)
-                hits = out[:, length:] == seq[:, length:]  # (N, length)
-                exact += int(hits.all(dim=1).sum())
-                correct_rows += hits.sum(dim=0).cpu()
-        n = len(ids)
-        metrics = {"exact_match": exact / n, "examples": float(n)}
-        metrics |= {f"position_{i}_accuracy": float(c) / n for i, c in enumerate(correct_rows)}
-        return metrics
-
     def defaults(self) -> TrainDefaults:
         return TrainDefaults(
             model={"n_layer": 3, "n_head": 4, "n_embd": 64, "dropout": 0.0, "pos": "learned"},
@@ -124,11 +98,3 @@ class SortTask(Task):
             eval_every=250,
             eval_limit=2000,
         )
-
-    def example_prompts(self) -> list[str]:
-        ids = self.split.evaluation_ids("heldout", 3, seed=1)
-        return [self.decode(row.tolist()) for row in self.digits(ids)]
-
-    def attention_example(self) -> str:
-        ids = self.split.evaluation_ids("heldout", 1, seed=1)
-        return self.decode(self.sequences(ids)[0, :-1].tolist())

@@ -1,0 +1,97 @@
+"""reverse: read `length` digits, then write them in reverse order.
+
+Built only on gpt-tasks' public interface, as any third-party task would be. It subclasses
+PromptAnswerTask, which supplies training batches (scored on the answer only), exact-match
+evaluation by greedy generation with the KV cache, example prompts and the attention example;
+the task itself says how its examples are numbered and split and what their tokens are. An
+example is its run of digits, numbered 0 .. 10^length - 1: the run is the prompt, its reverse the
+answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gpt_tasks import IndexedSplit, PromptAnswerTask, TrainDefaults
+
+DIGITS = "0123456789"
+
+
+@dataclass(frozen=True)
+class ReverseParams:
+    """The task's parameters. `gpt-train run --task reverse --set length=4` sets them from strings;
+    gpt-tasks coerces each value to the annotated type, and the checks below turn a bad value
+    into a ParamError that names it."""
+
+    length: int = 5
+    heldout_fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.length <= 12:
+            raise ValueError(f"length must be between 2 and 12, got {self.length}")
+        if not 0.0 < self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+
+
+class ReverseTask(PromptAnswerTask):
+    name = "reverse"
+    description = "reverse a run of digits (third-party plugin example; exact match by greedy generation)"
+    Params = ReverseParams
+    primary_metric = "exact_match"
+
+    def __init__(self, params: ReverseParams):
+        super().__init__(params)
+        # The split hashes one byte per digit with a salt of our own, so the held-out runs are
+        # the same on every machine and in every process.
+        self.split = IndexedSplit(
+            size=10**params.length,
+            encode=lambda ids: [bytes(row) for row in self.digits(ids).tolist()],
+            fraction=params.heldout_fraction,
+            salt=b"reverse",
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return len(DIGITS)
+
+    @property
+    def prompt_length(self) -> int:
+        return self.params.length
+
+    @property
+    def answer_length(self) -> int:
+        return self.params.length
+
+    def encode(self, text: str) -> list[int]:
+        unknown = sorted(set(text) - set(DIGITS))
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r} (vocabulary: {DIGITS!r})")
+        return [DIGITS.index(ch) for ch in text]
+
+    def decode(self, ids) -> str:
+        return "".join(DIGITS[int(i)] for i in ids)
+
+    def digits(self, ids: torch.Tensor) -> torch.Tensor:
+        """Example numbers (N,) -> their digits, most significant first (N, length)."""
+        powers = 10 ** torch.arange(self.params.length - 1, -1, -1)
+        return (ids[:, None] // powers) % 10
+
+    def sequences(self, ids: torch.Tensor) -> torch.Tensor:
+        """The run followed by its reverse (N, 2 * length)."""
+        digits = self.digits(ids)
+        return torch.cat((digits, digits.flip(1)), dim=1)
+
+    def defaults(self) -> TrainDefaults:
+        return TrainDefaults(
+            model={"n_layer": 2, "n_head": 2, "n_embd": 32, "dropout": 0.0, "pos": "learned"},
+            steps=400,
+            batch_size=64,
+            lr=3e-3,
+            min_lr=3e-4,
+            warmup_steps=20,
+            weight_decay=0.1,
+            eval_every=100,
+            eval_limit=1000,
+        )

@@ -1,0 +1,71 @@
+"""The plugin, installed for real: discovered through its entry point, built by name, trainable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import gpt_tasks
+from gpt_core import GPT, IGNORE_INDEX, GPTConfig
+from gpt_task_reverse import ReverseTask
+
+
+def test_the_registry_lists_reverse_from_this_distribution():
+    infos = {info.name: info for info in gpt_tasks.list_tasks()}
+    assert "reverse" in infos, "is gpt-task-reverse installed? (pip install -e examples/gpt-task-reverse)"
+    info = infos["reverse"]
+    assert (info.plugin, info.distribution, info.version) == ("reverse", "gpt-task-reverse", "0.1.0")
+    assert info.task_class is ReverseTask
+
+
+def test_get_task_builds_reverse_and_its_batch_scores_the_reversed_half():
+    task = gpt_tasks.get_task("reverse", length=4)
+    assert (task.vocab_size, task.block_size) == (10, 7)
+    batch = task.batch(64, torch.Generator().manual_seed(0))
+    assert batch.inputs.shape == batch.targets.shape == (64, 7)
+    assert batch.inputs.dtype == batch.targets.dtype == torch.long
+    assert (batch.targets[:, :3] == IGNORE_INDEX).all()
+    assert torch.equal(batch.targets[:, 3:], batch.inputs[:, :4].flip(1))
+
+
+def test_parameters_are_validated_by_the_registry():
+    with pytest.raises(gpt_tasks.ParamError, match="length must be between 2 and 12"):
+        gpt_tasks.get_task("reverse", length="1")
+
+
+def test_training_batches_never_contain_a_heldout_run():
+    task = gpt_tasks.get_task("reverse", length=4)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        for row in task.batch(256, generator).inputs[:, :4].tolist():
+            assert not gpt_tasks.is_heldout(bytes(row), 0.25, b"reverse")
+
+
+def test_evaluate_returns_exact_match_and_text_round_trips():
+    task = gpt_tasks.get_task("reverse", length=4)
+    model = GPT(GPTConfig(vocab_size=10, block_size=7, n_layer=1, n_head=2, n_embd=16))
+    metrics = task.evaluate(model, "heldout", "cpu", limit=50)
+    assert metrics["examples"] == 50 and 0.0 <= metrics["exact_match"] <= 1.0
+    assert task.decode(task.encode("0917")) == "0917"
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        task.encode("12a")
+    example = task.attention_example()
+    assert len(example) == 7 and example[4:] == example[:4][::-1][:3]
+
+
+@pytest.mark.skipif(shutil.which("gpt-train") is None, reason="the gpt-train command is not installed")
+def test_gpt_train_runs_the_plugin_task(tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        ["gpt-train", "run", "--task", "reverse", "--steps", "30", "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    final = json.loads((out / "final.json").read_text())
+    assert 0.0 <= final["heldout_exact_match"] <= 1.0

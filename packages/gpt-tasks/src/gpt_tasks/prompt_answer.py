@@ -1,0 +1,91 @@
+"""The shape most algorithmic tasks share: a numbered example is a prompt followed by a fixed-length
+answer, the model is scored on the answer only, and evaluation is greedy generation of the answer.
+
+A subclass says how examples are numbered and split (`self.split`, an IndexedSplit) and how an
+example number becomes tokens (`sequences`); batches, exact-match evaluation with the KV cache,
+example prompts and the attention example come from here.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+
+from gpt_core import GPT, IGNORE_INDEX, generate
+from gpt_tasks.splits import IndexedSplit
+from gpt_tasks.task import Batch, Task, evaluating
+
+EVAL_BATCH = 4096
+"""Sequences per generation call: measured large enough to hide per-call overhead, small enough to stay in cache."""
+
+
+class PromptAnswerTask(Task):
+    """Base for tasks whose examples are `prompt_length` tokens of question and `answer_length` of answer."""
+
+    split: IndexedSplit
+    token_metric = "token_accuracy"
+
+    @property
+    @abstractmethod
+    def prompt_length(self) -> int:
+        """Tokens generation starts from."""
+
+    @property
+    @abstractmethod
+    def answer_length(self) -> int:
+        """Tokens generated and scored."""
+
+    @abstractmethod
+    def sequences(self, ids: torch.Tensor) -> torch.Tensor:
+        """Example numbers (N,) -> prompt followed by answer, (N, prompt_length + answer_length)."""
+
+    def answer_position_names(self) -> list[str]:
+        """Metric name of each answer position, in generation order."""
+        return [f"position_{i}" for i in range(self.answer_length)]
+
+    @property
+    def block_size(self) -> int:
+        return self.prompt_length + self.answer_length - 1  # the last answer token is never read
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        seq = self.sequences(self.split.sample("train", batch_size, generator))
+        targets = seq[:, 1:].clone()
+        targets[:, : self.prompt_length - 1] = IGNORE_INDEX  # only the answer is scored
+        return Batch(seq[:, :-1], targets)
+
+    def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        """Exact match of greedy generation (KV cache) and accuracy at each answer position.
+
+        With limit None: every example of the split, or a fixed sample of 20,000 when it cannot be listed.
+        """
+        if model.config.pos == "learned" and self.block_size > model.config.block_size:
+            raise ValueError(
+                f"learned positions cannot go past their table: these examples need {self.block_size} "
+                f"positions, the model has {model.config.block_size}"
+            )
+        ids = self.split.evaluation_ids(split, limit)
+        start = self.prompt_length
+        correct = torch.zeros(self.answer_length, dtype=torch.long)
+        exact = 0
+        with evaluating(model):
+            for chunk in ids.split(EVAL_BATCH):
+                seq = self.sequences(chunk).to(device)
+                out = generate(model, seq[:, :start], max_new_tokens=self.answer_length, temperature=0.0)
+                hits = out[:, start:] == seq[:, start:]  # (N, answer_length)
+                exact += int(hits.all(dim=1).sum())
+                correct += hits.sum(dim=0).cpu()
+        n = len(ids)
+        metrics = {"exact_match": exact / n, self.token_metric: float(correct.sum()) / (n * self.answer_length)}
+        metrics |= {
+            f"{name}_accuracy": float(c) / n for name, c in zip(self.answer_position_names(), correct, strict=True)
+        }
+        return metrics | {"examples": float(n)}
+
+    def example_prompts(self) -> list[str]:
+        ids = self.split.evaluation_ids("heldout", 3, seed=1)
+        return [self.decode(row.tolist()) for row in self.sequences(ids)[:, : self.prompt_length]]
+
+    def attention_example(self) -> str:
+        ids = self.split.evaluation_ids("heldout", 1, seed=1)
+        return self.decode(self.sequences(ids)[0, :-1].tolist())

@@ -1,0 +1,88 @@
+"""Shared fixtures for gpt-tasks' tests.
+
+Helpers are handed out as fixtures rather than imported from a sibling module, so the suite
+works under any pytest import mode in the monorepo. Tasks whose splits take a second to hash
+are built once per session. No test reads the network or the user's cache: the downloader's
+`urlopen` refuses, and XDG_CACHE_HOME points into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from urllib.error import URLError
+
+import pytest
+import torch
+
+from gpt_core import GPT, GPTConfig
+from gpt_tasks import Task, get_task
+from gpt_tasks.builtin import shakespeare
+
+# A made-up alphabet: the generated corpus is random characters, never any real text.
+CORPUS_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?'\n"
+CORPUS_CHARS = 200_000
+SMALL_CHUNKS = {"chunk_size": 32, "block_size": 8}  # 6,250 chunks of the generated corpus
+
+
+def make_text(n_chars: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(CORPUS_ALPHABET) for _ in range(n_chars))
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_torch():
+    """Every test starts from the same global RNG state (model inits use the global RNG)."""
+    torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    """No download and no user cache in any test, unless a test replaces `urlopen` itself."""
+
+    def refuse(*args, **kwargs):
+        raise URLError("network disabled in the test suite")
+
+    monkeypatch.setattr(shakespeare, "urlopen", refuse)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    """A generated stand-in for tiny-shakespeare: 200,000 random characters."""
+    path = tmp_path_factory.mktemp("corpus") / "generated.txt"
+    path.write_text(make_text(CORPUS_CHARS), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sort_task() -> Task:
+    return get_task("sort")
+
+
+@pytest.fixture(scope="session")
+def addition_task() -> Task:
+    return get_task("addition")
+
+
+@pytest.fixture(scope="session")
+def modadd_task() -> Task:
+    return get_task("modadd")
+
+
+@pytest.fixture(scope="session")
+def shakespeare_task(corpus_file) -> Task:
+    """The generated corpus cut into many small chunks, so split fractions are well measured."""
+    return get_task("shakespeare", data=str(corpus_file), **SMALL_CHUNKS)
+
+
+@pytest.fixture
+def tiny_model() -> Callable[..., GPT]:
+    """tiny_model(task, **config): an untrained one-layer GPT sized for `task`."""
+
+    def make(task: Task, **config) -> GPT:
+        shape = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": task.block_size} | config
+        return GPT(GPTConfig(vocab_size=task.vocab_size, **shape))
+
+    return make

@@ -1,0 +1,141 @@
+"""The registry: discovery, parameter validation, and contained plugin failures."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from importlib.metadata import EntryPoint, version
+
+import pytest
+
+from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, TaskError, get_task, list_tasks
+
+BUILTINS = {"sort", "addition", "modadd", "shakespeare"}
+
+TASK_MODULE = """
+from gpt_tasks import hookimpl
+from gpt_tasks.builtin.sort import SortTask
+
+
+class {cls}(SortTask):
+    name = {name!r}
+
+
+@hookimpl
+def register_tasks(register):
+    {body}
+"""
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """plugin(module_name, source) -> an EntryPoint for a module written into tmp_path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written = []
+
+    def make(module: str, source: str) -> EntryPoint:
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+        written.append(module)
+        return EntryPoint(name=module, value=module, group=ENTRY_POINT_GROUP)
+
+    yield make
+    for module in written:
+        sys.modules.pop(module, None)
+
+
+def task_plugin(plugin, module: str, task_name: str, body: str = "register(Task_)") -> EntryPoint:
+    return plugin(module, TASK_MODULE.format(cls="Task_", name=task_name, body=body))
+
+
+def test_builtin_tasks_are_listed_with_their_plugin_distribution_and_version():
+    infos = {info.name: info for info in list_tasks()}
+    assert set(infos) >= BUILTINS
+    for name in BUILTINS:
+        assert (infos[name].plugin, infos[name].distribution) == ("builtin", "gpt-tasks")
+        assert infos[name].version == version("gpt-tasks")
+        assert infos[name].description
+
+
+def test_get_task_builds_sort_with_the_given_parameters():
+    task = get_task("sort", length=8)
+    assert task.params.length == 8
+    assert task.block_size == 15
+
+
+def test_unknown_parameter_is_refused_listing_the_known_ones():
+    with pytest.raises(ParamError, match="lenght") as error:
+        get_task("sort", lenght=8)
+    assert "known: heldout_fraction, length, vocab" in str(error.value)
+
+
+def test_wrongly_typed_parameter_is_refused():
+    with pytest.raises(ParamError, match="length must be an integer, got 'eight'"):
+        get_task("sort", length="eight")
+    with pytest.raises(ParamError, match="reverse must be true or false"):
+        get_task("addition", reverse="maybe")
+
+
+def test_command_line_strings_are_coerced_to_the_declared_types():
+    assert get_task("sort", length="8").params.length == 8
+    task = get_task("addition", digits="2", reverse="false", heldout_fraction="0.2")
+    assert (task.params.digits, task.params.reverse, task.params.heldout_fraction) == (2, False, 0.2)
+    assert get_task("addition", digits="2", reverse="true").params.reverse is True
+
+
+def test_invalid_value_is_refused_with_the_reason():
+    with pytest.raises(ParamError, match="length must be at least 2, got 1"):
+        get_task("sort", length=1)
+    with pytest.raises(ParamError, match="train_fraction must be in"):
+        get_task("modadd", train_fraction=1.5)
+
+
+def test_unknown_task_lists_the_available_ones():
+    with pytest.raises(TaskError, match="unknown task 'sorting'") as error:
+        get_task("sorting")
+    assert "addition, modadd" in str(error.value) and "sort" in str(error.value)
+
+
+def test_two_plugins_claiming_one_name_make_it_an_error_naming_both(plugin):
+    first = task_plugin(plugin, "gt_dup_first", "dup")
+    second = task_plugin(plugin, "gt_dup_second", "dup")
+    other = task_plugin(plugin, "gt_dup_other", "fine")
+    with pytest.warns(PluginWarning, match="'dup' is registered by both"):
+        registry = Registry(plugins=[first, second, other])
+    with pytest.raises(TaskError, match="gt_dup_first") as error:
+        registry.info("dup")
+    assert "gt_dup_second" in str(error.value)
+    assert [info.name for info in registry.tasks()] == ["fine"]  # only the contested name is lost
+
+
+def test_plugin_that_fails_to_import_is_reported_and_the_others_still_work(plugin):
+    broken = plugin("gt_broken_import", "raise RuntimeError('boom at import')\n")
+    good = task_plugin(plugin, "gt_good_a", "good_a")
+    with pytest.warns(PluginWarning, match=r"'gt_broken_import'.*failed to load: RuntimeError: boom at import"):
+        registry = Registry(plugins=[broken, good])
+    assert [info.name for info in registry.tasks()] == ["good_a"]
+    assert registry.get("good_a", length=3).params.length == 3
+
+
+def test_plugin_whose_register_raises_has_its_partial_registrations_dropped(plugin):
+    body = "register(Task_)\n    raise ValueError('half way')"
+    failing = task_plugin(plugin, "gt_half_registered", "half", body=body)
+    good = task_plugin(plugin, "gt_good_b", "good_b")
+    with pytest.warns(PluginWarning, match=r"'gt_half_registered'.*failed to register its tasks: ValueError: half way"):
+        registry = Registry(plugins=[failing, good])
+    assert [info.name for info in registry.tasks()] == ["good_b"]
+    with pytest.raises(TaskError, match="unknown task 'half'"):
+        registry.info("half")
+
+
+def test_registering_something_that_is_not_a_task_is_reported(plugin):
+    not_a_task = task_plugin(plugin, "gt_not_a_task", "unused", body="register(int)")
+    good = task_plugin(plugin, "gt_good_c", "good_c")
+    with pytest.warns(PluginWarning, match=r"'gt_not_a_task'.*register\(\) takes a gpt_tasks.Task subclass"):
+        registry = Registry(plugins=[not_a_task, good])
+    assert [info.name for info in registry.tasks()] == ["good_c"]
+
+
+def test_plugins_without_a_distribution_are_reported_as_unknown(plugin):
+    registry = Registry(plugins=[task_plugin(plugin, "gt_loose_module", "loose")])
+    info = registry.info("loose")
+    assert (info.plugin, info.distribution, info.version) == ("gt_loose_module", "unknown", "unknown")

@@ -1,0 +1,149 @@
+"""shakespeare: loading (path, cache, verified download), windows, and the loss evaluation.
+
+The tests run on generated random text; only the integration test reads the real corpus, from
+the monorepo's shared data folder, and it never puts any of its text in this file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from pathlib import Path
+from urllib.error import URLError
+
+import pytest
+import torch
+
+from gpt_core import IGNORE_INDEX
+from gpt_tasks import ParamError, get_task
+from gpt_tasks.builtin import shakespeare
+
+SHARED_CORPUS = Path(__file__).parents[3].parent / "shared/data/tinyshakespeare.txt"
+
+
+def serve(payload: bytes):
+    """A stand-in for urlopen that answers every request with `payload`."""
+
+    def urlopen(url, timeout=None):
+        assert url == shakespeare.CORPUS_URL and timeout
+        return io.BytesIO(payload)
+
+    return urlopen
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(ValueError, match=f"tiny-shakespeare file not found: {missing}"):
+        get_task("shakespeare", data=str(missing))
+
+
+def test_offline_without_a_path_says_how_to_supply_the_file(tmp_path):
+    with pytest.raises(ValueError, match="--data PATH") as error:
+        get_task("shakespeare")
+    assert "--set data=PATH" in str(error.value) and "input.txt" in str(error.value)
+    assert not (tmp_path / "xdg-cache" / "gpt-tasks" / "tinyshakespeare.txt").exists()
+
+
+def test_cache_in_xdg_cache_home_is_used_without_the_network(tmp_path, corpus_file):
+    cached = tmp_path / "xdg-cache" / "gpt-tasks" / "tinyshakespeare.txt"
+    assert shakespeare.cache_path() == cached
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(corpus_file.read_bytes())
+    assert get_task("shakespeare").vocab_size == len(set(corpus_file.read_text()))
+
+
+def test_download_with_the_wrong_sha256_is_refused_and_deleted(tmp_path, monkeypatch):
+    monkeypatch.setattr(shakespeare, "urlopen", serve(b"not the corpus\n" * 1000))
+    with pytest.raises(ValueError, match=f"expected {shakespeare.CORPUS_SHA256}"):
+        get_task("shakespeare")
+    assert list((tmp_path / "xdg-cache" / "gpt-tasks").iterdir()) == []  # neither the file nor a partial one
+
+
+def test_verified_download_lands_in_the_cache(tmp_path, monkeypatch, corpus_file):
+    payload = corpus_file.read_bytes()
+    monkeypatch.setattr(shakespeare, "CORPUS_SHA256", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(shakespeare, "urlopen", serve(payload))
+    task = get_task("shakespeare")
+    assert (tmp_path / "xdg-cache" / "gpt-tasks" / "tinyshakespeare.txt").read_bytes() == payload
+    assert task.vocab_size == len(set(payload.decode()))
+
+
+@pytest.mark.parametrize("error", [URLError("no route to host"), TimeoutError("timed out"), ConnectionRefusedError()])
+def test_network_errors_become_the_supply_it_yourself_error(monkeypatch, error):
+    def fail(url, timeout=None):
+        raise error
+
+    monkeypatch.setattr(shakespeare, "urlopen", fail)
+    with pytest.raises(ValueError, match="download failed.*--data PATH"):
+        get_task("shakespeare")
+
+
+def test_vocabulary_is_the_sorted_characters_and_round_trips(shakespeare_task, corpus_file):
+    text = corpus_file.read_text()
+    assert shakespeare_task.vocab.alphabet == "".join(sorted(set(text)))
+    sample = text[1000:1100]
+    assert shakespeare_task.decode(shakespeare_task.encode(sample)) == sample
+    with pytest.raises(ValueError, match="not in the vocabulary: '~'"):
+        shakespeare_task.encode("ab~")
+    assert shakespeare_task.token_labels(shakespeare_task.encode("a\n ")) == ["a", "\\n", " "]
+
+
+def test_batch_targets_are_the_next_characters_at_every_position(shakespeare_task, corpus_file):
+    text = corpus_file.read_text()
+    batch = shakespeare_task.batch(16, torch.Generator().manual_seed(0))
+    assert batch.inputs.shape == batch.targets.shape == (16, 8)
+    assert batch.inputs.dtype == batch.targets.dtype == torch.long
+    assert (batch.targets != IGNORE_INDEX).all()
+    for inputs, targets in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
+        start = text.find(shakespeare_task.decode(inputs))
+        assert shakespeare_task.decode(targets) == text[start + 1 : start + 9]
+
+
+def test_evaluate_reports_loss_and_bits_per_char(shakespeare_task, tiny_model):
+    model = tiny_model(shakespeare_task)
+    sampled = shakespeare_task.evaluate(model, "heldout", "cpu", limit=50)
+    assert sampled["examples"] == 50
+    assert sampled["loss"] == pytest.approx(math.log(shakespeare_task.vocab_size), abs=0.1)  # untrained
+    assert sampled["bits_per_char"] == pytest.approx(sampled["loss"] / math.log(2))
+    assert shakespeare_task.evaluate(model, "heldout", "cpu", limit=50) == sampled  # a fixed sample
+
+
+def test_full_evaluation_uses_every_non_overlapping_window_of_the_split(shakespeare_task, tiny_model):
+    chunks = shakespeare_task.chunks("heldout")
+    expected = int(((shakespeare_task.chunk_lengths[chunks] - 1) // 8).sum())  # 3 windows per 32-char chunk
+    starts = shakespeare_task.evaluation_starts("heldout", None)
+    assert len(starts) == expected == 3 * len(chunks)
+    assert (starts.diff() > 0).all()
+    metrics = shakespeare_task.evaluate(tiny_model(shakespeare_task), "heldout", "cpu")
+    assert metrics["examples"] == expected and metrics["loss"] > 0
+
+
+def test_prompts_encode_and_attention_example_opens_the_first_heldout_chunk(shakespeare_task, corpus_file):
+    text = corpus_file.read_text()
+    for prompt in shakespeare_task.example_prompts():
+        shakespeare_task.encode(prompt)
+    first = int(shakespeare_task.chunks("heldout")[0])
+    assert shakespeare_task.attention_example() == text[first * 32 : first * 32 + 8]
+
+
+def test_too_short_a_text_for_both_splits_is_refused(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("abcdefghij" * 10)
+    with pytest.raises(ValueError, match="no (train|heldout) chunk"):
+        get_task("shakespeare", data=str(path))
+
+
+def test_bad_params_are_refused():
+    with pytest.raises(ParamError, match="chunk_size"):
+        get_task("shakespeare", block_size=64, chunk_size=64)
+
+
+@pytest.mark.skipif(not SHARED_CORPUS.is_file(), reason=f"tiny-shakespeare not present at {SHARED_CORPUS}")
+def test_the_real_corpus_has_65_characters_and_a_tenth_of_its_chunks_held_out():
+    task = get_task("shakespeare", data=str(SHARED_CORPUS))
+    assert task.vocab_size == 65
+    assert len(task.chunk_starts) == 1090
+    assert abs(float(task.heldout.float().mean()) - 0.1) < 0.01
+    assert len(task.attention_example()) == 64
+    assert all(set(prompt) <= set(task.vocab.alphabet) for prompt in task.example_prompts())

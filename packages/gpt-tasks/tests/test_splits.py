@@ -1,0 +1,147 @@
+"""Hash splits: the same on every process and machine, disjoint, of the nominal size, and respected
+by training batches. Each example's side is recomputed here from its documented canonical bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from gpt_core import IGNORE_INDEX
+from gpt_tasks import get_task, is_heldout, unit_hash
+
+SMALL_CHUNKS = {"chunk_size": 32, "block_size": 8}  # as in conftest
+
+DIGEST_SCRIPT = textwrap.dedent(
+    """
+    import hashlib, json, sys
+    from gpt_tasks import get_task
+
+    def digest(ids):
+        return hashlib.sha256(ids.numpy().tobytes()).hexdigest()
+
+    small = {"chunk_size": 32, "block_size": 8}
+    out = {name: digest(get_task(name).split.ids("heldout")) for name in ("sort", "addition", "modadd")}
+    out["shakespeare"] = digest(get_task("shakespeare", data=sys.argv[1], **small).chunks("heldout"))
+    print(json.dumps(out))
+    """
+)
+
+
+def digest(ids: torch.Tensor) -> str:
+    return hashlib.sha256(ids.numpy().tobytes()).hexdigest()
+
+
+def test_unit_hash_is_pinned():
+    assert unit_hash(b"\x01\x02", b"sort") == 0.06251066624361806
+    assert unit_hash(b"\x01\x02", b"other") != unit_hash(b"\x01\x02", b"sort")
+
+
+def test_splits_are_identical_across_processes_and_hash_seeds(
+    corpus_file, sort_task, addition_task, modadd_task, shakespeare_task
+):
+    command = [sys.executable, "-c", DIGEST_SCRIPT, str(corpus_file)]
+    processes = [
+        subprocess.Popen(command, env=os.environ | {"PYTHONHASHSEED": seed}, stdout=subprocess.PIPE, text=True)
+        for seed in ("1", "2")
+    ]
+    outputs = []
+    for process in processes:
+        stdout, _ = process.communicate(timeout=120)
+        assert process.returncode == 0
+        outputs.append(json.loads(stdout))
+    here = {
+        "sort": digest(sort_task.split.ids("heldout")),
+        "addition": digest(addition_task.split.ids("heldout")),
+        "modadd": digest(modadd_task.split.ids("heldout")),
+        "shakespeare": digest(shakespeare_task.chunks("heldout")),
+    }
+    assert outputs[0] == outputs[1] == here
+
+
+@pytest.mark.parametrize("name", ["sort", "addition", "modadd"])
+def test_train_and_heldout_partition_the_example_space(name, request):
+    task = request.getfixturevalue(f"{name}_task")
+    train, heldout = set(task.split.ids("train").tolist()), set(task.split.ids("heldout").tolist())
+    assert not train & heldout
+    assert len(train) + len(heldout) == task.split.size
+
+
+def test_shakespeare_train_and_heldout_chunks_partition_the_text(shakespeare_task):
+    train, heldout = set(shakespeare_task.chunks("train").tolist()), set(shakespeare_task.chunks("heldout").tolist())
+    assert not train & heldout
+    assert train | heldout == set(range(len(shakespeare_task.chunk_starts)))
+
+
+def test_sort_heldout_count_is_pinned(sort_task):
+    assert sort_task.split.count("heldout") == 250_050  # of 10^6: 25.005%
+
+
+@pytest.mark.parametrize(("name", "nominal"), [("sort", 0.25), ("addition", 0.1), ("modadd", 0.7)])
+def test_heldout_fraction_is_within_a_point_of_nominal(name, nominal, request):
+    task = request.getfixturevalue(f"{name}_task")
+    assert abs(task.split.count("heldout") / task.split.size - nominal) < 0.01
+
+
+def test_modadd_holds_out_one_minus_train_fraction_of_the_pairs(modadd_task):
+    assert modadd_task.split.size == 113 * 113
+    assert abs(modadd_task.split.count("train") / 12769 - 0.3) < 0.01
+
+
+def test_shakespeare_heldout_fraction_of_chunks_is_within_a_point_of_nominal(shakespeare_task):
+    assert len(shakespeare_task.chunk_starts) == 6250
+    assert abs(float(shakespeare_task.heldout.float().mean()) - 0.1) < 0.01
+
+
+def test_sampled_split_draws_only_from_its_own_side():
+    task = get_task("addition", digits=5)  # 10^10 pairs: sampled, never listed
+    assert not task.split.enumerated
+    generator = torch.Generator().manual_seed(0)
+    for split, wanted in (("train", False), ("heldout", True)):
+        ids = task.split.sample(split, 300, generator)
+        a, b = (ids // 10**5).tolist(), (ids % 10**5).tolist()
+        sides = {is_heldout(bytes(map(int, f"{x:05d}{y:05d}")), 0.1, b"addition") for x, y in zip(a, b, strict=True)}
+        assert sides == {wanted}
+
+
+def batches(task, n_batches: int = 4, size: int = 256):
+    generator = torch.Generator().manual_seed(7)
+    return [task.batch(size, generator) for _ in range(n_batches)]
+
+
+def test_sort_training_batches_never_contain_a_heldout_example(sort_task):
+    for batch in batches(sort_task):
+        runs = batch.inputs[:, :6].tolist()  # one byte per symbol is the canonical encoding
+        assert not any(is_heldout(bytes(run), 0.25, b"sort") for run in runs)
+
+
+def test_addition_training_batches_never_contain_a_heldout_example(addition_task):
+    for batch in batches(addition_task):
+        for row in batch.inputs.tolist():
+            operands = row[0:3] + row[4:7]  # a's digits, then b's (skipping "+")
+            assert not is_heldout(bytes(operands), 0.1, b"addition")
+
+
+def test_modadd_training_batches_never_contain_a_heldout_example(modadd_task):
+    for batch in [*batches(modadd_task, size=500), modadd_task.batch(10**6, torch.Generator())]:
+        for a, b, _ in batch.inputs.tolist():
+            assert not is_heldout(a.to_bytes(2, "big") + b.to_bytes(2, "big"), 0.7, b"modadd")
+
+
+def test_shakespeare_training_windows_lie_inside_training_chunks(shakespeare_task, corpus_file):
+    text = corpus_file.read_text(encoding="utf-8")
+    size = SMALL_CHUNKS["chunk_size"]
+    for batch in batches(shakespeare_task, size=64):
+        assert (batch.targets != IGNORE_INDEX).all()
+        for inputs, targets in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
+            window = shakespeare_task.decode(inputs + targets[-1:])
+            start = text.find(window)  # random text: each window occurs once
+            chunk = start // size
+            assert start + len(window) <= (chunk + 1) * size  # wholly inside one chunk
+            assert not is_heldout(text[chunk * size : (chunk + 1) * size].encode(), 0.1, b"shakespeare")
