@@ -50,7 +50,21 @@ def main() -> None:
         for picture in path.read_text().split("](")[1:]:
             file = ctx.out / picture.split(")")[0]
             assert file.is_file() and file.stat().st_size > 1000, f"{name}: picture {file} missing or empty"
-    print(f"all {len(chosen)} experiments done in {time.perf_counter() - start:.0f} s; reports in {ctx.out}")
+    index = write_index(ctx.out)
+    print(f"all {len(chosen)} experiments done in {time.perf_counter() - start:.0f} s; results in {index}")
+
+
+def write_index(out: Path) -> Path:
+    """results.md: every report present in `out`, in the experiments' order (earlier runs' reports included)."""
+    parts = [(out / f"{name}.md").read_text() for name in EXPERIMENTS if (out / f"{name}.md").is_file()]
+    header = (
+        "# Results\n\nEvery number and picture below was written by `python experiments/run_all.py` "
+        "(one section per experiment; `--only NAME` reruns one). Each section gives the commands, the machine "
+        "and the wall time.\n\n"
+    )
+    index = out / "results.md"
+    index.write_text(header + "\n".join(parts))
+    return index
 
 
 if __name__ == "__main__":

@@ -87,12 +87,14 @@ class SortTask(PromptAnswerTask):
         return torch.cat((digits, digits.sort(dim=1).values), dim=1)
 
     def defaults(self) -> TrainDefaults:
+        # Measured on 2 CPU cores: 2,000 steps decaying to 3e-4 left 229 of 250,050 held-out sequences wrong
+        # (runs of repeated digits); 3,000 steps decaying to 1e-4 left 3.
         return TrainDefaults(
             model={"n_layer": 3, "n_head": 4, "n_embd": 64, "dropout": 0.0, "pos": "learned"},
-            steps=2000,
+            steps=3000,
             batch_size=128,
             lr=3e-3,
-            min_lr=3e-4,
+            min_lr=1e-4,
             warmup_steps=100,
             weight_decay=0.1,
             eval_every=250,
