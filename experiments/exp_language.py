@@ -33,7 +33,7 @@ def run(ctx: Context):
         "--prompt",
         "ROMEO:",
         "--prompt",
-        "First Citizen:",
+        "JULIET:",
         "--max-new-tokens",
         "300",
         "--temperature",
@@ -47,7 +47,7 @@ def run(ctx: Context):
     body += "\n\nSamples (temperature 0.8, top-k 20, seed 0):\n\n```\n" + samples.strip() + "\n```\n\n"
     body += copy_picture(ctx, result.run_dir / "curves.png", "shakespeare_curves.png")
     train_command = "gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt"
-    sample_command = "gpt-train sample RUN_DIR --prompt ROMEO: --prompt 'First Citizen:' --max-new-tokens 300"
+    sample_command = "gpt-train sample RUN_DIR --prompt ROMEO: --prompt JULIET: --max-new-tokens 300"
     commands = [
         " ".join([train_command, *(quick if ctx.quick else [])]),
         sample_command + " --temperature 0.8 --top-k 20",

@@ -34,7 +34,7 @@ CACHE_NAME = "tinyshakespeare.txt"
 DOWNLOAD_TIMEOUT = 15.0  # seconds
 EVAL_BATCH = 256  # windows per forward pass
 SALT = b"shakespeare"
-PROMPTS = ("ROMEO:", "JULIET:", "KING RICHARD III:", "First Citizen:")
+PROMPTS = ("ROMEO:", "JULIET:", "KING RICHARD III:", "MENENIUS:")
 _LABELS = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 HOW_TO_SUPPLY = (
