@@ -132,3 +132,11 @@ def test_eval_set_of_a_model_key_is_refused(cli, tiny_run):
 
 def test_sample_prompt_outside_the_vocabulary(cli, tiny_run):
     assert_one_line_error(cli("sample", tiny_run, "--prompt", "12x4"), "not in the vocabulary")
+
+
+def test_compile_without_a_cpu_compiler_is_explained(cli, tmp_path, monkeypatch):
+    import gpt_train.trainer
+
+    monkeypatch.setattr(gpt_train.trainer.shutil, "which", lambda name: None)
+    result = cli(*TINY, "--compile", "--out", tmp_path / "run")
+    assert_one_line_error(result, "--compile on CPU needs a C++ compiler")

@@ -131,6 +131,7 @@ class Trainer:
         self.step, self.elapsed_before = 0, 0.0
         if resume:
             self._restore(load_checkpoint(run_dir / CHECKPOINT_NAME, config.task))
+        self.first_step = self.step  # where this process started: compilation happens on its first step
         self.metrics = MetricsLog(run_dir / METRICS_NAME, self.step if resume else None) if rank.is_main else None
         self.forward = self._training_forward()
 
@@ -181,13 +182,7 @@ class Trainer:
             group["lr"] = lr
         self.data_rng.manual_seed(self._batch_seed(step))
         batch = self.task.batch(s.batch_size, self.data_rng).to(self.device)
-        try:
-            _, loss = self.forward(batch.inputs, batch.targets)
-        except Exception as error:
-            if s.compile and step == self.step:
-                first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise UserError(f"torch.compile failed: {first_line}") from None
-            raise
+        _, loss = self.forward(batch.inputs, batch.targets)
         loss_value, stop = self.rank.mean_and_any(loss.item(), self.stop.requested, self.device)
         if not math.isfinite(loss_value):
             return loss_value, stop
@@ -197,6 +192,17 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
         self.optimizer.step()
         return loss_value, stop
+
+    def _first_step_checked(self, step: int) -> tuple[float, bool]:
+        """A train step; on the first one under --compile (where compilation happens, forward and
+        backward) a compiler failure becomes a one-line error instead of a traceback."""
+        if not (self.settings.compile and step == self.first_step):
+            return self._train_step(step)
+        try:
+            return self._train_step(step)
+        except Exception as error:
+            text = str(error).strip()
+            raise UserError(f"torch.compile failed: {text.splitlines()[0] if text else type(error).__name__}") from None
 
     def _evaluate(self, limit: int | None, splits) -> dict[str, float]:
         metrics = {}
@@ -216,7 +222,7 @@ class Trainer:
         self.model.train()
         with self.stop.installed(), bar:
             while self.step < s.steps:
-                loss, stop_requested = self._train_step(self.step)
+                loss, stop_requested = self._first_step_checked(self.step)
                 if not math.isfinite(loss):
                     self._diverged(loss)
                 self.step += 1
