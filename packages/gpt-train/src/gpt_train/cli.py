@@ -17,7 +17,7 @@ from gpt_train.distributed import Rank
 from gpt_train.errors import UserError
 from gpt_train.pictures import write_pictures
 from gpt_train.runs import default_run_dir, load_run, prepare_run_dir
-from gpt_train.trainer import Trainer
+from gpt_train.trainer import Trainer, check_compiler
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
@@ -90,7 +90,7 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
     if resume is not None:
         config, task, run_dir = _resumed_run(resume, task_name, flags, assignments, data, force)
     else:
-        config, task, run_dir = _new_run(task_name, flags, assignments, data, out, force, rank)
+        config, task, run_dir = _new_run(task_name, flags, assignments, data, out, force, rank, target)
     rank.init(target)
     try:
         trainer = Trainer(config, task, run_dir, target, rank=rank, quiet=quiet, resume=resume is not None)
@@ -105,13 +105,15 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
         rank.shutdown()
 
 
-def _new_run(task_name, flags, assignments, data, out, force, rank: Rank):
+def _new_run(task_name, flags, assignments, data, out, force, rank: Rank, device: torch.device):
     if task_name is None:
         raise UserError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
     if data is not None:
         assignments = (*assignments, f"data={data}")
     _check_positive(flags)
     config, task = resolve_run_config(task_name, flags, assignments)
+    if config.train.compile:
+        check_compiler(device)  # before anything is written
     run_dir = out if out is not None else default_run_dir(task_name)
     if rank.is_main:
         prepare_run_dir(run_dir, force)
