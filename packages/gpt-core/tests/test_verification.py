@@ -108,3 +108,11 @@ def test_seeded_reports_use_identical_inputs(monkeypatch):
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     c = _first_inputs(monkeypatch, seed=4)
     assert not torch.equal(a[0], c[0])
+
+
+def test_seeded_report_is_reproducible_and_leaves_the_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = verification_report(F, seed=5)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert verification_report(F, seed=5) == first
