@@ -41,13 +41,24 @@ def _blocked(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu_(n_keys - n_queries + 1)
 
 
+def _blocked_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
+    """The cached mask in eager mode; under torch.compile the mask is built in the graph instead,
+    where the compiler folds it into the kernel and a Python-level cache would only be traced through."""
+    if _is_compiling():
+        return ~causal_mask(n_queries, n_keys, device)
+    return _blocked(n_queries, n_keys, device)
+
+
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
         scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         n_queries, n_keys = scores.shape[-2:]
         if causal and n_queries > 1:
-            scores.masked_fill_(_blocked(n_queries, n_keys, scores.device), float("-inf"))
+            scores.masked_fill_(_blocked_mask(n_queries, n_keys, scores.device), float("-inf"))
         probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
         probs.div_(probs.sum(dim=-1, keepdim=True))
         if dropout_p > 0.0:
