@@ -7,7 +7,7 @@ from gpt_core.kv_cache import KVCache
 from gpt_core.layers import GELU, MLP, Embedding, LayerNorm, Linear
 from gpt_core.model import GPT, POSITION_ENCODINGS, Block, GPTConfig
 from gpt_core.rope import RotaryEmbedding
-from gpt_core.verification import Row, format_report, verification_report
+from gpt_core.verification import REFERENCE_SIGNATURES, Row, format_report, verification_report
 
 __all__ = [
     "GELU",
@@ -15,6 +15,7 @@ __all__ = [
     "IGNORE_INDEX",
     "MLP",
     "POSITION_ENCODINGS",
+    "REFERENCE_SIGNATURES",
     "Block",
     "Embedding",
     "GPTConfig",

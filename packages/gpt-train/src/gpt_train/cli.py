@@ -290,19 +290,20 @@ def verify(seed: int | None, tolerance: float) -> None:
     """Check every hand-written piece against the PyTorch built-in it replaces.
 
     Runs each component (Linear, Embedding, LayerNorm, GELU, softmax, cross-entropy, attention in
-    three masking cases) and its PyTorch twin on the same random float64 inputs, and prints the
-    largest difference of outputs and of gradients; also KV-cache decoding vs a full forward.
+    three masking cases) and its PyTorch built-in (F.linear, F.embedding, F.layer_norm, F.gelu with
+    approximate="tanh", torch.softmax, torch.log_softmax, F.cross_entropy,
+    F.scaled_dot_product_attention) on the same random float64 inputs, and prints the largest
+    difference of outputs and of gradients; also KV-cache decoding vs a full forward.
     Exits 1 if any difference exceeds the tolerance.
 
     \b
     Example:
       gpt-train verify
     """
-    import torch.nn.functional as F  # the reference: gpt-core itself never imports it
-
     from gpt_core import format_report, verification_report
+    from gpt_train.verify import TORCH_LABELS, torch_references
 
-    rows = verification_report(F, seed=seed)
+    rows = verification_report(torch_references(), seed=seed, labels=TORCH_LABELS)
     click.echo(format_report(rows))
     worst = max(max(r.forward, r.grad or 0.0) for r in rows)
     if worst > tolerance:
