@@ -141,3 +141,9 @@ def test_compile_without_a_cpu_compiler_is_explained(cli, tmp_path, monkeypatch)
     result = cli(*TINY, "--compile", "--out", tmp_path / "run")
     assert_one_line_error(result, "--compile on CPU needs a C++ compiler")
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_of_a_finished_run_is_refused(cli, tiny_run):
+    before = snapshot(tiny_run)
+    assert_one_line_error(cli("run", "--resume", tiny_run), "already finished (30 of 30 steps)")
+    assert snapshot(tiny_run) == before

@@ -214,6 +214,8 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         """Train to the configured number of steps; returns the final metrics."""
         s = self.settings
+        if self.step >= s.steps:
+            raise UserError(f"the run in {self.run_dir} already finished ({self.step} of {s.steps} steps)")
         start = time.perf_counter()
         elapsed = lambda: self.elapsed_before + time.perf_counter() - start
         bar = tqdm(total=s.steps, initial=self.step, disable=self.quiet, desc=self.config.task, dynamic_ncols=True)
