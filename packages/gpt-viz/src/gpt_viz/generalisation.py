@@ -21,6 +21,8 @@ def length_generalisation(
     results: Mapping[str, Mapping[int, Score]],
     title: str = "accuracy by evaluation length",
     ylabel: str = "accuracy",
+    xlabel: str = "evaluation length",
+    legend_title: str = "position encoding",
 ) -> Figure:
     """Grouped bars: one group per evaluation length, one bar per position encoding.
 
@@ -28,7 +30,8 @@ def length_generalisation(
     ``None`` (or a length the encoding lacks) means "not applicable", e.g.
     learned positions cannot run past their table; it is drawn as an "n/a"
     label at the bar's place so it cannot be mistaken for an accuracy of 0.
-    Lengths may be ints or numeric strings (JSON object keys).
+    Lengths may be ints or numeric strings (JSON object keys). `xlabel` and
+    `legend_title` let the same grouped bars show other sweeps (batch sizes, say).
     """
     if not results:
         raise VizError("results mapping is empty; expected {encoding: {length: (mean, std) or None}}")
@@ -46,12 +49,12 @@ def length_generalisation(
         _draw_encoding(ax, lengths, by_length, offset, bar_width, f"C{index}", top)
     ax.set_xticks(range(len(lengths)), [str(length) for length in lengths])
     ax.set_ylim(0.0, top)
-    ax.set_xlabel("evaluation length")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     legend_handles = [Patch(color=f"C{i}", label=name) for i, name in enumerate(scores)]
-    ax.legend(handles=legend_handles, title="position encoding", loc="best")
+    ax.legend(handles=legend_handles, title=legend_title, loc="best")
     return figure
 
 
