@@ -84,3 +84,10 @@ def test_prompts_and_attention_example_are_heldout_text(sort_task):
 
 def is_heldout_run(text: str) -> bool:
     return is_heldout(bytes(int(ch) for ch in text), 0.25, b"sort")
+
+
+def test_example_space_must_fit_int64():
+    from gpt_tasks import ParamError, get_task
+
+    with pytest.raises(ParamError, match="2\\*\\*62"):
+        get_task("sort", length=40)

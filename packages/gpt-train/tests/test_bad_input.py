@@ -147,3 +147,9 @@ def test_resume_of_a_finished_run_is_refused(cli, tiny_run):
     before = snapshot(tiny_run)
     assert_one_line_error(cli("run", "--resume", tiny_run), "already finished (30 of 30 steps)")
     assert snapshot(tiny_run) == before
+
+
+def test_missing_data_file_is_one_line(cli, tmp_path):
+    result = cli("run", "--task", "shakespeare", "--data", tmp_path / "nowhere.txt", "--out", tmp_path / "run")
+    assert_one_line_error(result, "task 'shakespeare'", "nowhere.txt")
+    assert not (tmp_path / "run").exists()

@@ -115,6 +115,8 @@ def make_task(name: str, params: dict[str, Any]) -> Task:
         return get_task(name, **params)
     except (TaskError, ParamError) as error:
         raise UserError(str(error).strip("'\"")) from None
+    except (ValueError, OSError) as error:  # the task's own construction: a missing data file, say
+        raise UserError(f"task {name!r}: {error}") from None
 
 
 def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -31,6 +31,10 @@ class SortParams:
             raise ValueError(f"vocab must be between 2 and {len(DIGITS)}, got {self.vocab}")
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if self.vocab**self.length >= 2**62:
+            raise ValueError(
+                f"vocab ** length must stay below 2**62 (int64 example numbers), got {self.vocab}**{self.length}"
+            )
 
 
 def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
