@@ -153,3 +153,14 @@ def test_missing_data_file_is_one_line(cli, tmp_path):
     result = cli("run", "--task", "shakespeare", "--data", tmp_path / "nowhere.txt", "--out", tmp_path / "run")
     assert_one_line_error(result, "task 'shakespeare'", "nowhere.txt")
     assert not (tmp_path / "run").exists()
+
+
+def test_unwritable_output_directory(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert_one_line_error(cli(*TINY, "--out", blocker / "run"), "cannot use", "as a run directory")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_sample_with_an_empty_prompt(cli, tiny_run):
+    assert_one_line_error(cli("sample", tiny_run, "--prompt", ""), "--prompt must not be empty")

@@ -268,6 +268,8 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
     task = config.build_task()
     generator = torch.Generator(device=target).manual_seed(seed)
     for text in prompt or task.example_prompts():
+        if not text:
+            raise UserError("--prompt must not be empty")
         try:
             ids = torch.tensor([task.encode(text)], device=target)
         except ValueError as error:

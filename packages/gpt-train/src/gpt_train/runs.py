@@ -40,9 +40,12 @@ def prepare_run_dir(path: Path, force: bool) -> None:
         raise UserError(
             f"{path} already holds a run ({existing[0]}); continue it with --resume {path} or replace it with --force"
         )
-    for name in existing:
-        (path / name).unlink()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        for name in existing:
+            (path / name).unlink()
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot use {path} as a run directory: {error.strerror or error}") from None
 
 
 def load_run(run_dir: Path, device: torch.device) -> tuple[RunConfig, GPT]:
