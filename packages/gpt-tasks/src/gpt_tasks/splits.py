@@ -1,6 +1,6 @@
 """Stable train / held-out splits by hashing a canonical encoding of each example.
 
-Python's built-in `hash()` is salted per process, so a split built on it would move between
+Python's built-in hash function is salted per process, so a split built on it would move between
 runs; blake2b of the example's bytes gives every example the same side on every machine.
 """
 
