@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from gpt_train.errors import UserError
 
@@ -78,10 +78,9 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     if not path.is_file():
         raise UserError(f"no checkpoint at {path}")
     try:
-        tensors = load_file(str(path))
-        with open(path, "rb") as handle:
-            header_len = int.from_bytes(handle.read(8), "little")
-            meta = json.loads(handle.read(header_len)).get("__metadata__") or {}
+        with safe_open(str(path), framework="pt") as archive:
+            meta = archive.metadata() or {}
+            tensors = {name: archive.get_tensor(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
     except (SafetensorError, OSError, ValueError) as error:
         raise UserError(f"checkpoint {path} is truncated or corrupted ({error})") from None
     if "sha256" not in meta or _digest(tensors) != meta["sha256"]:

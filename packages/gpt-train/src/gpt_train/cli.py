@@ -11,6 +11,7 @@ import click
 import torch
 
 from gpt_core import generate
+from gpt_tasks.registry import default_registry
 from gpt_train.config import RunConfig, parse_assignments, resolve_run_config, split_assignments
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
@@ -219,7 +220,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
     """
     target = resolve_device(device)
     config, model = load_run(run_dir, target)
-    task_class = type(config.build_task())
+    task_class = default_registry().info(config.task).task_class  # the task is built once, below
     task_sets, model_sets, train_sets = split_assignments(parse_assignments(assignments), task_class)
     if model_sets or train_sets:
         raise UserError(f"eval --set takes task parameters only, not {', '.join(sorted({**model_sets, **train_sets}))}")
