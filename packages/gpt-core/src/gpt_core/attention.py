@@ -23,6 +23,9 @@ from gpt_core.rope import RotaryEmbedding
 if TYPE_CHECKING:
     from gpt_core.kv_cache import KVCache
 
+_LOG2_E = math.log2(math.e)
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
     """Boolean (n_queries, n_keys) mask, True where attention is allowed.
@@ -35,31 +38,36 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril_(offset)
 
 
-@functools.lru_cache(maxsize=64)
-def _blocked(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """The complement of `causal_mask` (True where attention is not allowed), built once per shape."""
-    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).triu_(n_keys - n_queries + 1)
+def _causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """`causal_mask` as an additive (n_queries, n_keys) bias: 0 where allowed, -inf where not.
+
+    Adding it to the scores is one cheap elementwise pass, where masked_fill with a broadcast
+    boolean mask measured ~9x slower on CPU. In eager mode the bias is built once per shape.
+    """
+    if _is_compiling():  # in the graph, where the compiler folds it into the kernel
+        return _new_causal_bias(n_queries, n_keys, device, dtype)
+    return _cached_causal_bias(n_queries, n_keys, device, dtype)
 
 
-def _blocked_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """The cached mask in eager mode; under torch.compile the mask is built in the graph instead,
-    where the compiler folds it into the kernel and a Python-level cache would only be traced through."""
-    if _is_compiling():
-        return ~causal_mask(n_queries, n_keys, device)
-    return _blocked(n_queries, n_keys, device)
+def _new_causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    blocked = ~causal_mask(n_queries, n_keys, device)
+    return torch.zeros(n_queries, n_keys, device=device, dtype=dtype).masked_fill_(blocked, float("-inf"))
 
 
-_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+_cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
-        scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+        # Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs several times faster
+        # than exp on CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so
+        # the log2(e) factor rides on the scale at no cost.
+        scores = (q * (scale * _LOG2_E)) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         n_queries, n_keys = scores.shape[-2:]
         if causal and n_queries > 1:
-            scores.masked_fill_(_blocked_mask(n_queries, n_keys, scores.device), float("-inf"))
-        probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+            scores.add_(_causal_bias(n_queries, n_keys, scores.device, scores.dtype))
+        probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp2_()
         probs.div_(probs.sum(dim=-1, keepdim=True))
         if dropout_p > 0.0:
             keep = (torch.rand_like(probs) >= dropout_p).to(probs.dtype)
@@ -70,19 +78,21 @@ class _Attention(torch.autograd.Function):
             keep = None
             out = probs @ v  # (B, H, Tq, d)
         ctx.scale = scale
-        ctx.save_for_backward(q, k, v, probs, keep)
+        ctx.save_for_backward(q, k, v, probs, keep, out)
         ctx.mark_non_differentiable(probs)
         return out, probs
 
     @staticmethod
     def backward(ctx, d_out: Tensor, _d_probs: Tensor):
-        q, k, v, probs, keep = ctx.saved_tensors
+        q, k, v, probs, keep, out = ctx.saved_tensors
         dropped = probs if keep is None else probs * keep
         d_v = dropped.transpose(-2, -1) @ d_out
         d_probs = d_out @ v.transpose(-2, -1)
         if keep is not None:
             d_probs = d_probs * keep
-        d_scores = d_probs.sub_((d_probs * probs).sum(dim=-1, keepdim=True)).mul_(probs).mul_(ctx.scale)
+        # rowsum(dP * P) = rowsum(dO * O): the same numbers from a (Tq, d) product instead of a (Tq, Tk) one
+        rows = torch.linalg.vecdot(d_out, out).unsqueeze(-1)  # (B, H, Tq, 1)
+        d_scores = d_probs.sub_(rows).mul_(probs).mul_(ctx.scale)
         d_q = d_scores @ k
         d_k = d_scores.transpose(-2, -1) @ q
         return d_q, d_k, d_v, None, None, None
