@@ -79,12 +79,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--eager-only", action="store_true")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     args = parser.parse_args()
     peak = matmul_peak_gflops()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 matmul peak {peak:.0f} GFLOP/s\n")
     rows = []
     for compile_ in (False,) if args.eager_only else (False, True):
-        for name in CONFIGS:
+        for name in args.configs:
             rows.append(measure(name, compile_, args.rounds, peak))
     header = ["config", "mode", "hand ms", "built-in ms", "ratio", "model GFLOP/s", "of peak", "warmup s",
               "peak RSS MiB"]  # fmt: skip

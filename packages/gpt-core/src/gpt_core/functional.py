@@ -51,16 +51,21 @@ class _LayerNorm(torch.autograd.Function):
 
     Backward, with xhat the normalised input and g = dy * weight:
         dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-    so only xhat and rstd are kept from the forward. The variance is the mean of the squared
-    centred values rather than torch.var_mean, whose Welford kernel measured ~50x slower than
-    two plain means on rows of 64-128 features.
+    The two row means are matrix-vector products, mean(g) = dy @ weight / C and
+    mean(g * xhat) = (dy * xhat) @ weight / C, and dy * xhat is needed anyway for the weight's
+    gradient: so the backward allocates two (N, C) buffers and the forward two (xhat and y).
+    On CPU each fresh buffer costs page faults, which is most of what a row of 64-128 features
+    costs. The variance comes from the norm of the centred rows (one reduction, no scratch
+    buffer); torch.var_mean's Welford kernel measured ~50x slower on such rows.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
-        centred = x - x.mean(dim=-1, keepdim=True)
-        rstd = (centred * centred).mean(dim=-1, keepdim=True).add_(eps).rsqrt_()
-        xhat = centred.mul_(rstd)
+        width = x.shape[-1]
+        xhat = x - x.mean(dim=-1, keepdim=True)  # centred, normalised in place below
+        norm = torch.linalg.vector_norm(xhat, dim=-1, keepdim=True)  # sqrt(width * var)
+        rstd = norm.square_().div_(width).add_(eps).rsqrt_()
+        xhat.mul_(rstd)
         ctx.save_for_backward(xhat, rstd, weight)
         ctx.has_bias = bias is not None
         return torch.addcmul(bias, xhat, weight) if bias is not None else xhat * weight
@@ -68,11 +73,13 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: Tensor):
         xhat, rstd, weight = ctx.saved_tensors
-        g = dy * weight
-        projection = (g * xhat).mean(dim=-1, keepdim=True)
-        dx = torch.addcmul(g, xhat, projection, value=-1.0).sub_(g.mean(dim=-1, keepdim=True)).mul_(rstd)
-        rows = (-1, dy.shape[-1])  # sum the parameter gradients over every leading dimension
-        dweight = (dy * xhat).reshape(rows).sum(dim=0)
+        width = dy.shape[-1]
+        dy_xhat = dy * xhat
+        mean_g = (dy @ weight).unsqueeze(-1).mul_(rstd / width)  # rstd * mean(g), (..., 1)
+        mean_g_xhat = (dy_xhat @ weight).unsqueeze(-1).mul_(rstd / width)  # rstd * mean(g * xhat)
+        dx = (dy * weight).mul_(rstd).sub_(mean_g).addcmul_(xhat, mean_g_xhat, value=-1.0)
+        rows = (-1, width)  # sum the parameter gradients over every leading dimension
+        dweight = dy_xhat.reshape(rows).sum(dim=0)
         dbias = dy.reshape(rows).sum(dim=0) if ctx.has_bias else None
         return dx, dweight, dbias, None
 

@@ -29,7 +29,11 @@ class Linear(nn.Module):
 
 
 class Embedding(nn.Module):
-    """A lookup table: row i of the weight is the vector for id i."""
+    """A lookup table: row i of the weight is the vector for id i.
+
+    index_select rather than weight[ids]: its backward is an index_add, which measured ~8x faster on
+    CPU than the accumulating index_put behind advanced indexing, for the same gradient.
+    """
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
         super().__init__()
@@ -37,7 +41,8 @@ class Embedding(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, ids: Tensor) -> Tensor:
-        return self.weight[ids]  # (*ids.shape, D)
+        rows = self.weight.index_select(0, ids.reshape(-1))  # (N, D)
+        return rows.view(*ids.shape, self.weight.shape[1])  # (*ids.shape, D)
 
 
 class LayerNorm(nn.Module):
