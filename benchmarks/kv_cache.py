@@ -4,9 +4,14 @@
     python benchmarks/kv_cache.py --batches 1     # quicker
 
 Models: a 6-layer, 6-head, 384-dim, block-256 GPT (prompt of 1 token, 255 new ones, filling the
-block) and the sort model (3 layers, 4 heads, 64 dims; prompt of 6 digits, 6 new tokens, as in
+block) and the sort model (2 layers, 4 heads, 64 dims; prompt of 6 digits, 6 new tokens, as in
 its evaluation). Weights are random: speed does not depend on what was learned, and greedy
 decoding of the same weights must give the same tokens either way.
+
+The last columns bound what a cache can give here. "weights floor" is one pass of matrix-vector
+(batch x in) @ W^T products over every weight matrix of the model, nothing else: a cached step at
+batch 1 must read every weight once per token, so it cannot beat this time, and "ceiling" is the
+uncached time per token divided by it.
 """
 
 from __future__ import annotations
@@ -21,11 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import peak_rss_mib, print_table  # noqa: E402
 
-from gpt_core import GPT, GPTConfig, generate  # noqa: E402
+from gpt_core import GPT, GPTConfig, Linear, generate  # noqa: E402
 
 MODELS = {
     "6L-6H-384d, block 256": (GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384), 1),
-    "sort (3L-4H-64d)": (GPTConfig(vocab_size=10, block_size=11, n_layer=3, n_head=4, n_embd=64), 6),
+    "sort (2L-4H-64d)": (GPTConfig(vocab_size=10, block_size=11, n_layer=2, n_head=4, n_embd=64), 6),
 }
 
 
@@ -40,6 +45,23 @@ def timed_generate(model: GPT, prompt: torch.Tensor, n_new: int, use_cache: bool
     out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
     synchronize(prompt.device)
     return out, time.perf_counter() - start
+
+
+def weights_floor(model: GPT, batch: int, repeats: int = 50) -> float:
+    """Seconds for one (batch, in) @ W^T product with every Linear weight of `model`: one token's weight reads."""
+    device = model.lm_head.weight.device
+    weights = [m.weight for m in model.modules() if isinstance(m, Linear)]
+    inputs = [torch.randn(batch, w.shape[1], device=device) for w in weights]
+    for _ in range(3):
+        for x, w in zip(inputs, weights, strict=True):
+            x @ w.t()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        for x, w in zip(inputs, weights, strict=True):
+            x @ w.t()
+    synchronize(device)
+    return (time.perf_counter() - start) / repeats
 
 
 def main() -> None:
@@ -63,13 +85,16 @@ def main() -> None:
             cached, t_cached = timed_generate(model, prompt, n_new, True)
             uncached, t_uncached = timed_generate(model, prompt, n_new, False)
             tokens = batch * n_new
+            floor = weights_floor(model, batch)
             rows.append([name, batch, n_new, f"{tokens / t_uncached:,.0f}", f"{tokens / t_cached:,.0f}",
                          f"{t_uncached / t_cached:.1f}x", "yes" if torch.equal(cached, uncached) else "NO",
+                         f"{t_cached / n_new * 1e3:.2f}", f"{floor * 1e3:.2f}", f"{t_uncached / n_new / floor:.1f}x",
                          f"{peak_rss_mib():.0f}"])  # fmt: skip
     print_table(HEADER, rows)
 
 
-HEADER = ["model", "batch", "new tokens", "tokens/s no cache", "tokens/s cache", "speedup", "identical", "peak RSS MiB"]
+HEADER = ["model", "batch", "new tokens", "tokens/s no cache", "tokens/s cache", "speedup", "identical",
+          "cached ms/step", "weights floor ms", "ceiling", "peak RSS MiB"]  # fmt: skip
 
 if __name__ == "__main__":
     main()

@@ -25,8 +25,8 @@ from twin import builtin_twin  # noqa: E402
 from gpt_core import GPT, GPTConfig  # noqa: E402
 
 CONFIGS = {
-    # the sort task's defaults: 3 layers, 4 heads, 64 dims, 11 positions, batch 128
-    "sort": (GPTConfig(vocab_size=10, block_size=11, n_layer=3, n_head=4, n_embd=64), 128),
+    # the sort task's defaults: 2 layers, 4 heads, 64 dims, 11 positions, batch 128
+    "sort": (GPTConfig(vocab_size=10, block_size=11, n_layer=2, n_head=4, n_embd=64), 128),
     # the small CPU shakespeare configuration: 4 layers, 4 heads, 128 dims, block 64, batch 12
     "shakespeare": (GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128), 12),
 }

@@ -54,7 +54,7 @@ def run(ctx: Context):
     body = markdown_table(header, rows)
     body += (
         f"\n\nMean ± sample standard deviation over seeds {', '.join(map(str, seeds))}; "
-        + ("" if ctx.quick else f"{STEPS} steps each (a third of the sort default, to fit 24 runs on a CPU), ")
+        + ("" if ctx.quick else f"{STEPS} steps each (half the sort default, to fit 24 runs on a CPU), ")
         + f"held-out exact match on a fixed sample of {FINAL_EVAL:,} held-out sequences. "
         "The curves overlay the training loss of the first seed of each variant.\n\n" + "\n\n".join(body_pictures)
     )

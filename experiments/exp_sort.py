@@ -1,4 +1,4 @@
-"""1. Sort, the seed's headline: 6 digits, vocab 10, 3 layers / 4 heads / 64 dims, a quarter held out by hash.
+"""1. Sort, the seed's headline: 6 digits, vocab 10, 2 layers / 4 heads / 64 dims, a quarter held out by hash.
 
 python experiments/exp_sort.py            # full: gpt-train run --task sort (the defaults)
 python experiments/exp_sort.py --quick

@@ -51,6 +51,12 @@ def test_weight_decay_only_on_matrices_not_norms_biases_or_positions():
     assert not [n for n in decayed if n.endswith(".bias") or ".ln" in n]
 
 
+def test_optimizer_uses_the_fused_adamw_kernel_on_cpu():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    optimizer = make_optimizer(model, TrainSettings(**SETTINGS))
+    assert optimizer.defaults["fused"] is True
+
+
 def test_same_seed_and_flags_give_bit_identical_metrics(cli, tmp_path):
     for name in ("a", "b"):
         assert cli(*TINY, "--out", tmp_path / name).code == 0

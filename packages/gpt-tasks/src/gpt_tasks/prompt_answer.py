@@ -16,7 +16,7 @@ from gpt_core import GPT, IGNORE_INDEX, generate
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.task import Batch, Task, evaluating
 
-EVAL_BATCH = 4096
+EVAL_BATCH = 1024
 """Sequences per generation call: measured large enough to hide per-call overhead, small enough to stay in cache."""
 
 
