@@ -63,7 +63,11 @@ class _Attention(torch.autograd.Function):
         # Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs several times faster
         # than exp on CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so
         # the log2(e) factor rides on the scale at no cost.
-        scores = (q * (scale * _LOG2_E)) @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+        q = q * (scale * _LOG2_E)
+        # Contiguous copies, made once: the matmuls below would otherwise copy strided heads (views
+        # into the fused qkv projection) on every use, forward and backward.
+        k, v = k.contiguous(), v.contiguous()
+        scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         n_queries, n_keys = scores.shape[-2:]
         if causal and n_queries > 1:
             scores.add_(_causal_bias(n_queries, n_keys, scores.device, scores.dtype))
@@ -84,7 +88,8 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out: Tensor, _d_probs: Tensor):
-        q, k, v, probs, keep, out = ctx.saved_tensors
+        q_log2, k, v, probs, keep, out = ctx.saved_tensors  # q_log2 = q * scale * log2(e)
+        d_out = d_out.contiguous()
         dropped = probs if keep is None else probs * keep
         d_v = dropped.transpose(-2, -1) @ d_out
         d_probs = d_out @ v.transpose(-2, -1)
@@ -92,9 +97,9 @@ class _Attention(torch.autograd.Function):
             d_probs = d_probs * keep
         # rowsum(dP * P) = rowsum(dO * O): the same numbers from a (Tq, d) product instead of a (Tq, Tk) one
         rows = torch.linalg.vecdot(d_out, out).unsqueeze(-1)  # (B, H, Tq, 1)
-        d_scores = d_probs.sub_(rows).mul_(probs).mul_(ctx.scale)
-        d_q = d_scores @ k
-        d_k = d_scores.transpose(-2, -1) @ q
+        d_scores = d_probs.sub_(rows).mul_(probs)  # dL/dS for the softmax's input S = scale q k^T
+        d_q = (d_scores @ k).mul_(ctx.scale)
+        d_k = (d_scores.transpose(-2, -1) @ q_log2).div_(_LOG2_E)
         return d_q, d_k, d_v, None, None, None
 
 
