@@ -64,9 +64,10 @@ class _Attention(torch.autograd.Function):
         # than exp on CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so
         # the log2(e) factor rides on the scale at no cost.
         q = q * (scale * _LOG2_E)
-        # Contiguous copies, made once: the matmuls below would otherwise copy strided heads (views
-        # into the fused qkv projection) on every use, forward and backward.
-        k, v = k.contiguous(), v.contiguous()
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            # The backward multiplies by k and v again: contiguous copies made once here, where every
+            # matmul would otherwise copy the strided heads (views into the fused qkv projection).
+            k, v = k.contiguous(), v.contiguous()
         scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
         n_queries, n_keys = scores.shape[-2:]
         if causal and n_queries > 1:
