@@ -44,8 +44,10 @@ def run(ctx: Context):
     draw(table, ctx.out / "kv_cache.png")
     body = table + (
         "\nAt batch 1 a cached step is bound by memory bandwidth: it reads every weight once per token "
-        "(42 MB for the 6-layer model, more than this CPU's 32 MB L3), while the uncached step re-reads the "
-        "prefix but does it as efficient matrix-matrix work."
+        "(42 MB for the 6-layer model, more than this CPU's 32 MB L3). The 'weights floor' column times those "
+        "reads alone (one matrix-vector product per weight matrix); the uncached time per token divided by it is "
+        "the most any cache could give here ('ceiling'). The rest of a cached step is per-operation overhead of "
+        "eager PyTorch (about a thousand small operator calls per token)."
     )
     body += "\n\n" + "\n\n".join(f"![{p.stem}]({p.name})" for p in sorted(ctx.out.glob("kv_cache-*.png")))
     return report(ctx, "kv_cache", "5. KV cache", ["python benchmarks/kv_cache.py " + " ".join(args)], body,
