@@ -75,8 +75,9 @@ class _LayerNorm(torch.autograd.Function):
         xhat, rstd, weight = ctx.saved_tensors
         width = dy.shape[-1]
         dy_xhat = dy * xhat
-        mean_g = (dy @ weight).unsqueeze(-1).mul_(rstd / width)  # rstd * mean(g), (..., 1)
-        mean_g_xhat = (dy_xhat @ weight).unsqueeze(-1).mul_(rstd / width)  # rstd * mean(g * xhat)
+        rstd_over_width = rstd / width  # (..., 1)
+        mean_g = (dy @ weight).unsqueeze(-1).mul_(rstd_over_width)  # rstd * mean(g)
+        mean_g_xhat = (dy_xhat @ weight).unsqueeze(-1).mul_(rstd_over_width)  # rstd * mean(g * xhat)
         dx = (dy * weight).mul_(rstd).sub_(mean_g).addcmul_(xhat, mean_g_xhat, value=-1.0)
         rows = (-1, width)  # sum the parameter gradients over every leading dimension
         dweight = dy_xhat.reshape(rows).sum(dim=0)
