@@ -1,0 +1,131 @@
+"""The measurements behind gpt-core's kernel choices, each an A/B pair timed in one process.
+
+    python benchmarks/kernels.py
+
+Every row times the option gpt-core uses against the obvious alternative, on the tensor shapes of the
+Shakespeare configuration (batch 12, block 64, 4 heads, 128 dims) unless it says otherwise, and prints
+the median over interleaved rounds. The last row scores sort's held-out examples with a random model
+(speed does not depend on the weights) at two evaluation chunk sizes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import peak_rss_mib, print_table  # noqa: E402
+
+B, T, H, C = 12, 64, 4, 128
+
+
+def median_us(fns: tuple[Callable[[], object], Callable[[], object]], rounds: int = 200) -> tuple[float, float]:
+    """Median microseconds of each of two functions, alternating them round by round."""
+    for fn in fns:
+        for _ in range(10):
+            fn()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for fn, bucket in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            bucket.append(time.perf_counter() - start)
+    return statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6
+
+
+def masked_scores() -> torch.Tensor:
+    """Causally masked attention scores after the max subtraction: half of them -inf."""
+    scores = torch.randn(B, H, T, T).masked_fill_(torch.ones(T, T, dtype=torch.bool).triu_(1), float("-inf"))
+    return scores - scores.amax(dim=-1, keepdim=True)
+
+
+def exp_rows():
+    scores = masked_scores()
+    return "softmax numerator on masked scores", "exp2 (log2 e in the scale)", "exp", (scores.exp2, scores.exp)
+
+
+def mask_rows():
+    scores = torch.randn(B, H, T, T)
+    blocked = torch.ones(T, T, dtype=torch.bool).triu_(1)
+    bias = torch.zeros(T, T).masked_fill_(blocked, float("-inf"))
+    return ("causal mask", "add_(cached -inf bias)", "masked_fill_(bool mask)",
+            (lambda: scores.add_(bias), lambda: scores.masked_fill_(blocked, float("-inf"))))  # fmt: skip
+
+
+def sigmoid_rows():
+    x = torch.randn(B, T, 4 * C)
+    return "GELU's gate", "sigmoid(2u)", "0.5 (1 + tanh(u))", (x.sigmoid, lambda: x.tanh().add_(1.0).mul_(0.5))
+
+
+def variance_rows():
+    x = torch.randn(B * T, C)
+
+    def two_passes():
+        centred = x - x.mean(dim=-1, keepdim=True)
+        return torch.linalg.vector_norm(centred, dim=-1, keepdim=True)
+
+    return ("LayerNorm statistics", "mean, then vector_norm", "torch.var_mean",
+            (two_passes, lambda: torch.var_mean(x, dim=-1, keepdim=True, correction=0)))  # fmt: skip
+
+
+def embedding_rows():
+    weight = torch.randn(65, C, requires_grad=True)
+    ids = torch.randint(65, (B, T))
+    grad = torch.randn(B, T, C)
+    return ("embedding forward + backward", "index_select", "weight[ids]",
+            (lambda: weight.index_select(0, ids.reshape(-1)).view(B, T, C).backward(grad),
+             lambda: weight[ids].backward(grad)))  # fmt: skip
+
+
+def adamw_rows():
+    from gpt_core import GPT, GPTConfig
+
+    params = list(GPT(GPTConfig(vocab_size=65, block_size=T, n_layer=4, n_head=H, n_embd=C)).parameters())
+    for p in params:
+        p.grad = torch.randn_like(p)
+    fused = torch.optim.AdamW(params, lr=1e-4, fused=True)
+    looped = torch.optim.AdamW(params, lr=1e-4, foreach=False)
+    return "AdamW step (Shakespeare model)", "fused=True", "per-tensor loop", (fused.step, looped.step)
+
+
+def evaluation_rows():
+    import gpt_tasks.prompt_answer as prompt_answer
+    from gpt_core import GPT, GPTConfig
+    from gpt_tasks import get_task
+
+    task = get_task("sort")
+    model = GPT(GPTConfig(vocab_size=10, block_size=11, n_layer=2, n_head=4, n_embd=64))
+    n = 50_000
+
+    def evaluate_in_chunks_of(size: int) -> Callable[[], object]:
+        def run():
+            prompt_answer.EVAL_BATCH, kept = size, prompt_answer.EVAL_BATCH
+            try:
+                task.evaluate(model, "heldout", "cpu", n)
+            finally:
+                prompt_answer.EVAL_BATCH = kept
+
+        return run
+
+    return (f"sort held-out scoring, {n:,} sequences", "chunks of 1,024", "chunks of 4,096",
+            (evaluate_in_chunks_of(1024), evaluate_in_chunks_of(4096)), 3)  # fmt: skip
+
+
+def main() -> None:
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    rows = []
+    for make in (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, evaluation_rows):
+        measure, ours, other, fns, *rounds = make()
+        ours_us, other_us = median_us(fns, *rounds)
+        rows.append([measure, ours, f"{ours_us:,.1f}", other, f"{other_us:,.1f}", f"{other_us / ours_us:.1f}x"])
+    print_table(["measure", "gpt-core uses", "us", "instead of", "us", "speedup"], rows)
+    print(f"\npeak RSS {peak_rss_mib():.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
