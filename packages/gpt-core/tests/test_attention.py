@@ -25,6 +25,17 @@ def _suffix_mask(n_queries, n_keys):
     return torch.ones(n_queries, n_keys, dtype=torch.bool).tril(n_keys - n_queries)
 
 
+@pytest.mark.parametrize("n_queries", [1, T])
+def test_sdpa_without_grad_equals_its_recorded_forward(randn, n_queries):
+    """Without grad the Function is skipped (generation, evaluation); the numbers must be the very same."""
+    q, k, v = _qkv(randn, n_queries=n_queries)
+    recorded = sdpa(q, k, v, causal=True)
+    with torch.no_grad():
+        direct = sdpa(q, k, v, causal=True)
+    assert all(torch.equal(r.detach(), d) for r, d in zip(recorded, direct, strict=True))
+    assert recorded[0].grad_fn is not None and direct[0].grad_fn is None
+
+
 def test_sdpa_causal_matches_torch(randn, close, grads_close):
     q, k, v = _qkv(randn)
     ours, _ = sdpa(q, k, v, causal=True)

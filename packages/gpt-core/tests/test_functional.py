@@ -251,6 +251,16 @@ def test_dropout_rejects_probability_outside_unit_interval(p):
 # ----------------------------------------------------------------------------- gradcheck (hand-derived backwards)
 
 
+def test_layer_norm_and_gelu_without_grad_equal_their_recorded_forward(randn):
+    """Without grad the Function is skipped; the numbers must be the very same."""
+    x, w, b = randn(3, 5, 16), randn(16), randn(16)
+    recorded = layer_norm(x, w, b), gelu(x)
+    with torch.no_grad():
+        direct = layer_norm(x, w, b), gelu(x)
+    assert all(torch.equal(r.detach(), d) for r, d in zip(recorded, direct, strict=True))
+    assert all(r.grad_fn is not None and d.grad_fn is None for r, d in zip(recorded, direct, strict=True))
+
+
 def test_layer_norm_passes_gradcheck(randn):
     x, w, b = randn(2, 3, 5), randn(5), randn(5)
     assert gradcheck(lambda x, w, b: layer_norm(x, w, b), (x, w, b), eps=1e-6, atol=1e-8)

@@ -214,6 +214,16 @@ def test_generate_does_not_build_a_graph(gen):
     assert not out.requires_grad and out.dtype == torch.long
 
 
+def test_generated_tokens_can_be_trained_on(gen):
+    """generate runs in inference mode but must hand back an ordinary tensor that autograd can save."""
+    model = _model("learned")
+    out = generate(model, torch.randint(V, (2, 2), generator=gen), 5, temperature=0.0)
+    assert not out.is_inference()
+    _, loss = model.train()(out[:, :-1], out[:, 1:])
+    loss.backward()
+    assert model.wte.weight.grad is not None
+
+
 def test_next_token_with_zero_temperature_is_argmax(gen):
     logits = torch.randn(6, V, generator=gen)
     assert torch.equal(next_token(logits, temperature=0.0), logits.argmax(-1))

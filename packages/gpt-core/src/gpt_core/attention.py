@@ -57,33 +57,41 @@ def _new_causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: t
 _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
+def _attention_forward(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """The output and probabilities, with the dropout mask and the scaled q that the backward needs."""
+    # Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs ~9x faster
+    # than exp on CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so
+    # the log2(e) factor rides on the scale at no cost.
+    q = q * (scale * _LOG2_E)
+    scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
+    n_queries, n_keys = scores.shape[-2:]
+    if causal and n_queries > 1:
+        scores.add_(_causal_bias(n_queries, n_keys, scores.device, scores.dtype))
+    probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp2_()
+    probs.div_(probs.sum(dim=-1, keepdim=True))
+    if dropout_p > 0.0:
+        keep = (torch.rand_like(probs) >= dropout_p).to(probs.dtype)
+        if dropout_p < 1.0:  # at p = 1 every weight is dropped: keep stays 0 rather than 0/0 = nan
+            keep /= 1.0 - dropout_p
+        out = (probs * keep) @ v
+    else:
+        keep = None
+        out = probs @ v  # (B, H, Tq, d)
+    return out, probs, keep, q
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
-        # Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs ~9x faster
-        # than exp on CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so
-        # the log2(e) factor rides on the scale at no cost.
-        q = q * (scale * _LOG2_E)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             # The backward multiplies by k and v again: contiguous copies made once here, where every
             # matmul would otherwise copy the strided heads (views into the fused qkv projection).
             k, v = k.contiguous(), v.contiguous()
-        scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
-        n_queries, n_keys = scores.shape[-2:]
-        if causal and n_queries > 1:
-            scores.add_(_causal_bias(n_queries, n_keys, scores.device, scores.dtype))
-        probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp2_()
-        probs.div_(probs.sum(dim=-1, keepdim=True))
-        if dropout_p > 0.0:
-            keep = (torch.rand_like(probs) >= dropout_p).to(probs.dtype)
-            if dropout_p < 1.0:  # at p = 1 every weight is dropped: keep stays 0 rather than 0/0 = nan
-                keep /= 1.0 - dropout_p
-            out = (probs * keep) @ v
-        else:
-            keep = None
-            out = probs @ v  # (B, H, Tq, d)
+        out, probs, keep, q_log2 = _attention_forward(q, k, v, causal, scale, dropout_p)
         ctx.scale = scale
-        ctx.save_for_backward(q, k, v, probs, keep, out)
+        ctx.save_for_backward(q_log2, k, v, probs, keep, out)
         ctx.mark_non_differentiable(probs)
         return out, probs
 
@@ -124,6 +132,8 @@ def sdpa(
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if not torch.is_grad_enabled():  # no graph to record: skip the Function's bookkeeping
+        return _attention_forward(q, k, v, causal, scale, dropout_p)[:2]
     return _Attention.apply(q, k, v, causal, scale, dropout_p)
 
 

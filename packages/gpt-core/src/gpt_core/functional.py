@@ -4,8 +4,10 @@ softmax, log_softmax and dropout are short enough that autograd's own backward i
 what a person would write. layer_norm, gelu and cross_entropy are `torch.autograd.Function`s
 with backward passes derived by hand: autograd would save every intermediate of the forward
 and replay one kernel per operation, while the closed-form gradient needs only a couple of
-saved tensors and a handful of kernels. Every function here is pinned, forward and backward,
-against its PyTorch built-in in `tests/test_functional.py`.
+saved tensors and a handful of kernels. Where no gradient is being recorded (generation,
+evaluation), layer_norm and gelu run the same forward without the Function's per-call
+bookkeeping. Every function here is pinned, forward and backward, against its PyTorch built-in
+in `tests/test_functional.py`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | No
     return x * keep / (1.0 - p)
 
 
+def _layer_norm_forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The normalised, scaled and shifted output, with the xhat and 1/std its backward needs."""
+    width = x.shape[-1]
+    xhat = x - x.mean(dim=-1, keepdim=True)  # centred, normalised in place below
+    norm = torch.linalg.vector_norm(xhat, dim=-1, keepdim=True)  # sqrt(width * var)
+    rstd = norm.square_().div_(width).add_(eps).rsqrt_()
+    xhat.mul_(rstd)
+    y = torch.addcmul(bias, xhat, weight) if bias is not None else xhat * weight
+    return y, xhat, rstd
+
+
 class _LayerNorm(torch.autograd.Function):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dimension.
 
@@ -61,14 +74,10 @@ class _LayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
-        width = x.shape[-1]
-        xhat = x - x.mean(dim=-1, keepdim=True)  # centred, normalised in place below
-        norm = torch.linalg.vector_norm(xhat, dim=-1, keepdim=True)  # sqrt(width * var)
-        rstd = norm.square_().div_(width).add_(eps).rsqrt_()
-        xhat.mul_(rstd)
+        y, xhat, rstd = _layer_norm_forward(x, weight, bias, eps)
         ctx.save_for_backward(xhat, rstd, weight)
         ctx.has_bias = bias is not None
-        return torch.addcmul(bias, xhat, weight) if bias is not None else xhat * weight
+        return y
 
     @staticmethod
     def backward(ctx, dy: Tensor):
@@ -87,7 +96,19 @@ class _LayerNorm(torch.autograd.Function):
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Layer normalisation over the last dimension, with a hand-derived backward."""
+    if not torch.is_grad_enabled():  # no graph to record: skip the Function's bookkeeping
+        return _layer_norm_forward(x, weight, bias, eps)[0]
     return _LayerNorm.apply(x, weight, bias, eps)
+
+
+def _gelu_gate(x: Tensor) -> Tensor:
+    """s = sigmoid(2u), so that gelu(x) = x s.
+
+    One scratch tensor becomes 2u and then s in place: in a training step an allocating multiply
+    of a (B, T, 4C) tensor measured ~10x slower on CPU than an in-place one, so the forward
+    allocates only s and the output.
+    """
+    return (x * x).mul_(2.0 * _GELU_C * _GELU_A).add_(2.0 * _GELU_C).mul_(x).sigmoid_()
 
 
 class _GELU(torch.autograd.Function):
@@ -100,10 +121,7 @@ class _GELU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        # One scratch tensor becomes 2u and then s in place: in a training step an allocating multiply
-        # of a (B, T, 4C) tensor measured ~10x slower on CPU than an in-place one, so the forward
-        # allocates only s and the output.
-        s = (x * x).mul_(2.0 * _GELU_C * _GELU_A).add_(2.0 * _GELU_C).mul_(x).sigmoid_()
+        s = _gelu_gate(x)
         ctx.save_for_backward(x, s)
         return x * s
 
@@ -118,6 +136,8 @@ class _GELU(torch.autograd.Function):
 
 def gelu(x: Tensor) -> Tensor:
     """The tanh approximation of GELU used by GPT-2, with a hand-derived backward."""
+    if not torch.is_grad_enabled():  # no graph to record: skip the Function's bookkeeping
+        return x * _gelu_gate(x)
     return _GELU.apply(x)
 
 
