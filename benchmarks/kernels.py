@@ -4,8 +4,9 @@
 
 Every row times the option gpt-core uses against the obvious alternative, on the tensor shapes of the
 Shakespeare configuration (batch 12, block 64, 4 heads, 128 dims) unless it says otherwise, and prints
-the median over interleaved rounds. The last row scores sort's held-out examples with a random model
-(speed does not depend on the weights) at two evaluation chunk sizes.
+the median over interleaved rounds. The decoding rows use the KV-cache benchmark's 6-layer, 384-dim
+model at batch 1 (random weights: speed does not depend on them). The last row scores sort's held-out
+examples with a random model at two evaluation chunk sizes.
 """
 
 from __future__ import annotations
@@ -93,6 +94,80 @@ def adamw_rows():
     return "AdamW step (Shakespeare model)", "fused=True", "per-tensor loop", (fused.step, looped.step)
 
 
+def decode_model():
+    from gpt_core import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384)).eval()
+
+
+def matvec_rows():
+    """Every Linear of the decode model on one row: its 42 MB of weights do not stay in the 32 MB L3."""
+    from gpt_core import Linear
+
+    linears = [m for m in decode_model().modules() if isinstance(m, Linear)]
+    rows = [torch.randn(1, m.in_features) for m in linears]
+
+    @torch.no_grad()
+    def through_linear():
+        for linear, x in zip(linears, rows, strict=True):
+            linear(x)
+
+    @torch.no_grad()
+    def through_addmm():
+        for linear, x in zip(linears, rows, strict=True):
+            torch.addmm(linear.bias, x, linear.weight.t()) if linear.bias is not None else x @ linear.weight.t()
+
+    return ("one-row products, all 6-layer weights", "two half-size bmm", "addmm (MKL gemv)",
+            (through_linear, through_addmm), 50)  # fmt: skip
+
+
+def small_matvec_rows():
+    """One row through a sort-model weight (192 x 64), which stays in cache: why small weights keep addmm."""
+    from gpt_core.layers import _matvec_in_halves
+
+    weight, bias, row = torch.randn(192, 64), torch.randn(192), torch.randn(1, 64)
+    return ("one-row product, 192 x 64 weight", "addmm", "two half-size bmm",
+            (lambda: torch.addmm(bias, row, weight.t()), lambda: _matvec_in_halves(row, weight, bias)))  # fmt: skip
+
+
+def decode_step(model, mode: Callable[[], object]) -> Callable[[], object]:
+    """One KV-cached step of the decode model at position 128, under `mode` (no_grad or inference_mode)."""
+    token = torch.zeros(1, 1, dtype=torch.long)
+    with mode():
+        cache = model.new_cache(1, 256)
+        model(torch.zeros(1, 128, dtype=torch.long), cache=cache)
+
+    def step():
+        with mode():
+            model(token, cache=cache)
+        cache.length -= 1
+
+    return step
+
+
+def inference_mode_rows():
+    model = decode_model()
+    return ("cached decoding step, batch 1", "inference_mode", "no_grad",
+            (decode_step(model, torch.inference_mode), decode_step(model, torch.no_grad)), 100)  # fmt: skip
+
+
+def function_bypass_rows():
+    from gpt_core.functional import _LayerNorm, layer_norm
+
+    x, weight, bias = torch.randn(1, 1, 384), torch.ones(384), torch.zeros(384)
+
+    @torch.no_grad()
+    def through_function():
+        return _LayerNorm.apply(x, weight, bias, 1e-5)
+
+    @torch.no_grad()
+    def direct():
+        return layer_norm(x, weight, bias)
+
+    return "LayerNorm of one token, no grad", "forward alone", "autograd.Function.apply", (direct, through_function)
+
+
 def evaluation_rows():
     import gpt_tasks.prompt_answer as prompt_answer
     from gpt_core import GPT, GPTConfig
@@ -119,7 +194,9 @@ def evaluation_rows():
 def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     rows = []
-    for make in (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, evaluation_rows):
+    makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, matvec_rows,
+              small_matvec_rows, inference_mode_rows, function_bypass_rows, evaluation_rows)  # fmt: skip
+    for make in makers:
         measure, ours, other, fns, *rounds = make()
         ours_us, other_us = median_us(fns, *rounds)
         rows.append([measure, ours, f"{ours_us:,.1f}", other, f"{other_us:,.1f}", f"{other_us / ours_us:.1f}x"])
