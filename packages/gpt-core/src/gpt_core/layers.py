@@ -17,7 +17,7 @@ def _matvec_in_halves(row: Tensor, weight: Tensor, bias: Tensor | None) -> Tenso
     The same dot products, by a faster route on CPU. PyTorch hands a one-row product to MKL's
     matrix-vector kernel, which streams the weight from memory on one core; a batch of two
     half-size products takes the batched-matmul path, which streamed the 6-layer model's 42 MB of
-    weights ~3x faster here (`benchmarks/kernels.py`). This is what a KV-cached decoding step at
+    weights 2-3x faster here (`benchmarks/kernels.py`). This is what a KV-cached decoding step at
     batch 1 spends most of its time on. Below ~64K weights the matrix sits in cache and the
     extra batching costs more than it saves.
     """
