@@ -224,6 +224,17 @@ def test_generated_tokens_can_be_trained_on(gen):
     assert model.wte.weight.grad is not None
 
 
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_training_after_generation_at_the_same_lengths_works(gen, pos):
+    """Generation builds (and caches) causal biases in inference mode; training at those lengths must still work."""
+    model = _model(pos)
+    generate(model, torch.randint(V, (2, 5), generator=gen), 4, temperature=0.0, use_cache=False)  # lengths 5..8
+    x = torch.randint(V, (3, 8), generator=gen)
+    _, loss = model.train()(x, x)
+    loss.backward()
+    assert torch.isfinite(loss) and model.wte.weight.grad is not None
+
+
 def test_next_token_with_zero_temperature_is_argmax(gen):
     logits = torch.randn(6, V, generator=gen)
     assert torch.equal(next_token(logits, temperature=0.0), logits.argmax(-1))
