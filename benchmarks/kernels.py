@@ -95,10 +95,13 @@ def adamw_rows():
 
 
 def decode_model():
-    from gpt_core import GPT, GPTConfig
+    from kv_cache import MODELS
 
+    from gpt_core import GPT
+
+    config, _ = MODELS["6L-6H-384d, block 256"]
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384)).eval()
+    return GPT(config).eval()
 
 
 def matvec_rows():
@@ -116,7 +119,10 @@ def matvec_rows():
     @torch.no_grad()
     def through_addmm():
         for linear, x in zip(linears, rows, strict=True):
-            torch.addmm(linear.bias, x, linear.weight.t()) if linear.bias is not None else x @ linear.weight.t()
+            if linear.bias is None:  # the tied output head
+                x @ linear.weight.t()
+            else:
+                torch.addmm(linear.bias, x, linear.weight.t())
 
     return ("one-row products, all 6-layer weights", "two half-size bmm", "addmm (MKL gemv)",
             (through_linear, through_addmm), 50)  # fmt: skip

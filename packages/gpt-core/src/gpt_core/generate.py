@@ -53,32 +53,18 @@ def generate(
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    with torch.inference_mode():
-        out = _generate(model, idx, max_new_tokens, temperature, top_k, use_cache, generator, slide)
-    return out.clone()  # an inference-mode tensor could not be saved for a later backward
-
-
-def _generate(
-    model: GPT,
-    idx: Tensor,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    use_cache: bool,
-    generator: torch.Generator | None,
-    slide: bool,
-) -> Tensor:
-    """`generate` inside inference mode: one pass, or block after block when sliding."""
     block = model.config.block_size
-    if model.config.pos != "learned" or not slide:
-        return _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator)
-    out = idx
-    while out.shape[1] - idx.shape[1] < max_new_tokens:
-        context = out if out.shape[1] <= block else out[:, -(block // 2) :]
-        wanted = max_new_tokens - (out.shape[1] - idx.shape[1])
-        extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator)
-        out = torch.cat((out, extended[:, context.shape[1] :]), dim=1)
-    return out
+    with torch.inference_mode():
+        if model.config.pos != "learned" or not slide:
+            out = _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator)
+        else:
+            out = idx
+            while out.shape[1] - idx.shape[1] < max_new_tokens:
+                context = out if out.shape[1] <= block else out[:, -(block // 2) :]
+                wanted = max_new_tokens - (out.shape[1] - idx.shape[1])
+                extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator)
+                out = torch.cat((out, extended[:, context.shape[1] :]), dim=1)
+    return out.clone()  # an inference-mode tensor could not be saved for a later backward
 
 
 def _generate_once(
