@@ -2,6 +2,7 @@
 
     python benchmarks/step_time.py            # eager and compiled, both configurations
     python benchmarks/step_time.py --eager-only
+    python benchmarks/step_time.py --by-kernel --configs shakespeare   # where the eager gap goes
 
 Each round times one full AdamW step of each model, alternating, so both see the same machine
 load; the table reports medians and their ratio. Model FLOP/s counts 6 x parameters x tokens and
@@ -21,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import matmul_peak_gflops, peak_rss_mib, print_table  # noqa: E402
-from twin import builtin_twin  # noqa: E402
+from twin import KERNELS, builtin_twin  # noqa: E402
 
 from gpt_core import GPT, GPTConfig  # noqa: E402
 
@@ -48,27 +49,31 @@ def make_step(model: GPT, batch: int, block: int, vocab: int, compile_: bool):
     return step
 
 
-def measure(name: str, compile_: bool, rounds: int, peak: float) -> list[str]:
+def median_step_ms(models: dict[str, GPT], name: str, compile_: bool, rounds: int) -> tuple[dict[str, float], float]:
+    """Median ms of one training step of each model, the models taking turns round by round;
+    and the seconds spent warming up (and compiling)."""
     config, batch = CONFIGS[name]
-    torch.manual_seed(0)
-    hand = GPT(config)
-    twin = builtin_twin(hand)
-    steps = {
-        label: make_step(m, batch, config.block_size, config.vocab_size, compile_)
-        for label, m in (("hand", hand), ("builtin", twin))
-    }
+    steps = {label: make_step(m, batch, config.block_size, config.vocab_size, compile_) for label, m in models.items()}
     start = time.perf_counter()
-    for step in steps.values():  # warm up (and compile)
+    for step in steps.values():
         for _ in range(3):
             step()
     warmup = time.perf_counter() - start
-    times: dict[str, list[float]] = {"hand": [], "builtin": []}
+    times: dict[str, list[float]] = {label: [] for label in steps}
     for _ in range(rounds):
         for label, step in steps.items():
             t0 = time.perf_counter()
             step()
             times[label].append(time.perf_counter() - t0)
-    hand_ms, twin_ms = (statistics.median(times[k]) * 1e3 for k in ("hand", "builtin"))
+    return {label: statistics.median(t) * 1e3 for label, t in times.items()}, warmup
+
+
+def measure(name: str, compile_: bool, rounds: int, peak: float) -> list[str]:
+    config, batch = CONFIGS[name]
+    torch.manual_seed(0)
+    hand = GPT(config)
+    medians, warmup = median_step_ms({"hand": hand, "builtin": builtin_twin(hand)}, name, compile_, rounds)
+    hand_ms, twin_ms = medians["hand"], medians["builtin"]
     tokens = batch * config.block_size
     flops = 6 * hand.num_parameters() * tokens
     gflops, twin_gflops = (flops / (ms / 1e3) / 1e9 for ms in (hand_ms, twin_ms))
@@ -77,12 +82,30 @@ def measure(name: str, compile_: bool, rounds: int, peak: float) -> list[str]:
             f"{gflops / peak:.0%}", f"{twin_gflops / peak:.0%}", f"{warmup:.1f}", f"{peak_rss_mib():.0f}"]  # fmt: skip
 
 
+def by_kernel(name: str, rounds: int) -> None:
+    """Eager step time with one kind of kernel swapped for its built-in: where the hand-written time goes."""
+    torch.manual_seed(0)
+    hand = GPT(CONFIGS[name][0])
+    models = {"hand-written": hand} | {f"built-in {kind}": builtin_twin(hand, kind) for kind in KERNELS}
+    medians, _ = median_step_ms(models | {"built-in all four": builtin_twin(hand)}, name, False, rounds)
+    base = medians["hand-written"]
+    rows = [[name, label, f"{ms:.2f}", f"{base - ms:.2f}"] for label, ms in medians.items()]
+    print_table(["config", "eager step", "ms", "ms saved"], rows)
+    print(f"peak RSS {peak_rss_mib():.0f} MiB\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--eager-only", action="store_true")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--by-kernel", action="store_true",
+                        help="eager only: swap one kind of hand-written kernel at a time for its built-in")  # fmt: skip
     args = parser.parse_args()
+    if args.by_kernel:
+        for name in args.configs:
+            by_kernel(name, args.rounds)
+        return
     peak = matmul_peak_gflops()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 matmul peak {peak:.0f} GFLOP/s\n")
     rows = []

@@ -38,10 +38,15 @@ class BuiltinGPT(GPT):
 SWAPS = {LayerNorm: BuiltinLayerNorm, GELU: BuiltinGELU, MultiHeadAttention: BuiltinAttention, GPT: BuiltinGPT}
 
 
-def builtin_twin(model: GPT) -> GPT:
-    """A deep copy of `model` (same weights) whose hand-written kernels are PyTorch's built-ins."""
+KERNELS = {"layernorm": LayerNorm, "gelu": GELU, "attention": MultiHeadAttention, "loss": GPT}
+
+
+def builtin_twin(model: GPT, only: str | None = None) -> GPT:
+    """A deep copy of `model` (same weights) whose hand-written kernels are PyTorch's built-ins;
+    with `only` (a key of KERNELS), just that one kind is swapped."""
+    swapped = SWAPS if only is None else {KERNELS[only]: SWAPS[KERNELS[only]]}
     twin = copy.deepcopy(model)
     for module in twin.modules():
-        if type(module) in SWAPS:
-            module.__class__ = SWAPS[type(module)]
+        if type(module) in swapped:
+            module.__class__ = swapped[type(module)]
     return twin
