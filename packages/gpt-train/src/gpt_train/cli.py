@@ -103,7 +103,7 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
             if problem:
                 click.echo(f"gpt-train: warning: pictures not drawn ({problem})", err=True)
         # Every rank leaves together: a gloo rank that tore down its group while rank 0 was still
-        # drawing aborted ("terminate called without an active exception"), 4 of 86 CPU test runs.
+        # drawing aborted ("terminate called without an active exception"), 4 of 72 CPU test runs.
         rank.barrier()
     finally:
         rank.shutdown()
