@@ -20,8 +20,26 @@ from gpt_viz.run_data import (
     load_metrics,
     metric_series,
 )
+from gpt_viz.run_layout import (
+    HELDOUT,
+    SPLITS,
+    TRAIN,
+    MetricKey,
+    RunLayout,
+    metric_key,
+    parse_metric_key,
+    position_metric,
+)
 
 __all__ = [
+    "HELDOUT",
+    "SPLITS",
+    "TRAIN",
+    "MetricKey",
+    "RunLayout",
+    "metric_key",
+    "parse_metric_key",
+    "position_metric",
     "SAVE_DPI",
     "AttentionSnapshot",
     "VizError",

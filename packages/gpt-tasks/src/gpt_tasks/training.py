@@ -1,0 +1,78 @@
+"""The training settings a task recommends and a run is resolved to: one typed, validated object.
+
+A task's `defaults()` returns a `Defaults`: the model (a gpt_core.GPTConfig) and the training
+settings (a TrainSettings) of a good CPU run. gpt-train lays the user's flags and `--set` values
+over them with `dataclasses.replace`, so every value is checked once, here or in GPTConfig, by the
+type that owns the field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from gpt_core import GPTConfig
+
+Schedule = Literal["cosine", "constant"]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimisation and bookkeeping of a run. The defaults suit a small model on a CPU; a task
+    overrides what it needs.
+
+    lr rises linearly over `warmup_steps`, then follows `schedule` (cosine decay to `min_lr` at the
+    last step, or constant). AdamW's weight decay applies to weight matrices only (the position
+    table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
+    `final_eval_limit` None scores the whole held-out split at the end.
+    """
+
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    schedule: Schedule = "cosine"
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_limit: int = 2000
+    seed: int = 1337
+    log_every: int = 10
+    checkpoint_every: int = 500
+    decay_position_embedding: bool = False
+    compile: bool = False
+    final_eval_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
+        for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every"):
+            _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr"):
+            _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
+        limit = self.final_eval_limit
+        _require(limit is None or limit > 0, f"final_eval_limit must be positive, got {limit}")
+        _require(self.lr > 0, f"lr must be positive, got {self.lr}")
+        _require(self.min_lr <= self.lr, f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
+        betas_ok = 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1
+        _require(betas_ok, f"betas must be in [0, 1), got ({self.beta1}, {self.beta2})")
+        _require(self.schedule in ("cosine", "constant"), f"schedule must be cosine or constant, got {self.schedule!r}")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What `gpt-train run --task NAME` uses when the user sets nothing: the model and its training."""
+
+    model: GPTConfig
+    train: TrainSettings = TrainSettings()

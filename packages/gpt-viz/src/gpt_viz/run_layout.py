@@ -1,0 +1,133 @@
+"""The schema of a run directory: the name of every file a run leaves, and the grammar of metric keys.
+
+gpt-train writes through this module; gpt-viz, the experiments and the benchmarks read through it,
+so each name is defined once. It is plain Python (no torch, no numpy): every package may import it.
+
+Metric keys. A task's evaluation returns metrics by *name* (``exact_match``, ``loss``,
+``position_3_accuracy``); a run logs each under a *key* that also names the split it was measured
+on: ``<split>_<name>`` (``heldout_exact_match``). A name of the form ``<label>_<index>_<measure>``
+(``position_3_accuracy``, ``digit_0_accuracy``) is a per-position detail of the answer: summaries
+leave those out. ``loss``, ``lr``, ``step`` and ``elapsed`` carry no split: the training loss and
+learning rate of the step, and the axes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+SPLITS = ("train", "heldout")
+TRAIN, HELDOUT = SPLITS
+EXAMPLES = "examples"
+"""The metric every evaluation reports: how many examples it scored."""
+
+AXIS_KEYS = frozenset({"step", "elapsed"})
+"""Bookkeeping on every metrics line: axes, not metrics."""
+
+_POSITION_NAME = re.compile(r"^(?P<label>[a-z]+)_(?P<index>\d+)_(?P<measure>[a-z_]+)$")
+
+
+class MetricKey(NamedTuple):
+    """A parsed metric key: the split it was measured on and the task's metric name."""
+
+    split: str
+    name: str
+
+    @property
+    def is_position_detail(self) -> bool:
+        """Whether the name is a per-answer-position metric (``position_3_accuracy``)."""
+        return _POSITION_NAME.match(self.name) is not None
+
+
+def metric_key(split: str, name: str) -> str:
+    """The key under which metric `name`, measured on `split`, is logged: ``heldout_exact_match``."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return f"{split}_{name}"
+
+
+def parse_metric_key(key: str) -> MetricKey | None:
+    """The split and name of an evaluation key; None for a key without a split (``loss``, ``lr``, ``step``)."""
+    split, sep, name = key.partition("_")
+    if not sep or split not in SPLITS or not name:
+        return None
+    return MetricKey(split, name)
+
+
+def position_metric(label: str, index: int, measure: str = "accuracy") -> str:
+    """The name of a per-position metric: ``position_metric("digit", 0)`` is ``digit_0_accuracy``."""
+    name = f"{label}_{index}_{measure}"
+    if _POSITION_NAME.match(name) is None:
+        raise ValueError(f"{name!r} does not follow <label>_<index>_<measure> in lower-case letters")
+    return name
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where each file of the run in `root` lives."""
+
+    root: Path
+
+    CONFIG = "config.json"
+    """Everything the run was resolved to: task, parameters, model, training settings, versions."""
+    METRICS = "metrics.jsonl"
+    """One JSON object per logged step: step, elapsed, loss, lr and, at evaluations, metric keys."""
+    FINAL = "final.json"
+    """The last record: the final evaluation of every split."""
+    CHECKPOINT = "checkpoint.safetensors"
+    """Weights, optimiser and RNG state (written atomically)."""
+    ATTENTION = "attention.npz"
+    """Every layer's attention on one held-out example: weights (L, H, T, T) and token labels."""
+    CURVES_PICTURE = "curves.png"
+    ATTENTION_PICTURE = "attention.png"
+    GROKKING_PICTURE = "grokking.png"
+    LOCK = ".lock"
+    """Held by the process training in this directory, so that a second one refuses to start."""
+
+    FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
+    """Every file a run writes (the lock excepted): what `--force` removes and what marks a directory as a run."""
+
+    def __init__(self, root: str | Path) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / self.CONFIG
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / self.METRICS
+
+    @property
+    def final(self) -> Path:
+        return self.root / self.FINAL
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / self.CHECKPOINT
+
+    @property
+    def attention(self) -> Path:
+        return self.root / self.ATTENTION
+
+    @property
+    def curves_picture(self) -> Path:
+        return self.root / self.CURVES_PICTURE
+
+    @property
+    def attention_picture(self) -> Path:
+        return self.root / self.ATTENTION_PICTURE
+
+    @property
+    def grokking_picture(self) -> Path:
+        return self.root / self.GROKKING_PICTURE
+
+    @property
+    def lock(self) -> Path:
+        return self.root / self.LOCK
+
+    def existing(self) -> list[Path]:
+        """The run files present in the directory, in FILES order."""
+        return [self.root / name for name in self.FILES if (self.root / name).exists()]
