@@ -45,6 +45,8 @@ def metric_key(split: str, name: str) -> str:
     """The key under which metric `name`, measured on `split`, is logged: ``heldout_exact_match``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if not name:
+        raise ValueError("a metric key needs a metric name after the split")  # "train_" would not read back
     return f"{split}_{name}"
 
 

@@ -1,0 +1,110 @@
+"""The run directory schema: file names in one place, and metric keys that read back as they were made."""
+
+from pathlib import Path
+
+import pytest
+
+from gpt_viz import HELDOUT, SPLITS, TRAIN, MetricKey, RunLayout, metric_key, parse_metric_key, position_metric
+from gpt_viz.run_layout import AXIS_KEYS, EXAMPLES
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("name", ["accuracy", "exact_match", "loss", EXAMPLES, "position_3_accuracy"])
+def test_every_split_and_name_round_trip_through_a_key(split, name):
+    key = metric_key(split, name)
+    assert key == f"{split}_{name}"
+    assert parse_metric_key(key) == MetricKey(split, name)
+
+
+def test_the_two_splits_are_train_and_heldout():
+    assert SPLITS == (TRAIN, HELDOUT) == ("train", "heldout")
+
+
+@pytest.mark.parametrize("key", ["loss", "lr", "step", "elapsed", "train", "heldout_", "valid_loss", ""])
+def test_keys_without_a_known_split_parse_to_none(key):
+    assert parse_metric_key(key) is None
+
+
+def test_axis_keys_are_the_bookkeeping_on_every_line():
+    assert AXIS_KEYS == {"step", "elapsed"}
+
+
+@pytest.mark.parametrize("key", ["heldout_position_3_accuracy", "train_digit_0_accuracy", "heldout_position_12_loss"])
+def test_per_position_keys_are_recognised_as_details(key):
+    assert parse_metric_key(key).is_position_detail
+
+
+@pytest.mark.parametrize(
+    "key", ["heldout_exact_match", "heldout_digit_accuracy", "heldout_bits_per_char", "train_accuracy"]
+)
+def test_summary_keys_are_not_position_details(key):
+    assert not parse_metric_key(key).is_position_detail
+
+
+@pytest.mark.parametrize("split", ["valid", "test", "Train", ""])
+def test_a_key_for_an_unknown_split_is_refused(split):
+    with pytest.raises(ValueError, match="split must be one of train, heldout"):
+        metric_key(split, "accuracy")
+
+
+def test_a_key_without_a_name_is_refused():
+    with pytest.raises(ValueError, match="metric name"):
+        metric_key(HELDOUT, "")
+
+
+def test_position_metric_builds_a_name_that_reads_as_a_detail():
+    name = position_metric("digit", 0)
+    assert name == "digit_0_accuracy"
+    assert position_metric("position", 3, "loss") == "position_3_loss"
+    assert parse_metric_key(metric_key(TRAIN, name)).is_position_detail
+
+
+@pytest.mark.parametrize(("label", "index"), [("Digit", 0), ("pos-x", 1), ("", 2), ("digit", -1)])
+def test_position_metric_refuses_names_outside_the_grammar(label, index):
+    with pytest.raises(ValueError, match="<label>_<index>_<measure>"):
+        position_metric(label, index)
+
+
+def test_layout_paths_are_the_file_names_under_the_root(tmp_path):
+    layout = RunLayout(str(tmp_path))
+    assert layout.root == tmp_path
+    assert layout.config == tmp_path / "config.json"
+    assert layout.metrics == tmp_path / "metrics.jsonl"
+    assert layout.final == tmp_path / "final.json"
+    assert layout.checkpoint == tmp_path / "checkpoint.safetensors"
+    assert layout.attention == tmp_path / "attention.npz"
+    assert layout.curves_picture == tmp_path / "curves.png"
+    assert layout.attention_picture == tmp_path / "attention.png"
+    assert layout.grokking_picture == tmp_path / "grokking.png"
+    assert layout.lock == tmp_path / ".lock"
+
+
+def test_files_lists_every_run_file_once_and_not_the_lock():
+    assert RunLayout.FILES == (
+        "config.json",
+        "metrics.jsonl",
+        "final.json",
+        "checkpoint.safetensors",
+        "attention.npz",
+        "curves.png",
+        "attention.png",
+        "grokking.png",
+    )
+    assert RunLayout.LOCK not in RunLayout.FILES
+
+
+def test_existing_lists_the_run_files_present_in_files_order(tmp_path):
+    layout = RunLayout(tmp_path)
+    assert layout.existing() == []
+    for name in ("attention.npz", "metrics.jsonl", "notes.txt", ".lock"):
+        (tmp_path / name).write_text("x")
+    assert layout.existing() == [tmp_path / "metrics.jsonl", tmp_path / "attention.npz"]
+
+
+def test_existing_of_a_missing_directory_is_empty(tmp_path):
+    assert RunLayout(tmp_path / "nowhere").existing() == []
+
+
+def test_layouts_of_one_directory_are_equal_and_hashable(tmp_path):
+    assert RunLayout(tmp_path) == RunLayout(Path(str(tmp_path)))
+    assert len({RunLayout(tmp_path), RunLayout(tmp_path)}) == 1
