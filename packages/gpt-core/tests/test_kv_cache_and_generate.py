@@ -33,10 +33,10 @@ def test_cached_incremental_logits_equal_full_forward(gen, close, pos):
     model = _sharpen(_model(pos), gen)
     idx = torch.randint(V, (3, 14), generator=gen)
     with torch.no_grad():
-        full, _ = model(idx)
+        full = model(idx).logits
         cache = model.new_cache(3, 14)
-        steps = [model(idx[:, :5], cache=cache)[0]]
-        steps += [model(idx[:, t : t + 1], cache=cache)[0] for t in range(5, 14)]
+        steps = [model(idx[:, :5], cache=cache).logits]
+        steps += [model(idx[:, t : t + 1], cache=cache).logits for t in range(5, 14)]
     assert cache.length == 14
     close(f"KV cache vs full ({pos})", torch.cat(steps, dim=1), full, 1e-10)
 
@@ -47,12 +47,14 @@ def test_cached_decoding_in_uneven_chunks_equals_full_forward(gen, close, pos):
     model = _sharpen(_model(pos), gen)
     idx = torch.randint(V, (2, 12), generator=gen)
     with torch.no_grad():
-        full, _, full_att = model(idx, return_attention=True)
+        full_out = model(idx, return_attention=True)
+        full, full_att = full_out.logits, full_out.attention
         cache = model.new_cache(2, 12)
         parts, atts = [], []
         for a, b in [(0, 3), (3, 7), (7, 8), (8, 12)]:
-            logits, _, att = model(idx[:, a:b], cache=cache, return_attention=True)
-            parts.append(logits)
+            out = model(idx[:, a:b], cache=cache, return_attention=True)
+            parts.append(out.logits)
+            att = out.attention
             assert att.shape == (2, 2, 2, b - a, b)  # (L, B, H, new queries, keys so far)
             atts.append(att[..., : b - a, :b])
     close(f"KV cache vs full ({pos})", torch.cat(parts, dim=1), full, 1e-10)
@@ -104,7 +106,7 @@ def test_learned_positions_with_cache_refuse_to_pass_block_size(gen):
 def _greedy_by_hand(model: GPT, idx: torch.Tensor, n: int) -> torch.Tensor:
     with torch.no_grad():
         for _ in range(n):
-            logits, _ = model(idx)
+            logits = model(idx).logits
             idx = torch.cat((idx, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
     return idx
 
@@ -219,7 +221,7 @@ def test_generated_tokens_can_be_trained_on(gen):
     model = _model("learned")
     out = generate(model, torch.randint(V, (2, 2), generator=gen), 5, temperature=0.0)
     assert not out.is_inference()
-    _, loss = model.train()(out[:, :-1], out[:, 1:])
+    loss = model.train()(out[:, :-1], out[:, 1:]).loss
     loss.backward()
     assert model.wte.weight.grad is not None
 
@@ -230,7 +232,7 @@ def test_training_after_generation_at_the_same_lengths_works(gen, pos):
     model = _model(pos)
     generate(model, torch.randint(V, (2, 5), generator=gen), 4, temperature=0.0, use_cache=False)  # lengths 5..8
     x = torch.randint(V, (3, 8), generator=gen)
-    _, loss = model.train()(x, x)
+    loss = model.train()(x, x).loss
     loss.backward()
     assert torch.isfinite(loss) and model.wte.weight.grad is not None
 

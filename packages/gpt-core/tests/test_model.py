@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpt_core import GPT, IGNORE_INDEX, GPTConfig
+from gpt_core import GPT, IGNORE_INDEX, GPTConfig, GPTOutput
 
 TOL = 1e-10
 
@@ -154,7 +154,8 @@ def test_gpt_matches_builtin_reference_logits_loss_and_every_gradient(gen, close
     targets = torch.randint(config.vocab_size, (3, 12), generator=gen)
     targets[:, ::5] = IGNORE_INDEX
 
-    logits, loss, attention = ours(idx, targets, return_attention=True)
+    out = ours(idx, targets, return_attention=True)
+    logits, loss, attention = out.logits, out.loss, out.attention
     ref_logits, ref_loss = ref(idx, targets)
     close(f"GPT[{name}] logits", logits, ref_logits, TOL)
     close(f"GPT[{name}] loss", loss, ref_loss, TOL)
@@ -174,17 +175,25 @@ def test_gpt_matches_builtin_reference_logits_loss_and_every_gradient(gen, close
     assert checked == len(ref_params)
 
 
-def test_gpt_loss_is_none_without_targets_and_logits_shape(gen):
+def test_gpt_output_has_one_shape_whatever_is_asked_for(gen):
+    """The same three named fields with and without targets and attention: loss and attention are
+    None when not asked for, and asking for them does not change the logits."""
     model = GPT(CONFIGS["learned"])
-    logits, loss = model(torch.randint(23, (2, 9), generator=gen))
-    assert logits.shape == (2, 9, 23)
-    assert loss is None
+    idx = torch.randint(23, (2, 9), generator=gen)
+    plain = model(idx)
+    full = model(idx, idx, return_attention=True)
+    assert isinstance(plain, GPTOutput) and isinstance(full, GPTOutput)
+    assert plain.logits.shape == (2, 9, 23)
+    assert plain.loss is None and plain.attention is None
+    assert full.loss.shape == () and full.loss.item() > 0
+    assert full.attention.shape == (2, 2, 4, 9, 9)  # (L, B, H, T, T_total)
+    assert torch.equal(plain.logits, full.logits)
 
 
 def test_gpt_eval_without_dropout_equals_train_mode(gen, close):
     model = GPT(CONFIGS["rope"]).double()
     idx = torch.randint(23, (2, 9), generator=gen)
-    close("GPT train == eval at dropout 0", model.train()(idx)[0], model.eval()(idx)[0], 0.0)
+    close("GPT train == eval at dropout 0", model.train()(idx).logits, model.eval()(idx).logits, 0.0)
 
 
 def test_gpt_dropout_changes_output_only_in_training(gen):
@@ -192,9 +201,9 @@ def test_gpt_dropout_changes_output_only_in_training(gen):
     model = GPT(config).double()
     idx = torch.randint(23, (2, 9), generator=gen)
     model.eval()
-    assert torch.equal(model(idx)[0], model(idx)[0])
+    assert torch.equal(model(idx).logits, model(idx).logits)
     model.train()
-    assert not torch.equal(model(idx)[0], model(idx)[0])
+    assert not torch.equal(model(idx).logits, model(idx).logits)
 
 
 # ----------------------------------------------------------------------------- attention output, init, tying
@@ -203,7 +212,8 @@ def test_gpt_dropout_changes_output_only_in_training(gen):
 def test_return_attention_has_layer_batch_head_shape_and_is_causal(gen, close):
     config = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=16)
     model = GPT(config).double()
-    logits, loss, attention = model(torch.randint(23, (4, 10), generator=gen), return_attention=True)
+    out = model(torch.randint(23, (4, 10), generator=gen), return_attention=True)
+    logits, loss, attention = out.logits, out.loss, out.attention
     assert attention.shape == (3, 4, 2, 10, 10)
     close("GPT attention rows sum to 1", attention.sum(-1), torch.ones(3, 4, 2, 10, dtype=torch.float64), 1e-12)
     upper = ~torch.ones(10, 10, dtype=torch.bool).tril()
@@ -254,7 +264,7 @@ def test_gpt_parameter_names_cover_the_architecture():
 @pytest.mark.parametrize("pos", ["rope", "none"])
 def test_gpt_without_learned_positions_accepts_sequences_past_block_size(gen, pos):
     config = GPTConfig(vocab_size=11, block_size=4, n_layer=1, n_head=2, n_embd=8, pos=pos)
-    logits, _ = GPT(config)(torch.randint(11, (1, 9), generator=gen))
+    logits = GPT(config)(torch.randint(11, (1, 9), generator=gen)).logits
     assert logits.shape == (1, 9, 11)
     assert torch.isfinite(logits).all()
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpt_core import IGNORE_INDEX
+from gpt_core import IGNORE_INDEX, GPTOutput
 
 
 def test_encode_decode_round_trip_and_labels(modadd_task):
@@ -71,7 +71,7 @@ class Oracle(nn.Module):
         answer = (idx[:, 0] + idx[:, 1] + int(self.wrong)) % self.p
         logits = torch.zeros(*idx.shape, self.p + 1)
         logits[:, -1, :].scatter_(1, answer[:, None], 30.0)
-        return logits, None
+        return GPTOutput(logits, None, None)
 
 
 def test_accuracy_and_loss_are_measured_at_equals(modadd_task):

@@ -5,7 +5,7 @@ from gpt_core.functional import IGNORE_INDEX, cross_entropy, dropout, gelu, laye
 from gpt_core.generate import generate, next_token
 from gpt_core.kv_cache import KVCache
 from gpt_core.layers import GELU, MLP, Embedding, LayerNorm, Linear
-from gpt_core.model import GPT, POSITION_ENCODINGS, Block, GPTConfig
+from gpt_core.model import GPT, POSITION_ENCODINGS, Block, GPTConfig, GPTOutput
 from gpt_core.rope import RotaryEmbedding
 from gpt_core.verification import REFERENCE_SIGNATURES, Row, format_report, verification_report
 
@@ -19,6 +19,7 @@ __all__ = [
     "Block",
     "Embedding",
     "GPTConfig",
+    "GPTOutput",
     "KVCache",
     "LayerNorm",
     "Linear",

@@ -88,14 +88,14 @@ def _generate_once(
 
     cache = model.new_cache(B, T + n_new - 1) if use_cache else None  # the last token is never read
     tokens = [idx]
-    logits, _ = model(idx, cache=cache)
+    logits = model(idx, cache=cache).logits
     for step in range(n_new):
         token = next_token(logits[:, -1, :], temperature, top_k, generator)  # (B,)
         tokens.append(token[:, None])
         if step == n_new - 1:
             break
         if use_cache:
-            logits, _ = model(token[:, None], cache=cache)
+            logits = model(token[:, None], cache=cache).logits
         else:
-            logits, _ = model(torch.cat(tokens, dim=1))
+            logits = model(torch.cat(tokens, dim=1)).logits
     return torch.cat(tokens, dim=1)

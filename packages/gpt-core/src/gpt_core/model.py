@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -70,6 +70,15 @@ class GPTConfig:
         if unknown:
             raise ValueError(f"unknown GPTConfig field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**values)
+
+
+class GPTOutput(NamedTuple):
+    """What one forward pass gives, always in this one shape, so callers name what they use
+    (`model(x).logits`) instead of counting tuple positions that change with flags."""
+
+    logits: Tensor  # (B, T, V)
+    loss: Tensor | None  # scalar; None without targets
+    attention: Tensor | None  # (n_layer, B, n_head, T, T_total); None unless return_attention
 
 
 class Identity(nn.Module):
@@ -143,13 +152,12 @@ class GPT(nn.Module):
         *,
         cache: KVCache | None = None,
         return_attention: bool = False,
-    ):
-        """Token ids (B, T) -> logits (B, T, V), and the loss when targets (B, T) are given.
+    ) -> GPTOutput:
+        """Token ids (B, T) -> GPTOutput: logits (B, T, V), the loss when targets (B, T) are given,
+        and the attention weights (n_layer, B, n_head, T, T_total) when `return_attention` is set.
 
         Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new
-        tokens, which sit after the cache's filled positions. Returns (logits, loss), or
-        (logits, loss, attention) with attention (n_layer, B, n_head, T, T_total) when
-        `return_attention` is set.
+        tokens, which sit after the cache's filled positions.
         """
         B, T = idx.shape
         offset = cache.length if cache is not None else 0
@@ -171,6 +179,5 @@ class GPT(nn.Module):
             cache.advance(T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         loss = self.loss(logits, targets) if targets is not None else None
-        if return_attention:
-            return logits, loss, torch.stack(attention)  # (L, B, H, T, T_total)
-        return logits, loss
+        stacked = torch.stack(attention) if return_attention else None  # (L, B, H, T, T_total)
+        return GPTOutput(logits, loss, stacked)

@@ -135,10 +135,10 @@ def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope") ->
     model = GPT(GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos)).to(dtype).eval()
     idx = torch.randint(13, (2, 12), generator=gen)
     with torch.no_grad():
-        full, _ = model(idx)
+        full = model(idx).logits
         cache = model.new_cache(2, 12)
-        first, _ = model(idx[:, :5], cache=cache)
-        steps = [first] + [model(idx[:, t : t + 1], cache=cache)[0] for t in range(5, 12)]
+        steps = [model(idx[:, :5], cache=cache).logits]
+        steps += [model(idx[:, t : t + 1], cache=cache).logits for t in range(5, 12)]
     return Row(
         f"KV-cache decoding ({pos} positions)", "full forward (gpt_core)", _max_diff(torch.cat(steps, 1), full), None
     )

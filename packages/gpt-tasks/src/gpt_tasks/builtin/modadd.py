@@ -117,7 +117,7 @@ class ModAddTask(Task):
             for chunk in ids.split(EVAL_BATCH):
                 inputs, answers = self.pairs(chunk)
                 inputs, answers = inputs.to(device), answers.to(device)
-                logits = model(inputs)[0][:, -1, :]  # (N, V) at "="
+                logits = model(inputs).logits[:, -1, :]  # (N, V) at "="
                 total_loss += float(cross_entropy(logits.float(), answers)) * len(chunk)
                 correct += int((logits.argmax(dim=-1) == answers).sum())
         n = len(ids)

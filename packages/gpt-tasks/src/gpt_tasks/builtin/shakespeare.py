@@ -197,7 +197,7 @@ class ShakespeareTask(Task):
         with evaluating(model):
             for chunk in starts.split(EVAL_BATCH):
                 batch = self.windows(chunk).to(device)
-                logits, _ = model(batch.inputs)
+                logits = model(batch.inputs).logits
                 total += float(cross_entropy(logits.float(), batch.targets)) * len(chunk)
         loss = total / len(starts)
         return {"loss": loss, "bits_per_char": loss / math.log(2), "examples": float(len(starts))}
