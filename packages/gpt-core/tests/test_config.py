@@ -92,3 +92,12 @@ def test_config_is_frozen():
     c = _config()
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.n_layer = 3
+
+
+def test_check_positions_refuses_only_learned_positions_past_block_size():
+    learned = _config()  # block_size 8
+    learned.check_positions(8)  # a full block is fine
+    with pytest.raises(ValueError, match=r"^the prompt needs 9 positions, longer than block_size 8: learned positions"):
+        learned.check_positions(9, "the prompt")
+    for pos in ("rope", "none"):
+        _config(pos=pos).check_positions(1000)  # no table to run past

@@ -119,6 +119,12 @@ def test_full_evaluation_uses_every_non_overlapping_window_of_the_split(shakespe
     assert metrics["examples"] == expected and metrics["loss"] > 0
 
 
+def test_learned_positions_cannot_evaluate_windows_longer_than_trained(shakespeare_task, tiny_model):
+    model = tiny_model(shakespeare_task, block_size=7)  # the task's windows are 8 characters
+    with pytest.raises(ValueError, match="each evaluation window needs 8 positions, longer than block_size 7"):
+        shakespeare_task.evaluate(model, "heldout", "cpu", limit=4)
+
+
 def test_prompts_encode_and_attention_example_opens_the_first_heldout_chunk(shakespeare_task, corpus_file):
     text = corpus_file.read_text()
     for prompt in shakespeare_task.example_prompts():

@@ -79,9 +79,8 @@ def _generate_once(
     """One pass of generation, never reading past block_size tokens with learned positions."""
     B, T = idx.shape
     n_new = max_new_tokens
+    model.config.check_positions(T, "the prompt")
     if model.config.pos == "learned":
-        if model.config.block_size < T:
-            raise ValueError(f"prompt of {T} tokens is longer than block_size {model.config.block_size}")
         n_new = min(n_new, model.config.block_size + 1 - T)
     if n_new <= 0:
         return idx

@@ -59,6 +59,18 @@ class GPTConfig:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    def check_positions(self, n: int, what: str = "the input") -> None:
+        """Raise ValueError if `what` needs n positions and learned positions cannot hold them.
+
+        Learned positions are a table of block_size vectors: there is nothing to read past it. One
+        check, with one message, for the model, generation and every task's evaluation.
+        """
+        if self.pos == "learned" and n > self.block_size:
+            raise ValueError(
+                f"{what} needs {n} positions, longer than block_size {self.block_size}: learned positions "
+                "have no vectors past their table (use pos=rope or pos=none to run past it)"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -163,11 +175,7 @@ class GPT(nn.Module):
         offset = cache.length if cache is not None else 0
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
-            if offset + T > self.config.block_size:
-                raise ValueError(
-                    f"sequence of {offset + T} positions is longer than block_size {self.config.block_size} "
-                    "(learned positions have no vectors past their table; use pos=rope or pos=none)"
-                )
+            self.config.check_positions(offset + T, "the sequence")
             x = x + self.wpe.weight[offset : offset + T]  # (T, C) broadcast over B
         x = dropout(x, self.config.dropout, self.training)
         attention = []

@@ -59,11 +59,7 @@ class PromptAnswerTask(Task):
 
         With limit None: every example of the split, or a fixed sample of 20,000 when it cannot be listed.
         """
-        if model.config.pos == "learned" and self.block_size > model.config.block_size:
-            raise ValueError(
-                f"learned positions cannot go past their table: these examples need {self.block_size} "
-                f"positions, the model has {model.config.block_size}"
-            )
+        model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
         start = self.prompt_length
         correct = torch.zeros(self.answer_length, dtype=torch.long)

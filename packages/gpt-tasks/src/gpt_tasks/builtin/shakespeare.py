@@ -187,11 +187,7 @@ class ShakespeareTask(Task):
         return starts[torch.randperm(len(starts), generator=generator)[:limit]].sort().values
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        if model.config.pos == "learned" and self.block_size > model.config.block_size:
-            raise ValueError(
-                f"learned positions cannot go past their table: windows of {self.block_size} characters, "
-                f"the model has {model.config.block_size} positions"
-            )
+        model.config.check_positions(self.block_size, "each evaluation window")
         starts = self.evaluation_starts(split, limit)
         total = 0.0
         with evaluating(model):
