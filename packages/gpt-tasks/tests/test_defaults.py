@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpt_core import GPT, GPTConfig
-from gpt_tasks import TrainDefaults, get_task, list_tasks
+from gpt_tasks import Defaults, TrainSettings, get_task, list_tasks
 
 
 @pytest.fixture
@@ -22,14 +24,47 @@ def test_every_builtin_task_is_covered(builtin_tasks):
 def test_defaults_build_a_valid_model_and_run(builtin_tasks):
     for task in builtin_tasks:
         defaults = task.defaults()
-        assert isinstance(defaults, TrainDefaults)
-        config = GPTConfig(vocab_size=task.vocab_size, block_size=task.block_size, **defaults.model)
-        model = GPT(config)
-        assert model.num_parameters() < 2_000_000, task.name  # CPU-sized
-        assert defaults.schedule in ("cosine", "constant")
-        assert defaults.steps > 0 and defaults.batch_size > 0 and defaults.eval_limit > 0
-        assert 0 < defaults.min_lr <= defaults.lr and 0 <= defaults.warmup_steps < defaults.steps
-        assert all(0 <= beta < 1 for beta in defaults.betas)
+        assert isinstance(defaults, Defaults) and isinstance(defaults.train, TrainSettings)
+        assert (defaults.model.vocab_size, defaults.model.block_size) == (task.vocab_size, task.block_size)
+        assert GPT(defaults.model).num_parameters() < 2_000_000, task.name  # CPU-sized
+        assert defaults.train.min_lr > 0 and defaults.train.warmup_steps < defaults.train.steps
+
+
+def _differences(value, default) -> dict:
+    """The fields of a dataclass that differ from a default instance's."""
+    pairs = ((f.name, getattr(value, f.name), getattr(default, f.name)) for f in dataclasses.fields(value))
+    return {name: mine for name, mine, theirs in pairs if mine != theirs}
+
+
+def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
+    """The measured recipes, pinned: a change to TrainSettings' or GPTConfig's own defaults must not
+    silently change what `gpt-train run --task NAME` trains."""
+    sort, addition, modadd, shakespeare = builtin_tasks
+    base_model = GPTConfig(vocab_size=1, block_size=1)
+    expected = {
+        sort: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3}),
+        addition: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3, "min_lr": 3e-4}),
+        modadd: (
+            {"n_layer": 1, "tie_weights": False},
+            {
+                "batch_size": modadd.split.count("train"),  # full batch
+                "min_lr": 1e-3,
+                "warmup_steps": 10,
+                "schedule": "constant",
+                "weight_decay": 1.0,
+                "beta2": 0.98,
+                "grad_clip": 0.0,
+                "eval_every": 100,
+                "eval_limit": 113**2,
+            },
+        ),
+        shakespeare: ({}, {"batch_size": 12, "eval_limit": 200}),
+    }
+    for task, (model, train) in expected.items():
+        defaults = task.defaults()
+        shape = _differences(defaults.model, base_model)
+        assert {k: v for k, v in shape.items() if k not in ("vocab_size", "block_size")} == model, task.name
+        assert _differences(defaults.train, TrainSettings()) == train, task.name
 
 
 def test_primary_metric_is_among_the_metrics_evaluate_returns(builtin_tasks, tiny_model):

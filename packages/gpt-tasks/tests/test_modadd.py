@@ -82,10 +82,10 @@ def test_accuracy_and_loss_are_measured_at_equals(modadd_task):
 
 
 def test_defaults_train_on_the_full_batch(modadd_task):
-    defaults = modadd_task.defaults()
-    assert defaults.batch_size == modadd_task.split.count("train")
-    assert defaults.eval_limit >= modadd_task.split.size
-    assert (defaults.weight_decay, defaults.schedule) == (1.0, "constant")
+    train = modadd_task.defaults().train
+    assert train.batch_size == modadd_task.split.count("train")
+    assert train.eval_limit >= modadd_task.split.size
+    assert (train.weight_decay, train.schedule, train.beta1, train.beta2) == (1.0, "constant", 0.9, 0.98)
 
 
 def test_prompts_and_attention_example_are_heldout_inputs(modadd_task):

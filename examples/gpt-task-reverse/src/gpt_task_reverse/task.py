@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks import IndexedSplit, PromptAnswerTask, TrainDefaults
+from gpt_tasks import Defaults, IndexedSplit, PromptAnswerTask, TrainSettings
 
 DIGITS = "0123456789"
 
@@ -83,15 +83,8 @@ class ReverseTask(PromptAnswerTask):
         digits = self.digits(ids)
         return torch.cat((digits, digits.flip(1)), dim=1)
 
-    def defaults(self) -> TrainDefaults:
-        return TrainDefaults(
-            model={"n_layer": 2, "n_head": 2, "n_embd": 32, "dropout": 0.0, "pos": "learned"},
-            steps=400,
-            batch_size=64,
-            lr=3e-3,
-            min_lr=3e-4,
-            warmup_steps=20,
-            weight_decay=0.1,
-            eval_every=100,
-            eval_limit=1000,
+    def defaults(self) -> Defaults:
+        return Defaults(
+            model=self.model_config(n_layer=2, n_head=2, n_embd=32),
+            train=TrainSettings(steps=400, lr=3e-3, min_lr=3e-4, warmup_steps=20, eval_every=100, eval_limit=1000),
         )

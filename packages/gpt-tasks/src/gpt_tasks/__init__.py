@@ -5,12 +5,14 @@ from gpt_tasks.params import ParamError
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, get_task, list_tasks
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
-from gpt_tasks.task import SPLITS, Batch, Task, TrainDefaults, evaluating
+from gpt_tasks.task import SPLITS, Batch, Task, evaluating
+from gpt_tasks.training import Defaults, TrainSettings
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SPLITS",
     "Batch",
+    "Defaults",
     "IndexedSplit",
     "ParamError",
     "PluginWarning",
@@ -19,7 +21,7 @@ __all__ = [
     "Task",
     "TaskError",
     "TaskInfo",
-    "TrainDefaults",
+    "TrainSettings",
     "evaluating",
     "get_task",
     "hookimpl",

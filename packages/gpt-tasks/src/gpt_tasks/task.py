@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from gpt_core import GPT
+from gpt_core import GPT, GPTConfig
+from gpt_tasks.training import Defaults
 
 SPLITS = ("train", "heldout")
 
@@ -28,27 +29,6 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(self.inputs.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
-
-
-@dataclass(frozen=True)
-class TrainDefaults:
-    """Hyperparameters that make `gpt-train run --task NAME` give a good result on a CPU.
-
-    `model` holds GPTConfig fields other than vocab_size and block_size, which the task fixes.
-    """
-
-    model: dict[str, Any] = field(default_factory=dict)
-    steps: int = 2000
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    schedule: str = "cosine"
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.99)
-    grad_clip: float = 1.0
-    eval_every: int = 250
-    eval_limit: int = 2000
 
 
 class Task(ABC):
@@ -109,8 +89,13 @@ class Task(ABC):
         `limit` is None, else a fixed sample of `limit` examples."""
 
     @abstractmethod
-    def defaults(self) -> TrainDefaults:
-        """Hyperparameters for a good CPU run of this task with these parameters."""
+    def defaults(self) -> Defaults:
+        """The model and training settings of a good CPU run of this task with these parameters."""
+
+    def model_config(self, **shape: Any) -> GPTConfig:
+        """A GPTConfig with vocab_size and block_size from this task and the rest from `shape`
+        (n_layer, n_head, ...): the task fixes those two, so no defaults() block restates them."""
+        return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, **shape)
 
     @abstractmethod
     def example_prompts(self) -> list[str]:

@@ -19,7 +19,7 @@ from gpt_tasks.builtin.sort import as_bytes, digits_of
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import CharVocab
-from gpt_tasks.task import TrainDefaults
+from gpt_tasks.training import Defaults, TrainSettings
 
 ALPHABET = "0123456789+="
 PLUS, EQUALS = ALPHABET.index("+"), ALPHABET.index("=")
@@ -93,15 +93,8 @@ class AdditionTask(PromptAnswerTask):
         equals = torch.full((len(ids), 1), EQUALS, dtype=torch.long)
         return torch.cat((operands[:, :d], plus, operands[:, d:], equals, answer), dim=1)
 
-    def defaults(self) -> TrainDefaults:
-        return TrainDefaults(
-            model={"n_layer": 2, "n_head": 4, "n_embd": 64, "dropout": 0.0, "pos": "learned"},
-            steps=2000,
-            batch_size=128,
-            lr=3e-3,
-            min_lr=3e-4,
-            warmup_steps=100,
-            weight_decay=0.1,
-            eval_every=250,
-            eval_limit=2000,
+    def defaults(self) -> Defaults:
+        return Defaults(
+            model=self.model_config(n_layer=2, n_head=4, n_embd=64),
+            train=TrainSettings(batch_size=128, lr=3e-3, min_lr=3e-4),
         )

@@ -26,7 +26,8 @@ import torch
 from gpt_core import GPT, cross_entropy
 from gpt_tasks.splits import is_heldout
 from gpt_tasks.symbols import CharVocab
-from gpt_tasks.task import Batch, Task, TrainDefaults, evaluating
+from gpt_tasks.task import Batch, Task, evaluating
+from gpt_tasks.training import Defaults, TrainSettings
 
 CORPUS_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -198,20 +199,10 @@ class ShakespeareTask(Task):
         loss = total / len(starts)
         return {"loss": loss, "bits_per_char": loss / math.log(2), "examples": float(len(starts))}
 
-    def defaults(self) -> TrainDefaults:
-        return TrainDefaults(
-            model={"n_layer": 4, "n_head": 4, "n_embd": 128, "dropout": 0.0, "pos": "learned"},
-            steps=2000,
-            batch_size=12,
-            lr=1e-3,
-            min_lr=1e-4,
-            warmup_steps=100,
-            schedule="cosine",
-            weight_decay=0.1,
-            betas=(0.9, 0.99),
-            grad_clip=1.0,
-            eval_every=250,
-            eval_limit=200,
+    def defaults(self) -> Defaults:
+        return Defaults(
+            model=self.model_config(n_layer=4, n_head=4, n_embd=128),
+            train=TrainSettings(batch_size=12, eval_limit=200),
         )
 
     def example_prompts(self) -> list[str]:
