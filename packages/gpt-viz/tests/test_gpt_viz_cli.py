@@ -149,3 +149,18 @@ def test_every_command_help_shows_an_example(runner, command):
     assert result.exit_code == 0
     assert "Example:" in result.stdout
     assert f"gpt-viz {command} runs/" in result.stdout
+
+
+def test_metrics_that_are_not_utf8_are_a_one_line_error(runner, make_run):
+    run = make_run()
+    (run / "metrics.jsonl").write_bytes(b'{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.5, "x": "\xff"}\n')
+    result = runner.invoke(main, ["curves", str(run)])
+    assert_one_line_error(result, "metrics.jsonl is not UTF-8 text")
+
+
+def test_garbage_attention_file_is_a_one_line_error_that_says_what_it_is(runner, make_run):
+    run = make_run()
+    (run / "attention.npz").write_bytes(b"\x00\x01garbage" * 50)
+    result = runner.invoke(main, ["attention", str(run)])
+    assert_one_line_error(result, "attention.npz is not a readable .npz archive")
+    assert "pickle" not in result.stderr

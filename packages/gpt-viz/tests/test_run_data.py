@@ -1,6 +1,7 @@
 """Reading run directories, and the one-line errors for malformed ones."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,7 +138,7 @@ def test_attention_archive_without_tokens_is_rejected(run_dir):
 def test_attention_with_pickled_tokens_is_refused(run_dir):
     tokens = np.array(["a", "b", "c"], dtype=object)
     np.savez(run_dir / "attention.npz", weights=np.zeros((1, 1, 3, 3)), tokens=tokens)
-    with pytest.raises(VizError, match="not a readable .npz of plain arrays"):
+    with pytest.raises(VizError, match=r"attention\.npz stores 'tokens' as pickled Python objects.*store tokens as"):
         load_attention(run_dir)
 
 
@@ -145,3 +146,50 @@ def test_metric_value_that_is_not_a_number_is_reported():
     records = [{"step": 0, "loss": 1.0}, {"step": 1, "loss": "low"}]
     with pytest.raises(VizError, match="metric 'loss' in run-7 has a step or value that is not a number"):
         metric_series(records, "loss", source="run-7")
+
+
+INVALID_UTF8 = b'{"step": 0, "loss": 1.0}\n{"step": 1, "note": "\xff\xfe"}\n'
+
+
+def test_metrics_that_are_not_utf8_name_the_file_and_the_byte(run_dir):
+    (run_dir / "metrics.jsonl").write_bytes(INVALID_UTF8)
+    with pytest.raises(VizError, match=r"metrics\.jsonl is not UTF-8 text \(byte 0xff on line 2\)$"):
+        load_metrics(run_dir)
+
+
+def test_config_that_is_not_utf8_names_the_file(run_dir):
+    (run_dir / "config.json").write_bytes(b'{"task": "\xe9"}')
+    with pytest.raises(VizError, match=r"config\.json is not UTF-8 text"):
+        load_config(run_dir)
+
+
+@pytest.mark.parametrize(("reader", "name"), [(load_metrics, "metrics.jsonl"), (load_config, "config.json")])
+def test_a_file_that_cannot_be_read_names_the_file_and_the_reason(run_dir, monkeypatch, reader, name):
+    def fail(self, *args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(Path, "read_text", fail)
+    monkeypatch.setattr(Path, "read_bytes", fail)
+    with pytest.raises(VizError, match=f"cannot read {run_dir / name}: Input/output error$"):
+        reader(run_dir)
+
+
+@pytest.mark.parametrize(
+    "content", [bytes(range(256)) * 4, b"weights,tokens\n1,a\n", b"PK\x03\x04 a zip cut short", b""]
+)
+def test_attention_file_that_is_no_npz_archive_says_so_and_blames_no_pickle(run_dir, content):
+    (run_dir / "attention.npz").write_bytes(content)
+    with pytest.raises(VizError) as error:
+        load_attention(run_dir)
+    message = str(error.value)
+    assert message.startswith(f"{run_dir / 'attention.npz'} is not a readable .npz archive")
+    assert "pickle" not in message
+    assert "store tokens as strings" not in message
+    assert "\n" not in message
+
+
+def test_attention_saved_as_a_bare_npy_array_is_no_npz_archive(run_dir):
+    with open(run_dir / "attention.npz", "wb") as file:
+        np.save(file, np.zeros((1, 1, 3, 3)))
+    with pytest.raises(VizError, match=r"attention\.npz is not a readable \.npz archive"):
+        load_attention(run_dir)

@@ -13,7 +13,6 @@ from gpt_viz.attention import draw_attention
 from gpt_viz.canvas import legend_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import (
-    ATTENTION_FILE,
     PathLike,
     Record,
     load_attention,
@@ -22,6 +21,7 @@ from gpt_viz.run_data import (
     metric_series,
     run_directory,
 )
+from gpt_viz.run_layout import RunLayout
 
 LOSS_COLOUR = "tab:blue"
 METRIC_COLOUR = "tab:orange"
@@ -60,7 +60,7 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     records = load_metrics(run)
     config = load_config(run)
     metric = metric or config.get("primary_metric")
-    has_attention = (run / ATTENTION_FILE).is_file()
+    has_attention = RunLayout(run).attention.is_file()
 
     figure = new_figure(12.5 if has_attention else 7.0, 5.0)
     if has_attention:

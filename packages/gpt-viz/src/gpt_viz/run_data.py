@@ -2,15 +2,19 @@
 
 A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per
 logged step) and, optionally, ``attention.npz`` (attention weights of every
-layer and head on one held-out example).  Everything here turns malformed
-input into a one-line :class:`~gpt_viz.errors.VizError` instead of a traceback.
+layer and head on one held-out example); :mod:`gpt_viz.run_layout` owns those
+names.  Everything here turns malformed input (unreadable, not UTF-8, not JSON,
+not an archive) into a one-line :class:`~gpt_viz.errors.VizError` naming the
+file instead of a traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Union
@@ -18,16 +22,27 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 
 from gpt_viz.errors import VizError
+from gpt_viz.run_layout import AXIS_KEYS, RunLayout
 
 PathLike = Union[str, "os.PathLike[str]"]
 Record = Mapping[str, Any]
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-ATTENTION_FILE = "attention.npz"
-
-# Bookkeeping keys present on every line; they are axes, not metrics.
-_NON_METRIC_KEYS = frozenset({"step", "elapsed"})
+# Reading an archive member can fail in any of these ways when the bytes are damaged (numpy parses a
+# garbled .npy header with ast and tokenize, whose errors it lets through; a garbled shape may ask for terabytes;
+# zipfile meets a flipped flag as encryption or a feature it does not implement, both RuntimeErrors).
+_DAMAGED_ARCHIVE = (
+    OSError,
+    RuntimeError,
+    ValueError,
+    EOFError,
+    SyntaxError,
+    MemoryError,
+    tokenize.TokenError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+# The first bytes by which np.load tells an .npz (a zip, possibly empty) from a pickle or a bare .npy.
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 class AttentionSnapshot(NamedTuple):
@@ -49,13 +64,26 @@ def run_directory(run_dir: PathLike) -> Path:
     return path
 
 
+def read_text(path: Path) -> str:
+    """The file's text; unreadable or non-UTF-8 bytes become one line naming the file, not a traceback."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise VizError(f"cannot read {path}: {error.strerror or error}") from error
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise VizError(f"{path} is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line})") from error
+
+
 def load_config(run_dir: PathLike) -> dict[str, Any]:
     """Read ``config.json``; a missing file gives ``{}`` so copied-out metrics still plot."""
-    path = run_directory(run_dir) / CONFIG_FILE
+    path = RunLayout(run_directory(run_dir)).config
     if not path.is_file():
         return {}
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
     if not isinstance(config, dict):
@@ -69,10 +97,10 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     Blank lines are skipped (a trailing newline is normal); anything else that
     is not a JSON object with a ``"step"`` is reported with its line number.
     """
-    path = run_directory(run_dir) / METRICS_FILE
+    path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path).splitlines()
     records = [_parse_metrics_line(line, path, number) for number, line in enumerate(lines, start=1) if line.strip()]
     if not records:
         raise VizError(f"{path} is empty")
@@ -94,7 +122,7 @@ def _parse_metrics_line(line: str, path: Path, number: int) -> dict[str, Any]:
 def available_metrics(records: Iterable[Record]) -> list[str]:
     """Names of every metric logged at least once, sorted (``step``/``elapsed`` excluded)."""
     names = {key for record in records for key in record}
-    return sorted(names - _NON_METRIC_KEYS)
+    return sorted(names - AXIS_KEYS)
 
 
 def metric_series(records: Iterable[Record], key: str, *, source: str = "the records") -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +146,7 @@ def metric_series(records: Iterable[Record], key: str, *, source: str = "the rec
 
 def load_attention(run_dir: PathLike) -> AttentionSnapshot:
     """Read ``attention.npz`` and check that the weights match the tokens."""
-    path = run_directory(run_dir) / ATTENTION_FILE
+    path = RunLayout(run_directory(run_dir)).attention
     if not path.is_file():
         raise VizError(f"{path} is missing")
     weights, tokens = _read_npz_arrays(path, ("weights", "tokens"))
@@ -130,15 +158,52 @@ def load_attention(run_dir: PathLike) -> AttentionSnapshot:
 
 
 def _read_npz_arrays(path: Path, names: tuple[str, ...]) -> list[np.ndarray]:
-    """The named arrays of an .npz archive; pickled (object) arrays are refused, not executed."""
+    """The named arrays of an .npz archive; pickled (object) arrays are refused, not executed.
+
+    Anything that is not a zip archive is said to be so up front: left to ``np.load``, random bytes
+    or text would be "pickled data", a bare .npy an array without a context manager, an empty file EOF.
+    """
+    if not _starts_like_a_zip(path):
+        raise VizError(f"{path} is not a readable .npz archive (not a zip of numpy arrays)")
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = [name for name in names if name not in archive.files]
-            if missing:
-                raise VizError(f"{path} lacks the array {missing[0]!r}; it needs {', '.join(map(repr, names))}")
+            _check_members(archive, path, names)
             return [archive[name] for name in names]
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
-        raise VizError(f"{path} is not a readable .npz of plain arrays (store tokens as strings): {error}") from error
+    except _DAMAGED_ARCHIVE as error:
+        raise VizError(f"{path} is not a readable .npz archive: {error}") from error
+
+
+def _starts_like_a_zip(path: Path) -> bool:
+    """Whether np.load would open the file as a zip, judged by the same first four bytes it reads."""
+    try:
+        with path.open("rb") as file:
+            start = file.read(4)
+    except OSError as error:
+        raise VizError(f"cannot read {path}: {error.strerror or error}") from error
+    return start in _ZIP_STARTS
+
+
+def _check_members(archive: Any, path: Path, names: tuple[str, ...]) -> None:
+    """Fail unless each name is a stored .npy array of plain values: object arrays would need unpickling."""
+    members = set(archive.zip.namelist())
+    missing = [name for name in names if f"{name}.npy" not in members]
+    if missing:
+        raise VizError(f"{path} lacks the array {missing[0]!r}; it needs {', '.join(map(repr, names))}")
+    pickled = [name for name in names if _stored_dtype(archive, name).hasobject]
+    if pickled:
+        raise VizError(
+            f"{path} stores {pickled[0]!r} as pickled Python objects, which gpt-viz never loads; "
+            "store tokens as strings"
+        )
+
+
+def _stored_dtype(archive: Any, name: str) -> np.dtype:
+    """The dtype in a member's .npy header, read without loading (or unpickling) the data."""
+    with archive.zip.open(f"{name}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        _, _, dtype = read_header(member)
+    return dtype
 
 
 def check_attention_shape(weights: np.ndarray, tokens: Sequence[str]) -> None:
