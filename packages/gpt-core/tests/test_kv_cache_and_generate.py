@@ -201,9 +201,10 @@ def test_sampling_with_and_without_cache_agree_for_the_same_seed(gen):
     assert torch.equal(a, b)
 
 
-def test_negative_temperature_raises(gen):
-    with pytest.raises(ValueError, match="temperature must be >= 0"):
-        generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3, temperature=-0.5)
+@pytest.mark.parametrize("temperature", [-0.5, float("nan"), float("inf")])
+def test_negative_or_non_finite_temperature_raises(gen, temperature):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3, temperature=temperature)
 
 
 def test_top_k_below_one_raises(gen):
