@@ -21,6 +21,7 @@ from gpt_viz.run_data import (
     metric_series,
 )
 from gpt_viz.run_layout import (
+    EXAMPLES,
     HELDOUT,
     SPLITS,
     TRAIN,
@@ -32,6 +33,7 @@ from gpt_viz.run_layout import (
 )
 
 __all__ = [
+    "EXAMPLES",
     "HELDOUT",
     "SPLITS",
     "TRAIN",
