@@ -164,3 +164,16 @@ def test_garbage_attention_file_is_a_one_line_error_that_says_what_it_is(runner,
     result = runner.invoke(main, ["attention", str(run)])
     assert_one_line_error(result, "attention.npz is not a readable .npz archive")
     assert "pickle" not in result.stderr
+
+
+def test_grokking_plots_the_metric_it_is_given(runner, make_run):
+    records = [
+        {"step": step, "loss": 1.0, "train_exact_match": value, "heldout_exact_match": value / 2}
+        for step, value in [(10, 0.5), (100, 1.0)]
+    ]
+    run = make_run(records=records)
+    result = runner.invoke(main, ["grokking", str(run), "--metric", "exact_match"])
+    assert result.exit_code == 0, result.output
+    assert written(result) == [run / "grokking.png"]
+    result = runner.invoke(main, ["grokking", str(run)])
+    assert_one_line_error(result, "metric 'train_accuracy' not found")

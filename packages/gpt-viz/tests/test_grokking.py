@@ -78,3 +78,32 @@ def test_run_without_accuracies_names_the_missing_metric(make_run):
     run = make_run(records=[{"step": 1, "elapsed": 0.1, "loss": 2.0, "lr": 1e-3}])
     with pytest.raises(VizError, match="metric 'train_accuracy' not found in .*; it has: loss, lr"):
         grokking(run)
+
+
+def exact_match_records():
+    """A run whose task reports exact_match, not accuracy: train reaches 0.99 at step 100, held-out at 1000."""
+    return [
+        {"step": step, "loss": 1.0, "train_exact_match": train, "heldout_exact_match": heldout}
+        for step, train, heldout in [(10, 0.2, 0.0), (100, 0.995, 0.1), (1000, 1.0, 0.99)]
+    ]
+
+
+def test_another_metric_plots_its_train_and_heldout_keys():
+    ax = only_axes(grokking(exact_match_records(), metric="exact_match"))
+    assert legend_texts(ax) == [
+        "train exact match (≥ 0.99 at step 100)",
+        "held-out exact match (≥ 0.99 at step 1000)",
+    ]
+    assert ax.get_ylabel() == "exact match"
+    assert vertical_line_steps(ax) == [100, 1000]
+
+
+def test_a_metric_the_run_lacks_names_the_key_it_looked_for():
+    with pytest.raises(VizError, match="metric 'train_accuracy' not found in the records; it has: heldout_exact_match"):
+        grokking(exact_match_records())
+
+
+@pytest.mark.parametrize("metric", ["heldout_accuracy", "train_exact_match", ""])
+def test_a_metric_given_as_a_key_or_empty_is_refused_with_the_name_to_use(metric):
+    with pytest.raises(VizError, match="grokking needs a metric name without its split"):
+        grokking(exact_match_records(), metric=metric)

@@ -17,7 +17,7 @@ from gpt_viz.attention import attention_grid
 from gpt_viz.canvas import save_figure
 from gpt_viz.curves import compare_runs, training_curves
 from gpt_viz.errors import VizError
-from gpt_viz.grokking import grokking
+from gpt_viz.grokking import METRIC, grokking
 from gpt_viz.run_data import load_attention, run_directory
 
 RUN_DIR = click.Path(path_type=Path)
@@ -136,16 +136,23 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
 
 @main.command("grokking")
 @click.argument("run_dir", type=RUN_DIR)
+@click.option(
+    "--metric",
+    default=METRIC,
+    show_default=True,
+    help="Task metric without its split; plots train_METRIC and heldout_METRIC.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/grokking.png].")
 @SVG_OPTION
-def grokking_command(run_dir: Path, out: Path | None, svg: bool) -> None:
-    """Train and held-out accuracy, marking where each reaches 0.99.
+def grokking_command(run_dir: Path, metric: str, out: Path | None, svg: bool) -> None:
+    """Train and held-out accuracy (or --metric), marking where each reaches 0.99.
 
     \b
     Example:
       gpt-viz grokking runs/modular-addition --out grokking.png
+      gpt-viz grokking runs/addition --metric exact_match
     """
-    _save_and_report(grokking(run_dir), out or run_dir / "grokking", svg)
+    _save_and_report(grokking(run_dir, metric=metric), out or run_dir / "grokking", svg)
 
 
 def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:
