@@ -4,8 +4,18 @@ from pathlib import Path
 
 import pytest
 
-from gpt_viz import HELDOUT, SPLITS, TRAIN, MetricKey, RunLayout, metric_key, parse_metric_key, position_metric
-from gpt_viz.run_layout import AXIS_KEYS, EXAMPLES
+from gpt_viz import (
+    AXIS_KEYS,
+    EXAMPLES,
+    HELDOUT,
+    SPLITS,
+    TRAIN,
+    MetricKey,
+    RunLayout,
+    metric_key,
+    parse_metric_key,
+    position_metric,
+)
 
 
 @pytest.mark.parametrize("split", SPLITS)

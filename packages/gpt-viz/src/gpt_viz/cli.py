@@ -19,6 +19,7 @@ from gpt_viz.curves import compare_runs, training_curves
 from gpt_viz.errors import VizError
 from gpt_viz.grokking import METRIC, grokking
 from gpt_viz.run_data import load_attention, run_directory
+from gpt_viz.run_layout import RunLayout
 
 RUN_DIR = click.Path(path_type=Path)
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each PNG.")
@@ -78,7 +79,7 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
 def _curves_targets(run_dirs: Sequence[Path], out: Path | None) -> list[Path]:
     """Where each run's curves go; refuses two runs that would overwrite one picture."""
     if out is None:
-        return [run_directory(run_dir) / "curves" for run_dir in run_dirs]
+        return [RunLayout(run_directory(run_dir)).curves_picture for run_dir in run_dirs]
     names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -129,7 +130,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
     n_layer = snapshot.weights.shape[0]
     layer = n_layer - 1 if layer is None else layer
     if not 0 <= layer < n_layer:
-        raise VizError(f"layer {layer} is out of range; attention.npz has layers 0 to {n_layer - 1}")
+        raise VizError(f"layer {layer} is out of range; {RunLayout.ATTENTION} has layers 0 to {n_layer - 1}")
     figure = attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer)
     _save_and_report(figure, out or run_dir / f"attention-layer{layer}", svg)
 
@@ -152,7 +153,7 @@ def grokking_command(run_dir: Path, metric: str, out: Path | None, svg: bool) ->
       gpt-viz grokking runs/modular-addition --out grokking.png
       gpt-viz grokking runs/addition --metric exact_match
     """
-    _save_and_report(grokking(run_dir, metric=metric), out or run_dir / "grokking", svg)
+    _save_and_report(grokking(run_dir, metric=metric), out or RunLayout(run_dir).grokking_picture, svg)
 
 
 def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:
