@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks import Defaults, IndexedSplit, PromptAnswerTask, TrainSettings
-
-DIGITS = "0123456789"
+from gpt_tasks import DIGITS, CharVocab, Defaults, IndexedSplit, PromptAnswerTask, TrainSettings, as_bytes, digits_of
 
 
 @dataclass(frozen=True)
@@ -43,18 +41,19 @@ class ReverseTask(PromptAnswerTask):
 
     def __init__(self, params: ReverseParams):
         super().__init__(params)
+        self.vocab = CharVocab(DIGITS[:10])
         # The split hashes one byte per digit with a salt of our own, so the held-out runs are
         # the same on every machine and in every process.
         self.split = IndexedSplit(
             size=10**params.length,
-            encode=lambda ids: [bytes(row) for row in self.digits(ids).tolist()],
+            encode=lambda ids: as_bytes(self.digits(ids)),
             fraction=params.heldout_fraction,
             salt=b"reverse",
         )
 
     @property
     def vocab_size(self) -> int:
-        return len(DIGITS)
+        return len(self.vocab)
 
     @property
     def prompt_length(self) -> int:
@@ -65,18 +64,14 @@ class ReverseTask(PromptAnswerTask):
         return self.params.length
 
     def encode(self, text: str) -> list[int]:
-        unknown = sorted(set(text) - set(DIGITS))
-        if unknown:
-            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r} (vocabulary: {DIGITS!r})")
-        return [DIGITS.index(ch) for ch in text]
+        return self.vocab.encode(text)
 
     def decode(self, ids) -> str:
-        return "".join(DIGITS[int(i)] for i in ids)
+        return self.vocab.decode(ids)
 
     def digits(self, ids: torch.Tensor) -> torch.Tensor:
         """Example numbers (N,) -> their digits, most significant first (N, length)."""
-        powers = 10 ** torch.arange(self.params.length - 1, -1, -1)
-        return (ids[:, None] // powers) % 10
+        return digits_of(ids, self.params.length, 10)
 
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
         """The run followed by its reverse (N, 2 * length)."""

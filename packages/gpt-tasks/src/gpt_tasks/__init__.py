@@ -1,17 +1,25 @@
-"""gpt_tasks: the task registry (a pluggy project, entry-point group `gpt_tasks`) and the built-in tasks."""
+"""gpt_tasks: the task registry (a pluggy project, entry-point group `gpt_tasks`) and the built-in tasks.
+
+Everything a trainer or a plugin needs is exported here: the task contract (`Task`, `PromptAnswerTask`,
+`Batch`, `Defaults`, `TrainSettings`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
+parameters (`build_params`, `field_types`, `coerce`), splits, and the toolkit of `gpt_tasks.symbols`.
+"""
 
 from gpt_tasks.hooks import ENTRY_POINT_GROUP, hookimpl, hookspec
-from gpt_tasks.params import ParamError
+from gpt_tasks.params import ParamError, build_params, coerce, field_types
 from gpt_tasks.prompt_answer import PromptAnswerTask
-from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, get_task, list_tasks
+from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, default_registry, get_task, list_tasks
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
+from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of
 from gpt_tasks.task import SPLITS, Batch, Task, evaluating
 from gpt_tasks.training import Defaults, TrainSettings
 
 __all__ = [
+    "DIGITS",
     "ENTRY_POINT_GROUP",
     "SPLITS",
     "Batch",
+    "CharVocab",
     "Defaults",
     "IndexedSplit",
     "ParamError",
@@ -22,7 +30,13 @@ __all__ = [
     "TaskError",
     "TaskInfo",
     "TrainSettings",
+    "as_bytes",
+    "build_params",
+    "coerce",
+    "default_registry",
+    "digits_of",
     "evaluating",
+    "field_types",
     "get_task",
     "hookimpl",
     "hookspec",

@@ -1,6 +1,6 @@
 """Typed parameters from Python values or command-line strings, with errors that name the key.
 
-Task parameters and model shapes are both frozen dataclasses; `build` turns a mapping of
+Task parameters and model shapes are both frozen dataclasses; `build_params` turns a mapping of
 overrides into one, refusing unknown keys and values of the wrong type, so that
 `--set lenght=8` or `--set length=eight` fails loudly instead of training the wrong thing.
 """
@@ -73,7 +73,7 @@ def _coerce_number(key: str, value: Any, kind: type) -> int | float:
     return kind(value)
 
 
-def build(cls: type[T], overrides: dict[str, Any], what: str = "parameter") -> T:
+def build_params(cls: type[T], overrides: dict[str, Any], what: str = "parameter") -> T:
     """Instantiate dataclass `cls` from `overrides`, coercing each value to its declared type."""
     types_by_name = field_types(cls)
     unknown = sorted(set(overrides) - set(types_by_name))

@@ -17,7 +17,7 @@ from typing import Any
 import pluggy
 
 from gpt_tasks.hooks import ENTRY_POINT_GROUP, PROJECT, TaskSpecs
-from gpt_tasks.params import build
+from gpt_tasks.params import build_params
 from gpt_tasks.task import Task
 
 
@@ -131,7 +131,7 @@ class Registry:
     def get(self, name: str, **params: Any) -> Task:
         """Build task `name` with `params` (Python values or strings), validated against its Params."""
         task_class = self.info(name).task_class
-        return task_class(build(task_class.Params, params, what=f"{name} task parameter"))
+        return task_class(build_params(task_class.Params, params, what=f"{name} task parameter"))
 
 
 @lru_cache(maxsize=1)

@@ -1,8 +1,24 @@
-"""Character vocabularies: one character per token id."""
+"""The public toolkit for task authors: character vocabularies and the digit helpers that number,
+write and hash examples made of symbols.
+
+Built-in tasks and third-party plugins use these same helpers (exported from `gpt_tasks`), so a
+vocabulary error reads the same in every task and a run of symbols hashes to the same split
+bytes everywhere:
+
+- `CharVocab(alphabet)`: one token id per character, `encode` refusing unknown characters;
+- `DIGITS`: the symbols of bases up to 36, "0123456789abc...z" (base b uses the first b);
+- `digits_of(ids, length, base)`: example numbers to their digits, the usual way to turn an
+  example's number into its symbols;
+- `as_bytes(rows)`: the canonical bytes of rows of symbols, one byte each, for `IndexedSplit`'s
+  `encode`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
+import torch
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -27,3 +43,16 @@ class CharVocab:
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.alphabet[i] for i in ids)
+
+
+def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
+    """Example numbers (N,) -> their base-`base` digits, most significant first (N, length)."""
+    powers = base ** torch.arange(length - 1, -1, -1)
+    return (ids[:, None] // powers) % base
+
+
+def as_bytes(rows: torch.Tensor) -> list[bytes]:
+    """The canonical encoding of each row of symbols (N, L), values below 256: one byte per symbol.
+
+    Split hashes are taken over these bytes, so they must not depend on the tensor's dtype."""
+    return [row.tobytes() for row in rows.numpy().astype(np.uint8)]

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks.builtin.sort import as_bytes, digits_of
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
-from gpt_tasks.symbols import CharVocab
+from gpt_tasks.symbols import CharVocab, as_bytes, digits_of
 from gpt_tasks.training import Defaults, TrainSettings
 
 ALPHABET = "0123456789+="

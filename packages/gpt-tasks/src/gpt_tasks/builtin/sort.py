@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
-from gpt_tasks.symbols import DIGITS, CharVocab
+from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of
 from gpt_tasks.training import Defaults, TrainSettings
 
 
@@ -35,17 +34,6 @@ class SortParams:
             raise ValueError(
                 f"vocab ** length must stay below 2**62 (int64 example numbers), got {self.vocab}**{self.length}"
             )
-
-
-def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
-    """Example numbers (N,) -> their base-`base` digits, most significant first (N, length)."""
-    powers = base ** torch.arange(length - 1, -1, -1)
-    return (ids[:, None] // powers) % base
-
-
-def as_bytes(rows: torch.Tensor) -> list[bytes]:
-    """The canonical encoding of each row of symbols: one byte per symbol."""
-    return [row.tobytes() for row in rows.numpy().astype(np.uint8)]
 
 
 class SortTask(PromptAnswerTask):

@@ -1,0 +1,39 @@
+"""The public toolkit for task authors (gpt_tasks.symbols), reachable from `gpt_tasks` itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gpt_tasks
+from gpt_tasks import DIGITS, CharVocab, as_bytes, digits_of
+
+
+def test_what_plugins_and_trainers_need_is_exported_from_the_package():
+    needed = {"CharVocab", "DIGITS", "digits_of", "as_bytes", "build_params", "field_types", "coerce"}
+    assert needed | {"default_registry", "Defaults", "TrainSettings"} <= set(gpt_tasks.__all__)
+    assert all(hasattr(gpt_tasks, name) for name in gpt_tasks.__all__)
+    assert gpt_tasks.default_registry() is gpt_tasks.default_registry()  # discovered once
+
+
+def test_digits_of_writes_numbers_most_significant_first_in_any_base():
+    ids = torch.tensor([0, 7, 123, 999])
+    assert digits_of(ids, 3, 10).tolist() == [[0, 0, 0], [0, 0, 7], [1, 2, 3], [9, 9, 9]]
+    assert digits_of(torch.tensor([5, 35]), 2, 36).tolist() == [[0, 5], [0, 35]]
+    assert "".join(DIGITS[d] for d in digits_of(torch.tensor([255]), 2, 16)[0]) == "ff"
+
+
+def test_as_bytes_is_one_byte_per_symbol_whatever_the_dtype():
+    rows = torch.tensor([[1, 2, 3], [9, 0, 255]])
+    assert as_bytes(rows) == [b"\x01\x02\x03", b"\x09\x00\xff"]
+    assert as_bytes(rows.to(torch.int32)) == as_bytes(rows)
+
+
+def test_char_vocab_round_trips_and_names_unknown_characters():
+    vocab = CharVocab("ab+=")
+    assert len(vocab) == 4 and vocab.encode("a+b=") == [0, 2, 1, 3]
+    assert vocab.decode([3, 0]) == "=a"
+    with pytest.raises(ValueError, match=r"characters not in the vocabulary: 'cz' \(vocabulary: 'ab\+='\)"):
+        vocab.encode("zac")
+    with pytest.raises(ValueError, match="distinct"):
+        CharVocab("aba")
