@@ -21,6 +21,7 @@ from gpt_viz.run_data import (
     metric_series,
 )
 from gpt_viz.run_layout import (
+    AXIS_KEYS,
     EXAMPLES,
     HELDOUT,
     SPLITS,
@@ -33,6 +34,7 @@ from gpt_viz.run_layout import (
 )
 
 __all__ = [
+    "AXIS_KEYS",
     "EXAMPLES",
     "HELDOUT",
     "SPLITS",
