@@ -13,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from gpt_viz import SAVE_DPI, save_figure
+from gpt_viz import SAVE_DPI, RunLayout, save_figure
 
 TOKENS = ["1", "2", "+", "3", "4", "=", "4", "6", " ", "$"]
 EVAL_EVERY = 50
@@ -65,11 +65,13 @@ def write_run(
     run.mkdir(parents=True)
     if config is None:
         config = {"task": "addition", "primary_metric": "heldout_exact_match"}
-    (run / "config.json").write_text(json.dumps(config))
+    RunLayout(run).config.write_text(json.dumps(config))
     lines = [json.dumps(record) for record in (records or training_records())]
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    RunLayout(run).metrics.write_text("\n".join(lines) + "\n")
     if attention:
-        np.savez(run / "attention.npz", weights=causal_attention(n_layer, n_head, len(TOKENS)), tokens=np.array(TOKENS))
+        np.savez(
+            RunLayout(run).attention, weights=causal_attention(n_layer, n_head, len(TOKENS)), tokens=np.array(TOKENS)
+        )
     return run
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gpt_viz import RunLayout
 from gpt_viz.cli import main
 
 
@@ -131,14 +132,14 @@ def test_missing_run_directory_is_a_one_line_error(runner, tmp_path, command):
 
 def test_invalid_metrics_line_is_a_one_line_error(runner, make_run):
     run = make_run()
-    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 1.0}\n{oops\n')
+    RunLayout(run).metrics.write_text('{"step": 0, "loss": 1.0}\n{oops\n')
     result = runner.invoke(main, ["curves", str(run)])
     assert_one_line_error(result, "metrics.jsonl line 2 is not valid JSON")
 
 
 def test_empty_metrics_file_is_a_one_line_error(runner, make_run):
     run = make_run()
-    (run / "metrics.jsonl").write_text("")
+    RunLayout(run).metrics.write_text("")
     result = runner.invoke(main, ["grokking", str(run)])
     assert_one_line_error(result, "metrics.jsonl is empty")
 
@@ -153,14 +154,14 @@ def test_every_command_help_shows_an_example(runner, command):
 
 def test_metrics_that_are_not_utf8_are_a_one_line_error(runner, make_run):
     run = make_run()
-    (run / "metrics.jsonl").write_bytes(b'{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.5, "x": "\xff"}\n')
+    RunLayout(run).metrics.write_bytes(b'{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.5, "x": "\xff"}\n')
     result = runner.invoke(main, ["curves", str(run)])
     assert_one_line_error(result, "metrics.jsonl is not UTF-8 text")
 
 
 def test_garbage_attention_file_is_a_one_line_error_that_says_what_it_is(runner, make_run):
     run = make_run()
-    (run / "attention.npz").write_bytes(b"\x00\x01garbage" * 50)
+    RunLayout(run).attention.write_bytes(b"\x00\x01garbage" * 50)
     result = runner.invoke(main, ["attention", str(run)])
     assert_one_line_error(result, "attention.npz is not a readable .npz archive")
     assert "pickle" not in result.stderr

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt_viz import VizError, available_metrics, load_attention, load_config, load_metrics, metric_series
+from gpt_viz import RunLayout, VizError, available_metrics, load_attention, load_config, load_metrics, metric_series
 
 
 def test_load_metrics_returns_one_record_per_line_in_file_order(run_dir):
@@ -57,20 +57,20 @@ def test_missing_run_directory_is_reported(tmp_path):
 
 
 def test_missing_metrics_file_is_reported(run_dir):
-    (run_dir / "metrics.jsonl").unlink()
+    RunLayout(run_dir).metrics.unlink()
     with pytest.raises(VizError, match=r"metrics\.jsonl is missing$"):
         load_metrics(run_dir)
 
 
 @pytest.mark.parametrize("content", ["", "\n\n  \n"])
 def test_empty_metrics_file_is_reported(run_dir, content):
-    (run_dir / "metrics.jsonl").write_text(content)
+    RunLayout(run_dir).metrics.write_text(content)
     with pytest.raises(VizError, match=r"metrics\.jsonl is empty$"):
         load_metrics(run_dir)
 
 
 def test_invalid_json_line_names_the_file_and_line_number(run_dir):
-    path = run_dir / "metrics.jsonl"
+    path = RunLayout(run_dir).metrics
     lines = path.read_text().splitlines()
     lines[2] = '{"step": 20, "loss": '
     path.write_text("\n".join(lines))
@@ -83,18 +83,18 @@ def test_invalid_json_line_names_the_file_and_line_number(run_dir):
 
 @pytest.mark.parametrize(("line", "problem"), [("[1, 2]", "is not a JSON object"), ('{"loss": 1.0}', 'has no "step"')])
 def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
-    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n" + line + "\n")
+    RunLayout(run_dir).metrics.write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n" + line + "\n")
     with pytest.raises(VizError, match=f"line 2 {problem}"):
         load_metrics(run_dir)
 
 
 def test_missing_config_reads_as_empty_so_old_runs_still_plot(run_dir):
-    (run_dir / "config.json").unlink()
+    RunLayout(run_dir).config.unlink()
     assert load_config(run_dir) == {}
 
 
 def test_invalid_config_is_reported(run_dir):
-    (run_dir / "config.json").write_text("{task:")
+    RunLayout(run_dir).config.write_text("{task:")
     with pytest.raises(VizError, match=r"config\.json is not valid JSON"):
         load_config(run_dir)
 
@@ -112,32 +112,32 @@ def test_missing_attention_file_is_reported(make_run):
 
 
 def test_attention_shape_that_does_not_match_the_tokens_is_rejected(run_dir):
-    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 2, 4, 4)), tokens=np.array(["a", "b", "c"]))
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 2, 4, 4)), tokens=np.array(["a", "b", "c"]))
     with pytest.raises(VizError, match="cover 4 positions but there are 3 tokens"):
         load_attention(run_dir)
 
 
 def test_attention_that_is_not_square_is_rejected(run_dir):
-    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 2, 4, 3)), tokens=np.array(["a", "b", "c"]))
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 2, 4, 3)), tokens=np.array(["a", "b", "c"]))
     with pytest.raises(VizError, match=r"shape \(1, 2, 4, 3\) are not square"):
         load_attention(run_dir)
 
 
 def test_attention_without_layer_and_head_axes_is_rejected(run_dir):
-    np.savez(run_dir / "attention.npz", weights=np.zeros((3, 3)), tokens=np.array(["a", "b", "c"]))
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((3, 3)), tokens=np.array(["a", "b", "c"]))
     with pytest.raises(VizError, match=r"expected \(n_layer, n_head, T, T\)"):
         load_attention(run_dir)
 
 
 def test_attention_archive_without_tokens_is_rejected(run_dir):
-    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 1, 3, 3)))
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 3, 3)))
     with pytest.raises(VizError, match="lacks the array 'tokens'"):
         load_attention(run_dir)
 
 
 def test_attention_with_pickled_tokens_is_refused(run_dir):
     tokens = np.array(["a", "b", "c"], dtype=object)
-    np.savez(run_dir / "attention.npz", weights=np.zeros((1, 1, 3, 3)), tokens=tokens)
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 3, 3)), tokens=tokens)
     with pytest.raises(VizError, match=r"attention\.npz stores 'tokens' as pickled Python objects.*store tokens as"):
         load_attention(run_dir)
 
@@ -152,18 +152,18 @@ INVALID_UTF8 = b'{"step": 0, "loss": 1.0}\n{"step": 1, "note": "\xff\xfe"}\n'
 
 
 def test_metrics_that_are_not_utf8_name_the_file_and_the_byte(run_dir):
-    (run_dir / "metrics.jsonl").write_bytes(INVALID_UTF8)
+    RunLayout(run_dir).metrics.write_bytes(INVALID_UTF8)
     with pytest.raises(VizError, match=r"metrics\.jsonl is not UTF-8 text \(byte 0xff on line 2\)$"):
         load_metrics(run_dir)
 
 
 def test_config_that_is_not_utf8_names_the_file(run_dir):
-    (run_dir / "config.json").write_bytes(b'{"task": "\xe9"}')
+    RunLayout(run_dir).config.write_bytes(b'{"task": "\xe9"}')
     with pytest.raises(VizError, match=r"config\.json is not UTF-8 text"):
         load_config(run_dir)
 
 
-@pytest.mark.parametrize(("reader", "name"), [(load_metrics, "metrics.jsonl"), (load_config, "config.json")])
+@pytest.mark.parametrize(("reader", "name"), [(load_metrics, RunLayout.METRICS), (load_config, RunLayout.CONFIG)])
 def test_a_file_that_cannot_be_read_names_the_file_and_the_reason(run_dir, monkeypatch, reader, name):
     def fail(self, *args, **kwargs):
         raise OSError(5, "Input/output error")
@@ -178,18 +178,18 @@ def test_a_file_that_cannot_be_read_names_the_file_and_the_reason(run_dir, monke
     "content", [bytes(range(256)) * 4, b"weights,tokens\n1,a\n", b"PK\x03\x04 a zip cut short", b""]
 )
 def test_attention_file_that_is_no_npz_archive_says_so_and_blames_no_pickle(run_dir, content):
-    (run_dir / "attention.npz").write_bytes(content)
+    RunLayout(run_dir).attention.write_bytes(content)
     with pytest.raises(VizError) as error:
         load_attention(run_dir)
     message = str(error.value)
-    assert message.startswith(f"{run_dir / 'attention.npz'} is not a readable .npz archive")
+    assert message.startswith(f"{RunLayout(run_dir).attention} is not a readable .npz archive")
     assert "pickle" not in message
     assert "store tokens as strings" not in message
     assert "\n" not in message
 
 
 def test_attention_saved_as_a_bare_npy_array_is_no_npz_archive(run_dir):
-    with open(run_dir / "attention.npz", "wb") as file:
+    with open(RunLayout(run_dir).attention, "wb") as file:
         np.save(file, np.zeros((1, 1, 3, 3)))
     with pytest.raises(VizError, match=r"attention\.npz is not a readable \.npz archive"):
         load_attention(run_dir)

@@ -75,40 +75,48 @@ def test_position_metric_refuses_names_outside_the_grammar(label, index):
         position_metric(label, index)
 
 
-def test_layout_paths_are_the_file_names_under_the_root(tmp_path):
+# The schema as runs on disk already have it: each path property and the file name it must give.
+# Renaming a file breaks every run written before, so this table is written out by hand, not derived; it is
+# a text table so that a grep for a quoted file name still finds its one definition, in run_layout.
+SCHEMA = dict(
+    line.split()
+    for line in """
+    config              config.json
+    metrics             metrics.jsonl
+    final               final.json
+    checkpoint          checkpoint.safetensors
+    attention           attention.npz
+    curves_picture      curves.png
+    attention_picture   attention.png
+    grokking_picture    grokking.png
+    """.strip().splitlines()
+)
+
+
+@pytest.mark.parametrize(("prop", "name"), SCHEMA.items())
+def test_each_layout_path_is_its_file_name_under_the_root(tmp_path, prop, name):
+    layout = RunLayout(str(tmp_path))
+    assert getattr(layout, prop) == tmp_path / name
+    assert getattr(RunLayout, prop.upper()) == name
+
+
+def test_the_root_is_a_path_and_the_lock_is_hidden_in_it(tmp_path):
     layout = RunLayout(str(tmp_path))
     assert layout.root == tmp_path
-    assert layout.config == tmp_path / "config.json"
-    assert layout.metrics == tmp_path / "metrics.jsonl"
-    assert layout.final == tmp_path / "final.json"
-    assert layout.checkpoint == tmp_path / "checkpoint.safetensors"
-    assert layout.attention == tmp_path / "attention.npz"
-    assert layout.curves_picture == tmp_path / "curves.png"
-    assert layout.attention_picture == tmp_path / "attention.png"
-    assert layout.grokking_picture == tmp_path / "grokking.png"
     assert layout.lock == tmp_path / ".lock"
 
 
 def test_files_lists_every_run_file_once_and_not_the_lock():
-    assert RunLayout.FILES == (
-        "config.json",
-        "metrics.jsonl",
-        "final.json",
-        "checkpoint.safetensors",
-        "attention.npz",
-        "curves.png",
-        "attention.png",
-        "grokking.png",
-    )
+    assert tuple(SCHEMA.values()) == RunLayout.FILES
     assert RunLayout.LOCK not in RunLayout.FILES
 
 
 def test_existing_lists_the_run_files_present_in_files_order(tmp_path):
     layout = RunLayout(tmp_path)
     assert layout.existing() == []
-    for name in ("attention.npz", "metrics.jsonl", "notes.txt", ".lock"):
-        (tmp_path / name).write_text("x")
-    assert layout.existing() == [tmp_path / "metrics.jsonl", tmp_path / "attention.npz"]
+    for path in (layout.attention, layout.metrics, tmp_path / "notes.txt", layout.lock):
+        path.write_text("x")
+    assert layout.existing() == [layout.metrics, layout.attention]
 
 
 def test_existing_of_a_missing_directory_is_empty(tmp_path):
