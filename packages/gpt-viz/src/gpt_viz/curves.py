@@ -21,13 +21,11 @@ from gpt_viz.run_data import (
     metric_series,
     run_directory,
 )
-from gpt_viz.run_layout import RunLayout
+from gpt_viz.run_layout import RunLayout, parse_metric_key
 
 LOSS_COLOUR = "tab:blue"
 METRIC_COLOUR = "tab:orange"
 MAX_MARKED_POINTS = 60
-# Logged on every training step, unlike the evaluation metrics.
-PER_STEP_KEYS = frozenset({"loss", "lr"})
 
 
 def axis_label(metric: str) -> str:
@@ -41,8 +39,11 @@ def is_loss(metric: str) -> bool:
 
 
 def point_marker(metric: str, steps: np.ndarray) -> str | None:
-    """Dots on sparse evaluation series show where the data is; per-step logs would turn to smudge."""
-    is_evaluation = metric not in PER_STEP_KEYS
+    """Dots on sparse evaluation series show where the data is; per-step logs would turn to smudge.
+
+    Evaluation keys are the ones that name a split (``heldout_loss``); ``loss`` and ``lr`` of each step do not.
+    """
+    is_evaluation = parse_metric_key(metric) is not None
     return "o" if is_evaluation and len(steps) <= MAX_MARKED_POINTS else None
 
 
