@@ -34,8 +34,11 @@ def test_invalid_model_shape_is_explained(cli, tmp_path):
 
 @pytest.mark.parametrize("flag", ["--steps", "--batch-size"])
 @pytest.mark.parametrize("value", ["0", "-3"])
-def test_non_positive_steps_or_batch_size(cli, flag, value):
-    assert_one_line_error(cli("run", "--task", "sort", flag, value), flag, "must be positive")
+def test_non_positive_steps_or_batch_size(cli, flag, value, tmp_path):
+    setting = flag.removeprefix("--").replace("-", "_")
+    result = cli("run", "--task", "sort", flag, value, "--out", tmp_path / "r")
+    assert_one_line_error(result, f"{setting} must be positive, got {value}")
+    assert not (tmp_path / "r").exists()
 
 
 def test_unknown_set_key_lists_known_keys(cli):
@@ -123,7 +126,8 @@ def test_resume_refuses_changed_settings(cli, tiny_run):
 
 
 def test_eval_with_learned_positions_past_their_table(cli, tiny_run):
-    assert_one_line_error(cli("eval", tiny_run, "--set", "length=6"), "learned positions cannot go past their table")
+    result = cli("eval", tiny_run, "--set", "length=6")
+    assert_one_line_error(result, "learned positions have no vectors past their table")
 
 
 def test_eval_set_of_a_model_key_is_refused(cli, tiny_run):

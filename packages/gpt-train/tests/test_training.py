@@ -16,10 +16,13 @@ import torch
 from train_helpers import TINY, read_metrics
 
 from gpt_core import GPT, GPTConfig
+from gpt_tasks import TrainSettings
 from gpt_train.checkpoint import load_checkpoint
-from gpt_train.config import RunConfig, TrainSettings
-from gpt_train.errors import UserError
+from gpt_train.config import RunConfig
+from gpt_train.distributed import Rank
+from gpt_train.runs import Run
 from gpt_train.trainer import Trainer, learning_rate, make_optimizer
+from gpt_viz import RunLayout
 
 SETTINGS = dict(steps=100, batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=10, schedule="cosine",
                 weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0, eval_every=50, eval_limit=10)  # fmt: skip
@@ -74,6 +77,11 @@ def tensors_of(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run_dir / "checkpoint.safetensors", "sort").model
 
 
+def trainer_for(config: RunConfig, run_dir: Path) -> Trainer:
+    run = Run(config, config.build_task(), RunLayout(run_dir), torch.device("cpu"), Rank(), resume=False)
+    return Trainer(run, quiet=True)
+
+
 def interrupt_at(trainer: Trainer, step: int):
     def hook(current: int) -> None:
         if current == step:
@@ -90,11 +98,10 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path):
     config.save(split)
     (split / "checkpoint.safetensors").unlink()
     (split / "metrics.jsonl").unlink()
-    trainer = Trainer(config, config.build_task(), split, torch.device("cpu"), quiet=True)
+    trainer = trainer_for(config, split)
     trainer.on_step = interrupt_at(trainer, 17)
-    with pytest.raises(UserError) as stopped:
-        trainer.run()
-    assert stopped.value.exit_code == 130 and f"--resume {split}" in str(stopped.value)
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("interrupted", 17)
     assert load_checkpoint(split / "checkpoint.safetensors", "sort").step == 17
 
     assert cli("run", "--resume", split, "--quiet").code == 0
@@ -133,7 +140,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path
     config = RunConfig.load(run_dir)
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=30))
     (run_dir / "checkpoint.safetensors").unlink()
-    trainer = Trainer(config, config.build_task(), run_dir, torch.device("cpu"), quiet=True)
+    trainer = trainer_for(config, run_dir)
 
     def poison(step: int) -> None:
         if step == 12:  # after the checkpoint at step 10
@@ -141,10 +148,9 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path
                 trainer.model.wte.weight.fill_(float("nan"))
 
     trainer.on_step = poison
-    with pytest.raises(UserError) as stopped:
-        trainer.run()
-    assert stopped.value.exit_code == 1
-    assert "loss became nan at step 13" in str(stopped.value) and "last good checkpoint" in str(stopped.value)
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("diverged", 12)
+    assert "loss became nan at step 13" in outcome.detail and "last good checkpoint" in outcome.detail
     state = load_checkpoint(run_dir / "checkpoint.safetensors", "sort")
     assert state.step == 10
     assert all(torch.isfinite(t).all() for t in state.model.values())

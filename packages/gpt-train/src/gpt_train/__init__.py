@@ -1,7 +1,20 @@
 """gpt_train: the gpt-train command line and the training loop behind it."""
 
-from gpt_train.config import RunConfig, TrainSettings, resolve_run_config
-from gpt_train.errors import UserError
-from gpt_train.trainer import Trainer
+from gpt_train.config import ConfigError, RunConfig, resolve_run_config
+from gpt_train.errors import TrainError
+from gpt_train.runs import Run, load_run, new_run, resumed_run
+from gpt_train.trainer import Outcome, Trainer, train
 
-__all__ = ["RunConfig", "TrainSettings", "Trainer", "UserError", "resolve_run_config"]
+__all__ = [
+    "ConfigError",
+    "Outcome",
+    "Run",
+    "RunConfig",
+    "TrainError",
+    "Trainer",
+    "load_run",
+    "new_run",
+    "resolve_run_config",
+    "resumed_run",
+    "train",
+]

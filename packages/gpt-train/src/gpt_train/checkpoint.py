@@ -20,9 +20,14 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from gpt_train.errors import UserError
+from gpt_train.errors import TrainError
 
-CHECKPOINT_NAME = "checkpoint.safetensors"
+TEMPORARY_PREFIX = "."
+"""A checkpoint is first written to `.<name>.tmp-<pid>` beside it."""
+
+
+class CheckpointError(TrainError):
+    """A checkpoint that is missing, damaged, of another run, or cannot be written."""
 
 
 @dataclass
@@ -61,30 +66,38 @@ def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, s
     return tensors, meta
 
 
+def temporary_files(path: Path) -> list[Path]:
+    """Half-written checkpoints that a process killed mid-write left beside `path`."""
+    return sorted(path.parent.glob(f"{TEMPORARY_PREFIX}{path.name}.tmp-*"))
+
+
 def save_checkpoint(path: Path, state: TrainingState) -> None:
-    """Write `state` to `path` atomically."""
+    """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
     tensors, meta = _flatten(state)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f"{TEMPORARY_PREFIX}{path.name}.tmp-{os.getpid()}")
     try:
         save_file(tensors, str(tmp), metadata=meta)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except (SafetensorError, OSError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise CheckpointError(f"cannot write checkpoint {path} ({reason}); the previous checkpoint is kept") from None
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     if not path.is_file():
-        raise UserError(f"no checkpoint at {path}")
+        raise CheckpointError(f"no checkpoint at {path}")
     try:
         with safe_open(str(path), framework="pt") as archive:
             meta = archive.metadata() or {}
             tensors = {name: archive.get_tensor(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
     except (SafetensorError, OSError, ValueError) as error:
-        raise UserError(f"checkpoint {path} is truncated or corrupted ({error})") from None
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({error})") from None
     if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
-        raise UserError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
+        raise CheckpointError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
     return tensors, meta
 
 
@@ -92,7 +105,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     """Read and verify a checkpoint written by `save_checkpoint` for a run of `task`."""
     tensors, meta = _read(path)
     if meta.get("task") != task:
-        raise UserError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
+        raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
     model, rng = {}, {}
     for key, value in tensors.items():
@@ -108,7 +121,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
         param_groups = json.loads(meta["param_groups"])
         step, elapsed = int(meta["step"]), float(meta["elapsed"])
     except (KeyError, ValueError) as error:
-        raise UserError(f"checkpoint {path} has unreadable metadata ({error})") from None
+        raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
     return TrainingState(task=task, step=step, elapsed=elapsed, model=model, optimizer=optimizer, rng=rng)
 
@@ -117,9 +130,9 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> No
     """Copy saved weights into `model`, refusing a checkpoint whose parameters do not match it."""
     params = dict(model.named_parameters())
     if set(params) != set(weights):
-        raise UserError("checkpoint does not match this run's model (different parameters)")
+        raise CheckpointError("checkpoint does not match this run's model (different parameters)")
     with torch.no_grad():
         for name, param in params.items():
             if param.shape != weights[name].shape:
-                raise UserError(f"checkpoint does not match this run's model ({name}: {tuple(param.shape)})")
+                raise CheckpointError(f"checkpoint does not match this run's model ({name}: {tuple(param.shape)})")
             param.copy_(weights[name])

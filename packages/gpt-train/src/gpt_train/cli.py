@@ -1,9 +1,15 @@
-"""The gpt-train command line: run, tasks, eval, sample, verify."""
+"""The gpt-train command line: run, tasks, eval, sample, verify.
+
+The one place where errors become what a user sees: every layer below raises its own domain
+error (a TrainError subclass, or gpt-tasks' TaskError and ParamError) and knows nothing of exit
+codes; the command group turns each into `gpt-train: error: <one line>` and a non-zero exit, the
+click way, as a ClickException.
+"""
 
 from __future__ import annotations
 
 import json
-import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,20 +17,54 @@ import click
 import torch
 
 from gpt_core import generate
-from gpt_tasks.registry import default_registry
-from gpt_train.config import RunConfig, parse_assignments, resolve_run_config, split_assignments
+from gpt_tasks import SPLITS, ParamError, TaskError
+from gpt_train.config import parse_assignments, route, route_data, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
-from gpt_train.errors import UserError
-from gpt_train.pictures import write_pictures
-from gpt_train.runs import default_run_dir, load_run, prepare_run_dir
-from gpt_train.trainer import Trainer, check_compiler
+from gpt_train.errors import TrainError
+from gpt_train.runs import load_run, new_run, resumed_run
+from gpt_train.trainer import Outcome, check_compiler, train
+from gpt_viz import EXAMPLES, metric_key, parse_metric_key
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
+EXIT_CODES = {"diverged": 1, "interrupted": 130}
 
 
-@click.group(context_settings=CONTEXT)
+class CommandError(click.ClickException):
+    """What the user sees of any failure: one line on stderr, `gpt-train: error: ...`, and an exit status."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"gpt-train: error: {' '.join(self.format_message().split())}", err=True)
+
+
+class _Group(click.Group):
+    """Turns the domain errors of every layer, and click's own usage errors, into a CommandError."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as error:
+            raise CommandError(error.format_message()) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise CommandError(error.format_message()) from None
+        except (TaskError, ParamError) as error:  # a LookupError's text may come quoted
+            raise CommandError(str(error).strip("'\"")) from None
+        except TrainError as error:
+            raise CommandError(str(error)) from None
+        except KeyboardInterrupt:
+            raise CommandError("aborted", exit_code=130) from None
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
 @click.version_option(package_name="gpt-train")
 def cli() -> None:
     """Train, evaluate and sample hand-written GPTs on pluggable tasks.
@@ -38,9 +78,6 @@ def cli() -> None:
 
 
 # run -----------------------------------------------------------------------------------------
-TRAIN_FLAGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "compile")
-
-
 @cli.command(context_settings=CONTEXT)
 @click.option("--task", "task_name", help="Task to train (see `gpt-train tasks`).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
@@ -71,10 +108,12 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
 
     The run directory holds config.json (everything resolved), metrics.jsonl (loss, learning rate
     and held-out metrics by step), final.json, checkpoint.safetensors (weights, optimiser and RNG
-    state, written atomically every few hundred steps and at the end) and pictures.
+    state, written atomically every few hundred steps and at the end) and pictures. While a run
+    trains, its directory is locked: a second run or --resume on it is refused.
 
-    Ctrl-C stops cleanly with a checkpoint and prints the --resume command. Under torchrun the run
-    uses DistributedDataParallel (gloo on CPU, nccl on CUDA); rank 0 writes the directory.
+    Ctrl-C stops cleanly with a checkpoint and prints the --resume command. A run stopped before its
+    first checkpoint can be started again with the same command, or with --resume. Under torchrun
+    the run uses DistributedDataParallel (gloo on CPU, nccl on CUDA); rank 0 writes the directory.
 
     \b
     Examples:
@@ -86,76 +125,83 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
       torchrun --nproc_per_node 4 -m gpt_train run --task sort --device cuda
     """
     flags["compile"] = compile_
+    given = {name: value for name, value in flags.items() if value is not None}
     rank = Rank.from_env()
     target = rank.device_for(resolve_device(device))
     if resume is not None:
-        config, task, run_dir = _resumed_run(resume, task_name, flags, assignments, data, force)
+        _refuse_settings_on_resume(given, assignments, data, force)
+        handed = resumed_run(resume, task_name, target, rank)
     else:
-        config, task, run_dir = _new_run(task_name, flags, assignments, data, out, force, rank, target)
-    rank.init(target)
-    try:
-        trainer = Trainer(config, task, run_dir, target, rank=rank, quiet=quiet, resume=resume is not None)
-        final = trainer.run()
-        if rank.is_main:
-            pictures, problem = write_pictures(task, trainer.model, target, run_dir)
-            if not quiet:
-                click.echo(_summary(config, final, run_dir))
-            if problem:
-                click.echo(f"gpt-train: warning: pictures not drawn ({problem})", err=True)
-        # Every rank leaves together: a gloo rank that tore down its group while rank 0 was still
-        # drawing aborted ("terminate called without an active exception"), 4 of 72 CPU test runs.
-        rank.barrier()
-    finally:
-        rank.shutdown()
+        if task_name is None:
+            raise CommandError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
+        values = parse_assignments(assignments) | route_data(task_name, data)
+        values |= {f"train.{name}": value for name, value in given.items()}
+        if given.get("compile"):
+            check_compiler(target)  # before anything is written
+        handed = new_run(task_name, values, out, force, target, rank)
+    outcome = train(handed, quiet=quiet)
+    if not rank.is_main:
+        _exit_for(outcome, handed.layout.root)
+        return
+    if outcome.pictures_problem:
+        click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
+    _exit_for(outcome, handed.layout.root)
+    if not quiet:
+        click.echo(_summary(handed.config.task, handed.config.primary_metric, outcome.final, handed.layout.root))
 
 
-def _new_run(task_name, flags, assignments, data, out, force, rank: Rank, device: torch.device):
-    if task_name is None:
-        raise UserError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
-    if data is not None:
-        assignments = (*assignments, f"data={data}")
-    _check_positive(flags)
-    config, task = resolve_run_config(task_name, flags, assignments)
-    if config.train.compile:
-        check_compiler(device)  # before anything is written
-    run_dir = out if out is not None else default_run_dir(task_name)
-    if rank.is_main:
-        prepare_run_dir(run_dir, force)
-        config.save(run_dir)
-    return config, task, run_dir
+def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool) -> None:
+    named = [f"--{name.replace('_', '-')}" for name in given]
+    named += ["--set"] * bool(assignments) + ["--data"] * (data is not None) + ["--force"] * force
+    if named:
+        raise CommandError(
+            f"--resume continues a run with its saved configuration; drop {', '.join(sorted(set(named)))}"
+        )
 
 
-def _resumed_run(resume: Path, task_name, flags, assignments, data, force):
-    given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
-    given += ["--set"] * bool(assignments) + ["--data"] * (data is not None) + ["--force"] * force
-    if given:
-        raise UserError(f"--resume continues a run with its saved configuration; drop {', '.join(sorted(set(given)))}")
-    if not resume.is_dir():
-        raise UserError(f"cannot resume: run directory {resume} does not exist")
-    config = RunConfig.load(resume)
-    if task_name is not None and task_name != config.task:
-        raise UserError(f"cannot resume: {resume} is a {config.task!r} run, not {task_name!r}")
-    return config, config.build_task(), resume
+def _exit_for(outcome: Outcome, run_dir: Path) -> None:
+    """A run that stopped early ends the command with its reason and exit status."""
+    if outcome.reason == "interrupted":
+        message = f"interrupted at step {outcome.step}; {outcome.detail}. Resume with: gpt-train run --resume {run_dir}"
+        raise CommandError(message, exit_code=EXIT_CODES["interrupted"])
+    if outcome.reason == "diverged":
+        raise CommandError(outcome.detail, exit_code=EXIT_CODES["diverged"])
 
 
-def _check_positive(flags: dict[str, Any]) -> None:
-    for name in ("steps", "batch_size"):
-        if flags.get(name) is not None and flags[name] <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive, got {flags[name]}")
+def format_value(value: float, examples: float | None) -> str:
+    """A metric with enough digits that a fraction short of 1 never reads as 1: as many decimals as the
+    example count has digits, and the count behind a fraction of whole examples (7 of 250,050 wrong)."""
+    if not examples:
+        return f"{value:.4g}"
+    n = int(examples)
+    text = f"{value:.{max(4, len(str(n)))}f}"
+    wrong = (1.0 - value) * n
+    if 0.0 <= value <= 1.0 and abs(wrong - round(wrong)) < 1e-6 * n:
+        text += f" ({round(wrong):,} of {n:,} wrong)"
+    return text
 
 
 def _format_metrics(metrics: dict[str, Any]) -> str:
-    shown = {k: v for k, v in metrics.items() if isinstance(v, float | int) and "position_" not in k}
-    return ", ".join(f"{k} {v:,.0f}" if k.endswith("examples") else f"{k} {v:.4g}" for k, v in shown.items())
+    """Every summary metric (per-position details left out), with the example count of its split."""
+    parts = []
+    for key, value in metrics.items():
+        parsed = parse_metric_key(key)
+        if parsed is None or parsed.is_position_detail or not isinstance(value, float | int):
+            continue
+        if parsed.name == EXAMPLES:
+            parts.append(f"{key} {value:,.0f}")
+        else:
+            parts.append(f"{key} {format_value(value, metrics.get(metric_key(parsed.split, EXAMPLES)))}")
+    return ", ".join(parts)
 
 
-def _summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
-    primary = config.primary_metric
-    examples = final.get(primary.split("_")[0] + "_examples")
+def _summary(task: str, primary: str, final: dict[str, Any], run_dir: Path) -> str:
+    parsed = parse_metric_key(primary)
+    examples = final.get(metric_key(parsed.split, EXAMPLES)) if parsed else None
     over = f" over {examples:,.0f} examples" if examples else ""
     return (
-        f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
-        f"{primary} {final[primary]:.4f}{over}; final loss {final['loss']:.4f}; run in {run_dir}"
+        f"{task}: {final['step']} steps in {final['elapsed']:.1f}s; "
+        f"{primary} {format_value(final[primary], examples)}{over}; final loss {final['loss']:.4f}; run in {run_dir}"
     )
 
 
@@ -201,7 +247,7 @@ def tasks(as_json: bool) -> None:
 # eval ----------------------------------------------------------------------------------------
 @cli.command("eval", context_settings=CONTEXT)
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--split", type=click.Choice(["heldout", "train"]), default="heldout", show_default=True)
+@click.option("--split", type=click.Choice(SPLITS[::-1]), default="heldout", show_default=True)
 @click.option(
     "--set",
     "assignments",
@@ -223,19 +269,21 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
     """
     target = resolve_device(device)
     config, model = load_run(run_dir, target)
-    task_class = default_registry().info(config.task).task_class  # the task is built once, below
-    task_sets, model_sets, train_sets = split_assignments(parse_assignments(assignments), task_class)
-    if model_sets or train_sets:
-        raise UserError(f"eval --set takes task parameters only, not {', '.join(sorted({**model_sets, **train_sets}))}")
-    task = config.build_task(task_sets)
+    routed = route(parse_assignments(assignments), task_class(config.task))
+    if routed.model or routed.train:
+        raise CommandError(
+            f"eval --set takes task parameters only, not {', '.join(sorted(routed.model | routed.train))}"
+        )
+    task = config.build_task(routed.task)  # built once: building can hash the whole split
     try:
         metrics = task.evaluate(model, split, target, limit)
     except ValueError as error:
-        raise UserError(str(error)) from None
+        raise CommandError(str(error)) from None
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
     else:
-        click.echo(f"{config.task} {split}: {_format_metrics({f'{split}_{k}': v for k, v in metrics.items()})}")
+        keyed = {metric_key(split, name): value for name, value in metrics.items()}
+        click.echo(f"{config.task} {split}: {_format_metrics(keyed)}")
 
 
 # sample --------------------------------------------------------------------------------------
@@ -273,18 +321,18 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
     generator = torch.Generator(device=target).manual_seed(seed)
     for text in prompt or task.example_prompts():
         if not text:
-            raise UserError("--prompt must not be empty")
+            raise CommandError("--prompt must not be empty")
         try:
             ids = torch.tensor([task.encode(text)], device=target)
         except ValueError as error:
-            raise UserError(f"prompt {text!r}: {error}") from None
+            raise CommandError(f"prompt {text!r}: {error}") from None
         n_new = max_new_tokens or max(1, config.model.block_size + 1 - ids.shape[1])
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
             )
         except ValueError as error:
-            raise UserError(str(error)) from None
+            raise CommandError(str(error)) from None
         click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
 
 
@@ -313,22 +361,17 @@ def verify(seed: int | None, tolerance: float) -> None:
     click.echo(format_report(rows))
     worst = max(max(r.forward, r.grad or 0.0) for r in rows)
     if worst > tolerance:
-        raise UserError(f"largest difference {worst:.1e} exceeds {tolerance:.0e}", exit_code=1)
+        raise CommandError(f"largest difference {worst:.1e} exceeds {tolerance:.0e}", exit_code=1)
     click.echo(f"\nall {len(rows)} checks within {tolerance:.0e} (largest {worst:.1e})")
 
 
 # entry point ---------------------------------------------------------------------------------
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line, like the errors: `gpt-train: warning: ...`."""
+    click.echo(f"gpt-train: warning: {' '.join(str(message).split())}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; bad input becomes `gpt-train: error: ...` and a non-zero exit, never a traceback."""
-    try:
-        code = cli.main(args=argv, prog_name="gpt-train", standalone_mode=False)
-    except UserError as error:
-        click.echo(f"gpt-train: error: {error}", err=True)
-        sys.exit(error.exit_code)
-    except click.ClickException as error:
-        click.echo(f"gpt-train: error: {error.format_message()}", err=True)
-        sys.exit(error.exit_code)
-    except click.Abort:
-        click.echo("gpt-train: aborted", err=True)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    """The `gpt-train` program: the command group, with warnings shown as one line each."""
+    warnings.showwarning = _show_warning
+    cli.main(args=argv, prog_name="gpt-train")

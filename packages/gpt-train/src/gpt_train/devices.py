@@ -6,7 +6,11 @@ import re
 
 import torch
 
-from gpt_train.errors import UserError
+from gpt_train.errors import TrainError
+
+
+class DeviceError(TrainError):
+    """A device name that is malformed or not present on this machine."""
 
 
 def available_devices() -> list[str]:
@@ -28,9 +32,9 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
-        raise UserError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+        raise DeviceError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
     if name not in available_devices():
-        raise UserError(
+        raise DeviceError(
             f"device {name!r} is not available on this machine; available: {', '.join(available_devices())}"
         )
     return torch.device(name)

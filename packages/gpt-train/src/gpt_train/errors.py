@@ -1,9 +1,10 @@
-"""The one exception type the CLI turns into a one-line message and a non-zero exit."""
+"""The base of gpt-train's domain errors.
+
+Each layer raises its own subclass (ConfigError, CheckpointError, RunDirError, DeviceError,
+CompileError) with a message fit to show a user as one line; only the CLI turns them into
+`gpt-train: error: <message>` and an exit status. None of them knows about the command line.
+"""
 
 
-class UserError(Exception):
-    """Bad input or an unusable environment: shown as `gpt-train: error: <message>`, never a traceback."""
-
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
+class TrainError(Exception):
+    """Bad input or an unusable environment that the user must fix; the message says what and where."""

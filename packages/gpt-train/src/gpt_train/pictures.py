@@ -7,45 +7,41 @@ must never cost the user the run it describes.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
+import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import Task, evaluating
+from gpt_viz import TRAIN, RunLayout
 
-ATTENTION_NAME = "attention.npz"
 
-
-def save_attention(task: Task, model: GPT, device: torch.device, run_dir: Path) -> None:
+def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> None:
     """attention.npz: every layer's attention (n_layer, n_head, T, T) on the task's held-out example."""
-    text = task.attention_example()
-    ids = task.encode(text)[: model.config.block_size]
+    ids = task.encode(task.attention_example())[: model.config.block_size]
     with evaluating(model):
-        _, _, attention = model(torch.tensor([ids], device=device), return_attention=True)
+        attention = model(torch.tensor([ids], device=device), return_attention=True).attention
     weights = attention[:, 0].float().cpu().numpy()  # (L, H, T, T)
-    np.savez(run_dir / ATTENTION_NAME, weights=weights, tokens=np.array(task.token_labels(ids)))
+    np.savez(layout.attention, weights=weights, tokens=np.array(task.token_labels(ids)))
 
 
-def draw_run_pictures(run_dir: Path, grokking: bool) -> list[Path]:
-    """curves.png, attention.png (last layer, every head) and, for two-split tasks, grokking.png."""
-    import gpt_viz
-
-    written = gpt_viz.save_figure(gpt_viz.training_curves(run_dir), run_dir / "curves.png")
-    snapshot = gpt_viz.load_attention(run_dir)
+def draw_run_pictures(layout: RunLayout, grokking: bool) -> None:
+    """curves.png, attention.png (last layer, every head) and, for tasks scored on both splits, grokking.png."""
+    gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
+    snapshot = gpt_viz.load_attention(layout.root)
     last = snapshot.weights.shape[0] - 1
-    grid = gpt_viz.attention_grid(snapshot.weights[last], snapshot.tokens, layer=last)
-    written += gpt_viz.save_figure(grid, run_dir / "attention.png")
+    gpt_viz.save_figure(
+        gpt_viz.attention_grid(snapshot.weights[last], snapshot.tokens, layer=last), layout.attention_picture
+    )
     if grokking:
-        written += gpt_viz.save_figure(gpt_viz.grokking(run_dir), run_dir / "grokking.png")
-    return written
+        gpt_viz.save_figure(gpt_viz.grokking(layout.root), layout.grokking_picture)
 
 
-def write_pictures(task: Task, model: GPT, device: torch.device, run_dir: Path) -> tuple[list[Path], str | None]:
-    """Write the run's pictures; returns the files and, if drawing failed, why."""
+def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> str | None:
+    """Write the run's pictures; returns None, or why drawing failed."""
     try:
-        save_attention(task, model, device, run_dir)
-        return draw_run_pictures(run_dir, grokking="train" in task.eval_splits), None
+        save_attention(task, model, device, layout)
+        draw_run_pictures(layout, grokking=TRAIN in task.eval_splits)
     except Exception as error:  # a picture is never worth losing the run over
-        return [], f"{type(error).__name__}: {error}"
+        return f"{type(error).__name__}: {error}"
+    return None

@@ -1,59 +1,235 @@
-"""Run directories: where a run's files live, refusing to overwrite one by accident, and loading one back."""
+"""Run directories: building a run once (new or resumed), guarding its directory, and loading it back.
+
+A directory holds one run, laid out as gpt_viz.RunLayout says. While a process trains in it, that
+process holds an exclusive lock on the directory, so a second `run --out` or `run --resume` on
+the same directory refuses to start instead of interleaving two runs' metrics. A directory whose run
+stopped before its first checkpoint holds nothing worth keeping: a plain re-run reuses it, and
+`--resume` starts it again from step 0 with its saved configuration.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from gpt_core import GPT
-from gpt_train.checkpoint import CHECKPOINT_NAME, load_checkpoint, load_weights
-from gpt_train.config import CONFIG_NAME, RunConfig
-from gpt_train.errors import UserError
-from gpt_train.pictures import ATTENTION_NAME
-from gpt_train.trainer import FINAL_NAME, METRICS_NAME
+from gpt_tasks import Task
+from gpt_train.checkpoint import load_checkpoint, load_weights, temporary_files
+from gpt_train.config import ConfigError, RunConfig, resolve_run_config
+from gpt_train.distributed import Rank
+from gpt_train.errors import TrainError
+from gpt_viz import RunLayout
 
-RUN_FILES = (
-    CONFIG_NAME,
-    METRICS_NAME,
-    FINAL_NAME,
-    CHECKPOINT_NAME,
-    ATTENTION_NAME,
-    "curves.png",
-    "attention.png",
-    "grokking.png",
-)
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; runs are unguarded there
+    fcntl = None
+
+
+class RunDirError(TrainError):
+    """A run directory that cannot be used: absent, busy, already holding a run, or unwritable."""
+
+
+class RunWarning(UserWarning):
+    """Something the user should know about a run directory that does not stop the run."""
 
 
 def default_run_dir(task: str) -> Path:
     return Path("runs") / f"{task}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_dir(path: Path, force: bool) -> None:
-    """Create `path` for a new run. A directory already holding a run is refused unless `force`,
-    which removes that run's files (and nothing else)."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {path} exists and is not a directory")
-    existing = [name for name in RUN_FILES if (path / name).exists()]
-    if existing and not force:
-        raise UserError(
-            f"{path} already holds a run ({existing[0]}); continue it with --resume {path} or replace it with --force"
-        )
+def describe(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+class RunLock:
+    """An exclusive advisory lock (flock) on the run directory itself, held for the life of the process's
+    run: no lock file is left behind, and the kernel releases the lock when a killed process dies."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        if fcntl is None:
+            return self
+        try:
+            self.fd = os.open(self.root, os.O_RDONLY)
+        except OSError as error:
+            raise RunDirError(f"cannot use {self.root} as a run directory: {describe(error)}") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.release()
+            raise RunDirError(
+                f"{self.root} is in use by another gpt-train process; wait for it to finish or use another --out"
+            ) from None
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None
+
+
+@dataclass
+class Run:
+    """Everything a training process needs, built once by the CLI and handed to `gpt_train.trainer.train`."""
+
+    config: RunConfig
+    task: Task
+    layout: RunLayout
+    device: torch.device
+    rank: Rank
+    resume: bool
+    lock: RunLock | None = None  # held by rank 0 only, which alone writes the directory
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def new_run(
+    task_name: str, values: dict[str, Any], out: Path | None, force: bool, device: torch.device, rank: Rank
+) -> Run:
+    """Resolve the configuration, then lay out the run directory (rank 0) and write config.json.
+
+    Nothing is written until the configuration is known to be valid.
+    """
+    config, task = resolve_run_config(task_name, values)
+    layout = RunLayout(out if out is not None else default_run_dir(task_name))
+    lock = None
+    if rank.is_main:
+        lock = _prepare_directory(layout, force)
+        config.save(layout.root)
+    return Run(config, task, layout, device, rank, resume=False, lock=lock)
+
+
+def _prepare_directory(layout: RunLayout, force: bool) -> RunLock:
+    """Create and lock the directory; a directory holding a run is refused unless `force`, which removes
+    that run's files (and nothing else). One holding only a run that never reached a checkpoint is reused."""
+    root = layout.root
+    if root.exists() and not root.is_dir():
+        raise RunDirError(f"--out {root} exists and is not a directory")
     try:
-        for name in existing:
-            (path / name).unlink()
-        path.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise UserError(f"cannot use {path} as a run directory: {error.strerror or error}") from None
+        raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
+    lock = RunLock(layout.root).acquire()
+    try:
+        kept = [path for path in (layout.checkpoint, layout.final) if path.exists()]
+        if kept and not force:
+            raise RunDirError(
+                f"{root} already holds a run ({kept[0].name}); continue it with --resume {root} "
+                "or replace it with --force"
+            )
+        for path in layout.existing() + temporary_files(layout.checkpoint):
+            path.unlink()
+    except OSError as error:
+        lock.release()
+        raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
+    except RunDirError:
+        lock.release()
+        raise
+    return lock
+
+
+def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank: Rank) -> Run:
+    """The run saved in `run_dir`, locked (rank 0) and with any half-written checkpoint removed."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"cannot resume: run directory {run_dir} does not exist")
+    layout = RunLayout(run_dir)
+    config = RunConfig.load(run_dir)
+    if task_name is not None and task_name != config.task:
+        raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
+    lock = RunLock(layout.root).acquire() if rank.is_main else None
+    try:
+        has_checkpoint = layout.checkpoint.exists()
+        if not has_checkpoint and layout.final.exists():
+            raise RunDirError(f"cannot resume: no checkpoint at {layout.checkpoint}")
+        if rank.is_main:
+            for path in temporary_files(layout.checkpoint):
+                path.unlink(missing_ok=True)
+        if not has_checkpoint:
+            warnings.warn(
+                f"{run_dir} stopped before its first checkpoint; starting it again from step 0 with its saved "
+                "configuration",
+                RunWarning,
+                stacklevel=2,
+            )
+        task = config.build_task()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock)
 
 
 def load_run(run_dir: Path, device: torch.device) -> tuple[RunConfig, GPT]:
     """The configuration and trained model of a run directory, on `device`."""
     if not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} does not exist")
+        raise RunDirError(f"run directory {run_dir} does not exist")
     config = RunConfig.load(run_dir)
-    state = load_checkpoint(run_dir / CHECKPOINT_NAME, config.task)
+    state = load_checkpoint(RunLayout(run_dir).checkpoint, config.task)
     model = GPT(config.model)
     load_weights(model, state.model)
     return config, model.to(device).eval()
+
+
+class MetricsLog:
+    """metrics.jsonl: one JSON object per logged step, appended as the run goes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def keep_through(self, step: int) -> None:
+        """Drop the lines past `step` (the checkpoint a run resumes from), so the file reads as if the run
+        had never stopped. An incomplete last line (a process killed mid-write) is dropped with a warning;
+        a damaged line elsewhere is an error, since the file is not one this run wrote."""
+        if not self.path.exists():
+            return
+        try:
+            lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError) as error:
+            raise RunDirError(f"cannot read {self.path}: {error}") from None
+        kept = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if number < len(lines):
+                    raise RunDirError(f"{self.path} line {number} is not valid JSON; the file is damaged") from None
+                warnings.warn(f"dropped the incomplete last line of {self.path}", RunWarning, stacklevel=2)
+                continue
+            if record.get("step", 0) <= step:
+                kept.append(line)
+        self._write("".join(line + "\n" for line in kept), mode="w")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._write(json.dumps(record) + "\n", mode="a")
+
+    def _write(self, text: str, mode: str) -> None:
+        try:
+            with open(self.path, mode, encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as error:
+            raise RunDirError(f"cannot write {self.path} ({describe(error)})") from None
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` through a temporary file, so a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as error:
+        raise RunDirError(f"cannot write {path} ({describe(error)})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
