@@ -2,13 +2,15 @@
 
 Everything a trainer or a plugin needs is exported here: the task contract (`Task`, `PromptAnswerTask`,
 `Batch`, `Defaults`, `TrainSettings`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
-parameters (`build_params`, `field_types`, `coerce`), splits, and the toolkit of `gpt_tasks.symbols`.
+parameters (`build_params`, `field_types`, `coerce`), splits, teacher-forced scoring (`score_examples`),
+and the toolkit of `gpt_tasks.symbols`.
 """
 
 from gpt_tasks.hooks import ENTRY_POINT_GROUP, hookimpl, hookspec
 from gpt_tasks.params import ParamError, build_params, coerce, field_types
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, default_registry, get_task, list_tasks
+from gpt_tasks.scoring import Scores, score_examples
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of
 from gpt_tasks.task import SPLITS, Batch, Task, evaluating
@@ -26,6 +28,7 @@ __all__ = [
     "PluginWarning",
     "PromptAnswerTask",
     "Registry",
+    "Scores",
     "Task",
     "TaskError",
     "TaskInfo",
@@ -42,5 +45,6 @@ __all__ = [
     "hookspec",
     "is_heldout",
     "list_tasks",
+    "score_examples",
     "unit_hash",
 ]

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, cross_entropy
+from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
-from gpt_tasks.task import Batch, Task, evaluating
+from gpt_tasks.task import SPLITS, Batch, Task
 from gpt_tasks.training import Defaults, TrainSettings
 
 EVAL_BATCH = 4096
@@ -47,7 +48,7 @@ class ModAddTask(Task):
     description = "a + b mod p on a fraction of the pairs, full batch: the grokking task (accuracy)"
     Params = ModAddParams
     primary_metric = "accuracy"
-    eval_splits = ("train", "heldout")
+    eval_splits = SPLITS
 
     def __init__(self, params: ModAddParams):
         super().__init__(params)
@@ -88,12 +89,15 @@ class ModAddTask(Task):
     def token_labels(self, ids) -> list[str]:
         return [EQUALS_TEXT if int(i) == self.equals else str(int(i)) for i in ids]
 
-    def pairs(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pair numbers (N,) -> the model inputs [a, b, =] (N, 3) and the answers c (N,)."""
+    def examples(self, ids: torch.Tensor) -> Batch:
+        """Pair numbers (N,) -> inputs [a, b, =] (N, 3) and targets (N, 3) scored only at "=",
+        where the answer is c = (a + b) mod p: the same examples for training and evaluation."""
         p = self.params.p
         a, b = ids // p, ids % p
         inputs = torch.stack((a, b, torch.full_like(a, self.equals)), dim=1)
-        return inputs, (a + b) % p
+        targets = torch.full_like(inputs, IGNORE_INDEX)
+        targets[:, -1] = (a + b) % p
+        return Batch(inputs, targets)
 
     @property
     def train_size(self) -> int:
@@ -105,24 +109,12 @@ class ModAddTask(Task):
         ids = self.split.ids("train")
         if batch_size < len(ids):
             ids = ids[torch.randperm(len(ids), generator=generator)[:batch_size]]
-        inputs, answers = self.pairs(ids)
-        targets = torch.full_like(inputs, IGNORE_INDEX)
-        targets[:, -1] = answers  # scored only at "="
-        return Batch(inputs, targets)
+        return self.examples(ids)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
         ids = self.split.evaluation_ids(split, limit)
-        total_loss = 0.0
-        correct = 0
-        with evaluating(model):
-            for chunk in ids.split(EVAL_BATCH):
-                inputs, answers = self.pairs(chunk)
-                inputs, answers = inputs.to(device), answers.to(device)
-                logits = model(inputs).logits[:, -1, :]  # (N, V) at "="
-                total_loss += float(cross_entropy(logits.float(), answers)) * len(chunk)
-                correct += int((logits.argmax(dim=-1) == answers).sum())
-        n = len(ids)
-        return {"accuracy": correct / n, "loss": total_loss / n, "examples": float(n)}
+        scores = score_examples(model, ids, self.examples, device, EVAL_BATCH)  # one scored token per example
+        return {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(scores.examples)}
 
     def defaults(self) -> Defaults:
         # Nanda et al.'s recipe, but keeping GPTConfig's LayerNorm: with gpt-core's GPT-2 init (std 0.02) and weight
@@ -145,9 +137,8 @@ class ModAddTask(Task):
         )
 
     def example_prompts(self) -> list[str]:
-        inputs, _ = self.pairs(self.split.evaluation_ids("heldout", 3, seed=1))
+        inputs = self.examples(self.split.evaluation_ids("heldout", 3, seed=1)).inputs
         return [self.decode(row.tolist()) for row in inputs]
 
     def attention_example(self) -> str:
-        inputs, _ = self.pairs(self.split.evaluation_ids("heldout", 1, seed=1))
-        return self.decode(inputs[0].tolist())
+        return self.example_prompts()[0]

@@ -23,10 +23,11 @@ from urllib.request import urlopen
 
 import torch
 
-from gpt_core import GPT, cross_entropy
+from gpt_core import GPT
+from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
 from gpt_tasks.symbols import CharVocab
-from gpt_tasks.task import Batch, Task, evaluating
+from gpt_tasks.task import SPLITS, Batch, Task
 from gpt_tasks.training import Defaults, TrainSettings
 
 CORPUS_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -130,7 +131,7 @@ class ShakespeareTask(Task):
         self.chunk_lengths = torch.tensor([min(size, len(text) - s) for s in starts], dtype=torch.long)
         heldout = [is_heldout(text[s : s + size].encode("utf-8"), params.heldout_fraction, SALT) for s in starts]
         self.heldout = torch.tensor(heldout, dtype=torch.bool)
-        for split in ("train", "heldout"):
+        for split in SPLITS:
             if not self.chunks(split).numel():
                 raise ValueError(
                     f"the text ({len(text):,} characters, {len(starts)} chunks of {size}) has no {split} chunk; "
@@ -156,8 +157,8 @@ class ShakespeareTask(Task):
 
     def chunks(self, split: str) -> torch.Tensor:
         """Indices of the chunks in `split`."""
-        if split not in ("train", "heldout"):
-            raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         mask = self.heldout if split == "heldout" else ~self.heldout
         return mask.nonzero().squeeze(1)
 
@@ -190,14 +191,8 @@ class ShakespeareTask(Task):
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
         model.config.check_positions(self.block_size, "each evaluation window")
         starts = self.evaluation_starts(split, limit)
-        total = 0.0
-        with evaluating(model):
-            for chunk in starts.split(EVAL_BATCH):
-                batch = self.windows(chunk).to(device)
-                logits = model(batch.inputs).logits
-                total += float(cross_entropy(logits.float(), batch.targets)) * len(chunk)
-        loss = total / len(starts)
-        return {"loss": loss, "bits_per_char": loss / math.log(2), "examples": float(len(starts))}
+        scores = score_examples(model, starts, self.windows, device, EVAL_BATCH)
+        return {"loss": scores.loss, "bits_per_char": scores.loss / math.log(2), "examples": float(scores.examples)}
 
     def defaults(self) -> Defaults:
         return Defaults(
