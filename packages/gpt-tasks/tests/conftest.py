@@ -56,6 +56,14 @@ def corpus_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture
+def small_corpus(tmp_path) -> Path:
+    """A 4,000-character generated corpus of this test's own, free to edit: 125 chunks of SMALL_CHUNKS."""
+    path = tmp_path / "small.txt"
+    path.write_text(make_text(4000, seed=1), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="session")
 def sort_task() -> Task:
     return get_task("sort")

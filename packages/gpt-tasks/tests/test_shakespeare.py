@@ -6,8 +6,10 @@ the monorepo's shared data folder, and it never puts any of its text in this fil
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
+import json
 import math
 from pathlib import Path
 from urllib.error import URLError
@@ -131,6 +133,62 @@ def test_prompts_encode_and_attention_example_opens_the_first_heldout_chunk(shak
         shakespeare_task.encode(prompt)
     first = int(shakespeare_task.chunks("heldout")[0])
     assert shakespeare_task.attention_example() == text[first * 32 : first * 32 + 8]
+
+
+def recorded_params(task) -> dict:
+    """The task's params as a run records them: dataclasses.asdict through JSON (config.json)."""
+    return json.loads(json.dumps(dataclasses.asdict(task.params)))
+
+
+def test_params_after_construction_hold_the_alphabet_and_the_corpus_sha256(small_corpus):
+    task = get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8)
+    text = small_corpus.read_text()
+    assert task.params.alphabet == "".join(sorted(set(text))) == task.vocab.alphabet
+    assert task.params.corpus_sha256 == hashlib.sha256(small_corpus.read_bytes()).hexdigest()
+
+
+def test_a_task_rebuilt_from_recorded_params_has_the_same_vocabulary_tokens_and_split(small_corpus):
+    first = get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8)
+    again = get_task("shakespeare", **recorded_params(first))
+    assert again.params == first.params
+    assert again.vocab.alphabet == first.vocab.alphabet
+    assert torch.equal(again.tokens, first.tokens) and torch.equal(again.heldout, first.heldout)
+
+
+def _append_xyz(text: str) -> str:
+    return text + "XYZ"
+
+
+def _swap_two_letters(text: str) -> str:
+    i = next(i for i in range(100, len(text)) if text[i].isalpha() and text[i + 1].isalpha() and text[i] != text[i + 1])
+    return text[:i] + text[i + 1] + text[i] + text[i + 2 :]
+
+
+@pytest.mark.parametrize("edit", [_append_xyz, _swap_two_letters])
+def test_a_corpus_changed_after_training_is_refused_in_one_line(small_corpus, edit):
+    recorded = recorded_params(get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8))
+    original = small_corpus.read_text()
+    small_corpus.write_text(edit(original), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"the corpus at .* has changed since this run was trained") as error:
+        get_task("shakespeare", **recorded)
+    message = str(error.value)
+    assert "\n" not in message and recorded["corpus_sha256"] in message and str(small_corpus) in message
+
+
+def test_a_given_alphabet_is_the_vocabulary_even_if_the_text_would_sort_differently(small_corpus):
+    alphabet = "".join(sorted(set(small_corpus.read_text()), reverse=True))
+    task = get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8, alphabet=alphabet)
+    assert task.vocab.alphabet == task.params.alphabet == alphabet
+    assert task.encode(alphabet[:3]) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [("alphabet", "abca", "must not repeat"), ("corpus_sha256", "not-a-hash", "64 lowercase hex")],
+)
+def test_malformed_recorded_fields_are_refused(small_corpus, key, value, words):
+    with pytest.raises(ParamError, match=words):
+        get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8, **{key: value})
 
 
 def test_too_short_a_text_for_both_splits_is_refused(tmp_path):

@@ -10,13 +10,21 @@ over non-overlapping windows of the split's chunks.
 The text comes from `data` (a path) when given, else from the user cache
 (`$XDG_CACHE_HOME/gpt-tasks/tinyshakespeare.txt`, default `~/.cache/...`), else it is downloaded
 once into that cache and checked against its known sha256.
+
+A trained model only makes sense with the vocabulary it was trained on, and its metrics only with
+the text they were measured on. So the task's params carry both once resolved: `alphabet` (the
+vocabulary, token id = index) and `corpus_sha256`. A task built from params that already hold them
+(as a saved run's are) decodes with the recorded alphabet and refuses a text whose hash differs,
+rather than rebuilding a different vocabulary from an edited file and reporting a wrong number.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.request import urlopen
@@ -47,10 +55,15 @@ HOW_TO_SUPPLY = (
 
 @dataclass(frozen=True)
 class ShakespeareParams:
+    """`alphabet` and `corpus_sha256` are resolved from the text when left empty (the task's
+    `params` then hold them); when given, they pin the vocabulary and the text a run was trained on."""
+
     data: str = ""
     block_size: int = 64
     chunk_size: int = 1024
     heldout_fraction: float = 0.1
+    alphabet: str = ""
+    corpus_sha256: str = ""
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -62,6 +75,10 @@ class ShakespeareParams:
             )
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if len(set(self.alphabet)) != len(self.alphabet):
+            raise ValueError(f"alphabet must not repeat a character, got {self.alphabet!r}")
+        if self.corpus_sha256 and not re.fullmatch(r"[0-9a-f]{64}", self.corpus_sha256):
+            raise ValueError(f"corpus_sha256 must be 64 lowercase hex digits, got {self.corpus_sha256!r}")
 
 
 def cache_path() -> Path:
@@ -93,8 +110,9 @@ def download(path: Path, url: str | None = None, sha256: str | None = None) -> P
     return path
 
 
-def load_text(data: str) -> str:
-    """The corpus: from `data` when given, else the cache, else a verified download into the cache."""
+def load_text(data: str) -> tuple[Path, str]:
+    """The corpus and where it was read: from `data` when given, else the cache, else a verified
+    download into the cache."""
     if data:
         path = Path(data).expanduser()
         if not path.is_file():
@@ -109,7 +127,20 @@ def load_text(data: str) -> str:
         raise ValueError(f"cannot read tiny-shakespeare file {path}: {error}") from None
     if not text:
         raise ValueError(f"tiny-shakespeare file {path} is empty")
-    return text
+    return path, text
+
+
+def resolve(params: ShakespeareParams, path: Path, text: str) -> ShakespeareParams:
+    """`params` with the text's alphabet and sha256 filled in where empty; a recorded sha256 that
+    differs from the text's is a ValueError (the file changed after the run was trained)."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the file's own sha256 for an LF text
+    if params.corpus_sha256 and params.corpus_sha256 != digest:
+        raise ValueError(
+            f"the corpus at {path} has changed since this run was trained "
+            f"(sha256 {digest}, recorded {params.corpus_sha256})"
+        )
+    alphabet = params.alphabet or "".join(sorted(set(text)))
+    return dataclasses.replace(params, alphabet=alphabet, corpus_sha256=digest)
 
 
 class ShakespeareTask(Task):
@@ -120,9 +151,10 @@ class ShakespeareTask(Task):
     higher_is_better = False
 
     def __init__(self, params: ShakespeareParams):
+        path, text = load_text(params.data)
+        params = resolve(params, path, text)
         super().__init__(params)
-        text = load_text(params.data)
-        self.vocab = CharVocab("".join(sorted(set(text))))
+        self.vocab = CharVocab(params.alphabet)
         self.tokens = torch.tensor(self.vocab.encode(text), dtype=torch.long)
         size, window = params.chunk_size, params.block_size + 1
         # Every chunk that can hold a window; only a short tail of the text can fall outside.
