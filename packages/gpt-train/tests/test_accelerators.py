@@ -8,6 +8,8 @@ import pytest
 import torch
 from train_helpers import TINY
 
+from gpt_viz import RunLayout
+
 ACCELERATORS = [
     pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")),
     pytest.param("mps", marks=pytest.mark.skipif(not torch.backends.mps.is_available(), reason="no MPS device here")),
@@ -24,7 +26,7 @@ def on(device: str) -> list[str]:
 def test_run_trains_and_evaluates_on_the_accelerator(cli, tmp_path, device):
     result = cli(*on(device), "--out", tmp_path / "run")
     assert result.code == 0, result.err
-    final = json.loads((tmp_path / "run" / "final.json").read_text())
+    final = json.loads((tmp_path / "run" / RunLayout.FINAL).read_text())
     assert final["step"] == 30 and 0.0 <= final["heldout_exact_match"] <= 1.0
     assert cli("eval", tmp_path / "run", "--device", device, "--limit", "50").code == 0
     cached = cli("sample", tmp_path / "run", "--device", device, "--prompt", "3141").out

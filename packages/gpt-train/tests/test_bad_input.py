@@ -8,6 +8,8 @@ import pytest
 import torch
 from train_helpers import TINY, assert_one_line_error
 
+from gpt_viz import RunLayout
+
 
 def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir())}
@@ -68,7 +70,7 @@ def test_existing_run_is_refused_and_left_intact(cli, tiny_run):
 
 def test_force_replaces_an_existing_run(cli, tiny_run):
     assert cli(*TINY, "--out", tiny_run, "--force", "--seed", "7").code == 0
-    assert '"seed": 7' in (tiny_run / "config.json").read_text()
+    assert '"seed": 7' in (tiny_run / RunLayout.CONFIG).read_text()
 
 
 def test_resume_of_a_missing_directory(cli, tmp_path):
@@ -93,7 +95,7 @@ def flip_last_byte(path: Path) -> None:
 @pytest.mark.parametrize("damage", [truncate, flip_last_byte], ids=["truncated", "corrupted"])
 @pytest.mark.parametrize("command", ["resume", "eval"])
 def test_damaged_checkpoint_is_reported_and_kept(cli, tiny_run, damage, command):
-    checkpoint = tiny_run / "checkpoint.safetensors"
+    checkpoint = tiny_run / RunLayout.CHECKPOINT
     damage(checkpoint)
     before = snapshot(tiny_run)
     args = ("run", "--resume", tiny_run) if command == "resume" else ("eval", tiny_run)
@@ -103,7 +105,7 @@ def test_damaged_checkpoint_is_reported_and_kept(cli, tiny_run, damage, command)
 
 @pytest.mark.parametrize("command", ["resume", "eval"])
 def test_missing_checkpoint(cli, tiny_run, command):
-    (tiny_run / "checkpoint.safetensors").unlink()
+    (tiny_run / RunLayout.CHECKPOINT).unlink()
     args = ("run", "--resume", tiny_run) if command == "resume" else ("eval", tiny_run)
     assert_one_line_error(cli(*args), "no checkpoint")
 
@@ -115,9 +117,9 @@ def test_resume_as_another_task_is_refused(cli, tiny_run):
 def test_checkpoint_of_another_task_is_refused(cli, tiny_run, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
-    config = (tiny_run / "config.json").read_text().replace('"task": "sort"', '"task": "addition"', 1)
-    (other / "config.json").write_text(config)
-    (other / "checkpoint.safetensors").write_bytes((tiny_run / "checkpoint.safetensors").read_bytes())
+    config = (tiny_run / RunLayout.CONFIG).read_text().replace('"task": "sort"', '"task": "addition"', 1)
+    (other / RunLayout.CONFIG).write_text(config)
+    (other / RunLayout.CHECKPOINT).write_bytes((tiny_run / RunLayout.CHECKPOINT).read_bytes())
     assert_one_line_error(cli("eval", other), "belongs to a 'sort' run, not 'addition'")
 
 

@@ -8,17 +8,17 @@ import pytest
 from train_helpers import read_metrics
 
 from gpt_tasks import get_task, list_tasks
+from gpt_viz import RunLayout
 
 
 def test_run_writes_a_complete_run_directory(tiny_run):
     names = {p.name for p in tiny_run.iterdir()}
-    expected = {"config.json", "metrics.jsonl", "final.json", "checkpoint.safetensors", "attention.npz"}
-    assert expected | {"curves.png", "attention.png"} <= names
+    assert set(RunLayout.FILES) - {RunLayout.GROKKING_PICTURE} <= names  # grokking.png: two-split tasks only
     assert not [n for n in names if n.startswith(".")], "temporary files left behind"
 
 
 def test_config_records_every_resolved_setting(tiny_run):
-    config = json.loads((tiny_run / "config.json").read_text())
+    config = json.loads((tiny_run / RunLayout.CONFIG).read_text())
     assert config["task"] == "sort" and config["task_params"]["length"] == 4
     assert config["model"]["n_layer"] == 1 and config["model"]["block_size"] == 7
     assert config["train"]["steps"] == 30 and config["train"]["batch_size"] == 32
@@ -35,7 +35,7 @@ def test_metrics_have_step_time_loss_lr_and_heldout_metrics(tiny_run):
 
 
 def test_final_metrics_cover_the_whole_heldout_split(tiny_run):
-    final = json.loads((tiny_run / "final.json").read_text())
+    final = json.loads((tiny_run / RunLayout.FINAL).read_text())
     assert final["step"] == 30
     assert final["heldout_examples"] == get_task("sort", length=4).split.count("heldout")
     assert 0.0 <= final["heldout_exact_match"] <= 1.0
@@ -58,7 +58,7 @@ def test_tasks_json_is_machine_readable(cli):
 def test_eval_prints_the_metrics_of_a_saved_run(cli, tiny_run):
     result = cli("eval", tiny_run, "--json")
     assert result.code == 0, result.err
-    final = json.loads((tiny_run / "final.json").read_text())
+    final = json.loads((tiny_run / RunLayout.FINAL).read_text())
     assert json.loads(result.out)["exact_match"] == final["heldout_exact_match"]
 
 

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpt_viz import RunLayout
+
 # A sort run small enough for tests: 4-digit sequences (10,000 examples), one thin layer.
 TINY = (
     "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "30", "--batch-size", "32",
@@ -22,7 +24,7 @@ class Result:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / RunLayout.METRICS).read_text().splitlines()]
 
 
 def assert_one_line_error(result: Result, *fragments: str, code: int = 2) -> None:

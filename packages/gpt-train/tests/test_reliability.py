@@ -1,0 +1,187 @@
+"""What a hostile round of use found: concurrent runs, torn files, a full disk, non-finite values, leftovers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+from train_helpers import TINY, assert_one_line_error, read_metrics
+
+from gpt_train.checkpoint import load_checkpoint
+from gpt_train.config import RunConfig
+from gpt_train.distributed import Rank
+from gpt_train.runs import Run, RunLock
+from gpt_train.trainer import Trainer
+from gpt_viz import RunLayout
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir())}
+
+
+def interrupted_run(cli, run_dir: Path, at: int = 17) -> None:
+    """A TINY run stopped (as by Ctrl-C) at step `at`, its checkpoint written at that step."""
+    assert cli(*TINY, "--out", run_dir, "--steps", "1").code == 0  # lay out the directory
+    config = RunConfig.load(run_dir)
+    whole = RunConfig(**{**config.__dict__, "train": type(config.train)(**{**config.train.__dict__, "steps": 30})})
+    whole.save(run_dir)
+    for name in (RunLayout.CHECKPOINT, RunLayout.METRICS, RunLayout.FINAL):
+        (run_dir / name).unlink()
+    run = Run(whole, whole.build_task(), RunLayout(run_dir), torch.device("cpu"), Rank(), resume=False)
+    trainer = Trainer(run, quiet=True)
+    trainer.on_step = lambda step: setattr(trainer.stop, "requested", step == at)
+    assert trainer.run().reason == "interrupted"
+
+
+# one run per directory ---------------------------------------------------------------------
+def test_resume_of_a_directory_in_use_is_refused(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    before = snapshot(run_dir)
+    held = RunLock(run_dir).acquire()  # what a first `--resume` holds while it trains
+    try:
+        assert_one_line_error(cli("run", "--resume", run_dir), "in use by another gpt-train process")
+    finally:
+        held.release()
+    assert snapshot(run_dir) == before
+    assert cli("run", "--resume", run_dir, "--quiet").code == 0  # free again once the first one is done
+
+
+def test_new_run_into_a_directory_in_use_is_refused(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    held = RunLock(run_dir).acquire()
+    try:
+        assert_one_line_error(cli(*TINY, "--out", run_dir, "--force"), "in use by another gpt-train process")
+    finally:
+        held.release()
+    assert list(run_dir.iterdir()) == []
+
+
+# torn and leftover files -----------------------------------------------------------------
+def test_resume_drops_a_torn_last_metrics_line_and_says_so(cli, tmp_path):
+    whole, torn = tmp_path / "whole", tmp_path / "torn"
+    assert cli(*TINY, "--out", whole).code == 0
+    interrupted_run(cli, torn)
+    with open(torn / RunLayout.METRICS, "a") as handle:
+        handle.write('{"step": 18, "elapsed": 0.4, "lo')  # a kill in the middle of a write
+    result = cli("run", "--resume", torn, "--quiet")
+    assert result.code == 0, result.err
+    assert "gpt-train: warning: dropped the incomplete last line" in result.err
+    strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
+    assert strip(read_metrics(torn)) == strip(read_metrics(whole))
+
+
+def test_a_damaged_metrics_line_before_the_last_is_an_error(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    lines = (run_dir / RunLayout.METRICS).read_text().splitlines()
+    lines[0] = lines[0][:10]
+    (run_dir / RunLayout.METRICS).write_text("\n".join(lines) + "\n")
+    before = snapshot(run_dir)
+    assert_one_line_error(cli("run", "--resume", run_dir), "line 1 is not valid JSON")
+    assert snapshot(run_dir) == before
+
+
+def test_a_half_written_checkpoint_left_by_a_kill_is_removed_at_the_next_start(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    leftover = run_dir / ".checkpoint.safetensors.tmp-99999"
+    leftover.write_bytes(b"half a checkpoint")
+    assert cli("run", "--resume", run_dir, "--quiet").code == 0
+    assert not leftover.exists()
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir).code == 0
+    for name in (RunLayout.CHECKPOINT, RunLayout.FINAL, RunLayout.ATTENTION):
+        (run_dir / name).unlink()
+    (run_dir / RunLayout.METRICS).write_text('{"step": 5, "elapsed": 0.1, "loss": 2.0, "lr": 0.001}\n')
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+    assert "stopped before its first checkpoint; starting it again from step 0" in result.err
+    assert [r["step"] for r in read_metrics(run_dir)] == [5, 10, 15, 20, 25, 30]
+    assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step == 30
+
+    (run_dir / RunLayout.CHECKPOINT).unlink()
+    (run_dir / RunLayout.FINAL).unlink()
+    assert cli(*TINY, "--out", run_dir).code == 0  # the same command again, no --force needed
+
+
+# a full disk -------------------------------------------------------------------------------
+def fill_the_disk(monkeypatch) -> None:
+    def no_space(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr("gpt_train.checkpoint.save_file", no_space)
+
+
+def test_a_full_disk_during_a_fresh_run_is_one_line(cli, tmp_path, monkeypatch):
+    fill_the_disk(monkeypatch)
+    result = cli(*TINY, "--out", tmp_path / "run")
+    assert_one_line_error(result, "cannot write checkpoint", "No space left on device", "checkpoint.safetensors")
+    assert not [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]
+
+
+def test_a_full_disk_during_a_resume_keeps_the_previous_checkpoint(cli, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    kept = (run_dir / RunLayout.CHECKPOINT).read_bytes()
+    fill_the_disk(monkeypatch)
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert_one_line_error(result, "cannot write checkpoint", "No space left on device")
+    assert (run_dir / RunLayout.CHECKPOINT).read_bytes() == kept
+    assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step == 17
+
+
+# values that cannot train ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "lr=nan"], "lr must be a finite number, got nan"),
+        (["--lr", "nan"], "lr must be a finite number, got nan"),
+        (["--lr", "inf"], "lr must be a finite number, got inf"),
+        (["--weight-decay", "nan"], "weight_decay must be a finite number, got nan"),
+        (["--set", "min_lr=nan"], "min_lr must be a finite number, got nan"),
+        (["--set", "grad_clip=nan"], "grad_clip must be a finite number, got nan"),
+        (["--set", "min_lr=0.5", "--lr", "0.1"], "min_lr (0.5) must not exceed lr (0.1)"),
+        (["--set", "dropout=nan"], "dropout must be in [0, 1)"),
+    ],
+)
+def test_non_finite_or_inconsistent_settings_are_refused_before_anything_is_written(cli, tmp_path, args, message):
+    assert_one_line_error(cli(*TINY, *args, "--out", tmp_path / "run"), message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_diverging_run_ends_with_exit_status_1_and_keeps_its_last_checkpoint(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    result = cli(*TINY, "--lr", "1e30", "--set", "grad_clip=0", "--set", "warmup_steps=0", "--out", run_dir)
+    assert_one_line_error(result, "loss became nan", code=1)
+    assert not (run_dir / RunLayout.FINAL).exists()
+
+
+@pytest.mark.parametrize("temperature", ["nan", "inf"])
+def test_sample_refuses_a_non_finite_temperature(cli, tiny_run, temperature):
+    result = cli("sample", tiny_run, "--prompt", "3141", "--temperature", temperature)
+    assert_one_line_error(result, "temperature must be a finite number")
+
+
+def test_data_for_a_task_that_reads_none_is_named_as_such(cli, tmp_path):
+    result = cli(*TINY, "--data", tmp_path / "corpus.txt", "--out", tmp_path / "run")
+    assert_one_line_error(result, "task 'sort' reads no data file; drop --data")
+
+
+def test_every_summary_keeps_the_digits_that_separate_7_errors_from_none(cli, tiny_run):
+    from gpt_train.cli import format_value
+
+    assert format_value(1 - 7 / 250_050, 250_050) == "0.999972 (7 of 250,050 wrong)"
+    assert format_value(1.0, 250_050) == "1.000000 (0 of 250,050 wrong)"
+    final = json.loads((tiny_run / RunLayout.FINAL).read_text())
+    shown = cli("eval", tiny_run).out
+    assert f"({round((1 - final['heldout_exact_match']) * final['heldout_examples']):,} of" in shown
