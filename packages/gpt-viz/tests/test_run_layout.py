@@ -100,21 +100,18 @@ def test_each_layout_path_is_its_file_name_under_the_root(tmp_path, prop, name):
     assert getattr(RunLayout, prop.upper()) == name
 
 
-def test_the_root_is_a_path_and_the_lock_is_hidden_in_it(tmp_path):
-    layout = RunLayout(str(tmp_path))
-    assert layout.root == tmp_path
-    assert layout.lock == tmp_path / ".lock"
+def test_the_root_is_a_path(tmp_path):
+    assert RunLayout(str(tmp_path)).root == tmp_path
 
 
-def test_files_lists_every_run_file_once_and_not_the_lock():
+def test_files_lists_every_run_file_once():
     assert tuple(SCHEMA.values()) == RunLayout.FILES
-    assert RunLayout.LOCK not in RunLayout.FILES
 
 
 def test_existing_lists_the_run_files_present_in_files_order(tmp_path):
     layout = RunLayout(tmp_path)
     assert layout.existing() == []
-    for path in (layout.attention, layout.metrics, tmp_path / "notes.txt", layout.lock):
+    for path in (layout.attention, layout.metrics, tmp_path / "notes.txt"):
         path.write_text("x")
     assert layout.existing() == [layout.metrics, layout.attention]
 

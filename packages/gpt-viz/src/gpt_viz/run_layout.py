@@ -85,11 +85,9 @@ class RunLayout:
     CURVES_PICTURE = "curves.png"
     ATTENTION_PICTURE = "attention.png"
     GROKKING_PICTURE = "grokking.png"
-    LOCK = ".lock"
-    """Held by the process training in this directory, so that a second one refuses to start."""
 
     FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
-    """Every file a run writes (the lock excepted): what `--force` removes and what marks a directory as a run."""
+    """Every file a run writes: what `--force` removes."""
 
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))
@@ -125,10 +123,6 @@ class RunLayout:
     @property
     def grokking_picture(self) -> Path:
         return self.root / self.GROKKING_PICTURE
-
-    @property
-    def lock(self) -> Path:
-        return self.root / self.LOCK
 
     def existing(self) -> list[Path]:
         """The run files present in the directory, in FILES order."""
