@@ -185,3 +185,36 @@ def test_every_summary_keeps_the_digits_that_separate_7_errors_from_none(cli, ti
     final = json.loads((tiny_run / RunLayout.FINAL).read_text())
     shown = cli("eval", tiny_run).out
     assert f"({round((1 - final['heldout_exact_match']) * final['heldout_examples']):,} of" in shown
+
+
+# a run carries what it needs to decode ---------------------------------------------------
+SMALL_TEXT = (
+    "ROMEO: But soft, what light through yonder window breaks?\nJULIET: O Romeo, Romeo, wherefore art thou?\n"
+) * 120
+
+
+def tiny_text_run(cli, tmp_path: Path) -> tuple[Path, Path]:
+    corpus, run_dir = tmp_path / "corpus.txt", tmp_path / "run"
+    corpus.write_text(SMALL_TEXT)
+    result = cli(
+        "run", "--task", "shakespeare", "--data", corpus, "--device", "cpu", "--quiet", "--steps", "4",
+        "--set", "block_size=16", "--set", "chunk_size=256", "--set", "n_layer=1", "--set", "n_embd=16",
+        "--set", "n_head=2", "--set", "eval_every=2", "--set", "eval_limit=8", "--out", run_dir,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    return corpus, run_dir
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda text: text + "XYZ", lambda text: text.replace("ROMEO", "RMOEO", 1)],
+    ids=["appended", "two letters swapped"],
+)
+def test_a_changed_corpus_is_refused_by_eval_and_sample_in_one_line(cli, tmp_path, change):
+    corpus, run_dir = tiny_text_run(cli, tmp_path)
+    assert cli("eval", run_dir).code == 0
+    corpus.write_text(change(SMALL_TEXT))
+    before = snapshot(run_dir)
+    for command in (("eval", run_dir), ("sample", run_dir, "--prompt", "RO")):
+        assert_one_line_error(cli(*command), "has changed since this run was trained")
+    assert snapshot(run_dir) == before

@@ -25,23 +25,24 @@ def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayo
     np.savez(layout.attention, weights=weights, tokens=np.array(task.token_labels(ids)))
 
 
-def draw_run_pictures(layout: RunLayout, grokking: bool) -> None:
-    """curves.png, attention.png (last layer, every head) and, for tasks scored on both splits, grokking.png."""
+def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:
+    """curves.png, attention.png (last layer, every head) and, for tasks scored on both splits, grokking.png
+    (the train and held-out curves of `grokking_metric`)."""
     gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
     snapshot = gpt_viz.load_attention(layout.root)
     last = snapshot.weights.shape[0] - 1
     gpt_viz.save_figure(
         gpt_viz.attention_grid(snapshot.weights[last], snapshot.tokens, layer=last), layout.attention_picture
     )
-    if grokking:
-        gpt_viz.save_figure(gpt_viz.grokking(layout.root), layout.grokking_picture)
+    if grokking_metric is not None:
+        gpt_viz.save_figure(gpt_viz.grokking(layout.root, metric=grokking_metric), layout.grokking_picture)
 
 
 def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> str | None:
     """Write the run's pictures; returns None, or why drawing failed."""
     try:
         save_attention(task, model, device, layout)
-        draw_run_pictures(layout, grokking=TRAIN in task.eval_splits)
+        draw_run_pictures(layout, task.primary_metric if TRAIN in task.eval_splits else None)
     except Exception as error:  # a picture is never worth losing the run over
         return f"{type(error).__name__}: {error}"
     return None
