@@ -12,6 +12,7 @@ import torch
 import gpt_tasks
 from gpt_core import GPT, IGNORE_INDEX, GPTConfig
 from gpt_task_reverse import ReverseTask
+from gpt_tasks import prompt_answer
 
 
 def test_the_registry_lists_reverse_from_this_distribution():
@@ -45,11 +46,29 @@ def test_training_batches_never_contain_a_heldout_run():
             assert not gpt_tasks.is_heldout(bytes(row), 0.25, b"reverse")
 
 
-def test_evaluate_returns_exact_match_and_text_round_trips():
+def oracle_generate(wrong: bool):
+    """A stand-in for gpt_core.generate that writes the reversed prompt (each digit plus one, mod 10, if wrong)."""
+
+    def generate(model, idx, max_new_tokens, temperature=1.0, **kwargs):
+        answer = idx.flip(1)[:, :max_new_tokens]
+        return torch.cat((idx, (answer + 1) % 10 if wrong else answer), dim=1)
+
+    return generate
+
+
+@pytest.mark.parametrize(("wrong", "expected"), [(False, 1.0), (True, 0.0)])
+def test_evaluate_scores_a_perfect_answer_1_and_a_wrong_one_0(monkeypatch, wrong, expected):
     task = gpt_tasks.get_task("reverse", length=4)
     model = GPT(GPTConfig(vocab_size=10, block_size=7, n_layer=1, n_head=2, n_embd=16))
+    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(wrong))
     metrics = task.evaluate(model, "heldout", "cpu", limit=50)
-    assert metrics["examples"] == 50 and 0.0 <= metrics["exact_match"] <= 1.0
+    positions = [metrics[f"position_{i}_accuracy"] for i in range(4)]
+    assert metrics["examples"] == 50
+    assert metrics["exact_match"] == metrics["token_accuracy"] == expected and positions == [expected] * 4
+
+
+def test_text_round_trips_and_the_attention_example_is_a_reversal():
+    task = gpt_tasks.get_task("reverse", length=4)
     assert task.decode(task.encode("0917")) == "0917"
     with pytest.raises(ValueError, match="not in the vocabulary"):
         task.encode("12a")
@@ -68,4 +87,9 @@ def test_gpt_train_runs_the_plugin_task(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     final = json.loads((out / "final.json").read_text())
-    assert 0.0 <= final["heldout_exact_match"] <= 1.0
+    n = gpt_tasks.get_task("reverse").split.count("heldout")
+    assert final["heldout_examples"] == n  # the final evaluation scores the whole held-out split
+    exact = final["heldout_exact_match"] * n
+    assert exact == pytest.approx(round(exact), abs=1e-6)  # a count of whole runs
+    # A run that is exactly right is right at every position.
+    assert final["heldout_exact_match"] <= min(final[f"heldout_position_{i}_accuracy"] for i in range(5))

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_tasks import Task, get_task
+from gpt_tasks import PromptAnswerTask, Task, get_task
 from gpt_tasks.builtin import shakespeare
 
 # A made-up alphabet: the generated corpus is random characters, never any real text.
@@ -94,3 +94,25 @@ def tiny_model() -> Callable[..., GPT]:
         return GPT(GPTConfig(vocab_size=task.vocab_size, **shape))
 
     return make
+
+
+@pytest.fixture
+def greedy_by_hand() -> Callable[[PromptAnswerTask, GPT, torch.Tensor], dict[str, float]]:
+    """greedy_by_hand(task, model, ids): the metrics PromptAnswerTask.evaluate must report on example
+    numbers `ids`, computed independently of it: greedy decoding by full forward passes (no KV cache,
+    no gpt_core.generate), then counting right answers."""
+
+    def metrics(task: PromptAnswerTask, model: GPT, ids: torch.Tensor) -> dict[str, float]:
+        seq, start, n = task.sequences(ids), task.prompt_length, len(ids)
+        out = seq[:, :start]
+        with torch.no_grad():
+            for _ in range(task.answer_length):
+                out = torch.cat((out, model(out).logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+        hits = out[:, start:] == seq[:, start:]  # (N, answer_length)
+        by_position = {
+            f"{name}_accuracy": int(hits[:, i].sum()) / n for i, name in enumerate(task.answer_position_names())
+        }
+        token = int(hits.sum()) / (n * task.answer_length)
+        return {"exact_match": int(hits.all(dim=1).sum()) / n, task.token_metric: token, **by_position, "examples": n}
+
+    return metrics

@@ -44,11 +44,15 @@ def test_batch_targets_are_the_sum_digits_only(reverse):
         assert text[6:] == task.decode(targets[5:7])  # the input holds all but the last sum digit
 
 
-def test_evaluate_on_an_untrained_model_returns_the_declared_metrics(addition_task, tiny_model):
-    metrics = addition_task.evaluate(tiny_model(addition_task), "heldout", "cpu", limit=64)
-    assert metrics["examples"] == 64
-    for key in ["exact_match", "digit_accuracy"] + [f"digit_{i}_accuracy" for i in range(4)]:
-        assert 0.0 <= metrics[key] <= 1.0
+def test_evaluate_on_an_untrained_model_equals_greedy_decoding_by_hand(addition_task, tiny_model, greedy_by_hand):
+    model = tiny_model(addition_task).double()
+    with torch.no_grad():  # at init scale it writes "=" everywhere; larger weights make answers depend on the prompt
+        for p in model.parameters():
+            p.mul_(5.0)
+    metrics = addition_task.evaluate(model, "heldout", "cpu", limit=64)
+    assert metrics == greedy_by_hand(addition_task, model, addition_task.split.evaluation_ids("heldout", 64))
+    assert set(metrics) == {"exact_match", "digit_accuracy", "examples"} | {f"digit_{i}_accuracy" for i in range(4)}
+    assert metrics["examples"] == 64 and metrics["digit_accuracy"] > 0  # not a comparison of zeros
 
 
 def oracle_generate(task, wrong_units: bool):
