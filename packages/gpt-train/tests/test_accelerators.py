@@ -6,8 +6,9 @@ import json
 
 import pytest
 import torch
-from train_helpers import TINY
+from train_helpers import TINY, is_count_of
 
+from gpt_tasks import get_task
 from gpt_viz import RunLayout
 
 ACCELERATORS = [
@@ -27,7 +28,9 @@ def test_run_trains_and_evaluates_on_the_accelerator(cli, tmp_path, device):
     result = cli(*on(device), "--out", tmp_path / "run")
     assert result.code == 0, result.err
     final = json.loads((tmp_path / "run" / RunLayout.FINAL).read_text())
-    assert final["step"] == 30 and 0.0 <= final["heldout_exact_match"] <= 1.0
+    assert final["step"] == 30
+    assert final["heldout_examples"] == get_task("sort", length=4).split.count("heldout")
+    assert is_count_of(final["heldout_exact_match"], final["heldout_examples"])
     assert cli("eval", tmp_path / "run", "--device", device, "--limit", "50").code == 0
     cached = cli("sample", tmp_path / "run", "--device", device, "--prompt", "3141").out
     assert cached == cli("sample", tmp_path / "run", "--device", device, "--prompt", "3141", "--no-cache").out

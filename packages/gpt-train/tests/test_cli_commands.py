@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import read_metrics
+from train_helpers import is_count_of, read_metrics
 
 from gpt_tasks import get_task, list_tasks
 from gpt_viz import RunLayout
@@ -31,14 +31,18 @@ def test_metrics_have_step_time_loss_lr_and_heldout_metrics(tiny_run):
     assert all({"step", "elapsed", "loss", "lr"} <= set(r) for r in records)
     evaluated = [r["step"] for r in records if "heldout_exact_match" in r]
     assert evaluated == [10, 20, 30]
-    assert all(0.0 <= r["heldout_exact_match"] <= 1.0 for r in records if "heldout_exact_match" in r)
+    # Each evaluation scored the fixed sample of eval_limit = 200 sequences: exact match is a count out of 200.
+    scored = [r for r in records[:-1] if "heldout_exact_match" in r]
+    assert all(r["heldout_examples"] == 200 for r in scored)
+    assert all(is_count_of(r["heldout_exact_match"], 200) for r in scored)
 
 
 def test_final_metrics_cover_the_whole_heldout_split(tiny_run):
     final = json.loads((tiny_run / RunLayout.FINAL).read_text())
     assert final["step"] == 30
     assert final["heldout_examples"] == get_task("sort", length=4).split.count("heldout")
-    assert 0.0 <= final["heldout_exact_match"] <= 1.0
+    assert is_count_of(final["heldout_exact_match"], final["heldout_examples"])
+    assert read_metrics(tiny_run)[-1]["heldout_exact_match"] == final["heldout_exact_match"]
 
 
 def test_tasks_lists_each_task_with_its_distribution(cli):

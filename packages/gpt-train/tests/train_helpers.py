@@ -27,6 +27,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / RunLayout.METRICS).read_text().splitlines()]
 
 
+def is_count_of(fraction: float, n: float) -> bool:
+    """Whether `fraction` is k / n for a whole number k of examples, as an exact-match score must be."""
+    return 0 <= fraction <= 1 and abs(fraction * n - round(fraction * n)) < 1e-9 * n
+
+
 def assert_one_line_error(result: Result, *fragments: str, code: int = 2) -> None:
     assert result.code == code, (result.code, result.err)
     lines = result.err.strip().splitlines()
