@@ -1,10 +1,20 @@
-"""Shared by the benchmarks: peak memory, a matmul peak, and a table printer."""
+"""Shared by the benchmarks: interleaved rounds and the spread of a ratio, peak memory, a matmul peak,
+and a table printer.
+
+The machine these run on is shared and noisy, so a ratio between two timings is never taken from
+one measurement of each side: the sides take turns within each round (in alternating order, so
+neither always runs first), every round gives its own ratio, and the table prints the median of
+those ratios and their spread (lowest-highest).
+"""
 
 from __future__ import annotations
 
 import resource
+import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -24,6 +34,81 @@ def matmul_peak_gflops(n: int = 1024, repeats: int = 20) -> float:
     for _ in range(repeats):
         a @ b
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def synchronize(device: torch.device | str = "cpu") -> None:
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_rounds(
+    fns: Sequence[Callable[[], object]],
+    rounds: int,
+    calls: int = 1,
+    warmup: int = 0,
+    device: torch.device | str = "cpu",
+    after_round: Callable[[int, list[float]], None] | None = None,
+) -> list[list[float]]:
+    """Seconds per call of each function in each round: times[i][r] is function i in round r.
+
+    In every round each function runs `calls` times in a row (the round's time is their mean), the
+    functions taking turns, forwards in even rounds and backwards in odd ones. `warmup` calls of each
+    come first, untimed. `after_round(r, seconds)` is called after each round (progress lines)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        this_round = [0.0] * len(fns)
+        for i in order:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fns[i]()
+            synchronize(device)
+            this_round[i] = (time.perf_counter() - start) / calls
+            times[i].append(this_round[i])
+        if after_round is not None:
+            after_round(r, this_round)
+    return times
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of some per-round values and their range."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def ratio(self, digits: int = 1) -> str:
+        """'13.2x (11.1-13.5)': the median ratio and the lowest and highest round's."""
+        return f"{self.median:.{digits}f}x ({self.low:.{digits}f}-{self.high:.{digits}f})"
+
+    def plain(self, digits: int = 3) -> str:
+        """'1.035 (1.012 to 1.061)': for values that may be negative."""
+        return f"{self.median:.{digits}f} ({self.low:.{digits}f} to {self.high:.{digits}f})"
+
+
+def ratio_spread(numerators: Sequence[float], denominators: Sequence[float]) -> Spread:
+    """Median and range of the per-round ratios numerators[r] / denominators[r]."""
+    return Spread.of([a / b for a, b in zip(numerators, denominators, strict=True)])
+
+
+def median_of(seconds: Sequence[float]) -> float:
+    return statistics.median(seconds)
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (the table goes to stdout)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:

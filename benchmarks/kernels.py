@@ -1,42 +1,34 @@
 """The measurements behind gpt-core's kernel choices, each an A/B pair timed in one process.
 
     python benchmarks/kernels.py
+    python benchmarks/kernels.py --rounds 5     # quicker, wider ranges
 
 Every row times the option gpt-core uses against the obvious alternative, on the tensor shapes of the
-Shakespeare configuration (batch 12, block 64, 4 heads, 128 dims) unless it says otherwise, and prints
-the median over interleaved rounds. The decoding rows use the KV-cache benchmark's 6-layer, 384-dim
-model at batch 1 (random weights: speed does not depend on them). The last row scores sort's held-out
-examples with a random model at two evaluation chunk sizes.
+Shakespeare configuration (batch 12, block 64, 4 heads, 128 dims) unless it says otherwise. The two
+take turns round by round (which goes first alternates); a round calls each several times in a row
+(fewer for the slow rows). The times are medians over rounds of a call's mean time in the round; the
+speedup is the median of the per-round ratios, with the lowest and highest round's in brackets.
+The decoding rows use the KV-cache benchmark's 6-layer, 384-dim model at batch 1 (random weights:
+speed does not depend on them). The last row scores sort's held-out examples with a random model at
+two evaluation chunk sizes.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import peak_rss_mib, print_table  # noqa: E402
+from common import interleaved_rounds, peak_rss_mib, print_table, ratio_spread  # noqa: E402
 
 B, T, H, C = 12, 64, 4, 128
-
-
-def median_us(fns: tuple[Callable[[], object], Callable[[], object]], rounds: int = 200) -> tuple[float, float]:
-    """Median microseconds of each of two functions, alternating them round by round."""
-    for fn in fns:
-        for _ in range(10):
-            fn()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(rounds):
-        for fn, bucket in zip(fns, times, strict=True):
-            start = time.perf_counter()
-            fn()
-            bucket.append(time.perf_counter() - start)
-    return statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6
+ROUNDS = 20  # rounds per row by default
+CALLS = 10  # calls of each side per round, unless a row says otherwise
 
 
 def masked_scores() -> torch.Tensor:
@@ -125,7 +117,7 @@ def matvec_rows():
                 torch.addmm(linear.bias, x, linear.weight.t())
 
     return ("one-row products, all 6-layer weights", "two half-size bmm", "addmm (MKL gemv)",
-            (through_linear, through_addmm), 50)  # fmt: skip
+            (through_linear, through_addmm), 3)  # fmt: skip
 
 
 def small_matvec_rows():
@@ -155,7 +147,7 @@ def decode_step(model, mode: Callable[[], object]) -> Callable[[], object]:
 def inference_mode_rows():
     model = decode_model()
     return ("cached decoding step, batch 1", "inference_mode", "no_grad",
-            (decode_step(model, torch.inference_mode), decode_step(model, torch.no_grad)), 100)  # fmt: skip
+            (decode_step(model, torch.inference_mode), decode_step(model, torch.no_grad)), 5)  # fmt: skip
 
 
 def function_bypass_rows():
@@ -194,19 +186,27 @@ def evaluation_rows():
         return run
 
     return (f"sort held-out scoring, {n:,} sequences", "chunks of 1,024", "chunks of 4,096",
-            (evaluate_in_chunks_of(1024), evaluate_in_chunks_of(4096)), 3)  # fmt: skip
+            (evaluate_in_chunks_of(1024), evaluate_in_chunks_of(4096)), 1, 7)  # fmt: skip
 
 
 def main() -> None:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per row (default {ROUNDS})")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("us: median over rounds; speedup: median of the per-round ratios (lowest-highest round)\n")
     rows = []
     makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, matvec_rows,
               small_matvec_rows, inference_mode_rows, function_bypass_rows, evaluation_rows)  # fmt: skip
     for make in makers:
-        measure, ours, other, fns, *rounds = make()
-        ours_us, other_us = median_us(fns, *rounds)
-        rows.append([measure, ours, f"{ours_us:,.1f}", other, f"{other_us:,.1f}", f"{other_us / ours_us:.1f}x"])
-    print_table(["measure", "gpt-core uses", "us", "instead of", "us", "speedup"], rows)
+        measure, ours, other, fns, *counts = make()  # counts: calls per round, and at most this many rounds
+        calls = counts[0] if counts else CALLS
+        rounds = min(counts[1], args.rounds) if len(counts) > 1 else args.rounds
+        ours_s, other_s = interleaved_rounds(fns, rounds, calls=calls, warmup=min(calls, 3))
+        speedup = ratio_spread(other_s, ours_s)
+        ours_us, other_us = (statistics.median(t) * 1e6 for t in (ours_s, other_s))
+        rows.append([measure, ours, f"{ours_us:,.1f}", other, f"{other_us:,.1f}", speedup.ratio(), rounds, calls])
+    print_table(["measure", "gpt-core uses", "us", "instead of", "us", "speedup", "rounds", "calls/round"], rows)
     print(f"\npeak RSS {peak_rss_mib():.0f} MiB")
 
 

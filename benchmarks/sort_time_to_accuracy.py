@@ -27,6 +27,9 @@ from common import peak_rss_mib, print_table  # noqa: E402
 
 from gpt_tasks import get_task  # noqa: E402
 from gpt_train.runs import load_run  # noqa: E402
+from gpt_viz import HELDOUT, RunLayout, metric_key  # noqa: E402
+
+EXACT = metric_key(HELDOUT, "exact_match")
 
 TARGET = 0.9995
 
@@ -43,9 +46,10 @@ def main() -> None:
         subprocess.run(command + args.extra, check=True)
         wall = time.perf_counter() - start
         child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        final = json.loads((run_dir / "final.json").read_text())
-        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        reached = next((r for r in records if r.get("heldout_exact_match", 0) >= TARGET and r is not records[-1]), None)
+        layout = RunLayout(run_dir)
+        final = json.loads(layout.final.read_text())
+        records = [json.loads(line) for line in layout.metrics.read_text().splitlines()]
+        reached = next((r for r in records if r.get(EXACT, 0) >= TARGET and r is not records[-1]), None)
 
         _, model = load_run(run_dir, torch.device("cpu"))
         task = get_task("sort")
@@ -58,7 +62,7 @@ def main() -> None:
     rows = [
         ["total wall time (process start to exit)", f"{wall:.1f} s"],
         ["training steps", f"{final['step']}"],
-        ["final held-out exact match (whole split)", f"{final['heldout_exact_match']:.5f} of {n_heldout:,.0f}"],
+        ["final held-out exact match (whole split)", f"{final[EXACT]:.5f} of {n_heldout:,.0f}"],
         ["first periodic eval >= 99.95% (2,000 sampled)",
          f"step {reached['step']} at {reached['elapsed']:.1f} s" if reached else "not reached"],
         ["held-out evaluation, greedy + KV cache", f"{n_heldout / eval_seconds:,.0f} seq/s ({eval_seconds:.1f} s)"],

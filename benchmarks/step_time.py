@@ -4,10 +4,12 @@
     python benchmarks/step_time.py --eager-only
     python benchmarks/step_time.py --by-kernel --configs shakespeare   # where the eager gap goes
 
-Each round times one full AdamW step of each model, alternating, so both see the same machine
-load; the table reports medians and their ratio. Model FLOP/s counts 6 x parameters x tokens and
-is compared with a large fp32 matmul measured in the same run, for the hand-written model and (last
-column) for its built-in twin: what PyTorch's own kernels reach on the same machine.
+Each round times `--steps-per-round` full AdamW steps of each model in turn (which model goes first
+alternates), so both see the same machine load; the table reports each model's step time (median over rounds of the
+round's mean step) and the median of the per-round ratios with their range (lowest-highest round). Model FLOP/s counts
+6 x parameters x tokens and is compared with a large fp32 matmul measured in the same run, for the
+hand-written model and (last column) for its built-in twin: what PyTorch's own kernels reach on the
+same machine.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import matmul_peak_gflops, peak_rss_mib, print_table  # noqa: E402
+from common import Spread, interleaved_rounds, matmul_peak_gflops, peak_rss_mib, print_table  # noqa: E402
 from twin import KERNELS, builtin_twin  # noqa: E402
 
 from gpt_core import GPT, GPTConfig  # noqa: E402
@@ -41,7 +43,7 @@ def make_step(model: GPT, batch: int, block: int, vocab: int, compile_: bool):
 
     def step() -> None:
         x = torch.randint(vocab, (batch, block), generator=gen)
-        _, loss = forward(x, torch.roll(x, -1, dims=1))
+        loss = forward(x, torch.roll(x, -1, dims=1)).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -49,9 +51,11 @@ def make_step(model: GPT, batch: int, block: int, vocab: int, compile_: bool):
     return step
 
 
-def median_step_ms(models: dict[str, GPT], name: str, compile_: bool, rounds: int) -> tuple[dict[str, float], float]:
-    """Median ms of one training step of each model, the models taking turns round by round;
-    and the seconds spent warming up (and compiling)."""
+def step_times(
+    models: dict[str, GPT], name: str, compile_: bool, rounds: int, per_round: int
+) -> tuple[dict[str, list[float]], float]:
+    """Seconds per training step of each model in each round (the mean of `per_round` steps), the
+    models taking turns round by round; and the seconds spent warming up (and compiling)."""
     config, batch = CONFIGS[name]
     steps = {label: make_step(m, batch, config.block_size, config.vocab_size, compile_) for label, m in models.items()}
     start = time.perf_counter()
@@ -59,44 +63,45 @@ def median_step_ms(models: dict[str, GPT], name: str, compile_: bool, rounds: in
         for _ in range(3):
             step()
     warmup = time.perf_counter() - start
-    times: dict[str, list[float]] = {label: [] for label in steps}
-    for _ in range(rounds):
-        for label, step in steps.items():
-            t0 = time.perf_counter()
-            step()
-            times[label].append(time.perf_counter() - t0)
-    return {label: statistics.median(t) * 1e3 for label, t in times.items()}, warmup
+    times = interleaved_rounds(list(steps.values()), rounds, calls=per_round)
+    return dict(zip(steps, times, strict=True)), warmup
 
 
-def measure(name: str, compile_: bool, rounds: int, peak: float) -> list[str]:
+def measure(name: str, compile_: bool, rounds: int, per_round: int, peak: float) -> list[str]:
     config, batch = CONFIGS[name]
     torch.manual_seed(0)
     hand = GPT(config)
-    medians, warmup = median_step_ms({"hand": hand, "builtin": builtin_twin(hand)}, name, compile_, rounds)
-    hand_ms, twin_ms = medians["hand"], medians["builtin"]
+    times, warmup = step_times({"hand": hand, "builtin": builtin_twin(hand)}, name, compile_, rounds, per_round)
+    hand_ms, twin_ms = (statistics.median(times[label]) * 1e3 for label in ("hand", "builtin"))
+    ratio = Spread.of([h / t for h, t in zip(times["hand"], times["builtin"], strict=True)])
     tokens = batch * config.block_size
     flops = 6 * hand.num_parameters() * tokens
     gflops, twin_gflops = (flops / (ms / 1e3) / 1e9 for ms in (hand_ms, twin_ms))
     mode = "compiled" if compile_ else "eager"
-    return [name, mode, f"{hand_ms:.2f}", f"{twin_ms:.2f}", f"{hand_ms / twin_ms:.3f}", f"{gflops:.1f}",
+    return [name, mode, f"{hand_ms:.2f}", f"{twin_ms:.2f}", ratio.plain(), f"{gflops:.1f}",
             f"{gflops / peak:.0%}", f"{twin_gflops / peak:.0%}", f"{warmup:.1f}", f"{peak_rss_mib():.0f}"]  # fmt: skip
 
 
-def by_kernel(name: str, rounds: int) -> None:
-    """Eager step time with one kind of kernel swapped for its built-in: where the hand-written time goes."""
+def by_kernel(name: str, rounds: int, per_round: int) -> None:
+    """Eager step time with one kind of kernel swapped for its built-in: where the hand-written time goes.
+    "ms saved" is the median over rounds of (hand-written - swapped) in the same round, with its range."""
     torch.manual_seed(0)
     hand = GPT(CONFIGS[name][0])
     models = {"hand-written": hand} | {f"built-in {kind}": builtin_twin(hand, kind) for kind in KERNELS}
-    medians, _ = median_step_ms(models | {"built-in all four": builtin_twin(hand)}, name, False, rounds)
-    base = medians["hand-written"]
-    rows = [[name, label, f"{ms:.2f}", f"{base - ms:.2f}"] for label, ms in medians.items()]
-    print_table(["config", "eager step", "ms", "ms saved"], rows)
+    times, _ = step_times(models | {"built-in all four": builtin_twin(hand)}, name, False, rounds, per_round)
+    base = times["hand-written"]
+    rows = []
+    for label, seconds in times.items():
+        saved = Spread.of([(b - s) * 1e3 for b, s in zip(base, seconds, strict=True)])
+        rows.append([name, label, f"{statistics.median(seconds) * 1e3:.2f}", saved.plain(2)])
+    print_table(["config", "eager step", "ms", "ms saved (range)"], rows)
     print(f"peak RSS {peak_rss_mib():.0f} MiB\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=12, help="rounds (default 12)")
+    parser.add_argument("--steps-per-round", type=int, default=5, help="steps of each model per round (default 5)")
     parser.add_argument("--eager-only", action="store_true")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--by-kernel", action="store_true",
@@ -104,15 +109,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.by_kernel:
         for name in args.configs:
-            by_kernel(name, args.rounds)
+            by_kernel(name, args.rounds, args.steps_per_round)
         return
     peak = matmul_peak_gflops()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 matmul peak {peak:.0f} GFLOP/s\n")
     rows = []
     for compile_ in (False,) if args.eager_only else (False, True):
         for name in args.configs:
-            rows.append(measure(name, compile_, args.rounds, peak))
-    header = ["config", "mode", "hand ms", "built-in ms", "ratio", "model GFLOP/s", "of peak",
+            rows.append(measure(name, compile_, args.rounds, args.steps_per_round, peak))
+    print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
+    header = ["config", "mode", "hand ms", "built-in ms", "ratio (range)", "model GFLOP/s", "of peak",
               "built-in of peak", "warmup s", "peak RSS MiB"]  # fmt: skip
     print_table(header, rows)
 

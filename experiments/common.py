@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from gpt_viz import RunLayout
+
 ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -54,6 +56,10 @@ class Run:
     final: dict[str, Any]
     metrics: list[dict[str, Any]]
 
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run_dir)
+
     def first_step(self, key: str, threshold: float) -> int | None:
         """First logged step at which `key` reaches `threshold` (None if never)."""
         return next((r["step"] for r in self.metrics if r.get(key, -1.0) >= threshold), None)
@@ -75,8 +81,9 @@ def train(ctx: Context, name: str, args: Sequence[str]) -> Run:
     start = time.perf_counter()
     gpt_train(ctx, "run", *args, "--device", "cpu", "--quiet", "--out", run_dir)
     wall = time.perf_counter() - start
-    final = json.loads((run_dir / "final.json").read_text())
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    layout = RunLayout(run_dir)
+    final = json.loads(layout.final.read_text())
+    metrics = [json.loads(line) for line in layout.metrics.read_text().splitlines()]
     return Run(name, run_dir, wall, final, metrics)
 
 

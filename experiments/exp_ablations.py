@@ -12,6 +12,7 @@ import time
 from common import Context, context_from_args, markdown_table, mean_std, report, train_all
 
 import gpt_viz
+from gpt_viz import HELDOUT, metric_key
 
 VARIANTS = {
     "baseline": [],
@@ -44,7 +45,7 @@ def run(ctx: Context):
         for variant in VARIANTS:
             group = [runs[f"ablation-{depth}L-{slug(variant)}-seed{seed}"] for seed in seeds]
             losses = [r.final["loss"] for r in group]
-            exact = [r.final["heldout_exact_match"] for r in group]
+            exact = [r.final[metric_key(HELDOUT, "exact_match")] for r in group]
             rows.append([f"{depth} layers", variant, mean_std(losses), mean_std(exact)])
         first_seed = [runs[f"ablation-{depth}L-{slug(v)}-seed{seeds[0]}"].run_dir for v in VARIANTS]
         figure = gpt_viz.compare_runs(first_seed, "loss", labels=list(VARIANTS))

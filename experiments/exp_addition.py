@@ -10,6 +10,8 @@ import time
 
 from common import Context, context_from_args, markdown_table, report, train_all
 
+from gpt_viz import HELDOUT, metric_key
+
 FOLLOW_UP = ["--set", "n_layer=3", "--steps", "4000"]
 """5-digit reversed with the 3-digit defaults stalls on a plateau; one more layer and twice the steps get past it."""
 
@@ -36,9 +38,10 @@ def run(ctx: Context):
     for name, result in runs.items():
         digits, order = name.split("-")[1:3]
         final = result.final
+        exact, examples = final[metric_key(HELDOUT, "exact_match")], final[metric_key(HELDOUT, "examples")]
         model = "3 layers, 4,000 steps" if name.endswith("followup") else "task defaults"
-        rows.append([f"{digits} + {digits} digits", order, model, f"{final['heldout_exact_match']:.5f}",
-                     f"{final['heldout_examples']:,.0f}", final["step"], f"{result.wall:.0f} s"])  # fmt: skip
+        rows.append([f"{digits} + {digits} digits", order, model, f"{exact:.5f}",
+                     f"{examples:,.0f}", final["step"], f"{result.wall:.0f} s"])  # fmt: skip
     header = ["operands", "sum order", "model", "held-out exact match", "held-out sums scored", "steps", "wall"]
     body = markdown_table(header, rows)
     body += (

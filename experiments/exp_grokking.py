@@ -11,6 +11,7 @@ import time
 from common import Context, context_from_args, markdown_table, report, train_all
 
 import gpt_viz
+from gpt_viz import HELDOUT, TRAIN, metric_key
 
 THRESHOLD = 0.99
 
@@ -25,19 +26,20 @@ def run(ctx: Context):
     runs = train_all(ctx, specs)
     rows = []
     for name, result in runs.items():
-        train_step = result.first_step("train_accuracy", THRESHOLD)
-        heldout_step = result.first_step("heldout_accuracy", THRESHOLD)
+        train_step = result.first_step(metric_key(TRAIN, "accuracy"), THRESHOLD)
+        heldout_step = result.first_step(metric_key(HELDOUT, "accuracy"), THRESHOLD)
         ratio = f"{heldout_step / train_step:.1f}x" if train_step and heldout_step else "-"
         final = result.final
+        train_acc, heldout_acc = final[metric_key(TRAIN, "accuracy")], final[metric_key(HELDOUT, "accuracy")]
         rows.append([
             "1.0" if name.endswith("wd1") else "0", train_step or "never", heldout_step or "never", ratio,
-            f"{final['train_accuracy']:.4f}", f"{final['heldout_accuracy']:.4f}", final["step"], f"{result.wall:.0f} s",
+            f"{train_acc:.4f}", f"{heldout_acc:.4f}", final["step"], f"{result.wall:.0f} s",
         ])  # fmt: skip
         gpt_viz.save_figure(gpt_viz.grokking(result.run_dir), ctx.out / f"{name}.png")
     header = ["weight decay", "train acc >= 99% at step", "held-out acc >= 99% at step", "ratio",
               "final train acc", "final held-out acc", "steps", "wall"]  # fmt: skip
     body = markdown_table(header, rows)
-    compare = gpt_viz.compare_runs([r.run_dir for r in runs.values()], "heldout_accuracy",
+    compare = gpt_viz.compare_runs([r.run_dir for r in runs.values()], metric_key(HELDOUT, "accuracy"),
                                    labels=["weight decay 1.0", "weight decay 0"])  # fmt: skip
     gpt_viz.save_figure(compare, ctx.out / "grokking-compare.png")
     body += "\n\n![grokking-wd1](grokking-wd1.png)\n\n![grokking-wd0](grokking-wd0.png)"

@@ -36,7 +36,7 @@ def draw(table: str, path: Path) -> None:
 
 def run(ctx: Context):
     start = time.perf_counter()
-    args = ["--batches", "1", "--tokens", "8"] if ctx.quick else ["--batches", "1", "64"]
+    args = ["--quick"] if ctx.quick else ["--batches", "1", "64"]
     command = [sys.executable, str(ROOT / "benchmarks" / "kv_cache.py"), *args]
     table = subprocess.run(command, capture_output=True, text=True, check=True, env=ctx.env()).stdout
     if "| NO " in table:

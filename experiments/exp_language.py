@@ -10,6 +10,8 @@ import time
 
 from common import Context, context_from_args, copy_picture, gpt_train, markdown_table, report, shakespeare_path, train
 
+from gpt_viz import HELDOUT, metric_key
+
 
 def run(ctx: Context):
     start = time.perf_counter()
@@ -20,8 +22,8 @@ def run(ctx: Context):
     final = result.final
     train_seconds = next(r["elapsed"] for r in result.metrics if r["step"] == final["step"])
     rows = [
-        ["held-out loss (nats/char, every held-out window)", f"{final['heldout_loss']:.4f}"],
-        ["held-out bits per character", f"{final['heldout_bits_per_char']:.4f}"],
+        ["held-out loss (nats/char, every held-out window)", f"{final[metric_key(HELDOUT, 'loss')]:.4f}"],
+        ["held-out bits per character", f"{final[metric_key(HELDOUT, 'bits_per_char')]:.4f}"],
         ["steps", final["step"]],
         ["steps per second (training and periodic evaluation)", f"{final['step'] / train_seconds:.1f}"],
         ["wall time of the command", f"{result.wall:.1f} s"],
@@ -45,7 +47,7 @@ def run(ctx: Context):
     ).stdout
     body = markdown_table(["measure", "value"], rows)
     body += "\n\nSamples (temperature 0.8, top-k 20, seed 0):\n\n```\n" + samples.strip() + "\n```\n\n"
-    body += copy_picture(ctx, result.run_dir / "curves.png", "shakespeare_curves.png")
+    body += copy_picture(ctx, result.layout.curves_picture, "shakespeare_curves.png")
     train_command = "gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt"
     sample_command = "gpt-train sample RUN_DIR --prompt ROMEO: --prompt JULIET: --max-new-tokens 300"
     commands = [

@@ -13,6 +13,7 @@ import time
 from common import Context, context_from_args, evaluate, markdown_table, mean_std, report, train_all
 
 import gpt_viz
+from gpt_viz import HELDOUT, metric_key
 
 ENCODINGS = ("learned", "rope", "none")
 
@@ -38,7 +39,7 @@ def run(ctx: Context):
             for seed in seeds:
                 result = runs[f"pos-{enc}-seed{seed}"]
                 if length == train_length:
-                    values.append(result.final["heldout_exact_match"])
+                    values.append(result.final[metric_key(HELDOUT, "exact_match")])
                 else:
                     values.append(evaluate(ctx, result.run_dir, "--set", f"length={length}")["exact_match"])
             scores[enc][length] = values
