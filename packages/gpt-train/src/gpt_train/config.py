@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpt_core import GPTConfig
-from gpt_tasks import ParamError, Task, TaskError, TrainSettings, get_task
-from gpt_tasks.params import coerce, field_types
-from gpt_tasks.registry import default_registry
+from gpt_tasks import ParamError, Task, TaskError, TrainSettings, coerce, default_registry, field_types, get_task
 from gpt_train.errors import TrainError
 from gpt_viz import HELDOUT, RunLayout, metric_key
 

@@ -125,8 +125,8 @@ class Record:
         self.active = run.rank.is_main
         self.metrics = MetricsLog(run.layout.metrics)
 
-    def restore(self) -> TrainingState | None:
-        """The checkpoint a resumed run continues from (None for a run starting at step 0)."""
+    def restore(self) -> TrainingState:
+        """The checkpoint a resumed run continues from."""
         return load_checkpoint(self.layout.checkpoint, self.task_name)
 
     def start_at(self, step: int) -> None:
@@ -316,8 +316,9 @@ class Trainer:
         final = self.evaluate(self.settings.final_eval_limit)
         total = elapsed()
         self.save(total)
-        final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss} | self._weights_agreement()
+        final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}
         self.record.log(final | {"lr": self.optimizer.param_groups[0]["lr"]})
+        final |= self._weights_agreement()  # bookkeeping for final.json, not a metric to plot
         self.record.finish(final)
         return Outcome("finished", self.step, final=final)
 
