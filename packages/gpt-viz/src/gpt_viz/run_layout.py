@@ -66,6 +66,11 @@ def position_metric(label: str, index: int, measure: str = "accuracy") -> str:
     return name
 
 
+def _path_of(name: str) -> property:
+    """A RunLayout property: the path of file `name` in the run's directory."""
+    return property(lambda layout: layout.root / name, doc=f"The run's {name}.")
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Where each file of the run in `root` lives."""
@@ -92,37 +97,14 @@ class RunLayout:
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))
 
-    @property
-    def config(self) -> Path:
-        return self.root / self.CONFIG
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / self.METRICS
-
-    @property
-    def final(self) -> Path:
-        return self.root / self.FINAL
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.root / self.CHECKPOINT
-
-    @property
-    def attention(self) -> Path:
-        return self.root / self.ATTENTION
-
-    @property
-    def curves_picture(self) -> Path:
-        return self.root / self.CURVES_PICTURE
-
-    @property
-    def attention_picture(self) -> Path:
-        return self.root / self.ATTENTION_PICTURE
-
-    @property
-    def grokking_picture(self) -> Path:
-        return self.root / self.GROKKING_PICTURE
+    config = _path_of(CONFIG)
+    metrics = _path_of(METRICS)
+    final = _path_of(FINAL)
+    checkpoint = _path_of(CHECKPOINT)
+    attention = _path_of(ATTENTION)
+    curves_picture = _path_of(CURVES_PICTURE)
+    attention_picture = _path_of(ATTENTION_PICTURE)
+    grokking_picture = _path_of(GROKKING_PICTURE)
 
     def existing(self) -> list[Path]:
         """The run files present in the directory, in FILES order."""
