@@ -66,6 +66,17 @@ def test_dropout_out_of_range_is_refused(dropout):
         _config(dropout=dropout)
 
 
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), float("nan"), True, "2"])
+def test_init_scale_must_be_a_positive_finite_number(scale):
+    with pytest.raises(ValueError, match=r"^init_scale must be a positive finite number, got "):
+        _config(init_scale=scale)
+
+
+def test_init_scale_defaults_to_gpt2_init_and_accepts_any_positive_scale():
+    assert _config().init_scale == 1.0
+    assert _config(init_scale=0.1).init_scale == 0.1 and _config(init_scale=8).init_scale == 8
+
+
 def test_dropout_in_range_is_accepted():
     assert _config(dropout=0.0).dropout == 0.0
     assert _config(dropout=0.99).dropout == 0.99
@@ -82,7 +93,7 @@ def test_from_dict_still_validates_values():
 
 
 def test_to_dict_from_dict_round_trip():
-    c = _config(pos="rope", dropout=0.1, bias=False, tie_weights=False, layernorm=False, residual=False)
+    c = _config(pos="rope", dropout=0.1, bias=False, tie_weights=False, layernorm=False, residual=False, init_scale=3.0)
     d = c.to_dict()
     assert d["pos"] == "rope" and d["tie_weights"] is False
     assert GPTConfig.from_dict(d) == c

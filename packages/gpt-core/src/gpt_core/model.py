@@ -26,7 +26,9 @@ class GPTConfig:
     pos: "learned" (a table of block_size position vectors), "rope" (rotary, applied to queries
     and keys) or "none" (causal attention alone must infer order). `layernorm` and `residual`
     switch those parts off for ablations; `tie_weights` shares the token embedding with the
-    output head.
+    output head. `init_scale` multiplies every initial weight matrix (GPT-2's std 0.02 init): a
+    larger weight norm at initialisation delays generalisation, the lever behind grokking (Liu et
+    al. 2022, "Omnigrok"); 1.0 is GPT-2's init exactly.
     """
 
     vocab_size: int
@@ -40,6 +42,7 @@ class GPTConfig:
     layernorm: bool = True
     residual: bool = True
     tie_weights: bool = True
+    init_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -54,6 +57,9 @@ class GPTConfig:
             raise ValueError(f"RoPE needs an even head size, got n_embd / n_head = {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        scale = self.init_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+            raise ValueError(f"init_scale must be a positive finite number, got {scale!r}")
 
     @property
     def head_dim(self) -> int:
@@ -135,6 +141,7 @@ class GPT(nn.Module):
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
         self._scale_residual_projections()
+        self._scale_initial_weights()
 
     def _scale_residual_projections(self) -> None:
         """GPT-2's init: each residual branch's output projection gets std 0.02 / sqrt(2 n_layer),
@@ -143,6 +150,15 @@ class GPT(nn.Module):
         for block in self.blocks:
             nn.init.normal_(block.attn.proj.weight, std=std)
             nn.init.normal_(block.mlp.proj.weight, std=std)
+
+    def _scale_initial_weights(self) -> None:
+        """Multiply every weight matrix by `init_scale` (Omnigrok's alpha), after GPT-2's init so that
+        the random draws, and with 1.0 the weights themselves, are those of the unscaled model. Norms
+        and biases (vectors) keep their 1 and 0; a tied embedding is scaled once."""
+        with torch.no_grad():
+            for param in self.parameters():  # each tensor once, however many modules share it
+                if param.dim() >= 2:
+                    param.mul_(self.config.init_scale)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
