@@ -90,10 +90,15 @@ def interrupt_at(trainer: Trainer, step: int):
     return hook
 
 
-def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path):
+GROKFAST = ["--set", "grokfast_lambda=2", "--set", "grokfast_alpha=0.9"]
+
+
+@pytest.mark.parametrize("extra", [[], GROKFAST], ids=["plain", "grokfast"])
+def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, extra):
+    """With Grokfast on, its gradient averages travel in the checkpoint: restarting them would change the weights."""
     whole, split = tmp_path / "whole", tmp_path / "split"
-    assert cli(*TINY, "--out", whole).code == 0
-    assert cli(*TINY, "--out", split, "--steps", "1").code == 0  # lay out the run directory and config
+    assert cli(*TINY, *extra, "--out", whole).code == 0
+    assert cli(*TINY, *extra, "--out", split, "--steps", "1").code == 0  # lay out the run directory and config
     config = RunConfig.load(whole)
     config.save(split)
     (split / RunLayout.CHECKPOINT).unlink()
@@ -102,7 +107,9 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path):
     trainer.on_step = interrupt_at(trainer, 17)
     outcome = trainer.run()
     assert (outcome.reason, outcome.step) == ("interrupted", 17)
-    assert load_checkpoint(split / RunLayout.CHECKPOINT, "sort").step == 17
+    interrupted = load_checkpoint(split / RunLayout.CHECKPOINT, "sort")
+    assert interrupted.step == 17
+    assert set(interrupted.grokfast) == (set(interrupted.model) if extra else set())
 
     assert cli("run", "--resume", split, "--quiet").code == 0
     expected, resumed = tensors_of(whole), tensors_of(split)

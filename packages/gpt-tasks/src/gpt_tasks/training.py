@@ -26,6 +26,8 @@ class TrainSettings:
     last step, or constant). AdamW's weight decay applies to weight matrices only (the position
     table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
     `final_eval_limit` None scores the whole held-out split at the end.
+    `grokfast_lambda` > 0 turns on Grokfast (Lee et al. 2024): each gradient gets `grokfast_lambda` times its
+    exponential moving average (decay `grokfast_alpha`) added before the optimiser step; 0 is plain AdamW.
     """
 
     steps: int = 2000
@@ -46,6 +48,8 @@ class TrainSettings:
     decay_position_embedding: bool = False
     compile: bool = False
     final_eval_limit: int | None = None
+    grokfast_alpha: float = 0.98
+    grokfast_lambda: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -54,7 +58,7 @@ class TrainSettings:
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
         for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every"):
             _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda"):
             _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
         limit = self.final_eval_limit
         _require(limit is None or limit > 0, f"final_eval_limit must be positive, got {limit}")
@@ -62,6 +66,7 @@ class TrainSettings:
         _require(self.min_lr <= self.lr, f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         betas_ok = 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1
         _require(betas_ok, f"betas must be in [0, 1), got ({self.beta1}, {self.beta2})")
+        _require(0 <= self.grokfast_alpha < 1, f"grokfast_alpha must be in [0, 1), got {self.grokfast_alpha}")
         _require(self.schedule in ("cosine", "constant"), f"schedule must be cosine or constant, got {self.schedule!r}")
 
 

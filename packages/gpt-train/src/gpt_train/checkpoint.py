@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ class TrainingState:
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
     rng: dict[str, torch.Tensor]
+    grokfast: dict[str, torch.Tensor] = field(default_factory=dict)  # Grokfast's gradient averages, by parameter
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -53,6 +54,7 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
 def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     tensors = {f"model/{k}": v for k, v in state.model.items()}
     tensors |= {f"rng/{k}": v for k, v in state.rng.items()}
+    tensors |= {f"grokfast/{k}": v for k, v in state.grokfast.items()}
     for index, slots in state.optimizer["state"].items():
         tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
@@ -107,13 +109,15 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
-    model, rng = {}, {}
+    model, rng, grokfast = {}, {}, {}
     for key, value in tensors.items():
         kind, _, rest = key.partition("/")
         if kind == "model":
             model[rest] = value
         elif kind == "rng":
             rng[rest] = value
+        elif kind == "grokfast":
+            grokfast[rest] = value
         elif kind == "optim":
             index, _, slot = rest.partition("/")
             optimizer_state.setdefault(int(index), {})[slot] = value
@@ -123,7 +127,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     except (KeyError, ValueError) as error:
         raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
-    return TrainingState(task=task, step=step, elapsed=elapsed, model=model, optimizer=optimizer, rng=rng)
+    return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast)
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:

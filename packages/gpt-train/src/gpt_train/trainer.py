@@ -28,6 +28,7 @@ from gpt_tasks import Task, TrainSettings
 from gpt_train.checkpoint import TrainingState, load_checkpoint, load_weights, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
+from gpt_train.grokfast import Grokfast
 from gpt_train.pictures import write_pictures
 from gpt_train.runs import MetricsLog, Run, RunDirError, write_json_atomically
 from gpt_viz import metric_key
@@ -179,6 +180,8 @@ class Trainer:
         torch.manual_seed(self.settings.seed)
         self.model = GPT(run.config.model).to(run.device)
         self.optimizer = make_optimizer(self.model, self.settings)
+        s = self.settings
+        self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
         if run.resume:
@@ -198,6 +201,11 @@ class Trainer:
             self.optimizer.load_state_dict(state.optimizer)
         except (ValueError, KeyError) as error:
             raise RunDirError(f"checkpoint's optimiser state does not match this run ({error})") from None
+        if self.grokfast is not None:
+            try:
+                self.grokfast.load_state_dict(state.grokfast, self.model)
+            except ValueError as error:
+                raise RunDirError(f"checkpoint's Grokfast state does not match this run ({error})") from None
         torch.set_rng_state(state.rng["cpu"])
         if self.device.type == "cuda" and "cuda" in state.rng:
             torch.cuda.set_rng_state(state.rng["cuda"], self.device)
@@ -208,7 +216,8 @@ class Trainer:
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
         model = {name: p for name, p in self.model.named_parameters()}
-        return TrainingState(self.config.task, self.step, elapsed, model, self.optimizer.state_dict(), rng)
+        grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
+        return TrainingState(self.config.task, self.step, elapsed, model, self.optimizer.state_dict(), rng, grokfast)
 
     def save(self, elapsed: float) -> None:
         self.record.checkpoint(lambda: self._state(elapsed))
@@ -234,8 +243,8 @@ class Trainer:
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:
-        """One optimiser step; returns the (rank-averaged) loss and whether any rank asked to stop.
-        A non-finite loss is returned before the weights are touched."""
+        """One optimiser step (with Grokfast's gradient filter when it is on); returns the (rank-averaged)
+        loss and whether any rank asked to stop. A non-finite loss is returned before the weights are touched."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s)
@@ -246,6 +255,8 @@ class Trainer:
             return loss_value, stop
         self.optimizer.zero_grad(set_to_none=True)
         self._compiled_on_first_step(loss.backward, step)
+        if self.grokfast is not None:  # filtered before clipping: the clip bounds the step actually taken
+            self.grokfast.apply(self.model)
         if s.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
         self.optimizer.step()
