@@ -42,7 +42,7 @@ def test_rope_gradient_is_the_inverse_rotation(randn, close, grads_close):
 
 def test_rope_preserves_the_norm_of_every_head_vector(randn, close):
     x = randn(2, 4, 50, D, grad=False)
-    y = RotaryEmbedding(D)(x, offset=7)
+    y = RotaryEmbedding(D)(x, 7)
     close("RoPE norm preserved", y.norm(dim=-1), x.norm(dim=-1), TOL)
     assert (y - x).abs().max() > 0.1  # it does rotate
 
@@ -74,7 +74,7 @@ def test_rope_score_does_change_with_relative_distance(randn):
 def test_rope_offset_equals_slicing_a_longer_sequence(randn, close):
     rope = RotaryEmbedding(D)
     x = randn(1, 2, 10, D, grad=False)
-    close("RoPE offset", rope(x[:, :, 6:], offset=6), rope(x)[:, :, 6:], TOL)
+    close("RoPE offset", rope(x[:, :, 6:], 6), rope(x)[:, :, 6:], TOL)
 
 
 def test_rope_keeps_float32_dtype_and_is_close_to_float64(randn):

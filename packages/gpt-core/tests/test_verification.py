@@ -37,6 +37,8 @@ EXPECTED_COMPONENTS = [
     "KV-cache decoding (learned positions)",
     "KV-cache decoding (rope positions)",
     "KV-cache decoding (none positions)",
+    "KV-cache decoding (randomized learned positions)",
+    "KV-cache decoding (randomized rope positions)",
 ]
 
 

@@ -148,14 +148,20 @@ class MultiHeadAttention(nn.Module):
         self.rope = rope
         self.dropout_p = dropout_p
 
-    def forward(self, x: Tensor, layer: int = 0, cache: KVCache | None = None) -> tuple[Tensor, Tensor]:
-        """x: (B, T, C) -> output (B, T, C) and attention weights (B, H, T, T_total)."""
+    def forward(
+        self, x: Tensor, layer: int = 0, cache: KVCache | None = None, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """x: (B, T, C) -> output (B, T, C) and attention weights (B, H, T, T_total).
+
+        `positions` (T,) or (B, T): the position ids RoPE rotates by; by default the T positions after
+        the cache's filled part.
+        """
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
-        offset = cache.length if cache is not None else 0
         if self.rope is not None:
-            q = self.rope(q, offset)
-            k = self.rope(k, offset)
+            where = positions if positions is not None else (cache.length if cache is not None else 0)
+            q = self.rope(q, where)
+            k = self.rope(k, where)
         if cache is not None:
             k, v = cache.store(layer, k, v)  # (B, H, offset + T, d)
         y, weights = self.attend(q, k, v)

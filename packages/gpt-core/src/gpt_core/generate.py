@@ -46,7 +46,11 @@ def generate(
     tokens: the output holds at most block_size + 1 tokens (the last one predicted from a full
     block). With `slide`, it instead continues from the last block_size // 2 tokens as a fresh
     prompt, block after block, for text longer than the model can see at once. With rope or
-    none positions it runs as far as asked, past the trained length.
+    none positions it runs as far as asked, past the trained length. (Where `max_positions`
+    is set, it takes block_size's place in all of this.)
+    A model with randomized_positions decodes as Ruoss et al. (2023) evaluate: each sequence gets
+    sorted random position ids for its whole length (prompt and new tokens), drawn once with
+    `generator` (the global RNG if None), so cached and uncached decoding see the same ids.
     Without the cache, each step re-runs the whole sequence; with it, only the new token.
     Runs in inference mode (no autograd bookkeeping at all: ~10% of a cached batch-1 step under
     no_grad) and returns an ordinary tensor, which later training may use.
@@ -55,7 +59,7 @@ def generate(
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    block = model.config.block_size
+    block = model.config.position_limit
     with torch.inference_mode():
         if model.config.pos != "learned" or not slide:
             out = _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator)
@@ -78,25 +82,35 @@ def _generate_once(
     use_cache: bool,
     generator: torch.Generator | None,
 ) -> Tensor:
-    """One pass of generation, never reading past block_size tokens with learned positions."""
+    """One pass of generation, never reading past the learned table (block_size or max_positions)."""
     B, T = idx.shape
     n_new = max_new_tokens
-    model.config.check_positions(T, "the prompt")
-    if model.config.pos == "learned":
-        n_new = min(n_new, model.config.block_size + 1 - T)
+    config = model.config
+    config.check_positions(T, "the prompt")
+    if config.pos == "learned":
+        n_new = min(n_new, config.position_limit + 1 - T)
     if n_new <= 0:
         return idx
 
-    cache = model.new_cache(B, T + n_new - 1) if use_cache else None  # the last token is never read
+    length = T + n_new - 1  # the last token is never read
+    cache = model.new_cache(B, length) if use_cache else None
+    # Sampled once for the whole sequence; None gives the model's own 0 .. T-1.
+    positions = model.sample_positions(B, length, generator) if config.randomized_positions else None
     tokens = [idx]
-    logits = model(idx, cache=cache).logits
+    logits = model(idx, cache=cache, positions=_first(positions, T)).logits
     for step in range(n_new):
         token = next_token(logits[:, -1, :], temperature, top_k, generator)  # (B,)
         tokens.append(token[:, None])
         if step == n_new - 1:
             break
         if use_cache:
-            logits = model(token[:, None], cache=cache).logits
+            here = None if positions is None else positions[:, T + step : T + step + 1]
+            logits = model(token[:, None], cache=cache, positions=here).logits
         else:
-            logits = model(torch.cat(tokens, dim=1)).logits
+            logits = model(torch.cat(tokens, dim=1), positions=_first(positions, T + step + 1)).logits
     return torch.cat(tokens, dim=1)
+
+
+def _first(positions: Tensor | None, n: int) -> Tensor | None:
+    """The ids (B, n) of a sequence's first n tokens, or None (the model's default positions)."""
+    return None if positions is None else positions[:, :n]

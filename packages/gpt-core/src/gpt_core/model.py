@@ -29,6 +29,13 @@ class GPTConfig:
     output head. `init_scale` multiplies every initial weight matrix (GPT-2's std 0.02 init): a
     larger weight norm at initialisation delays generalisation, the lever behind grokking (Liu et
     al. 2022, "Omnigrok"); 1.0 is GPT-2's init exactly.
+
+    `max_positions` is the range of position ids, 0 meaning block_size: learned positions keep a table of
+    that many vectors, so a table longer than the training sequences can be read past them (its extra
+    vectors stay as initialised). `randomized_positions` is Ruoss et al. (2023, "Randomized Positional
+    Encodings Boost Length Generalization of Transformers") for learned and rotary positions: in
+    training, each sequence's position ids are a sorted random subset of range(max_positions), which
+    must then be larger than block_size, so every id a longer test sequence uses has been trained.
     """
 
     vocab_size: int
@@ -43,6 +50,8 @@ class GPTConfig:
     residual: bool = True
     tie_weights: bool = True
     init_scale: float = 1.0
+    max_positions: int = 0
+    randomized_positions: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -60,22 +69,60 @@ class GPTConfig:
         scale = self.init_scale
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
             raise ValueError(f"init_scale must be a positive finite number, got {scale!r}")
+        self._check_position_range()
+
+    def _check_position_range(self) -> None:
+        """max_positions and randomized_positions: refused wherever they would have no effect."""
+        n = self.max_positions
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"max_positions must be a non-negative integer (0: block_size), got {n!r}")
+        if 0 < n < self.block_size:
+            raise ValueError(f"max_positions ({n}) must be 0 (block_size) or at least block_size ({self.block_size})")
+        if self.randomized_positions:
+            if self.pos == "none":
+                raise ValueError("randomized_positions needs pos=learned or pos=rope; pos=none has no positions")
+            if n <= self.block_size:
+                raise ValueError(
+                    f"randomized_positions needs max_positions larger than block_size ({self.block_size}), got {n}: "
+                    "training position ids are drawn from range(max_positions)"
+                )
+        elif n and self.pos != "learned":
+            raise ValueError(
+                f"max_positions sizes the learned table or the range of randomized_positions; with pos={self.pos} "
+                "and randomized_positions off it would do nothing"
+            )
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
-    def check_positions(self, n: int, what: str = "the input") -> None:
-        """Raise ValueError if `what` needs n positions and learned positions cannot hold them.
+    @property
+    def position_limit(self) -> int | None:
+        """The most positions a sequence may use: the learned table's length, or the range randomized
+        ids are drawn from (n distinct ids need n <= max_positions); None when nothing limits it."""
+        if self.pos == "learned" or self.randomized_positions:
+            return self.max_positions or self.block_size
+        return None
 
-        Learned positions are a table of block_size vectors: there is nothing to read past it. One
-        check, with one message, for the model, generation and every task's evaluation.
+    def check_positions(self, n: int, what: str = "the input") -> None:
+        """Raise ValueError if `what` needs n positions and the model's positions cannot hold them.
+
+        Learned positions are a table of block_size (or max_positions) vectors: there is nothing to read
+        past it. One check, with one message, for the model, generation and every task's evaluation.
         """
-        if self.pos == "learned" and n > self.block_size:
+        limit = self.position_limit
+        if limit is None or n <= limit:
+            return
+        if self.randomized_positions:
             raise ValueError(
-                f"{what} needs {n} positions, longer than block_size {self.block_size}: learned positions "
-                "have no vectors past their table (use pos=rope or pos=none to run past it)"
+                f"{what} needs {n} positions, more than max_positions {limit}: randomized positions are "
+                "distinct ids drawn from range(max_positions)"
             )
+        bound = f"max_positions {limit}" if self.max_positions else f"block_size {limit}"
+        raise ValueError(
+            f"{what} needs {n} positions, longer than {bound}: learned positions "
+            "have no vectors past their table (use pos=rope or pos=none to run past it)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,8 +164,10 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(config.n_embd, bias=config.bias) if config.layernorm else Identity()
         self.mlp = MLP(config.n_embd, config.bias, config.dropout)
 
-    def forward(self, x: Tensor, layer: int = 0, cache: KVCache | None = None) -> tuple[Tensor, Tensor]:
-        attended, weights = self.attn(self.ln1(x), layer, cache)
+    def forward(
+        self, x: Tensor, layer: int = 0, cache: KVCache | None = None, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        attended, weights = self.attn(self.ln1(x), layer, cache, positions)
         x = x + attended if self.residual else attended
         transformed = self.mlp(self.ln2(x))
         x = x + transformed if self.residual else transformed
@@ -132,7 +181,7 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = Embedding(config.vocab_size, config.n_embd)
-        self.wpe = Embedding(config.block_size, config.n_embd) if config.pos == "learned" else None
+        self.wpe = Embedding(config.position_limit, config.n_embd) if config.pos == "learned" else None
         # One rotary module shared by every layer: it holds no parameters, only frequencies.
         rope = RotaryEmbedding(config.head_dim) if config.pos == "rope" else None
         self.blocks = nn.ModuleList(Block(config, rope) for _ in range(config.n_layer))
@@ -169,6 +218,17 @@ class GPT(nn.Module):
         p = self.wte.weight
         return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype)
 
+    def sample_positions(self, batch_size: int, length: int, generator: torch.Generator | None = None) -> Tensor:
+        """Randomized position ids (B, T): for each sequence, `length` distinct ids drawn uniformly from
+        range(max_positions), in increasing order (Ruoss et al. 2023). Drawn with `generator`, on its
+        device, or else with the global RNG on the model's device, as dropout is, so a seeded run and a
+        resumed one draw the same ids."""
+        self.config.check_positions(length, "the sequence")
+        device = generator.device if generator is not None else self.wte.weight.device
+        keys = torch.rand(batch_size, self.config.position_limit, device=device, generator=generator)  # (B, L)
+        chosen = keys.topk(length, dim=1, sorted=False).indices  # a uniform random subset of each row's range
+        return chosen.sort(dim=1).values.to(self.wte.weight.device)
+
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy over the scored targets (those not equal to IGNORE_INDEX)."""
         return cross_entropy(logits, targets, IGNORE_INDEX)
@@ -179,24 +239,29 @@ class GPT(nn.Module):
         targets: Tensor | None = None,
         *,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
         return_attention: bool = False,
     ) -> GPTOutput:
         """Token ids (B, T) -> GPTOutput: logits (B, T, V), the loss when targets (B, T) are given,
         and the attention weights (n_layer, B, n_head, T, T_total) when `return_attention` is set.
 
         Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new
-        tokens, which sit after the cache's filled positions.
+        tokens, which sit after the cache's filled positions. `positions` (T,) or (B, T) gives the
+        tokens' position ids; by default they are the next T after the cache's, except that a model
+        with randomized_positions draws them (`sample_positions`) for every training forward.
         """
         B, T = idx.shape
-        offset = cache.length if cache is not None else 0
+        if positions is None:
+            positions = self._default_positions(B, T, cache)
+        elif self.config.position_limit is not None and int(positions.max()) >= self.config.position_limit:
+            raise ValueError(f"position id {int(positions.max())} is outside range({self.config.position_limit})")
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
-            self.config.check_positions(offset + T, "the sequence")
-            x = x + self.wpe.weight[offset : offset + T]  # (T, C) broadcast over B
+            x = x + self.wpe.weight[positions]  # (T, C) broadcast over B, or (B, T, C)
         x = dropout(x, self.config.dropout, self.training)
         attention = []
         for layer, block in enumerate(self.blocks):
-            x, weights = block(x, layer, cache)
+            x, weights = block(x, layer, cache, positions)
             if return_attention:
                 attention.append(weights)
         if cache is not None:
@@ -205,3 +270,12 @@ class GPT(nn.Module):
         loss = self.loss(logits, targets) if targets is not None else None
         stacked = torch.stack(attention) if return_attention else None  # (L, B, H, T, T_total)
         return GPTOutput(logits, loss, stacked)
+
+    def _default_positions(self, batch_size: int, length: int, cache: KVCache | None) -> Tensor:
+        """Sampled ids (B, T) for a randomized model's training forward; otherwise the T ids after the
+        cache's filled part, (T,)."""
+        if self.training and self.config.randomized_positions and cache is None:
+            return self.sample_positions(batch_size, length)
+        offset = cache.length if cache is not None else 0
+        self.config.check_positions(offset + length, "the sequence")
+        return torch.arange(offset, offset + length, device=self.wte.weight.device)

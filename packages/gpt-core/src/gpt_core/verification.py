@@ -130,17 +130,26 @@ def _compare(case: _Case, gen: torch.Generator, dtype: torch.dtype, label: str) 
     return Row(case.component, label, forward, grad)
 
 
-def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope") -> Row:
-    """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix."""
-    model = GPT(GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos)).to(dtype).eval()
+def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope", randomized: bool = False) -> Row:
+    """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix; a
+    randomized model's sorted random position ids (Ruoss et al. 2023) are drawn once and used by both."""
+    shape = {"max_positions": 40, "randomized_positions": True} if randomized else {}
+    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos, **shape)
+    model = GPT(config).to(dtype).eval()
     idx = torch.randint(13, (2, 12), generator=gen)
+    drawn = model.sample_positions(2, 12, gen) if randomized else None  # None: the cache's own offsets
+
+    def ids(start: int, end: int) -> Tensor | None:
+        return None if drawn is None else drawn[:, start:end]
+
     with torch.no_grad():
-        full = model(idx).logits
+        full = model(idx, positions=ids(0, 12)).logits
         cache = model.new_cache(2, 12)
-        steps = [model(idx[:, :5], cache=cache).logits]
-        steps += [model(idx[:, t : t + 1], cache=cache).logits for t in range(5, 12)]
+        steps = [model(idx[:, :5], cache=cache, positions=ids(0, 5)).logits]
+        steps += [model(idx[:, t : t + 1], cache=cache, positions=ids(t, t + 1)).logits for t in range(5, 12)]
+    name = f"randomized {pos}" if randomized else pos
     return Row(
-        f"KV-cache decoding ({pos} positions)", "full forward (gpt_core)", _max_diff(torch.cat(steps, 1), full), None
+        f"KV-cache decoding ({name} positions)", "full forward (gpt_core)", _max_diff(torch.cat(steps, 1), full), None
     )
 
 
@@ -170,6 +179,7 @@ def verification_report(
             for case in _cases(references)
         ]
         rows += [kv_cache_row(gen, dtype, pos) for pos in ("learned", "rope", "none")]
+        rows += [kv_cache_row(gen, dtype, pos, randomized=True) for pos in ("learned", "rope")]
     return rows
 
 
