@@ -1,4 +1,5 @@
-"""modadd: the space-separated vocabulary, full-batch training data, and accuracy/loss at "="."""
+"""modadd: the space-separated vocabulary, full-batch training data, accuracy/loss at "=", and the
+Fourier spectrum of the number embedding with its progress measure."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from gpt_core import IGNORE_INDEX, GPTOutput
+from gpt_tasks.builtin.modadd import FOURIER_SHARE, fourier_spectrum, top_frequency_share
 
 
 def test_encode_decode_round_trip_and_labels(modadd_task):
@@ -60,12 +62,27 @@ def test_evaluate_covers_the_whole_split_of_an_untrained_model(modadd_task, tiny
         assert metrics["loss"] == pytest.approx(math.log(114), abs=0.1)
 
 
+def waves(p: int, frequencies: dict[int, float], dim: int = 12, offset: float = 0.0) -> torch.Tensor:
+    """An embedding (p, dim) of the numbers built from known waves: at each frequency k, amplitude
+    frequencies[k] and a random phase per dimension, plus a constant `offset` (frequency 0)."""
+    a = torch.arange(p, dtype=torch.float64)[:, None]
+    phases = torch.rand(len(frequencies), dim, dtype=torch.float64, generator=torch.Generator().manual_seed(p)) * 6.3
+    rows = [
+        amp * torch.cos(2 * math.pi * k * a / p + phase)
+        for (k, amp), phase in zip(frequencies.items(), phases, strict=True)
+    ]
+    return sum(rows) + offset
+
+
 class Oracle(nn.Module):
-    """Logits putting all their weight on (a + b) mod p, or on the next number when `wrong`."""
+    """Logits putting all their weight on (a + b) mod p, or on the next number when `wrong`; its
+    embedding is a single wave."""
 
     def __init__(self, p: int, wrong: bool):
         super().__init__()
         self.p, self.wrong = p, wrong
+        self.wte = nn.Module()
+        self.wte.weight = nn.Parameter(torch.cat((waves(p, {7: 1.0}), torch.ones(1, 12))))  # "=" is row p
 
     def forward(self, idx):
         answer = (idx[:, 0] + idx[:, 1] + int(self.wrong)) % self.p
@@ -79,6 +96,40 @@ def test_accuracy_and_loss_are_measured_at_equals(modadd_task):
     assert right["examples"] == 1000 and right["accuracy"] == 1.0 and right["loss"] < 1e-6
     wrong = modadd_task.evaluate(Oracle(113, wrong=True), "heldout", "cpu", limit=1000)
     assert wrong["accuracy"] == 0.0 and wrong["loss"] == pytest.approx(30.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("p", [113, 10])
+def test_the_spectrum_finds_exactly_the_frequencies_an_embedding_is_built_from(p):
+    frequencies = {113: {3: 1.0, 17: 0.5, 41: 2.0, 56: 0.25}, 10: {1: 1.0, 4: 0.3, 5: 0.7}}[p]  # 5 = p / 2
+    embedding = waves(p, frequencies, offset=0.4)
+    spectrum = fourier_spectrum(embedding)
+    assert spectrum.shape == (p // 2 + 1,)
+    found = {k for k, power in enumerate(spectrum.tolist()) if power > 1e-9 * float(spectrum.max())}
+    assert found == {0, *frequencies}
+    assert float(spectrum.sum()) == pytest.approx(p * float(embedding.square().sum()), rel=1e-12)  # Parseval
+    assert top_frequency_share(spectrum, top=len(frequencies)) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_strongest_frequencies_carry_the_share_in_proportion_to_their_power():
+    spectrum = fourier_spectrum(waves(113, {3: 1.0, 5: 1.0, 8: 1.0, 9: 1.0, 30: 1.0, 50: 2.0}, dim=64))
+    assert top_frequency_share(spectrum, top=1) == pytest.approx(4 / 9, rel=0.05)  # amplitude 2: power 4 of 9
+    assert top_frequency_share(spectrum) == pytest.approx(8 / 9, rel=0.05)
+
+
+def test_a_random_embedding_spreads_its_power_over_all_frequencies():
+    spectrum = fourier_spectrum(torch.randn(113, 128, generator=torch.Generator().manual_seed(0)))
+    assert 5 / 56 < top_frequency_share(spectrum) < 0.15  # 5 of 56 frequencies, plus the luck of the top 5
+
+
+def test_evaluation_reports_the_embeddings_fourier_share_on_every_split(modadd_task, tiny_model):
+    model = tiny_model(modadd_task)
+    expected = top_frequency_share(fourier_spectrum(model.wte.weight[:113]))
+    for split in modadd_task.eval_splits:
+        assert modadd_task.evaluate(model, split, "cpu", limit=50)[FOURIER_SHARE] == expected
+    assert FOURIER_SHARE == "fourier_top5_share"
+    assert modadd_task.evaluate(Oracle(113, wrong=False), "heldout", "cpu", limit=10)[FOURIER_SHARE] == pytest.approx(
+        1.0
+    )
 
 
 def test_defaults_train_on_the_full_batch(modadd_task):

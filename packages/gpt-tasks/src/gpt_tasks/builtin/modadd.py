@@ -5,6 +5,11 @@ Tokens 0 .. p-1 are the numbers and token p is "="; as text, tokens are separate
 must be c = (a + b) mod p. Only `train_fraction` of the p^2 pairs are trained on, as one full
 batch; the rest are held out. Training accuracy reaches 100% early; held-out accuracy lags
 for hundreds of steps and then jumps ("grokking"), driven by the weight decay.
+
+The network that generalises adds with a few Fourier frequencies (Nanda et al. 2023): its
+embedding of the numbers becomes waves cos(2 pi k a / p), sin(2 pi k a / p) at a handful of
+frequencies k. `fourier_spectrum` measures that, and every evaluation reports the share of the
+embedding's power in its top frequencies (`fourier_top5_share`) as a progress measure.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from gpt_tasks.training import Defaults, TrainSettings
 EVAL_BATCH = 4096
 MAX_P = int(MAX_ENUMERATED**0.5)  # every one of the p^2 pairs is listed: 1414
 EQUALS_TEXT = "="
+TOP_FREQUENCIES = 5
+FOURIER_SHARE = f"fourier_top{TOP_FREQUENCIES}_share"
+"""The metric: the share of the number embedding's (non-constant) Fourier power in its 5 strongest frequencies."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,27 @@ def pair_bytes(a: torch.Tensor, b: torch.Tensor) -> list[bytes]:
     """The canonical encoding of each pair: a then b as big-endian 16-bit integers."""
     rows = np.stack((a.numpy(), b.numpy()), axis=1).astype(">u2")
     return [row.tobytes() for row in rows]
+
+
+def fourier_spectrum(embedding: torch.Tensor) -> torch.Tensor:
+    """Power of an embedding of the numbers 0..p-1 (p, d) at each frequency k = 0 .. p // 2 (index k).
+
+    The discrete Fourier transform runs over the numbers a, for each of the d dimensions, and the
+    power is summed over dimensions. Frequencies k and p - k are the same real wave (cos and sin of
+    2 pi k a / p), so their power is one entry; k = 0 is the mean vector, which says nothing about a.
+    The entries add up to p times the embedding's squared norm (Parseval).
+    """
+    p = embedding.shape[0]
+    power = torch.fft.rfft(embedding.detach().double(), dim=0).abs().square().sum(dim=1)  # (p // 2 + 1,)
+    k = torch.arange(len(power))
+    return torch.where((k > 0) & (2 * k < p), 2 * power, power)
+
+
+def top_frequency_share(spectrum: torch.Tensor, top: int = TOP_FREQUENCIES) -> float:
+    """The share of the non-constant power (k >= 1) held by the `top` strongest frequencies: about
+    top / (p // 2) for a random embedding, near 1 once a few frequencies carry the numbers."""
+    waves = spectrum[1:]
+    return float(waves.topk(min(top, len(waves))).values.sum() / waves.sum())
 
 
 class ModAddTask(Task):
@@ -112,9 +141,13 @@ class ModAddTask(Task):
         return self.examples(ids)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        """Accuracy and loss at "=", and the progress measure `fourier_top5_share`: a property of the
+        weights, not of the split, so every split reports the same value."""
         ids = self.split.evaluation_ids(split, limit)
         scores = score_examples(model, ids, self.examples, device, EVAL_BATCH)  # one scored token per example
-        return {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(scores.examples)}
+        share = top_frequency_share(fourier_spectrum(model.wte.weight[: self.params.p]))
+        metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(scores.examples)}
+        return metrics | {FOURIER_SHARE: share}
 
     def defaults(self) -> Defaults:
         # Nanda et al.'s recipe, but keeping GPTConfig's LayerNorm: with gpt-core's GPT-2 init (std 0.02) and weight
