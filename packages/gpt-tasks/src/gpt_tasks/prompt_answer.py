@@ -49,10 +49,7 @@ class PromptAnswerTask(Task):
         return self.prompt_length + self.answer_length - 1  # the last answer token is never read
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        seq = self.sequences(self.split.sample("train", batch_size, generator))
-        targets = seq[:, 1:].clone()
-        targets[:, : self.prompt_length - 1] = IGNORE_INDEX  # only the answer is scored
-        return Batch(seq[:, :-1], targets)
+        return answer_batch(self.sequences(self.split.sample("train", batch_size, generator)), self.prompt_length)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
         """Exact match of greedy generation (KV cache) and accuracy at each answer position.
@@ -64,10 +61,15 @@ class PromptAnswerTask(Task):
         start = self.prompt_length
         correct = torch.zeros(self.answer_length, dtype=torch.long)
         exact = 0
+        # Only a model with randomized positions draws anything (its position ids): seeded, so every
+        # evaluation of a model scores the same.
+        generator = torch.Generator().manual_seed(0)
         with evaluating(model):
             for chunk in ids.split(EVAL_BATCH):
                 seq = self.sequences(chunk).to(device)
-                out = generate(model, seq[:, :start], max_new_tokens=self.answer_length, temperature=0.0)
+                out = generate(
+                    model, seq[:, :start], max_new_tokens=self.answer_length, temperature=0.0, generator=generator
+                )
                 hits = out[:, start:] == seq[:, start:]  # (N, answer_length)
                 exact += int(hits.all(dim=1).sum())
                 correct += hits.sum(dim=0).cpu()
@@ -85,3 +87,11 @@ class PromptAnswerTask(Task):
     def attention_example(self) -> str:
         ids = self.split.evaluation_ids("heldout", 1, seed=1)
         return self.decode(self.sequences(ids)[0, :-1].tolist())
+
+
+def answer_batch(seq: torch.Tensor, prompt_length: int) -> Batch:
+    """Whole sequences (N, T) -> the training batch that reads all but the last token and is scored on the
+    answer only (the tokens after the first `prompt_length`)."""
+    targets = seq[:, 1:].clone()
+    targets[:, : prompt_length - 1] = IGNORE_INDEX
+    return Batch(seq[:, :-1], targets)

@@ -3,6 +3,14 @@
 An example is its input run of digits; the model sees input + sorted output (minus the last
 token) and is scored only on the sorted tail. Exact match is measured by greedy generation
 with the KV cache, over the whole held-out split when the example space can be listed.
+
+Two options make length generalisation possible (both off by default, which is the seed task
+exactly: the same vocabulary, batches and split). `separator` puts "=" between the input and its
+sorted order, so the model can see where the input ends instead of counting positions. With
+`min_length`, each training batch is drawn at one length from min_length .. length (uniformly),
+each length split by its own hash exactly as a run trained at that length alone is, so a run's
+held-out side never depends on the mix; evaluation scores `length` (`gpt-train eval RUN --set
+length=10` scores another).
 """
 
 from __future__ import annotations
@@ -11,10 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks.prompt_answer import PromptAnswerTask
+from gpt_tasks.prompt_answer import PromptAnswerTask, answer_batch
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of
+from gpt_tasks.task import Batch
 from gpt_tasks.training import Defaults, TrainSettings
+
+SEPARATOR = "="
 
 
 @dataclass(frozen=True)
@@ -22,6 +33,8 @@ class SortParams:
     length: int = 6
     vocab: int = 10
     heldout_fraction: float = 0.25
+    separator: bool = False
+    min_length: int | None = None
 
     def __post_init__(self) -> None:
         if self.length < 2:
@@ -34,6 +47,17 @@ class SortParams:
             raise ValueError(
                 f"vocab ** length must stay below 2**62 (int64 example numbers), got {self.vocab}**{self.length}"
             )
+        if self.min_length is not None and not 1 <= self.min_length <= self.length:
+            raise ValueError(f"min_length must be between 1 and length ({self.length}), got {self.min_length}")
+        if len(self.lengths) > 1 and not self.separator:
+            raise ValueError(
+                "min_length below length needs separator=true: without it nothing marks where a shorter input ends"
+            )
+
+    @property
+    def lengths(self) -> range:
+        """The lengths training batches are drawn at."""
+        return range(self.length if self.min_length is None else self.min_length, self.length + 1)
 
 
 class SortTask(PromptAnswerTask):
@@ -44,21 +68,31 @@ class SortTask(PromptAnswerTask):
 
     def __init__(self, params: SortParams):
         super().__init__(params)
-        self.vocab = CharVocab(DIGITS[: params.vocab])
-        self.split = IndexedSplit(
-            size=params.vocab**params.length,
-            encode=lambda ids: as_bytes(self.digits(ids)),
-            fraction=params.heldout_fraction,
+        self.vocab = CharVocab(DIGITS[: params.vocab] + (SEPARATOR if params.separator else ""))
+        self.split = self.split_at(params.length)
+        self._train_splits = {params.length: self.split}  # the shorter lengths' are built when first drawn
+
+    def split_at(self, length: int) -> IndexedSplit:
+        """The split of the runs of `length` symbols: a hash of the run's symbols alone, so a run is on the
+        same side whatever the separator, the mix of lengths, or the length the task evaluates."""
+        return IndexedSplit(
+            size=self.params.vocab**length,
+            encode=lambda ids: as_bytes(self.digits(ids, length)),
+            fraction=self.params.heldout_fraction,
             salt=b"sort",
         )
 
     @property
     def vocab_size(self) -> int:
-        return self.params.vocab
+        return len(self.vocab)
 
     @property
     def prompt_length(self) -> int:
-        return self.params.length
+        return self.prompt_length_at(self.params.length)
+
+    def prompt_length_at(self, length: int) -> int:
+        """The input run, and the separator after it when there is one."""
+        return length + self.params.separator
 
     @property
     def answer_length(self) -> int:
@@ -70,13 +104,28 @@ class SortTask(PromptAnswerTask):
     def decode(self, ids) -> str:
         return self.vocab.decode(ids)
 
-    def digits(self, ids: torch.Tensor) -> torch.Tensor:
-        return digits_of(ids, self.params.length, self.params.vocab)
+    def digits(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        """Run numbers (N,) -> their symbols (N, length), at the task's length unless told."""
+        return digits_of(ids, self.params.length if length is None else length, self.params.vocab)
 
-    def sequences(self, ids: torch.Tensor) -> torch.Tensor:
-        """Input followed by its sorted order (N, 2 * length)."""
-        digits = self.digits(ids)
-        return torch.cat((digits, digits.sort(dim=1).values), dim=1)
+    def sequences(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        """Input, the separator if any, then the sorted order: (N, prompt_length + answer_length) at `length`."""
+        digits = self.digits(ids, length)
+        parts = [digits, digits.sort(dim=1).values]
+        if self.params.separator:
+            parts.insert(1, torch.full((len(ids), 1), self.vocab.index[SEPARATOR]))
+        return torch.cat(parts, dim=1)
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        """Training sequences at one length, drawn uniformly from `lengths` (no draw when there is one)."""
+        lengths = self.params.lengths
+        if len(lengths) == 1:
+            return super().batch(batch_size, generator)
+        length = lengths[int(torch.randint(len(lengths), (1,), generator=generator))]
+        if length not in self._train_splits:
+            self._train_splits[length] = self.split_at(length)
+        ids = self._train_splits[length].sample("train", batch_size, generator)
+        return answer_batch(self.sequences(ids, length), self.prompt_length_at(length))
 
     def defaults(self) -> Defaults:
         # Measured on 2 CPU cores (wrong sequences of the 250,050 held out, all runs decaying 3e-3 to 1e-4):
