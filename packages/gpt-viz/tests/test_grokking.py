@@ -107,3 +107,45 @@ def test_a_metric_the_run_lacks_names_the_key_it_looked_for():
 def test_a_metric_given_as_a_key_or_empty_is_refused_with_the_name_to_use(metric):
     with pytest.raises(VizError, match="grokking needs a metric name without its split"):
         grokking(exact_match_records(), metric=metric)
+
+
+def grokking_records():
+    """Train accuracy at 1.0 from step 100, held-out from 2000; a progress measure rising before the jump."""
+    records = []
+    for step in (0, 10, 100, 500, 1000, 1500, 2000, 3000):
+        fitted, jumped = step >= 100, step >= 2000
+        records.append({
+            "step": step, "loss": 0.01 if fitted else 4.0,
+            "train_accuracy": 1.0 if fitted else 0.05, "heldout_accuracy": 1.0 if jumped else 0.01,
+            "train_loss": 0.01 if fitted else 4.0, "heldout_loss": 0.02 if jumped else 20.0,
+            "train_fourier_top5_share": min(1.0, 0.1 + step / 2500),
+        })  # fmt: skip
+    return records
+
+
+def test_progress_and_loss_panels_share_the_log_step_axis_under_the_accuracy():
+    figure = grokking(grokking_records(), loss="loss", progress="train_fourier_top5_share")
+    accuracy, progress, loss = figure.axes
+    assert [ax.get_ylabel() for ax in figure.axes] == ["accuracy", "fourier top5 share", "loss (log scale)"]
+    assert all(ax.get_xscale() == "log" for ax in figure.axes) and loss.get_yscale() == "log"
+    assert loss.get_xlabel() == "step (log scale)" and accuracy.get_xlabel() == ""
+    assert accuracy.get_position().y0 > progress.get_position().y0 > loss.get_position().y0  # stacked in that order
+    (curve,) = progress.get_lines()[:1]
+    assert list(curve.get_xdata()) == [10, 100, 500, 1000, 1500, 2000, 3000]  # step 0 left out
+    assert legend_texts(loss) == ["train loss", "held-out loss"]
+    for ax in figure.axes:  # memorisation and the jump marked in every panel
+        assert vertical_line_steps(ax) == [100, 2000]
+
+
+def test_a_picture_with_every_panel_renders(assert_real_picture):
+    assert_real_picture(grokking(grokking_records(), loss="loss", progress="train_fourier_top5_share"))
+
+
+def test_a_missing_progress_key_is_named():
+    with pytest.raises(VizError, match="metric 'heldout_fourier_top9_share' not found in the records"):
+        grokking(grokking_records(), progress="heldout_fourier_top9_share")
+
+
+def test_a_loss_given_as_a_key_is_refused_like_the_metric():
+    with pytest.raises(VizError, match="grokking needs a metric name without its split"):
+        grokking(grokking_records(), loss="heldout_loss")

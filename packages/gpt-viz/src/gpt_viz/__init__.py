@@ -10,6 +10,7 @@ from gpt_viz.attention import attention_grid, attention_map
 from gpt_viz.canvas import SAVE_DPI, save_figure
 from gpt_viz.curves import compare_runs, training_curves
 from gpt_viz.errors import VizError
+from gpt_viz.fourier import fourier_spectra
 from gpt_viz.generalisation import length_generalisation
 from gpt_viz.grokking import first_crossing, grokking
 from gpt_viz.run_data import (
@@ -52,6 +53,7 @@ __all__ = [
     "available_metrics",
     "compare_runs",
     "first_crossing",
+    "fourier_spectra",
     "grokking",
     "length_generalisation",
     "load_attention",

@@ -1,7 +1,9 @@
 """Grokking: held-out accuracy jumping long after training accuracy saturates.
 
 The two series are one task metric measured on each split, so their keys come from
-:func:`gpt_viz.run_layout.metric_key` rather than being written out for one task.
+:func:`gpt_viz.run_layout.metric_key` rather than being written out for one task. As the papers
+draw it, the picture can also carry the two losses and, under the accuracy, a progress measure
+(a quantity of the weights that moves before the held-out accuracy does), on one log step axis.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float = THR
     return int(steps[reached[0]]) if reached.size else None
 
 
-def grokking(run: PathLike | Sequence[Record], threshold: float = THRESHOLD, *, metric: str = METRIC) -> Figure:
+def grokking(
+    run: PathLike | Sequence[Record],
+    threshold: float = THRESHOLD,
+    *,
+    metric: str = METRIC,
+    loss: str | None = None,
+    progress: str | None = None,
+) -> Figure:
     """Train and held-out ``metric`` (a fraction that grows, by default accuracy) against step on a log x axis.
 
     The first step at which each reaches ``threshold`` gets a dashed vertical
@@ -40,30 +49,74 @@ def grokking(run: PathLike | Sequence[Record], threshold: float = THRESHOLD, *, 
     ``metric`` is the task's name for it (``exact_match``), without a split:
     the keys ``train_<metric>`` and ``heldout_<metric>`` are read.
     Step 0 is left out because a log axis cannot show it.
+
+    ``progress``, a metric key (``train_fourier_top5_share``), adds its curve in
+    a panel under the accuracy; ``loss``, a task metric name like ``metric``
+    (``loss``), adds the train and held-out loss on a log axis at the bottom.
+    The panels share the step axis, and the crossing lines run through them all,
+    so what the weights did before the jump lines up with the jump.
     """
     keys = _split_keys(metric)
+    loss_keys = _split_keys(loss) if loss is not None else None
     if isinstance(run, (str, os.PathLike)):
         source = str(run_directory(run))
         records = load_metrics(run)
     else:
         source, records = "the records", list(run)
 
-    figure = new_figure(8.0, 5.0)
-    ax = figure.add_subplot()
+    heights = [3.0] + [1.4] * (progress is not None) + [2.0] * (loss is not None)
+    figure = new_figure(8.0, 2.0 + sum(heights))
+    axes = list(figure.subplots(len(heights), 1, sharex=True, height_ratios=heights, squeeze=False)[:, 0])
+    ax = axes[0]
     label = metric.replace("_", " ")
+    crossings = []
     for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
-        steps, values = metric_series(records, key, source=source)
-        positive = steps > 0
-        _draw_accuracy(ax, steps[positive], values[positive], f"{prefix} {label}", colour, threshold)
+        steps, values = _positive_steps(records, key, source)
+        crossings.append((_draw_accuracy(ax, steps, values, f"{prefix} {label}", colour, threshold), colour))
     ax.axhline(threshold, color="0.5", linestyle=":", linewidth=0.8)
-    use_log_scale(ax, "x")
     ax.set_ylim(-0.02, 1.05)
-    ax.set_xlabel("step (log scale)")
     ax.set_ylabel(label)
     ax.set_title(f"grokking: first step at {label} ≥ {threshold:g}")
-    ax.grid(alpha=0.3, which="both")
+    if progress is not None:
+        _draw_progress(axes[1], records, progress, source)
+    if loss_keys is not None:
+        _draw_losses(axes[-1], records, loss_keys, source)
     legend_below(ax)
+    for panel in axes[1:]:
+        panel.legend(loc="best", frameon=False)  # under the accuracy panel's legend, inside its own axes
+        for crossing, colour in crossings:
+            if crossing is not None:
+                panel.axvline(crossing, color=colour, linestyle="--", linewidth=1.0)
+    for panel in axes:
+        panel.grid(alpha=0.3, which="both")
+    use_log_scale(axes[-1], "x")
+    axes[-1].set_xlabel("step (log scale)")
     return figure
+
+
+def _positive_steps(records: Sequence[Record], key: str, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """A metric's series without step 0, which a log axis cannot show."""
+    steps, values = metric_series(records, key, source=source)
+    positive = steps > 0
+    return steps[positive], values[positive]
+
+
+def _draw_progress(ax: Axes, records: Sequence[Record], key: str, source: str) -> None:
+    steps, values = _positive_steps(records, key, source)
+    parsed = parse_metric_key(key)
+    name = parsed.name if parsed is not None else key
+    ax.plot(steps, values, color="tab:green", linewidth=1.4, label=f"progress measure: {name.replace('_', ' ')}")
+    ax.set_ylabel(name.replace("_", " "))
+    if values.size and np.all((values >= 0) & (values <= 1)):
+        ax.set_ylim(-0.02, 1.05)
+
+
+def _draw_losses(ax: Axes, records: Sequence[Record], keys: list[str], source: str) -> None:
+    for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
+        steps, values = _positive_steps(records, key, source)
+        ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{prefix} {parse_metric_key(key).name}")
+    use_log_scale(ax, "y")
+    ax.set_ylabel(f"{parse_metric_key(keys[0]).name} (log scale)")
 
 
 def _split_keys(metric: str) -> list[str]:
@@ -76,7 +129,10 @@ def _split_keys(metric: str) -> list[str]:
     return [metric_key(split, metric) for split, _, _ in _SPLIT_STYLE]
 
 
-def _draw_accuracy(ax: Axes, steps: np.ndarray, values: np.ndarray, name: str, colour: str, threshold: float) -> None:
+def _draw_accuracy(
+    ax: Axes, steps: np.ndarray, values: np.ndarray, name: str, colour: str, threshold: float
+) -> int | None:
+    """The curve with its crossing marked; returns the crossing step (None if it never crosses)."""
     crossing = first_crossing(steps, values, threshold)
     if crossing is None:
         label = f"{name} (never reaches {threshold:g})"
@@ -95,3 +151,4 @@ def _draw_accuracy(ax: Axes, steps: np.ndarray, values: np.ndarray, name: str, c
             color=colour,
             fontsize=9,
         )
+    return crossing
