@@ -177,14 +177,25 @@ def test_data_for_a_task_that_reads_none_is_named_as_such(cli, tmp_path):
     assert_one_line_error(result, "task 'sort' reads no data file; drop --data")
 
 
-def test_every_summary_keeps_the_digits_that_separate_7_errors_from_none(cli, tiny_run):
+def test_scores_keep_the_digits_that_separate_7_errors_from_none():
+    from gpt_train.cli import format_value, wrong_count
+
+    assert format_value(1 - 7 / 250_050, 250_050) == "0.999972"
+    assert format_value(1.0, 250_050) == "1.000000"
+    assert wrong_count(1 - 7 / 250_050, 250_050) == 7
+    assert wrong_count(1 - 7 / 250_050 + 1e-7, 250_050) is None  # not a whole number of examples
+
+
+def test_the_end_of_run_line_says_how_many_held_out_examples_were_wrong(cli, tmp_path):
     from gpt_train.cli import format_value
 
-    assert format_value(1 - 7 / 250_050, 250_050) == "0.999972 (7 of 250,050 wrong)"
-    assert format_value(1.0, 250_050) == "1.000000 (0 of 250,050 wrong)"
-    final = json.loads((tiny_run / RunLayout.FINAL).read_text())
-    shown = cli("eval", tiny_run).out
-    assert f"({round((1 - final['heldout_exact_match']) * final['heldout_examples']):,} of" in shown
+    result = cli(*[a for a in TINY if a != "--quiet"], "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    final = json.loads((tmp_path / "run" / RunLayout.FINAL).read_text())
+    n = final["heldout_examples"]
+    wrong = round((1 - final["heldout_exact_match"]) * n)
+    shown = format_value(final["heldout_exact_match"], n)
+    assert f"heldout_exact_match {shown} ({wrong:,} of {n:,.0f} wrong)" in result.out
 
 
 # a run carries what it needs to decode ---------------------------------------------------

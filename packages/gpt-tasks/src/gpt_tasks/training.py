@@ -62,6 +62,7 @@ class TrainSettings:
             _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
         limit = self.final_eval_limit
         _require(limit is None or limit > 0, f"final_eval_limit must be positive, got {limit}")
+        _require(0 <= self.seed < 2**63, f"seed must be in [0, 2**63), got {self.seed}")
         _require(self.lr > 0, f"lr must be positive, got {self.lr}")
         _require(self.min_lr <= self.lr, f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         betas_ok = 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1

@@ -18,7 +18,7 @@ import torch
 
 from gpt_core import generate
 from gpt_tasks import SPLITS, ParamError, TaskError
-from gpt_train.config import parse_assignments, route, route_data, task_class
+from gpt_train.config import RunConfig, parse_assignments, route, route_data, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
@@ -42,6 +42,16 @@ class CommandError(click.ClickException):
         click.echo(f"gpt-train: error: {' '.join(self.format_message().split())}", err=True)
 
 
+class Aborted(CommandError):
+    """Ctrl-C outside the training loop (which stops cleanly by itself): `gpt-train: aborted`, exit 130."""
+
+    def __init__(self) -> None:
+        super().__init__("aborted", exit_code=130)
+
+    def show(self, file: object = None) -> None:
+        click.echo("gpt-train: aborted", err=True)
+
+
 class _Group(click.Group):
     """Turns the domain errors of every layer, and click's own usage errors, into a CommandError."""
 
@@ -61,7 +71,7 @@ class _Group(click.Group):
         except TrainError as error:
             raise CommandError(str(error)) from None
         except KeyboardInterrupt:
-            raise CommandError("aborted", exit_code=130) from None
+            raise Aborted() from None
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)
@@ -147,7 +157,7 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
         click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
     _exit_for(outcome, handed.layout.root)
     if not quiet:
-        click.echo(_summary(handed.config.task, handed.config.primary_metric, outcome.final, handed.layout.root))
+        click.echo(_summary(handed.config, outcome.final, handed.layout.root))
 
 
 def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool) -> None:
@@ -169,20 +179,22 @@ def _exit_for(outcome: Outcome, run_dir: Path) -> None:
 
 
 def format_value(value: float, examples: float | None) -> str:
-    """A metric with enough digits that a fraction short of 1 never reads as 1: as many decimals as the
-    example count has digits, and the count behind a fraction of whole examples (7 of 250,050 wrong)."""
+    """A metric with enough digits that a score short of 1 never reads as 1: as many decimals as the
+    example count has digits (0.999972 over 250,050 examples, where 4 decimals would print 1.0000)."""
     if not examples:
         return f"{value:.4g}"
-    n = int(examples)
-    text = f"{value:.{max(4, len(str(n)))}f}"
-    wrong = (1.0 - value) * n
-    if 0.0 <= value <= 1.0 and abs(wrong - round(wrong)) < 1e-6 * n:
-        text += f" ({round(wrong):,} of {n:,} wrong)"
-    return text
+    return f"{value:.{max(4, len(str(int(examples))))}f}"
+
+
+def wrong_count(fraction: float, examples: float) -> int | None:
+    """How many examples a per-example score (exact match, accuracy) got wrong; None when `fraction` is
+    not a whole number of `examples`, so it cannot be such a score."""
+    wrong = (1.0 - fraction) * examples
+    return round(wrong) if 0.0 <= fraction <= 1.0 and abs(wrong - round(wrong)) < 1e-6 else None
 
 
 def _format_metrics(metrics: dict[str, Any]) -> str:
-    """Every summary metric (per-position details left out), with the example count of its split."""
+    """Every summary metric (per-position details left out), with the digits its split's example count needs."""
     parts = []
     for key, value in metrics.items():
         parsed = parse_metric_key(key)
@@ -195,13 +207,20 @@ def _format_metrics(metrics: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _summary(task: str, primary: str, final: dict[str, Any], run_dir: Path) -> str:
+def _summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
+    """The end-of-run line. A higher-is-better primary score that is a whole number of examples (the
+    built-in exact match and accuracy) also says how many were wrong, so 7 errors never read as none."""
+    primary = config.primary_metric
     parsed = parse_metric_key(primary)
     examples = final.get(metric_key(parsed.split, EXAMPLES)) if parsed else None
+    value = final[primary]
     over = f" over {examples:,.0f} examples" if examples else ""
+    wrong = wrong_count(value, examples) if examples and config.higher_is_better else None
+    if wrong is not None:
+        over = f" ({wrong:,} of {examples:,.0f} wrong)"
     return (
-        f"{task}: {final['step']} steps in {final['elapsed']:.1f}s; "
-        f"{primary} {format_value(final[primary], examples)}{over}; final loss {final['loss']:.4f}; run in {run_dir}"
+        f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
+        f"{primary} {format_value(value, examples)}{over}; final loss {final['loss']:.4f}; run in {run_dir}"
     )
 
 
