@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import is_count_of, read_metrics
+from train_helpers import TINY, is_count_of, read_metrics
 
 from gpt_tasks import get_task, list_tasks
 from gpt_viz import RunLayout
@@ -69,6 +69,24 @@ def test_eval_prints_the_metrics_of_a_saved_run(cli, tiny_run):
 def test_eval_on_the_train_split_with_a_limit(cli, tiny_run):
     metrics = json.loads(cli("eval", tiny_run, "--split", "train", "--limit", "100", "--json").out)
     assert metrics["examples"] == 100
+
+
+@pytest.mark.parametrize(
+    "model",
+    [["pos=rope"], ["pos=none"], ["pos=rope", "randomized_positions=true", "max_positions=32"],
+     ["pos=learned", "randomized_positions=true", "max_positions=32"]],
+    ids=["rope", "none", "randomized-rope", "randomized-learned"],
+)  # fmt: skip
+def test_eval_scores_runs_longer_than_trained(cli, tmp_path, model):
+    """Length generalisation from the command line: trained on lengths 2-4 with the separator, scored at 10."""
+    options = ["separator=true", "min_length=2", *model]
+    run = cli(*TINY, "--steps", "10", *(a for o in options for a in ("--set", o)), "--out", tmp_path / "run")
+    assert run.code == 0, run.err
+    result = cli("eval", tmp_path / "run", "--set", "length=10", "--limit", "50", "--json")
+    assert result.code == 0, result.err
+    metrics = json.loads(result.out)
+    assert metrics["examples"] == 50 and "position_9_accuracy" in metrics
+    assert is_count_of(metrics["exact_match"], 50)
 
 
 def test_sample_continues_each_prompt(cli, tiny_run):

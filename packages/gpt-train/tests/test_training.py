@@ -60,9 +60,16 @@ def test_optimizer_uses_the_fused_adamw_kernel_on_cpu():
     assert optimizer.defaults["fused"] is True
 
 
-def test_same_seed_and_flags_give_bit_identical_metrics(cli, tmp_path):
+# Randomized positions draw from the global RNG in every training forward, and mixed lengths draw each
+# batch's length: both must leave seeded runs and resumes bit-identical.
+RANDOMIZED = ["--set", "pos=learned", "--set", "randomized_positions=true", "--set", "max_positions=24",
+              "--set", "separator=true", "--set", "min_length=2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", [[], RANDOMIZED], ids=["plain", "randomized"])
+def test_same_seed_and_flags_give_bit_identical_metrics(cli, tmp_path, extra):
     for name in ("a", "b"):
-        assert cli(*TINY, "--out", tmp_path / name).code == 0
+        assert cli(*TINY, *extra, "--out", tmp_path / name).code == 0
     strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
     assert strip(read_metrics(tmp_path / "a")) == strip(read_metrics(tmp_path / "b"))
 
@@ -93,9 +100,10 @@ def interrupt_at(trainer: Trainer, step: int):
 GROKFAST = ["--set", "grokfast_lambda=2", "--set", "grokfast_alpha=0.9"]
 
 
-@pytest.mark.parametrize("extra", [[], GROKFAST], ids=["plain", "grokfast"])
+@pytest.mark.parametrize("extra", [[], GROKFAST, RANDOMIZED], ids=["plain", "grokfast", "randomized"])
 def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, extra):
-    """With Grokfast on, its gradient averages travel in the checkpoint: restarting them would change the weights."""
+    """With Grokfast on, its gradient averages travel in the checkpoint: restarting them would change the weights.
+    Randomized positions continue the checkpointed global RNG stream."""
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert cli(*TINY, *extra, "--out", whole).code == 0
     assert cli(*TINY, *extra, "--out", split, "--steps", "1").code == 0  # lay out the run directory and config
@@ -109,7 +117,7 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, 
     assert (outcome.reason, outcome.step) == ("interrupted", 17)
     interrupted = load_checkpoint(split / RunLayout.CHECKPOINT, "sort")
     assert interrupted.step == 17
-    assert set(interrupted.grokfast) == (set(interrupted.model) if extra else set())
+    assert set(interrupted.grokfast) == (set(interrupted.model) if extra == GROKFAST else set())
 
     assert cli("run", "--resume", split, "--quiet").code == 0
     expected, resumed = tensors_of(whole), tensors_of(split)
