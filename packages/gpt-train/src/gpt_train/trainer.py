@@ -76,6 +76,13 @@ def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
 
 
+def initial_model(config: RunConfig, device: torch.device | str = "cpu") -> GPT:
+    """The model a run starts from. Its draws are seeded by the run's settings alone, so step 0 of any run
+    can be rebuilt from its config.json (the experiments read the initial weights this way)."""
+    torch.manual_seed(config.train.seed)
+    return GPT(config.model).to(device)
+
+
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:
     """Every metric of every split, under its metric key (`heldout_exact_match`)."""
     metrics = {}
@@ -177,8 +184,7 @@ class Trainer:
         self.on_step = on_step
         self.stop = StopRequest()
         self.record = Record(run)
-        torch.manual_seed(self.settings.seed)
-        self.model = GPT(run.config.model).to(run.device)
+        self.model = initial_model(run.config, run.device)
         self.optimizer = make_optimizer(self.model, self.settings)
         s = self.settings
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
