@@ -143,17 +143,23 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
     show_default=True,
     help="Task metric without its split; plots train_METRIC and heldout_METRIC.",
 )
+@click.option("--loss", help="Task loss without its split (loss): adds a panel of train_LOSS and heldout_LOSS.")
+@click.option("--progress", help="A metric key (train_fourier_top5_share): adds its curve under the accuracy.")
 @click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/grokking.png].")
 @SVG_OPTION
-def grokking_command(run_dir: Path, metric: str, out: Path | None, svg: bool) -> None:
-    """Train and held-out accuracy (or --metric), marking where each reaches 0.99.
+def grokking_command(
+    run_dir: Path, metric: str, loss: str | None, progress: str | None, out: Path | None, svg: bool
+) -> None:
+    """Train and held-out accuracy (or --metric), marking where each reaches 0.99, on a log step axis.
 
     \b
     Example:
       gpt-viz grokking runs/modular-addition --out grokking.png
+      gpt-viz grokking runs/modular-addition --loss loss --progress train_fourier_top5_share
       gpt-viz grokking runs/addition --metric exact_match
     """
-    _save_and_report(grokking(run_dir, metric=metric), out or RunLayout(run_dir).grokking_picture, svg)
+    figure = grokking(run_dir, metric=metric, loss=loss, progress=progress)
+    _save_and_report(figure, out or RunLayout(run_dir).grokking_picture, svg)
 
 
 def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:
