@@ -116,6 +116,15 @@ def test_existing_lists_the_run_files_present_in_files_order(tmp_path):
     assert layout.existing() == [layout.metrics, layout.attention]
 
 
+def test_a_tasks_files_are_named_by_their_parameter_and_listed_after_the_run_files(tmp_path):
+    layout = RunLayout(tmp_path)
+    assert layout.task_file("tokenizer_file") == tmp_path / "task.tokenizer_file"
+    assert RunLayout.task_file_name("tokenizer_file") == "task.tokenizer_file"
+    for path in (layout.task_file("vocab"), layout.config, layout.task_file("merges"), tmp_path / "taskless.txt"):
+        path.write_text("x")
+    assert layout.existing() == [layout.config, layout.task_file("merges"), layout.task_file("vocab")]
+
+
 def test_existing_of_a_missing_directory_is_empty(tmp_path):
     assert RunLayout(tmp_path / "nowhere").existing() == []
 

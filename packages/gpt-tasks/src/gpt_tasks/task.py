@@ -97,6 +97,12 @@ class Task(ABC):
         (n_layer, n_head, ...): the task fixes those two, so no defaults() block restates them."""
         return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, **shape)
 
+    def files(self) -> dict[str, bytes]:
+        """Files this task needs to be rebuilt exactly that its parameters cannot hold inline (a trained
+        tokenizer), by the name of the parameter that points at each. A trainer keeps each beside the run
+        and, when it rebuilds the task, sets that parameter to the kept file's path. Default: none."""
+        return {}
+
     @abstractmethod
     def example_prompts(self) -> list[str]:
         """A few prompts for sampling from a trained model."""

@@ -49,10 +49,14 @@ class RunConfig:
     higher_is_better: bool
     eval_splits: tuple[str, ...] = (HELDOUT,)
     versions: dict[str, str] = field(default_factory=dict)
+    task_files: tuple[str, ...] = ()
+    """Task parameters that point at a file kept in the run directory (Task.files(), RunLayout.task_file):
+    config.json names the kept file, and `load` points the parameter at it wherever the directory now is."""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["eval_splits"] = list(self.eval_splits)
+        data["task_files"] = list(self.task_files)
         return data
 
     def save(self, run_dir: Path) -> None:
@@ -65,15 +69,18 @@ class RunConfig:
             raise ConfigError(f"{run_dir} is not a run directory (no {path.name})")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            task_files = tuple(data.get("task_files", ()))
+            kept = {name: str(RunLayout(run_dir).task_file(name)) for name in task_files}
             return cls(
                 task=data["task"],
-                task_params=data["task_params"],
+                task_params=data["task_params"] | kept,
                 model=GPTConfig.from_dict(data["model"]),
                 train=TrainSettings(**data["train"]),
                 primary_metric=data["primary_metric"],
                 higher_is_better=data["higher_is_better"],
                 eval_splits=tuple(data["eval_splits"]),
                 versions=data.get("versions", {}),
+                task_files=task_files,
             )
         except (ValueError, KeyError, TypeError, OSError) as error:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
@@ -165,15 +172,17 @@ def resolve_run_config(task_name: str, values: dict[str, Any]) -> tuple[RunConfi
     task = make_task(task_name, routed.task)
     defaults = task.defaults()
     shape = {"vocab_size": task.vocab_size, "block_size": task.block_size}  # the task's, whatever defaults say
+    task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
-        task_params=dataclasses.asdict(task.params),
+        task_params=dataclasses.asdict(task.params) | {name: RunLayout.task_file_name(name) for name in task_files},
         model=override(defaults.model, routed.model | shape, "model shape"),
         train=override(defaults.train, routed.train, "training setting"),
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
         eval_splits=tuple(task.eval_splits),
         versions=installed_versions(),
+        task_files=task_files,
     )
     return config, task
 

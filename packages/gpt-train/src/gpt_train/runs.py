@@ -108,6 +108,8 @@ def new_run(
     lock = None
     if rank.is_main:
         lock = _prepare_directory(layout, force)
+        for name, data in task.files().items():
+            write_atomically(layout.task_file(name), data)
         config.save(layout.root)
     return Run(config, task, layout, device, rank, resume=False, lock=lock)
 
@@ -224,10 +226,15 @@ class MetricsLog:
 
 
 def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` as JSON through a temporary file, so a reader never sees half of it."""
+    write_atomically(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def write_atomically(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file, so a reader never sees half of it."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError as error:
         raise RunDirError(f"cannot write {path} ({describe(error)})") from None

@@ -92,7 +92,10 @@ class RunLayout:
     GROKKING_PICTURE = "grokking.png"
 
     FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
-    """Every file a run writes: what `--force` removes."""
+    """Every file a run writes under a fixed name; with the task files, what `--force` removes."""
+    TASK_FILE_PREFIX = "task."
+    """A task's own files (`Task.files()`: a trained tokenizer, say), one per task parameter that points at it,
+    named `task.<parameter>` (`task.tokenizer_file`)."""
 
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))
@@ -106,6 +109,16 @@ class RunLayout:
     attention_picture = _path_of(ATTENTION_PICTURE)
     grokking_picture = _path_of(GROKKING_PICTURE)
 
+    @classmethod
+    def task_file_name(cls, parameter: str) -> str:
+        """The name, in a run directory, of the task file that task parameter `parameter` points at."""
+        return cls.TASK_FILE_PREFIX + parameter
+
+    def task_file(self, parameter: str) -> Path:
+        """The path of the task file that task parameter `parameter` points at."""
+        return self.root / self.task_file_name(parameter)
+
     def existing(self) -> list[Path]:
-        """The run files present in the directory, in FILES order."""
-        return [self.root / name for name in self.FILES if (self.root / name).exists()]
+        """The run files present in the directory, in FILES order, then the task files, sorted by name."""
+        named = [self.root / name for name in self.FILES if (self.root / name).exists()]
+        return named + sorted(self.root.glob(self.task_file_name("*")))
