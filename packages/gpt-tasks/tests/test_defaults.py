@@ -13,7 +13,8 @@ from gpt_tasks import Defaults, TrainSettings, get_task, list_tasks
 @pytest.fixture
 def builtin_tasks(sort_task, addition_task, modadd_task, corpus_file):
     shakespeare = get_task("shakespeare", data=str(corpus_file))  # default block_size and chunk_size
-    return [sort_task, addition_task, modadd_task, shakespeare]
+    text = get_task("text", data=str(corpus_file))
+    return [sort_task, addition_task, modadd_task, shakespeare, text]
 
 
 def test_every_builtin_task_is_covered(builtin_tasks):
@@ -39,7 +40,7 @@ def _differences(value, default) -> dict:
 def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
     """The measured recipes, pinned: a change to TrainSettings' or GPTConfig's own defaults must not
     silently change what `gpt-train run --task NAME` trains."""
-    sort, addition, modadd, shakespeare = builtin_tasks
+    sort, addition, modadd, shakespeare, text = builtin_tasks
     base_model = GPTConfig(vocab_size=1, block_size=1)
     expected = {
         sort: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3}),
@@ -59,6 +60,7 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
             },
         ),
         shakespeare: ({}, {"batch_size": 12, "eval_limit": 200}),
+        text: ({}, {"batch_size": 12, "eval_limit": 200, "final_eval_limit": 4096}),
     }
     for task, (model, train) in expected.items():
         defaults = task.defaults()

@@ -10,7 +10,7 @@ import pytest
 
 from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, TaskError, get_task, list_tasks
 
-BUILTINS = {"sort", "addition", "modadd", "shakespeare"}
+BUILTINS = {"sort", "addition", "modadd", "shakespeare", "text"}
 
 TASK_MODULE = """
 from gpt_tasks import hookimpl

@@ -55,3 +55,19 @@ def test_scoring_runs_without_gradients():
 
     score_examples(Spy(1.0), torch.arange(4), make_batch, "cpu", 2)
     assert seen == [(False, False), (False, False)]
+
+
+def test_examples_that_score_different_numbers_of_targets_weigh_each_target_alike():
+    """Example i scores i + 1 targets, all right for a token-0 model: the loss is the mean over targets."""
+
+    def uneven(ids: torch.Tensor) -> Batch:
+        inputs = torch.zeros(len(ids), 4, dtype=torch.long)
+        targets = torch.full_like(inputs, IGNORE_INDEX)
+        for row, i in enumerate(ids.tolist()):
+            targets[row, : i + 1] = 0 if i < 3 else 1  # examples 0-2 right (6 targets), example 3 wrong (4)
+        return Batch(inputs, targets)
+
+    scores = score_examples(Constant(margin=math.log(4.0)), torch.arange(4), uneven, "cpu", chunk_size=2)
+    assert scores.targets == 10 and scores.examples == 4
+    assert scores.loss == pytest.approx((6 * math.log(2) + 4 * math.log(8)) / 10, rel=1e-6)
+    assert scores.accuracy == pytest.approx(0.6)

@@ -1,4 +1,5 @@
-"""shakespeare: loading (path, cache, verified download), windows, and the loss evaluation.
+"""shakespeare, the named case of text: loading (path, cache, verified download), its own split, windows,
+the loss evaluation, and what its params record.
 
 The tests run on generated random text; only the integration test reads the real corpus, from
 the monorepo's shared data folder, and it never puts any of its text in this file.
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from gpt_core import IGNORE_INDEX
-from gpt_tasks import ParamError, get_task
+from gpt_tasks import ParamError, get_task, is_heldout
 from gpt_tasks.builtin import shakespeare
 
 SHARED_CORPUS = Path(__file__).parents[3].parent / "shared/data/tinyshakespeare.txt"
@@ -52,7 +53,7 @@ def test_cache_in_xdg_cache_home_is_used_without_the_network(tmp_path, corpus_fi
     assert shakespeare.cache_path() == cached
     cached.parent.mkdir(parents=True)
     cached.write_bytes(corpus_file.read_bytes())
-    assert get_task("shakespeare").vocab_size == len(set(corpus_file.read_text()))
+    assert get_task("shakespeare").vocab_size == len(set(corpus_file.read_text())) + 1  # and the unknown token
 
 
 def test_download_with_the_wrong_sha256_is_refused_and_deleted(tmp_path, monkeypatch):
@@ -68,7 +69,7 @@ def test_verified_download_lands_in_the_cache(tmp_path, monkeypatch, corpus_file
     monkeypatch.setattr(shakespeare, "urlopen", serve(payload))
     task = get_task("shakespeare")
     assert (tmp_path / "xdg-cache" / "gpt-tasks" / "tinyshakespeare.txt").read_bytes() == payload
-    assert task.vocab_size == len(set(payload.decode()))
+    assert task.vocab_size == len(set(payload.decode())) + 1
 
 
 @pytest.mark.parametrize("error", [URLError("no route to host"), TimeoutError("timed out"), ConnectionRefusedError()])
@@ -81,9 +82,10 @@ def test_network_errors_become_the_supply_it_yourself_error(monkeypatch, error):
         get_task("shakespeare")
 
 
-def test_vocabulary_is_the_sorted_characters_and_round_trips(shakespeare_task, corpus_file):
+def test_vocabulary_is_the_sorted_characters_then_the_unknown_token_and_round_trips(shakespeare_task, corpus_file):
     text = corpus_file.read_text()
-    assert shakespeare_task.vocab.alphabet == "".join(sorted(set(text)))
+    alphabet = "".join(sorted(set(text)))  # every character of the generated text is in a training chunk
+    assert shakespeare_task.params.alphabet == alphabet and shakespeare_task.vocab_size == len(alphabet) + 1
     sample = text[1000:1100]
     assert shakespeare_task.decode(shakespeare_task.encode(sample)) == sample
     with pytest.raises(ValueError, match="not in the vocabulary: '~'"):
@@ -102,23 +104,23 @@ def test_batch_targets_are_the_next_characters_at_every_position(shakespeare_tas
         assert shakespeare_task.decode(targets) == text[start + 1 : start + 9]
 
 
-def test_evaluate_reports_loss_and_bits_per_char(shakespeare_task, tiny_model):
+def test_evaluate_reports_loss_and_bits_per_char_and_byte(shakespeare_task, tiny_model):
     model = tiny_model(shakespeare_task)
     sampled = shakespeare_task.evaluate(model, "heldout", "cpu", limit=50)
     assert sampled["examples"] == 50
     assert sampled["loss"] == pytest.approx(math.log(shakespeare_task.vocab_size), abs=0.1)  # untrained
-    assert sampled["bits_per_char"] == pytest.approx(sampled["loss"] / math.log(2))
+    assert sampled["bits_per_char"] == pytest.approx(sampled["loss"] / math.log(2))  # one character per token
+    assert sampled["bits_per_byte"] == pytest.approx(sampled["bits_per_char"])  # ASCII: one byte per character
     assert shakespeare_task.evaluate(model, "heldout", "cpu", limit=50) == sampled  # a fixed sample
 
 
-def test_full_evaluation_uses_every_non_overlapping_window_of_the_split(shakespeare_task, tiny_model):
+def test_full_evaluation_scores_every_character_of_each_heldout_chunk_but_the_first_once(shakespeare_task, tiny_model):
     chunks = shakespeare_task.chunks("heldout")
-    expected = int(((shakespeare_task.chunk_lengths[chunks] - 1) // 8).sum())  # 3 windows per 32-char chunk
-    starts = shakespeare_task.evaluation_starts("heldout", None)
-    assert len(starts) == expected == 3 * len(chunks)
-    assert (starts.diff() > 0).all()
+    windows = shakespeare_task.evaluation_windows("heldout", None)
+    assert len(windows) == 4 * len(chunks)  # 31 targets per 32-character chunk, windows of 8
+    assert shakespeare_task.scored_text(windows) == (31 * len(chunks), 31 * len(chunks))
     metrics = shakespeare_task.evaluate(tiny_model(shakespeare_task), "heldout", "cpu")
-    assert metrics["examples"] == expected and metrics["loss"] > 0
+    assert metrics["examples"] == len(windows) and metrics["loss"] > 0
 
 
 def test_learned_positions_cannot_evaluate_windows_longer_than_trained(shakespeare_task, tiny_model):
@@ -142,8 +144,8 @@ def recorded_params(task) -> dict:
 
 def test_params_after_construction_hold_the_alphabet_and_the_corpus_sha256(small_corpus):
     task = get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8)
-    text = small_corpus.read_text()
-    assert task.params.alphabet == "".join(sorted(set(text))) == task.vocab.alphabet
+    assert task.params.alphabet == task.tokenizer.alphabet
+    assert set(task.params.alphabet) <= set(small_corpus.read_text())
     assert task.params.corpus_sha256 == hashlib.sha256(small_corpus.read_bytes()).hexdigest()
 
 
@@ -151,8 +153,9 @@ def test_a_task_rebuilt_from_recorded_params_has_the_same_vocabulary_tokens_and_
     first = get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8)
     again = get_task("shakespeare", **recorded_params(first))
     assert again.params == first.params
-    assert again.vocab.alphabet == first.vocab.alphabet
-    assert torch.equal(again.tokens, first.tokens) and torch.equal(again.heldout, first.heldout)
+    assert again.tokenizer.identity() == first.tokenizer.identity()
+    assert again.cache.root == first.cache.root
+    assert all(torch.equal(again.chunks(split), first.chunks(split)) for split in ("train", "heldout"))
 
 
 def _append_xyz(text: str) -> str:
@@ -178,7 +181,7 @@ def test_a_corpus_changed_after_training_is_refused_in_one_line(small_corpus, ed
 def test_a_given_alphabet_is_the_vocabulary_even_if_the_text_would_sort_differently(small_corpus):
     alphabet = "".join(sorted(set(small_corpus.read_text()), reverse=True))
     task = get_task("shakespeare", data=str(small_corpus), chunk_size=32, block_size=8, alphabet=alphabet)
-    assert task.vocab.alphabet == task.params.alphabet == alphabet
+    assert task.tokenizer.alphabet == task.params.alphabet == alphabet
     assert task.encode(alphabet[:3]) == [0, 1, 2]
 
 
@@ -198,6 +201,16 @@ def test_too_short_a_text_for_both_splits_is_refused(tmp_path):
         get_task("shakespeare", data=str(path))
 
 
+def test_its_chunks_are_held_out_with_its_own_salt_not_texts(corpus_file):
+    """shakespeare keeps the chunks it always held out; text on the same file holds out others."""
+    shakespeare_task = get_task("shakespeare", data=str(corpus_file), chunk_size=32, block_size=8)
+    text_task = get_task("text", data=str(corpus_file), chunk_size=32, block_size=8)
+    text = corpus_file.read_text()
+    expected = [i for i in range(6250) if is_heldout(text[32 * i : 32 * (i + 1)].encode(), 0.1, b"shakespeare")]
+    assert shakespeare_task.chunks("heldout").tolist() == expected
+    assert text_task.chunks("heldout").tolist() != expected
+
+
 def test_bad_params_are_refused():
     with pytest.raises(ParamError, match="chunk_size"):
         get_task("shakespeare", block_size=64, chunk_size=64)
@@ -206,8 +219,8 @@ def test_bad_params_are_refused():
 @pytest.mark.skipif(not SHARED_CORPUS.is_file(), reason=f"tiny-shakespeare not present at {SHARED_CORPUS}")
 def test_the_real_corpus_has_65_characters_and_a_tenth_of_its_chunks_held_out():
     task = get_task("shakespeare", data=str(SHARED_CORPUS))
-    assert task.vocab_size == 65
-    assert len(task.chunk_starts) == 1090
-    assert abs(float(task.heldout.float().mean()) - 0.1) < 0.01
+    assert task.vocab_size == 65 + 1  # every character occurs in a training chunk; and the unknown token
+    assert len(task.chunk_offsets) == 1090 and len(task.chunks("heldout")) == 109
+    assert len(task.evaluation_windows("heldout", None)) == 1744  # 109 chunks of 1,023 targets, windows of 64
     assert len(task.attention_example()) == 64
-    assert all(set(prompt) <= set(task.vocab.alphabet) for prompt in task.example_prompts())
+    assert all(set(prompt) <= set(task.params.alphabet) for prompt in task.example_prompts())

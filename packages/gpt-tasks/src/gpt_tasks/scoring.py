@@ -19,13 +19,14 @@ from gpt_tasks.task import Batch, evaluating
 
 @dataclass(frozen=True)
 class Scores:
-    """loss: the mean over examples of each chunk's mean cross-entropy (nats per scored token);
+    """loss: the mean cross-entropy over every scored target (nats per scored token);
     accuracy: the fraction of scored targets that are the model's most likely token;
-    examples: how many examples were scored."""
+    examples: how many examples were scored; targets: how many targets (loss * targets is the total)."""
 
     loss: float
     accuracy: float
     examples: int
+    targets: int
 
 
 def score_examples(
@@ -35,8 +36,9 @@ def score_examples(
     device: torch.device | str,
     chunk_size: int,
 ) -> Scores:
-    """Score `model` on `examples` (N,), `chunk_size` at a time, each chunk made into a Batch by
-    `make_batch`, in eval mode without gradients."""
+    """Score `model` on `examples` (N, ...), `chunk_size` at a time, each chunk made into a Batch by
+    `make_batch`, in eval mode without gradients. Examples may score different numbers of targets: the
+    loss weighs every scored target alike."""
     total_loss, correct, scored = 0.0, 0, 0
     with evaluating(model):
         for chunk in examples.split(chunk_size):
@@ -44,7 +46,7 @@ def score_examples(
             mask = batch.targets != IGNORE_INDEX  # (n, T)
             logits = model(batch.inputs).logits[mask].float()  # (scored, V)
             targets = batch.targets[mask]  # (scored,)
-            total_loss += float(cross_entropy(logits, targets)) * len(chunk)
+            total_loss += float(cross_entropy(logits, targets)) * len(targets)
             correct += int((logits.argmax(dim=-1) == targets).sum())
             scored += len(targets)
-    return Scores(loss=total_loss / len(examples), accuracy=correct / scored, examples=len(examples))
+    return Scores(loss=total_loss / scored, accuracy=correct / scored, examples=len(examples), targets=scored)

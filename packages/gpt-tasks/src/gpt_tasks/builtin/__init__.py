@@ -4,6 +4,7 @@ from gpt_tasks.builtin.addition import AdditionTask
 from gpt_tasks.builtin.modadd import ModAddTask
 from gpt_tasks.builtin.shakespeare import ShakespeareTask
 from gpt_tasks.builtin.sort import SortTask
+from gpt_tasks.builtin.text import TextTask
 from gpt_tasks.hooks import hookimpl
 
 
@@ -13,3 +14,4 @@ def register_tasks(register):
     register(AdditionTask)
     register(ModAddTask)
     register(ShakespeareTask)
+    register(TextTask)

@@ -1,0 +1,358 @@
+"""text: a language model on the user's own corpus, with character, byte or byte-level BPE tokens.
+
+The corpus (`data`: a UTF-8 file, or a directory read through `glob`) is cut into chunks of
+`chunk_size` characters, and a chunk is held out when the blake2b hash of its UTF-8 bytes says so
+(about `heldout_fraction` of them), as shakespeare always did. The tokenizer is learned from the
+training chunks only (a character alphabet, or a BPE), so nothing about the held-out text leaks into
+it. Every chunk is tokenized on its own, once, into the token cache (`gpt_tasks.text.cache`), and
+training reads windows of block_size + 1 tokens, each wholly inside one training chunk, straight from
+its memmap: the corpus is never held in memory.
+
+Evaluation scores every token of each held-out chunk but its first (the first needs a context), in
+windows of block_size tokens, each token once. Loss in nats per token depends on the tokenizer; bits
+per character and per byte do not (a token counts the characters and bytes of the text it decodes to),
+so runs with different tokenizers on one corpus rank by them.
+
+A run records what it needs to be rebuilt exactly: `corpus_sha256` (an edited corpus is then refused
+in one line), and the tokenizer: the char alphabet in `alphabet`, the BPE as a file (`files()` hands it
+to the trainer, which keeps it in the run directory and points `tokenizer_file` at it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.scoring import score_examples
+from gpt_tasks.splits import is_heldout
+from gpt_tasks.task import SPLITS, Batch, Task
+from gpt_tasks.text.cache import cache_root, cached_tokenizer, key_of, prepare, say
+from gpt_tasks.text.corpus import Corpus, chunks
+from gpt_tasks.text.tokenizer import (
+    MIN_BPE_VOCAB,
+    BpeTokenizer,
+    ByteTokenizer,
+    CharTokenizer,
+    Tokenizer,
+    learn_alphabet,
+    token_sizes,
+    train_bpe,
+)
+from gpt_tasks.training import Defaults, TrainSettings
+
+DEFAULT_BPE_VOCAB = 1024
+EVAL_BATCH = 256  # windows per forward pass
+FINAL_EVAL_WINDOWS = 4096  # a final evaluation's default sample (tiny-shakespeare has 1,744 held-out windows)
+PROMPT_TOKENS = 8
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+@dataclass(frozen=True)
+class TextParams:
+    """`corpus_sha256`, `alphabet` (char) and `tokenizer_file` (bpe) are resolved from the corpus when left
+    empty (the task's `params` then hold them); given, they pin the text and the tokenizer of a run."""
+
+    data: str = ""
+    glob: str = "**/*.txt"
+    tokenizer: Literal["char", "byte", "bpe"] = "char"
+    vocab_size: int | None = None
+    block_size: int = 64
+    chunk_size: int = 1024
+    heldout_fraction: float = 0.1
+    in_memory: bool = False
+    cache_dir: str = ""
+    alphabet: str = ""
+    tokenizer_file: str = ""
+    corpus_sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {self.block_size}")
+        if self.chunk_size <= self.block_size:
+            raise ValueError(
+                f"chunk_size ({self.chunk_size}) must be larger than block_size ({self.block_size}): "
+                "a window of block_size + 1 tokens must fit inside one chunk"
+            )
+        if not 0.0 < self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if self.tokenizer not in ("char", "byte", "bpe"):
+            raise ValueError(f"tokenizer must be one of char, byte, bpe, got {self.tokenizer!r}")
+        self._only_with("bpe", vocab_size=self.vocab_size is not None, tokenizer_file=bool(self.tokenizer_file))
+        self._only_with("char", alphabet=bool(self.alphabet))
+        if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
+            raise ValueError(f"vocab_size must be at least {MIN_BPE_VOCAB} (the 256 bytes and a merge)")
+        if len(set(self.alphabet)) != len(self.alphabet):
+            raise ValueError(f"alphabet must not repeat a character, got {self.alphabet!r}")
+        if self.corpus_sha256 and not re.fullmatch(r"[0-9a-f]{64}", self.corpus_sha256):
+            raise ValueError(f"corpus_sha256 must be 64 lowercase hex digits, got {self.corpus_sha256!r}")
+
+    def _only_with(self, tokenizer: str, **given: bool) -> None:
+        for name, is_given in given.items():
+            if is_given and self.tokenizer != tokenizer:
+                raise ValueError(f"{name} belongs to tokenizer={tokenizer}, not tokenizer={self.tokenizer}")
+
+
+class TextTask(Task):
+    name = "text"
+    description = "language model on your own text (--data FILE or DIR): char, byte or BPE tokens, bits per char"
+    Params = TextParams
+    primary_metric = "bits_per_char"
+    higher_is_better = False
+    SALT: ClassVar[bytes] = b"text"
+    """The split hash's salt: a named case of text keeps its own, and with it its own held-out chunks."""
+    CORPUS_NOUN: ClassVar[str] = "text corpus"
+    FINAL_EVAL_LIMIT: ClassVar[int | None] = FINAL_EVAL_WINDOWS
+    """Windows of the final evaluation (None: every held-out window); a large corpus holds millions."""
+
+    def __init__(self, params: TextParams):
+        corpus = Corpus.find(self.corpus_path(params), params.glob, self.CORPUS_NOUN)
+        digest = corpus.sha256()  # reading it checks that it is text
+        window = params.block_size + 1
+        if corpus.size < window:  # no tokenizer makes more tokens than bytes: refused before any preparation
+            raise ValueError(f"the corpus ({corpus.size:,} bytes) is smaller than a training window of {window} tokens")
+        if params.corpus_sha256 and params.corpus_sha256 != digest:
+            raise ValueError(
+                f"the corpus at {corpus.path} has changed since this run was trained "
+                f"(sha256 {digest}, recorded {params.corpus_sha256})"
+            )
+        split = {"corpus_sha256": digest, "chunk_size": params.chunk_size, "salt": self.SALT.hex()}
+        root = cache_root(params.cache_dir)
+        self.tokenizer, tokenizer_file = self._tokenizer(params, corpus, split, root)
+        self.cache = prepare(
+            root / key_of(split | {"tokenizer_sha256": self.tokenizer.identity()}),
+            lambda: chunks(corpus.texts(), params.chunk_size),
+            self.tokenizer,
+            self.SALT,
+            corpus.size,
+            params.in_memory,
+        )
+        super().__init__(self._resolved(params, digest, tokenizer_file))
+        self.char_counts, self.byte_counts = token_sizes(self.tokenizer)
+        self._index_chunks()
+        self._windows: dict[str, torch.Tensor] = {}
+
+    # the corpus and the tokenizer --------------------------------------------------------------
+    def corpus_path(self, params: TextParams) -> Path:
+        """Where the corpus is: `data`, which the text task cannot do without."""
+        if not params.data:
+            raise ValueError(
+                "the text task needs a corpus: --data PATH (a UTF-8 file, or a directory with --set glob=PATTERN)"
+            )
+        return Path(params.data).expanduser()
+
+    def _tokenizer(self, params: TextParams, corpus: Corpus, split: dict, root: Path) -> tuple[Tokenizer, str]:
+        """The tokenizer a run recorded, or the one learned from the training chunks (cached), and the
+        file that holds a BPE."""
+        kind = params.tokenizer
+        if kind == "byte":
+            return ByteTokenizer(), ""
+        if kind == "char" and params.alphabet:
+            return CharTokenizer(params.alphabet), ""
+        if kind == "bpe" and params.tokenizer_file:
+            return _read_bpe(Path(params.tokenizer_file).expanduser()), params.tokenizer_file
+        vocab_size = params.vocab_size or DEFAULT_BPE_VOCAB
+        settings = split | {"heldout_fraction": params.heldout_fraction, "tokenizer": kind, "vocab_size": vocab_size}
+        path = root / "tokenizers" / f"{key_of(settings)}.{kind}"
+
+        def learn() -> Tokenizer:
+            say(f"learning the {kind} tokenizer from the training chunks; it is kept at {path}")
+            texts = self._training_chunks(corpus, params)
+            return CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
+
+        tokenizer = cached_tokenizer(path, kind, learn)
+        return tokenizer, str(path) if kind == "bpe" else ""
+
+    def _training_chunks(self, corpus: Corpus, params: TextParams) -> Iterator[str]:
+        """The chunks of the training split, in order, with a progress bar over the corpus."""
+        bar = tqdm(total=corpus.size, unit="B", unit_scale=True, desc="training split", leave=False, disable=None)
+        with bar:
+            for chunk in chunks(corpus.texts(), params.chunk_size):
+                data = chunk.encode()
+                bar.update(len(data))
+                if not is_heldout(data, params.heldout_fraction, self.SALT):
+                    yield chunk
+
+    def _resolved(self, params: TextParams, digest: str, tokenizer_file: str) -> TextParams:
+        tokenizer = self.tokenizer
+        return dataclasses.replace(
+            params,
+            corpus_sha256=digest,
+            alphabet=tokenizer.alphabet if isinstance(tokenizer, CharTokenizer) else "",
+            tokenizer_file=tokenizer_file,
+            vocab_size=(params.vocab_size or DEFAULT_BPE_VOCAB) if params.tokenizer == "bpe" else None,
+        )
+
+    def files(self) -> dict[str, bytes]:
+        """A BPE is kept by the trainer beside the run (`tokenizer_file` then points at that copy)."""
+        return {"tokenizer_file": self.tokenizer.serialize()} if isinstance(self.tokenizer, BpeTokenizer) else {}
+
+    # chunks and windows --------------------------------------------------------------------------
+    def _index_chunks(self) -> None:
+        """The chunks that hold a window, by split; a corpus with no chunk on either side is refused."""
+        cache, window = self.cache, self.block_size + 1
+        lengths = np.diff(cache.offsets)
+        usable = lengths >= window
+        heldout = cache.hashes < self.params.heldout_fraction
+        self.chunk_offsets = torch.from_numpy(cache.offsets[:-1].copy())
+        self.chunk_tokens = torch.from_numpy(lengths)
+        self._chunks = {
+            "train": torch.from_numpy(np.flatnonzero(usable & ~heldout)),
+            "heldout": torch.from_numpy(np.flatnonzero(usable & heldout)),
+        }
+        size = f"{int(cache.chars.sum()):,} characters, {int(cache.offsets[-1]):,} tokens"
+        if cache.offsets[-1] < window:
+            raise ValueError(f"the corpus ({size}) is smaller than a training window of {window} tokens")
+        if not usable.any():
+            raise ValueError(
+                f"no chunk of {self.params.chunk_size} characters holds a window of {window} tokens "
+                "(block_size + 1); raise chunk_size or lower block_size"
+            )
+        for split in SPLITS:
+            if not len(self._chunks[split]):
+                raise ValueError(
+                    f"the corpus ({size}, {len(lengths):,} chunks of {self.params.chunk_size} characters) has no "
+                    f"{split} chunk holding a window; use a longer text or a smaller chunk_size"
+                )
+
+    def chunks(self, split: str) -> torch.Tensor:
+        """Numbers of the chunks in `split` that hold a window."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        return self._chunks[split]
+
+    def _gather(self, starts: torch.Tensor) -> torch.Tensor:
+        """The block_size + 1 tokens from each of `starts` (N,), read from the cache: (N, block_size + 1)."""
+        index = starts.numpy()[:, None] + np.arange(self.block_size + 1)
+        return torch.from_numpy(self.cache.tokens[index].astype(np.int64))
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        train = self.chunks("train")
+        chunk = train[torch.randint(len(train), (batch_size,), generator=generator)]
+        n_offsets = self.chunk_tokens[chunk] - self.block_size  # windows that fit in each chunk
+        offsets = (torch.rand(batch_size, generator=generator) * n_offsets).long().clamp_(max=n_offsets - 1)
+        seq = self._gather(self.chunk_offsets[chunk] + offsets)
+        return Batch(seq[:, :-1], seq[:, 1:])
+
+    def evaluation_windows(self, split: str, limit: int | None, seed: int = 0) -> torch.Tensor:
+        """(N, 2): the start of each evaluation window and how many of its first targets an earlier window
+        of the chunk already scored. All of the split's windows, or a fixed-seed sample of `limit`."""
+        if split not in self._windows:
+            self._windows[split] = self._all_windows(self.chunks(split))
+        windows = self._windows[split]
+        if limit is None or limit >= len(windows):
+            return windows
+        generator = torch.Generator().manual_seed(seed)
+        return windows[torch.randperm(len(windows), generator=generator)[:limit].sort().values]
+
+    def _all_windows(self, chunks: torch.Tensor) -> torch.Tensor:
+        """Windows that score tokens 1 .. n-1 of each chunk of n tokens once each: at 0, bs, 2 bs, ... and a
+        last one ending at the chunk's end, whose targets already scored are skipped."""
+        bs = self.block_size
+        n = self.chunk_tokens[chunks]
+        per_chunk = (n - 2) // bs + 1  # ceil((n - 1) / bs)
+        owner = torch.repeat_interleave(torch.arange(len(chunks)), per_chunk)
+        first = torch.cumsum(per_chunk, 0) - per_chunk
+        at = (torch.arange(len(owner)) - first[owner]) * bs  # where each window would start, unshifted
+        start = torch.minimum(at, n[owner] - 1 - bs)
+        return torch.stack((self.chunk_offsets[chunks][owner] + start, at - start), dim=1)
+
+    def window_batch(self, windows: torch.Tensor) -> Batch:
+        """Inputs and next-token targets of evaluation windows (N, 2); targets already scored are IGNORE_INDEX."""
+        seq = self._gather(windows[:, 0])
+        targets = seq[:, 1:].clone()
+        targets[torch.arange(self.block_size) < windows[:, 1:]] = IGNORE_INDEX
+        return Batch(seq[:, :-1], targets)
+
+    def scored_text(self, windows: torch.Tensor) -> tuple[int, int]:
+        """Characters and bytes of the text that the scored targets of `windows` decode to."""
+        chars = size = 0
+        for part in windows.split(4 * EVAL_BATCH):
+            targets = self.window_batch(part).targets
+            ids = targets[targets != IGNORE_INDEX].numpy()
+            chars += int(self.char_counts[ids].sum())
+            size += int(self.byte_counts[ids].sum())
+        return chars, size
+
+    def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        model.config.check_positions(self.block_size, "each evaluation window")
+        windows = self.evaluation_windows(split, limit)
+        scores = score_examples(model, windows, self.window_batch, device, EVAL_BATCH)
+        chars, size = self.scored_text(windows)
+        bits = scores.loss * scores.targets / math.log(2)
+        return {
+            "loss": scores.loss,
+            "bits_per_char": bits / chars,
+            "bits_per_byte": bits / size,
+            "examples": float(scores.examples),
+        }
+
+    # vocabulary ---------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def block_size(self) -> int:
+        return self.params.block_size
+
+    def encode(self, text: str) -> list[int]:
+        unknown = self.tokenizer.unknown_characters(text)
+        if unknown:
+            raise ValueError(
+                f"characters not in the vocabulary: {unknown!r} (the char tokenizer knows the "
+                f"{len(self.params.alphabet)} characters of the training chunks)"
+            )
+        return self.tokenizer.encode(text).tolist()
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def token_labels(self, ids: Sequence[int]) -> list[str]:
+        table = self.tokenizer.token_bytes()
+        return ["".join(_ESCAPES.get(ch, ch) for ch in table[i].decode("utf-8", "backslashreplace")) for i in ids]
+
+    # defaults and examples ----------------------------------------------------------------------
+    def defaults(self) -> Defaults:
+        return Defaults(
+            model=self.model_config(n_layer=4, n_head=4, n_embd=128),
+            train=TrainSettings(batch_size=12, eval_limit=200, final_eval_limit=self.FINAL_EVAL_LIMIT),
+        )
+
+    def heldout_text(self, n_tokens: int) -> str:
+        """The first `n_tokens` of the first held-out chunk that the vocabulary can encode back (a char
+        tokenizer's held-out text may hold characters it does not know)."""
+        first = None
+        for chunk in self.chunks("heldout").tolist():
+            start = int(self.chunk_offsets[chunk])
+            text = self.decode(self.cache.tokens[start : start + n_tokens].tolist())
+            if not self.tokenizer.unknown_characters(text):
+                return text
+            first = first if first is not None else text
+        return first
+
+    def example_prompts(self) -> list[str]:
+        return [self.heldout_text(PROMPT_TOKENS)]
+
+    def attention_example(self) -> str:
+        return self.heldout_text(self.block_size)
+
+
+def _read_bpe(path: Path) -> BpeTokenizer:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read tokenizer_file {path}: {error.strerror or error}") from None
+    try:
+        return BpeTokenizer(data)
+    except ValueError as error:
+        raise ValueError(f"tokenizer_file {path}: {error}") from None
