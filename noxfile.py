@@ -24,7 +24,7 @@ PACKAGES = {
     "gpt-core": [],
     "gpt-viz": [],
     "gpt-tasks": ["gpt-core"],
-    "gpt-train": ["gpt-core", "gpt-tasks", "gpt-viz"],
+    "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
 nox.options.sessions = ["tests", "plugin", "experiments", "lint"]
@@ -32,7 +32,9 @@ nox.options.reuse_existing_virtualenvs = False
 
 
 def package_dir(name: str) -> str:
-    return str(ROOT / "packages" / name)
+    """A package's directory, keeping any extras: gpt-tasks[bpe] -> .../packages/gpt-tasks[bpe]."""
+    base, bracket, extras = name.partition("[")
+    return str(ROOT / "packages" / base) + bracket + extras
 
 
 def install_packages(session: nox.Session, *names: str, extras: str = "") -> None:
@@ -61,7 +63,7 @@ def plugin(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def experiments(session: nox.Session) -> None:
     """Run every experiment in quick mode: checks the machinery end to end, not the accuracies."""
-    install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
+    install_packages(session, "gpt-core", "gpt-tasks[bpe]", "gpt-viz", "gpt-train")
     session.run("python", str(ROOT / "experiments" / "run_all.py"), "--quick", *session.posargs)
 
 

@@ -10,6 +10,12 @@ from train_helpers import TINY, Result
 from gpt_train.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(monkeypatch, tmp_path):
+    """Text tasks keep their token caches under $XDG_CACHE_HOME: a test's own folder, never the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
 @pytest.fixture
 def cli(capsys):
     """cli(*args) -> Result(exit code, stdout, stderr), through the real entry point."""

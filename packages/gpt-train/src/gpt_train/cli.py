@@ -107,7 +107,11 @@ def cli() -> None:
     metavar="KEY=VALUE",
     help="Override a task, model or training parameter (repeatable), e.g. --set pos=rope.",
 )
-@click.option("--data", type=click.Path(path_type=Path), help="Data file for tasks that read one (shakespeare).")
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path),
+    help="The corpus of tasks that read one: a UTF-8 file, or for text a directory (with --set glob=...).",
+)
 @click.option(
     "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
 )
@@ -131,6 +135,7 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
       gpt-train run --task sort --device cuda --steps 4000
       gpt-train run --task sort --set pos=rope --set n_layer=4 --out runs/sort-rope
       gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
+      gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
       gpt-train run --resume runs/sort-rope
       torchrun --nproc_per_node 4 -m gpt_train run --task sort --device cuda
     """

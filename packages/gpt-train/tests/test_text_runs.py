@@ -1,0 +1,142 @@
+"""Text runs through the CLI: a task's files (a trained BPE) are kept in the run directory and used by eval,
+sample and --resume wherever the directory goes; a directory corpus; every bad text input is one line,
+with nothing written."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from train_helpers import assert_one_line_error
+
+from gpt_viz import RunLayout
+
+pytest.importorskip("tokenizers", reason="the bpe extra (pip install 'gpt-tasks[bpe]') is not installed")
+
+WORDS = ["the", "night", "is", "young", "and", "so", "are", "we", "naïve", "café", "🎉"]
+SMALL = (
+    "--device", "cpu", "--quiet", "--steps", "4", "--set", "block_size=16", "--set", "chunk_size=128",
+    "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--set", "eval_every=2",
+    "--set", "eval_limit=8", "--set", "checkpoint_every=2",
+)  # fmt: skip
+
+
+def write_corpus(path: Path, n_words: int = 4000, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    path.write_text(" ".join(rng.choice(WORDS) for _ in range(n_words)) + "\n", encoding="utf-8")
+    return path
+
+
+def bpe_run(cli, tmp_path: Path, *extra: str) -> Path:
+    corpus, run_dir = write_corpus(tmp_path / "corpus.txt"), tmp_path / "run"
+    result = cli(
+        "run", "--task", "text", "--data", corpus, *SMALL, "--set", "tokenizer=bpe", "--set", "vocab_size=300",
+        "--out", run_dir, *extra,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    return run_dir
+
+
+def test_a_bpe_run_keeps_its_tokenizer_and_eval_and_sample_use_it_after_the_run_moves(cli, tmp_path):
+    run_dir = bpe_run(cli, tmp_path)
+    layout = RunLayout(run_dir)
+    config = json.loads(layout.config.read_text())
+    assert config["task_files"] == ["tokenizer_file"]
+    assert config["task_params"]["tokenizer_file"] == "task.tokenizer_file"
+    kept = json.loads(layout.task_file("tokenizer_file").read_text())
+    assert len(kept["model"]["vocab"]) == 300
+    assert layout.task_file("tokenizer_file") in layout.existing()
+
+    moved = tmp_path / "elsewhere" / "run"
+    shutil.move(run_dir, moved)
+    shutil.rmtree(tmp_path / "xdg-cache" / "gpt-tasks" / "text" / "tokenizers")  # only the run's copy is left
+    final = json.loads(RunLayout(moved).final.read_text())
+    metrics = json.loads(cli("eval", moved, "--json").out)
+    assert metrics["bits_per_char"] == pytest.approx(final["heldout_bits_per_char"])
+    assert metrics["bits_per_byte"] == pytest.approx(final["heldout_bits_per_byte"])
+    sampled = cli("sample", moved, "--prompt", "the café 🎉 ẞ", "--max-new-tokens", "5")
+    assert sampled.code == 0 and sampled.out.startswith("the café 🎉 ẞ -> ")
+
+
+def test_resume_of_a_bpe_run_uses_the_kept_tokenizer(cli, tmp_path):
+    run_dir = bpe_run(cli, tmp_path)
+    config = json.loads(RunLayout(run_dir).config.read_text())
+    config["train"]["steps"] = 6
+    RunLayout(run_dir).config.write_text(json.dumps(config))
+    shutil.rmtree(tmp_path / "xdg-cache")
+    assert cli("run", "--resume", run_dir, "--quiet").code == 0
+    assert json.loads(RunLayout(run_dir).final.read_text())["step"] == 6
+
+
+def test_force_replaces_a_runs_task_files_with_the_new_runs(cli, tmp_path):
+    run_dir = bpe_run(cli, tmp_path)
+    corpus = tmp_path / "corpus.txt"
+    result = cli("run", "--task", "text", "--data", corpus, *SMALL, "--out", run_dir, "--force")
+    assert result.code == 0, result.err
+    assert not RunLayout(run_dir).task_file("tokenizer_file").exists()  # a char run keeps no file
+    assert json.loads(RunLayout(run_dir).config.read_text())["task_files"] == []
+
+
+def test_a_directory_corpus_with_a_glob_trains(cli, tmp_path):
+    notes = tmp_path / "notes"
+    for i in range(3):
+        (notes / f"sub{i}").mkdir(parents=True)
+        write_corpus(notes / f"sub{i}" / f"note{i}.md", n_words=800, seed=i)
+    result = cli("run", "--task", "text", "--data", notes, "--set", "glob=**/*.md", *SMALL, "--out", tmp_path / "r")
+    assert result.code == 0, result.err
+    assert "heldout_bits_per_char" in json.loads((tmp_path / "r" / RunLayout.FINAL).read_text())
+
+
+def empty_file(folder: Path) -> Path:
+    (folder / "empty.txt").write_text("")
+    return folder / "empty.txt"
+
+
+def binary_file(folder: Path) -> Path:
+    (folder / "x.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    return folder / "x.bin"
+
+
+def folder_without_text(folder: Path) -> Path:
+    (folder / "n.md").write_text("notes")
+    return folder
+
+
+def tiny_file(folder: Path) -> Path:
+    (folder / "tiny.txt").write_text("tiny")
+    return folder / "tiny.txt"
+
+
+@pytest.mark.parametrize(
+    ("make", "fragments"),
+    [
+        (empty_file, ("empty.txt", "is empty")),
+        (binary_file, ("x.bin", "binary")),
+        (folder_without_text, ("no file under", "'**/*.txt'")),
+        (tiny_file, ("smaller than a training window",)),
+    ],
+)
+def test_bad_text_input_is_one_line_and_writes_no_run(cli, tmp_path, make, fragments):
+    data = tmp_path / "data"
+    data.mkdir()
+    result = cli("run", "--task", "text", "--data", make(data), *SMALL, "--out", tmp_path / "run")
+    assert_one_line_error(result, "task 'text'", *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_bpe_asked_of_a_char_setting_is_one_line(cli, tmp_path):
+    corpus = write_corpus(tmp_path / "c.txt")
+    result = cli("run", "--task", "text", "--data", corpus, "--set", "vocab_size=500", "--out", tmp_path / "run")
+    assert_one_line_error(result, "vocab_size belongs to tokenizer=bpe")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_char_model_asked_to_sample_a_character_it_never_saw_is_one_line(cli, tmp_path):
+    corpus, run_dir = write_corpus(tmp_path / "c.txt"), tmp_path / "run"
+    assert cli("run", "--task", "text", "--data", corpus, *SMALL, "--out", run_dir).code == 0
+    before = sorted((p.name, p.read_bytes()) for p in run_dir.iterdir())
+    assert_one_line_error(cli("sample", run_dir, "--prompt", "the ẞ"), "prompt 'the ẞ'", "not in the vocabulary", "'ẞ'")
+    assert sorted((p.name, p.read_bytes()) for p in run_dir.iterdir()) == before
