@@ -3,7 +3,7 @@
 import pytest
 
 from gpt_viz import VizError, length_generalisation
-from gpt_viz.generalisation import NOT_APPLICABLE
+from gpt_viz.generalisation import NOT_APPLICABLE, TRAINED_MARK
 
 RESULTS = {
     "learned": {16: (0.98, 0.01), 32: (0.95, 0.02), 64: None, 128: None},
@@ -77,3 +77,15 @@ def test_a_score_that_is_not_mean_and_std_is_an_error():
 def test_a_length_that_is_not_an_integer_is_an_error():
     with pytest.raises(VizError, match="length 'long' of 'rope' is not an integer"):
         length_generalisation({"rope": {"long": (0.5, 0.1)}})
+
+
+def test_trained_lengths_are_marked_off_from_the_longer_ones():
+    ax = only_axes(length_generalisation(RESULTS, trained_up_to=32))
+    (line,) = marks(ax)
+    assert list(line.get_xdata()) == [1.5, 1.5]  # between the groups of 32 and 64
+    assert [text.get_text() for text in ax.texts if "trained" in text.get_text()] == [" trained ≤ 32"]
+    assert not marks(only_axes(length_generalisation(RESULTS)))
+
+
+def marks(ax):
+    return [line for line in ax.get_lines() if line.get_gid() == TRAINED_MARK]

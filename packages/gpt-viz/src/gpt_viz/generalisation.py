@@ -13,6 +13,7 @@ from gpt_viz.errors import VizError
 
 Score = Sequence[float] | None
 NOT_APPLICABLE = "n/a"
+TRAINED_MARK = "trained-lengths"  # the gid of the line after the trained lengths
 # Fraction of each length's slot filled by its group of bars.
 _GROUP_WIDTH = 0.8
 
@@ -23,6 +24,7 @@ def length_generalisation(
     ylabel: str = "accuracy",
     xlabel: str = "evaluation length",
     legend_title: str = "position encoding",
+    trained_up_to: int | None = None,
 ) -> Figure:
     """Grouped bars: one group per evaluation length, one bar per position encoding.
 
@@ -32,6 +34,8 @@ def length_generalisation(
     label at the bar's place so it cannot be mistaken for an accuracy of 0.
     Lengths may be ints or numeric strings (JSON object keys). `xlabel` and
     `legend_title` let the same grouped bars show other sweeps (batch sizes, say).
+    `trained_up_to` draws a dashed line after the last length at or below it, so the lengths
+    seen in training and the extrapolated ones are told apart at a glance.
     """
     if not results:
         raise VizError("results mapping is empty; expected {encoding: {length: (mean, std) or None}}")
@@ -47,6 +51,8 @@ def length_generalisation(
     for index, by_length in enumerate(scores.values()):
         offset = (index - (len(scores) - 1) / 2) * bar_width
         _draw_encoding(ax, lengths, by_length, offset, bar_width, f"C{index}", top)
+    if trained_up_to is not None:
+        _mark_trained(ax, lengths, trained_up_to, top)
     ax.set_xticks(range(len(lengths)), [str(length) for length in lengths])
     ax.set_ylim(0.0, top)
     ax.set_xlabel(xlabel)
@@ -56,6 +62,13 @@ def length_generalisation(
     legend_handles = [Patch(color=f"C{i}", label=name) for i, name in enumerate(scores)]
     ax.legend(handles=legend_handles, title=legend_title, loc="best")
     return figure
+
+
+def _mark_trained(ax: Axes, lengths: Sequence[int], trained_up_to: int, top: float) -> None:
+    """A dashed line between the trained lengths (left) and the longer ones (right)."""
+    boundary = sum(length <= trained_up_to for length in lengths) - 0.5
+    ax.axvline(boundary, color="0.4", linestyle="--", linewidth=1.0, gid=TRAINED_MARK)
+    ax.text(boundary, 0.98 * top, f" trained ≤ {trained_up_to}", ha="left", va="top", fontsize=8, color="0.3")
 
 
 def _normalise(name: str, by_length: Mapping[int, Score]) -> dict[int, tuple[float, float] | None]:
