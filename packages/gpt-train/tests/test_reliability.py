@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -86,14 +88,35 @@ def test_a_damaged_metrics_line_before_the_last_is_an_error(cli, tmp_path):
     assert snapshot(run_dir) == before
 
 
-def test_a_half_written_checkpoint_left_by_a_kill_is_removed_at_the_next_start(cli, tmp_path):
+@pytest.mark.parametrize("name", [RunLayout.CHECKPOINT, RunLayout.FINAL, RunLayout.CONFIG])
+def test_a_half_written_file_left_by_a_kill_is_removed_at_the_next_start(cli, tmp_path, name):
     run_dir = tmp_path / "run"
     interrupted_run(cli, run_dir)
-    leftover = run_dir / ".checkpoint.safetensors.tmp-99999"
-    leftover.write_bytes(b"half a checkpoint")
+    leftover = run_dir / f".{name}.tmp-99999"
+    leftover.write_bytes(b"half a file")
     assert cli("run", "--resume", run_dir, "--quiet").code == 0
     assert not leftover.exists()
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_an_out_directory_holding_files_of_another_kind_is_refused_and_left_alone(cli, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / RunLayout.CONFIG).write_text('{"my": "own settings"}\n')
+    (project / RunLayout.CURVES_PICTURE).write_bytes(b"my own picture")
+    before = snapshot(project)
+    assert_one_line_error(cli(*TINY, "--out", project), "already holds a run (config.json)", "--force")
+    assert snapshot(project) == before
+
+
+def test_a_stopped_run_of_another_configuration_is_not_reused_without_force(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir).code == 0
+    (run_dir / RunLayout.CHECKPOINT).unlink()
+    (run_dir / RunLayout.FINAL).unlink()
+    before = snapshot(run_dir)
+    assert_one_line_error(cli(*TINY, "--seed", "7", "--out", run_dir), "already holds a run")
+    assert snapshot(run_dir) == before
 
 
 def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(cli, tmp_path):
@@ -120,6 +143,16 @@ def fill_the_disk(monkeypatch) -> None:
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr("gpt_train.checkpoint.save_file", no_space)
+
+
+def test_a_full_disk_while_writing_the_configuration_is_one_line(cli, tmp_path, monkeypatch):
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("gpt_train.files.os.fsync", no_space)
+    result = cli(*TINY, "--out", tmp_path / "run")
+    assert_one_line_error(result, "cannot write", "config.json", "No space left on device")
+    assert list((tmp_path / "run").iterdir()) == []  # nothing half-made: the same command can run again
 
 
 def test_a_full_disk_during_a_fresh_run_is_one_line(cli, tmp_path, monkeypatch):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from gpt_train.errors import TrainError
-
-TEMPORARY_PREFIX = "."
-"""A checkpoint is first written to `.<name>.tmp-<pid>` beside it."""
+from gpt_train.files import write_atomically
 
 
 class CheckpointError(TrainError):
-    """A checkpoint that is missing, damaged, of another run, or cannot be written."""
+    """A checkpoint that is missing, damaged, or of another run. (One that cannot be written is a WriteError.)"""
 
 
 @dataclass
@@ -68,25 +65,11 @@ def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, s
     return tensors, meta
 
 
-def temporary_files(path: Path) -> list[Path]:
-    """Half-written checkpoints that a process killed mid-write left beside `path`."""
-    return sorted(path.parent.glob(f"{TEMPORARY_PREFIX}{path.name}.tmp-*"))
-
-
 def save_checkpoint(path: Path, state: TrainingState) -> None:
     """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
     tensors, meta = _flatten(state)
-    tmp = path.with_name(f"{TEMPORARY_PREFIX}{path.name}.tmp-{os.getpid()}")
-    try:
-        save_file(tensors, str(tmp), metadata=meta)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except (SafetensorError, OSError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise CheckpointError(f"cannot write checkpoint {path} ({reason}); the previous checkpoint is kept") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
+    write_atomically(path, write, what="checkpoint", failures=(OSError, SafetensorError))
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -17,8 +17,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpt_core import GPTConfig
-from gpt_tasks import ParamError, Task, TaskError, TrainSettings, coerce, default_registry, field_types, get_task
+from gpt_tasks import (
+    ParamError,
+    Task,
+    TaskError,
+    TrainSettings,
+    build_params,
+    coerce,
+    default_registry,
+    field_types,
+    get_task,
+)
 from gpt_train.errors import TrainError
+from gpt_train.files import write_json_atomically
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
 TASK_FIXED_MODEL_FIELDS = ("vocab_size", "block_size")  # decided by the task, not settable
@@ -60,7 +71,7 @@ class RunConfig:
         return data
 
     def save(self, run_dir: Path) -> None:
-        RunLayout(run_dir).config.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        write_json_atomically(RunLayout(run_dir).config, self.to_json())
 
     @classmethod
     def load(cls, run_dir: Path) -> RunConfig:
@@ -75,7 +86,7 @@ class RunConfig:
                 task=data["task"],
                 task_params=data["task_params"] | kept,
                 model=GPTConfig.from_dict(data["model"]),
-                train=TrainSettings(**data["train"]),
+                train=build_params(TrainSettings, data["train"], what="training setting"),
                 primary_metric=data["primary_metric"],
                 higher_is_better=data["higher_is_better"],
                 eval_splits=tuple(data["eval_splits"]),
@@ -149,7 +160,7 @@ def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
         return {}
     if "data" not in field_types(task_class(task_name).Params):
         raise ConfigError(f"task {task_name!r} reads no data file; drop --data")
-    return {"task.data": str(data)}
+    return {"task.data": str(data.absolute())}  # eval and sample may run from another directory
 
 
 def override(instance: T, values: dict[str, Any], what: str) -> T:

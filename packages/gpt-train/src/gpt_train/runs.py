@@ -9,6 +9,7 @@ stopped before its first checkpoint holds nothing worth keeping: a plain re-run 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -21,10 +22,11 @@ import torch
 
 from gpt_core import GPT
 from gpt_tasks import Task
-from gpt_train.checkpoint import load_checkpoint, load_weights, temporary_files
+from gpt_train.checkpoint import load_checkpoint, load_weights
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
+from gpt_train.files import stale_temporaries, write_bytes_atomically
 from gpt_viz import RunLayout
 
 try:
@@ -107,16 +109,24 @@ def new_run(
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
     lock = None
     if rank.is_main:
-        lock = _prepare_directory(layout, force)
-        for name, data in task.files().items():
-            write_atomically(layout.task_file(name), data)
-        config.save(layout.root)
+        lock = _prepare_directory(layout, config, force)
+        try:
+            for name, data in task.files().items():
+                write_bytes_atomically(layout.task_file(name), data)
+            config.save(layout.root)
+        except BaseException:
+            lock.release()
+            raise
     return Run(config, task, layout, device, rank, resume=False, lock=lock)
 
 
-def _prepare_directory(layout: RunLayout, force: bool) -> RunLock:
-    """Create and lock the directory; a directory holding a run is refused unless `force`, which removes
-    that run's files (and nothing else). One holding only a run that never reached a checkpoint is reused."""
+def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> RunLock:
+    """Create and lock the directory for a new run of `config`.
+
+    A directory holding run files is refused unless `force`, which removes them (and nothing else) —
+    except one whose run of this same configuration stopped before its first checkpoint: there is
+    nothing in it to keep, so the same command simply starts it again.
+    """
     root = layout.root
     if root.exists() and not root.is_dir():
         raise RunDirError(f"--out {root} exists and is not a directory")
@@ -126,13 +136,13 @@ def _prepare_directory(layout: RunLayout, force: bool) -> RunLock:
         raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
     lock = RunLock(layout.root).acquire()
     try:
-        kept = [path for path in (layout.checkpoint, layout.final) if path.exists()]
-        if kept and not force:
+        existing = layout.existing()
+        if existing and not force and not _is_unstarted_run_of(layout, config):
             raise RunDirError(
-                f"{root} already holds a run ({kept[0].name}); continue it with --resume {root} "
+                f"{root} already holds a run ({existing[0].name}); continue it with --resume {root} "
                 "or replace it with --force"
             )
-        for path in layout.existing() + temporary_files(layout.checkpoint):
+        for path in existing + stale_temporaries(root):
             path.unlink()
     except OSError as error:
         lock.release()
@@ -143,8 +153,19 @@ def _prepare_directory(layout: RunLayout, force: bool) -> RunLock:
     return lock
 
 
+def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
+    """Whether the directory holds a run of `config` (library versions aside) that never wrote a checkpoint."""
+    if layout.checkpoint.exists() or layout.final.exists():
+        return False
+    try:
+        saved = RunConfig.load(layout.root)
+    except ConfigError:
+        return False
+    return dataclasses.replace(saved, versions={}) == dataclasses.replace(config, versions={})
+
+
 def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank: Rank) -> Run:
-    """The run saved in `run_dir`, locked (rank 0) and with any half-written checkpoint removed."""
+    """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed."""
     if not run_dir.is_dir():
         raise RunDirError(f"cannot resume: run directory {run_dir} does not exist")
     layout = RunLayout(run_dir)
@@ -157,7 +178,7 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
         if not has_checkpoint and layout.final.exists():
             raise RunDirError(f"cannot resume: no checkpoint at {layout.checkpoint}")
         if rank.is_main:
-            for path in temporary_files(layout.checkpoint):
+            for path in stale_temporaries(run_dir):
                 path.unlink(missing_ok=True)
         if not has_checkpoint:
             warnings.warn(
@@ -223,20 +244,3 @@ class MetricsLog:
                 handle.write(text)
         except OSError as error:
             raise RunDirError(f"cannot write {self.path} ({describe(error)})") from None
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` to `path` as JSON through a temporary file, so a reader never sees half of it."""
-    write_atomically(path, (json.dumps(data, indent=2) + "\n").encode())
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file, so a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as error:
-        raise RunDirError(f"cannot write {path} ({describe(error)})") from None
-    finally:
-        tmp.unlink(missing_ok=True)

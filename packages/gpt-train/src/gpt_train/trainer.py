@@ -28,9 +28,10 @@ from gpt_tasks import Task, TrainSettings
 from gpt_train.checkpoint import TrainingState, load_checkpoint, load_weights, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
+from gpt_train.files import write_json_atomically
 from gpt_train.grokfast import Grokfast
 from gpt_train.pictures import write_pictures
-from gpt_train.runs import MetricsLog, Run, RunDirError, write_json_atomically
+from gpt_train.runs import MetricsLog, Run, RunDirError
 from gpt_viz import metric_key
 
 

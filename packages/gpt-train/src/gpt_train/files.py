@@ -1,0 +1,63 @@
+"""Atomic writes: every file of a run is written to a temporary name beside it, then renamed over it.
+
+A crash (or a full disk) mid-write leaves the previous file whole and, at worst, a temporary
+`.<name>.tmp-<pid>`, which the next process to use the directory removes (`stale_temporaries`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpt_train.errors import TrainError
+
+
+class WriteError(TrainError):
+    """A run file that could not be written (a full disk, a read-only directory); the previous one is kept."""
+
+
+def temporary_path(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place: hidden, and unique to this process."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def stale_temporaries(directory: Path) -> list[Path]:
+    """Temporary files that a process killed mid-write left in `directory`."""
+    return sorted(directory.glob(".*.tmp-*"))
+
+
+def write_atomically(
+    path: Path,
+    write: Callable[[Path], None],
+    what: str = "",
+    failures: tuple[type[Exception], ...] = (OSError,),
+) -> None:
+    """Call `write(temporary)`, make the bytes durable, then rename the temporary over `path`.
+
+    A failure (an OSError, or what `write` raises for one, listed in `failures`: safetensors'
+    SafetensorError) becomes a WriteError naming the file and the reason; the temporary is removed and
+    `path` keeps its old content.
+    """
+    tmp = temporary_path(path)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except failures as error:
+        reason = " ".join((getattr(error, "strerror", None) or str(error)).split())
+        label = f"{what} {path}" if what else str(path)
+        raise WriteError(f"cannot write {label} ({reason}); the previous version, if any, is kept") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    write_atomically(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    write_bytes_atomically(path, (json.dumps(data, indent=2) + "\n").encode())
