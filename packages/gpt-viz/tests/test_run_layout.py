@@ -14,7 +14,6 @@ from gpt_viz import (
     RunLayout,
     metric_key,
     parse_metric_key,
-    position_metric,
 )
 
 
@@ -60,19 +59,6 @@ def test_a_key_for_an_unknown_split_is_refused(split):
 def test_a_key_without_a_name_is_refused():
     with pytest.raises(ValueError, match="metric name"):
         metric_key(HELDOUT, "")
-
-
-def test_position_metric_builds_a_name_that_reads_as_a_detail():
-    name = position_metric("digit", 0)
-    assert name == "digit_0_accuracy"
-    assert position_metric("position", 3, "loss") == "position_3_loss"
-    assert parse_metric_key(metric_key(TRAIN, name)).is_position_detail
-
-
-@pytest.mark.parametrize(("label", "index"), [("Digit", 0), ("pos-x", 1), ("", 2), ("digit", -1)])
-def test_position_metric_refuses_names_outside_the_grammar(label, index):
-    with pytest.raises(ValueError, match="<label>_<index>_<measure>"):
-        position_metric(label, index)
 
 
 # The schema as runs on disk already have it: each path property and the file name it must give.

@@ -31,7 +31,6 @@ from gpt_viz.run_layout import (
     RunLayout,
     metric_key,
     parse_metric_key,
-    position_metric,
 )
 
 __all__ = [
@@ -44,7 +43,6 @@ __all__ = [
     "RunLayout",
     "metric_key",
     "parse_metric_key",
-    "position_metric",
     "SAVE_DPI",
     "AttentionSnapshot",
     "VizError",

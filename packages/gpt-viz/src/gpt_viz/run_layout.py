@@ -1,7 +1,9 @@
 """The schema of a run directory: the name of every file a run leaves, and the grammar of metric keys.
 
 gpt-train writes through this module; gpt-viz, the experiments and the benchmarks read through it,
-so each name is defined once. It is plain Python (no torch, no numpy): every package may import it.
+so each name is defined once. It is plain Python (no torch, no numpy). gpt-tasks, which depends on no
+sibling but gpt-core, names its metrics by the grammar below without importing it; gpt-train's
+tests hold the two together (tests/test_run_schema.py).
 
 Metric keys. A task's evaluation returns metrics by *name* (``exact_match``, ``loss``,
 ``position_3_accuracy``); a run logs each under a *key* that also names the split it was measured
@@ -56,14 +58,6 @@ def parse_metric_key(key: str) -> MetricKey | None:
     if not sep or split not in SPLITS or not name:
         return None
     return MetricKey(split, name)
-
-
-def position_metric(label: str, index: int, measure: str = "accuracy") -> str:
-    """The name of a per-position metric: ``position_metric("digit", 0)`` is ``digit_0_accuracy``."""
-    name = f"{label}_{index}_{measure}"
-    if _POSITION_NAME.match(name) is None:
-        raise ValueError(f"{name!r} does not follow <label>_<index>_<measure> in lower-case letters")
-    return name
 
 
 def _path_of(name: str) -> property:
