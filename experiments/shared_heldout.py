@@ -14,6 +14,10 @@ windows' start offsets and the model's vocabulary to `--windows-out` (JSON), so 
 can be scored on exactly the same characters with exactly the same contexts. The split is recomputed
 here from the run's parameters, the text is encoded by the run's own tokenizer, and nothing here
 imports or runs the other project.
+
+With `--all-after-boundary` the shared windows are every non-overlapping window from the boundary on:
+the whole of the other split's held-out part, for a run trained on the text before the boundary alone
+(`--data` a file holding just that part), which has seen none of it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ def main() -> None:
     parser.add_argument("--boundary-fraction", type=float, default=0.9,
                         help="the other split holds out characters int(fraction * length) on")  # fmt: skip
     parser.add_argument("--windows-out", type=Path, help="write the shared windows here (JSON)")
+    parser.add_argument("--all-after-boundary", action="store_true",
+                        help="share every non-overlapping window from the boundary on, not only our held-out ones: "
+                        "for a run trained on the text before the boundary alone")  # fmt: skip
     args = parser.parse_args()
 
     config, model = load_run(args.run_dir, torch.device("cpu"))
@@ -86,9 +93,13 @@ def main() -> None:
     block_size = params["block_size"]
     starts = heldout_windows(text, params["chunk_size"], params["heldout_fraction"], block_size)
     shared, before = starts[starts >= boundary], starts[starts < boundary]
+    shared_label = "shared: our held-out windows at or after the boundary"
+    if args.all_after_boundary:
+        shared = torch.arange(boundary, len(text) - block_size, block_size)
+        shared_label = "shared: every window at or after the boundary"
 
     rows, shared_losses = [], None
-    for label, subset in (("shared: our held-out windows at or after the boundary", shared),
+    for label, subset in ((shared_label, shared),
                           ("our held-out windows before the boundary", before),
                           ("all our held-out windows", starts)):  # fmt: skip
         losses = window_losses(model, tokens, subset, block_size)
