@@ -39,6 +39,7 @@ from gpt_tasks.task import SPLITS, Batch, Task
 from gpt_tasks.text.cache import cache_root, cached_tokenizer, key_of, prepare, say
 from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
+    KINDS,
     MIN_BPE_VOCAB,
     BpeTokenizer,
     ByteTokenizer,
@@ -85,8 +86,8 @@ class TextParams:
             )
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        if self.tokenizer not in ("char", "byte", "bpe"):
-            raise ValueError(f"tokenizer must be one of char, byte, bpe, got {self.tokenizer!r}")
+        if self.tokenizer not in KINDS:
+            raise ValueError(f"tokenizer must be one of {', '.join(KINDS)}, got {self.tokenizer!r}")
         self._only_with("bpe", vocab_size=self.vocab_size is not None, tokenizer_file=bool(self.tokenizer_file))
         self._only_with("char", alphabet=bool(self.alphabet))
         if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
