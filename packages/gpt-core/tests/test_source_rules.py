@@ -3,7 +3,9 @@ layers; every piece is hand-written. Comments and string literals (docstrings th
 built-ins) are stripped before scanning, so only code counts.
 
 The one sanctioned use of built-ins is verification.py calling the namespace it is *given*
-(`ref.linear(...)`, `ref.scaled_dot_product_attention(...)`): it never imports them.
+(`ref.linear(...)`, `ref.scaled_dot_product_attention(...)`): it never imports them. Calls through a
+model's kernel table (`self.kernels.cross_entropy(...)`, `kernels.layer_norm(...)`) are gpt-core's own
+functions unless a caller swaps one in: `test_default_kernels_are_gpt_cores_own` pins the defaults.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ FORBIDDEN = {
 
 # In verification.py, and only there, calls on the injected reference namespace are allowed.
 _INJECTED_REFERENCE = re.compile(r"(?<![\w.])ref\s*\.\s*\w+")
+# Anywhere, calls through a kernel table: gpt_core.Kernels, whose defaults are gpt-core's own functions.
+_KERNEL_TABLE = re.compile(r"(?<![\w.])(self\s*\.\s*)?kernels\s*\.\s*\w+")
 
 
 # Python 3.12+ tokenizes f-strings into pieces; their literal text is dropped like any string.
@@ -65,6 +69,7 @@ def _violations(path: Path) -> list[str]:
     code = _code_only(path.read_text())
     if path.name == "verification.py":
         code = _INJECTED_REFERENCE.sub("ref_call", code)
+    code = _KERNEL_TABLE.sub("kernel_call", code)
     found = []
     for name, pattern in FORBIDDEN.items():
         for match in pattern.finditer(code):
@@ -144,6 +149,15 @@ def test_bare_calls_to_softmax_and_friends_are_our_own_functions(path):
 def test_the_scanner_catches_forbidden_snippets(snippet):
     code = _code_only(snippet)
     assert any(pattern.search(code) for pattern in FORBIDDEN.values()), f"scanner missed {snippet!r}"
+
+
+def test_default_kernels_are_gpt_cores_own():
+    """The kernel table's defaults, which the scan lets through, are the hand-written functions."""
+    from gpt_core import DEFAULT_KERNELS, attention, functional
+
+    assert DEFAULT_KERNELS.attention is attention
+    for slot in ("softmax", "layer_norm", "gelu", "cross_entropy"):
+        assert getattr(DEFAULT_KERNELS, slot) is getattr(functional, slot), slot
 
 
 def test_the_scanner_ignores_docstrings_and_comments():

@@ -3,11 +3,21 @@ per call unless seeded."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 import gpt_core.verification as verification
-from gpt_core import IGNORE_INDEX, REFERENCE_SIGNATURES, Row, format_report, verification_report
+from gpt_core import (
+    DEFAULT_KERNELS,
+    IGNORE_INDEX,
+    KERNEL_SLOTS,
+    REFERENCE_SIGNATURES,
+    Row,
+    format_report,
+    kernel_report,
+    verification_report,
+)
 
 _ORIGINAL_RANDN = verification._randn
 
@@ -27,13 +37,20 @@ EXPECTED_COMPONENTS = [
     "Linear",
     "Embedding",
     "LayerNorm",
+    "LayerNorm without bias",
     "GELU (tanh)",
+    "GELU (tanh), inputs x 30",
     "softmax",
+    "softmax, logits x 1000",
     "log_softmax",
     "cross_entropy (ignore_index)",
     "sdpa causal",
     "sdpa non-causal",
     "sdpa causal, queries offset by 4",
+    "sdpa causal, single query",
+    "sdpa causal, 133 positions, head size 5",
+    "sdpa non-causal, 133 positions, head size 5",
+    "sdpa causal, 70 queries offset by 63",
     "KV-cache decoding (learned positions)",
     "KV-cache decoding (rope positions)",
     "KV-cache decoding (none positions)",
@@ -92,8 +109,8 @@ def _first_inputs(monkeypatch, **kwargs) -> list[torch.Tensor]:
     """Run a report and return the random tensors its comparisons were fed."""
     seen: list[torch.Tensor] = []
 
-    def spy(gen, dtype, *shape):
-        x = _ORIGINAL_RANDN(gen, dtype, *shape)
+    def spy(gen, dtype, *shape, **options):
+        x = _ORIGINAL_RANDN(gen, dtype, *shape, **options)
         seen.append(x.detach().clone())
         return x
 
@@ -134,3 +151,87 @@ def test_missing_references_are_named():
     else:
         raise AssertionError("a missing reference must be refused")
     assert set(TORCH) == set(REFERENCE_SIGNATURES)
+
+
+# kernel_report: a replacement kernel pinned on its slot's cases ------------------------------------
+def _own(slot: str):
+    """gpt-core's own kernel for `slot`, as a new function object (so the model treats it as swapped)."""
+    kernel = getattr(DEFAULT_KERNELS, slot)
+    return lambda *args: kernel(*args)
+
+
+def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot():
+    for slot in KERNEL_SLOTS:
+        rows = kernel_report(slot, _own(slot), TORCH, seed=0)
+        assert rows and all(row.failure(1e-12) is None for row in rows), (slot, rows)
+        names = [row.component for row in rows]
+        assert ("GPT forward and backward" in names) == (slot != "softmax"), slot
+    attention = [row.component for row in kernel_report("attention", _own("attention"), TORCH, seed=0)]
+    assert [name for name in attention if name.startswith("sdpa")] == [
+        name for name in EXPECTED_COMPONENTS if name.startswith("sdpa")
+    ]
+    assert sum(name.startswith("KV-cache") for name in attention) == 3
+
+
+def test_a_failure_names_the_case_the_output_the_difference_and_where():
+    def off_at_one_place(q, k, v, causal):
+        out = DEFAULT_KERNELS.attention(q, k, v, causal)
+        bump = torch.zeros_like(out)
+        bump[1, 2, 0, 3] = 0.5
+        return out + bump
+
+    rows = {row.component: row for row in kernel_report("attention", off_at_one_place, TORCH, seed=0)}
+    message = rows["sdpa causal"].failure(1e-12)
+    assert message == "sdpa causal: output [1, 2, 0, 3] differs from sdpa by 5.0e-01 (tolerance 1e-12)"
+    assert rows["sdpa causal"].grad <= 1e-12  # adding a constant leaves every gradient alone
+
+
+def test_a_backward_that_differs_is_named_by_its_input():
+    class ForgetsV(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            with torch.enable_grad():
+                q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+                out = DEFAULT_KERNELS.attention(q_, k_, v_, True)
+            ctx.save_for_backward(q_, k_, v_, out)
+            return out.detach()
+
+        @staticmethod
+        def backward(ctx, d_out):
+            q_, k_, v_, out = ctx.saved_tensors
+            d_q, d_k, _ = torch.autograd.grad(out, (q_, k_, v_), d_out)
+            return d_q, d_k, torch.zeros_like(v_)
+
+    rows = kernel_report("attention", lambda q, k, v, causal: ForgetsV.apply(q, k, v), TORCH, seed=0)
+    first = rows[0]
+    assert first.forward <= 1e-12
+    assert first.failure(1e-12).startswith("sdpa causal: gradient of v [")
+
+
+@pytest.mark.parametrize(
+    ("kernel", "said"),
+    [
+        (lambda x: (_ for _ in ()).throw(ValueError("not yet")), "softmax: the forward raised ValueError: not yet"),
+        (lambda x: (x, x), "softmax: output is a tuple, not a tensor"),
+        (lambda x: x[..., :-1], "softmax: output has shape (2, 7, 10), expected (2, 7, 11)"),
+        (lambda x: x.exp() / x.exp().sum(-1, keepdim=True), "softmax, logits x 1000: output ["),
+        (lambda x: torch.softmax(x.detach(), -1), "softmax: the backward raised RuntimeError"),
+    ],
+    ids=["raises", "tuple", "shape", "overflows", "no graph"],
+)
+def test_a_kernel_that_breaks_is_a_failing_row_not_an_error(kernel, said):
+    failures = [row.failure(1e-12) for row in kernel_report("softmax", kernel, TORCH, seed=0)]
+    assert any(f is not None and f.startswith(said) for f in failures), failures
+
+
+def test_a_non_finite_output_is_a_failure_saying_so():
+    rows = kernel_report("softmax", lambda x: x.exp() / x.exp().sum(-1, keepdim=True), TORCH, seed=0)
+    large = next(row for row in rows if row.component == "softmax, logits x 1000")
+    assert large.forward == float("inf")
+    assert " is nan, expected " in large.failure(1e-12)
+    assert rows[0].failure(1e-12) is None  # the naive softmax is right on ordinary logits
+
+
+def test_kernel_report_refuses_an_unknown_slot():
+    with pytest.raises(ValueError, match="unknown kernel slot 'linear'"):
+        kernel_report("linear", lambda x: x, TORCH)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -137,24 +138,46 @@ def sdpa(
     return _Attention.apply(q, k, v, causal, scale, dropout_p)
 
 
-class MultiHeadAttention(nn.Module):
-    """Causal self-attention: one fused qkv projection, split into heads, then an output projection."""
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
+    """gpt-core's attention kernel (the `attention` slot of `gpt_core.Kernels`): `sdpa`'s output alone."""
+    return sdpa(q, k, v, causal)[0]
 
-    def __init__(self, n_embd: int, n_head: int, bias: bool, dropout_p: float, rope: RotaryEmbedding | None):
+
+class MultiHeadAttention(nn.Module):
+    """Causal self-attention: one fused qkv projection, split into heads, then an output projection.
+
+    `kernel` computes the attention itself (the `attention` slot of `gpt_core.Kernels`).
+    """
+
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        bias: bool,
+        dropout_p: float,
+        rope: RotaryEmbedding | None,
+        kernel: Callable[[Tensor, Tensor, Tensor, bool], Tensor] = attention,
+    ):
         super().__init__()
         self.n_head = n_head
         self.qkv = Linear(n_embd, 3 * n_embd, bias=bias)
         self.proj = Linear(n_embd, n_embd, bias=bias)
         self.rope = rope
         self.dropout_p = dropout_p
+        self.kernel = kernel
 
     def forward(
-        self, x: Tensor, layer: int = 0, cache: KVCache | None = None, positions: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+        self,
+        x: Tensor,
+        layer: int = 0,
+        cache: KVCache | None = None,
+        positions: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """x: (B, T, C) -> output (B, T, C) and attention weights (B, H, T, T_total).
 
         `positions` (T,) or (B, T): the position ids RoPE rotates by; by default the T positions after
-        the cache's filled part.
+        the cache's filled part. The weights are None from a swapped-in kernel unless `need_weights`.
         """
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
@@ -165,10 +188,15 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.store(layer, k, v)  # (B, H, offset + T, d)
         y, weights = self.attend(q, k, v)
+        if weights is None and need_weights:  # what a swapped-in kernel computes without giving them
+            with torch.no_grad():
+                weights = sdpa(q, k, v, causal=True)[1]
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return dropout(self.proj(y), self.dropout_p, self.training), weights
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Causal attention of q (B, H, T, d) over k, v (B, H, T_total, d); one method so that a
-        benchmark twin can swap in PyTorch's kernel without touching anything else."""
-        return sdpa(q, k, v, causal=True, dropout_p=self.dropout_p if self.training else 0.0)
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Causal attention of q (B, H, T, d) over k, v (B, H, T_total, d): the output and, from
+        gpt-core's own kernel, the weights it computed on the way (another kernel gives None)."""
+        if self.kernel is attention:  # sdpa itself: the weights come free, and it applies attention dropout
+            return sdpa(q, k, v, causal=True, dropout_p=self.dropout_p if self.training else 0.0)
+        return self.kernel(q, k, v, True), None

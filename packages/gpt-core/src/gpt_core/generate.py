@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -16,16 +17,18 @@ def next_token(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    softmax: Callable[[Tensor], Tensor] = softmax,
 ) -> Tensor:
     """Pick one token per row of logits (B, V): argmax when temperature is 0, else a sample
-    from softmax(logits / temperature) restricted to the top_k most likely tokens."""
+    from softmax(logits / temperature) restricted to the top_k most likely tokens (`softmax`: the
+    kernel, a model's `kernels.softmax`)."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth_best = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth_best, float("-inf"))
-    probs = softmax(logits, dim=-1)
+    probs = softmax(logits)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
@@ -99,7 +102,7 @@ def _generate_once(
     tokens = [idx]
     logits = model(idx, cache=cache, positions=_first(positions, T)).logits
     for step in range(n_new):
-        token = next_token(logits[:, -1, :], temperature, top_k, generator)  # (B,)
+        token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.softmax)  # (B,)
         tokens.append(token[:, None])
         if step == n_new - 1:
             break

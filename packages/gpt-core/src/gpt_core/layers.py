@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -79,32 +81,46 @@ class Embedding(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """Normalise the last dimension to zero mean and unit variance, then scale and shift."""
+    """Normalise the last dimension to zero mean and unit variance, then scale and shift.
 
-    def __init__(self, dim: int, bias: bool = True, eps: float = 1e-5):
+    `kernel` does the arithmetic (the `layer_norm` slot of `gpt_core.Kernels`).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        bias: bool = True,
+        eps: float = 1e-5,
+        kernel: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = layer_norm,
+    ):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        self.kernel = kernel
 
     def forward(self, x: Tensor) -> Tensor:
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        return self.kernel(x, self.weight, self.bias, self.eps)
 
 
 class GELU(nn.Module):
-    """The tanh-approximated GELU non-linearity (no parameters)."""
+    """The tanh-approximated GELU non-linearity (no parameters), computed by `kernel` (the `gelu` slot)."""
+
+    def __init__(self, kernel: Callable[[Tensor], Tensor] = gelu):
+        super().__init__()
+        self.kernel = kernel
 
     def forward(self, x: Tensor) -> Tensor:
-        return gelu(x)
+        return self.kernel(x)
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward: expand 4x, GELU, project back."""
+    """Position-wise feed-forward: expand 4x, GELU (computed by `gelu`), project back."""
 
-    def __init__(self, n_embd: int, bias: bool, dropout_p: float):
+    def __init__(self, n_embd: int, bias: bool, dropout_p: float, gelu: Callable[[Tensor], Tensor] = gelu):
         super().__init__()
         self.fc = Linear(n_embd, 4 * n_embd, bias=bias)
-        self.act = GELU()
+        self.act = GELU(gelu)
         self.proj = Linear(4 * n_embd, n_embd, bias=bias)
         self.dropout_p = dropout_p
 

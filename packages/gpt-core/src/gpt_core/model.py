@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from gpt_core.attention import MultiHeadAttention
-from gpt_core.functional import IGNORE_INDEX, cross_entropy, dropout
+from gpt_core.functional import dropout
+from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kv_cache import KVCache
 from gpt_core.layers import MLP, Embedding, LayerNorm, Linear
 from gpt_core.rope import RotaryEmbedding
@@ -153,21 +154,32 @@ class Identity(nn.Module):
         return x
 
 
+def _layer_norm_or_identity(config: GPTConfig, kernels: Kernels) -> nn.Module:
+    """A LayerNorm computed by the `layer_norm` kernel, or the identity when the ablation turns it off."""
+    return LayerNorm(config.n_embd, bias=config.bias, kernel=kernels.layer_norm) if config.layernorm else Identity()
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, config: GPTConfig, rope: RotaryEmbedding | None):
+    def __init__(self, config: GPTConfig, rope: RotaryEmbedding | None, kernels: Kernels = DEFAULT_KERNELS):
         super().__init__()
-        self.residual = config.residual
-        self.ln1 = LayerNorm(config.n_embd, bias=config.bias) if config.layernorm else Identity()
-        self.attn = MultiHeadAttention(config.n_embd, config.n_head, config.bias, config.dropout, rope)
-        self.ln2 = LayerNorm(config.n_embd, bias=config.bias) if config.layernorm else Identity()
-        self.mlp = MLP(config.n_embd, config.bias, config.dropout)
+        c = config
+        self.residual = c.residual
+        self.ln1 = _layer_norm_or_identity(c, kernels)
+        self.attn = MultiHeadAttention(c.n_embd, c.n_head, c.bias, c.dropout, rope, kernel=kernels.attention)
+        self.ln2 = _layer_norm_or_identity(c, kernels)
+        self.mlp = MLP(c.n_embd, c.bias, c.dropout, gelu=kernels.gelu)
 
     def forward(
-        self, x: Tensor, layer: int = 0, cache: KVCache | None = None, positions: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        attended, weights = self.attn(self.ln1(x), layer, cache, positions)
+        self,
+        x: Tensor,
+        layer: int = 0,
+        cache: KVCache | None = None,
+        positions: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        attended, weights = self.attn(self.ln1(x), layer, cache, positions, need_weights)
         x = x + attended if self.residual else attended
         transformed = self.mlp(self.ln2(x))
         x = x + transformed if self.residual else transformed
@@ -175,17 +187,24 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head."""
+    """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head.
 
-    def __init__(self, config: GPTConfig):
+    `kernels` are the functions this model, and only this model, computes attention, softmax,
+    LayerNorm, GELU and the loss with (gpt-core's own by default); they draw no random numbers, so
+    the initial weights are the same whichever kernels are chosen.
+    """
+
+    def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
         super().__init__()
+        kernels.check_dropout(config.dropout)
         self.config = config
+        self.kernels = kernels
         self.wte = Embedding(config.vocab_size, config.n_embd)
         self.wpe = Embedding(config.position_limit, config.n_embd) if config.pos == "learned" else None
         # One rotary module shared by every layer: it holds no parameters, only frequencies.
         rope = RotaryEmbedding(config.head_dim) if config.pos == "rope" else None
-        self.blocks = nn.ModuleList(Block(config, rope) for _ in range(config.n_layer))
-        self.ln_f = LayerNorm(config.n_embd, bias=config.bias) if config.layernorm else Identity()
+        self.blocks = nn.ModuleList(Block(config, rope, kernels) for _ in range(config.n_layer))
+        self.ln_f = _layer_norm_or_identity(config, kernels)
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
@@ -231,7 +250,7 @@ class GPT(nn.Module):
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy over the scored targets (those not equal to IGNORE_INDEX)."""
-        return cross_entropy(logits, targets, IGNORE_INDEX)
+        return self.kernels.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))  # (N, V), (N,)
 
     def forward(
         self,
@@ -261,7 +280,7 @@ class GPT(nn.Module):
         x = dropout(x, self.config.dropout, self.training)
         attention = []
         for layer, block in enumerate(self.blocks):
-            x, weights = block(x, layer, cache, positions)
+            x, weights = block(x, layer, cache, positions, return_attention)
             if return_attention:
                 attention.append(weights)
         if cache is not None:

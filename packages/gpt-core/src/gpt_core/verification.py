@@ -7,15 +7,18 @@ package never names them, so its source stays hand-written from end to end.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from gpt_core.attention import sdpa
-from gpt_core.functional import IGNORE_INDEX, cross_entropy, gelu, layer_norm, log_softmax, softmax
+from gpt_core.functional import IGNORE_INDEX, log_softmax
+from gpt_core.kernels import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels
 from gpt_core.layers import Embedding, Linear
 from gpt_core.model import GPT, GPTConfig
 
@@ -36,23 +39,44 @@ References = Mapping[str, Callable[..., Tensor]]
 
 @dataclass(frozen=True)
 class Row:
+    """One comparison: the largest |difference| of the outputs and of the gradients, and where each is.
+
+    `forward_at` and `grad_at` name the output (or input gradient) holding the largest difference and
+    its index, e.g. "output [1, 3, 0, 12]", "gradient of k [0, 2, 6, 4]"; or say what went wrong
+    instead (a kernel that raised, returned the wrong shape, or gave no gradient: difference inf).
+    """
+
     component: str
     reference: str
     forward: float
     grad: float | None
+    forward_at: str = ""
+    grad_at: str = ""
+
+    def failure(self, tolerance: float) -> str | None:
+        """One line saying which output differs, by how much and where, if this row exceeds `tolerance`."""
+        for diff, where in ((self.forward, self.forward_at), (self.grad, self.grad_at)):
+            if diff is not None and not diff <= tolerance:
+                if math.isinf(diff):
+                    return f"{self.component}: {where}"
+                by = f"by {diff:.1e} (tolerance {tolerance:.0e})"
+                return f"{self.component}: {where} differs from {self.reference} {by}"
+        return None
 
 
 @dataclass(frozen=True)
 class _Case:
     component: str
     reference: str
+    slot: str | None  # the Kernels slot it exercises; None for pieces that are not kernels
+    names: tuple[str, ...]  # of the inputs, for saying whose gradient differs
     inputs: Callable[[torch.Generator, torch.dtype], Sequence[Tensor]]
-    ours: Callable[..., Tensor]
+    ours: Callable[..., Tensor]  # (kernels, *inputs)
     theirs: Callable[..., Tensor]
 
 
-def _randn(gen: torch.Generator, dtype: torch.dtype, *shape: int) -> Tensor:
-    return torch.randn(*shape, generator=gen, dtype=dtype).requires_grad_()
+def _randn(gen: torch.Generator, dtype: torch.dtype, *shape: int, scale: float = 1.0) -> Tensor:
+    return (torch.randn(*shape, generator=gen, dtype=dtype) * scale).requires_grad_()
 
 
 def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
@@ -61,48 +85,92 @@ def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
     return targets
 
 
+def _attention_cases(ref: References) -> list[_Case]:
+    """Attention on the shapes that catch a kernel's mistakes: odd sizes, a single query (a decoding step),
+    queries offset as in cached decoding, causal and not, and 133 positions, which a tiled kernel must
+    cover in several tiles and a ragged last one."""
+    B, H, T, d = 2, 4, 7, 16
+    long = (1, 3, 133, 5)  # (B, H, T, d)
+
+    def shapes(b: int, h: int, tq: int, tk: int, dh: int):
+        def make(g, dt):
+            return _randn(g, dt, b, h, tq, dh), _randn(g, dt, b, h, tk, dh), _randn(g, dt, b, h, tk, dh)
+
+        return make
+
+    def case(component: str, inputs, causal: bool) -> _Case:
+        def theirs(q, k, v):
+            if causal and q.shape[-2] < k.shape[-2]:
+                return _suffix_attention(ref, q, k, v)
+            return ref["sdpa"](q, k, v, causal)
+
+        return _Case(component, "sdpa", "attention", ("q", "k", "v"), inputs,
+                     lambda kernels, q, k, v: kernels.attention(q, k, v, causal), theirs)  # fmt: skip
+
+    b, h, t, dh = long
+    return [
+        case("sdpa causal", shapes(B, H, T, T, d), True),
+        case("sdpa non-causal", shapes(B, H, T, T, d), False),
+        case("sdpa causal, queries offset by 4", shapes(B, H, T - 4, T, d), True),
+        case("sdpa causal, single query", shapes(B, H, 1, T, d), True),
+        case(f"sdpa causal, {t} positions, head size {dh}", shapes(b, h, t, t, dh), True),
+        case(f"sdpa non-causal, {t} positions, head size {dh}", shapes(b, h, t, t, dh), False),
+        case(f"sdpa causal, {t - 63} queries offset by 63", shapes(b, h, t - 63, t, dh), True),
+    ]
+
+
 def _cases(ref: References) -> list[_Case]:
     """The comparisons, as (inputs, ours, theirs). Shapes follow the seed: (B, H, T, d) = (2, 4, 7, 16)."""
-    B, H, T, d, C, V = 2, 4, 7, 16, 32, 11
+    B, T, C, V = 2, 7, 32, 11
     ids = torch.tensor([[0, 3, 7, 1], [10, 2, 2, 5]])
 
     def linear_inputs(g, dt):
         return _randn(g, dt, B, T, C), _randn(g, dt, 3 * C, C), _randn(g, dt, 3 * C)
 
-    def linear_ours(x, w, b):
+    def linear_ours(kernels, x, w, b):
         return functional_call(Linear(C, 3 * C), {"weight": w, "bias": b}, (x,))
 
-    def embedding_ours(w):
+    def embedding_ours(kernels, w):
         return functional_call(Embedding(V, C), {"weight": w}, (ids,))
 
-    def attention_inputs(tq):
-        def make(g, dt):
-            return _randn(g, dt, B, H, tq, d), _randn(g, dt, B, H, T, d), _randn(g, dt, B, H, T, d)
+    def norm_inputs(g, dt):
+        return _randn(g, dt, B, T, C), _randn(g, dt, C), _randn(g, dt, C)
 
-        return make
+    def norm_inputs_without_bias(g, dt):
+        return _randn(g, dt, B, T, C), _randn(g, dt, C)
 
     def ce_inputs(g, dt):
         return _randn(g, dt, B * T, V), _targets_with_ignored(g, B * T, V)
 
-    def logits(g, dt):
-        return (_randn(g, dt, B, T, V),)
+    def logits(scale: float):
+        return lambda g, dt: (_randn(g, dt, B, T, V, scale=scale),)
+
+    def activations(scale: float):
+        return lambda g, dt: (_randn(g, dt, B, T, C, scale=scale),)
+
+    def gelu(kernels, x):
+        return kernels.gelu(x)
+
+    def softmax(kernels, x):
+        return kernels.softmax(x)
 
     return [
-        _Case("Linear", "linear", linear_inputs, linear_ours, ref["linear"]),
-        _Case("Embedding", "embedding", lambda g, dt: (_randn(g, dt, V, C),), embedding_ours,
+        _Case("Linear", "linear", None, ("x", "weight", "bias"), linear_inputs, linear_ours, ref["linear"]),
+        _Case("Embedding", "embedding", None, ("weight",), lambda g, dt: (_randn(g, dt, V, C),), embedding_ours,
               lambda w: ref["embedding"](ids, w)),
-        _Case("LayerNorm", "layer_norm", lambda g, dt: (_randn(g, dt, B, T, C), _randn(g, dt, C), _randn(g, dt, C)),
-              layer_norm, ref["layer_norm"]),
-        _Case("GELU (tanh)", "gelu", lambda g, dt: (_randn(g, dt, B, T, C),), gelu, ref["gelu"]),
-        _Case("softmax", "softmax", logits, softmax, ref["softmax"]),
-        _Case("log_softmax", "log_softmax", logits, log_softmax, ref["log_softmax"]),
-        _Case("cross_entropy (ignore_index)", "cross_entropy", ce_inputs, cross_entropy, ref["cross_entropy"]),
-        _Case("sdpa causal", "sdpa", attention_inputs(T), lambda q, k, v: sdpa(q, k, v, causal=True)[0],
-              lambda q, k, v: ref["sdpa"](q, k, v, True)),
-        _Case("sdpa non-causal", "sdpa", attention_inputs(T), lambda q, k, v: sdpa(q, k, v, causal=False)[0],
-              lambda q, k, v: ref["sdpa"](q, k, v, False)),
-        _Case("sdpa causal, queries offset by 4", "sdpa", attention_inputs(T - 4),
-              lambda q, k, v: sdpa(q, k, v, causal=True)[0], lambda q, k, v: _suffix_attention(ref, q, k, v)),
+        _Case("LayerNorm", "layer_norm", "layer_norm", ("x", "weight", "bias"), norm_inputs,
+              lambda kernels, x, w, b: kernels.layer_norm(x, w, b, 1e-5), ref["layer_norm"]),
+        _Case("LayerNorm without bias", "layer_norm", "layer_norm", ("x", "weight"), norm_inputs_without_bias,
+              lambda kernels, x, w: kernels.layer_norm(x, w, None, 1e-5), lambda x, w: ref["layer_norm"](x, w, None)),
+        _Case("GELU (tanh)", "gelu", "gelu", ("x",), activations(1.0), gelu, ref["gelu"]),
+        _Case("GELU (tanh), inputs x 30", "gelu", "gelu", ("x",), activations(30.0), gelu, ref["gelu"]),
+        _Case("softmax", "softmax", "softmax", ("x",), logits(1.0), softmax, ref["softmax"]),
+        _Case("softmax, logits x 1000", "softmax", "softmax", ("x",), logits(1000.0), softmax, ref["softmax"]),
+        _Case("log_softmax", "log_softmax", None, ("x",), logits(1.0), lambda kernels, x: log_softmax(x),
+              ref["log_softmax"]),
+        _Case("cross_entropy (ignore_index)", "cross_entropy", "cross_entropy", ("logits", "targets"), ce_inputs,
+              lambda kernels, x, t: kernels.cross_entropy(x, t), ref["cross_entropy"]),
+        *_attention_cases(ref),
     ]  # fmt: skip
 
 
@@ -114,43 +182,149 @@ def _suffix_attention(ref: References, q: Tensor, k: Tensor, v: Tensor) -> Tenso
     return ref["sdpa"](padded, k, v, True)[..., n_missing:, :]
 
 
-def _max_diff(a: Tensor, b: Tensor) -> float:
-    return (a.detach() - b.detach()).abs().max().item()
+def _index(flat: int, shape: torch.Size) -> list[int]:
+    """The multi-index of a flat position in a tensor of `shape`."""
+    where = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        where.append(i)
+    return where[::-1]
 
 
-def _compare(case: _Case, gen: torch.Generator, dtype: torch.dtype, label: str) -> Row:
+def _difference(name: str, ours: Tensor | None, theirs: Tensor) -> Difference:
+    """The largest |ours - theirs| and where it is ("output [0, 1, 2, 5]"). A missing tensor, a wrong
+    shape or a non-finite value is an infinite difference: nan must fail, not compare false."""
+    if ours is None:
+        return math.inf, f"{name} is missing: the kernel gave no gradient"
+    if not isinstance(ours, Tensor):
+        return math.inf, f"{name} is a {type(ours).__name__}, not a tensor"
+    if ours.shape != theirs.shape:
+        return math.inf, f"{name} has shape {tuple(ours.shape)}, expected {tuple(theirs.shape)}"
+    if ours.numel() == 0:
+        return 0.0, name
+    diff = torch.nan_to_num((ours.detach() - theirs.detach()).abs(), nan=math.inf)
+    flat = int(diff.argmax())
+    where = _index(flat, diff.shape)
+    value = diff.flatten()[flat].item()
+    if math.isinf(value):
+        got, expected = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
+        return value, f"{name} {where} is {got}, expected {expected}"
+    return value, f"{name} {where}"
+
+
+Difference = tuple[float, str]  # the largest |difference| and where it is, or what went wrong (inf)
+
+
+def _largest(differences: Sequence[Difference]) -> Difference:
+    return max(differences, key=lambda pair: pair[0])
+
+
+def _row(component: str, reference: str, forward: Difference, grad: Difference | None = None) -> Row:
+    if grad is None:
+        return Row(component, reference, forward[0], None, forward[1])
+    return Row(component, reference, forward[0], grad[0], forward[1], grad[1])
+
+
+def _raised(what: str, error: Exception) -> Difference:
+    return math.inf, f"{what} raised {type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _compare(case: _Case, kernels: Kernels, gen: torch.Generator, dtype: torch.dtype, label: str) -> Row:
+    """One case: forward outputs, then the gradients of a random cotangent through both. The kernel
+    under test may fail in any way (raise, return a wrong shape or nan, drop the gradient): each is
+    this row's result, said in its `forward_at` or `grad_at`, not an error."""
     inputs = case.inputs(gen, dtype)
-    ours, theirs = case.ours(*inputs), case.theirs(*inputs)
-    forward = _max_diff(ours, theirs)
-    leaves = [x for x in inputs if x.requires_grad]
-    cotangent = torch.randn(ours.shape, generator=gen, dtype=dtype)
-    grads_ours = torch.autograd.grad(ours, leaves, cotangent)
-    grads_theirs = torch.autograd.grad(theirs, leaves, cotangent)
-    grad = max(_max_diff(a, b) for a, b in zip(grads_ours, grads_theirs, strict=True))
-    return Row(case.component, label, forward, grad)
+    theirs = case.theirs(*inputs)
+    cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype)
+    try:
+        ours = case.ours(kernels, *inputs)
+    except Exception as error:
+        return _row(case.component, label, _raised("the forward", error))
+    forward = _difference("output", ours, theirs)
+    if not isinstance(ours, Tensor) or ours.shape != theirs.shape:
+        return _row(case.component, label, forward)
+    leaves = [(name, x) for name, x in zip(case.names, inputs, strict=True) if x.requires_grad]
+    grads_theirs = torch.autograd.grad(theirs, [x for _, x in leaves], cotangent)
+    try:
+        grads_ours = torch.autograd.grad(ours, [x for _, x in leaves], cotangent, allow_unused=True)
+    except Exception as error:
+        return _row(case.component, label, forward, _raised("the backward", error))
+    names = [name for name, _ in leaves]
+    grad = _largest([
+        _difference(f"gradient of {name}", a, b) for name, a, b in zip(names, grads_ours, grads_theirs, strict=True)
+    ])  # fmt: skip
+    return _row(case.component, label, forward, grad)
 
 
-def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope", randomized: bool = False) -> Row:
+def kv_cache_row(
+    gen: torch.Generator,
+    dtype: torch.dtype,
+    pos: str = "rope",
+    randomized: bool = False,
+    kernels: Kernels = DEFAULT_KERNELS,
+) -> Row:
     """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix; a
     randomized model's sorted random position ids (Ruoss et al. 2023) are drawn once and used by both."""
     shape = {"max_positions": 40, "randomized_positions": True} if randomized else {}
     config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos, **shape)
-    model = GPT(config).to(dtype).eval()
+    model = GPT(config, kernels).to(dtype).eval()
     idx = torch.randint(13, (2, 12), generator=gen)
     drawn = model.sample_positions(2, 12, gen) if randomized else None  # None: the cache's own offsets
 
     def ids(start: int, end: int) -> Tensor | None:
         return None if drawn is None else drawn[:, start:end]
 
-    with torch.no_grad():
-        full = model(idx, positions=ids(0, 12)).logits
-        cache = model.new_cache(2, 12)
-        steps = [model(idx[:, :5], cache=cache, positions=ids(0, 5)).logits]
-        steps += [model(idx[:, t : t + 1], cache=cache, positions=ids(t, t + 1)).logits for t in range(5, 12)]
     name = f"randomized {pos}" if randomized else pos
-    return Row(
-        f"KV-cache decoding ({name} positions)", "full forward (gpt_core)", _max_diff(torch.cat(steps, 1), full), None
-    )
+    component, reference = f"KV-cache decoding ({name} positions)", "full forward (gpt_core)"
+    try:
+        with torch.no_grad():
+            full = model(idx, positions=ids(0, 12)).logits
+            cache = model.new_cache(2, 12)
+            steps = [model(idx[:, :5], cache=cache, positions=ids(0, 5)).logits]
+            steps += [model(idx[:, t : t + 1], cache=cache, positions=ids(t, t + 1)).logits for t in range(5, 12)]
+    except Exception as error:
+        return _row(component, reference, _raised("decoding", error))
+    return _row(component, reference, _difference("logits", torch.cat(steps, 1), full))
+
+
+def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row:
+    """A whole GPT computed with `kernels` vs the same GPT, same weights, with gpt-core's own: the logits,
+    the loss and every parameter's gradient. It feeds the kernels what a model does (attention on
+    strided views of the fused qkv projection, LayerNorm without bias when the config says so)."""
+    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
+    ours = GPT(config, kernels).to(dtype)
+    theirs = GPT(config).to(dtype)
+    theirs.load_state_dict(ours.state_dict())
+    idx = torch.randint(13, (2, 12), generator=gen)
+    targets = torch.randint(13, (2, 12), generator=gen)
+    component, reference = "GPT forward and backward", "GPT (gpt-core's kernels)"
+    expected = theirs(idx, targets)
+    expected.loss.backward()
+    try:
+        got = ours(idx, targets)
+        got.loss.backward()
+    except Exception as error:
+        return _row(component, reference, _raised("the model", error))
+    forward = _largest([
+        _difference("logits", got.logits, expected.logits), _difference("loss", got.loss, expected.loss)
+    ])  # fmt: skip
+    grad = _largest([
+        _difference(f"gradient of {name}", a.grad, b.grad)
+        for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)
+    ])  # fmt: skip
+    return _row(component, reference, forward, grad)
+
+
+@contextlib.contextmanager
+def _inputs_from(seed: int | None) -> Iterator[torch.Generator]:
+    """A generator for the inputs, seeded or fresh. The models built in a report draw their initial weights
+    from the global RNG: it is forked and seeded too, so a seeded report is fully reproducible and no
+    report disturbs the caller's random stream."""
+    gen = torch.Generator()
+    gen.manual_seed(seed) if seed is not None else gen.seed()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(gen.initial_seed())
+        yield gen
 
 
 def verification_report(
@@ -165,22 +339,50 @@ def verification_report(
     (gpt-train's are PyTorch's built-ins); `labels` optionally names them for the table.
     `seed` fixes the inputs; by default they are fresh.
     """
-    missing = sorted(set(REFERENCE_SIGNATURES) - set(references))
-    if missing:
-        raise ValueError(f"verification_report needs references for: {', '.join(missing)}")
-    gen = torch.Generator()
-    gen.manual_seed(seed) if seed is not None else gen.seed()
-    # The models built here draw their initial weights from the global RNG: fork it, so a seeded
-    # report is fully reproducible and no report disturbs the caller's random stream.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(gen.initial_seed())
+    _check_references(references)
+    with _inputs_from(seed) as gen:
         rows = [
-            _compare(case, gen, dtype, (labels or {}).get(case.reference, case.reference))
+            _compare(case, DEFAULT_KERNELS, gen, dtype, (labels or {}).get(case.reference, case.reference))
             for case in _cases(references)
         ]
         rows += [kv_cache_row(gen, dtype, pos) for pos in ("learned", "rope", "none")]
         rows += [kv_cache_row(gen, dtype, pos, randomized=True) for pos in ("learned", "rope")]
     return rows
+
+
+def kernel_report(
+    slot: str,
+    kernel: Callable[..., Tensor],
+    references: References,
+    dtype: torch.dtype = torch.float64,
+    seed: int | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[Row]:
+    """Pin `kernel`, a replacement for `slot` of `Kernels`, to the references on every case of that slot,
+    forward and backward (the cases `verification_report` runs gpt-core's own kernel on); then the whole
+    model computed with it against gpt-core's kernels, and, for attention, cached decoding against the
+    full forward. `Row.failure` says what differs and where."""
+    if slot not in KERNEL_SLOTS:
+        raise ValueError(f"unknown kernel slot {slot!r}; slots: {', '.join(KERNEL_SLOTS)}")
+    _check_references(references)
+    kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: kernel})
+    with _inputs_from(seed) as gen:
+        rows = [
+            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference))
+            for case in _cases(references)
+            if case.slot == slot
+        ]
+        if slot != "softmax":  # a training step never calls it: only generate samples from it
+            rows.append(model_row(gen, dtype, kernels))
+        if slot == "attention":
+            rows += [kv_cache_row(gen, dtype, pos, kernels=kernels) for pos in ("learned", "rope", "none")]
+    return rows
+
+
+def _check_references(references: References) -> None:
+    missing = sorted(set(REFERENCE_SIGNATURES) - set(references))
+    if missing:
+        raise ValueError(f"verification_report needs references for: {', '.join(missing)}")
 
 
 def format_report(rows: Sequence[Row]) -> str:

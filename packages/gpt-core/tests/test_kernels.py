@@ -1,0 +1,111 @@
+"""The kernel table: a model computes with its own kernels, and only that model; gpt-core's own are the
+default and change nothing; a swapped-in kernel gives the same model when it computes the same function."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SIGNATURES, KERNEL_SLOTS, GPTConfig, Kernels, generate, sdpa
+from gpt_core import functional as F_ours
+
+CONFIG = GPTConfig(vocab_size=11, block_size=12, n_layer=2, n_head=2, n_embd=16, pos="rope")
+
+
+def counting(kernel, calls: list[str], slot: str):
+    """`kernel`, recording each call under `slot`: a new function object, so the model treats it as swapped."""
+
+    def counted(*args):
+        calls.append(slot)
+        return kernel(*args)
+
+    return counted
+
+
+def same_function_swapped(calls: list[str]) -> Kernels:
+    """Every slot filled by a new object computing gpt-core's own function (the attention through sdpa)."""
+    return Kernels(
+        attention=counting(lambda q, k, v, causal: sdpa(q, k, v, causal)[0], calls, "attention"),
+        softmax=counting(F_ours.softmax, calls, "softmax"),
+        layer_norm=counting(F_ours.layer_norm, calls, "layer_norm"),
+        gelu=counting(F_ours.gelu, calls, "gelu"),
+        cross_entropy=counting(F_ours.cross_entropy, calls, "cross_entropy"),
+    )
+
+
+def test_slots_and_signatures_name_the_same_fields():
+    assert KERNEL_SLOTS == ("attention", "softmax", "layer_norm", "gelu", "cross_entropy")
+    assert set(KERNEL_SIGNATURES) == set(KERNEL_SLOTS)
+    assert DEFAULT_KERNELS.swapped() == []
+    assert Kernels(gelu=lambda x: x).swapped() == ["gelu"]
+
+
+def test_swapped_kernels_compute_the_same_model_and_are_the_ones_called(close):
+    calls: list[str] = []
+    torch.manual_seed(3)
+    ours = GPT(CONFIG).double()
+    swapped = GPT(CONFIG, same_function_swapped(calls)).double()
+    swapped.load_state_dict(ours.state_dict())
+    idx = torch.randint(11, (3, 12))
+    a, b = ours(idx, idx, return_attention=True), swapped(idx, idx, return_attention=True)
+    a.loss.backward()
+    b.loss.backward()
+    close("swapped kernels: logits", b.logits, a.logits, 1e-12)
+    close("swapped kernels: attention weights", b.attention, a.attention, 1e-12)
+    for (name, p), q in zip(swapped.named_parameters(), ours.parameters(), strict=True):
+        close(f"swapped kernels: grad {name}", p.grad, q.grad, 1e-12)
+    # 2 layers: 2 attention, 5 LayerNorms, 2 GELUs, 1 loss in the forward; softmax only when sampling.
+    assert sorted(set(calls)) == ["attention", "cross_entropy", "gelu", "layer_norm"]
+    assert (calls.count("attention"), calls.count("layer_norm"), calls.count("gelu")) == (2, 5, 2)
+
+
+def test_two_models_in_one_process_keep_their_own_kernels():
+    calls: list[str] = []
+    plain, swapped = GPT(CONFIG), GPT(CONFIG, same_function_swapped(calls))
+    idx = torch.randint(11, (2, 5))
+    plain(idx, idx)
+    assert calls == []
+    swapped(idx, idx)
+    assert calls
+    calls.clear()
+    plain(idx, idx)
+    assert calls == []
+
+
+def test_initial_weights_do_not_depend_on_the_kernels():
+    torch.manual_seed(7)
+    a = GPT(CONFIG).state_dict()
+    torch.manual_seed(7)
+    b = GPT(CONFIG, same_function_swapped([])).state_dict()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_a_swapped_attention_gives_no_weights_unless_asked():
+    model = GPT(CONFIG, Kernels(attention=lambda q, k, v, causal: sdpa(q, k, v, causal)[0]))
+    assert model(torch.randint(11, (1, 4))).attention is None
+    assert model.blocks[0].attn(torch.randn(1, 4, 16))[1] is None
+    assert model(torch.randint(11, (1, 4)), return_attention=True).attention.shape == (2, 1, 2, 4, 4)
+
+
+def test_generate_samples_through_the_models_softmax():
+    calls: list[str] = []
+    kernels = dataclasses.replace(DEFAULT_KERNELS, softmax=counting(F_ours.softmax, calls, "softmax"))
+    model = GPT(CONFIG, kernels).eval()
+    torch.manual_seed(1)
+    plain = GPT(CONFIG).eval()
+    plain.load_state_dict(model.state_dict())
+    prompt = torch.randint(11, (2, 3))
+    tokens = generate(model, prompt, 4, temperature=1.0, generator=torch.Generator().manual_seed(5))
+    assert calls == ["softmax"] * 4
+    expected = generate(plain, prompt, 4, temperature=1.0, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(tokens, expected)
+
+
+def test_a_swapped_attention_with_dropout_is_refused():
+    config = dataclasses.replace(CONFIG, dropout=0.1)
+    GPT(config)  # gpt-core's own attention applies the dropout
+    with pytest.raises(ValueError, match="dropout 0.1 needs gpt-core's own attention kernel"):
+        GPT(config, Kernels(attention=lambda q, k, v, causal: sdpa(q, k, v, causal)[0]))
+    GPT(config, Kernels(gelu=lambda x: F_ours.gelu(x)))  # another slot swapped: fine
