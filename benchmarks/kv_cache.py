@@ -1,7 +1,7 @@
 """KV cache: tokens/s of greedy generation with and without the cache, and a check that both agree.
 
-    python benchmarks/kv_cache.py                 # 255 new tokens, batch 1 and 64 (about 20 minutes on 2 cores)
-    python benchmarks/kv_cache.py --batches 1     # about a minute
+    python benchmarks/kv_cache.py                 # 255 new tokens, batch 1 and 64 (20 minutes on 2 idle cores)
+    python benchmarks/kv_cache.py --batches 1     # a minute or two
     python benchmarks/kv_cache.py --quick         # smoke test: batch 1, 8 tokens, 2 rounds
 
 Models: a 6-layer, 6-head, 384-dim, block-256 GPT (prompt of 1 token, 255 new ones, filling the
@@ -9,11 +9,12 @@ block) and the sort model (2 layers, 4 heads, 64 dims; prompt of 6 digits, 6 new
 its evaluation). Weights are random: speed does not depend on what was learned, and greedy
 decoding of the same weights must give the same tokens either way.
 
-Rounds: the cached and the uncached generation take turns (alternating which goes first), each
-round gives its own speedup, and the table prints the median speedup and, in brackets, the lowest
-and highest round's. Every configuration gets `--rounds` rounds, except that one whose rounds are
-slow (the uncached batch-64 pass takes minutes) stops after `--min-rounds` once it has used
-`--budget` seconds. Progress goes to stderr: a line per round, and a line every 30 s inside a long pass.
+Rounds: the cached and the uncached generation take turns (alternating which goes first; a side
+whose generation takes milliseconds repeats it for about half a second), each round gives its own
+speedup, and the table prints the median speedup and, in brackets, the lowest and highest round's.
+Every configuration gets `--rounds` rounds, except that one whose rounds are slow (the uncached
+batch-64 pass takes minutes) stops after `--min-rounds` once it has used `--budget` seconds.
+Progress goes to stderr: a line per round, and a line every 30 s inside a long pass.
 
 The last columns bound what a cache can give here. A cached step at batch 1 must read every
 weight once per token. "weights floor" is every Linear of the model applied to one (batch, in)
@@ -43,14 +44,19 @@ MODELS = {
     "sort (2L-4H-64d)": (GPTConfig(vocab_size=10, block_size=11, n_layer=2, n_head=4, n_embd=64), 6),
 }
 HEARTBEAT = 30.0  # seconds between progress lines inside one long generation
+ROUND_SECONDS = 0.5  # a fast configuration repeats each side's generation in a round until about this long
 
 
-def timed_generate(model: GPT, prompt: torch.Tensor, n_new: int, use_cache: bool) -> tuple[torch.Tensor, float]:
+def timed_generate(
+    model: GPT, prompt: torch.Tensor, n_new: int, use_cache: bool, calls: int = 1
+) -> tuple[torch.Tensor, float]:
+    """The generated tokens and the seconds per generation, over `calls` generations in a row."""
     synchronize(prompt.device)
     start = time.perf_counter()
-    out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
+    for _ in range(calls):
+        out = generate(model, prompt, n_new, temperature=0.0, use_cache=use_cache)
     synchronize(prompt.device)
-    return out, time.perf_counter() - start
+    return out, (time.perf_counter() - start) / calls
 
 
 def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = 50) -> float:
@@ -117,7 +123,9 @@ def measure(name: str, config: GPTConfig, prompt_len: int, batch: int, args: arg
     prompt = torch.randint(config.vocab_size, (batch, prompt_len), generator=gen).to(device)
     timed_generate(model, prompt, 2, True)  # warm up
     timed_generate(model, prompt, 2, False)
-    label = f"{name}, batch {batch}"
+    _, first = timed_generate(model, prompt, n_new, False)
+    calls = max(1, int(ROUND_SECONDS / first))  # the sort model's generations take milliseconds
+    label = f"{name}, batch {batch}" + (f", {calls} generations a side per round" if calls > 1 else "")
     cached_s, uncached_s, floors, memory_passes = [], [], [], []
     identical = True
     started = time.perf_counter()
@@ -126,11 +134,11 @@ def measure(name: str, config: GPTConfig, prompt_len: int, batch: int, args: arg
         outputs = {}
         for use_cache in sides:
             if use_cache:
-                outputs[True], seconds = timed_generate(model, prompt, n_new, True)
+                outputs[True], seconds = timed_generate(model, prompt, n_new, True, calls)
                 cached_s.append(seconds)
             else:
-                with Heartbeat(model, f"round {r + 1} no cache", n_new):
-                    outputs[False], seconds = timed_generate(model, prompt, n_new, False)
+                with Heartbeat(model, f"round {r + 1} no cache", n_new * calls):
+                    outputs[False], seconds = timed_generate(model, prompt, n_new, False, calls)
                 uncached_s.append(seconds)
         identical &= torch.equal(outputs[True], outputs[False])
         floor, memory_pass = weight_read_times(model, batch)
