@@ -59,8 +59,8 @@ def write_index(out: Path) -> Path:
     parts = [(out / f"{name}.md").read_text() for name in EXPERIMENTS if (out / f"{name}.md").is_file()]
     header = (
         "# Results\n\nEvery number and picture below was written by `python experiments/run_all.py` "
-        "(one section per experiment; `--only NAME` reruns one). Each section gives the commands, the machine "
-        "and the wall time.\n\n"
+        "(one section per experiment; `--only NAME` reruns one), except where a section says how else it was "
+        "measured. Each section gives the commands, the machine and the wall time.\n\n"
     )
     index = out / "results.md"
     index.write_text(header + "\n".join(parts))
