@@ -5,9 +5,10 @@
 
 Every row times the option gpt-core uses against the obvious alternative, on the tensor shapes of the
 Shakespeare configuration (batch 12, block 64, 4 heads, 128 dims) unless it says otherwise. The two
-take turns round by round (which goes first alternates); a round calls each several times in a row
-(fewer for the slow rows). The times are medians over rounds of a call's mean time in the round; the
-speedup is the median of the per-round ratios, with the lowest and highest round's in brackets.
+take turns round by round (which goes first alternates); in a round each side repeats its call until
+it has run about 10 ms (once for the slow rows). The times are medians over rounds of a call's mean
+time in the round; the speedup is the median of the per-round ratios, with the lowest and highest
+round's in brackets.
 The decoding rows use the KV-cache benchmark's 6-layer, 384-dim model at batch 1 (random weights:
 speed does not depend on them). The last row scores sort's held-out examples with a random model at
 two evaluation chunk sizes.
@@ -16,8 +17,10 @@ two evaluation chunk sizes.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +31,20 @@ from common import interleaved_rounds, peak_rss_mib, print_table, ratio_spread  
 
 B, T, H, C = 12, 64, 4, 128
 ROUNDS = 20  # rounds per row by default
-CALLS = 10  # calls of each side per round, unless a row says otherwise
+ROUND_SECONDS = 0.01  # each side of a round repeats its call until it takes about this long
+
+
+def calls_per_round(fns: tuple[Callable[[], object], ...]) -> int:
+    """Calls of each side per round: enough for the faster side to take ROUND_SECONDS, so that one
+    interruption by another process is a small part of a round (a few-microsecond call timed ten
+    times gave round ratios from 1.9x to 139x on the shared machine)."""
+    fastest = float("inf")
+    for fn in fns:
+        fn()  # warm up
+        start = time.perf_counter()
+        fn()
+        fastest = min(fastest, time.perf_counter() - start)
+    return max(1, math.ceil(ROUND_SECONDS / max(fastest, 1e-7)))
 
 
 def masked_scores() -> torch.Tensor:
@@ -117,7 +133,7 @@ def matvec_rows():
                 torch.addmm(linear.bias, x, linear.weight.t())
 
     return ("one-row products, all 6-layer weights", "two half-size bmm", "addmm (MKL gemv)",
-            (through_linear, through_addmm), 3)  # fmt: skip
+            (through_linear, through_addmm))  # fmt: skip
 
 
 def small_matvec_rows():
@@ -147,7 +163,7 @@ def decode_step(model, mode: Callable[[], object]) -> Callable[[], object]:
 def inference_mode_rows():
     model = decode_model()
     return ("cached decoding step, batch 1", "inference_mode", "no_grad",
-            (decode_step(model, torch.inference_mode), decode_step(model, torch.no_grad)), 5)  # fmt: skip
+            (decode_step(model, torch.inference_mode), decode_step(model, torch.no_grad)))  # fmt: skip
 
 
 def function_bypass_rows():
@@ -186,7 +202,7 @@ def evaluation_rows():
         return run
 
     return (f"sort held-out scoring, {n:,} sequences", "chunks of 1,024", "chunks of 4,096",
-            (evaluate_in_chunks_of(1024), evaluate_in_chunks_of(4096)), 1, 7)  # fmt: skip
+            (evaluate_in_chunks_of(1024), evaluate_in_chunks_of(4096)), 7)  # fmt: skip
 
 
 def main() -> None:
@@ -199,9 +215,9 @@ def main() -> None:
     makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, matvec_rows,
               small_matvec_rows, inference_mode_rows, function_bypass_rows, evaluation_rows)  # fmt: skip
     for make in makers:
-        measure, ours, other, fns, *counts = make()  # counts: calls per round, and at most this many rounds
-        calls = counts[0] if counts else CALLS
-        rounds = min(counts[1], args.rounds) if len(counts) > 1 else args.rounds
+        measure, ours, other, fns, *most = make()  # a slow row may cap its rounds
+        rounds = min(most[0], args.rounds) if most else args.rounds
+        calls = calls_per_round(fns)
         ours_s, other_s = interleaved_rounds(fns, rounds, calls=calls, warmup=min(calls, 3))
         speedup = ratio_spread(other_s, ours_s)
         ours_us, other_us = (statistics.median(t) * 1e6 for t in (ours_s, other_s))
