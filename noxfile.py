@@ -3,6 +3,7 @@
     nox -s tests                              # every package
     nox -s "tests(package='gpt-core')"        # one package
     nox -s plugin                             # the example third-party task plugin, installed as a third party would
+    nox -s kernel_plugin                      # the example third-party kernel plugin (flash attention), likewise
     nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
     nox -s lint                               # ruff
 
@@ -27,7 +28,7 @@ PACKAGES = {
     "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
-nox.options.sessions = ["tests", "plugin", "experiments", "lint"]
+nox.options.sessions = ["tests", "plugin", "kernel_plugin", "experiments", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 
@@ -51,13 +52,25 @@ def tests(session: nox.Session, package: str) -> None:
     session.run("pytest", "-q", package_dir(package) + "/tests", *session.posargs)
 
 
-@nox.session(python=PYTHON)
-def plugin(session: nox.Session) -> None:
-    """Install gpt-tasks, gpt-train and the example plugin as a third party would, and prove it is found and trains."""
-    example = str(ROOT / "examples" / "gpt-task-reverse")
+def run_example_tests(session: nox.Session, name: str) -> None:
+    """Install the packages, then the example from examples/<name> as a third party would, and run its tests."""
+    example = str(ROOT / "examples" / name)
     install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
     session.install(*CONSTRAINTS, example + "[test]")
     session.run("pytest", "-q", example + "/tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def plugin(session: nox.Session) -> None:
+    """Install gpt-tasks, gpt-train and the example plugin as a third party would, and prove it is found and trains."""
+    run_example_tests(session, "gpt-task-reverse")
+
+
+@nox.session(python=PYTHON)
+def kernel_plugin(session: nox.Session) -> None:
+    """Install gpt-train and the example kernel plugin (flash attention) as a third party would, and prove it is
+    found, verified against PyTorch, never forms the T x T matrix, and trains."""
+    run_example_tests(session, "gpt-kernel-flash")
 
 
 @nox.session(python=PYTHON)

@@ -3,6 +3,7 @@
     python benchmarks/step_time.py            # eager and compiled, both configurations
     python benchmarks/step_time.py --eager-only
     python benchmarks/step_time.py --by-kernel --configs shakespeare   # where the eager gap goes
+    python benchmarks/step_time.py --kernel attention=flash            # a kernel beside gpt-core's and PyTorch's
 
 Each round times `--steps-per-round` full AdamW steps of each model in turn (which model goes first
 alternates), so both see the same machine load; the table reports each model's step time (median over rounds of the
@@ -23,10 +24,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Spread, interleaved_rounds, matmul_peak_gflops, peak_rss_mib, print_table  # noqa: E402
+from common import Spread, interleaved_rounds, matmul_peak_gflops, peak_rss_mib, print_table, ratio_spread  # noqa: E402
 from twin import KERNELS, builtin_twin  # noqa: E402
 
-from gpt_core import GPT, GPTConfig  # noqa: E402
+from gpt_core import GPT, GPTConfig, Kernels  # noqa: E402
 
 CONFIGS = {
     # the sort task's defaults: 2 layers, 4 heads, 64 dims, 11 positions, batch 128
@@ -98,6 +99,23 @@ def by_kernel(name: str, rounds: int, per_round: int) -> None:
     print(f"peak RSS {peak_rss_mib():.0f} MiB\n")
 
 
+TWIN_KINDS = {"attention": "attention", "layer_norm": "layernorm", "gelu": "gelu", "cross_entropy": "loss"}
+"""Each kernel slot a training step calls, as the kind of kernel the built-in twin swaps for PyTorch's."""
+
+
+def with_kernel(name: str, slot: str, kernel: str, kernels: Kernels, rounds: int, per_round: int) -> list[str]:
+    """Eager step time with `kernels` (`kernel` in `slot`), beside gpt-core's own kernel and PyTorch's, same weights."""
+    torch.manual_seed(0)
+    hand = GPT(CONFIGS[name][0])
+    swapped = GPT(CONFIGS[name][0], kernels)
+    swapped.load_state_dict(hand.state_dict())
+    models = {"gpt-core": hand, kernel: swapped, "PyTorch": builtin_twin(hand, TWIN_KINDS[slot])}
+    times, _ = step_times(models, name, False, rounds, per_round)
+    ms = [f"{statistics.median(times[label]) * 1e3:.2f}" for label in models]
+    ratios = [ratio_spread(times[kernel], times[other]).plain() for other in ("gpt-core", "PyTorch")]
+    return [name, *ms, *ratios]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=12, help="rounds (default 12)")
@@ -106,7 +124,13 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--by-kernel", action="store_true",
                         help="eager only: swap one kind of hand-written kernel at a time for its built-in")  # fmt: skip
+    parser.add_argument("--kernel", metavar="SLOT=NAME",
+                        help="eager only: time this kernel (installed, or module:function) beside gpt-core's own "
+                        "and PyTorch's")  # fmt: skip
     args = parser.parse_args()
+    if args.kernel:
+        time_kernel(args)
+        return
     if args.by_kernel:
         for name in args.configs:
             by_kernel(name, args.rounds, args.steps_per_round)
@@ -121,6 +145,26 @@ def main() -> None:
     header = ["config", "mode", "hand ms", "built-in ms", "ratio (range)", "model GFLOP/s", "of peak",
               "built-in of peak", "warmup s", "peak RSS MiB"]  # fmt: skip
     print_table(header, rows)
+
+
+def time_kernel(args: argparse.Namespace) -> None:
+    """The --kernel table: one row per configuration."""
+    from gpt_train.kernels import KernelError, build_kernels, parse_kernel_choices  # only this table needs gpt-train
+
+    try:
+        choices = parse_kernel_choices([args.kernel])
+        kernels = build_kernels(choices)
+    except KernelError as error:
+        raise SystemExit(f"step_time.py: {error}") from None
+    slot, kernel = next(iter(choices.items()), (None, None))  # None: gpt-core's own
+    if slot not in TWIN_KINDS:
+        raise SystemExit(f"--kernel takes a kernel other than gpt-core's for {', '.join(TWIN_KINDS)}: a step's slots")
+    rows = [with_kernel(name, slot, kernel, kernels, args.rounds, args.steps_per_round) for name in args.configs]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; eager training step with {slot}={kernel}")
+    print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
+    header = ["config", "gpt-core ms", f"{kernel} ms", "PyTorch ms", f"{kernel} / gpt-core", f"{kernel} / PyTorch"]
+    print_table(header, rows)
+    print(f"peak RSS {peak_rss_mib():.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -182,7 +182,7 @@ def test_a_failure_names_the_case_the_output_the_difference_and_where():
 
     rows = {row.component: row for row in kernel_report("attention", off_at_one_place, TORCH, seed=0)}
     message = rows["sdpa causal"].failure(1e-12)
-    assert message == "sdpa causal: output [1, 2, 0, 3] differs from sdpa by 5.0e-01 (tolerance 1e-12)"
+    assert message == "sdpa causal: output [1, 2, 0, 3] differs from sdpa by 5.0e-01, which exceeds the tolerance 1e-12"
     assert rows["sdpa causal"].grad <= 1e-12  # adding a constant leaves every gradient alone
 
 

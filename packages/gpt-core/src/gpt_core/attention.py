@@ -139,7 +139,8 @@ def sdpa(
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
-    """gpt-core's attention kernel (the `attention` slot of `gpt_core.Kernels`): `sdpa`'s output alone."""
+    """Attention by `sdpa`, with its hand-derived backward: its output alone, as the `attention` slot of
+    `gpt_core.Kernels` takes it."""
     return sdpa(q, k, v, causal)[0]
 
 

@@ -59,7 +59,7 @@ class Row:
             if diff is not None and not diff <= tolerance:
                 if math.isinf(diff):
                     return f"{self.component}: {where}"
-                by = f"by {diff:.1e} (tolerance {tolerance:.0e})"
+                by = f"by {diff:.1e}, which exceeds the tolerance {tolerance:.0e}"
                 return f"{self.component}: {where} differs from {self.reference} {by}"
         return None
 

@@ -1,4 +1,4 @@
-"""The gpt-train command line: run, tasks, eval, sample, verify.
+"""The gpt-train command line: run, tasks, kernels, eval, sample, verify.
 
 The one place where errors become what a user sees: every layer below raises its own domain
 error (a TrainError subclass, or gpt-tasks' TaskError and ParamError) and knows nothing of exit
@@ -22,12 +22,21 @@ from gpt_train.config import RunConfig, parse_assignments, route, route_data, ta
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
+from gpt_train.kernels import (
+    TOLERANCE,
+    default_kernel_registry,
+    first_failure,
+    parse_kernel_choices,
+    resolve_kernel,
+    verify_kernel,
+)
 from gpt_train.runs import load_run, new_run, resumed_run
 from gpt_train.trainer import Outcome, check_compiler, train
 from gpt_viz import EXAMPLES, metric_key, parse_metric_key
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
+KERNEL_HELP = "Compute SLOT with kernel NAME: installed (see `gpt-train kernels`) or module:function. Repeatable."
 EXIT_CODES = {"diverged": 1, "interrupted": 130}
 
 
@@ -83,6 +92,7 @@ def cli() -> None:
     Start here:
       gpt-train verify                 # every hand-written piece vs PyTorch's own
       gpt-train tasks                  # the installed tasks
+      gpt-train kernels                # the kernel slots and the installed kernels
       gpt-train run --task sort        # train with the task's defaults
     """
 
@@ -115,9 +125,15 @@ def cli() -> None:
 @click.option(
     "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
 )
+@click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)
+@click.option(
+    "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
+)
 @click.option("--force", is_flag=True, help="Replace a run already in --out.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
-def run(task_name, device, out, assignments, data, resume, force, quiet, compile_, **flags) -> None:
+def run(
+    task_name, device, out, assignments, data, resume, kernel_pairs, unverified, force, quiet, compile_, **flags
+) -> None:
     """Train a model on a task and write a run directory.
 
     The run directory holds config.json (everything resolved), metrics.jsonl (loss, learning rate
@@ -129,6 +145,10 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
     first checkpoint can be started again with the same command, or with --resume. Under torchrun
     the run uses DistributedDataParallel (gloo on CPU, nccl on CUDA); rank 0 writes the directory.
 
+    Each --kernel is verified against PyTorch (as `gpt-train verify --kernel` does) before anything is
+    written, and refused if it fails; config.json records the kernels, and eval, sample and --resume
+    compute with them.
+
     \b
     Examples:
       gpt-train run --task sort
@@ -136,6 +156,7 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
       gpt-train run --task sort --set pos=rope --set n_layer=4 --out runs/sort-rope
       gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
+      gpt-train run --task sort --kernel attention=flash
       gpt-train run --resume runs/sort-rope
       torchrun --nproc_per_node 4 -m gpt_train run --task sort --device cuda
     """
@@ -144,16 +165,19 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
     rank = Rank.from_env()
     target = rank.device_for(resolve_device(device))
     if resume is not None:
-        _refuse_settings_on_resume(given, assignments, data, force)
+        _refuse_settings_on_resume(given, assignments, data, force, kernel_pairs, unverified)
         handed = resumed_run(resume, task_name, target, rank)
     else:
         if task_name is None:
             raise CommandError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
+        if unverified and not kernel_pairs:
+            raise CommandError("--unverified applies to --kernel choices; there are none")
+        kernels = parse_kernel_choices(kernel_pairs)
         values = parse_assignments(assignments) | route_data(task_name, data)
         values |= {f"train.{name}": value for name, value in given.items()}
         if given.get("compile"):
             check_compiler(target)  # before anything is written
-        handed = new_run(task_name, values, out, force, target, rank)
+        handed = new_run(task_name, values, out, force, target, rank, kernels, unverified)
     outcome = train(handed, quiet=quiet)
     if not rank.is_main:
         _exit_for(outcome, handed.layout.root)
@@ -165,9 +189,10 @@ def run(task_name, device, out, assignments, data, resume, force, quiet, compile
         click.echo(_summary(handed.config, outcome.final, handed.layout.root))
 
 
-def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool) -> None:
+def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool, kernels, unverified) -> None:
     named = [f"--{name.replace('_', '-')}" for name in given]
     named += ["--set"] * bool(assignments) + ["--data"] * (data is not None) + ["--force"] * force
+    named += ["--kernel"] * bool(kernels) + ["--unverified"] * unverified
     if named:
         raise CommandError(
             f"--resume continues a run with its saved configuration; drop {', '.join(sorted(set(named)))}"
@@ -255,17 +280,60 @@ def tasks(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    header = {
-        "name": "TASK",
-        "plugin": "PLUGIN",
-        "distribution": "DISTRIBUTION",
-        "version": "VERSION",
-        "description": "DESCRIPTION",
-    }
-    keys = list(header)
-    widths = {k: max(len(str(r[k])) for r in [header, *rows]) for k in keys}
+    _echo_table({"name": "TASK"} | PROVIDER_HEADER, rows)
+
+
+PROVIDER_HEADER = {
+    "plugin": "PLUGIN",
+    "distribution": "DISTRIBUTION",
+    "version": "VERSION",
+    "description": "DESCRIPTION",
+}
+
+
+def _echo_table(header: dict[str, str], rows: list[dict[str, Any]]) -> None:
+    """Columns padded to their widest cell, under a header row; `header` maps each key of the rows to its title."""
+    widths = {k: max(len(str(r[k])) for r in [header, *rows]) for k in header}
     for row in [header, *rows]:
-        click.echo("  ".join(str(row[k]).ljust(widths[k]) for k in keys).rstrip())
+        click.echo("  ".join(str(row[k]).ljust(widths[k]) for k in header).rstrip())
+
+
+# kernels -------------------------------------------------------------------------------------
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def kernels(as_json: bool) -> None:
+    """List the kernel slots, with the signature a kernel for each must have, and every installed kernel
+    with the plugin and distribution that provide it.
+
+    A slot is a piece the model computes with a swappable function; `gpt-core` is gpt-core's own kernel
+    in every slot. Kernel plugins register through the `gpt_kernels` entry-point group.
+
+    \b
+    Examples:
+      gpt-train kernels
+      gpt-train verify --kernel attention=flash
+      gpt-train run --task sort --kernel attention=flash
+    """
+    from gpt_core import KERNEL_SIGNATURES
+
+    rows = [
+        {
+            "slot": k.slot,
+            "name": k.name,
+            "plugin": k.plugin,
+            "distribution": k.distribution,
+            "version": k.version,
+            "description": k.description,
+        }
+        for k in default_kernel_registry().kernels()
+    ]
+    if as_json:
+        click.echo(json.dumps({"slots": KERNEL_SIGNATURES, "kernels": rows}, indent=2))
+        return
+    slots = [{"slot": slot, "signature": signature} for slot, signature in KERNEL_SIGNATURES.items()]
+    _echo_table({"slot": "SLOT", "signature": "SIGNATURE"}, slots)
+    click.echo()
+    _echo_table({"slot": "SLOT", "name": "KERNEL"} | PROVIDER_HEADER, rows)
 
 
 # eval ----------------------------------------------------------------------------------------
@@ -362,31 +430,58 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
 
 # verify --------------------------------------------------------------------------------------
 @cli.command(context_settings=CONTEXT)
+@click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME",
+              help="Verify this kernel instead: an installed one (see `gpt-train kernels`) or module:function. "
+              "Repeatable.")  # fmt: skip
 @click.option("--seed", type=int, help="Fix the random inputs. [default: fresh each time]")
-@click.option("--tolerance", type=float, default=1e-12, show_default=True, help="Largest |diff| accepted (float64).")
-def verify(seed: int | None, tolerance: float) -> None:
+@click.option(
+    "--tolerance", type=float, default=TOLERANCE, show_default=True, help="Largest |diff| accepted (float64)."
+)
+def verify(kernel_pairs, seed: int | None, tolerance: float) -> None:
     """Check every hand-written piece against the PyTorch built-in it replaces.
 
     Runs each component (Linear, Embedding, LayerNorm, GELU, softmax, cross-entropy, attention in
-    three masking cases) and its PyTorch built-in (F.linear, F.embedding, F.layer_norm, F.gelu with
-    approximate="tanh", torch.softmax, torch.log_softmax, F.cross_entropy,
+    several masking and shape cases) and its PyTorch built-in (F.linear, F.embedding, F.layer_norm,
+    F.gelu with approximate="tanh", torch.softmax, torch.log_softmax, F.cross_entropy,
     F.scaled_dot_product_attention) on the same random float64 inputs, and prints the largest
     difference of outputs and of gradients; also KV-cache decoding vs a full forward.
     Exits 1 if any difference exceeds the tolerance.
 
+    With --kernel SLOT=NAME, checks that kernel instead, on every case of its slot, forward and
+    backward, then a whole GPT computed with it against gpt-core's own kernels (and, for attention,
+    cached decoding against the full forward); a failure says which case and output differ, by how
+    much and where.
+
     \b
-    Example:
+    Examples:
       gpt-train verify
+      gpt-train verify --kernel attention=flash
+      gpt-train verify --kernel layer_norm=mykernels:layer_norm
     """
     from gpt_core import format_report, verification_report
     from gpt_train.verify import TORCH_LABELS, torch_references
 
-    rows = verification_report(torch_references(), seed=seed, labels=TORCH_LABELS)
-    click.echo(format_report(rows))
+    choices = parse_kernel_choices(kernel_pairs)
+    if kernel_pairs and not choices:
+        raise CommandError("gpt-core's own kernels are what plain `gpt-train verify` checks; run it without --kernel")
+    if not choices:
+        rows = verification_report(torch_references(), seed=seed, labels=TORCH_LABELS)
+        click.echo(format_report(rows))
+        _check_rows(rows, tolerance, "")
+        return
+    for slot, name in choices.items():
+        rows = verify_kernel(slot, resolve_kernel(slot, name), seed)
+        click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
+        _check_rows(rows, tolerance, f"kernel {slot}={name}: ")
+
+
+def _check_rows(rows, tolerance: float, what: str) -> None:
+    """The verdict on a report: the first failure as the one-line error (exit 1), or the all-clear."""
+    failure = first_failure(rows, tolerance)
+    if failure is not None:
+        raise CommandError(f"{what}{failure}", exit_code=1)
     worst = max(max(r.forward, r.grad or 0.0) for r in rows)
-    if worst > tolerance:
-        raise CommandError(f"largest difference {worst:.1e} exceeds {tolerance:.0e}", exit_code=1)
-    click.echo(f"\nall {len(rows)} checks within {tolerance:.0e} (largest {worst:.1e})")
+    click.echo(f"\n{what}all {len(rows)} checks within {tolerance:.0e} (largest {worst:.1e})")
 
 
 # entry point ---------------------------------------------------------------------------------

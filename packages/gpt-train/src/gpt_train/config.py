@@ -63,11 +63,17 @@ class RunConfig:
     task_files: tuple[str, ...] = ()
     """Task parameters that point at a file kept in the run directory (Task.files(), RunLayout.task_file):
     config.json names the kept file, and `load` points the parameter at it wherever the directory now is."""
+    kernels: dict[str, str] = field(default_factory=dict)
+    """The kernel slots the model computes with something other than gpt-core's own: slot -> a registered
+    name or module:function (`gpt_train.kernels`); `eval`, `sample` and `--resume` need them installed."""
+    unverified_kernels: tuple[str, ...] = ()
+    """The swapped slots trained without verification against PyTorch (`run --unverified`)."""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["eval_splits"] = list(self.eval_splits)
         data["task_files"] = list(self.task_files)
+        data["unverified_kernels"] = list(self.unverified_kernels)
         return data
 
     def save(self, run_dir: Path) -> None:
@@ -92,6 +98,8 @@ class RunConfig:
                 eval_splits=tuple(data["eval_splits"]),
                 versions=data.get("versions", {}),
                 task_files=task_files,
+                kernels=dict(data.get("kernels", {})),
+                unverified_kernels=tuple(data.get("unverified_kernels", ())),
             )
         except (ValueError, KeyError, TypeError, OSError) as error:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
@@ -173,8 +181,11 @@ def override(instance: T, values: dict[str, Any], what: str) -> T:
         raise ConfigError(f"invalid {what}: {error}") from None
 
 
-def resolve_run_config(task_name: str, values: dict[str, Any]) -> tuple[RunConfig, Task]:
-    """The task's defaults with the user's `values` (flags and --set, keys as `route` reads them) laid over.
+def resolve_run_config(
+    task_name: str, values: dict[str, Any], kernels: dict[str, str] | None = None, unverified: bool = False
+) -> tuple[RunConfig, Task]:
+    """The task's defaults with the user's `values` (flags and --set, keys as `route` reads them) laid over,
+    and the chosen `kernels` (slot -> name; all of them recorded as unverified with `unverified`).
 
     Returns the configuration and the task it built (building a task can hash its whole split,
     so it is built once).
@@ -194,6 +205,8 @@ def resolve_run_config(task_name: str, values: dict[str, Any]) -> tuple[RunConfi
         eval_splits=tuple(task.eval_splits),
         versions=installed_versions(),
         task_files=task_files,
+        kernels=dict(kernels or {}),
+        unverified_kernels=tuple(sorted(kernels or {})) if unverified else (),
     )
     return config, task
 

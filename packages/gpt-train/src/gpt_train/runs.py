@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 
-from gpt_core import GPT
+from gpt_core import GPT, Kernels
 from gpt_tasks import Task
 from gpt_train.checkpoint import load_checkpoint, load_weights
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
+from gpt_train.kernels import KernelError, checked_kernels
 from gpt_viz import RunLayout
 
 try:
@@ -99,13 +100,22 @@ class Run:
 
 
 def new_run(
-    task_name: str, values: dict[str, Any], out: Path | None, force: bool, device: torch.device, rank: Rank
+    task_name: str,
+    values: dict[str, Any],
+    out: Path | None,
+    force: bool,
+    device: torch.device,
+    rank: Rank,
+    kernels: dict[str, str] | None = None,
+    unverified: bool = False,
 ) -> Run:
-    """Resolve the configuration, then lay out the run directory (rank 0) and write config.json.
+    """Resolve the configuration and check its kernels (found, and verified unless `unverified`), then lay
+    out the run directory (rank 0) and write config.json.
 
     Nothing is written until the configuration is known to be valid.
     """
-    config, task = resolve_run_config(task_name, values)
+    config, task = resolve_run_config(task_name, values, kernels, unverified)
+    run_kernels(config, verify=True)
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
     lock = None
     if rank.is_main:
@@ -172,6 +182,7 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
     config = RunConfig.load(run_dir)
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
+    run_kernels(config, verify=True, run_dir=run_dir)
     lock = RunLock(layout.root).acquire() if rank.is_main else None
     try:
         has_checkpoint = layout.checkpoint.exists()
@@ -200,10 +211,28 @@ def load_run(run_dir: Path, device: torch.device) -> tuple[RunConfig, GPT]:
     if not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} does not exist")
     config = RunConfig.load(run_dir)
+    kernels = run_kernels(config, run_dir=run_dir)
     state = load_checkpoint(RunLayout(run_dir).checkpoint, config.task)
-    model = GPT(config.model)
+    model = GPT(config.model, kernels)
     load_weights(model, state.model)
     return config, model.to(device).eval()
+
+
+def run_kernels(config: RunConfig, verify: bool = False, run_dir: Path | None = None) -> Kernels:
+    """The kernels a run's model computes with (config.json's `kernels`), each found, and with `verify`
+    pinned against PyTorch unless recorded as unverified. For a saved run, a missing or failing kernel is
+    one line naming the run."""
+    skipped = config.unverified_kernels if verify else tuple(config.kernels)
+    try:
+        return checked_kernels(config.kernels, skipped, config.model.dropout, config.train.seed)
+    except KernelError as error:
+        if run_dir is None:
+            raise
+        raise KernelError(f"{run_dir} was trained with kernels {_named(config.kernels)}; {error}") from None
+
+
+def _named(kernels: dict[str, str]) -> str:
+    return ", ".join(f"{slot}={name}" for slot, name in kernels.items())
 
 
 class MetricsLog:

@@ -31,7 +31,7 @@ from gpt_train.errors import TrainError
 from gpt_train.files import write_json_atomically
 from gpt_train.grokfast import Grokfast
 from gpt_train.pictures import write_pictures
-from gpt_train.runs import MetricsLog, Run, RunDirError
+from gpt_train.runs import MetricsLog, Run, RunDirError, run_kernels
 from gpt_viz import metric_key
 
 
@@ -78,10 +78,12 @@ def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.AdamW:
 
 
 def initial_model(config: RunConfig, device: torch.device | str = "cpu") -> GPT:
-    """The model a run starts from. Its draws are seeded by the run's settings alone, so step 0 of any run
-    can be rebuilt from its config.json (the experiments read the initial weights this way)."""
+    """The model a run starts from, computing with the run's kernels. Its draws are seeded by the run's
+    settings alone, so step 0 of any run can be rebuilt from its config.json (the experiments read the
+    initial weights this way)."""
+    kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
     torch.manual_seed(config.train.seed)
-    return GPT(config.model).to(device)
+    return GPT(config.model, kernels).to(device)
 
 
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:

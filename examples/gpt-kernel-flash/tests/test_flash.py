@@ -1,0 +1,109 @@
+"""The flash kernel, installed as a third party would: gpt-train finds it, verifies it against PyTorch,
+trains with it; it equals the plain kernel at every tile size; and it never forms a T x T matrix."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gpt_core import DEFAULT_KERNELS
+from gpt_kernel_flash import flash_attention
+from gpt_train.cli import main
+from gpt_train.kernels import default_kernel_registry, first_failure, verify_kernel
+
+TINY = (
+    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "30", "--batch-size", "32",
+    "--set", "length=4", "--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2",
+    "--set", "eval_every=10", "--set", "eval_limit=200", "--set", "checkpoint_every=10",
+)  # fmt: skip
+
+
+@pytest.fixture
+def cli(capsys):
+    """cli(*args) -> (exit code, stdout, stderr), through gpt-train's real entry point."""
+
+    def invoke(*args):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke
+
+
+def test_gpt_train_finds_the_plugin_with_its_distribution():
+    info = default_kernel_registry().info("attention", "flash")
+    assert (info.plugin, info.distribution, info.function) == ("flash", "gpt-kernel-flash", flash_attention)
+    assert info.description.startswith("Attention tile by tile with an online softmax")
+
+
+def test_gpt_train_kernels_lists_it(cli):
+    code, out, _ = cli("kernels")
+    assert code == 0
+    assert any(line.split()[:4] == ["attention", "flash", "flash", "gpt-kernel-flash"] for line in out.splitlines())
+
+
+def test_gpt_train_verify_passes_it_within_1e_12(cli):
+    code, out, err = cli("verify", "--kernel", "attention=flash", "--seed", "0")
+    assert code == 0, err
+    assert "kernel attention=flash: all 11 checks within 1e-12" in out
+
+
+@pytest.mark.parametrize("tile", [1, 3, 16, 64, 200])
+def test_every_tile_size_is_the_same_attention(tile):
+    """Tiles of one row, ragged tiles, and one tile larger than the sequence: all pinned to PyTorch."""
+    rows = verify_kernel("attention", functools.partial(flash_attention, tile=tile), seed=tile)
+    assert first_failure(rows) is None, rows
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest tensor any operator returns while active. A dispatch mode, unlike a torch-function
+    mode, also sees the operators the autograd engine runs in a Function's backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel())
+        return out
+
+
+def largest_tensors_of_a_step(kernel, n: int) -> tuple[int, int]:
+    """The largest tensor made in the forward, and in the backward, of attention over n positions."""
+    q, k, v = (torch.randn(1, 1, n, 16, requires_grad=True) for _ in range(3))
+    with LargestTensor() as forward:
+        out = kernel(q, k, v, True)
+    with LargestTensor() as backward:
+        out.sum().backward()
+    return forward.largest, backward.largest
+
+
+def test_the_t_by_t_matrix_is_never_materialised():
+    n = 512
+    assert min(largest_tensors_of_a_step(DEFAULT_KERNELS.attention, n)) >= n * n  # the watch sees the plain one's
+    assert max(largest_tensors_of_a_step(flash_attention, n)) <= max(64 * 64, n * 16)  # a tile, or q, k, v
+
+
+def test_sort_trains_with_it_as_with_gpt_cores_own(cli, tmp_path):
+    losses = {}
+    for name, extra in {"flash": ["--kernel", "attention=flash"], "own": []}.items():
+        run_dir = tmp_path / name
+        code, _, err = cli(*TINY, *extra, "--out", run_dir)
+        assert code == 0, err
+        final = json.loads((run_dir / "final.json").read_text())
+        losses[name] = final["loss"]
+        assert json.loads((run_dir / "config.json").read_text())["kernels"] == ({"attention": "flash"} if extra else {})
+    assert losses["flash"] == pytest.approx(losses["own"], abs=1e-3)
+    code, out, _ = cli("sample", tmp_path / "flash", "--device", "cpu", "--prompt", "3142")
+    assert code == 0 and out.startswith("3142 -> ")

@@ -1,0 +1,73 @@
+"""Kernels the tests name by module path (`--kernel attention=kernel_examples:attention`): one right
+attention, and the mistakes verification must catch, each a plausible slip of someone writing their own."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+CALLS: Counter[str] = Counter()
+"""How often each kernel here has run: a test's proof that a model computed with it."""
+
+
+def _attention(q, k, v, causal: bool, scale: float, shift: int = 0):
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Tq, Tk)
+    if causal:
+        n_queries, n_keys = scores.shape[-2:]
+        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool).tril(n_keys - n_queries + shift)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def attention(q, k, v, causal):
+    """Right: scale 1/sqrt(d), the causal mask aligned to the end of the keys."""
+    CALLS["attention"] += 1
+    return _attention(q, k, v, causal, q.shape[-1] ** -0.5)
+
+
+def scale_over_d(q, k, v, causal):
+    """Wrong: the scores scaled by 1/d instead of 1/sqrt(d)."""
+    return _attention(q, k, v, causal, 1.0 / q.shape[-1])
+
+
+def mask_shifted_by_one(q, k, v, causal):
+    """Wrong: the causal mask shifted by one, so each query also sees the next key."""
+    return _attention(q, k, v, causal, q.shape[-1] ** -0.5, shift=1)
+
+
+def unbiased_layer_norm(x, weight, bias, eps):
+    """Wrong: the unbiased variance (over C - 1), where LayerNorm divides by C."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    y = centred / (centred.square().sum(dim=-1, keepdim=True) / (x.shape[-1] - 1) + eps).sqrt() * weight
+    return y if bias is None else y + bias
+
+
+class _LayerNormDropsATerm(torch.autograd.Function):
+    """A right forward, and a backward without the - xhat * mean(g * xhat) term of dx."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        centred = x - x.mean(dim=-1, keepdim=True)
+        rstd = (centred.square().mean(dim=-1, keepdim=True) + eps).rsqrt()
+        xhat = centred * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.has_bias = bias is not None
+        return xhat * weight if bias is None else xhat * weight + bias
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, rstd, weight = ctx.saved_tensors
+        g = dy * weight
+        dx = rstd * (g - g.mean(dim=-1, keepdim=True))  # missing: - xhat * (g * xhat).mean(-1, keepdim=True)
+        rows = (-1, dy.shape[-1])
+        d_bias = dy.reshape(rows).sum(0) if ctx.has_bias else None
+        return dx, (dy * xhat).reshape(rows).sum(0), d_bias, None
+
+
+def layer_norm_backward_drops_a_term(x, weight, bias, eps):
+    """Wrong: LayerNorm whose backward drops a term."""
+    return _LayerNormDropsATerm.apply(x, weight, bias, eps)
+
+
+not_a_function = 42

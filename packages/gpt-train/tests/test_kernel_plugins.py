@@ -1,0 +1,280 @@
+"""Kernel plugins: listing, choosing (--kernel SLOT=NAME), verification that catches wrong kernels, runs
+that record their kernels and refuse, in one line, to go on without them, and contained plugin failures."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from importlib.metadata import EntryPoint
+
+import pytest
+from kernel_examples import CALLS
+from train_helpers import TINY, assert_one_line_error
+
+from gpt_core import KERNEL_SLOTS
+from gpt_train import kernels as kernels_module
+from gpt_train.kernels import (
+    ENTRY_POINT_GROUP,
+    KernelError,
+    KernelPluginWarning,
+    KernelRegistry,
+    parse_kernel_choices,
+)
+from gpt_viz import RunLayout
+
+RIGHT = "attention=kernel_examples:attention"
+
+# Each deliberate mistake (kernel_examples.py) and what the failure line must point at.
+MISTAKES = {
+    "scale 1/d": ("attention=kernel_examples:scale_over_d", "sdpa causal: output ["),
+    "mask shifted by one": ("attention=kernel_examples:mask_shifted_by_one", "sdpa causal: output ["),
+    "unbiased variance": ("layer_norm=kernel_examples:unbiased_layer_norm", "LayerNorm: output ["),
+    "backward drops a term": (
+        "layer_norm=kernel_examples:layer_norm_backward_drops_a_term",
+        "LayerNorm: gradient of x [",
+    ),
+}
+
+PLUGIN = """
+from gpt_train.kernels import hookimpl
+from gpt_core import DEFAULT_KERNELS
+
+
+def {name}(*args):
+    '''{name}: gpt-core's own {slot}, by another name.'''
+    return getattr(DEFAULT_KERNELS, {slot!r})(*args)
+
+
+@hookimpl
+def register_kernels(register):
+    {body}
+"""
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """plugin(module, source) -> an EntryPoint for a module written into tmp_path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written = []
+
+    def make(module: str, source: str) -> EntryPoint:
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+        written.append(module)
+        return EntryPoint(name=module, value=module, group=ENTRY_POINT_GROUP)
+
+    yield make
+    for module in written:
+        sys.modules.pop(module, None)
+
+
+def kernel_plugin(plugin, module: str, slot: str = "gelu", name: str = "mine", body: str | None = None) -> EntryPoint:
+    register = body or f"register({slot!r}, {name!r}, {name})"
+    return plugin(module, PLUGIN.format(name=name, slot=slot, body=register))
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """installed(*entry_points): the process's kernel plugins are exactly these, for the test's duration."""
+
+    def install(*entry_points: EntryPoint) -> None:
+        monkeypatch.setattr(kernels_module, "entry_points", lambda group: list(entry_points))
+        kernels_module.default_kernel_registry.cache_clear()
+
+    yield install
+    kernels_module.default_kernel_registry.cache_clear()
+
+
+def field_of(line: str, column: int) -> str:
+    return line.split()[column]
+
+
+# listing ---------------------------------------------------------------------------------------
+def test_kernels_lists_every_slot_with_its_signature_and_gpt_cores_own(cli):
+    result = cli("kernels")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split() == ["SLOT", "SIGNATURE"]
+    assert [field_of(line, 0) for line in lines[1:6]] == list(KERNEL_SLOTS)
+    providers = lines[lines.index("") + 1 :]
+    assert providers[0].split()[:5] == ["SLOT", "KERNEL", "PLUGIN", "DISTRIBUTION", "VERSION"]
+    own = [line.split()[:4] for line in providers if field_of(line, 1) == "gpt-core"]
+    assert own == [[slot, "gpt-core", "builtin", "gpt-core"] for slot in KERNEL_SLOTS]
+
+
+def test_kernels_json_lists_a_plugins_kernel_with_its_plugin(cli, plugin, installed):
+    installed(kernel_plugin(plugin, "kp_gelu"))
+    listed = json.loads(cli("kernels", "--json").out)
+    assert set(listed["slots"]) == set(KERNEL_SLOTS)
+    mine = [k for k in listed["kernels"] if k["name"] == "mine"]
+    assert mine == [
+        {
+            "slot": "gelu",
+            "name": "mine",
+            "plugin": "kp_gelu",
+            "distribution": "unknown",
+            "version": "unknown",
+            "description": "mine: gpt-core's own gelu, by another name.",
+        }
+    ]
+
+
+# plugin failures stay contained ------------------------------------------------------------------
+def test_a_plugin_that_fails_to_import_is_a_warning_and_the_others_work(plugin):
+    broken = plugin("kp_broken", "raise ImportError('no such thing')\n")
+    with pytest.warns(KernelPluginWarning, match="kernel plugin 'kp_broken' .* failed to load: ImportError"):
+        registry = KernelRegistry([broken, kernel_plugin(plugin, "kp_fine")])
+    assert registry.info("gelu", "mine").plugin == "kp_fine"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("raise RuntimeError('boom')", "RuntimeError: boom"),
+        ("register('gelu', 'half', mine); register('attnetion', 'x', mine)", "slot among attention"),
+        ("register('gelu', 'a:b', mine)", "a kernel name has no ':'"),
+        ("register('gelu', 'mine', 42)", "takes a callable kernel"),
+    ],
+    ids=["raises", "unknown slot", "bad name", "not callable"],
+)
+def test_a_plugin_that_fails_to_register_is_a_warning_and_registers_nothing(plugin, body, said):
+    bad = kernel_plugin(plugin, "kp_bad", body=body)
+    with pytest.warns(KernelPluginWarning, match=f"'kp_bad' .* failed to register its kernels: .*{said}"):
+        registry = KernelRegistry([bad, kernel_plugin(plugin, "kp_good", slot="softmax")])
+    assert [(k.slot, k.name) for k in registry.kernels() if k.plugin == "kp_bad"] == []
+    assert registry.info("softmax", "mine").plugin == "kp_good"
+
+
+def test_two_plugins_claiming_one_name_make_it_an_error_naming_both(plugin):
+    with pytest.warns(KernelPluginWarning, match="kernel gelu=mine is registered by both"):
+        registry = KernelRegistry([kernel_plugin(plugin, "kp_one"), kernel_plugin(plugin, "kp_two")])
+    with pytest.raises(KernelError, match="plugin 'kp_one' .* and plugin 'kp_two'"):
+        registry.info("gelu", "mine")
+    assert registry.info("gelu", "gpt-core").distribution == "gpt-core"
+
+
+def test_a_broken_kernel_plugin_leaves_tasks_and_other_kernels_working(cli, plugin, installed, tmp_path):
+    installed(plugin("kp_broken", "raise ImportError('no such thing')\n"), kernel_plugin(plugin, "kp_fine"))
+    listed = cli("kernels")
+    assert listed.code == 0
+    assert "gpt-train: warning: kernel plugin 'kp_broken'" in listed.err
+    assert any(line.split()[:2] == ["gelu", "mine"] for line in listed.out.splitlines())
+    assert cli("tasks").code == 0
+    run_dir = tmp_path / "with-plugin-kernel"
+    result = cli(*TINY, "--steps", "2", "--kernel", "gelu=mine", "--out", run_dir)
+    assert result.code == 0, result.err
+    assert json.loads((run_dir / RunLayout.CONFIG).read_text())["kernels"] == {"gelu": "mine"}
+
+
+# choosing ----------------------------------------------------------------------------------------
+def test_kernel_choices_are_parsed_and_checked():
+    assert parse_kernel_choices(["attention=flash", "gelu = m:f"]) == {"attention": "flash", "gelu": "m:f"}
+    assert parse_kernel_choices(["attention=gpt-core"]) == {}  # gpt-core's own: nothing swapped
+    for pairs, said in [
+        (["attention"], "--kernel expects SLOT=NAME"),
+        (["attn=flash"], "unknown kernel slot 'attn'; slots: attention, softmax"),
+        (["gelu=a:b", "gelu=c:d"], "names slot gelu twice"),
+    ]:
+        with pytest.raises(KernelError, match=said):
+            parse_kernel_choices(pairs)
+
+
+# verification ------------------------------------------------------------------------------------
+def test_verify_passes_a_right_kernel(cli):
+    result = cli("verify", "--seed", "0", "--kernel", RIGHT)
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"kernel {RIGHT}\n")
+    assert f"kernel {RIGHT}: all 11 checks within 1e-12" in result.out
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_verify_fails_each_wrong_kernel_pointing_at_the_mistake(cli, mistake):
+    choice, said = MISTAKES[mistake]
+    result = cli("verify", "--seed", "0", "--kernel", choice)
+    exceeds = "which exceeds the tolerance 1e-12"
+    assert_one_line_error(result, f"kernel {choice}: {said}", "differs from F.", exceeds, code=1)
+    rows = {line[:45].strip(): line[45:].split() for line in result.out.splitlines()[3:] if line.strip()}
+    if mistake == "mask shifted by one":  # the mask alone: causal cases fail, the unmasked ones agree
+        assert float(rows["sdpa non-causal"][1]) <= 1e-12
+        assert float(rows["sdpa causal, queries offset by 4"][1]) > 1e-3
+    if mistake == "backward drops a term":  # the forward is right: only the gradient differs
+        assert all(float(cells[-2]) <= 1e-12 for cells in rows.values())
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        ("attention=nope", "no kernel 'nope' for attention is installed (installed: "),
+        ("attention=kernel_gone:attention", "cannot load it (ModuleNotFoundError: No module named 'kernel_gone')"),
+        ("attention=kernel_examples:missing", "cannot load it (AttributeError"),
+        ("attention=kernel_examples:not_a_function", "is not a function (it is 42)"),
+        ("attention=gpt-core", "plain `gpt-train verify`"),
+    ],
+)
+def test_verify_refuses_a_kernel_it_cannot_find_in_one_line(cli, choice, said):
+    assert_one_line_error(cli("verify", "--kernel", choice), said)
+
+
+# runs ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_run_refuses_each_wrong_kernel_and_writes_nothing(cli, tmp_path, mistake):
+    choice, said = MISTAKES[mistake]
+    run_dir = tmp_path / "refused"
+    result = cli(*TINY, "--kernel", choice, "--out", run_dir)
+    assert_one_line_error(result, f"kernel {choice} fails verification, {said}", "--unverified")
+    assert not run_dir.exists()
+
+
+def test_unverified_trains_with_a_wrong_kernel_and_records_it(cli, tmp_path):
+    run_dir = tmp_path / "unverified"
+    choice = MISTAKES["scale 1/d"][0]
+    result = cli(*TINY, "--steps", "2", "--kernel", choice, "--unverified", "--out", run_dir)
+    assert result.code == 0, result.err
+    config = json.loads((run_dir / RunLayout.CONFIG).read_text())
+    assert config["kernels"] == {"attention": "kernel_examples:scale_over_d"}
+    assert config["unverified_kernels"] == ["attention"]
+
+
+def test_a_run_records_its_kernels_and_eval_sample_and_resume_compute_with_them(cli, tmp_path):
+    run_dir = tmp_path / "swapped"
+    assert cli(*TINY, "--kernel", RIGHT, "--out", run_dir).code == 0
+    path = run_dir / RunLayout.CONFIG
+    config = json.loads(path.read_text())
+    assert (config["kernels"], config["unverified_kernels"]) == ({"attention": "kernel_examples:attention"}, [])
+    for command in (["eval", run_dir, "--limit", "50"], ["sample", run_dir, "--prompt", "3142"]):
+        CALLS.clear()
+        assert cli(*command, "--device", "cpu").code == 0
+        assert CALLS["attention"] > 0, command
+    path.write_text(json.dumps(config | {"train": config["train"] | {"steps": 40}}))  # 10 more steps to resume
+    CALLS.clear()
+    assert cli("run", "--resume", run_dir, "--device", "cpu", "--quiet").code == 0
+    assert CALLS["attention"] >= 10
+
+
+def test_a_run_whose_kernel_is_gone_is_refused_in_one_line(cli, tmp_path):
+    run_dir = tmp_path / "gone"
+    assert cli(*TINY, "--steps", "10", "--kernel", RIGHT, "--out", run_dir).code == 0
+    path = run_dir / RunLayout.CONFIG
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps(config | {"kernels": {"attention": "flash_uninstalled"}}))
+    said = f"{run_dir} was trained with kernels attention=flash_uninstalled; no kernel 'flash_uninstalled'"
+    for command in (["eval", run_dir], ["sample", run_dir], ["run", "--resume", run_dir]):
+        assert_one_line_error(cli(*command, "--device", "cpu"), said)
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--unverified"], "--unverified applies to --kernel choices; there are none"),
+        (["--kernel", RIGHT, "--set", "dropout=0.1"], "dropout 0.1 needs gpt-core's own attention kernel"),
+        (["--kernel", "attention=nope"], "no kernel 'nope' for attention is installed"),
+    ],
+)
+def test_run_refuses_bad_kernel_choices_in_one_line(cli, tmp_path, extra, said):
+    run_dir = tmp_path / "bad"
+    assert_one_line_error(cli(*TINY, *extra, "--out", run_dir), said)
+    assert not run_dir.exists()
+
+
+def test_resume_takes_no_kernel_choices(cli, tiny_run):
+    assert_one_line_error(cli("run", "--resume", tiny_run, "--kernel", RIGHT), "drop --kernel")
