@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import sys
@@ -68,7 +69,7 @@ def say(message: str) -> None:
 
 @dataclass(frozen=True)
 class TokenCache:
-    """An entry, opened: `tokens` is a read-only memmap (or an in-memory copy), the rest per chunk."""
+    """An entry, opened: `tokens` is a read-only memmap of tokens.bin (or an in-memory copy), the rest per chunk."""
 
     root: Path
     tokens: np.ndarray
@@ -90,11 +91,21 @@ class TokenCache:
                 offsets, chars, sizes, hashes = (tables[name] for name in ("offsets", "chars", "bytes", "hashes"))
             if len(offsets) != n_chunks + 1 or offsets[-1] != n_tokens or not len(chars) == len(hashes) == n_chunks:
                 return None
-            read = np.fromfile if in_memory else lambda path, dtype: np.memmap(path, dtype, mode="r")
-            tokens = read(root / TOKENS, dtype)
+            tokens = (np.fromfile if in_memory else _map)(root / TOKENS, dtype)
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return cls(root, tokens, offsets, chars, sizes, hashes)
+
+
+def _map(path: Path, dtype: np.dtype) -> np.ndarray:
+    """A read-only memmap of the file: its pages are read when touched and stay the kernel's page cache (dropped
+    under memory pressure), never the process's own memory. Training reads windows at random offsets, so the
+    kernel is told not to read ahead around each: only the pages touched become resident."""
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mmap, "MADV_RANDOM"):  # not on Windows
+        mapped.madvise(mmap.MADV_RANDOM)
+    return np.frombuffer(mapped, dtype=dtype)
 
 
 def prepare(
