@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import tempfile
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,7 +142,7 @@ def prepare(
 def _build(folder: Path, chunks: Iterable[str], tokenizer: Tokenizer, salt: bytes, total_bytes: int) -> int:
     """Tokenize every chunk into `folder`; returns the number of tokens."""
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
-    offsets, chars, sizes, hashes = [0], [], [], []
+    offsets, chars, sizes, hashes = array("q", [0]), array("q"), array("q"), array("d")  # 8 bytes a chunk each
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc=f"tokenizing ({tokenizer.kind})", disable=None)
     with bar, open(folder / TOKENS, "wb") as out:
         for batch in _batches(chunks):
@@ -153,13 +154,7 @@ def _build(folder: Path, chunks: Iterable[str], tokenizer: Tokenizer, salt: byte
                 sizes.append(len(data))
                 hashes.append(unit_hash(data, salt))
                 bar.update(len(data))
-    np.savez(
-        folder / CHUNKS,
-        offsets=np.array(offsets, dtype=np.int64),
-        chars=np.array(chars, dtype=np.int64),
-        bytes=np.array(sizes, dtype=np.int64),
-        hashes=np.array(hashes, dtype=np.float64),
-    )
+    np.savez(folder / CHUNKS, offsets=offsets, chars=chars, bytes=sizes, hashes=hashes)
     meta = {"format": FORMAT, "dtype": dtype.name, "tokens": offsets[-1], "chunks": len(chars)}
     meta |= {"tokenizer": tokenizer.kind, "vocab_size": tokenizer.vocab_size, "tokenizer_sha256": tokenizer.identity()}
     (folder / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
