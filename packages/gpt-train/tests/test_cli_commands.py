@@ -115,7 +115,7 @@ def test_verify_fails_when_the_tolerance_is_impossible(cli):
     assert result.code == 1 and "exceeds" in result.err
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["tasks"], ["eval"], ["sample"], ["verify"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["tasks"], ["kernels"], ["eval"], ["sample"], ["verify"]])
 def test_every_command_has_help_with_an_example(cli, command):
     result = cli(*command, "--help")
     assert result.code == 0
