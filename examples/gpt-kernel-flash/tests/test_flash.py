@@ -103,7 +103,9 @@ def test_sort_trains_with_it_as_with_gpt_cores_own(cli, tmp_path):
         assert code == 0, err
         final = json.loads((run_dir / "final.json").read_text())
         losses[name] = final["loss"]
-        assert json.loads((run_dir / "config.json").read_text())["kernels"] == ({"attention": "flash"} if extra else {})
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["kernels"] == ({"attention": "flash"} if extra else {})
+        assert ("gpt-kernel-flash" in config["versions"]) == bool(extra)
     assert losses["flash"] == pytest.approx(losses["own"], abs=1e-3)
     code, out, _ = cli("sample", tmp_path / "flash", "--device", "cpu", "--prompt", "3142")
     assert code == 0 and out.startswith("3142 -> ")

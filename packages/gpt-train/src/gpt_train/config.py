@@ -30,6 +30,7 @@ from gpt_tasks import (
 )
 from gpt_train.errors import TrainError
 from gpt_train.files import write_json_atomically
+from gpt_train.kernels import kernel_versions
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
 TASK_FIXED_MODEL_FIELDS = ("vocab_size", "block_size")  # decided by the task, not settable
@@ -203,7 +204,7 @@ def resolve_run_config(
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
         eval_splits=tuple(task.eval_splits),
-        versions=installed_versions(),
+        versions=installed_versions() | kernel_versions(kernels or {}),
         task_files=task_files,
         kernels=dict(kernels or {}),
         unverified_kernels=tuple(sorted(kernels or {})) if unverified else (),

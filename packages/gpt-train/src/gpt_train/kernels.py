@@ -23,6 +23,7 @@ looked up from the current directory as `python -m` would.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import os
@@ -209,6 +210,18 @@ def resolve_kernel(slot: str, name: str) -> Callable[..., Any]:
         raise KernelError(f"kernel {slot}={name}: cannot load it ({type(error).__name__}: {error})") from None
     if not callable(found):
         raise KernelError(f"kernel {slot}={name} is not a function (it is {found!r:.60})")
+    return found
+
+
+def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
+    """The distribution and version of each chosen registered kernel, for config.json's `versions`."""
+    found = {}
+    for slot, name in choices.items():
+        if ":" in name:  # a module path belongs to no distribution
+            continue
+        with contextlib.suppress(KernelError):  # not installed: build_kernels refuses it, in its own words
+            info = default_kernel_registry().info(slot, name)
+            found[info.distribution] = info.version
     return found
 
 
