@@ -230,6 +230,8 @@ def test_unverified_trains_with_a_wrong_kernel_and_records_it(cli, tmp_path):
     choice = MISTAKES["scale 1/d"][0]
     result = cli(*TINY, "--steps", "2", "--kernel", choice, "--unverified", "--out", run_dir)
     assert result.code == 0, result.err
+    warned = "gpt-train: warning: kernel attention=kernel_examples:scale_over_d fails verification, sdpa causal: "
+    assert result.err.startswith(warned) and result.err.rstrip().endswith("training with it anyway (--unverified)")
     config = json.loads((run_dir / RunLayout.CONFIG).read_text())
     assert config["kernels"] == {"attention": "kernel_examples:scale_over_d"}
     assert config["unverified_kernels"] == ["attention"]

@@ -66,6 +66,10 @@ class KernelPluginWarning(UserWarning):
     """A kernel plugin that could not be loaded or could not register its kernels."""
 
 
+class UnverifiedKernelWarning(UserWarning):
+    """A kernel that fails verification, used anyway because the run says --unverified."""
+
+
 @dataclass(frozen=True)
 class KernelInfo:
     """A registered kernel and where it comes from."""
@@ -239,25 +243,29 @@ def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | No
     return next((message for row in rows if (message := row.failure(tolerance)) is not None), None)
 
 
-def checked_kernels(choices: Mapping[str, str], unverified: Iterable[str], dropout: float, seed: int) -> Kernels:
-    """The kernels a run trains with: each chosen one found, and verified unless its slot is in `unverified`.
+def checked_kernels(
+    choices: Mapping[str, str], dropout: float, seed: int, verify: bool = True, unverified: Iterable[str] = ()
+) -> Kernels:
+    """The kernels a model computes with: each chosen one found and, with `verify`, pinned against PyTorch.
 
-    Raises KernelError naming the kernel and its first failing case (case, output, difference, index),
-    or the reason it cannot be used with this model.
+    Raises KernelError naming the kernel and its first failing case (case, output, difference, index), or
+    the reason it cannot be used with this model; for a slot in `unverified` a failure is only a warning.
     """
     kernels = build_kernels(choices)
     try:
         kernels.check_dropout(dropout)
     except ValueError as error:
         raise KernelError(f"kernel attention={choices['attention']}: {error}") from None
-    skipped = set(unverified)
-    for slot, name in choices.items():
-        if slot in skipped:
-            continue
+    for slot, name in choices.items() if verify else ():
         failure = first_failure(verify_kernel(slot, getattr(kernels, slot), seed))
-        if failure is not None:
-            raise KernelError(
-                f"kernel {slot}={name} fails verification, {failure}; see `gpt-train verify --kernel {slot}={name}`, "
-                "or train anyway with --unverified"
-            )
+        if failure is None:
+            continue
+        if slot in unverified:
+            warnings.warn(f"kernel {slot}={name} fails verification, {failure}; training with it anyway (--unverified)",
+                          UnverifiedKernelWarning, stacklevel=2)  # fmt: skip
+            continue
+        raise KernelError(
+            f"kernel {slot}={name} fails verification, {failure}; see `gpt-train verify --kernel {slot}={name}`, "
+            "or train anyway with --unverified"
+        )
     return kernels
