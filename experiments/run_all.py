@@ -23,6 +23,7 @@ import exp_kv_cache  # noqa: E402
 import exp_language  # noqa: E402
 import exp_positional  # noqa: E402
 import exp_sort  # noqa: E402
+import exp_text  # noqa: E402
 from common import context_from_args  # noqa: E402
 
 EXPERIMENTS = {
@@ -33,6 +34,7 @@ EXPERIMENTS = {
     "kv_cache": exp_kv_cache,
     "positional": exp_positional,
     "ablations": exp_ablations,
+    "text": exp_text,
 }
 
 
