@@ -1,8 +1,9 @@
 """Text task: how fast a corpus is prepared (tokenized into the token cache), with how much memory, and
 what training reads from the memmap costs against the same tokens held in memory.
 
-    python benchmarks/text_prepare.py              # corpora of 10 and 100 MB (about 15 minutes on 2 busy cores)
-    python benchmarks/text_prepare.py --quick      # 1 and 4 MB: a smoke test of the machinery
+    python benchmarks/text_prepare.py                        # corpora of 10 and 100 MB (20-30 minutes, 2 busy cores)
+    python benchmarks/text_prepare.py --parts speed memory   # only the second and third tables
+    python benchmarks/text_prepare.py --quick                # 1 and 4 MB: a smoke test of the machinery
 
 The corpora are copies of tiny-shakespeare (../shared/data/tinyshakespeare.txt, 1,115,394 bytes)
 concatenated whole until the size is reached (9 copies: 10.0 MB; 90 copies: 100.4 MB), written under
@@ -18,12 +19,15 @@ own memory figures runs in a fresh child process of this script.
    reading windows from the memmap and once from a copy in memory (`in_memory=true`), and the two
    take turns, round by round, at full training steps of the default text model (4 layers, 128
    dims, block 64, batch 12, AdamW) and at drawing batches alone. Tokens/s and the per-round
-   ratio: median and range.
+   ratio: median and range. Torch runs --threads threads (default 1: on a shared machine two threads
+   that wait for each other make every timing noise).
 3. Memory while training, 10 vs 100 MB: a child per corpus trains the default model for --steps
    steps reading the memmap (and, for contrast, the largest corpus in memory) and reports its peak
    resident set, and at the end its anonymous memory (what the process allocated; "rise": since
-   before the task was built) and the resident pages of the memmap (the windows it touched, which
-   the kernel may drop at any time). Anonymous memory is the figure that must not grow with the corpus.
+   before the task was built) and the memmap's pages mapped into it ("memmap": page cache, shared and
+   dropped under memory pressure; the kernel maps up to 16 neighbouring cached pages on each fault,
+   so it grows with the steps, up to the cache file's size). Anonymous memory is the figure that must
+   not grow with the corpus.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 TOKENIZERS = {"char": {}, "byte": {}, "bpe 1024": {"tokenizer": "bpe", "vocab_size": 1024}}
 MB = 1e6
+PARTS = ("prepare", "speed", "memory")
 
 
 # corpora -------------------------------------------------------------------------------------------
@@ -224,9 +230,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[10, 100], help="corpus sizes in MB")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpt-text-bench"), help="corpora and caches")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the speed comparison")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds of the speed comparison")
     parser.add_argument("--calls", type=int, default=10, help="training steps per side per round")
-    parser.add_argument("--steps", type=int, default=300, help="training steps of each memory measurement")
+    parser.add_argument("--steps", type=int, default=100, help="training steps of each memory measurement")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, here and in the children")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which tables to measure")
     parser.add_argument("--quick", action="store_true", help="1 and 4 MB, 2 rounds, 20 steps: a smoke test")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -241,14 +249,18 @@ def main() -> None:
         args.sizes, args.rounds, args.calls, args.steps = [1, 4], 2, 2, 20
     if not SOURCE.is_file():
         sys.exit(f"text_prepare: needs {SOURCE} (see ../shared/data/README.md)")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # for the children
     import torch
 
+    torch.set_num_threads(args.threads)
     corpora = {size: build_corpus(args.workdir, size) for size in sorted(args.sizes)}
-    threads = torch.get_num_threads()
-    print(f"torch {torch.__version__}, {threads} threads; corpora: copies of {SOURCE.name} in {args.workdir}")
-    preparation_table(corpora, args.workdir)
-    speed_table(corpora[max(corpora)], args.workdir, args.rounds, args.calls)
-    memory_table(corpora, args.workdir, args.steps)
+    print(f"torch {torch.__version__}, {args.threads} threads; corpora: copies of {SOURCE.name} in {args.workdir}")
+    if "prepare" in args.parts:
+        preparation_table(corpora, args.workdir)
+    if "speed" in args.parts:
+        speed_table(corpora[max(corpora)], args.workdir, args.rounds, args.calls)
+    if "memory" in args.parts:
+        memory_table(corpora, args.workdir, args.steps)
 
 
 if __name__ == "__main__":

@@ -99,9 +99,9 @@ class TokenCache:
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:
-    """A read-only memmap of the file: its pages are read when touched and stay the kernel's page cache (dropped
-    under memory pressure), never the process's own memory. Training reads windows at random offsets, so the
-    kernel is told not to read ahead around each: only the pages touched become resident."""
+    """A read-only memmap of the file: its pages are read when touched and belong to the kernel's page cache
+    (shared, and dropped under memory pressure), never to the process's own memory. Training reads windows at
+    random offsets, so the kernel is told not to read ahead of each from disk."""
     with open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     if hasattr(mmap, "MADV_RANDOM"):  # not on Windows
