@@ -25,7 +25,7 @@ own memory figures runs in a fresh child process of this script.
    steps reading the memmap (and, for contrast, the largest corpus in memory) and reports its peak
    resident set, and at the end its anonymous memory (what the process allocated; "rise": since
    before the task was built) and the memmap's pages mapped into it ("memmap": page cache, shared and
-   dropped under memory pressure; the kernel maps up to 16 neighbouring cached pages on each fault,
+   dropped under memory pressure; the kernel maps a block of neighbouring cached pages on each fault,
    so it grows with the steps, up to the cache file's size). Anonymous memory is the figure that must
    not grow with the corpus.
 """
