@@ -65,7 +65,7 @@ def test_get_task_builds_sort_with_the_given_parameters():
 def test_unknown_parameter_is_refused_listing_the_known_ones():
     with pytest.raises(ParamError, match="lenght") as error:
         get_task("sort", lenght=8)
-    assert "known: heldout_fraction, length, vocab" in str(error.value)
+    assert "known: heldout_fraction, length, min_length, separator, vocab" in str(error.value)
 
 
 def test_wrongly_typed_parameter_is_refused():
