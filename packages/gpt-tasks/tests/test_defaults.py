@@ -46,16 +46,17 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
         sort: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3}),
         addition: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3, "min_lr": 3e-4}),
         modadd: (
-            {"n_layer": 1, "tie_weights": False},
+            {"n_layer": 1, "n_embd": 64, "tie_weights": False, "layernorm": False, "init_scale": 8.0},
             {
+                "steps": 3000,
                 "batch_size": modadd.split.count("train"),  # full batch
-                "min_lr": 1e-3,
+                "lr": 4e-3,
                 "warmup_steps": 10,
                 "schedule": "constant",
                 "weight_decay": 1.0,
                 "beta2": 0.98,
                 "grad_clip": 0.0,
-                "eval_every": 100,
+                "eval_every": 20,
                 "eval_limit": 113**2,
             },
         ),
