@@ -1,50 +1,208 @@
-"""3. Grokking: a + b mod 113 on 30% of the pairs, full batch, AdamW; weight decay 1.0 vs 0.
+"""3. Grokking: a + b mod 113 on 30% of the pairs. Held-out accuracy stays at chance long after training
+accuracy reaches 100%, then jumps; weight decay 0 over the same steps; Grokfast on the same seeds; and the
+mechanism: the share of the token embedding's Fourier power in its top 5 frequencies at every evaluation,
+and the embedding's spectrum at initialisation, at memorisation and after the jump.
 
-python experiments/exp_grokking.py
-python experiments/exp_grokking.py --quick
+    python experiments/exp_grokking.py
+    python experiments/exp_grokking.py --quick
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from common import Context, context_from_args, markdown_table, report, train_all
+import torch
+from common import Context, Run, context_from_args, markdown_table, report, train, train_all
 
 import gpt_viz
+from gpt_core import GPT
+from gpt_tasks.builtin.modadd import FOURIER_SHARE, TOP_FREQUENCIES, fourier_spectrum, top_frequency_share
+from gpt_train.runs import load_run
+from gpt_train.trainer import initial_model
 from gpt_viz import HELDOUT, TRAIN, metric_key
 
-THRESHOLD = 0.99
+SEEDS = (1, 2, 3)
+THRESHOLD = 0.99  # train accuracy at t_fit, held-out accuracy at t_gen
+CHANCE_BOUND = 0.10  # held-out accuracy may not exceed this ...
+WINDOW = 5  # ... at any evaluation up to WINDOW x t_fit
+MIN_RATIO = 10  # t_gen / t_fit
+WALL_LIMIT = 15 * 60  # seconds a run may take
+GROKFAST = ("--set", "grokfast_alpha=0.98", "--set", "grokfast_lambda=2")
+VARIANTS = {"default": (), "wd0": ("--weight-decay", "0"), "grokfast": GROKFAST}
+QUICK = ("--set", "p=23", "--set", "eval_every=10")
+QUICK_STEPS = 60
+ACCURACY = {split: metric_key(split, "accuracy") for split in (TRAIN, HELDOUT)}
+PROGRESS = metric_key(TRAIN, FOURIER_SHARE)  # a property of the weights: every split reports the same value
+SHARE = f"top-{TOP_FREQUENCIES} Fourier share"
+DEFAULT_HEADER = ["seed", f"t_fit (train acc >= {THRESHOLD})", f"t_gen (held-out acc >= {THRESHOLD})", "t_gen / t_fit",
+                  f"max held-out acc up to {WINDOW} x t_fit", "final train acc", "final held-out acc", f"final {SHARE}",
+                  "wall", "targets met"]  # fmt: skip
+WD0_HEADER = ["seed", "t_fit", f"first held-out acc >= {CHANCE_BOUND}", "max held-out acc", "final held-out acc",
+              "final held-out loss", f"final {SHARE}", "wall"]  # fmt: skip
+GROKFAST_HEADER = ["seed", "t_gen without", "t_gen with Grokfast", "factor", "t_fit with",
+                   f"max held-out acc up to {WINDOW} x t_fit with", "wall with"]  # fmt: skip
+SPECTRA_HEADER = ["moment", "step", "train / held-out accuracy", SHARE, "top frequencies k"]
+
+
+@dataclass(frozen=True)
+class Grokking:
+    """What one run shows, read off its evaluations (every evaluation scores both whole splits)."""
+
+    t_fit: int | None  # first evaluation with train accuracy >= THRESHOLD
+    t_gen: int | None  # first evaluation with held-out accuracy >= THRESHOLD
+    window: list[float]  # held-out accuracy at every evaluation up to WINDOW x t_fit
+    window_end: int  # the last evaluation step in the window
+    heldout_max: float
+    final: dict
+
+    @classmethod
+    def of(cls, run: Run) -> Grokking:
+        evaluations = [r for r in run.metrics if ACCURACY[HELDOUT] in r]
+        t_fit = run.first_step(ACCURACY[TRAIN], THRESHOLD)
+        inside = [r for r in evaluations if t_fit is not None and r["step"] <= WINDOW * t_fit]
+        return cls(
+            t_fit=t_fit,
+            t_gen=run.first_step(ACCURACY[HELDOUT], THRESHOLD),
+            window=[r[ACCURACY[HELDOUT]] for r in inside],
+            window_end=inside[-1]["step"] if inside else 0,
+            heldout_max=max(r[ACCURACY[HELDOUT]] for r in evaluations),
+            final=run.final,
+        )
+
+    @property
+    def ratio(self) -> float | None:
+        return self.t_gen / self.t_fit if self.t_fit and self.t_gen else None
+
+    @property
+    def stays_at_chance(self) -> bool:
+        """Held-out accuracy <= CHANCE_BOUND at every evaluation up to WINDOW x t_fit, and the run got that far."""
+        covered = self.t_fit is not None and self.window_end == WINDOW * self.t_fit
+        return covered and max(self.window) <= CHANCE_BOUND
+
+    def meets_targets(self, wall: float) -> bool:
+        return self.stays_at_chance and (self.ratio or 0) >= MIN_RATIO and wall <= WALL_LIMIT
+
+
+def step_or_never(step: int | None) -> str:
+    return "never" if step is None else str(step)
+
+
+def ratio_text(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.1f}"
+
+
+def default_rows(runs: dict[str, Run], seeds: Sequence[int]) -> tuple[list[list], bool]:
+    rows, all_met = [], True
+    for seed in seeds:
+        run = runs[f"grokking-default-seed{seed}"]
+        g = Grokking.of(run)
+        met = g.meets_targets(run.wall)
+        all_met &= met
+        window = f"{max(g.window):.4f} ({len(g.window)} evaluations to step {g.window_end})" if g.window else "-"
+        rows.append([seed, step_or_never(g.t_fit), step_or_never(g.t_gen), ratio_text(g.ratio), window,
+                     f"{g.final[ACCURACY[TRAIN]]:.4f}", f"{g.final[ACCURACY[HELDOUT]]:.4f}",
+                     f"{g.final[PROGRESS]:.3f}", f"{run.wall:.0f} s", "yes" if met else "no"])  # fmt: skip
+    return rows, all_met
+
+
+def wd0_rows(runs: dict[str, Run], seeds: Sequence[int]) -> list[list]:
+    rows = []
+    for seed in seeds:
+        run = runs[f"grokking-wd0-seed{seed}"]
+        g = Grokking.of(run)
+        above = run.first_step(ACCURACY[HELDOUT], CHANCE_BOUND)
+        rows.append([seed, step_or_never(g.t_fit), step_or_never(above), f"{g.heldout_max:.4f}",
+                     f"{g.final[ACCURACY[HELDOUT]]:.4f}", f"{g.final[metric_key(HELDOUT, 'loss')]:.2f}",
+                     f"{g.final[PROGRESS]:.3f}", f"{run.wall:.0f} s"])  # fmt: skip
+    return rows
+
+
+def grokfast_rows(runs: dict[str, Run], seeds: Sequence[int]) -> list[list]:
+    rows = []
+    for seed in seeds:
+        plain, fast = (Grokking.of(runs[f"grokking-{v}-seed{seed}"]) for v in ("default", "grokfast"))
+        factor = f"{plain.t_gen / fast.t_gen:.2f}x" if plain.t_gen and fast.t_gen else "-"
+        window = f"{max(fast.window):.4f}" if fast.window else "-"
+        wall = runs[f"grokking-grokfast-seed{seed}"].wall
+        rows.append([seed, step_or_never(plain.t_gen), step_or_never(fast.t_gen), factor,
+                     step_or_never(fast.t_fit), window, f"{wall:.0f} s"])  # fmt: skip
+    return rows
+
+
+def embedding_spectrum(model: GPT, p: int) -> list[float]:
+    return fourier_spectrum(model.wte.weight[:p]).tolist()
+
+
+def same_trajectory(a: Run, b: Run, through: int) -> bool:
+    """Whether two runs logged the same records (all but the wall clock) up to step `through`."""
+    strip = lambda run: [{k: v for k, v in r.items() if k != "elapsed"} for r in run.metrics if r["step"] <= through]
+    return strip(a) == strip(b)
+
+
+def spectra_section(ctx: Context, main: Run, args: Sequence[str]) -> str:
+    """The embedding's spectrum at step 0, at t_fit and at the end of `main` (trained with `args`, no --steps).
+    The weights at t_fit come from the same command stopped there, checked to follow the same trajectory."""
+    g = Grokking.of(main)
+    end = main.final["step"]
+    fit_step = g.t_fit or end // 2  # a quick run may not fit: its middle stands in
+    rerun_args = [*args, "--steps", str(fit_step)]
+    rerun = train(ctx, f"{main.name}-to-step{fit_step}", rerun_args)
+    assert same_trajectory(main, rerun, fit_step), "the rerun to t_fit did not follow the run it stands for"
+    config, fitted = load_run(rerun.run_dir, torch.device("cpu"))
+    _, final = load_run(main.run_dir, torch.device("cpu"))
+    p = config.task_params["p"]
+    last = "after the jump" if g.t_gen is not None else "end of the run"
+    moments = [("initialisation", 0, initial_model(config)), ("memorisation", fit_step, fitted), (last, end, final)]
+    records = {r["step"]: r for r in main.metrics if ACCURACY[HELDOUT] in r}
+    spectra, rows = {}, []
+    for name, step, model in moments:
+        spectrum = embedding_spectrum(model, p)
+        record = records.get(step)
+        accuracy = " / ".join(f"{record[ACCURACY[s]]:.3f}" for s in (TRAIN, HELDOUT)) if record else "-"
+        strongest = sorted(range(1, len(spectrum)), key=lambda k: -spectrum[k])[:TOP_FREQUENCIES]
+        share = top_frequency_share(torch.tensor(spectrum))
+        spectra[f"{name} (step {step})"] = spectrum
+        rows.append([name, step, accuracy, f"{share:.3f}", ", ".join(map(str, sorted(strongest)))])
+    gpt_viz.save_figure(gpt_viz.fourier_spectra(spectra), ctx.out / "grokking-spectra.png")
+    command = " ".join(["gpt-train run", *rerun_args])
+    return (
+        markdown_table(SPECTRA_HEADER, rows)
+        + f"\n\nThe weights at step {fit_step} come from `{command}`, whose every logged number up to that step"
+        " equals the full run's (checked); those at step 0 from `gpt_train.trainer.initial_model` of the run's"
+        " configuration, as the trainer builds them.\n\n![grokking-spectra](grokking-spectra.png)"
+    )
 
 
 def run(ctx: Context):
     start = time.perf_counter()
-    quick = ["--set", "p=23", "--steps", "40", "--set", "eval_every=10"] if ctx.quick else []
-    specs = {
-        "grokking-wd1": ["--task", "modadd", *quick],
-        "grokking-wd0": ["--task", "modadd", "--weight-decay", "0", *quick],
+    seeds = SEEDS[:1] if ctx.quick else SEEDS
+    quick = [*QUICK, "--steps", str(QUICK_STEPS)] if ctx.quick else []
+    args = {
+        (v, s): ["--task", "modadd", "--seed", str(s), *flags, *quick] for v, flags in VARIANTS.items() for s in seeds
     }
-    runs = train_all(ctx, specs)
-    rows = []
-    for name, result in runs.items():
-        train_step = result.first_step(metric_key(TRAIN, "accuracy"), THRESHOLD)
-        heldout_step = result.first_step(metric_key(HELDOUT, "accuracy"), THRESHOLD)
-        ratio = f"{heldout_step / train_step:.1f}x" if train_step and heldout_step else "-"
-        final = result.final
-        train_acc, heldout_acc = final[metric_key(TRAIN, "accuracy")], final[metric_key(HELDOUT, "accuracy")]
-        rows.append([
-            "1.0" if name.endswith("wd1") else "0", train_step or "never", heldout_step or "never", ratio,
-            f"{train_acc:.4f}", f"{heldout_acc:.4f}", final["step"], f"{result.wall:.0f} s",
-        ])  # fmt: skip
-        gpt_viz.save_figure(gpt_viz.grokking(result.run_dir), ctx.out / f"{name}.png")
-    header = ["weight decay", "train acc >= 99% at step", "held-out acc >= 99% at step", "ratio",
-              "final train acc", "final held-out acc", "steps", "wall"]  # fmt: skip
-    body = markdown_table(header, rows)
-    compare = gpt_viz.compare_runs([r.run_dir for r in runs.values()], metric_key(HELDOUT, "accuracy"),
-                                   labels=["weight decay 1.0", "weight decay 0"])  # fmt: skip
-    gpt_viz.save_figure(compare, ctx.out / "grokking-compare.png")
-    body += "\n\n![grokking-wd1](grokking-wd1.png)\n\n![grokking-wd0](grokking-wd0.png)"
-    body += "\n\n![grokking-compare](grokking-compare.png)"
-    commands = ["gpt-train run --task modadd " + " ".join(args[2:]) for args in specs.values()]
+    runs = train_all(ctx, {f"grokking-{v}-seed{s}": a for (v, s), a in args.items()})
+    for variant in VARIANTS:
+        figure = gpt_viz.grokking(runs[f"grokking-{variant}-seed{seeds[0]}"].run_dir, loss="loss", progress=PROGRESS)
+        gpt_viz.save_figure(figure, ctx.out / f"grokking-{variant}.png")
+    rows, all_met = default_rows(runs, seeds)
+    verdict = "met on every seed" if all_met else "NOT met on every seed"
+    body = "### Default run: memorise, wait, jump\n\n" + markdown_table(DEFAULT_HEADER, rows)
+    body += (
+        f"\n\nTargets: held-out accuracy <= {CHANCE_BOUND} at every evaluation up to {WINDOW} x t_fit, "
+        f"t_gen / t_fit >= {MIN_RATIO}, <= {WALL_LIMIT // 60} minutes a run: **{verdict}**. Every evaluation "
+        f"scores the whole train and held-out splits.\n\n![grokking-default](grokking-default.png)"
+    )
+    body += "\n\n### Weight decay 0, same steps\n\n" + markdown_table(WD0_HEADER, wd0_rows(runs, seeds))
+    body += "\n\n![grokking-wd0](grokking-wd0.png)"
+    body += f"\n\n### Grokfast (`{' '.join(GROKFAST)}`), same seeds and steps\n\n"
+    body += (
+        markdown_table(GROKFAST_HEADER, grokfast_rows(runs, seeds)) + "\n\n![grokking-grokfast](grokking-grokfast.png)"
+    )
+    body += "\n\n### The mechanism: Fourier frequencies in the embedding\n\n"
+    body += spectra_section(ctx, runs[f"grokking-default-seed{seeds[0]}"], args[("default", seeds[0])])
+    commands = [" ".join(["gpt-train run --task modadd --seed SEED", *flags, *quick]) for flags in VARIANTS.values()]
     return report(ctx, "grokking", "3. Grokking", commands, body, time.perf_counter() - start)
 
 
