@@ -76,10 +76,14 @@ class Grokking:
         return self.t_gen / self.t_fit if self.t_fit and self.t_gen else None
 
     @property
+    def window_covered(self) -> bool:
+        """Whether the run reached WINDOW x t_fit."""
+        return self.t_fit is not None and self.window_end == WINDOW * self.t_fit
+
+    @property
     def stays_at_chance(self) -> bool:
         """Held-out accuracy <= CHANCE_BOUND at every evaluation up to WINDOW x t_fit, and the run got that far."""
-        covered = self.t_fit is not None and self.window_end == WINDOW * self.t_fit
-        return covered and max(self.window) <= CHANCE_BOUND
+        return self.window_covered and max(self.window) <= CHANCE_BOUND
 
     def meets_targets(self, wall: float) -> bool:
         return self.stays_at_chance and (self.ratio or 0) >= MIN_RATIO and wall <= WALL_LIMIT

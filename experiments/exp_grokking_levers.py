@@ -49,6 +49,8 @@ def verdict(g: Grokking) -> str:
     """The run in words, read off the same numbers as the table."""
     if g.t_fit is None:
         return "never fit the training set"
+    if not g.window_covered:
+        return f"the run ended before {WINDOW} x t_fit"
     if not g.stays_at_chance:
         return f"no delay: held-out acc rose above {CHANCE_BOUND} before {WINDOW} x t_fit"
     if g.t_gen is None:
