@@ -8,12 +8,14 @@ chosen; it is not part of run_all (about ten runs of up to 15 minutes each).
 
 from __future__ import annotations
 
+import re
 import time
 
 from common import Context, context_from_args, markdown_table, report, train_all
 from exp_grokking import (
     ACCURACY,
     CHANCE_BOUND,
+    GROKFAST,
     MIN_RATIO,
     PROGRESS,
     QUICK,
@@ -33,10 +35,10 @@ LEVERS = {
     "default": [],
     "init_scale=1 (GPT-2's std 0.02)": ["--set", "init_scale=1"],
     "init_scale=4": ["--set", "init_scale=4"],
-    "init_scale=16": ["--set", "init_scale=16"],
     "layernorm=true": ["--set", "layernorm=true"],
     "train_fraction=0.5": ["--set", "train_fraction=0.5"],
     "lr=1e-3 (Nanda et al.)": ["--lr", "1e-3"],
+    "lr=1e-3 with Grokfast": ["--lr", "1e-3", *GROKFAST],
     "weight_decay=3": ["--weight-decay", "3"],
     "n_embd=128 (Nanda et al.)": ["--set", "n_embd=128"],
 }
@@ -59,7 +61,8 @@ def verdict(g: Grokking) -> str:
 
 
 def slug(lever: str) -> str:
-    return "grokking-lever-" + lever.split(" ")[0].replace("=", "-")
+    """A run directory name: the lever's words, letters, digits and dots kept."""
+    return "grokking-lever-" + "-".join(re.findall(r"[\w.]+", lever.replace("=", " ")))
 
 
 def run(ctx: Context):
