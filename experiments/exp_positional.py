@@ -33,17 +33,17 @@ class Setup:
     train_length: int
     eval_lengths: tuple[int, ...]
     seeds: tuple[int, ...]
-    steps: int  # the new table's runs
-    lever_steps: int  # the levers' runs, and the baseline's in quick mode (in full mode: the seed task's 2,000)
+    steps: int  # the new table's runs, and the levers'
+    fewer_steps: int  # the steps lever, and the baseline's in quick mode (in full mode: the seed task's 2,000)
     table: int  # learned positions: vectors in the table, enough to read the longest evaluation
     range_: int  # randomized positions: the range the ids are drawn from
     extra: tuple[str, ...] = ()
     levers: int | None = None  # how many of the levers to run (None: all)
 
 
-FULL = Setup(train_length=6, eval_lengths=(6, 7, 8, 10, 12), seeds=(1, 2, 3), steps=4000, lever_steps=2000,
+FULL = Setup(train_length=6, eval_lengths=(6, 7, 8, 10, 12), seeds=(1, 2, 3), steps=4000, fewer_steps=2000,
              table=24, range_=64)  # fmt: skip
-QUICK = Setup(train_length=3, eval_lengths=(3, 4), seeds=(1,), steps=30, lever_steps=20, table=8, range_=16,
+QUICK = Setup(train_length=3, eval_lengths=(3, 4), seeds=(1,), steps=30, fewer_steps=20, table=8, range_=16,
               extra=("--set", "n_layer=1", "--set", "eval_every=10"), levers=1)  # fmt: skip
 BASELINE = ("learned", "rope", "none")  # the earlier experiment: the seed task at length 6, only pos changed
 RANDOMIZED = ("randomized learned", "randomized rope")
@@ -84,7 +84,7 @@ def main_specs(setup: Setup) -> dict[str, list[str]]:
         f"pos-{slug(name)}-seed{seed}": [*mixed(setup, setup.steps), *flags, "--seed", str(seed)]
         for name, flags in encodings(setup).items() for seed in setup.seeds
     }  # fmt: skip
-    steps = ["--steps", str(setup.lever_steps)] if setup.extra else []
+    steps = ["--steps", str(setup.fewer_steps)] if setup.extra else []
     specs |= {
         f"pos-baseline-{name}-seed{seed}": ["--task", "sort", *sets(f"length={setup.train_length}", f"pos={name}"),
                                             *steps, *setup.extra, "--seed", str(seed)]
@@ -93,21 +93,20 @@ def main_specs(setup: Setup) -> dict[str, list[str]]:
     return specs
 
 
-def lever_specs(setup: Setup) -> dict[str, list[str]]:
-    """One seed each, all at lever_steps: the first five are the reference the others change one thing of."""
-    seed = ["--seed", str(setup.seeds[0])]
-    short = mixed(setup, setup.lever_steps)
-    levers = {
-        f"{setup.lever_steps:,} steps: {name}": [*short, *flags, *seed] for name, flags in encodings(setup).items()
-    }
-    unmixed = mixed(setup, setup.lever_steps, min_length=setup.train_length)
+def lever_specs(setup: Setup) -> dict[str, tuple[str, list[str]]]:
+    """Lever -> (the encoding it changes, its flags): each changes one thing of that encoding's run of the table
+    with the first seed, the reference it is compared with."""
+    flags, seed = encodings(setup), ["--seed", str(setup.seeds[0])]
+    run, fewer = mixed(setup, setup.steps), mixed(setup, setup.fewer_steps)
+    one_length = mixed(setup, setup.steps, min_length=setup.train_length)
+    levers = {f"{setup.fewer_steps:,} steps: {name}": (name, [*fewer, *flags[name], *seed]) for name in flags}
     for name in ("none", "rope", "randomized learned"):
-        levers[f"separator, length {setup.train_length} only: {name}"] = [*unmixed, *encodings(setup)[name], *seed]
+        levers[f"length {setup.train_length} only: {name}"] = (name, [*one_length, *flags[name], *seed])
     for range_ in (setup.range_ // 2, setup.range_ * 2):
         for name in RANDOMIZED:
-            levers[f"max_positions={range_}: {name}"] = [*short, *encodings(setup, range_)[name], *seed]
+            levers[f"max_positions={range_}: {name}"] = (name, [*run, *encodings(setup, range_)[name], *seed])
     for name in ("rope", "randomized rope"):
-        levers[f"3 layers: {name}"] = [*short, *encodings(setup)[name], *sets("n_layer=3"), *seed]
+        levers[f"3 layers: {name}"] = (name, [*run, *flags[name], *sets("n_layer=3"), *seed])
     return dict(list(levers.items())[: setup.levers])
 
 
@@ -194,10 +193,27 @@ def verdict(table: dict[str, list[Scores]], baseline: dict[str, list[Scores]], n
     ])  # fmt: skip
 
 
+def changes(got: Scores, reference: Scores, lengths: Sequence[int]) -> list[str]:
+    """Each length's exact match with its change from the reference run's."""
+    return [
+        "n/a" if got[n] is None or reference[n] is None else f"{got[n]:.4f} ({got[n] - reference[n]:+.4f})"
+        for n in lengths
+    ]
+
+
+def read_consecutively(table: dict[str, list[Scores]], consecutive: dict[str, list[Scores]], length: int) -> str:
+    """What reading the randomized models at 0 .. T-1 did, in the means at the longest length."""
+    said = [
+        f"{name} {mean_at(table[name], length):.4f} -> {mean_at(scores, length):.4f}"
+        for name, scores in consecutive.items()
+    ]
+    return f"At length {length}, from the paper's test-time ids to 0 .. T-1: " + "; ".join(said) + "."
+
+
 def describe(setup: Setup) -> str:
     n = setup.train_length
     return (
-        f"Sort ({setup.eval_lengths[0]} to {max(setup.eval_lengths)} digits, vocabulary 10) with the separator "
+        f"Sort (vocabulary 10) with the separator "
         f'(`separator=true`: "310213=011233") and every training batch drawn at one length from 1 to {n} '
         f"(`min_length=1`), each length split by its own hash, so no held-out run of any length is trained on. The "
         f"task's default model (2 layers, 4 heads, 64 dims), batch 128, lr 3e-3 decayed to 1e-4, {setup.steps:,} "
@@ -209,14 +225,15 @@ def describe(setup: Setup) -> str:
         "from a fixed seed. Exact match is greedy generation of the whole answer with the KV cache: at the trained "
         f"length over the whole held-out split, at longer ones over a fixed sample of 20,000 held-out runs. Mean ± "
         f"sample standard deviation over seeds {', '.join(map(str, setup.seeds))}. The baseline rows are the earlier "
-        f"experiment re-run: the seed task (length {n} only, no separator, {FULL.lever_steps:,} steps), only `pos` "
+        f"experiment re-run: the seed task (length {n} only, no separator, {FULL.fewer_steps:,} steps), only `pos` "
         "changed; its learned table has no vectors past the trained block."
     )
 
 
 LEVERS = (
-    "Each lever changes one thing of the first rows' runs ({steps:,} steps, seed {seed}; compare with the row of the "
-    "same encoding). The new table's runs differ from those only in steps: more steps is the first lever."
+    "Each lever changes one thing of its encoding's run in the table with seed {seed} ({steps:,} steps), repeated as "
+    "the reference rows; a cell is the lever's exact match and, in brackets, its change from the reference. One seed "
+    "each: the seeds above show how far runs of one configuration scatter."
 )
 
 
@@ -226,7 +243,9 @@ def commands(setup: Setup) -> list[str]:
     lines.append(f"gpt-train run --task sort --set length={setup.train_length} --set pos=learned|rope|none --seed SEED"
                  " # baseline")  # fmt: skip
     lines.append(f"gpt-train eval RUN --set length=N  # N = {', '.join(map(str, setup.eval_lengths[1:]))}")
-    lines.append(f"levers: the same with --steps {setup.lever_steps} --seed {setup.seeds[0]} and the lever's --set")
+    lines.append(f"levers: the same with --seed {setup.seeds[0]} and one change: --steps {setup.fewer_steps}, "
+                 f"--set min_length={setup.train_length}, --set max_positions={setup.range_ // 2}|{setup.range_ * 2} "
+                 "or --set n_layer=3")  # fmt: skip
     return lines
 
 
@@ -243,7 +262,7 @@ def run(ctx: Context):
         for name in RANDOMIZED
     }
     levers = lever_specs(setup)
-    lever_runs = train_all(ctx, {f"lever-{i}": flags for i, flags in enumerate(levers.values())})
+    lever_runs = train_all(ctx, {f"lever-{i}": flags for i, (_, flags) in enumerate(levers.values())})
     lever_scores = score_all(ctx, setup, lever_runs)
 
     header = ["positions", *(f"length {n}" + (" (trained)" if n == setup.train_length else "") for n in lengths)]
@@ -254,7 +273,10 @@ def run(ctx: Context):
     seed_rows += [[name, *per_seed(s, lengths)] for name, s in table.items()]
     test_rows = [[name, "sorted random ids (the paper's)", *cells(table[name], lengths)] for name in RANDOMIZED]
     test_rows += [[name, "0 .. T-1", *cells(s, lengths)] for name, s in consecutive.items()]
-    lever_rows = [[lever, *cells([lever_scores[f"lever-{i}"]], lengths)] for i, lever in enumerate(levers)]
+    references = dict.fromkeys(name for name, _ in levers.values())
+    lever_rows = [[f"reference: {name}", *cells(table[name][:1], lengths)] for name in references]
+    lever_rows += [[lever, *changes(lever_scores[f"lever-{i}"], table[name][0], lengths)]
+                   for i, (lever, (name, _)) in enumerate(levers.items())]  # fmt: skip
 
     figure = gpt_viz.length_generalisation(
         {name: {n: (statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
@@ -274,7 +296,8 @@ def run(ctx: Context):
         "### Test-time positions of the randomized models\n\nThe same weights, read at the paper's sorted random ids "
         "or at 0 .. T-1 (the model rebuilt without `randomized_positions`), on the same held-out runs.",
         markdown_table(["positions", "ids at test time", *header[1:]], test_rows),
-        "### Levers\n\n" + LEVERS.format(steps=setup.lever_steps, seed=setup.seeds[0]),
+        read_consecutively(table, consecutive, max(lengths)),
+        "### Levers\n\n" + LEVERS.format(steps=setup.steps, seed=setup.seeds[0]),
         markdown_table(["lever", *header[1:]], lever_rows),
     ]
     return report(ctx, "positional", "6. Positional encodings and length generalisation", commands(setup),
