@@ -47,9 +47,13 @@ def test_lengths_are_grouped_in_increasing_order_with_readable_labels():
     assert ax.get_ylabel() == "accuracy"
 
 
-def test_legend_names_every_encoding():
+def test_legend_names_every_encoding_beside_the_bars():
     legend = only_axes(length_generalisation(RESULTS)).get_legend()
     assert [text.get_text() for text in legend.get_texts()] == ["learned", "sinusoidal", "rope"]
+    figure = legend.figure
+    figure.canvas.draw()
+    axes_box, legend_box = only_axes(figure).get_window_extent(), legend.get_window_extent()
+    assert legend_box.x0 >= axes_box.x1  # right of the axes: it cannot hide a bar
 
 
 def test_lengths_from_json_keys_and_absent_lengths_are_accepted():

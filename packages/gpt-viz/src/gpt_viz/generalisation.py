@@ -16,6 +16,8 @@ NOT_APPLICABLE = "n/a"
 TRAINED_MARK = "trained-lengths"  # the gid of the line after the trained lengths
 # Fraction of each length's slot filled by its group of bars.
 _GROUP_WIDTH = 0.8
+# Inches added to the figure for the legend beside the axes.
+_LEGEND_WIDTH = 1.8
 
 
 def length_generalisation(
@@ -44,7 +46,7 @@ def length_generalisation(
     if not lengths:
         raise VizError("results mapping has no evaluation lengths")
 
-    figure = new_figure(max(6.0, 1.0 + 1.1 * len(lengths)), 4.8)
+    figure = new_figure(max(6.0, 1.0 + 1.1 * len(lengths)) + _LEGEND_WIDTH, 4.8)
     ax = figure.add_subplot()
     top = _axis_top(scores)
     bar_width = _GROUP_WIDTH / len(scores)
@@ -60,7 +62,8 @@ def length_generalisation(
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     legend_handles = [Patch(color=f"C{i}", label=name) for i, name in enumerate(scores)]
-    ax.legend(handles=legend_handles, title=legend_title, loc="best")
+    # Beside the axes, not over them: with several encodings every slot has a tall bar a legend would hide.
+    ax.legend(handles=legend_handles, title=legend_title, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return figure
 
 
