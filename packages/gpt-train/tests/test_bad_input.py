@@ -54,6 +54,23 @@ def test_set_value_of_the_wrong_type(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--set", "layernorm=maybe"), "layernorm must be true or false")
 
 
+@pytest.mark.parametrize(
+    ("settings", "fragments"),
+    [
+        (["min_length=3"], ["min_length below length needs separator=true"]),
+        (["separator=true", "min_length=0"], ["min_length must be between 1 and length (6), got 0"]),
+        (["randomized_positions=true"], ["invalid model shape", "needs max_positions larger than block_size (11)"]),
+        (["pos=none", "randomized_positions=true", "max_positions=64"], ["needs pos=learned or pos=rope"]),
+        (["max_positions=5"], ["invalid model shape", "max_positions (5) must be 0 (block_size) or at least"]),
+        (["pos=rope", "max_positions=64"], ["with pos=rope and randomized_positions off it would do nothing"]),
+    ],
+)
+def test_length_generalisation_options_out_of_range(cli, tmp_path, settings, fragments):
+    result = cli("run", "--task", "sort", *(a for s in settings for a in ("--set", s)), "--out", tmp_path / "r")
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "r").exists()
+
+
 def test_set_without_equals_sign(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--set", "pos"), "key=value")
 
