@@ -19,6 +19,7 @@ from common import Context, Run, context_from_args, markdown_table, report, trai
 import gpt_viz
 from gpt_core import GPT
 from gpt_tasks.builtin.modadd import FOURIER_SHARE, TOP_FREQUENCIES, fourier_spectrum, top_frequency_share
+from gpt_train.config import RunConfig
 from gpt_train.runs import load_run
 from gpt_train.trainer import initial_model
 from gpt_viz import HELDOUT, TRAIN, metric_key
@@ -135,6 +136,89 @@ def grokfast_rows(runs: dict[str, Run], seeds: Sequence[int]) -> list[list]:
     return rows
 
 
+def span(values: Sequence[float], form: str = "{:.0f}") -> str:
+    """`a` or `a-b`: the range of a few seeds' numbers."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
+
+
+def recipe(run: Run) -> str:
+    """The defaults every run started from, read back from the run's config.json."""
+    config = RunConfig.load(run.run_dir)
+    m, t, task = config.model, config.train, config.task_params
+    return (
+        f"`gpt-train run --task modadd` trains a {m.n_layer}-layer, {m.n_head}-head, {m.n_embd}-dim transformer "
+        f"{'with' if m.layernorm else 'without'} LayerNorm whose initial weight matrices are {m.init_scale:g}x GPT-2's "
+        f"(`init_scale`), with AdamW (lr {t.lr:g}, {t.schedule}, weight decay {t.weight_decay:g}, betas "
+        f"{t.beta1:g}/{t.beta2:g}) on the full batch of {t.batch_size:,} pairs ({task['train_fraction']:.0%} of the "
+        f"{task['p']}^2 pairs) for {t.steps:,} steps, scoring every pair of both splits every {t.eval_every} steps "
+        f"(chance: 1/{task['p']} = {1 / task['p']:.4f}). t_fit is the first evaluation with train accuracy >= "
+        f"{THRESHOLD}, t_gen the first with held-out accuracy >= {THRESHOLD}. How each setting was chosen, measured "
+        "one at a time: docs/results/grokking-levers.md (`python experiments/exp_grokking_levers.py`)."
+    )
+
+
+def wd0_summary(runs: dict[str, Run], seeds: Sequence[int]) -> str:
+    plain = [Grokking.of(runs[f"grokking-default-seed{s}"]) for s in seeds]
+    free = [Grokking.of(runs[f"grokking-wd0-seed{s}"]) for s in seeds]
+    if any(g.t_fit is None for g in free):
+        return "Without weight decay, not every seed fit the training set."
+    text = (
+        f"Without weight decay every seed memorises (t_fit {span([g.t_fit for g in free])}; "
+        f"{span([g.t_fit for g in plain if g.t_fit])} with it), but held-out accuracy peaks at "
+        f"{span([g.heldout_max for g in free], '{:.3f}')} and ends at "
+        f"{span([g.final[ACCURACY[HELDOUT]] for g in free], '{:.3f}')}, while the held-out loss climbs to "
+        f"{span([g.final[metric_key(HELDOUT, 'loss')] for g in free])} nats and the {SHARE} stays at "
+        f"{span([g.final[PROGRESS] for g in free], '{:.2f}')}, close to a random embedding's."
+    )
+    if all(g.t_gen is None for g in free) and all(g.t_gen is not None for g in plain):
+        text += " Over the same steps, weight decay is what turns memorisation into generalisation."
+    return text
+
+
+def grokfast_summary(runs: dict[str, Run], seeds: Sequence[int]) -> str:
+    pairs = [(Grokking.of(runs[f"grokking-default-seed{s}"]), Grokking.of(runs[f"grokking-grokfast-seed{s}"]))
+             for s in seeds]  # fmt: skip
+    if not all(plain.t_gen and fast.t_gen and plain.t_fit and fast.t_fit for plain, fast in pairs):
+        return "Not every seed generalised both with and without Grokfast; the table says which."
+    factors = [plain.t_gen / fast.t_gen for plain, fast in pairs]
+    return (
+        f"t_gen without / with Grokfast: {', '.join(f'{f:.2f}x' for f in factors)}. With Grokfast, memorisation "
+        f"took longer (t_fit {span([fast.t_fit for _, fast in pairs])} against "
+        f"{span([plain.t_fit for plain, _ in pairs])}) and held-out accuracy left chance earlier (up to "
+        f"{span([max(fast.window) for _, fast in pairs], '{:.3f}')} by {WINDOW} x t_fit), "
+        + (
+            "but the jump to 99% did not come materially sooner. "
+            if max(factors) < 1.5
+            else "and the jump came sooner. "
+        )
+        + "Our reading: with these defaults the delay is the time weight decay takes to shrink the large initial "
+        "weights (AdamW applies it apart from the gradient), which amplifying the gradient's slow part does not "
+        "shorten; the lever table measures Grokfast at Nanda et al.'s learning rate too."
+    )
+
+
+def progress_summary(main: Run, shares: Sequence[float]) -> str:
+    """The progress measure in words: where it stood at each moment and before the jump."""
+    g = Grokking.of(main)
+    by_step = {r["step"]: r[PROGRESS] for r in main.metrics if PROGRESS in r}
+    text = (
+        f"The share of the embedding's Fourier power in its top {TOP_FREQUENCIES} frequencies is {shares[0]:.3f} at "
+        "initialisation (a random embedding spreads its power over all frequencies), "
+        f"{shares[1]:.3f} at memorisation: memorising does not use the waves. "
+    )
+    leaves_chance = main.first_step(ACCURACY[HELDOUT], CHANCE_BOUND)
+    if g.window_covered and g.t_gen is not None and leaves_chance is not None:
+        text += (
+            f"It then rises through the plateau while held-out accuracy is still near chance "
+            f"({by_step[WINDOW * g.t_fit]:.3f} at {WINDOW} x t_fit, {by_step[leaves_chance]:.3f} at step "
+            f"{leaves_chance}, where held-out accuracy first reaches {CHANCE_BOUND}), then {by_step[g.t_gen]:.3f} at "
+            f"t_gen and {shares[2]:.3f} at the end, where a few frequencies carry the numbers, as Nanda et al. found "
+            "(the middle panel of the grokking picture)."
+        )
+    return text
+
+
 def embedding_spectrum(model: GPT, p: int) -> list[float]:
     return fourier_spectrum(model.wte.weight[:p]).tolist()
 
@@ -160,7 +244,7 @@ def spectra_section(ctx: Context, main: Run, args: Sequence[str]) -> str:
     last = "after the jump" if g.t_gen is not None else "end of the run"
     moments = [("initialisation", 0, initial_model(config)), ("memorisation", fit_step, fitted), (last, end, final)]
     records = {r["step"]: r for r in main.metrics if ACCURACY[HELDOUT] in r}
-    spectra, rows = {}, []
+    spectra, rows, shares = {}, [], []
     for name, step, model in moments:
         spectrum = embedding_spectrum(model, p)
         record = records.get(step)
@@ -168,11 +252,14 @@ def spectra_section(ctx: Context, main: Run, args: Sequence[str]) -> str:
         strongest = sorted(range(1, len(spectrum)), key=lambda k: -spectrum[k])[:TOP_FREQUENCIES]
         share = top_frequency_share(torch.tensor(spectrum))
         spectra[f"{name} (step {step})"] = spectrum
+        shares.append(share)
         rows.append([name, step, accuracy, f"{share:.3f}", ", ".join(map(str, sorted(strongest)))])
     gpt_viz.save_figure(gpt_viz.fourier_spectra(spectra), ctx.out / "grokking-spectra.png")
     command = " ".join(["gpt-train run", *rerun_args])
     return (
-        markdown_table(SPECTRA_HEADER, rows)
+        progress_summary(main, shares)
+        + "\n\n"
+        + markdown_table(SPECTRA_HEADER, rows)
         + f"\n\nThe weights at step {fit_step} come from `{command}`, whose every logged number up to that step"
         " equals the full run's (checked); those at step 0 from `gpt_train.trainer.initial_model` of the run's"
         " configuration, as the trainer builds them.\n\n![grokking-spectra](grokking-spectra.png)"
@@ -193,17 +280,19 @@ def run(ctx: Context):
         gpt_viz.save_figure(figure, ctx.out / f"grokking-{variant}.png")
     rows, all_met = default_rows(runs, seeds)
     verdict = "met on every seed" if all_met else "NOT met on every seed"
-    body = "### Default run: memorise, wait, jump\n\n" + markdown_table(DEFAULT_HEADER, rows)
+    body = recipe(runs[f"grokking-default-seed{seeds[0]}"])
+    body += "\n\n### Default run: memorise, wait, jump\n\n" + markdown_table(DEFAULT_HEADER, rows)
     body += (
         f"\n\nTargets: held-out accuracy <= {CHANCE_BOUND} at every evaluation up to {WINDOW} x t_fit, "
         f"t_gen / t_fit >= {MIN_RATIO}, <= {WALL_LIMIT // 60} minutes a run: **{verdict}**. Every evaluation "
         f"scores the whole train and held-out splits.\n\n![grokking-default](grokking-default.png)"
     )
     body += "\n\n### Weight decay 0, same steps\n\n" + markdown_table(WD0_HEADER, wd0_rows(runs, seeds))
-    body += "\n\n![grokking-wd0](grokking-wd0.png)"
+    body += f"\n\n{wd0_summary(runs, seeds)}\n\n![grokking-wd0](grokking-wd0.png)"
     body += f"\n\n### Grokfast (`{' '.join(GROKFAST)}`), same seeds and steps\n\n"
     body += (
-        markdown_table(GROKFAST_HEADER, grokfast_rows(runs, seeds)) + "\n\n![grokking-grokfast](grokking-grokfast.png)"
+        markdown_table(GROKFAST_HEADER, grokfast_rows(runs, seeds))
+        + f"\n\n{grokfast_summary(runs, seeds)}\n\n![grokking-grokfast](grokking-grokfast.png)"
     )
     body += "\n\n### The mechanism: Fourier frequencies in the embedding\n\n"
     body += spectra_section(ctx, runs[f"grokking-default-seed{seeds[0]}"], args[("default", seeds[0])])
