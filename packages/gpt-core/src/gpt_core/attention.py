@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from gpt_core.functional import dropout
+from gpt_core.hooks import Hooks, block_hook
 from gpt_core.layers import Linear
 from gpt_core.rope import RotaryEmbedding
 
@@ -58,18 +59,26 @@ def _new_causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: t
 _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
-def _attention_forward(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
-    """The output and probabilities, with the dropout mask and the scaled q that the backward needs."""
-    # Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs ~9x faster
-    # than exp on CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so
-    # the log2(e) factor rides on the scale at no cost.
+def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e).
+
+    Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs ~9x faster than exp on
+    CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so the log2(e)
+    factor rides on the scale at no cost.
+    """
     q = q * (scale * _LOG2_E)
     scores = q @ k.transpose(-2, -1)  # (B, H, Tq, Tk)
     n_queries, n_keys = scores.shape[-2:]
     if causal and n_queries > 1:
         scores.add_(_causal_bias(n_queries, n_keys, scores.device, scores.dtype))
+    return scores, q
+
+
+def _attention_forward(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """The output and probabilities, with the dropout mask and the scaled q that the backward needs."""
+    scores, q = _log2_scores(q, k, causal, scale)
     probs = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp2_()
     probs.div_(probs.sum(dim=-1, keepdim=True))
     if dropout_p > 0.0:
@@ -138,6 +147,19 @@ def sdpa(
     return _Attention.apply(q, k, v, causal, scale, dropout_p)
 
 
+def attention_weights(q: Tensor, k: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
+    """The attention probabilities softmax(q k^T * scale) (B, H, Tq, Tk), by plain differentiable ops.
+
+    The same numbers as `sdpa`'s weights, in the same arithmetic, but autograd differentiates them:
+    sdpa's fused backward gives its weights no gradient, so a hook that replaces the weights (and
+    wants the replacement to reach the output and the gradients) needs them computed this way.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores, _ = _log2_scores(q, k, causal, scale)
+    probs = (scores - scores.detach().amax(dim=-1, keepdim=True)).exp2()  # the shift changes no gradient
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
     """Attention by `sdpa`, with its hand-derived backward: its output alone, as the `attention` slot of
     `gpt_core.Kernels` takes it."""
@@ -147,7 +169,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """Causal self-attention: one fused qkv projection, split into heads, then an output projection.
 
-    `kernel` computes the attention itself (the `attention` slot of `gpt_core.Kernels`).
+    `kernel` computes the attention itself (the `attention` slot of `gpt_core.Kernels`). `hooks` are
+    the model's hook points (`gpt_core.hooks`): q, k, v, pattern and z of block `layer`.
     """
 
     def __init__(
@@ -158,6 +181,7 @@ class MultiHeadAttention(nn.Module):
         dropout_p: float,
         rope: RotaryEmbedding | None,
         kernel: Callable[[Tensor, Tensor, Tensor, bool], Tensor] = attention,
+        hooks: Hooks | None = None,
     ):
         super().__init__()
         self.n_head = n_head
@@ -166,6 +190,7 @@ class MultiHeadAttention(nn.Module):
         self.rope = rope
         self.dropout_p = dropout_p
         self.kernel = kernel
+        self._hooks = Hooks() if hooks is None else hooks
 
     def forward(
         self,
@@ -179,19 +204,29 @@ class MultiHeadAttention(nn.Module):
 
         `positions` (T,) or (B, T): the position ids RoPE rotates by; by default the T positions after
         the cache's filled part. The weights are None from a swapped-in kernel unless `need_weights`.
+        The k and v hooks see this call's T new positions, before they enter the cache, so a
+        replacement is what later cached steps attend to.
         """
         B, T, C = x.shape
+        hooks = self._hooks
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
         if self.rope is not None:
             where = positions if positions is not None else (cache.length if cache is not None else 0)
             q = self.rope(q, where)
             k = self.rope(k, where)
+        if hooks:
+            q, k, v = (hooks.fire(block_hook(layer, name), t) for name, t in (("q", q), ("k", k), ("v", v)))
         if cache is not None:
             k, v = cache.store(layer, k, v)  # (B, H, offset + T, d)
-        y, weights = self.attend(q, k, v)
+        if hooks and block_hook(layer, "pattern") in hooks:
+            y, weights = self.attend_plainly(q, k, v, block_hook(layer, "pattern"))
+        else:
+            y, weights = self.attend(q, k, v)
         if weights is None and need_weights:  # what a swapped-in kernel computes without giving them
             with torch.no_grad():
                 weights = sdpa(q, k, v, causal=True)[1]
+        if hooks:
+            y = hooks.fire(block_hook(layer, "z"), y)  # (B, H, T, d)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return dropout(self.proj(y), self.dropout_p, self.training), weights
 
@@ -201,3 +236,12 @@ class MultiHeadAttention(nn.Module):
         if self.kernel is attention:  # sdpa itself: the weights come free, and it applies attention dropout
             return sdpa(q, k, v, causal=True, dropout_p=self.dropout_p if self.training else 0.0)
         return self.kernel(q, k, v, True), None
+
+    def attend_plainly(self, q: Tensor, k: Tensor, v: Tensor, pattern_hook: str) -> tuple[Tensor, Tensor]:
+        """`attend` with the weights computed by `attention_weights` and passed through the hook
+        `pattern_hook`, whatever the kernel: only here can a hook replace them with gradient flowing.
+        The same numbers as gpt-core's fused kernel without dropout (its dropout draws differ)."""
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            k, v = k.contiguous(), v.contiguous()  # as sdpa does then: the same layouts give the same bits
+        weights = self._hooks.fire(pattern_hook, attention_weights(q, k))  # (B, H, T, T_total)
+        return dropout(weights, self.dropout_p, self.training) @ v, weights

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, NamedTuple
 
@@ -11,6 +13,7 @@ from torch import Tensor, nn
 
 from gpt_core.attention import MultiHeadAttention
 from gpt_core.functional import dropout
+from gpt_core.hooks import HookFn, Hooks, block_hook, check_hooks, hook_names, replaced
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kv_cache import KVCache
 from gpt_core.layers import MLP, Embedding, LayerNorm, Linear
@@ -160,14 +163,26 @@ def _layer_norm_or_identity(config: GPTConfig, kernels: Kernels) -> nn.Module:
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)).
 
-    def __init__(self, config: GPTConfig, rope: RotaryEmbedding | None, kernels: Kernels = DEFAULT_KERNELS):
+    `hooks` are the model's hook points (`gpt_core.hooks`); a block fires those of its layer.
+    """
+
+    def __init__(
+        self,
+        config: GPTConfig,
+        rope: RotaryEmbedding | None,
+        kernels: Kernels = DEFAULT_KERNELS,
+        hooks: Hooks | None = None,
+    ):
         super().__init__()
         c = config
+        self._hooks = Hooks() if hooks is None else hooks
         self.residual = c.residual
         self.ln1 = _layer_norm_or_identity(c, kernels)
-        self.attn = MultiHeadAttention(c.n_embd, c.n_head, c.bias, c.dropout, rope, kernel=kernels.attention)
+        self.attn = MultiHeadAttention(
+            c.n_embd, c.n_head, c.bias, c.dropout, rope, kernel=kernels.attention, hooks=self._hooks
+        )
         self.ln2 = _layer_norm_or_identity(c, kernels)
         self.mlp = MLP(c.n_embd, c.bias, c.dropout, gelu=kernels.gelu)
 
@@ -179,10 +194,27 @@ class Block(nn.Module):
         positions: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        attended, weights = self.attn(self.ln1(x), layer, cache, positions, need_weights)
+        hooks = self._hooks  # each `if hooks:` is the whole cost of a hook point while none is set
+        if hooks:
+            x = hooks.fire(block_hook(layer, "resid_pre"), x)
+        normed = self.ln1(x)
+        if hooks:
+            normed = hooks.fire(block_hook(layer, "ln1"), normed)
+        attended, weights = self.attn(normed, layer, cache, positions, need_weights)
+        if hooks:
+            attended = hooks.fire(block_hook(layer, "attn_out"), attended)
         x = x + attended if self.residual else attended
-        transformed = self.mlp(self.ln2(x))
+        if hooks:
+            x = hooks.fire(block_hook(layer, "resid_mid"), x)
+        normed = self.ln2(x)
+        if hooks:
+            normed = hooks.fire(block_hook(layer, "ln2"), normed)
+        transformed = self.mlp(normed)  # mlp_hidden: a PyTorch forward hook on mlp.act (`GPT.hooks`)
+        if hooks:
+            transformed = hooks.fire(block_hook(layer, "mlp_out"), transformed)
         x = x + transformed if self.residual else transformed
+        if hooks:
+            x = hooks.fire(block_hook(layer, "resid_post"), x)
         return x, weights
 
 
@@ -199,11 +231,12 @@ class GPT(nn.Module):
         kernels.check_dropout(config.dropout)
         self.config = config
         self.kernels = kernels
+        self._hooks = Hooks()  # shared by every block: the hooks `hooks()` sets
         self.wte = Embedding(config.vocab_size, config.n_embd)
         self.wpe = Embedding(config.position_limit, config.n_embd) if config.pos == "learned" else None
         # One rotary module shared by every layer: it holds no parameters, only frequencies.
         rope = RotaryEmbedding(config.head_dim) if config.pos == "rope" else None
-        self.blocks = nn.ModuleList(Block(config, rope, kernels) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, rope, kernels, self._hooks) for _ in range(config.n_layer))
         self.ln_f = _layer_norm_or_identity(config, kernels)
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
@@ -230,6 +263,46 @@ class GPT(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def hook_names(self) -> list[str]:
+        """The names `hooks` and `run_with_cache` accept for this model, in the order the forward
+        reaches them (the README's table gives each one's shape)."""
+        return hook_names(self.config.n_layer, self.wpe is not None)
+
+    @contextmanager
+    def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
+        """Within the with-block, every forward (cached or not) passes each named activation to its
+        fn(activation, name), which returns None to keep it or a tensor of the same shape to use
+        instead (gradients flow through it). Nested blocks compose, outer hook first; each removes
+        its own hooks when it ends, raising or not. An unknown name is a ValueError, nothing set."""
+        check_hooks(fns, self.hook_names())
+        # mlp_hidden lies inside MLP.forward: reached by PyTorch's forward hook on the block's GELU.
+        gelus = {block_hook(layer, "mlp_hidden"): block.mlp.act for layer, block in enumerate(self.blocks)}
+        handles = [
+            gelus[name].register_forward_hook(_as_forward_hook(name, fn)) for name, fn in fns.items() if name in gelus
+        ]
+        try:
+            with self._hooks.added({name: fn for name, fn in fns.items() if name not in gelus}):
+                yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def run_with_cache(
+        self, idx: Tensor, names: Iterable[str] | None = None, **forward_kwargs: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The logits of `self(idx, **forward_kwargs)` and the named activations (every hook name when
+        `names` is None), detached, keyed by name in forward order. Runs in the caller's grad mode:
+        wrap it in torch.no_grad() when only the numbers are wanted."""
+        wanted = self.hook_names() if names is None else list(names)
+        recorded: dict[str, Tensor] = {}
+
+        def record(activation: Tensor, name: str) -> None:
+            recorded[name] = activation.detach()
+
+        with self.hooks(dict.fromkeys(wanted, record)):
+            logits = self(idx, **forward_kwargs).logits
+        return logits, recorded
 
     def new_cache(self, batch_size: int, max_length: int) -> KVCache:
         """An empty KV cache for `batch_size` sequences of up to `max_length` positions."""
@@ -274,9 +347,15 @@ class GPT(nn.Module):
             positions = self._default_positions(B, T, cache)
         elif self.config.position_limit is not None and int(positions.max()) >= self.config.position_limit:
             raise ValueError(f"position id {int(positions.max())} is outside range({self.config.position_limit})")
+        hooks = self._hooks
         x = self.wte(idx)  # (B, T, C)
+        if hooks:
+            x = hooks.fire("embed", x)
         if self.wpe is not None:
-            x = x + self.wpe.weight[positions]  # (T, C) broadcast over B, or (B, T, C)
+            position_vectors = self.wpe.weight[positions]  # (T, C) broadcast over B, or (B, T, C)
+            if hooks:
+                position_vectors = hooks.fire("pos_embed", position_vectors)
+            x = x + position_vectors
         x = dropout(x, self.config.dropout, self.training)
         attention = []
         for layer, block in enumerate(self.blocks):
@@ -285,7 +364,12 @@ class GPT(nn.Module):
                 attention.append(weights)
         if cache is not None:
             cache.advance(T)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        x = self.ln_f(x)
+        if hooks:
+            x = hooks.fire("ln_final", x)
+        logits = self.lm_head(x)  # (B, T, V)
+        if hooks:
+            logits = hooks.fire("logits", logits)
         loss = self.loss(logits, targets) if targets is not None else None
         stacked = torch.stack(attention) if return_attention else None  # (L, B, H, T, T_total)
         return GPTOutput(logits, loss, stacked)
@@ -298,3 +382,12 @@ class GPT(nn.Module):
         offset = cache.length if cache is not None else 0
         self.config.check_positions(offset + length, "the sequence")
         return torch.arange(offset, offset + length, device=self.wte.weight.device)
+
+
+def _as_forward_hook(name: str, fn: HookFn) -> Callable[[nn.Module, Any, Tensor], Tensor]:
+    """`fn` as a PyTorch forward hook on the module whose output is the activation `name`."""
+
+    def hook(module: nn.Module, args: Any, output: Tensor) -> Tensor:
+        return replaced(name, output, fn(output, name))
+
+    return hook

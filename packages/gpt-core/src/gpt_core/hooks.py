@@ -1,0 +1,122 @@
+"""Hook points: a name for every intermediate of the forward pass, and the functions set on them.
+
+Reading a model's insides (the residual stream, each head's output) and editing them (zeroing a head,
+patching in an activation from another prompt) is how one finds out what each piece does. Every
+activation the forward computes has a name (`hook_names`); a hook is a function `fn(tensor, name)`
+that reads the activation and returns None to keep it, or returns a tensor of the same shape that
+replaces it from there on, autograd included. `GPT.hooks` sets them for a with-block and
+`GPT.run_with_cache` records them.
+
+The model keeps one `Hooks` per model, shared by its blocks. It is false while no hook is set, so a
+forward without hooks pays one truth test per hook point and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from torch import Tensor
+
+HookFn = Callable[[Tensor, str], "Tensor | None"]
+"""fn(activation, name) -> None (keep it) or a tensor of the same shape (use it instead)."""
+
+BLOCK_POINTS = (
+    "resid_pre",
+    "ln1",
+    "q",
+    "k",
+    "v",
+    "pattern",
+    "z",
+    "attn_out",
+    "resid_mid",
+    "ln2",
+    "mlp_hidden",
+    "mlp_out",
+    "resid_post",
+)
+"""The hook points of each block, in the order the forward reaches them."""
+
+
+def block_hook(layer: int, point: str) -> str:
+    """The name of hook point `point` of block `layer`: blocks.{layer}.{point}."""
+    return f"blocks.{layer}.{point}"
+
+
+def hook_names(n_layer: int, learned_positions: bool) -> list[str]:
+    """Every hook name of a model with `n_layer` blocks, in forward order (pos_embed only with a learned table)."""
+    names = ["embed", "pos_embed"] if learned_positions else ["embed"]
+    names += [block_hook(layer, point) for layer in range(n_layer) for point in BLOCK_POINTS]
+    return [*names, "ln_final", "logits"]
+
+
+def check_hooks(fns: Mapping[str, object], known: Sequence[str]) -> None:
+    """Raise ValueError, in one line, for a name the model does not have or a hook that cannot be called."""
+    known_set = set(known)
+    for name, fn in fns.items():
+        if name not in known_set:
+            raise ValueError(
+                f"unknown hook name {name!r}; this model's names are listed by GPT.hook_names() "
+                f"({known[0]}, ..., {known[-1]})"
+            )
+        if not callable(fn):
+            raise ValueError(f"the hook for {name!r} is not callable: {fn!r}")
+
+
+def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
+    """What a hook's return value makes of `activation`: itself for None, else the returned tensor,
+    which must have the activation's shape (a mistake here would otherwise surface layers later)."""
+    if returned is None:
+        return activation
+    if not isinstance(returned, Tensor):
+        raise ValueError(f"the hook on {name!r} returned a {type(returned).__name__}; return None or a tensor")
+    if returned.shape != activation.shape:
+        raise ValueError(
+            f"the hook on {name!r} returned shape {tuple(returned.shape)} for an activation of shape "
+            f"{tuple(activation.shape)}"
+        )
+    return returned
+
+
+class Hooks:
+    """The hooks set on one model: for each name, the functions to call, in the order they were set.
+
+    Nested `added` blocks compose: on a name hooked twice the outer hook runs first and the inner one
+    sees its result. Each block removes exactly what it added when it ends, whether or not it raised.
+    """
+
+    def __init__(self) -> None:
+        self._fns: dict[str, list[HookFn]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._fns)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._fns
+
+    def fire(self, name: str, activation: Tensor) -> Tensor:
+        """`activation` after every hook on `name` has seen it (and perhaps replaced it)."""
+        for fn in self._fns.get(name, ()):
+            activation = replaced(name, activation, fn(activation, name))
+        return activation
+
+    @contextmanager
+    def added(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
+        """Set `fns` (already checked) for the with-block."""
+        entries = list(fns.items())
+        for name, fn in entries:
+            self._fns.setdefault(name, []).append(fn)
+        try:
+            yield
+        finally:
+            for name, fn in reversed(entries):
+                self._remove(name, fn)
+
+    def _remove(self, name: str, fn: HookFn) -> None:
+        """Remove the last-set occurrence of `fn` on `name`, and the name once nothing is left on it."""
+        chain = self._fns[name]
+        last = max(i for i, f in enumerate(chain) if f is fn)
+        del chain[last]
+        if not chain:
+            del self._fns[name]
