@@ -84,6 +84,8 @@ class RunLayout:
     CURVES_PICTURE = "curves.png"
     ATTENTION_PICTURE = "attention.png"
     GROKKING_PICTURE = "grokking.png"
+    HEADS_ABLATION = "inspect_heads.json"
+    """`gpt-train inspect heads`: the task's metric with each head zero- and mean-ablated, [layer][head]."""
 
     FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
     """Every file a run writes under a fixed name; with the task files, what `--force` removes."""
@@ -102,6 +104,7 @@ class RunLayout:
     curves_picture = _path_of(CURVES_PICTURE)
     attention_picture = _path_of(ATTENTION_PICTURE)
     grokking_picture = _path_of(GROKKING_PICTURE)
+    heads_ablation = _path_of(HEADS_ABLATION)
 
     @classmethod
     def task_file_name(cls, parameter: str) -> str:
