@@ -22,6 +22,8 @@ from gpt_train.config import RunConfig, parse_assignments, route, route_data, ta
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
+from gpt_train.export import export
+from gpt_train.hf import Pretrained
 from gpt_train.kernels import (
     TOLERANCE,
     default_kernel_registry,
@@ -131,8 +133,26 @@ def cli() -> None:
 )
 @click.option("--force", is_flag=True, help="Replace a run already in --out.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
+@click.option(
+    "--init-from",
+    type=click.Path(path_type=Path),
+    help="Start from a Hugging Face GPT-2 directory's weights (config.json, model.safetensors); text uses its "
+    "tokenizer.json.",
+)
 def run(
-    task_name, device, out, assignments, data, resume, kernel_pairs, unverified, force, quiet, compile_, **flags
+    task_name,
+    device,
+    out,
+    assignments,
+    data,
+    resume,
+    kernel_pairs,
+    unverified,
+    force,
+    quiet,
+    compile_,
+    init_from,
+    **flags,
 ) -> None:
     """Train a model on a task and write a run directory.
 
@@ -157,6 +177,7 @@ def run(
       gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
       gpt-train run --task sort --kernel attention=flash
+      gpt-train run --task text --data novel.txt --init-from gpt2/ --set block_size=256
       gpt-train run --resume runs/sort-rope
       torchrun --nproc_per_node 4 -m gpt_train run --task sort --device cuda
     """
@@ -165,7 +186,8 @@ def run(
     rank = Rank.from_env()
     target = rank.device_for(resolve_device(device))
     if resume is not None:
-        _refuse_settings_on_resume(given, assignments, data, force, kernel_pairs, unverified)
+        from_dir = {"init_from": init_from} if init_from is not None else {}
+        _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
         handed = resumed_run(resume, task_name, target, rank)
     else:
         if task_name is None:
@@ -177,7 +199,7 @@ def run(
         values |= {f"train.{name}": value for name, value in given.items()}
         if given.get("compile"):
             check_compiler(target)  # before anything is written
-        handed = new_run(task_name, values, out, force, target, rank, kernels, unverified)
+        handed = new_run(task_name, values, out, force, target, rank, kernels, unverified, init_from)
     outcome = train(handed, quiet=quiet)
     if not rank.is_main:
         _exit_for(outcome, handed.layout.root)
@@ -380,7 +402,10 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 
 # sample --------------------------------------------------------------------------------------
 @cli.command(context_settings=CONTEXT)
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--hf", "hf_dir", type=click.Path(path_type=Path), help="Sample from a Hugging Face GPT-2 directory instead."
+)
 @click.option("--prompt", multiple=True, help="Prompt text (repeatable). [default: the task's example prompts]")
 @click.option(
     "--max-new-tokens",
@@ -399,17 +424,27 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 @click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, seed, device) -> None:
-    """Generate text from a saved run, one line per prompt.
+def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no_cache, seed, device) -> None:
+    """Generate text from a saved run, or with --hf from a GPT-2 directory and its tokenizer.json, one
+    line per prompt.
 
     \b
     Examples:
       gpt-train sample runs/sort-20261130-120000 --prompt 902714
       gpt-train sample runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 20
+      gpt-train sample --hf gpt2/ --prompt "Hello, I'm a language model," --max-new-tokens 40
     """
+    if (run_dir is None) == (hf_dir is None):
+        raise CommandError("sample takes a RUN_DIR or --hf DIR (one of them)")
+    if hf_dir is not None and not prompt:
+        raise CommandError("sample --hf needs --prompt")
     target = resolve_device(device)
-    config, model = load_run(run_dir, target)
-    task = config.build_task()
+    if hf_dir is not None:
+        task = Pretrained(hf_dir, target)
+        model = task.model
+    else:
+        config, model = load_run(run_dir, target)
+        task = config.build_task()
     generator = torch.Generator(device=target).manual_seed(seed)
     for text in prompt or task.example_prompts():
         if not text:
@@ -418,7 +453,7 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
             ids = torch.tensor([task.encode(text)], device=target)
         except ValueError as error:
             raise CommandError(f"prompt {text!r}: {error}") from None
-        n_new = max_new_tokens or max(1, config.model.block_size + 1 - ids.shape[1])
+        n_new = max_new_tokens or max(1, model.config.block_size + 1 - ids.shape[1])
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
@@ -426,6 +461,9 @@ def sample(run_dir: Path, prompt, max_new_tokens, temperature, top_k, no_cache, 
         except ValueError as error:
             raise CommandError(str(error)) from None
         click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
+
+
+cli.command(context_settings=CONTEXT)(export)
 
 
 # verify --------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from gpt_tasks import (
 )
 from gpt_train.errors import TrainError
 from gpt_train.files import write_json_atomically
+from gpt_train.hf import pretrained_model_config, tokenizer_params
 from gpt_train.kernels import kernel_versions
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
@@ -69,6 +70,8 @@ class RunConfig:
     name or module:function (`gpt_train.kernels`); `eval`, `sample` and `--resume` need them installed."""
     unverified_kernels: tuple[str, ...] = ()
     """The swapped slots trained without verification against PyTorch (`run --unverified`)."""
+    init_from: str = ""
+    """A Hugging Face GPT-2 directory whose weights the run started from (`run --init-from`), or empty."""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -101,6 +104,7 @@ class RunConfig:
                 task_files=task_files,
                 kernels=dict(data.get("kernels", {})),
                 unverified_kernels=tuple(data.get("unverified_kernels", ())),
+                init_from=data.get("init_from", ""),
             )
         except (ValueError, KeyError, TypeError, OSError) as error:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
@@ -183,18 +187,29 @@ def override(instance: T, values: dict[str, Any], what: str) -> T:
 
 
 def resolve_run_config(
-    task_name: str, values: dict[str, Any], kernels: dict[str, str] | None = None, unverified: bool = False
+    task_name: str,
+    values: dict[str, Any],
+    kernels: dict[str, str] | None = None,
+    unverified: bool = False,
+    init_from: Path | None = None,
 ) -> tuple[RunConfig, Task]:
     """The task's defaults with the user's `values` (flags and --set, keys as `route` reads them) laid over,
-    and the chosen `kernels` (slot -> name; all of them recorded as unverified with `unverified`).
+    and the chosen `kernels` (slot -> name; all of them recorded as unverified with `unverified`). With
+    `init_from`, a GPT-2 directory, the model is its shape, and a text task reads its tokenizer.
 
     Returns the configuration and the task it built (building a task can hash its whole split,
     so it is built once).
     """
     routed = route(values, task_class(task_name))
+    if init_from is not None:
+        routed.task.update(tokenizer_params(init_from, task_class(task_name).Params, routed.task))
     task = make_task(task_name, routed.task)
     defaults = task.defaults()
     shape = {"vocab_size": task.vocab_size, "block_size": task.block_size}  # the task's, whatever defaults say
+    if init_from is not None:
+        defaults = dataclasses.replace(
+            defaults, model=pretrained_model_config(init_from, task.vocab_size, task.block_size, routed.model)
+        )
     task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
@@ -208,6 +223,7 @@ def resolve_run_config(
         task_files=task_files,
         kernels=dict(kernels or {}),
         unverified_kernels=tuple(sorted(kernels or {})) if unverified else (),
+        init_from=str(init_from.absolute()) if init_from is not None else "",
     )
     return config, task
 

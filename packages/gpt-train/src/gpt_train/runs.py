@@ -108,13 +108,14 @@ def new_run(
     rank: Rank,
     kernels: dict[str, str] | None = None,
     unverified: bool = False,
+    init_from: Path | None = None,
 ) -> Run:
     """Resolve the configuration and check its kernels (found, and verified unless `unverified`), then lay
     out the run directory (rank 0) and write config.json.
 
     Nothing is written until the configuration is known to be valid.
     """
-    config, task = resolve_run_config(task_name, values, kernels, unverified)
+    config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
     run_kernels(config, verify=True)
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
     lock = None

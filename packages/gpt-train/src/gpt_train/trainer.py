@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -30,6 +31,7 @@ from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.files import write_json_atomically
 from gpt_train.grokfast import Grokfast
+from gpt_train.hf import load_weights_into
 from gpt_train.pictures import write_pictures
 from gpt_train.runs import MetricsLog, Run, RunDirError, run_kernels
 from gpt_viz import metric_key
@@ -77,13 +79,17 @@ def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
 
 
-def initial_model(config: RunConfig, device: torch.device | str = "cpu") -> GPT:
+def initial_model(config: RunConfig, device: torch.device | str = "cpu", pretrained: bool = True) -> GPT:
     """The model a run starts from, computing with the run's kernels. Its draws are seeded by the run's
     settings alone, so step 0 of any run can be rebuilt from its config.json (the experiments read the
-    initial weights this way)."""
+    initial weights this way); a run `init_from` a GPT-2 directory starts from its weights (unless not
+    `pretrained`: a resumed run, whose checkpoint replaces them)."""
     kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
     torch.manual_seed(config.train.seed)
-    return GPT(config.model, kernels).to(device)
+    model = GPT(config.model, kernels)
+    if config.init_from and pretrained:
+        load_weights_into(model, Path(config.init_from))
+    return model.to(device)
 
 
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:
@@ -187,7 +193,7 @@ class Trainer:
         self.on_step = on_step
         self.stop = StopRequest()
         self.record = Record(run)
-        self.model = initial_model(run.config, run.device)
+        self.model = initial_model(run.config, run.device, pretrained=not run.resume)
         self.optimizer = make_optimizer(self.model, self.settings)
         s = self.settings
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None

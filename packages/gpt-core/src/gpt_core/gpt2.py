@@ -1,0 +1,224 @@
+"""GPT-2 in the Hugging Face layout: its config.json and tensor names, to and from gpt-core's.
+
+gpt-core's default architecture is GPT-2's (pre-norm blocks, learned positions, tanh GELU, biases,
+LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), the head tied to the token embedding), so
+a GPT-2 checkpoint is the same numbers under other names. Two differences of layout: Hugging Face
+stores the four projections (c_attn, attn.c_proj, c_fc, mlp.c_proj) as Conv1D, weight (in, out),
+where gpt-core's Linear holds (out, in); and its names carry a `transformer.` prefix (saved by
+`GPT2LMHeadModel`) or none (OpenAI's converted checkpoints, `GPT2Model`).
+
+Only the mapping lives here, on dictionaries and tensors: no file is read, and neither transformers
+nor safetensors is needed (gpt-train reads and writes the files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gpt_core.model import GPT, GPTConfig
+
+LAYER_NORM_EPS = 1e-5
+"""gpt-core's LayerNorm epsilon, which is GPT-2's."""
+
+TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
+"""Hugging Face's names for the tanh approximation of GELU (the same function, two implementations)."""
+
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 50257,
+    "n_positions": 1024,
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "n_inner": None,
+    "activation_function": "gelu_new",
+    "resid_pdrop": 0.1,
+    "embd_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+    "layer_norm_epsilon": LAYER_NORM_EPS,
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+}
+"""transformers.GPT2Config's defaults: what a config.json that leaves a key out means."""
+
+PREFIX = "transformer."
+CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+"""Per-block modules Hugging Face stores as Conv1D, weight (in, out)."""
+
+BLOCK_NAMES = {
+    "ln_1": "ln1",
+    "attn.c_attn": "attn.qkv",
+    "attn.c_proj": "attn.proj",
+    "ln_2": "ln2",
+    "mlp.c_fc": "mlp.fc",
+    "mlp.c_proj": "mlp.proj",
+}
+"""A block's modules: Hugging Face name -> gpt-core name."""
+
+TOP_NAMES = {"wte": "wte", "wpe": "wpe", "ln_f": "ln_f"}
+IGNORED_BUFFERS = ("attn.bias", "attn.masked_bias")
+"""Per-block buffers older checkpoints hold (the causal mask and its fill value): no weights."""
+
+
+# configuration ----------------------------------------------------------------------------------
+def config_from_hf(hf: Mapping[str, Any]) -> GPTConfig:
+    """The GPTConfig of a Hugging Face GPT-2 config.json (a dict); ValueError naming the first setting
+    gpt-core cannot compute exactly."""
+    if hf.get("model_type") != "gpt2":
+        raise ValueError(f"model_type is {hf.get('model_type')!r}, not 'gpt2'")
+    c = HF_DEFAULTS | dict(hf)
+    _require(c["activation_function"] in TANH_GELUS, c, "activation_function", "the tanh GELU (gelu_new)")
+    _require(c["layer_norm_epsilon"] == LAYER_NORM_EPS, c, "layer_norm_epsilon", f"{LAYER_NORM_EPS}")
+    _require(c["n_inner"] in (None, 4 * c["n_embd"]), c, "n_inner", "null or 4 x n_embd")
+    _require(c["scale_attn_weights"] is True, c, "scale_attn_weights", "true (scores over sqrt(head size))")
+    _require(c["scale_attn_by_inverse_layer_idx"] is False, c, "scale_attn_by_inverse_layer_idx", "false")
+    _require(c["add_cross_attention"] is False, c, "add_cross_attention", "false (a decoder only)")
+    rates = {name: c[name] for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
+    if len(set(rates.values())) != 1:
+        raise ValueError(f"gpt-core has one dropout rate; config.json has {_listed(rates)}")
+    return GPTConfig(
+        vocab_size=c["vocab_size"],
+        block_size=c["n_positions"],
+        n_layer=c["n_layer"],
+        n_head=c["n_head"],
+        n_embd=c["n_embd"],
+        dropout=c["resid_pdrop"],
+        tie_weights=c["tie_word_embeddings"],
+    )
+
+
+def _require(holds: bool, config: dict[str, Any], key: str, wanted: str) -> None:
+    if not holds:
+        raise ValueError(f"{key} is {config[key]!r}; gpt-core computes GPT-2 with {wanted}")
+
+
+def _listed(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def not_gpt2(config: GPTConfig) -> str | None:
+    """Why a model of `config` has no GPT-2 equivalent (None when it has one)."""
+    reasons = {
+        "pos": config.pos != "learned",
+        "layernorm": not config.layernorm,
+        "residual": not config.residual,
+        "bias": not config.bias,
+        "randomized_positions": config.randomized_positions,
+    }
+    named = [f"{key}={getattr(config, key)}" for key, differs in reasons.items() if differs]
+    if not named:
+        return None
+    return f"{', '.join(named)}: GPT-2 has learned positions, LayerNorm, residual connections and biases"
+
+
+def hf_config(config: GPTConfig) -> dict[str, Any]:
+    """The Hugging Face config.json (a dict) of a GPT-2 model of `config`; ValueError if it is not GPT-2's."""
+    reason = not_gpt2(config)
+    if reason is not None:
+        raise ValueError(f"not a GPT-2 architecture ({reason})")
+    return HF_DEFAULTS | {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.position_limit,
+        "n_embd": config.n_embd,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "tie_word_embeddings": config.tie_weights,
+        "bos_token_id": None,
+        "eos_token_id": None,
+    }
+
+
+# tensors ---------------------------------------------------------------------------------------
+def _our_name(hf_name: str) -> tuple[str, bool] | None:
+    """gpt-core's name for a Hugging Face tensor name (prefix already removed) and whether it is a Conv1D
+    weight; None for a buffer that holds no weights. KeyError for a name GPT-2 does not have."""
+    if hf_name == "lm_head.weight":
+        return "lm_head.weight", False
+    first, _, rest = hf_name.partition(".")
+    if first in TOP_NAMES and rest in ("weight", "bias"):
+        return f"{TOP_NAMES[first]}.{rest}", False
+    if first == "h":
+        layer, _, inner = rest.partition(".")
+        module, _, kind = inner.rpartition(".")
+        if inner in IGNORED_BUFFERS:
+            return None
+        if layer.isdigit() and module in BLOCK_NAMES and kind in ("weight", "bias"):
+            return f"blocks.{layer}.{BLOCK_NAMES[module]}.{kind}", module in CONV1D and kind == "weight"
+    raise KeyError(hf_name)
+
+
+def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter of a GPT of `config` and its shape, by gpt-core name (the tied head not repeated)."""
+    with torch.device("meta"):  # shapes only: nothing allocated, nothing drawn
+        model = GPT(config)
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def state_dict_from_hf(tensors: Mapping[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+    """A Hugging Face GPT-2 state dict -> gpt-core's parameters of a GPT of `config`, by name.
+
+    Conv1D weights are transposed (a view; copying into the model makes them contiguous). A tied head's
+    `lm_head.weight`, where a checkpoint holds one, is left out: tied, the head is the token embedding,
+    as transformers ties it. ValueError naming the first tensor that is unknown, missing or misshapen.
+    """
+    shapes = expected_shapes(config)
+    ours: dict[str, Tensor] = {}
+    for hf_name, tensor in tensors.items():
+        name = hf_name.removeprefix(PREFIX)
+        try:
+            mapped = _our_name(name)
+        except KeyError:
+            raise ValueError(f"tensor {hf_name!r} is not part of a GPT-2 language model") from None
+        if mapped is None or (mapped[0] == "lm_head.weight" and config.tie_weights):
+            continue
+        our_name, is_conv1d = mapped
+        if our_name not in shapes:
+            raise ValueError(f"tensor {hf_name!r} does not belong to a model of {config.n_layer} layers")
+        value = tensor.t() if is_conv1d else tensor
+        if tuple(value.shape) != shapes[our_name]:
+            shown = tuple(tensor.shape)
+            wanted = shapes[our_name][::-1] if is_conv1d else shapes[our_name]
+            raise ValueError(f"tensor {hf_name!r} has shape {shown}; config.json's model needs {wanted}")
+        ours[our_name] = value
+    missing = [name for name in shapes if name not in ours]
+    if missing:
+        raise ValueError(f"{len(missing)} tensor(s) missing, e.g. {_hf_name(missing[0])!r}")
+    return ours
+
+
+def _hf_name(our_name: str) -> str:
+    """The Hugging Face name (with GPT2LMHeadModel's prefix) of a gpt-core parameter name."""
+    if our_name == "lm_head.weight":
+        return our_name
+    first, _, rest = our_name.partition(".")
+    if first != "blocks":
+        return PREFIX + our_name
+    layer, _, inner = rest.partition(".")
+    module, _, kind = inner.rpartition(".")
+    hf_module = next(hf for hf, ours in BLOCK_NAMES.items() if ours == module)
+    return f"{PREFIX}h.{layer}.{hf_module}.{kind}"
+
+
+def hf_state_dict(model: GPT) -> dict[str, Tensor]:
+    """The model's parameters under GPT2LMHeadModel's names, Conv1D weights transposed, each a contiguous
+    copy on the CPU (what safetensors writes); a tied head is written once, as the token embedding."""
+    reason = not_gpt2(model.config)
+    if reason is not None:
+        raise ValueError(f"not a GPT-2 architecture ({reason})")
+    tensors = {}
+    for name, param in model.named_parameters():  # a tied head is the embedding: listed once
+        hf_name = _hf_name(name)
+        is_conv1d = any(f".{module}.weight" in hf_name for module in CONV1D)
+        value = param.detach().t() if is_conv1d else param.detach()
+        tensors[hf_name] = value.to("cpu").clone(memory_format=torch.contiguous_format)
+    return tensors

@@ -1,0 +1,59 @@
+"""`gpt-train export`: a trained run as a Hugging Face GPT-2 directory that transformers loads.
+
+The command's options and body live here; cli.py registers it in the command group (which turns
+errors into one line). A run whose architecture GPT-2 cannot express (rope or no positions, no
+LayerNorm, no residual, no biases, randomized positions) is refused, naming the settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpt_tasks.text import BpeTokenizer
+from gpt_train.config import RunConfig
+from gpt_train.hf import HFError, write_directory
+from gpt_train.runs import load_run
+
+FORMATS = ("hf",)
+
+
+def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
+    """The BPE a text run trained with (kept in its directory), or None: a character or byte vocabulary,
+    or a task's own symbols, has no Hugging Face tokenizer file."""
+    if config.task_params.get("tokenizer") != "bpe" or not config.task_params.get("tokenizer_file"):
+        return None
+    path = Path(config.task_params["tokenizer_file"])
+    try:
+        return BpeTokenizer(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise HFError(f"cannot read the run's tokenizer {path} ({error})") from None
+
+
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(FORMATS),
+    default="hf",
+    show_default=True,
+    help="hf: a Hugging Face GPT-2 directory (config.json, model.safetensors, tokenizer for BPE text).",
+)
+def export(run_dir: Path, out: Path, format_: str) -> None:
+    """Write a trained run as a Hugging Face GPT-2 model directory OUT (new or empty).
+
+    OUT holds config.json and model.safetensors, and for a BPE text run tokenizer.json and
+    tokenizer_config.json: transformers.GPT2LMHeadModel.from_pretrained(OUT) loads it, and
+    `gpt-train sample --hf OUT` samples from it.
+
+    \b
+    Examples:
+      gpt-train export runs/sort-20261130-120000 --format hf exported/sort
+      gpt-train export runs/text-bpe --format hf exported/text
+    """
+    config, model = load_run(run_dir, "cpu")
+    tokenizer = run_tokenizer(config)
+    written = write_directory(model, out, tokenizer)
+    click.echo(f"wrote {', '.join(path.name for path in written)} to {out}")

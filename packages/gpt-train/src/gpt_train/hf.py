@@ -1,0 +1,211 @@
+"""GPT-2 directories in the Hugging Face layout: reading one into gpt-core, and writing a model as one.
+
+A directory holds `config.json`, `model.safetensors` and, for text, `tokenizer.json` (Hugging Face
+`tokenizers`): what `GPT2LMHeadModel.save_pretrained` writes and what a download of `gpt2` holds.
+Weights are read from safetensors only: a pickle checkpoint (`pytorch_model.bin`) can run code when
+loaded, so it is refused, with the one-line conversion that makes it usable. The names and the
+transposed Conv1D weights are mapped by `gpt_core.gpt2`; this module does the files, and says in one
+line what is wrong with a directory that is not a GPT-2 gpt-core can compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from gpt_core import GPT, GPTConfig
+from gpt_core.gpt2 import config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
+from gpt_tasks import field_types
+from gpt_tasks.text import BpeTokenizer
+from gpt_train.errors import TrainError
+from gpt_train.files import WriteError, write_atomically, write_json_atomically
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+TOKENIZER = "tokenizer.json"
+PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+SHARD_INDEX = "model.safetensors.index.json"
+TOKENIZER_PARAMS = ("tokenizer", "tokenizer_file", "vocab_size")
+"""The parameters of a task reading a tokenizer file (text) that --init-from sets to the directory's."""
+END_OF_TEXT = "<|endoftext|>"
+
+
+class HFError(TrainError):
+    """A directory that is not a GPT-2 gpt-core can load, or a run that cannot be written as one."""
+
+
+# reading -----------------------------------------------------------------------------------------
+def read_config(directory: Path) -> GPTConfig:
+    """The GPTConfig of the GPT-2 in `directory`; one line naming what is wrong otherwise."""
+    if not directory.is_dir():
+        raise HFError(f"{directory} is not a directory")
+    path = directory / CONFIG
+    if not path.is_file():
+        raise HFError(f"{directory} has no {CONFIG}; a Hugging Face model directory holds {CONFIG} and {WEIGHTS}")
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HFError(f"cannot read {path} ({error})") from None
+    if not isinstance(hf, dict):
+        raise HFError(f"{path} is not a JSON object")
+    try:
+        return config_from_hf(hf)
+    except (ValueError, TypeError) as error:
+        raise HFError(f"{path}: not a GPT-2 gpt-core can compute: {error}") from None
+
+
+def _weights_path(directory: Path) -> Path:
+    path = directory / WEIGHTS
+    if path.is_file():
+        return path
+    if (directory / SHARD_INDEX).is_file():
+        raise HFError(f"{directory} holds a sharded checkpoint ({SHARD_INDEX}); gpt-train reads one {WEIGHTS}")
+    pickle = next((name for name in PICKLES if (directory / name).is_file()), None)
+    if pickle is not None:
+        raise HFError(
+            f"{directory} holds only {pickle}, a pickle checkpoint, which gpt-train does not load (unpickling can "
+            f"run code); convert it where you trust it: GPT2LMHeadModel.from_pretrained(DIR).save_pretrained(DIR)"
+        )
+    raise HFError(f"{directory} has no {WEIGHTS}")
+
+
+def read_weights(directory: Path, config: GPTConfig) -> dict[str, torch.Tensor]:
+    """The parameters of the GPT-2 in `directory`, under gpt-core's names, checked against `config`."""
+    path = _weights_path(directory)
+    try:
+        with safe_open(str(path), framework="pt") as archive:
+            tensors = {name: archive.get_tensor(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise HFError(f"{path} is not a readable safetensors file ({error})") from None
+    try:
+        return state_dict_from_hf(tensors, config)
+    except ValueError as error:
+        raise HFError(f"{path}: {error}") from None
+
+
+def copy_weights(model: GPT, weights: dict[str, torch.Tensor]) -> None:
+    """Copy `weights` (gpt-core names, every parameter of `model`) into the model, in its dtype."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(weights[name])
+
+
+def load_weights_into(model: GPT, directory: Path) -> None:
+    """Replace `model`'s weights by those of the GPT-2 in `directory` (a model built for them: --init-from)."""
+    copy_weights(model, read_weights(directory, model.config))
+
+
+def load_model(directory: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
+    """The GPT-2 in `directory` as a gpt-core GPT in `dtype`, on `device`, in eval mode."""
+    config = read_config(directory)
+    weights = read_weights(directory, config)
+    torch.manual_seed(0)  # the draws are overwritten; seeded so building the model disturbs nothing by chance
+    model = GPT(config).to(dtype)
+    copy_weights(model, weights)
+    return model.to(device).eval()
+
+
+def read_tokenizer(directory: Path) -> BpeTokenizer:
+    """The directory's tokenizer.json as gpt-tasks' byte-level BPE tokenizer."""
+    path = directory / TOKENIZER
+    if not path.is_file():
+        raise HFError(f"{directory} has no {TOKENIZER} (the Hugging Face tokenizers file of GPT-2's BPE)")
+    try:
+        return BpeTokenizer(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise HFError(f"{path}: {error}") from None
+
+
+class Pretrained:
+    """A GPT-2 directory, with its tokenizer, as the `task` of `gpt-train sample --hf`: text in, text out."""
+
+    def __init__(self, directory: Path, device: torch.device | str = "cpu"):
+        self.tokenizer = read_tokenizer(directory)
+        self.model = load_model(directory, device)
+        vocab = self.model.config.vocab_size
+        if self.tokenizer.vocab_size != vocab:
+            raise HFError(f"{directory}: {TOKENIZER} has {self.tokenizer.vocab_size} tokens, the model {vocab}")
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).tolist()
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+
+# --init-from ---------------------------------------------------------------------------------------
+def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) -> dict[str, Any]:
+    """For a task that reads a tokenizer file (text), the parameters that make it use the directory's
+    tokenizer.json, the one the model was trained with; nothing for a task with its own vocabulary."""
+    if "tokenizer_file" not in field_types(params_type):
+        return {}
+    chosen = sorted(set(given) & set(TOKENIZER_PARAMS))
+    if chosen:
+        raise HFError(f"--init-from {directory} brings its own {TOKENIZER}; drop --set {', '.join(chosen)}")
+    tokenizer = read_tokenizer(directory)
+    path = str((directory / TOKENIZER).absolute())
+    return {"tokenizer": "bpe", "tokenizer_file": path, "vocab_size": tokenizer.vocab_size}
+
+
+def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, given: dict[str, Any]) -> GPTConfig:
+    """The model of a run initialised from `directory`: its GPT-2 shape, trained on windows of `block_size`
+    (its position table keeps all of GPT-2's positions). Only dropout may be set (`given`): the rest
+    would not fit the weights."""
+    refused = sorted(set(given) - {"dropout"})
+    if refused:
+        raise HFError(f"--init-from {directory} fixes the model; drop --set {', '.join(refused)}")
+    config = read_config(directory)
+    if vocab_size != config.vocab_size:
+        raise HFError(f"the task has {vocab_size} tokens, but the model in {directory} has {config.vocab_size}")
+    limit = config.block_size
+    if block_size > limit:
+        raise HFError(f"block_size {block_size} is longer than the model's {limit} positions ({directory})")
+    return dataclasses.replace(config, block_size=block_size, max_positions=0 if block_size == limit else limit)
+
+
+# writing ---------------------------------------------------------------------------------------
+def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
+    """Write `model` as a Hugging Face GPT-2 directory `out` (new or empty): config.json and
+    model.safetensors, and the tokenizer's files when there is one. Returns the files written."""
+    try:
+        config = hf_config(model.config)
+        tensors = hf_state_dict(model)
+    except ValueError as error:
+        raise HFError(f"cannot export as GPT-2: {error}") from None
+    _prepare_output(out)
+    if tokenizer is not None:
+        end = tokenizer.hf.token_to_id(END_OF_TEXT)
+        config |= {"bos_token_id": end, "eos_token_id": end}
+    written = [out / CONFIG, out / WEIGHTS]
+    write_json_atomically(out / CONFIG, config)
+    save = lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_atomically(out / WEIGHTS, save, what="weights", failures=(OSError, SafetensorError))
+    if tokenizer is not None:
+        written += _write_tokenizer(tokenizer, out, config["n_positions"])
+    return written
+
+
+def _prepare_output(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise WriteError(f"cannot create {out} ({error.strerror or error})") from None
+
+
+def _write_tokenizer(tokenizer: BpeTokenizer, out: Path, n_positions: int) -> list[Path]:
+    """tokenizer.json, and the tokenizer_config.json that lets transformers' AutoTokenizer load it."""
+    write_atomically(out / TOKENIZER, lambda tmp: tmp.write_bytes(tokenizer.serialize()))
+    settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": n_positions}
+    if tokenizer.hf.token_to_id(END_OF_TEXT) is not None:
+        settings |= {"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT}
+    write_json_atomically(out / "tokenizer_config.json", settings)
+    return [out / TOKENIZER, out / "tokenizer_config.json"]
