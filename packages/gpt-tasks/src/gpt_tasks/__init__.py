@@ -3,11 +3,12 @@
 Everything a trainer or a plugin needs is exported here: the task contract (`Task`, `PromptAnswerTask`,
 `Batch`, `Defaults`, `TrainSettings`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
 parameters (`build_params`, `field_types`, `coerce`), splits, teacher-forced scoring (`score_examples`),
-and the toolkit of `gpt_tasks.symbols`.
+task probes (`measure_probes`, `ProbeCache`), and the toolkit of `gpt_tasks.symbols`.
 """
 
 from gpt_tasks.hooks import ENTRY_POINT_GROUP, hookimpl, hookspec
 from gpt_tasks.params import ParamError, build_params, coerce, field_types
+from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, measure_probes
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, default_registry, get_task, list_tasks
 from gpt_tasks.scoring import Scores, score_examples
@@ -24,8 +25,10 @@ __all__ = [
     "CharVocab",
     "Defaults",
     "IndexedSplit",
+    "PROBE_EXAMPLES",
     "ParamError",
     "PluginWarning",
+    "ProbeCache",
     "PromptAnswerTask",
     "Registry",
     "Scores",
@@ -45,6 +48,7 @@ __all__ = [
     "hookspec",
     "is_heldout",
     "list_tasks",
+    "measure_probes",
     "score_examples",
     "unit_hash",
 ]

@@ -13,6 +13,7 @@ from abc import abstractmethod
 import torch
 
 from gpt_core import GPT, IGNORE_INDEX, generate
+from gpt_tasks.probes import PROBE_EXAMPLES
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.task import Batch, Task, evaluating
 
@@ -79,6 +80,16 @@ class PromptAnswerTask(Task):
             f"{name}_accuracy": float(c) / n for name, c in zip(self.answer_position_names(), correct, strict=True)
         }
         return metrics | {"examples": float(n)}
+
+    def probe_batch(self) -> Batch:
+        """A fixed sample of held-out sequences, scored on the answer as in training."""
+        ids = self.split.evaluation_ids("heldout", PROBE_EXAMPLES, seed=2)
+        return answer_batch(self.sequences(ids), self.prompt_length)
+
+    def answer_queries(self) -> slice:
+        """The input positions whose outputs predict the answer, in order: answer token i is read from
+        position prompt_length - 1 + i of the inputs (and is the target there)."""
+        return slice(self.prompt_length - 1, self.prompt_length - 1 + self.answer_length)
 
     def example_prompts(self) -> list[str]:
         ids = self.split.evaluation_ids("heldout", 3, seed=1)

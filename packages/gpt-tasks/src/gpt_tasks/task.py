@@ -10,12 +10,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from gpt_core import GPT, GPTConfig
 from gpt_tasks.training import Defaults
+
+if TYPE_CHECKING:
+    from gpt_tasks.probes import ProbeCache
 
 SPLITS = ("train", "heldout")
 
@@ -101,6 +104,18 @@ class Task(ABC):
         """Files this task needs to be rebuilt exactly that its parameters cannot hold inline (a trained
         tokenizer), by the name of the parameter that points at each. A trainer keeps each beside the run
         and, when it rebuilds the task, sets that parameter to the kept file's path. Default: none."""
+        return {}
+
+    # probes (optional) -----------------------------------------------------------------------
+    def probe_batch(self) -> Batch | None:
+        """The fixed held-out examples whose activations `probes` reads; None (the default) when the probes
+        read the weights alone."""
+        return None
+
+    def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
+        """Named scalars about how `model` computes, logged at every evaluation beside the metrics (see
+        gpt_tasks.probes). `cache` holds every hook point of `model` on `probe_batch()` (None when that is
+        None). Names follow the metric names' grammar. Default: none, and nothing is run."""
         return {}
 
     @abstractmethod

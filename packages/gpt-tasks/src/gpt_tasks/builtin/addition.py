@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
+from gpt_core import GPT
+from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import CharVocab, as_bytes, digits_of
@@ -91,6 +94,30 @@ class AdditionTask(PromptAnswerTask):
         plus = torch.full((len(ids), 1), PLUS, dtype=torch.long)
         equals = torch.full((len(ids), 1), EQUALS, dtype=torch.long)
         return torch.cat((operands[:, :d], plus, operands[:, d:], equals, answer), dim=1)
+
+    def carries(self, inputs: Tensor) -> Tensor:
+        """Whether a carry comes into each answer digit, from the operands in `inputs` (N, >= prompt_length):
+        (N, answer_length) in answer order. The units digit never receives one; the top digit is the carry."""
+        d = self.params.digits
+        a, b = inputs[:, :d].flip(1), inputs[:, d + 1 : 2 * d + 1].flip(1)  # (N, d), units first
+        carry = torch.zeros(len(inputs), dtype=torch.bool, device=inputs.device)
+        into = [carry]
+        for place in range(d):
+            carry = a[:, place] + b[:, place] + carry.long() >= 10
+            into.append(carry)
+        by_place = torch.stack(into, dim=1)  # (N, d + 1), units first
+        return by_place if self.params.reverse else by_place.flip(1)
+
+    def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
+        """Teacher-forced accuracy on the answer digits that receive a carry (`carry_digit_accuracy`) and
+        on those that do not (`no_carry_digit_accuracy`): carries are what addition models learn last.
+        A kind absent from the probe batch is left out rather than reported as 0 of 0."""
+        queries = self.answer_queries()
+        predicted = cache["logits"][:, queries].argmax(dim=-1)  # (N, answer)
+        right = predicted == cache.batch.targets[:, queries]
+        carried = self.carries(cache.batch.inputs)
+        kinds = {"carry_digit_accuracy": right[carried], "no_carry_digit_accuracy": right[~carried]}
+        return {name: float(hits.float().mean()) for name, hits in kinds.items() if hits.numel()}
 
     def defaults(self) -> Defaults:
         return Defaults(

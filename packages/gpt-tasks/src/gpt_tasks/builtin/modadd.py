@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.probes import ProbeCache
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
 from gpt_tasks.task import SPLITS, Batch, Task
@@ -145,9 +146,13 @@ class ModAddTask(Task):
         weights, not of the split, so every split reports the same value."""
         ids = self.split.evaluation_ids(split, limit)
         scores = score_examples(model, ids, self.examples, device, EVAL_BATCH)  # one scored token per example
-        share = top_frequency_share(fourier_spectrum(model.wte.weight[: self.params.p]))
         metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(scores.examples)}
-        return metrics | {FOURIER_SHARE: share}
+        return metrics | self.probes(model, None)
+
+    def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
+        """`fourier_top5_share` of the number embedding, read from the weights alone (no probe batch). The
+        evaluation reports it too, under each split, where the grokking experiments have always read it."""
+        return {FOURIER_SHARE: top_frequency_share(fourier_spectrum(model.wte.weight[: self.params.p]))}
 
     def defaults(self) -> Defaults:
         """Nanda et al.'s recipe (1 layer, no LayerNorm, AdamW with weight decay 1.0 and betas 0.9/0.98, full
