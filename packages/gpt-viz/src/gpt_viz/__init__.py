@@ -31,6 +31,7 @@ from gpt_viz.run_layout import (
     RunLayout,
     metric_key,
     parse_metric_key,
+    probe_key,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "RunLayout",
     "metric_key",
     "parse_metric_key",
+    "probe_key",
     "SAVE_DPI",
     "AttentionSnapshot",
     "VizError",

@@ -10,7 +10,9 @@ Metric keys. A task's evaluation returns metrics by *name* (``exact_match``, ``l
 on: ``<split>_<name>`` (``heldout_exact_match``). A name of the form ``<label>_<index>_<measure>``
 (``position_3_accuracy``, ``digit_0_accuracy``) is a per-position detail of the answer: summaries
 leave those out. ``loss``, ``lr``, ``step`` and ``elapsed`` carry no split: the training loss and
-learning rate of the step, and the axes.
+learning rate of the step, and the axes. A name starting ``probe_`` (``heldout_probe_source_attention``)
+is a task probe (gpt-tasks' ``Task.probes``): a scalar about how the model computes, measured on held-out
+examples at every evaluation; pictures draw probes under the metric curve.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ EXAMPLES = "examples"
 AXIS_KEYS = frozenset({"step", "elapsed"})
 """Bookkeeping on every metrics line: axes, not metrics."""
 
+PROBE_PREFIX = "probe_"
+"""What starts the metric name of a task probe."""
+
 _POSITION_NAME = re.compile(r"^(?P<label>[a-z]+)_(?P<index>\d+)_(?P<measure>[a-z_]+)$")
 
 
@@ -42,6 +47,11 @@ class MetricKey(NamedTuple):
         """Whether the name is a per-answer-position metric (``position_3_accuracy``)."""
         return _POSITION_NAME.match(self.name) is not None
 
+    @property
+    def is_probe(self) -> bool:
+        """Whether the name is a task probe's (``probe_source_attention``)."""
+        return self.name.startswith(PROBE_PREFIX)
+
 
 def metric_key(split: str, name: str) -> str:
     """The key under which metric `name`, measured on `split`, is logged: ``heldout_exact_match``."""
@@ -50,6 +60,12 @@ def metric_key(split: str, name: str) -> str:
     if not name:
         raise ValueError("a metric key needs a metric name after the split")  # "train_" would not read back
     return f"{split}_{name}"
+
+
+def probe_key(name: str) -> str:
+    """The key under which task probe `name`, measured on held-out examples, is logged:
+    ``heldout_probe_source_attention``."""
+    return metric_key(HELDOUT, PROBE_PREFIX + name)
 
 
 def parse_metric_key(key: str) -> MetricKey | None:
@@ -88,7 +104,19 @@ class RunLayout:
     """`gpt-train inspect heads`: the task's metric with each head zero- and mean-ablated, [layer][head]."""
 
     FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
-    """Every file a run writes under a fixed name; with the task files, what `--force` removes."""
+    """Every file a run writes under a fixed name; with the inspections and task files, what `--force` removes."""
+    HEADS_ABLATION = "inspect_heads.json"
+    """`gpt-train inspect RUN heads`: the primary metric with each head zero- and mean-ablated:
+    {"metric", "split", "examples", "baseline", "zero": [[per head] per layer], "mean": [[...]]}."""
+    HEADS_PICTURE = "inspect_heads.png"
+    LOGIT_LENS = "inspect_logit_lens.json"
+    """`gpt-train inspect RUN logit-lens`: metric and loss of the residual stream decoded after each layer."""
+    LOGIT_LENS_PICTURE = "inspect_logit_lens.png"
+    PATCHING = "inspect_patch.json"
+    """`gpt-train inspect RUN patch`: the share of the clean answer's logit difference each patch restores."""
+    PATCHING_PICTURE = "inspect_patch.png"
+    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, PATCHING, PATCHING_PICTURE)
+    """What `gpt-train inspect` writes beside a finished run: its model's, so a replaced run drops them."""
     TASK_FILE_PREFIX = "task."
     """A task's own files (`Task.files()`: a trained tokenizer, say), one per task parameter that points at it,
     named `task.<parameter>` (`task.tokenizer_file`)."""
@@ -105,6 +133,12 @@ class RunLayout:
     attention_picture = _path_of(ATTENTION_PICTURE)
     grokking_picture = _path_of(GROKKING_PICTURE)
     heads_ablation = _path_of(HEADS_ABLATION)
+    heads_picture = _path_of(HEADS_PICTURE)
+    logit_lens = _path_of(LOGIT_LENS)
+    logit_lens_picture = _path_of(LOGIT_LENS_PICTURE)
+    patching = _path_of(PATCHING)
+    patching_picture = _path_of(PATCHING_PICTURE)
+    heads_ablation = _path_of(HEADS_ABLATION)
 
     @classmethod
     def task_file_name(cls, parameter: str) -> str:
@@ -116,6 +150,7 @@ class RunLayout:
         return self.root / self.task_file_name(parameter)
 
     def existing(self) -> list[Path]:
-        """The run files present in the directory, in FILES order, then the task files, sorted by name."""
-        named = [self.root / name for name in self.FILES if (self.root / name).exists()]
+        """The run files present in the directory, in FILES then INSPECTIONS order, then the task files, sorted
+        by name."""
+        named = [self.root / name for name in self.FILES + self.INSPECTIONS if (self.root / name).exists()]
         return named + sorted(self.root.glob(self.task_file_name("*")))
