@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from gpt_core import GPT
-from gpt_tasks import Task, TrainSettings
+from gpt_tasks import Task, TrainSettings, measure_probes
 from gpt_train.checkpoint import TrainingState, load_checkpoint, load_weights, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
@@ -34,7 +34,7 @@ from gpt_train.grokfast import Grokfast
 from gpt_train.hf import load_weights_into
 from gpt_train.pictures import write_pictures
 from gpt_train.runs import MetricsLog, Run, RunDirError, run_kernels
-from gpt_viz import metric_key
+from gpt_viz import metric_key, probe_key
 
 
 class CompileError(TrainError):
@@ -294,6 +294,8 @@ class Trainer:
         metrics = {}
         if self.rank.is_main:
             metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
+            probes = measure_probes(self.task, self.model, self.device)
+            metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
         return metrics
 
