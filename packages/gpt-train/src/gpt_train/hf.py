@@ -127,8 +127,8 @@ class Pretrained:
     """A GPT-2 directory, with its tokenizer, as the `task` of `gpt-train sample --hf`: text in, text out."""
 
     def __init__(self, directory: Path, device: torch.device | str = "cpu"):
-        self.tokenizer = read_tokenizer(directory)
         self.model = load_model(directory, device)
+        self.tokenizer = read_tokenizer(directory)
         vocab = self.model.config.vocab_size
         if self.tokenizer.vocab_size != vocab:
             raise HFError(f"{directory}: {TOKENIZER} has {self.tokenizer.vocab_size} tokens, the model {vocab}")

@@ -1,0 +1,199 @@
+"""GPT-2 directories without transformers: `export --format hf` writes one that gpt-train reads back
+bit-identically, `sample --hf` samples from it with its tokenizer.json as the run itself does, `run
+--init-from` starts from its weights and tokenizer, and every directory that is not a GPT-2 gpt-core can
+load is one line. (Parity with transformers itself: test_gpt2_parity.py, in `nox -s gpt2`.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from train_helpers import TINY, assert_one_line_error
+
+from gpt_train.config import RunConfig
+from gpt_train.hf import load_model
+from gpt_train.runs import load_run
+from gpt_train.trainer import initial_model
+from gpt_viz import RunLayout
+
+ONE_STEP = ("--steps", "1", "--set", "eval_every=1", "--set", "eval_limit=8", "--set", "final_eval_limit=8")
+
+
+def export(cli, run_dir: Path, out: Path) -> Path:
+    result = cli("export", run_dir, "--format", "hf", out)
+    assert result.code == 0, result.err
+    return out
+
+
+@pytest.fixture
+def exported(cli, tiny_run, tmp_path) -> Path:
+    return export(cli, tiny_run, tmp_path / "hf")
+
+
+def test_export_writes_config_and_safetensors_that_load_back_bit_identical(cli, tiny_run, exported):
+    config = json.loads((exported / "config.json").read_text())
+    assert (config["model_type"], config["architectures"], config["activation_function"]) == (
+        "gpt2", ["GPT2LMHeadModel"], "gelu_new",
+    )  # fmt: skip
+    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors"]  # no tokenizer for sort
+    _, trained = load_run(tiny_run, torch.device("cpu"))
+    loaded = load_model(exported)
+    assert loaded.config == trained.config
+    for name, param in trained.named_parameters():
+        assert torch.equal(param, dict(loaded.named_parameters())[name]), name
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [("pos=rope", "pos=rope"), ("layernorm=false", "layernorm=False"), ("bias=false", "bias=False")],
+)
+def test_export_refuses_an_architecture_gpt2_cannot_express(cli, tmp_path, setting, named):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, *ONE_STEP, "--set", setting, "--out", run_dir).code == 0
+    result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
+    assert_one_line_error(result, "cannot export as GPT-2", named)
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_into_a_non_empty_directory_is_refused_and_touches_nothing(cli, tiny_run, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert_one_line_error(cli("export", tiny_run, "--format", "hf", out), "not an empty directory")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+
+
+# sample --hf and --init-from on a BPE text model ------------------------------------------------------
+@pytest.fixture
+def bpe_export(cli, tmp_path) -> tuple[Path, Path]:
+    """A trained BPE text run and its export (config.json, model.safetensors, tokenizer.json)."""
+    pytest.importorskip("tokenizers", reason="the bpe extra (pip install 'gpt-tasks[bpe]') is not installed")
+    from test_text_runs import bpe_run
+
+    run_dir = bpe_run(cli, tmp_path)
+    return run_dir, export(cli, run_dir, tmp_path / "hf")
+
+
+def test_sample_hf_gives_what_the_run_itself_gives(cli, bpe_export):
+    run_dir, out = bpe_export
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+    args = ("--prompt", "the night", "--max-new-tokens", "12", "--device", "cpu")
+    from_run, from_hf = cli("sample", run_dir, *args), cli("sample", "--hf", out, *args)
+    assert from_hf.code == 0, from_hf.err
+    assert from_hf.out == from_run.out and from_hf.out.startswith("the night -> ")
+    cached = cli("sample", "--hf", out, *args, "--no-cache")
+    assert cached.out == from_hf.out
+
+
+def test_init_from_starts_from_the_directorys_weights_and_tokenizer(cli, bpe_export, tmp_path):
+    source_run, out = bpe_export
+    corpus = tmp_path / "corpus.txt"  # bpe_run's corpus
+    run_dir = tmp_path / "tuned"
+    result = cli(
+        "run", "--task", "text", "--data", corpus, "--init-from", out, "--device", "cpu", "--quiet", "--steps", "2",
+        "--set", "block_size=8", "--set", "chunk_size=128", "--set", "dropout=0.1", "--set", "eval_every=1",
+        "--set", "eval_limit=4", "--out", run_dir,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    config = RunConfig.load(run_dir)
+    assert config.init_from == str(out.absolute())
+    assert (config.task_params["tokenizer"], config.task_params["vocab_size"]) == ("bpe", 300)
+    assert RunLayout(run_dir).task_file("tokenizer_file").read_bytes() == (out / "tokenizer.json").read_bytes()
+    # The model keeps the source's 16 positions while training on windows of 8, and the dropout asked for.
+    assert (config.model.block_size, config.model.max_positions, config.model.dropout) == (8, 16, 0.1)
+    _, source = load_run(source_run, torch.device("cpu"))
+    start = initial_model(config)
+    for name, param in source.named_parameters():
+        assert torch.equal(param, dict(start.named_parameters())[name]), name
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (("--set", "n_layer=2"), "--init-from"),
+        (("--set", "tokenizer=char"), "brings its own tokenizer.json; drop --set tokenizer"),
+        (("--set", "block_size=32"), "block_size 32 is longer than the model's 16 positions"),
+    ],
+)
+def test_init_from_settings_that_do_not_fit_the_model_are_one_line(cli, bpe_export, tmp_path, extra, named):
+    _, out = bpe_export
+    run_dir = tmp_path / "tuned"
+    base = ("run", "--task", "text", "--data", tmp_path / "corpus.txt", "--init-from", out, "--quiet")
+    settings = ("--set", "chunk_size=128", "--set", "block_size=8")
+    assert_one_line_error(cli(*base, *settings, *extra, "--out", run_dir), named)
+    assert not run_dir.exists()
+
+
+def test_init_from_a_model_of_another_vocabulary_is_one_line(cli, bpe_export, tmp_path):
+    _, out = bpe_export
+    result = cli("run", "--task", "sort", "--set", "length=4", "--init-from", out, "--out", tmp_path / "sort")
+    assert_one_line_error(result, "the task has 10 tokens, but the model in", "has 300")
+
+
+def test_resume_refuses_init_from(cli, tiny_run, exported):
+    assert_one_line_error(cli("run", "--resume", tiny_run, "--init-from", exported), "drop --init-from")
+
+
+# directories that are not a GPT-2 gpt-core loads ----------------------------------------------------
+def edit_config(directory: Path, **changes) -> None:
+    path = directory / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+
+
+def sample_hf(cli, directory: Path):
+    return cli("sample", "--hf", directory, "--prompt", "12", "--device", "cpu")
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (
+            lambda d: edit_config(d, model_type="llama"),
+            "config.json: not a GPT-2 gpt-core can compute: model_type is 'llama'",
+        ),
+        (lambda d: edit_config(d, activation_function="relu"), "activation_function is 'relu'"),
+        (lambda d: (d / "config.json").unlink(), "has no config.json"),
+        (lambda d: (d / "config.json").write_text("{not json"), "cannot read"),
+        (lambda d: (d / "model.safetensors").unlink(), "has no model.safetensors"),
+        (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), "not a readable safetensors file"),
+        (
+            lambda d: edit_config(d, n_embd=64),
+            "'transformer.h.0.attn.c_attn.bias' has shape (96,); config.json's model needs (192,)",
+        ),
+        (lambda d: edit_config(d, n_layer=2), "missing, e.g. 'transformer.h.1.ln_1.weight'"),
+        (lambda d: (d / "tokenizer.json").unlink(missing_ok=True), "has no tokenizer.json"),
+    ],
+)
+def test_a_directory_that_is_not_a_loadable_gpt2_is_one_line(cli, exported, damage, named):
+    damage(exported)
+    assert_one_line_error(sample_hf(cli, exported), named)
+
+
+def test_a_pickle_checkpoint_is_refused_unread(cli, exported):
+    (exported / "model.safetensors").rename(exported / "pytorch_model.bin")
+    assert_one_line_error(sample_hf(cli, exported), "holds only pytorch_model.bin, a pickle checkpoint")
+
+
+def test_a_sharded_checkpoint_and_a_missing_directory_are_one_line(cli, exported, tmp_path):
+    assert_one_line_error(sample_hf(cli, tmp_path / "nowhere"), "is not a directory")
+    shutil.move(exported / "model.safetensors", exported / "model-00001-of-00001.safetensors")
+    (exported / "model.safetensors.index.json").write_text("{}")
+    assert_one_line_error(sample_hf(cli, exported), "sharded checkpoint")
+
+
+def test_a_tensor_gpt2_does_not_have_is_named(cli, exported):
+    from safetensors.torch import load_file
+
+    tensors = load_file(exported / "model.safetensors") | {"score.weight": torch.zeros(2, 32)}
+    save_file(tensors, exported / "model.safetensors")
+    assert_one_line_error(sample_hf(cli, exported), "'score.weight' is not part of a GPT-2 language model")
+
+
+def test_sample_takes_a_run_or_hf_and_hf_needs_a_prompt(cli, tiny_run, exported):
+    assert_one_line_error(cli("sample"), "RUN_DIR or --hf DIR")
+    assert_one_line_error(cli("sample", tiny_run, "--hf", exported), "RUN_DIR or --hf DIR")
+    assert_one_line_error(cli("sample", "--hf", exported), "sample --hf needs --prompt")
