@@ -17,6 +17,7 @@ from gpt_viz.attention import attention_grid
 from gpt_viz.canvas import save_figure
 from gpt_viz.curves import compare_runs, training_curves
 from gpt_viz.errors import VizError
+from gpt_viz.explore import write_explorer
 from gpt_viz.grokking import METRIC, grokking
 from gpt_viz.run_data import load_attention, run_directory
 from gpt_viz.run_layout import RunLayout
@@ -160,6 +161,24 @@ def grokking_command(
     """
     figure = grokking(run_dir, metric=metric, loss=loss, progress=progress)
     _save_and_report(figure, out or RunLayout(run_dir).grokking_picture, svg)
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--out", type=click.Path(path_type=Path), help="Page path [default: RUN_DIR/explore.html].")
+def explore(run_dir: Path, out: Path | None) -> None:
+    """One self-contained HTML page to explore a run in a browser.
+
+    The run's curves, the attention of every layer and head (choose the
+    example, layer and head; hover a token to highlight its row and column)
+    and, when `gpt-train inspect heads` has run, the head-ablation heatmap.
+    Scripts and data are inline: the page opens offline and fetches nothing.
+
+    \b
+    Example:
+      gpt-viz explore runs/sort && xdg-open runs/sort/explore.html
+    """
+    click.echo(str(write_explorer(run_dir, out)))
 
 
 def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:

@@ -1,0 +1,197 @@
+"""The explorer page: one self-contained HTML file for looking around a run in a browser.
+
+A PNG shows one layer on one example; the page carries every head of every layer, the run's
+curves and, once `gpt-train inspect heads` has written it, the head-ablation table, and lets the
+reader choose what to look at. Data, script and styles are inline (the drawing is a small
+hand-written script on canvas), so the file opens offline, from a CI artefact or an e-mail, and
+never fetches anything.
+
+The data travels as JSON in a ``<script type="application/json">`` element with ``<``, ``>`` and
+``&`` written as ``\\u`` escapes, so no token text (``</script>`` included) can end the element or
+become markup; the script puts token text on the page as text, never as HTML.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpt_viz.errors import VizError
+from gpt_viz.run_data import (
+    AttentionSnapshot,
+    PathLike,
+    Record,
+    available_metrics,
+    load_attention,
+    load_config,
+    load_metrics,
+    read_text,
+    run_directory,
+)
+from gpt_viz.run_layout import RunLayout, parse_metric_key
+
+PAGE_NAME = "explore.html"
+"""The page's default name inside the run directory."""
+TEMPLATE = "explore_template.html"
+"""The page's markup, styles and script: package data beside this module."""
+_TITLE_MARK = "__TITLE__"
+_DATA_MARK = "__RUN_DATA__"
+# Characters that could close the data's <script> element or open markup inside it, as JSON escapes.
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def explorer_page(run_dir: PathLike) -> str:
+    """The whole HTML page for the run in ``run_dir``."""
+    run = run_directory(run_dir)
+    data = page_data(run)
+    template = resources.files("gpt_viz").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    return template.replace(_TITLE_MARK, html.escape(data["title"])).replace(_DATA_MARK, script_json(data))
+
+
+def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
+    """Write the page to ``target`` (default ``RUN_DIR/explore.html``) and return its path."""
+    run = run_directory(run_dir)
+    page = explorer_page(run)
+    path = Path(target) if target is not None else run / PAGE_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as error:
+        raise VizError(f"cannot write {path}: {error.strerror or error}") from error
+    return path
+
+
+def page_data(run: Path) -> dict[str, Any]:
+    """Everything the page draws, as plain JSON-ready values."""
+    config = load_config(run)
+    records = load_metrics(run)
+    attention = _attention_examples(run)
+    task = config.get("task")
+    return {
+        "title": f"{task} — {run.name}" if task else run.name,
+        "model": _model_summary(config),
+        "curves": curves_data(records, config.get("primary_metric")),
+        "attention": [attention_data(snapshot) for snapshot in attention],
+        "ablation": heads_ablation_data(run, attention[0].weights.shape[:2] if attention else None),
+    }
+
+
+def _model_summary(config: dict[str, Any]) -> dict[str, Any]:
+    """The few settings the page's header names, where config.json has them."""
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    keys = ("n_layer", "n_head", "n_embd", "pos")
+    return {key: model[key] for key in keys if isinstance(model.get(key), (int, float, str))}
+
+
+def curves_data(records: list[Record], primary_metric: str | None) -> dict[str, Any]:
+    """Every summary metric's (steps, values); non-finite values become gaps (JSON has no NaN)."""
+    keys = [key for key in available_metrics(records) if not _is_position_detail(key)]
+    series = {key: _series(records, key) for key in keys}
+    series = {key: points for key, points in series.items() if points[0]}
+    if "loss" not in series:
+        raise VizError("metrics.jsonl has no training loss (no line carries a numeric 'loss')")
+    primary = primary_metric if primary_metric in series else None
+    return {"primary": primary, "series": series}
+
+
+def _is_position_detail(key: str) -> bool:
+    parsed = parse_metric_key(key)
+    return parsed is not None and parsed.is_position_detail
+
+
+def _series(records: list[Record], key: str) -> tuple[list[int], list[float | None]]:
+    """The steps and values of the lines that carry a number under ``key``."""
+    points = [
+        (record["step"], record[key])
+        for record in records
+        if isinstance(record.get(key), (int, float)) and isinstance(record["step"], (int, float))
+    ]
+    return [step for step, _ in points], [float(value) if math.isfinite(value) else None for _, value in points]
+
+
+def _attention_examples(run: Path) -> list[AttentionSnapshot]:
+    """The attention file's examples; none while a run has not written it yet (it comes at the end)."""
+    if not RunLayout(run).attention.is_file():
+        return []
+    snapshot = load_attention(run)
+    try:
+        weights = snapshot.weights.astype("<f4")  # little-endian float32: what a browser's Float32Array reads
+    except (TypeError, ValueError) as error:
+        raise VizError(f"{RunLayout(run).attention}: weights are not numbers ({snapshot.weights.dtype})") from error
+    if not np.all(np.isfinite(weights)):
+        raise VizError(f"{RunLayout(run).attention}: weights hold NaN or infinite values")
+    return [AttentionSnapshot(weights=weights, tokens=snapshot.tokens)]
+
+
+def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
+    """One example: its tokens, and its weights (n_layer, n_head, T, T) as base64 float32, row-major.
+
+    Base64 float32 is exact and a third of the size of the same numbers as JSON text.
+    """
+    weights = np.ascontiguousarray(snapshot.weights, dtype="<f4")  # (L, H, T, T)
+    return {
+        "tokens": list(snapshot.tokens),
+        "shape": list(weights.shape),
+        "weights": base64.b64encode(weights.tobytes()).decode("ascii"),
+    }
+
+
+def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:
+    """The run's head-ablation table when `gpt-train inspect heads` has written it, checked against ``heads``
+    (n_layer, n_head of the attention file) so a table from another model is refused, not drawn."""
+    path = RunLayout(run).heads_ablation
+    if not path.is_file():
+        return None
+    try:
+        table = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
+    if not isinstance(table, dict):
+        raise VizError(f"{path} must hold a JSON object, not {type(table).__name__}")
+    return _checked_ablation(table, path, heads)
+
+
+def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] | None) -> dict[str, Any]:
+    if not isinstance(table.get("metric"), str):
+        raise VizError(f'{path} needs "metric", the name of the metric it scores')
+    baseline = table.get("baseline")
+    if not _is_number(baseline):
+        raise VizError(f'{path} needs "baseline", the metric with no head ablated, as a finite number')
+    grids = {kind: _layer_by_head(table.get(kind), path, kind) for kind in ("zero", "mean")}
+    shapes = {kind: (len(grid), len(grid[0])) for kind, grid in grids.items()}
+    if shapes["zero"] != shapes["mean"]:
+        raise VizError(f'{path}: "zero" is {shapes["zero"]} layers x heads but "mean" is {shapes["mean"]}')
+    if heads is not None and shapes["zero"] != tuple(heads):
+        raise VizError(f"{path} covers {shapes['zero']} layers x heads but the attention file has {tuple(heads)}")
+    examples = table.get("examples")
+    return {
+        "metric": table["metric"],
+        "split": str(table.get("split", "")),
+        "examples": examples if _is_number(examples) else None,
+        "baseline": float(baseline),
+        **grids,
+    }
+
+
+def _layer_by_head(grid: Any, path: Path, kind: str) -> list[list[float]]:
+    """A non-empty rectangular list of lists of finite numbers: one row per layer, one value per head."""
+    rows_ok = isinstance(grid, list) and grid and all(isinstance(row, list) and row for row in grid)
+    if not rows_ok or len({len(row) for row in grid}) != 1 or not all(_is_number(v) for row in grid for v in row):
+        raise VizError(f'{path}: "{kind}" must be a list per layer of one finite number per head')
+    return [[float(value) for value in row] for row in grid]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that can sit inside a ``<script>`` element: nothing in it can close the element."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_SAFE)

@@ -1,0 +1,223 @@
+"""The explorer page without a browser: what it embeds, that it fetches nothing, that token text stays text,
+and that bad input is one line."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gpt_viz import RunLayout, VizError
+from gpt_viz.cli import main
+from gpt_viz.explore import explorer_page, write_explorer
+
+DATA_ELEMENT = re.compile(r'<script type="application/json" id="run-data">(.*?)</script>', re.S)
+ABLATION = {
+    "metric": "exact_match",
+    "split": "heldout",
+    "examples": 200,
+    "baseline": 0.98,
+    "zero": [[0.1, 0.97, 0.98, 0.5], [0.9, 0.0, 0.98, 0.97]],
+    "mean": [[0.6, 0.98, 0.98, 0.9], [0.95, 0.3, 0.99, 0.98]],
+}
+
+
+def uniform_causal(n_layer: int, n_head: int, length: int) -> np.ndarray:
+    """Each query spreading its attention evenly over itself and the positions before it."""
+    rows = np.tril(np.ones((length, length), dtype=np.float32))
+    return np.broadcast_to(rows / rows.sum(axis=1, keepdims=True), (n_layer, n_head, length, length)).copy()
+
+
+def logged(run: Path) -> list[dict]:
+    return [json.loads(line) for line in RunLayout(run).metrics.read_text().splitlines()]
+
+
+def embedded(page: str) -> dict:
+    """The data the page carries, read back as the browser's JSON.parse would (NaN would be refused)."""
+    (text,) = DATA_ELEMENT.findall(page)
+    return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the page's JSON"))
+
+
+def embedded_weights(example: dict) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(example["weights"]), dtype="<f4").reshape(example["shape"])
+
+
+def write_ablation(run: Path, table: object) -> None:
+    RunLayout(run).heads_ablation.write_text(json.dumps(table))
+
+
+def test_page_embeds_every_head_of_every_layer_exactly(run_dir, tokens):
+    (example,) = embedded(explorer_page(run_dir))["attention"]
+    assert example["tokens"] == tokens
+    assert example["shape"] == [2, 4, len(tokens), len(tokens)]
+    with np.load(RunLayout(run_dir).attention) as archive:
+        np.testing.assert_array_equal(embedded_weights(example), archive["weights"])
+
+
+def test_page_embeds_the_training_loss_and_summary_metrics_with_the_primary_one_chosen(make_run, run_dir):
+    records = logged(run_dir)
+    records[-1]["heldout_position_0_accuracy"] = 1.0  # a per-position detail: left out like in the summaries
+    curves = embedded(explorer_page(make_run("edited", records=records)))["curves"]
+    assert curves["primary"] == "heldout_exact_match"
+    assert sorted(curves["series"]) == [
+        "heldout_accuracy",
+        "heldout_exact_match",
+        "heldout_loss",
+        "loss",
+        "lr",
+        "train_accuracy",
+    ]
+    steps, values = curves["series"]["heldout_loss"]
+    assert steps == list(range(0, 501, 50))
+    assert values == [record["heldout_loss"] for record in records if "heldout_loss" in record]
+
+
+def test_non_finite_metric_values_become_gaps_so_the_json_stays_valid(make_run, run_dir):
+    records = logged(run_dir)
+    records[3]["loss"] = math.nan
+    records[4]["loss"] = math.inf
+    steps, values = embedded(explorer_page(make_run("edited", records=records)))["curves"]["series"]["loss"]
+    assert len(steps) == len(records)
+    assert values[3] is None and values[4] is None and values[5] == records[5]["loss"]
+
+
+def test_a_primary_metric_the_run_never_logged_leaves_the_choice_to_the_page(make_run):
+    run = make_run(config={"task": "sort", "primary_metric": "heldout_no_such_metric"})
+    assert embedded(explorer_page(run))["curves"]["primary"] is None
+
+
+def test_page_fetches_nothing_from_anywhere(run_dir):
+    write_ablation(run_dir, ABLATION)
+    page = explorer_page(run_dir).lower()
+    for reference in ("http://", "https://", "//cdn", "src=", "<link", "@import", "url(", "fetch(", "xmlhttprequest"):
+        assert reference not in page
+
+
+def test_token_text_cannot_close_the_script_or_become_markup(make_run):
+    tokens = ["</script>", "<img src=x onerror=alert(1)>", "&amp;", "<!--", '"', "\u2028", "é"]
+    run = make_run(config={"task": "<b>sort</b>"}, attention=False)
+    weights = uniform_causal(1, 2, len(tokens))
+    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
+    page = explorer_page(run)
+    assert page.count("</script>") == 2  # the template's own two script elements, nothing from the data
+    assert "<img" not in page and "<b>" not in page and "<!--" not in page
+    assert "<title>&lt;b&gt;sort&lt;/b&gt; — run · gpt-viz explore</title>" in page
+    data = embedded(page)
+    assert data["attention"][0]["tokens"] == tokens
+    assert data["title"] == "<b>sort</b> — run"
+
+
+def test_head_ablation_table_is_embedded_when_inspect_heads_has_run(run_dir):
+    assert embedded(explorer_page(run_dir))["ablation"] is None
+    write_ablation(run_dir, ABLATION)
+    assert embedded(explorer_page(run_dir))["ablation"] == ABLATION
+
+
+def test_a_run_without_an_attention_file_yet_still_gets_curves(make_run):
+    data = embedded(explorer_page(make_run(attention=False)))
+    assert data["attention"] == []
+    assert "loss" in data["curves"]["series"]
+
+
+def test_write_explorer_puts_the_page_in_the_run_by_default(run_dir, tmp_path):
+    assert write_explorer(run_dir) == run_dir / "explore.html"
+    assert embedded((run_dir / "explore.html").read_text(encoding="utf-8"))["attention"]
+    elsewhere = tmp_path / "pages" / "sort.html"
+    assert write_explorer(run_dir, elsewhere) == elsewhere
+    assert elsewhere.read_text(encoding="utf-8") == (run_dir / "explore.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ("not json", "is not valid JSON"),
+        ([1, 2], "must hold a JSON object"),
+        ({**ABLATION, "metric": None}, 'needs "metric"'),
+        ({**ABLATION, "baseline": "high"}, 'needs "baseline"'),
+        ({**ABLATION, "zero": [[0.1, 0.2, 0.3, 0.4], [0.1]]}, '"zero" must be a list per layer'),
+        ({**ABLATION, "mean": [[0.1, None, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]]}, '"mean" must be a list per layer'),
+        ({**ABLATION, "mean": []}, '"mean" must be a list per layer'),
+        ({**ABLATION, "mean": [[0.1, 0.2, 0.3, 0.4]]}, '"zero" is (2, 4) layers x heads but "mean" is (1, 4)'),
+        ({**ABLATION, "zero": [[0.1] * 3] * 2, "mean": [[0.1] * 3] * 2}, "covers (2, 3) layers x heads"),
+    ],
+)
+def test_a_malformed_head_ablation_table_is_one_line_naming_the_file(run_dir, table, fragment):
+    path = RunLayout(run_dir).heads_ablation
+    path.write_text(table if isinstance(table, str) else json.dumps(table))
+    with pytest.raises(VizError) as error:
+        explorer_page(run_dir)
+    assert str(path) in str(error.value) and fragment in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_attention_weights_that_are_not_finite_are_refused(make_run, tokens):
+    run = make_run(attention=False)
+    weights = uniform_causal(1, 2, len(tokens))
+    weights[0, 1, 3, 0] = np.nan
+    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
+    with pytest.raises(VizError, match="NaN or infinite"):
+        explorer_page(run)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A runner that keeps stderr apart from stdout (click 8.1 needs asking; 8.2+ always does)."""
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
+def test_explore_command_writes_the_page_and_prints_its_path(runner, run_dir, tmp_path):
+    result = runner.invoke(main, ["explore", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{run_dir / 'explore.html'}\n"
+    out = tmp_path / "page.html"
+    result = runner.invoke(main, ["explore", str(run_dir), "--out", str(out)])
+    assert result.stdout == f"{out}\n"
+    assert embedded(out.read_text(encoding="utf-8"))["attention"]
+
+
+def _garbage_attention(run: Path) -> None:
+    RunLayout(run).attention.write_bytes(bytes(range(256)) * 4)
+
+
+def _no_metrics(run: Path) -> None:
+    RunLayout(run).metrics.unlink()
+
+
+def _metrics_without_loss(run: Path) -> None:
+    RunLayout(run).metrics.write_text('{"step": 0, "heldout_accuracy": 0.5}\n')
+
+
+@pytest.mark.parametrize(
+    ("spoil", "fragment"),
+    [
+        (_garbage_attention, "attention.npz is not a readable .npz archive"),
+        (_no_metrics, "metrics.jsonl is missing"),
+        (_metrics_without_loss, "no training loss"),
+    ],
+)
+def test_explore_command_answers_bad_input_with_one_line_and_writes_nothing(runner, run_dir, spoil, fragment):
+    spoil(run_dir)
+    result = runner.invoke(main, ["explore", str(run_dir)])
+    assert_one_line_error(result, fragment)
+    assert not (run_dir / "explore.html").exists()
+
+
+def test_explore_command_names_a_missing_run_directory(runner, tmp_path):
+    result = runner.invoke(main, ["explore", str(tmp_path / "nowhere")])
+    assert_one_line_error(result, f"run directory {tmp_path / 'nowhere'} does not exist")
+
+
+def assert_one_line_error(result, fragment: str) -> None:
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("gpt-viz: error: ") and fragment in line
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,174 @@
+"""The explorer page in a real browser: headless Chromium (the system's, driven by playwright) opens the file
+and what it draws is checked from screenshots.
+
+Skipped, saying why, only where no Chromium executable exists; CI installs Debian's `chromium` (.ci/run).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from gpt_viz import RunLayout
+from gpt_viz.explore import write_explorer
+
+VIEWPORT = {"width": 1200, "height": 900}
+ABLATION = {
+    "metric": "exact_match",
+    "split": "heldout",
+    "examples": 64,
+    "baseline": 0.9,
+    "zero": [[0.9, 0.2, 0.9, 0.8], [0.1, 0.9, 0.5, 0.9]],
+    "mean": [[0.9, 0.6, 0.9, 0.9], [0.4, 0.9, 0.7, 0.9]],
+}
+
+
+def chromium_executable() -> str | None:
+    """$GPT_VIZ_CHROMIUM, else Debian's chromium (or chromium-browser) on PATH."""
+    return os.environ.get("GPT_VIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = chromium_executable()
+    if executable is None:
+        pytest.skip("no Chromium executable: apt-get install chromium, or set GPT_VIZ_CHROMIUM to one")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--disable-dev-shm-usage"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser, run_dir: Path) -> Iterator[Page]:
+    """The fixture run's explorer page (2 layers x 4 heads, head-ablation table included), loaded, script finished."""
+    RunLayout(run_dir).heads_ablation.write_text(json.dumps(ABLATION))
+    errors: list[str] = []
+    page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on(
+        "request", lambda request: errors.append(f"request {request.url}") if request.url.startswith("http") else None
+    )
+    page.goto(write_explorer(run_dir).as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    yield page
+    page.close()
+    assert errors == []
+
+
+def pixels(png: bytes) -> np.ndarray:
+    """A screenshot as an (H, W, 3) array of floats in [0, 1]."""
+    return imread(io.BytesIO(png), format="png")[..., :3]
+
+
+def heatmap_geometry(page: Page) -> dict[str, float]:
+    """Where the big heatmap's cells are on its canvas, in CSS pixels, as the page's script records it."""
+    return page.locator("#attention").evaluate(
+        "c => ({left: +c.dataset.left, top: +c.dataset.top, cell: +c.dataset.cell})"
+    )
+
+
+def cell_luminance(page: Page) -> np.ndarray:
+    """The (T, T) luminance at the centre of each cell of the big attention heatmap, read off a screenshot."""
+    canvas = page.locator("#attention")
+    geometry = heatmap_geometry(page)
+    image = pixels(canvas.screenshot())
+    length = int(canvas.evaluate("c => +c.dataset.tokens"))
+    centres = [int(geometry["left"] + (i + 0.5) * geometry["cell"]) for i in range(length)]
+    rows = [int(geometry["top"] + (i + 0.5) * geometry["cell"]) for i in range(length)]
+    rgb = image[np.ix_(rows, centres)]  # (T, T, 3)
+    return rgb @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def lower_triangle_correlation(luminance: np.ndarray, weights: np.ndarray) -> float:
+    """How well the drawn brightness follows ``weights`` where a causal head may attend (viridis brightens with t)."""
+    below = np.tril_indices(len(weights))
+    return float(np.corrcoef(luminance[below], weights[below])[0, 1])
+
+
+def attention_weights(run_dir: Path) -> np.ndarray:
+    with np.load(RunLayout(run_dir).attention) as archive:
+        return archive["weights"]
+
+
+def test_the_page_renders_a_real_picture(page):
+    image = pixels(page.screenshot(full_page=True))
+    assert image.shape[1] == VIEWPORT["width"] and image.shape[0] >= VIEWPORT["height"]
+    distinct_colours = np.unique((image * 255).round().astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(distinct_colours) > 200
+    assert image.std() > 0.1
+    assert page.inner_text("#error") == ""
+    assert page.locator("#overview figure").count() == 2 * 4
+    assert page.locator("#tokens span").count() == 10
+
+
+def test_choosing_another_head_draws_that_heads_pattern(page, run_dir):
+    weights = attention_weights(run_dir)
+    last_layer = weights.shape[0] - 1
+    before = page.locator("#attention").screenshot()
+    assert lower_triangle_correlation(cell_luminance(page), weights[last_layer, 0]) > 0.98
+
+    page.select_option("#head", "2")
+    after = page.locator("#attention").screenshot()
+    luminance = cell_luminance(page)
+    assert not np.array_equal(pixels(before), pixels(after))
+    assert lower_triangle_correlation(luminance, weights[last_layer, 2]) > 0.98
+    assert lower_triangle_correlation(luminance, weights[last_layer, 0]) < 0.9
+    assert page.locator("#overview figure.selected figcaption").inner_text() == f"L{last_layer} H2"
+
+
+def test_hovering_a_cell_shows_that_heads_weight_for_that_query_and_key(page, run_dir):
+    weights = attention_weights(run_dir)
+    page.select_option("#layer", "0")
+    page.select_option("#head", "3")
+    geometry = heatmap_geometry(page)
+    query, key = 7, 2
+    page.locator("#attention").hover(
+        position={
+            "x": geometry["left"] + (key + 0.5) * geometry["cell"],
+            "y": geometry["top"] + (query + 0.5) * geometry["cell"],
+        }
+    )
+    readout = page.inner_text("#attention-readout")
+    assert readout.startswith("layer 0 head 3: query 7 ")
+    assert f"key 2 \u201c+\u201d: weight {weights[0, 3, query, key]:.4f}" in readout
+
+
+def test_hovering_a_token_highlights_its_row_and_column(page):
+    before = pixels(page.locator("#attention").screenshot())
+    page.hover("#tokens span:nth-child(5)")  # position 4
+    chip_classes = page.locator("#tokens span:nth-child(5)").get_attribute("class").split()
+    assert sorted(chip_classes) == ["col", "row"]
+    assert page.locator("#tokens span.row").count() == 1
+    after = pixels(page.locator("#attention").screenshot())
+    geometry = heatmap_geometry(page)
+    left, top, cell = (int(geometry[name]) for name in ("left", "top", "cell"))
+    changed = np.any(before != after, axis=-1)  # (H, W)
+    size = 10 * cell
+    row_edges = changed[[top + 4 * cell, top + 5 * cell], left : left + size]  # row 4's outline, top and bottom
+    column_edges = changed[top : top + size, [left + 4 * cell, left + 5 * cell]]  # column 4's, left and right
+    assert row_edges.all(axis=0).mean() > 0.9 and column_edges.all(axis=1).mean() > 0.9
+    outside = changed[top + 7 * cell + 3 : top + 8 * cell - 3, left + 7 * cell + 3 : left + 8 * cell - 3]
+    assert not outside.any()
+    assert page.inner_text("#attention-readout").startswith("layer 1 head 0: token 4 \u201c4\u201d reads most from")
+
+
+def test_clicking_a_head_ablation_cell_shows_that_heads_attention(page):
+    canvas = page.locator("#ablation-zero")
+    grid = canvas.evaluate(
+        "c => ({left: +c.dataset.left, top: +c.dataset.top, w: +c.dataset.cellW, h: +c.dataset.cellH})"
+    )
+    canvas.click(position={"x": grid["left"] + 2.5 * grid["w"], "y": grid["top"] + 0.5 * grid["h"]})  # layer 0, head 2
+    assert (page.input_value("#layer"), page.input_value("#head")) == ("0", "2")
+    assert page.locator("#attention").evaluate("c => [c.dataset.layer, c.dataset.head]") == ["0", "2"]
+    assert page.inner_text("#ablation-readout") == "layer 0 head 2 zero-ablated: exact_match 0.9 (+0 from 0.9)"
