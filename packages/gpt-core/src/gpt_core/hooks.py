@@ -7,8 +7,8 @@ that reads the activation and returns None to keep it, or returns a tensor of th
 replaces it from there on, autograd included. `GPT.hooks` sets them for a with-block and
 `GPT.run_with_cache` records them.
 
-The model keeps one `Hooks` per model, shared by its blocks. It is false while no hook is set, so a
-forward without hooks pays one truth test per hook point and nothing else.
+The model keeps one `Hooks` per model, shared by its blocks. It is empty while no hook is set, so a
+forward without hooks pays one emptiness test per hook point and nothing else.
 """
 
 from __future__ import annotations
@@ -79,25 +79,18 @@ def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
     return returned
 
 
-class Hooks:
+class Hooks(dict[str, list[HookFn]]):
     """The hooks set on one model: for each name, the functions to call, in the order they were set.
 
-    Nested `added` blocks compose: on a name hooked twice the outer hook runs first and the inner one
-    sees its result. Each block removes exactly what it added when it ends, whether or not it raised.
+    A dict, so that `if hooks:` at a hook point is the C-level emptiness test of a dict (~4 ns here,
+    where a Python `__bool__` measured ~90 ns). Nested `added` blocks compose: on a name hooked
+    twice the outer hook runs first and the inner one sees its result. Each block removes exactly
+    what it added when it ends, whether or not it raised.
     """
-
-    def __init__(self) -> None:
-        self._fns: dict[str, list[HookFn]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._fns)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._fns
 
     def fire(self, name: str, activation: Tensor) -> Tensor:
         """`activation` after every hook on `name` has seen it (and perhaps replaced it)."""
-        for fn in self._fns.get(name, ()):
+        for fn in self.get(name, ()):
             activation = replaced(name, activation, fn(activation, name))
         return activation
 
@@ -106,7 +99,7 @@ class Hooks:
         """Set `fns` (already checked) for the with-block."""
         entries = list(fns.items())
         for name, fn in entries:
-            self._fns.setdefault(name, []).append(fn)
+            self.setdefault(name, []).append(fn)
         try:
             yield
         finally:
@@ -115,8 +108,7 @@ class Hooks:
 
     def _remove(self, name: str, fn: HookFn) -> None:
         """Remove the last-set occurrence of `fn` on `name`, and the name once nothing is left on it."""
-        chain = self._fns[name]
-        last = max(i for i, f in enumerate(chain) if f is fn)
-        del chain[last]
+        chain = self[name]
+        del chain[max(i for i, f in enumerate(chain) if f is fn)]
         if not chain:
-            del self._fns[name]
+            del self[name]

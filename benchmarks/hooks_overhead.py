@@ -1,0 +1,115 @@
+"""Hook points' cost: the step-time benchmark's training step, and cached decoding, before and after them.
+
+    git archive <commit before the hooks> packages/gpt-core/src | tar -x -C /tmp/before
+    python benchmarks/hooks_overhead.py --before /tmp/before/packages/gpt-core/src
+
+Three sides with the same initial weights take turns in every round (alternating order, as in
+`common.interleaved_rounds`): gpt-core from `--before` (an earlier tree, imported under another
+name), today's gpt-core with no hook set, and today's with an identity hook (returning None) on
+every hook name. The claim to check is that a model with no hook set is as fast as before; the
+hooked column shows what hooking everything costs (the pattern hook puts attention on its plain,
+autograd-differentiated path). The training step is `step_time.py`'s (AdamW, eager); decoding is
+`generate` with the KV cache, greedy, batch 1. Ratios: the median over rounds and the range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import interleaved_rounds, print_table, progress, ratio_spread  # noqa: E402
+from step_time import CONFIGS, make_step  # noqa: E402
+
+import gpt_core  # noqa: E402
+
+DECODE_TOKENS = 32
+
+
+def import_before(src: Path) -> ModuleType:
+    """The gpt_core package under `src`, imported beside today's: today's modules are set aside while
+    it imports (its own `from gpt_core.x import y` lines then bind to it), and put back after."""
+    ours = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "gpt_core"}
+    for name in ours:
+        del sys.modules[name]
+    sys.path.insert(0, str(src))
+    try:
+        before = importlib.import_module("gpt_core")
+    finally:
+        sys.path.remove(str(src))
+        for name in [n for n in sys.modules if n.split(".")[0] == "gpt_core"]:
+            del sys.modules[name]
+        sys.modules.update(ours)
+    if Path(before.__file__).resolve().parent.parent != src.resolve():
+        raise SystemExit(f"hooks_overhead.py: --before {src} holds no gpt_core package")
+    return before
+
+
+def three_models(before: ModuleType, config: gpt_core.GPTConfig, stack: ExitStack) -> list[torch.nn.Module]:
+    """Before, after, and after with an identity hook on every name (set for as long as `stack` lasts)."""
+    torch.manual_seed(0)
+    after = gpt_core.GPT(config)
+    old = before.GPT(before.GPTConfig(**config.to_dict()))
+    old.load_state_dict(after.state_dict())
+    hooked = gpt_core.GPT(config)
+    hooked.load_state_dict(after.state_dict())
+    stack.enter_context(hooked.hooks(dict.fromkeys(hooked.hook_names(), lambda activation, name: None)))
+    return [old, after, hooked]
+
+
+def row(label: str, times: list[list[float]], unit: float) -> list[str]:
+    before, after, hooked = times
+    ms = [f"{statistics.median(t) * unit:.2f}" for t in times]
+    return [label, *ms, ratio_spread(after, before).plain(), ratio_spread(hooked, before).plain()]
+
+
+def training_row(before: ModuleType, name: str, rounds: int, per_round: int) -> list[str]:
+    config, batch = CONFIGS[name]
+    with ExitStack() as stack:
+        models = three_models(before, config, stack)
+        steps = [make_step(m, batch, config.block_size, config.vocab_size, False) for m in models]
+        times = interleaved_rounds(steps, rounds, calls=per_round, warmup=3)
+    return row(f"{name}: training step (batch {batch})", times, 1e3)
+
+
+def decoding_row(before: ModuleType, name: str, rounds: int, per_round: int) -> list[str]:
+    config, _ = CONFIGS[name]
+    prompt = torch.randint(config.vocab_size, (1, 1), generator=torch.Generator().manual_seed(1))
+    n_new = min(DECODE_TOKENS, config.block_size)
+    with ExitStack() as stack:
+        models = [m.eval() for m in three_models(before, config, stack)]
+        makers = (before.generate, gpt_core.generate, gpt_core.generate)
+        calls = [lambda m=m, g=g: g(m, prompt, n_new, temperature=0.0) for m, g in zip(models, makers, strict=True)]
+        times = interleaved_rounds(calls, rounds, calls=per_round, warmup=2)
+    return row(f"{name}: cached greedy decoding, {n_new} tokens (batch 1), per token", times, 1e3 / n_new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, required=True, help="an earlier tree's packages/gpt-core/src")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds (default 12)")
+    parser.add_argument("--steps-per-round", type=int, default=5, help="calls of each side per round (default 5)")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    args = parser.parse_args()
+    before = import_before(args.before)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; before: {Path(before.__file__).parent}")
+    rows = []
+    for name in args.configs:
+        rows.append(training_row(before, name, args.rounds, args.steps_per_round))
+        progress(f"{name}: training step done")
+        rows.append(decoding_row(before, name, args.rounds, args.steps_per_round))
+        progress(f"{name}: decoding done")
+    print(f"{args.rounds} rounds of {args.steps_per_round} calls of each side; ratio: median over rounds (range)\n")
+    header = ["what", "before ms", "no hooks ms", "every name hooked ms", "no hooks / before", "hooked / before"]
+    print_table(header, rows)
+
+
+if __name__ == "__main__":
+    main()
