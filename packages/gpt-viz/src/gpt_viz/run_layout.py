@@ -100,8 +100,6 @@ class RunLayout:
     CURVES_PICTURE = "curves.png"
     ATTENTION_PICTURE = "attention.png"
     GROKKING_PICTURE = "grokking.png"
-    HEADS_ABLATION = "inspect_heads.json"
-    """`gpt-train inspect heads`: the task's metric with each head zero- and mean-ablated, [layer][head]."""
 
     FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
     """Every file a run writes under a fixed name; with the inspections and task files, what `--force` removes."""
@@ -138,7 +136,6 @@ class RunLayout:
     logit_lens_picture = _path_of(LOGIT_LENS_PICTURE)
     patching = _path_of(PATCHING)
     patching_picture = _path_of(PATCHING_PICTURE)
-    heads_ablation = _path_of(HEADS_ABLATION)
 
     @classmethod
     def task_file_name(cls, parameter: str) -> str:
