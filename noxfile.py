@@ -4,6 +4,7 @@
     nox -s "tests(package='gpt-core')"        # one package
     nox -s plugin                             # the example third-party task plugin, installed as a third party would
     nox -s kernel_plugin                      # the example third-party kernel plugin (flash attention), likewise
+    nox -s gpt2                               # GPT-2 parity with transformers (installed in this session only)
     nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
     nox -s lint                               # ruff
 
@@ -28,7 +29,7 @@ PACKAGES = {
     "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
-nox.options.sessions = ["tests", "plugin", "kernel_plugin", "experiments", "lint"]
+nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "lint"]
 nox.options.reuse_existing_virtualenvs = False
 
 
@@ -71,6 +72,17 @@ def kernel_plugin(session: nox.Session) -> None:
     """Install gpt-train and the example kernel plugin (flash attention) as a third party would, and prove it is
     found, verified against PyTorch, never forms the T x T matrix, and trains."""
     run_example_tests(session, "gpt-kernel-flash")
+
+
+@nox.session(python=PYTHON)
+def gpt2(session: nox.Session) -> None:
+    """GPT-2 parity with transformers, a test-only dependency installed in this session alone; a missing
+    transformers fails here (GPT_TRAIN_REQUIRE_TRANSFORMERS) where the plain gpt-train session skips."""
+    install_packages(session, "gpt-core", "gpt-tasks[bpe]", "gpt-viz", "gpt-train", extras="[test]")
+    session.install(*CONSTRAINTS, "transformers")
+    tests = package_dir("gpt-train") + "/tests/test_gpt2_parity.py"
+    env = {"GPT_TRAIN_REQUIRE_TRANSFORMERS": "1"}
+    session.run("pytest", "-q", "-rs", tests, *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON)
