@@ -24,6 +24,7 @@ from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.export import export
 from gpt_train.hf import Pretrained
+from gpt_train.inspect_cli import inspect_command
 from gpt_train.kernels import (
     TOLERANCE,
     default_kernel_registry,
@@ -520,6 +521,9 @@ def _check_rows(rows, tolerance: float, what: str) -> None:
         raise CommandError(f"{what}{failure}", exit_code=1)
     worst = max(max(r.forward, r.grad or 0.0) for r in rows)
     click.echo(f"\n{what}all {len(rows)} checks within {tolerance:.0e} (largest {worst:.1e})")
+
+
+cli.add_command(inspect_command)  # gpt-train inspect RUN heads|logit-lens|patch
 
 
 # entry point ---------------------------------------------------------------------------------

@@ -1,0 +1,32 @@
+"""Looking inside a trained model through gpt-core's hook points: head ablation, the logit lens and
+activation patching, each a library function returning a record that `gpt-train inspect` prints, saves
+beside the run (gpt_viz.RunLayout's inspect files) and draws (gpt_viz.inspect_pictures)."""
+
+from gpt_train.analysis.common import InspectError
+from gpt_train.analysis.heads import (
+    ABLATIONS,
+    HeadAblation,
+    HeadMeans,
+    ablate_each_head,
+    ablated_metrics,
+    ablation_hooks,
+    baseline_and_means,
+)
+from gpt_train.analysis.logit_lens import LogitLens, logit_lens
+from gpt_train.analysis.patching import Patching, corrupted_pairs, patch
+
+__all__ = [
+    "ABLATIONS",
+    "HeadAblation",
+    "HeadMeans",
+    "InspectError",
+    "LogitLens",
+    "Patching",
+    "ablate_each_head",
+    "ablated_metrics",
+    "ablation_hooks",
+    "baseline_and_means",
+    "corrupted_pairs",
+    "logit_lens",
+    "patch",
+]

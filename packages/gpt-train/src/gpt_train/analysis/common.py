@@ -1,0 +1,62 @@
+"""What every analysis of a trained model needs: its error, checks of what the user asked for, and where
+an activation sits in a sequence when the KV cache hands it over a piece at a time."""
+
+from __future__ import annotations
+
+from gpt_core import GPT, block_hook
+from gpt_tasks import PromptAnswerTask, Task
+from gpt_train.errors import TrainError
+
+
+class InspectError(TrainError):
+    """An analysis that cannot be run as asked: a hook name, layer or head the model lacks, or a task
+    without the shape the analysis needs."""
+
+
+def check_layer(model: GPT, layer: int) -> None:
+    n_layer = model.config.n_layer
+    if not 0 <= layer < n_layer:
+        raise InspectError(f"layer {layer} is out of range: the model has {n_layer} layers (0..{n_layer - 1})")
+
+
+def check_head(model: GPT, head: int) -> None:
+    n_head = model.config.n_head
+    if not 0 <= head < n_head:
+        raise InspectError(f"head {head} is out of range: each layer has {n_head} heads (0..{n_head - 1})")
+
+
+def block_points(model: GPT, point: str) -> list[str]:
+    """The hook name of `point` (resid_pre, attn_out, ...) in every block, refusing a point blocks lack."""
+    names = [block_hook(layer, point) for layer in range(model.config.n_layer)]
+    if names[0] not in model.hook_names():
+        points = sorted({name.split(".")[-1] for name in model.hook_names() if name.startswith("blocks.0.")})
+        raise InspectError(f"unknown hook name {point!r}; each block's are: {', '.join(points)}")
+    return names
+
+
+def prompt_answer_task(task: Task, analysis: str) -> PromptAnswerTask:
+    """`task`, if its examples are a prompt and an answer (what `analysis` reads); else a one-line refusal."""
+    if not isinstance(task, PromptAnswerTask):
+        raise InspectError(
+            f"{analysis} needs a prompt-answer task (sort, addition, ...); {task.name!r} examples are not a "
+            "prompt followed by an answer"
+        )
+    return task
+
+
+class Positions:
+    """Where each activation a hook sees starts in its sequence, per hook name.
+
+    A hook is handed (.., T, ..) activations without their positions. A call of several tokens is a whole
+    sequence (a full forward, or the prompt of a KV-cached generation) and starts at 0; a call of one token
+    continues the sequence the last call on that name left off (a cached decoding step). A generation from
+    a one-token prompt would be misread; no task's scoring makes one.
+    """
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def start(self, name: str, length: int) -> int:
+        start = self._next.get(name, 0) if length == 1 else 0
+        self._next[name] = start + length
+        return start

@@ -1,0 +1,155 @@
+"""Head ablation: score the task's primary metric with attention heads removed, one at a time or together.
+
+A head's contribution to the residual stream is its output z (before the output projection) times its
+columns of that projection, so replacing z removes the head and nothing else. Zero ablation sets z to 0;
+mean ablation sets it to the head's mean z at the same position over the scored sample, which keeps
+whatever the head writes regardless of the input (a bias the next layers may rely on) and removes only
+what depends on the input. Both are scored by the task's own evaluation (greedy generation with the KV
+cache for prompt-answer tasks), on a fixed held-out sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from gpt_core import GPT, block_hook
+from gpt_tasks import Task
+from gpt_train.analysis.common import Positions, check_head, check_layer
+from gpt_viz import HELDOUT
+
+Ablation = Literal["zero", "mean"]
+ABLATIONS: tuple[Ablation, ...] = ("zero", "mean")
+Head = tuple[int, int]  # (layer, head)
+
+
+@dataclass(frozen=True)
+class HeadAblation:
+    """The primary metric with no head removed, and with each head removed alone, by each ablation
+    ([layer][head]); `to_json` is the inspect_heads.json record (gpt_viz.RunLayout.HEADS_ABLATION)."""
+
+    metric: str
+    examples: int
+    baseline: float
+    zero: list[list[float]]
+    mean: list[list[float]]
+    split: str = HELDOUT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class HeadMeans:
+    """Each head's mean z at each position, recorded by hooks on every layer's z while the task scores the
+    model (so the mean is over exactly the scored sample, prompt and generated answer alike)."""
+
+    def __init__(self) -> None:
+        self.positions = Positions()
+        self.sums: dict[int, Tensor] = {}  # layer -> (H, P, d), float64
+        self.counts: dict[int, Tensor] = {}  # layer -> (P,)
+
+    def hooks(self, model: GPT) -> dict:
+        return {block_hook(layer, "z"): self._recorder(layer) for layer in range(model.config.n_layer)}
+
+    def _recorder(self, layer: int):
+        def record(z: Tensor, name: str) -> None:  # z: (B, H, T, d)
+            start = self.positions.start(name, z.shape[2])
+            end = start + z.shape[2]
+            self._grow(layer, end, z)
+            self.sums[layer][:, start:end] += z.double().sum(dim=0)
+            self.counts[layer][start:end] += z.shape[0]
+
+        return record
+
+    def _grow(self, layer: int, length: int, z: Tensor) -> None:
+        if layer not in self.sums:
+            self.sums[layer] = z.new_zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64)
+            self.counts[layer] = z.new_zeros(0, dtype=torch.float64)
+        missing = length - self.counts[layer].shape[0]
+        if missing > 0:
+            sums, counts = self.sums[layer], self.counts[layer]
+            self.sums[layer] = torch.cat((sums, sums.new_zeros(sums.shape[0], missing, sums.shape[2])), dim=1)
+            self.counts[layer] = torch.cat((counts, counts.new_zeros(missing)))
+
+    def of(self, layer: int) -> Tensor:
+        """(H, P, d): each head's mean z at each of the P positions the scoring reached."""
+        return self.sums[layer] / self.counts[layer][None, :, None]
+
+
+def ablation_hooks(model: GPT, heads: Iterable[Head], how: Ablation, means: HeadMeans | None = None) -> dict:
+    """Hooks on z that remove `heads` (pairs of layer and head): set to zero, or to the head's mean z at the
+    same position (`means`, recorded on the unablated model)."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        check_layer(model, layer)
+        check_head(model, head)
+        by_layer.setdefault(layer, []).append(head)
+    if how == "mean" and means is None:
+        raise ValueError("mean ablation needs the heads' recorded means")
+    positions = Positions()
+
+    def remover(layer: int, chosen: list[int]):
+        def remove(z: Tensor, name: str) -> Tensor:  # (B, H, T, d)
+            start = positions.start(name, z.shape[2])
+            z = z.clone()
+            if how == "zero":
+                z[:, chosen] = 0.0
+            else:
+                z[:, chosen] = means.of(layer)[chosen, start : start + z.shape[2]].to(z.dtype)[None]
+            return z
+
+        return remove
+
+    return {block_hook(layer, "z"): remover(layer, chosen) for layer, chosen in by_layer.items()}
+
+
+def score(task: Task, model: GPT, device: torch.device, examples: int) -> dict[str, float]:
+    """The task's own held-out metrics of `model` (with whatever hooks are set) on its fixed sample."""
+    return task.evaluate(model, HELDOUT, device, examples)
+
+
+def baseline_and_means(task: Task, model: GPT, device: torch.device, examples: int) -> tuple[dict, HeadMeans]:
+    """The unablated metrics, and each head's mean z recorded while they were scored."""
+    means = HeadMeans()
+    with model.hooks(means.hooks(model)):
+        metrics = score(task, model, device, examples)
+    return metrics, means
+
+
+def ablated_metrics(
+    task: Task,
+    model: GPT,
+    device: torch.device,
+    heads: Sequence[Head],
+    how: Ablation,
+    examples: int,
+    means: HeadMeans | None = None,
+) -> dict[str, float]:
+    """The task's metrics with `heads` removed together."""
+    with model.hooks(ablation_hooks(model, heads, how, means)):
+        return score(task, model, device, examples)
+
+
+def ablate_each_head(task: Task, model: GPT, device: torch.device, examples: int, progress=None) -> HeadAblation:
+    """Every head removed alone, by zero and by mean ablation: the primary metric of each (len(ablations) x
+    n_layer x n_head evaluations, plus the baseline). `progress(done, total)` is told after each."""
+    metric = task.primary_metric
+    baseline, means = baseline_and_means(task, model, device, examples)
+    c = model.config
+    total, done = len(ABLATIONS) * c.n_layer * c.n_head, 0
+    grids: dict[str, list[list[float]]] = {}
+    for how in ABLATIONS:
+        grids[how] = []
+        for layer in range(c.n_layer):
+            row = []
+            for head in range(c.n_head):
+                row.append(ablated_metrics(task, model, device, [(layer, head)], how, examples, means)[metric])
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            grids[how].append(row)
+    return HeadAblation(metric, int(baseline["examples"]), baseline[metric], grids["zero"], grids["mean"])

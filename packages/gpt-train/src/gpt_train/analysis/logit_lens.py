@@ -1,0 +1,89 @@
+"""The logit lens: the residual stream read out before the last layer is done with it.
+
+The model turns its final residual stream into logits through the final LayerNorm and the output head.
+Passing the stream as it stands after each earlier layer through the same two pieces asks what the model
+would answer if it stopped there: where in depth the answer appears. Scored teacher-forced on held-out
+sequences: an answer is exactly right when its every position is, which for greedy decoding is the same
+thing as generating it (each step then reads the same right prefix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from gpt_core import GPT, block_hook, log_softmax
+from gpt_tasks import PromptAnswerTask, Task, evaluating
+from gpt_train.analysis.common import prompt_answer_task
+from gpt_viz import HELDOUT
+
+CHUNK = 1024
+"""Sequences per forward pass."""
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    """Per depth (`depths`: the embeddings, then after each layer): exact match, loss, and the accuracy
+    and loss at each answer position (`answer_positions`); `to_json` is inspect_logit_lens.json."""
+
+    examples: int
+    depths: list[str]
+    answer_positions: list[str]
+    exact_match: list[float]
+    loss: list[float]
+    accuracy: list[list[float]]  # [depth][answer position]
+    position_loss: list[list[float]]  # [depth][answer position]
+    split: str = HELDOUT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def residual_names(model: GPT) -> list[str]:
+    """The residual stream at each depth: entering layer 0 (the embeddings), then leaving each layer."""
+    return [block_hook(0, "resid_pre")] + [block_hook(layer, "resid_post") for layer in range(model.config.n_layer)]
+
+
+def depth_labels(model: GPT) -> list[str]:
+    return ["embeddings"] + [f"after layer {layer}" for layer in range(model.config.n_layer)]
+
+
+def decode(model: GPT, residual: Tensor) -> Tensor:
+    """A residual stream (..., C) read out as the model reads its last: final LayerNorm, then the head."""
+    return model.lm_head(model.ln_f(residual))
+
+
+def answer_sequences(task: PromptAnswerTask, examples: int) -> Tensor:
+    """The task's fixed held-out sample (the one its evaluation scores), as whole sequences (N, T)."""
+    return task.sequences(task.split.evaluation_ids(HELDOUT, examples))
+
+
+def logit_lens(task: Task, model: GPT, device: torch.device, examples: int) -> LogitLens:
+    """Decode the residual stream at every depth on `examples` held-out sequences and score the answers."""
+    task = prompt_answer_task(task, "logit-lens")
+    sequences = answer_sequences(task, examples)
+    names = residual_names(model)
+    queries = task.answer_queries()
+    right, losses = [], []  # per chunk: (depths, n, answer)
+    with evaluating(model):
+        for chunk in sequences.split(CHUNK):
+            chunk = chunk.to(device)
+            _, cache = model.run_with_cache(chunk[:, :-1], names=names)
+            targets = chunk[:, queries.start + 1 : queries.stop + 1]  # (n, answer)
+            logits = torch.stack([decode(model, cache[name][:, queries]) for name in names]).float()  # (D, n, A, V)
+            right.append((logits.argmax(dim=-1) == targets).cpu())
+            log_probs = log_softmax(logits)
+            index = targets[None, :, :, None].expand(len(names), -1, -1, 1)
+            losses.append(-log_probs.gather(-1, index).squeeze(-1).double().cpu())
+    right_all, loss_all = torch.cat(right, dim=1), torch.cat(losses, dim=1)  # (D, N, A)
+    return LogitLens(
+        examples=len(sequences),
+        depths=depth_labels(model),
+        answer_positions=task.answer_position_names(),
+        exact_match=right_all.all(dim=2).double().mean(dim=1).tolist(),
+        loss=loss_all.mean(dim=(1, 2)).tolist(),
+        accuracy=right_all.double().mean(dim=1).tolist(),
+        position_loss=loss_all.mean(dim=1).tolist(),
+    )

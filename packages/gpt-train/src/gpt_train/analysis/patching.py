@@ -1,0 +1,200 @@
+"""Activation patching: which activation, at which position, carries what the answer depends on.
+
+Run the model on a clean prompt and on a corrupted one that differs in one prompt token, chosen so that
+the answers agree up to one answer position and differ there. At that position the model prefers the
+clean answer's token on the clean run and the corrupted answer's on the corrupted run: the logit
+difference (clean token minus corrupted token) is large one way, then the other. Patching copies one
+activation (one layer's, at one position) from the clean run into the corrupted run; the share of the
+logit difference that comes back says how much of what distinguishes the answers passes through there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from gpt_core import GPT
+from gpt_tasks import PromptAnswerTask, Task, digits_of, evaluating
+from gpt_tasks.builtin.addition import AdditionTask
+from gpt_tasks.builtin.sort import SortTask
+from gpt_train.analysis.common import InspectError, block_points, prompt_answer_task
+from gpt_viz import HELDOUT
+
+HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})
+"""Hook points shaped (B, H, T, ...): their position is dimension 2; every other point's is dimension 1."""
+CANDIDATES = 8
+"""Clean examples drawn per pair wanted: most have a single-token corruption of the kind asked for."""
+
+
+@dataclass(frozen=True)
+class Patching:
+    """restored[layer][position]: the share of the clean-vs-corrupted logit difference at the answer
+    position that patching `point` of that layer at that position brings back (0: none, 1: all);
+    `to_json` is inspect_patch.json."""
+
+    point: str
+    examples: int
+    corrupted_position: int
+    answer_position: int
+    positions: list[str]
+    clean_difference: float
+    corrupted_difference: float
+    restored: list[list[float]]
+    example: dict[str, str]
+    split: str = HELDOUT
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Clean and corrupted sequences (N, T) that differ at prompt position `corrupted_position` alone and
+    whose answers agree before answer position `answer_position` and differ there."""
+
+    clean: Tensor
+    corrupted: Tensor
+    corrupted_position: int
+    answer_position: int
+
+
+def example_numbering(task: PromptAnswerTask) -> tuple[int, int]:
+    """(base, digits) of the task's example numbers, each digit one prompt token: changing one digit of an
+    example's number changes one token of its prompt, and the task says what the new answer is."""
+    if isinstance(task, SortTask):
+        return task.params.vocab, task.params.length
+    if isinstance(task, AdditionTask):
+        return 10, 2 * task.params.digits
+    raise InspectError(f"patch knows how to corrupt the prompts of sort and addition, not of {task.name!r}")
+
+
+def single_token_variants(task: PromptAnswerTask, ids: Tensor) -> Tensor:
+    """Every example number that differs from each of `ids` (N,) in one digit: (N, digits * (base - 1))."""
+    base, n_digits = example_numbering(task)
+    digits = digits_of(ids, n_digits, base)  # (N, digits)
+    powers = base ** torch.arange(n_digits - 1, -1, -1)  # (digits,)
+    values = torch.arange(base)  # (base,)
+    shifted = ids[:, None, None] + (values[None, None, :] - digits[:, :, None]) * powers[None, :, None]  # (N, D, base)
+    keep = values[None, None, :] != digits[:, :, None]
+    return shifted[keep].view(len(ids), -1)
+
+
+def first_difference(a: Tensor, b: Tensor) -> Tensor:
+    """The first index where rows of a and b (..., n) differ; n where they are equal: (...,)."""
+    differs = a != b
+    n = a.shape[-1]
+    return torch.where(differs.any(dim=-1), differs.int().argmax(dim=-1), torch.full(differs.shape[:-1], n))
+
+
+def corrupted_pairs(
+    task: PromptAnswerTask, examples: int, corrupted_position: int, answer_position: int | None
+) -> Pairs:
+    """Up to `examples` held-out clean examples, each with one corruption of prompt token
+    `corrupted_position` whose answer first differs at `answer_position` (None: wherever such corruptions
+    most often first change the answer). Fixed by the task's fixed held-out sample."""
+    if not 0 <= corrupted_position < task.prompt_length:
+        raise InspectError(
+            f"corrupted position {corrupted_position} is out of range: prompts have {task.prompt_length} "
+            f"tokens (0..{task.prompt_length - 1})"
+        )
+    if answer_position is not None and not 0 <= answer_position < task.answer_length:
+        raise InspectError(
+            f"answer position {answer_position} is out of range: answers have {task.answer_length} tokens "
+            f"(0..{task.answer_length - 1})"
+        )
+    ids = task.split.evaluation_ids(HELDOUT, examples * CANDIDATES)
+    variants = single_token_variants(task, ids)  # (N, V)
+    clean = task.sequences(ids)  # (N, T)
+    corrupted = task.sequences(variants.flatten()).view(*variants.shape, -1)  # (N, V, T)
+    p = task.prompt_length
+    changed = first_difference(clean[:, None, :p], corrupted[..., :p])  # (N, V): the one changed prompt token
+    first = first_difference(clean[:, None, p:], corrupted[..., p:])  # (N, V): first changed answer token
+    usable = (changed == corrupted_position) & (first < task.answer_length)
+    if answer_position is None and usable.any():
+        answer_position = int(first[usable].mode().values)
+    usable &= first == answer_position
+    has_pair = usable.any(dim=1)
+    if not has_pair.any():
+        raise InspectError(
+            f"no single-token change of prompt position {corrupted_position} first changes the answer at "
+            f"position {answer_position}; try another --corrupt or --answer-position"
+        )
+    choice = usable.int().argmax(dim=1)  # each clean example's first usable variant
+    rows = has_pair.nonzero().squeeze(1)[:examples]
+    return Pairs(clean[rows], corrupted[rows, choice[rows]], corrupted_position, answer_position)
+
+
+def position_dim(point: str) -> int:
+    return 2 if point in HEAD_POINTS else 1
+
+
+def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tensor) -> float:
+    """Mean over examples of logit(clean answer token) - logit(corrupted answer token) at the last position."""
+    last = logits[:, -1].double()  # (N, V)
+    return float((last.gather(1, clean_token[:, None]) - last.gather(1, corrupted_token[:, None])).mean())
+
+
+def patch(
+    task: Task,
+    model: GPT,
+    device: torch.device,
+    point: str,
+    examples: int,
+    corrupted_position: int = 0,
+    answer_position: int | None = None,
+) -> Patching:
+    """Patch `point` of each layer at each position up to the answer's query position, clean into
+    corrupted, and measure the share of the logit difference restored."""
+    task = prompt_answer_task(task, "patch")
+    names = block_points(model, point)
+    pairs = corrupted_pairs(task, examples, corrupted_position, answer_position)
+    query = task.prompt_length - 1 + pairs.answer_position  # the input position that writes the answer token
+    clean, corrupted = pairs.clean.to(device), pairs.corrupted.to(device)
+    clean_token, corrupted_token = clean[:, query + 1], corrupted[:, query + 1]
+    clean_in, corrupted_in = clean[:, : query + 1], corrupted[:, : query + 1]
+    dim = position_dim(point)
+    with evaluating(model):
+        clean_logits, cache = model.run_with_cache(clean_in, names=names)
+        corrupted_logits = model(corrupted_in).logits
+        clean_diff = logit_difference(clean_logits, clean_token, corrupted_token)
+        corrupted_diff = logit_difference(corrupted_logits, clean_token, corrupted_token)
+        restored = []
+        for name in names:
+            row = []
+            for position in range(query + 1):
+                with model.hooks({name: copy_position(cache[name], position, dim)}):
+                    patched = logit_difference(model(corrupted_in).logits, clean_token, corrupted_token)
+                row.append((patched - corrupted_diff) / (clean_diff - corrupted_diff))
+            restored.append(row)
+    first = pairs.clean[0], pairs.corrupted[0]
+    return Patching(
+        point=point,
+        examples=len(pairs.clean),
+        corrupted_position=pairs.corrupted_position,
+        answer_position=pairs.answer_position,
+        positions=position_labels(task, query + 1),
+        clean_difference=clean_diff,
+        corrupted_difference=corrupted_diff,
+        restored=restored,
+        example={"clean": task.decode(first[0].tolist()), "corrupted": task.decode(first[1].tolist())},
+    )
+
+
+def copy_position(source: Tensor, position: int, dim: int):
+    """A hook that replaces the activation at `position` (along `dim`) with `source`'s."""
+
+    def replace(activation: Tensor, name: str) -> Tensor:
+        patched = activation.clone()
+        patched.select(dim, position).copy_(source.select(dim, position))
+        return patched
+
+    return replace
+
+
+def position_labels(task: PromptAnswerTask, length: int) -> list[str]:
+    """prompt 0, prompt 1, ..., then the answer tokens the inputs hold: answer 0, ..."""
+    labels = [f"prompt {i}" for i in range(task.prompt_length)]
+    labels += [f"answer {i}" for i in range(task.answer_length)]
+    return labels[:length]

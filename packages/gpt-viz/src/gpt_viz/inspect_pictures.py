@@ -1,0 +1,165 @@
+"""Pictures of what `gpt-train inspect` measures inside a trained model: head ablation, the logit lens and
+activation patching.
+
+Each function draws the record `gpt-train inspect` writes into the run directory (the JSON objects
+named in gpt_viz.RunLayout: HEADS_ABLATION, LOGIT_LENS, PATCHING), so a picture can be redrawn from
+the file alone; `load_inspection` reads one back. A record missing what its picture needs is one
+VizError line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from gpt_viz.canvas import legend_below, new_figure, use_log_scale
+from gpt_viz.errors import VizError
+from gpt_viz.run_data import PathLike, read_text
+
+CMAP = "viridis"
+MAX_ANNOTATED_CELLS = 160
+"""Above this many cells, values are left to the colour bar: numbers would overlap."""
+
+
+def load_inspection(path: PathLike) -> dict[str, Any]:
+    """One inspect record (a RunLayout inspect file), as a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise VizError(f"{path} does not exist; `gpt-train inspect` writes it")
+    try:
+        record = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
+    if not isinstance(record, dict):
+        raise VizError(f"{path} must hold a JSON object, not {type(record).__name__}")
+    return record
+
+
+def _grid(record: Mapping[str, Any], key: str) -> np.ndarray:
+    """record[key] as a 2-D array of finite numbers (rows of equal length)."""
+    try:
+        grid = np.array(record[key], dtype=float)
+    except KeyError:
+        raise VizError(f"the record has no {key!r}") from None
+    except (TypeError, ValueError):
+        raise VizError(f"{key!r} must be rows of numbers of equal length") from None
+    if grid.ndim != 2 or grid.size == 0 or not np.all(np.isfinite(grid)):
+        raise VizError(f"{key!r} must be a non-empty grid of finite numbers, got shape {grid.shape}")
+    return grid
+
+
+def _field(record: Mapping[str, Any], key: str) -> Any:
+    if key not in record:
+        raise VizError(f"the record has no {key!r}")
+    return record[key]
+
+
+def _heatmap(
+    ax: Axes, grid: np.ndarray, vmin: float, vmax: float, rows: Sequence[str], columns: Sequence[str], fmt: str
+):
+    """A grid of values with its row and column labels, each cell annotated while they stay legible."""
+    image = ax.imshow(grid, cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xticks(range(len(columns)), columns, rotation=90 if max(map(len, columns)) > 3 else 0)
+    if grid.size <= MAX_ANNOTATED_CELLS:
+        middle = (vmin + vmax) / 2
+        for (row, column), value in np.ndenumerate(grid):
+            colour = "black" if value > middle else "white"
+            ax.text(column, row, _cell_text(value, fmt), ha="center", va="center", fontsize=8, color=colour)
+    return image
+
+
+def _cell_text(value: float, fmt: str) -> str:
+    """`value` as `fmt` writes it, except that a value rounding to zero never reads "-0.00"."""
+    text = format(value, fmt)
+    return text.lstrip("-") if float(text) == 0 else text
+
+
+def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
+    """Layer x head: the metric with that head zero-ablated (left) and mean-ablated (right), on one colour
+    scale, the unablated baseline in the title. A dark cell is a head the model cannot do without."""
+    zero, mean = _grid(record, "zero"), _grid(record, "mean")
+    if zero.shape != mean.shape:
+        raise VizError(f"'zero' is {zero.shape} layers x heads but 'mean' is {mean.shape}")
+    metric, baseline = _field(record, "metric"), float(_field(record, "baseline"))
+    low, high = min(zero.min(), mean.min(), baseline, 0.0), max(zero.max(), mean.max(), baseline)
+    n_layer, n_head = zero.shape
+    figure = new_figure(2.0 + 2.4 * max(n_head, 2), 1.6 + 0.6 * n_layer)
+    axes = figure.subplots(1, 2, sharey=True)
+    rows, columns = [f"layer {i}" for i in range(n_layer)], [str(h) for h in range(n_head)]
+    for ax, grid, how in zip(axes, (zero, mean), ("zero", "mean"), strict=True):
+        image = _heatmap(ax, grid, low, high, rows, columns, ".3f")
+        ax.set_title(f"{how}-ablated")
+        ax.set_xlabel("head")
+    figure.colorbar(image, ax=axes, label=metric, shrink=0.9)
+    examples = record.get("examples")
+    scored = f" on {examples:,} held-out examples" if isinstance(examples, int) else ""
+    figure.suptitle(f"{metric} with one head removed (baseline {baseline:.4f}){scored}")
+    return figure
+
+
+def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
+    """Left: exact match and loss of the residual stream decoded at each depth. Right: accuracy at each
+    answer position by depth: where the answer appears, position by position."""
+    depths = list(_field(record, "depths"))
+    positions = list(_field(record, "answer_positions"))
+    accuracy = _grid(record, "accuracy")
+    if accuracy.shape != (len(depths), len(positions)):
+        raise VizError(f"'accuracy' is {accuracy.shape}, not depths x answer positions {len(depths), len(positions)}")
+    exact, loss = np.array(_field(record, "exact_match"), float), np.array(_field(record, "loss"), float)
+    figure = new_figure(12.0, 4.8)
+    curves, grid_ax = figure.subplots(1, 2, width_ratios=[1.0, 1.1])
+    steps = np.arange(len(depths))
+    handles = curves.plot(steps, exact, marker="o", color="tab:orange", label="exact match")
+    curves.set_ylim(-0.02, 1.02)
+    curves.set_ylabel("exact match", color="tab:orange")
+    twin = curves.twinx()
+    handles += twin.plot(steps, loss, marker="s", color="tab:blue", label="loss (nats per answer token)")
+    use_log_scale(twin, "y")
+    twin.set_ylabel("loss", color="tab:blue")
+    curves.set_xticks(steps, depths)
+    curves.set_xlabel("residual stream read at")
+    curves.grid(alpha=0.3)
+    curves.set_title("answer decoded through the final LayerNorm and head")
+    legend_below(curves, handles)
+    image = _heatmap(grid_ax, accuracy, 0.0, 1.0, depths, positions, ".2f")
+    grid_ax.set_xlabel("answer position")
+    grid_ax.set_title("accuracy by depth and answer position")
+    figure.colorbar(image, ax=grid_ax, label="accuracy", shrink=0.9)
+    figure.suptitle(f"logit lens on {_field(record, 'examples'):,} held-out examples (teacher-forced)")
+    return figure
+
+
+def patching_picture(record: Mapping[str, Any]) -> Figure:
+    """Layer x position: the share of the clean answer's logit difference restored by copying the clean
+    run's activation there into the corrupted run (1: all of it). The corrupted prompt token and the
+    position that writes the answer token are marked."""
+    restored = _grid(record, "restored")
+    positions = list(_field(record, "positions"))
+    if restored.shape[1] != len(positions):
+        raise VizError(f"'restored' has {restored.shape[1]} positions but 'positions' names {len(positions)}")
+    point, corrupted = _field(record, "point"), int(_field(record, "corrupted_position"))
+    n_layer, n_positions = restored.shape
+    figure = new_figure(2.5 + 0.75 * n_positions, 2.2 + 0.55 * n_layer)
+    ax = figure.add_subplot()
+    rows = [f"layer {layer}" for layer in range(n_layer)]
+    image = _heatmap(ax, restored, min(0.0, restored.min()), max(1.0, restored.max()), rows, positions, ".2f")
+    for column, colour in ((corrupted, "tab:red"), (n_positions - 1, "white")):
+        ax.add_patch(_column_box(column, n_layer, colour))
+    ax.set_xlabel(f"position (red: the corrupted token; white: where answer {record.get('answer_position')} is read)")
+    figure.colorbar(image, ax=ax, label="share of logit difference restored", shrink=0.9)
+    example = record.get("example") or {}
+    pair = f"\ne.g. clean {example['clean']} / corrupted {example['corrupted']}" if "clean" in example else ""
+    figure.suptitle(f"patching {point}, clean into corrupted, on {_field(record, 'examples'):,} pairs{pair}")
+    return figure
+
+
+def _column_box(column: int, n_rows: int, colour: str) -> Rectangle:
+    return Rectangle((column - 0.5, -0.5), 1.0, n_rows, fill=False, edgecolor=colour, linewidth=2.0)
