@@ -140,10 +140,19 @@ def test_zeroing_a_heads_z_equals_zeroing_its_projection_columns(gen, close, lay
     with torch.no_grad():
         ablated.blocks[layer].attn.proj.weight[:, head * HEAD_DIM : (head + 1) * HEAD_DIM] = 0
     with model.hooks({block_hook(layer, "z"): _zero_head(head)}):
-        hooked = model(idx).logits
-    expected = ablated(idx).logits
-    close("zeroed z vs zeroed projection columns", hooked, expected, 1e-12)
-    assert (hooked - model(idx).logits).abs().max() > 1e-3  # the head mattered: the test could fail
+        hooked = model(idx, targets=idx)
+    expected = ablated(idx, targets=idx)
+    close("zeroed z vs zeroed projection columns", hooked.logits, expected.logits, 1e-12)
+    assert (hooked.logits - model(idx).logits).abs().max() > 1e-3  # the head mattered: the test could fail
+    hooked.loss.backward()
+    expected.loss.backward()
+    columns = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+    for (name, ours), theirs in zip(model.named_parameters(), ablated.parameters(), strict=True):
+        grad, expected_grad = ours.grad.clone(), theirs.grad.clone()
+        if name == f"blocks.{layer}.attn.proj.weight":  # the hook's zeros reach no weight; the copy's are weights
+            assert torch.count_nonzero(grad[:, columns]) == 0
+            expected_grad[:, columns] = 0
+        close("zeroed z vs zeroed projection columns: gradient", grad, expected_grad, 1e-12)
 
 
 # ----------------------------------------------------------------------------- run_with_cache
@@ -370,9 +379,20 @@ def test_an_unknown_hook_name_is_a_one_line_value_error_and_sets_nothing(gen, po
     assert fired == []
 
 
-def test_a_hook_that_is_not_callable_is_a_value_error():
-    with pytest.raises(ValueError, match=r"the hook for 'logits' is not callable"):
+def test_a_hook_that_is_not_callable_or_not_in_a_mapping_is_a_value_error():
+    with pytest.raises(ValueError, match=r"^the hook for 'logits' is not callable: 3$"):
         _model().hooks({"logits": 3}).__enter__()
+    with pytest.raises(ValueError, match=r"^hooks are a mapping \{name: fn\}, got a list$"):
+        _model().hooks(["logits"]).__enter__()
+
+
+def test_a_deep_copy_has_hooks_of_its_own(gen):
+    model = _model()
+    twin = copy.deepcopy(model)
+    fired = []
+    with model.hooks({"logits": lambda a, n: fired.append("model"), "blocks.0.mlp_hidden": _raise}):
+        twin(_tokens(gen))
+    assert fired == []
 
 
 @pytest.mark.parametrize(

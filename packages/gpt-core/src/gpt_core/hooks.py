@@ -53,6 +53,8 @@ def hook_names(n_layer: int, learned_positions: bool) -> list[str]:
 
 def check_hooks(fns: Mapping[str, object], known: Sequence[str]) -> None:
     """Raise ValueError, in one line, for a name the model does not have or a hook that cannot be called."""
+    if not isinstance(fns, Mapping):
+        raise ValueError(f"hooks are a mapping {{name: fn}}, got a {type(fns).__name__}")
     known_set = set(known)
     for name, fn in fns.items():
         if name not in known_set:
