@@ -145,6 +145,44 @@ def test_round_trip_ours_to_transformers_to_ours_is_bit_identical(sort_run, tmp_
         assert torch.equal(param, params[name]), name
 
 
+def test_untied_head_exports_and_runs_in_transformers(tmp_path):
+    run_dir = tmp_path / "run"
+    gpt_train(
+        "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "2", "--set", "length=4",
+        "--set", "tie_weights=false", "--set", "eval_every=2", "--set", "final_eval_limit=8", "--out", run_dir,
+    )  # fmt: skip
+    gpt_train("export", run_dir, "--format", "hf", tmp_path / "hf")
+    _, ours = load_run(run_dir, torch.device("cpu"))
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    assert not torch.equal(hf.lm_head.weight, hf.transformer.wte.weight)
+    tokens = torch.randint(0, ours.config.vocab_size, (4, ours.config.block_size))
+    with torch.no_grad():
+        difference = (hf(tokens).logits - ours(tokens).logits).abs().max().item()
+    assert difference <= 1e-4, difference
+
+
+def test_exported_bpe_text_run_loads_with_its_tokenizer_in_transformers(tmp_path, capsys):
+    """A BPE text run's export carries tokenizer.json and tokenizer_config.json: AutoTokenizer reads them,
+    and transformers' greedy text is `gpt-train sample`'s."""
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    gpt_train(
+        "run", "--task", "text", "--data", tmp_path / "corpus.txt", "--device", "cpu", "--quiet", "--steps", "4",
+        "--set", "tokenizer=bpe", "--set", "vocab_size=300", "--set", "block_size=16", "--set", "chunk_size=128",
+        "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--set", "eval_every=2",
+        "--set", "eval_limit=4", "--out", run_dir,
+    )  # fmt: skip
+    gpt_train("export", run_dir, "--format", "hf", tmp_path / "hf")
+    capsys.readouterr()
+    gpt_train("sample", run_dir, "--prompt", "the night", "--max-new-tokens", "10", "--device", "cpu")
+    printed = capsys.readouterr().out
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    ids = tokenizer("the night", return_tensors="pt").input_ids
+    new = hf_greedy(hf, ids, 10)[0, ids.shape[1] :]
+    assert printed == f"the night -> {tokenizer.decode(new)}\n"
+
+
 # a GPT-2-style tokenizer: sample --hf and --init-from --------------------------------------------------
 CORPUS = "the night is young and so are we, café naïve 🎉\n" * 400
 
