@@ -197,3 +197,8 @@ def test_sample_takes_a_run_or_hf_and_hf_needs_a_prompt(cli, tiny_run, exported)
     assert_one_line_error(cli("sample"), "RUN_DIR or --hf DIR")
     assert_one_line_error(cli("sample", tiny_run, "--hf", exported), "RUN_DIR or --hf DIR")
     assert_one_line_error(cli("sample", "--hf", exported), "sample --hf needs --prompt")
+
+
+def test_export_has_help_with_an_example(cli):
+    result = cli("export", "--help")
+    assert result.code == 0 and "gpt-train export runs/" in result.out
