@@ -53,6 +53,9 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     Left: training loss (log scale) against step, with the held-out metric on
     a twin y axis.  The metric is ``metric`` if given, else the config's
     ``primary_metric``; runs that name neither show the loss alone.
+    Under it, when the run logged task probes (``heldout_probe_*``): each
+    probe against the same steps, so what the model computes inside can be
+    read beside when its metric moved.
     Right, when ``attention.npz`` exists: the last layer's attention on the
     held-out example, averaged over heads, since the mean shows what the layer
     as a whole reads without singling out one arbitrary head.
@@ -62,15 +65,20 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     config = load_config(run)
     metric = metric or config.get("primary_metric")
     has_attention = RunLayout(run).attention.is_file()
+    probes = probe_keys(records)
 
-    figure = new_figure(12.5 if has_attention else 7.0, 5.0)
-    if has_attention:
-        curves_ax, attention_ax = figure.subplots(1, 2, width_ratios=[1.15, 1.0])
-    else:
-        curves_ax = figure.add_subplot()
+    figure = new_figure(12.5 if has_attention else 7.0, 7.5 if probes else 5.0)
+    grid = figure.add_gridspec(
+        2 if probes else 1, 2 if has_attention else 1, width_ratios=[1.15, 1.0] if has_attention else None,
+        height_ratios=[2.0, 1.0] if probes else None,
+    )  # fmt: skip
+    curves_ax = figure.add_subplot(grid[0, 0])
     _draw_loss_and_metric(curves_ax, records, metric, source=str(run))
+    if probes:
+        _draw_probes(figure.add_subplot(grid[1, 0], sharex=curves_ax), records, probes, source=str(run))
+        curves_ax.set_xlabel("")
     if has_attention:
-        _draw_last_layer_attention(figure, attention_ax, run)
+        _draw_last_layer_attention(figure, figure.add_subplot(grid[:, 1]), run)
     task = config.get("task")
     figure.suptitle(f"{task} — {run.name}" if task else run.name)
     return figure
@@ -104,6 +112,27 @@ def _draw_metric_on_twin(ax: Axes, records: Sequence[Record], metric: str, sourc
     elif _all_fractions(values):
         twin.set_ylim(-0.02, 1.02)
     return handles
+
+
+def probe_keys(records: Sequence[Record]) -> list[str]:
+    """The task probes a run logged (``heldout_probe_source_attention``), in name order."""
+    keys = {key for record in records for key in record}
+    return sorted(key for key in keys if (parsed := parse_metric_key(key)) is not None and parsed.is_probe)
+
+
+def _draw_probes(ax: Axes, records: Sequence[Record], keys: Sequence[str], source: str) -> None:
+    """Each probe's curve, on a 0-1 axis when every value is a fraction."""
+    values = []
+    for key in keys:
+        steps, series = metric_series(records, key, source=source)
+        ax.plot(steps, series, marker=point_marker(key, steps), markersize=3, linewidth=1.2, label=key)
+        values.append(series)
+    if _all_fractions(np.concatenate(values)):
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("step")
+    ax.set_ylabel("task probes")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
 
 
 def _all_fractions(values: np.ndarray) -> bool:
