@@ -87,6 +87,14 @@ def test_non_finite_metric_values_become_gaps_so_the_json_stays_valid(make_run, 
     assert values[3] is None and values[4] is None and values[5] == records[5]["loss"]
 
 
+def test_a_metric_never_finite_is_left_out(make_run, run_dir):
+    records = logged(run_dir)
+    for record in records:
+        if "heldout_loss" in record:
+            record["heldout_loss"] = math.nan
+    assert "heldout_loss" not in embedded(explorer_page(make_run("edited", records=records)))["curves"]["series"]
+
+
 def test_a_primary_metric_the_run_never_logged_leaves_the_choice_to_the_page(make_run):
     run = make_run(config={"task": "sort", "primary_metric": "heldout_no_such_metric"})
     assert embedded(explorer_page(run))["curves"]["primary"] is None

@@ -108,6 +108,7 @@ def test_the_page_renders_a_real_picture(page):
     assert len(distinct_colours) > 200
     assert image.std() > 0.1
     assert page.inner_text("#error") == ""
+    assert page.input_value("#metric") == "heldout_exact_match"  # the config's primary metric on the right axis
     assert page.locator("#overview figure").count() == 2 * 4
     assert page.locator("#tokens span").count() == 10
 

@@ -94,9 +94,9 @@ def curves_data(records: list[Record], primary_metric: str | None) -> dict[str, 
     """Every summary metric's (steps, values); non-finite values become gaps (JSON has no NaN)."""
     keys = [key for key in available_metrics(records) if not _is_position_detail(key)]
     series = {key: _series(records, key) for key in keys}
-    series = {key: points for key, points in series.items() if points[0]}
+    series = {key: points for key, points in series.items() if any(value is not None for value in points[1])}
     if "loss" not in series:
-        raise VizError("metrics.jsonl has no training loss (no line carries a numeric 'loss')")
+        raise VizError("metrics.jsonl has no training loss (no line carries a finite number under 'loss')")
     primary = primary_metric if primary_metric in series else None
     return {"primary": primary, "series": series}
 
