@@ -171,7 +171,7 @@ def explore(run_dir: Path, out: Path | None) -> None:
 
     The run's curves, the attention of every layer and head (choose the
     example, layer and head; hover a token to highlight its row and column)
-    and, when `gpt-train inspect heads` has run, the head-ablation heatmap.
+    and, when `gpt-train inspect RUN heads` has run, the head-ablation heatmap.
     Scripts and data are inline: the page opens offline and fetches nothing.
 
     \b

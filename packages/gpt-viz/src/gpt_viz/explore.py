@@ -1,7 +1,7 @@
 """The explorer page: one self-contained HTML file for looking around a run in a browser.
 
 A PNG shows one layer on one example; the page carries every head of every layer, the run's
-curves and, once `gpt-train inspect heads` has written it, the head-ablation table, and lets the
+curves and, once `gpt-train inspect RUN heads` has written it, the head-ablation table, and lets the
 reader choose what to look at. Data, script and styles are inline (the drawing is a small
 hand-written script on canvas), so the file opens offline, from a CI artefact or an e-mail, and
 never fetches anything.
@@ -144,7 +144,7 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
 
 
 def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:
-    """The run's head-ablation table when `gpt-train inspect heads` has written it, checked against ``heads``
+    """The run's head-ablation table when `gpt-train inspect RUN heads` has written it, checked against ``heads``
     (n_layer, n_head of the attention file) so a table from another model is refused, not drawn."""
     path = RunLayout(run).heads_ablation
     if not path.is_file():
