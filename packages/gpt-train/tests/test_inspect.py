@@ -130,7 +130,7 @@ def test_ablation_refuses_a_layer_or_head_the_model_lacks(trained):
 def test_logit_lens_at_the_last_layer_is_the_models_own_logits_and_metric(trained):
     task, model = trained
     lens = logit_lens(task, model, CPU, SAMPLE)
-    assert lens.depths == ["embeddings", "after layer 0", "after layer 1"]
+    assert lens.depths == ["embeddings", "0: + attention", "0: + MLP", "1: + attention", "1: + MLP"]
     metrics = task.evaluate(model, "heldout", CPU, SAMPLE)  # greedy generation, the same sample
     assert lens.examples == metrics["examples"] == SAMPLE
     assert lens.exact_match[-1] == metrics["exact_match"]
@@ -214,7 +214,7 @@ def test_inspect_heads_ablate_all_scores_the_model_without_attention(cli, run_co
 def test_inspect_logit_lens_and_patch_write_their_records_and_pictures(cli, run_copy):
     layout = RunLayout(run_copy)
     assert cli("inspect", run_copy, "logit-lens", "--examples", 200, "--device", "cpu").code == 0
-    assert json.loads(layout.logit_lens.read_text())["depths"][-1] == "after layer 1"
+    assert json.loads(layout.logit_lens.read_text())["depths"][-1] == "1: + MLP"
     result = cli("inspect", run_copy, "patch", "--examples", 100, "--hook", "attn_out", "--device", "cpu")
     assert result.code == 0, result.err
     assert json.loads(layout.patching.read_text())["point"] == "attn_out"

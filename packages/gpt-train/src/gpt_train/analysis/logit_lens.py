@@ -1,10 +1,10 @@
 """The logit lens: the residual stream read out before the last layer is done with it.
 
 The model turns its final residual stream into logits through the final LayerNorm and the output head.
-Passing the stream as it stands after each earlier layer through the same two pieces asks what the model
-would answer if it stopped there: where in depth the answer appears. Scored teacher-forced on held-out
-sequences: an answer is exactly right when its every position is, which for greedy decoding is the same
-thing as generating it (each step then reads the same right prefix).
+Passing the stream as it stands earlier (after each layer's attention, and after its MLP) through the
+same two pieces asks what the model would answer if it stopped there: where in depth the answer appears.
+Scored teacher-forced on held-out sequences: an answer is exactly right when its every position is, which
+for greedy decoding is the same thing as generating it (each step then reads the same right prefix).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ CHUNK = 1024
 
 @dataclass(frozen=True)
 class LogitLens:
-    """Per depth (`depths`: the embeddings, then after each layer): exact match, loss, and the accuracy
-    and loss at each answer position (`answer_positions`); `to_json` is inspect_logit_lens.json."""
+    """Per depth (`depths`: the embeddings, then each layer's attention and MLP added): exact match, loss,
+    and the accuracy and loss at each answer position (`answer_positions`); `to_json` is
+    inspect_logit_lens.json."""
 
     examples: int
     depths: list[str]
@@ -42,12 +43,19 @@ class LogitLens:
 
 
 def residual_names(model: GPT) -> list[str]:
-    """The residual stream at each depth: entering layer 0 (the embeddings), then leaving each layer."""
-    return [block_hook(0, "resid_pre")] + [block_hook(layer, "resid_post") for layer in range(model.config.n_layer)]
+    """The residual stream at each depth: entering layer 0 (the embeddings), then in each layer after its
+    attention has added to it (resid_mid) and after its MLP has (resid_post, what the layer hands on)."""
+    names = [block_hook(0, "resid_pre")]
+    for layer in range(model.config.n_layer):
+        names += [block_hook(layer, "resid_mid"), block_hook(layer, "resid_post")]
+    return names
 
 
 def depth_labels(model: GPT) -> list[str]:
-    return ["embeddings"] + [f"after layer {layer}" for layer in range(model.config.n_layer)]
+    labels = ["embeddings"]
+    for layer in range(model.config.n_layer):
+        labels += [f"{layer}: + attention", f"{layer}: + MLP"]
+    return labels
 
 
 def decode(model: GPT, residual: Tensor) -> Tensor:
