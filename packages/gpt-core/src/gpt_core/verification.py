@@ -3,6 +3,16 @@
 The references are passed in by the caller, one callable per piece with the hand-written
 piece's own signature (see REFERENCE_SIGNATURES). gpt-train passes PyTorch's built-ins; this
 package never names them, so its source stays hand-written from end to end.
+
+In float64 (and float32) a difference is absolute: max |ours - theirs|, both computed in that dtype.
+In a 16-bit dtype (bf16, fp16) the kernel runs on 16-bit inputs and the reference on the same values
+in float64, and the difference is relative to the reference's scale, max |ours - theirs| / max |theirs|:
+ - float64 reference: the reference's own 16-bit rounding is not ours to answer for. PyTorch's bf16
+   softmax gradient on logits x 1000 is off from the float64 one by 100% of its largest value, where
+   ours, with its statistics in float32, is off by 0.02%.
+ - relative: rounding to 8 significant bits (bf16) moves a value by up to 2^-8 of itself, so a kernel
+   is off by 0.03 on outputs near 8 and by 0.0001 on outputs near 0.03; a relative measure has one
+   bound for both.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ class Row:
     grad: float | None
     forward_at: str = ""
     grad_at: str = ""
+    relative: bool = False  # differences relative to the reference's largest |value| (16-bit dtypes)
 
     def failure(self, tolerance: float) -> str | None:
         """One line saying which output differs, by how much and where, if this row exceeds `tolerance`."""
@@ -59,7 +70,8 @@ class Row:
             if diff is not None and not diff <= tolerance:
                 if math.isinf(diff):
                     return f"{self.component}: {where}"
-                by = f"by {diff:.1e}, which exceeds the tolerance {tolerance:.0e}"
+                scale = " of its largest |value|" if self.relative else ""
+                by = f"by {diff:.1e}{scale}, which exceeds the tolerance {tolerance:.0e}"
                 return f"{self.component}: {where} differs from {self.reference} {by}"
         return None
 
@@ -191,8 +203,14 @@ def _index(flat: int, shape: torch.Size) -> list[int]:
     return where[::-1]
 
 
-def _difference(name: str, ours: Tensor | None, theirs: Tensor) -> Difference:
-    """The largest |ours - theirs| and where it is ("output [0, 1, 2, 5]"). A missing tensor, a wrong
+def is_relative(dtype: torch.dtype) -> bool:
+    """Whether differences in `dtype` are measured relative to the reference's scale: 16-bit floats."""
+    return dtype.is_floating_point and torch.finfo(dtype).bits == 16
+
+
+def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = False) -> Difference:
+    """The largest |ours - theirs| and where it is ("output [0, 1, 2, 5]"); divided by max |theirs| if
+    `relative`. The subtraction is in float64, so it adds no rounding of its own. A missing tensor, a wrong
     shape or a non-finite value is an infinite difference: nan must fail, not compare false."""
     if ours is None:
         return math.inf, f"{name} is missing: the kernel gave no gradient"
@@ -202,7 +220,11 @@ def _difference(name: str, ours: Tensor | None, theirs: Tensor) -> Difference:
         return math.inf, f"{name} has shape {tuple(ours.shape)}, expected {tuple(theirs.shape)}"
     if ours.numel() == 0:
         return 0.0, name
-    diff = torch.nan_to_num((ours.detach() - theirs.detach()).abs(), nan=math.inf)
+    expected = theirs.detach().double()
+    diff = torch.nan_to_num((ours.detach().double() - expected).abs(), nan=math.inf)
+    scale = expected.abs().max()
+    if relative and math.isfinite(scale):
+        diff /= max(1.0, scale)
     flat = int(diff.argmax())
     where = _index(flat, diff.shape)
     value = diff.flatten()[flat].item()
@@ -219,10 +241,20 @@ def _largest(differences: Sequence[Difference]) -> Difference:
     return max(differences, key=lambda pair: pair[0])
 
 
-def _row(component: str, reference: str, forward: Difference, grad: Difference | None = None) -> Row:
+def _row(
+    component: str, reference: str, dtype: torch.dtype, forward: Difference, grad: Difference | None = None
+) -> Row:
+    relative = is_relative(dtype)
     if grad is None:
-        return Row(component, reference, forward[0], None, forward[1])
-    return Row(component, reference, forward[0], grad[0], forward[1], grad[1])
+        return Row(component, reference, forward[0], None, forward[1], relative=relative)
+    return Row(component, reference, forward[0], grad[0], forward[1], grad[1], relative)
+
+
+def _in_float64(x: Tensor) -> Tensor:
+    """The same values in float64 (every 16-bit float is one exactly), a leaf of its own if `x` wants a gradient."""
+    if not x.is_floating_point():
+        return x
+    return x.detach().double().requires_grad_(x.requires_grad)
 
 
 def _raised(what: str, error: Exception) -> Difference:
@@ -232,28 +264,32 @@ def _raised(what: str, error: Exception) -> Difference:
 def _compare(case: _Case, kernels: Kernels, gen: torch.Generator, dtype: torch.dtype, label: str) -> Row:
     """One case: forward outputs, then the gradients of a random cotangent through both. The kernel
     under test may fail in any way (raise, return a wrong shape or nan, drop the gradient): each is
-    this row's result, said in its `forward_at` or `grad_at`, not an error."""
+    this row's result, said in its `forward_at` or `grad_at`, not an error. In a 16-bit dtype the reference
+    runs on the same values in float64 (see the module's docstring)."""
+    relative = is_relative(dtype)
     inputs = case.inputs(gen, dtype)
-    theirs = case.theirs(*inputs)
+    reference_inputs = [_in_float64(x) for x in inputs] if relative else inputs
+    theirs = case.theirs(*reference_inputs)
     cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype)
     try:
         ours = case.ours(kernels, *inputs)
     except Exception as error:
-        return _row(case.component, label, _raised("the forward", error))
-    forward = _difference("output", ours, theirs)
+        return _row(case.component, label, dtype, _raised("the forward", error))
+    forward = _difference("output", ours, theirs, relative)
     if not isinstance(ours, Tensor) or ours.shape != theirs.shape:
-        return _row(case.component, label, forward)
-    leaves = [(name, x) for name, x in zip(case.names, inputs, strict=True) if x.requires_grad]
-    grads_theirs = torch.autograd.grad(theirs, [x for _, x in leaves], cotangent)
+        return _row(case.component, label, dtype, forward)
+    names = [name for name, x in zip(case.names, inputs, strict=True) if x.requires_grad]
+    their_leaves = [x for x in reference_inputs if x.requires_grad]
+    grads_theirs = torch.autograd.grad(theirs, their_leaves, cotangent.to(theirs.dtype))
     try:
-        grads_ours = torch.autograd.grad(ours, [x for _, x in leaves], cotangent, allow_unused=True)
+        grads_ours = torch.autograd.grad(ours, [x for x in inputs if x.requires_grad], cotangent, allow_unused=True)
     except Exception as error:
-        return _row(case.component, label, forward, _raised("the backward", error))
-    names = [name for name, _ in leaves]
+        return _row(case.component, label, dtype, forward, _raised("the backward", error))
     grad = _largest([
-        _difference(f"gradient of {name}", a, b) for name, a, b in zip(names, grads_ours, grads_theirs, strict=True)
+        _difference(f"gradient of {name}", a, b, relative)
+        for name, a, b in zip(names, grads_ours, grads_theirs, strict=True)
     ])  # fmt: skip
-    return _row(case.component, label, forward, grad)
+    return _row(case.component, label, dtype, forward, grad)
 
 
 def kv_cache_row(
@@ -283,8 +319,8 @@ def kv_cache_row(
             steps = [model(idx[:, :5], cache=cache, positions=ids(0, 5)).logits]
             steps += [model(idx[:, t : t + 1], cache=cache, positions=ids(t, t + 1)).logits for t in range(5, 12)]
     except Exception as error:
-        return _row(component, reference, _raised("decoding", error))
-    return _row(component, reference, _difference("logits", torch.cat(steps, 1), full))
+        return _row(component, reference, dtype, _raised("decoding", error))
+    return _row(component, reference, dtype, _difference("logits", torch.cat(steps, 1), full, is_relative(dtype)))
 
 
 def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row:
@@ -304,15 +340,17 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row
         got = ours(idx, targets)
         got.loss.backward()
     except Exception as error:
-        return _row(component, reference, _raised("the model", error))
+        return _row(component, reference, dtype, _raised("the model", error))
+    relative = is_relative(dtype)
     forward = _largest([
-        _difference("logits", got.logits, expected.logits), _difference("loss", got.loss, expected.loss)
+        _difference("logits", got.logits, expected.logits, relative),
+        _difference("loss", got.loss, expected.loss, relative),
     ])  # fmt: skip
     grad = _largest([
-        _difference(f"gradient of {name}", a.grad, b.grad)
+        _difference(f"gradient of {name}", a.grad, b.grad, relative)
         for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)
     ])  # fmt: skip
-    return _row(component, reference, forward, grad)
+    return _row(component, reference, dtype, forward, grad)
 
 
 @contextlib.contextmanager
@@ -386,8 +424,10 @@ def _check_references(references: References) -> None:
 
 
 def format_report(rows: Sequence[Row]) -> str:
-    """A plain-text table: component, reference, max |diff| forward, max |diff| grad."""
-    header = ("component", "reference", "max |diff| fwd", "max |diff| grad")
+    """A plain-text table: component, reference, max |diff| forward, max |diff| grad (each over max |ref|
+    when the rows are relative, as in a 16-bit report)."""
+    diff = "max |diff|/max |ref|" if any(r.relative for r in rows) else "max |diff|"
+    header = ("component", "reference", f"{diff} fwd", f"{diff} grad")
     body = [(r.component, r.reference, f"{r.forward:.1e}", "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(4)]
     lines = [

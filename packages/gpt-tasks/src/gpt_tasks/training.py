@@ -15,6 +15,8 @@ from typing import Literal
 from gpt_core import GPTConfig
 
 Schedule = Literal["cosine", "constant"]
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,12 @@ class TrainSettings:
     `final_eval_limit` None scores the whole held-out split at the end.
     `grokfast_lambda` > 0 turns on Grokfast (Lee et al. 2024): each gradient gets `grokfast_lambda` times its
     exponential moving average (decay `grokfast_alpha`) added before the optimiser step; 0 is plain AdamW.
+
+    `dtype` is the precision of the forward pass: fp32, or bf16/fp16 under autocast (mixed precision:
+    the weights, the optimiser and the gradients stay float32; fp16 also scales the loss, and needs
+    CUDA). `grad_accum` N splits each step's `batch_size` sequences into N micro-batches of
+    batch_size / N, whose gradients add up to the whole batch's: the same optimisation in less
+    memory, so batch_size must be a multiple of it.
     """
 
     steps: int = 2000
@@ -50,13 +58,15 @@ class TrainSettings:
     final_eval_limit: int | None = None
     grokfast_alpha: float = 0.98
     grokfast_lambda: float = 0.0
+    dtype: Precision = "fp32"
+    grad_accum: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
-        for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every"):
+        for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every", "grad_accum"):
             _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda"):
             _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
@@ -69,6 +79,12 @@ class TrainSettings:
         _require(betas_ok, f"betas must be in [0, 1), got ({self.beta1}, {self.beta2})")
         _require(0 <= self.grokfast_alpha < 1, f"grokfast_alpha must be in [0, 1), got {self.grokfast_alpha}")
         _require(self.schedule in ("cosine", "constant"), f"schedule must be cosine or constant, got {self.schedule!r}")
+        _require(self.dtype in PRECISIONS, f"dtype must be one of {', '.join(PRECISIONS)}, got {self.dtype!r}")
+        _require(
+            self.batch_size % self.grad_accum == 0,
+            f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum}): "
+            "each step's batch is split into grad_accum equal micro-batches",
+        )
 
 
 def _require(condition: bool, message: str) -> None:

@@ -474,9 +474,17 @@ cli.command(context_settings=CONTEXT)(export)
               "Repeatable.")  # fmt: skip
 @click.option("--seed", type=int, help="Fix the random inputs. [default: fresh each time]")
 @click.option(
-    "--tolerance", type=float, default=TOLERANCE, show_default=True, help="Largest |diff| accepted (float64)."
+    "--dtype",
+    type=click.Choice(["fp64", "bf16"]),
+    default="fp64",
+    show_default=True,
+    help="Run the kernels in this dtype. bf16: against the reference in float64 on the same values, "
+    "the difference relative to the reference's largest |value| (or 1).",
 )
-def verify(kernel_pairs, seed: int | None, tolerance: float) -> None:
+@click.option(
+    "--tolerance", type=float, help=f"Largest difference accepted. [default: {TOLERANCE:.0e} in fp64, 2^-4 in bf16]"
+)
+def verify(kernel_pairs, seed: int | None, dtype: str, tolerance: float | None) -> None:
     """Check every hand-written piece against the PyTorch built-in it replaces.
 
     Runs each component (Linear, Embedding, LayerNorm, GELU, softmax, cross-entropy, attention in
@@ -491,25 +499,32 @@ def verify(kernel_pairs, seed: int | None, tolerance: float) -> None:
     cached decoding against the full forward); a failure says which case and output differ, by how
     much and where.
 
+    With --dtype bf16, the kernels run on bf16 inputs, as under autocast, and the tolerance is bf16's:
+    2^-4 of the reference's scale, 16 roundings to bf16's 8 significant bits.
+
     \b
     Examples:
       gpt-train verify
+      gpt-train verify --dtype bf16
       gpt-train verify --kernel attention=flash
       gpt-train verify --kernel layer_norm=mykernels:layer_norm
     """
     from gpt_core import format_report, verification_report
-    from gpt_train.verify import TORCH_LABELS, torch_references
+    from gpt_train.verify import BF16_TOLERANCE, DTYPES, TORCH_LABELS, torch_references
 
+    torch_dtype = DTYPES[dtype]
+    if tolerance is None:
+        tolerance = BF16_TOLERANCE if dtype == "bf16" else TOLERANCE
     choices = parse_kernel_choices(kernel_pairs)
     if kernel_pairs and not choices:
         raise CommandError("gpt-core's own kernels are what plain `gpt-train verify` checks; run it without --kernel")
     if not choices:
-        rows = verification_report(torch_references(), seed=seed, labels=TORCH_LABELS)
+        rows = verification_report(torch_references(), torch_dtype, seed=seed, labels=TORCH_LABELS)
         click.echo(format_report(rows))
         _check_rows(rows, tolerance, "")
         return
     for slot, name in choices.items():
-        rows = verify_kernel(slot, resolve_kernel(slot, name), seed)
+        rows = verify_kernel(slot, resolve_kernel(slot, name), seed, torch_dtype)
         click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
         _check_rows(rows, tolerance, f"kernel {slot}={name}: ")
 

@@ -36,6 +36,7 @@ from importlib.metadata import EntryPoint, entry_points, version
 from typing import Any
 
 import pluggy
+import torch
 
 from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
 from gpt_train.errors import TrainError
@@ -234,9 +235,11 @@ def build_kernels(choices: Mapping[str, str]) -> Kernels:
     return dataclasses.replace(DEFAULT_KERNELS, **{slot: resolve_kernel(slot, name) for slot, name in choices.items()})
 
 
-def verify_kernel(slot: str, kernel: Callable[..., Any], seed: int | None = None) -> list[Row]:
-    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, float64."""
-    return kernel_report(slot, kernel, torch_references(), seed=seed, labels=TORCH_LABELS)
+def verify_kernel(
+    slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
+) -> list[Row]:
+    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, in `dtype` (float64)."""
+    return kernel_report(slot, kernel, torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
 
 
 def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | None:

@@ -28,6 +28,7 @@ from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
 from gpt_train.kernels import KernelError, checked_kernels
+from gpt_train.precision import check_precision
 from gpt_viz import RunLayout
 
 try:
@@ -117,6 +118,7 @@ def new_run(
     """
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
     run_kernels(config, verify=True)
+    check_precision(config.train.dtype, device)
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
     lock = None
     if rank.is_main:
@@ -184,6 +186,7 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
     run_kernels(config, verify=True, run_dir=run_dir)
+    check_precision(config.train.dtype, device)
     lock = RunLock(layout.root).acquire() if rank.is_main else None
     try:
         has_checkpoint = layout.checkpoint.exists()

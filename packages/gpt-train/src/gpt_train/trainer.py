@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from gpt_core import GPT
 from gpt_tasks import Task, TrainSettings, measure_probes
+from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_checkpoint, load_weights, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
@@ -33,6 +34,7 @@ from gpt_train.files import write_json_atomically
 from gpt_train.grokfast import Grokfast
 from gpt_train.hf import load_weights_into
 from gpt_train.pictures import write_pictures
+from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
 from gpt_train.runs import MetricsLog, Run, RunDirError, run_kernels
 from gpt_viz import metric_key, probe_key
 
@@ -196,6 +198,7 @@ class Trainer:
         self.model = initial_model(run.config, run.device, pretrained=not run.resume)
         self.optimizer = make_optimizer(self.model, self.settings)
         s = self.settings
+        self.precision = Precision.for_run(s.dtype, run.device)
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
@@ -207,6 +210,7 @@ class Trainer:
             )
         self.record.start_at(self.step)
         self.first_step = self.step  # where this process started: compilation happens on its first step
+        self.ddp: DistributedDataParallel | None = None
         self.forward = self._training_forward()
 
     # state ---------------------------------------------------------------------------------
@@ -242,7 +246,7 @@ class Trainer:
         module: torch.nn.Module = self.model
         if self.rank.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            module = DistributedDataParallel(self.model, device_ids=device_ids)
+            module = self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
         if self.settings.compile:
             check_compiler(self.device)
             module = torch.compile(module)
@@ -258,24 +262,32 @@ class Trainer:
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:
-        """One optimiser step (with Grokfast's gradient filter when it is on); returns the (rank-averaged)
-        loss and whether any rank asked to stop. A non-finite loss is returned before the weights are touched."""
+        """One optimiser step over the batch's `grad_accum` micro-batches, forward under the run's precision
+        (with Grokfast's gradient filter when it is on); returns the (rank-averaged) loss and whether any
+        rank asked to stop. After a non-finite loss the weights are not touched; after non-finite fp16
+        gradients the scaler skips the step."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s)
         batch = self.draw_batch(step)
-        loss = self._compiled_on_first_step(lambda: self.forward(batch.inputs, batch.targets).loss, step)
+        self.optimizer.zero_grad(set_to_none=True)
+        no_sync = self.ddp.no_sync if self.ddp is not None else None
+        loss = self._compiled_on_first_step(
+            lambda: accumulate_gradients(self._loss, batch, s.grad_accum, self.precision, no_sync), step
+        )
         loss_value, stop = self.rank.mean_and_any(loss.item(), self.stop.requested, self.device)
         if not math.isfinite(loss_value):
             return loss_value, stop
-        self.optimizer.zero_grad(set_to_none=True)
-        self._compiled_on_first_step(loss.backward, step)
-        if self.grokfast is not None:  # filtered before clipping: the clip bounds the step actually taken
+        finite = self.precision.unscale(self.optimizer, self.model.parameters())
+        if self.grokfast is not None and finite:  # filtered before clipping: the clip bounds the step actually taken
             self.grokfast.apply(self.model)
         if s.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
-        self.optimizer.step()
+        self.precision.step(self.optimizer, finite)
         return loss_value, stop
+
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.forward(inputs, targets).loss
 
     def _compiled_on_first_step(self, work: Callable[[], Any], step: int) -> Any:
         """Run `work`; on the first step under --compile (where compilation happens, forward and
@@ -293,7 +305,8 @@ class Trainer:
     def evaluate(self, limit: int | None) -> dict[str, float]:
         metrics = {}
         if self.rank.is_main:
-            metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
+            with self.precision.autocast():  # scored as it trains
+                metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
             probes = measure_probes(self.task, self.model, self.device)
             metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
@@ -313,7 +326,12 @@ class Trainer:
                 while self.step < s.steps:
                     loss, stop_requested = self.train_step(self.step)
                     if not math.isfinite(loss):
-                        return self._diverged(loss)
+                        return self._diverged(f"loss became {loss}")
+                    if self.precision.diverged:
+                        return self._diverged(
+                            f"gradients were not finite for {MAX_SKIPPED_STEPS} steps in a row "
+                            f"(fp16 loss scale down to {self.precision.scale:.1e})"
+                        )
                     self.step += 1
                     if self.on_step is not None:
                         self.on_step(self.step)
@@ -361,10 +379,10 @@ class Trainer:
             "rank_weight_checksums": self.rank.gather_floats(checksum, self.device),
         }
 
-    def _diverged(self, loss: float) -> Outcome:
+    def _diverged(self, what: str) -> Outcome:
         checkpoint = self.run_info.layout.checkpoint
         kept = f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"
-        return Outcome("diverged", self.step, detail=f"loss became {loss} at step {self.step + 1}; stopped ({kept})")
+        return Outcome("diverged", self.step, detail=f"{what} at step {self.step + 1}; stopped ({kept})")
 
 
 def train(run: Run, quiet: bool = False) -> Outcome:

@@ -1,0 +1,65 @@
+"""Gradient accumulation: one optimiser step's batch as several micro-batches, forward and backward in turn.
+
+A micro-batch's loss is the mean over its scored targets (those not IGNORE_INDEX), and micro-batches
+need not score equally many (prompts of different lengths, a window that is all prompt). Weighting
+each micro-batch's mean by its share of the batch's scored targets, n_i / n, makes the weighted sum
+exactly the whole batch's mean, sum_i (n_i / n) (S_i / n_i) = S / n; so the summed gradients are
+those of the whole batch, not of an average of averages.
+
+Under DistributedDataParallel the gradients are all-reduced once per step, on the backward of the
+last micro-batch: the earlier ones run under `no_sync`, which only adds their gradients locally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from gpt_core import IGNORE_INDEX
+from gpt_tasks import Batch
+from gpt_train.precision import Precision
+
+Loss = Callable[[Tensor, Tensor], Tensor]  # (inputs, targets) -> mean loss over the scored targets
+NoSync = Callable[[], contextlib.AbstractContextManager]
+
+
+def micro_batches(batch: Batch, n: int) -> list[Batch]:
+    """`batch` split into `n` equal micro-batches along the batch dimension, in order."""
+    return [
+        Batch(inputs, targets) for inputs, targets in zip(batch.inputs.chunk(n), batch.targets.chunk(n), strict=True)
+    ]
+
+
+def scored_counts(parts: list[Batch]) -> list[int]:
+    """How many targets each micro-batch scores (one transfer from the device for all of them)."""
+    return torch.stack([(part.targets != IGNORE_INDEX).sum() for part in parts]).tolist()
+
+
+def accumulate_gradients(
+    loss_of: Loss, batch: Batch, n: int, precision: Precision, no_sync: NoSync | None = None
+) -> Tensor:
+    """Forward and backward of `batch` as `n` micro-batches, adding to each parameter's .grad the
+    gradient of the whole batch's mean loss; returns that loss (detached).
+
+    A micro-batch that scores no target adds nothing to the loss or the gradients and is not run. If
+    none scores any, they all run, and the loss is nan, as the whole batch's would be (the trainer's
+    divergence check reports it). `no_sync`, DistributedDataParallel's, is entered for every backward
+    but the last one run, so each process all-reduces exactly once per step.
+    """
+    parts = micro_batches(batch, n)
+    counts = scored_counts(parts)
+    total = sum(counts)
+    run = [i for i, count in enumerate(counts) if count] or list(range(n))
+    losses = []
+    for i in run:
+        weight = counts[i] / total if total else 1.0
+        sync = no_sync is None or i == run[-1]
+        with contextlib.nullcontext() if sync else no_sync():
+            with precision.autocast():
+                loss = loss_of(parts[i].inputs, parts[i].targets) * weight
+            precision.backward(loss)
+        losses.append(loss.detach())
+    return sum(losses[1:], losses[0])

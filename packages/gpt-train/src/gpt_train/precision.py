@@ -1,0 +1,94 @@
+"""Mixed precision: the forward pass under autocast (bf16 or fp16), and fp16's loss scaling.
+
+The weights, the optimiser state and the gradients stay float32 whatever the setting: autocast runs
+the matrix products (gpt-core's Linear and attention products) in 16 bits, and gpt-core's kernels keep
+their statistics (softmax, LayerNorm, the loss) in float32. The backward runs outside autocast, in the
+dtypes the forward recorded.
+
+fp16 has 5 exponent bits: gradients below 2^-24 flush to zero. So its loss is multiplied by a scale
+(torch.amp.GradScaler, from 2^16) before the backward and the gradients divided by it before they are
+used; a step whose gradients overflowed to inf or nan is skipped and the scale halved. bf16 has
+float32's exponent range and needs no scaling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable
+
+import torch
+
+from gpt_train.config import ConfigError
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+MAX_SKIPPED_STEPS = 50
+"""Steps in a row whose gradients were not finite after which an fp16 run counts as diverged. Each
+skip halves the loss scale: 50 skips take it from 2^16 to 2^-34, so gradients that are still not finite
+are not an overflow that scaling could avoid but a model that produces nan."""
+
+
+def check_precision(dtype: str, device: torch.device) -> None:
+    """Raise ConfigError if `device` cannot train in `dtype` (before anything is written)."""
+    if dtype == "fp16" and device.type != "cuda":
+        raise ConfigError(
+            f"dtype=fp16 needs a CUDA device (its loss scaling is for CUDA's fp16), not {device.type}; "
+            "use dtype=bf16 or fp32"
+        )
+    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"dtype=bf16 is not supported by {torch.cuda.get_device_name(device)}; use fp16 or fp32")
+    if dtype == "bf16" and device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"dtype=bf16 runs on cpu and cuda, not {device.type}; use fp32")
+
+
+class Precision:
+    """The run's precision: `autocast()` around a forward pass, `backward`, `unscale` and `step`
+    around the optimiser, and the count of steps fp16's scaler skipped in a row."""
+
+    def __init__(self, dtype: str, device: torch.device, scaler: torch.amp.GradScaler | None = None):
+        self.dtype = dtype
+        self.device_type = device.type
+        self.scaler = scaler
+        self.skipped_in_a_row = 0
+
+    @classmethod
+    def for_run(cls, dtype: str, device: torch.device) -> Precision:
+        check_precision(dtype, device)
+        scaler = torch.amp.GradScaler(device.type) if dtype == "fp16" else None
+        return cls(dtype, device, scaler)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype not in AUTOCAST_DTYPES:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=AUTOCAST_DTYPES[self.dtype])
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def unscale(self, optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor]) -> bool:
+        """Bring the gradients back to their true size (fp16: divide by the scale); whether they are finite.
+        Without a scaler they are taken as they are: a non-finite loss is the trainer's divergence check."""
+        if self.scaler is None:
+            return True
+        self.scaler.unscale_(optimizer)
+        norms = [p.grad.norm() for p in params if p.grad is not None]
+        return bool(norms) and math.isfinite(torch.stack(norms).sum().item())
+
+    def step(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
+        """The optimiser step, which fp16's scaler skips when the gradients are not finite (and then halves
+        its scale); counts the skips in a row."""
+        if self.scaler is None:
+            optimizer.step()
+            return
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        self.skipped_in_a_row = 0 if finite else self.skipped_in_a_row + 1
+
+    @property
+    def diverged(self) -> bool:
+        return self.skipped_in_a_row >= MAX_SKIPPED_STEPS
+
+    @property
+    def scale(self) -> float | None:
+        return None if self.scaler is None else float(self.scaler.get_scale())
