@@ -134,6 +134,23 @@ def test_init_from_a_model_of_another_vocabulary_is_one_line(cli, bpe_export, tm
     assert_one_line_error(result, "the task has 10 tokens, but the model in", "has 300")
 
 
+def test_init_from_an_exported_sort_model_continues_training_it(cli, tiny_run, exported, tmp_path):
+    """A task with its own vocabulary takes a model of that vocabulary: the run's own export, continued."""
+    run_dir = tmp_path / "more"
+    result = cli(
+        "run", "--task", "sort", "--quiet", "--set", "length=4", *ONE_STEP, "--init-from", exported, "--out", run_dir
+    )
+    assert result.code == 0, result.err
+    _, source = load_run(tiny_run, torch.device("cpu"))
+    start = dict(initial_model(RunConfig.load(run_dir)).named_parameters())
+    assert all(torch.equal(param, start[name]) for name, param in source.named_parameters())
+
+
+def test_init_from_a_directory_that_is_not_there_is_one_line(cli, tmp_path):
+    base = ("run", "--task", "text", "--data", tmp_path / "corpus.txt", "--init-from", tmp_path / "nowhere")
+    assert_one_line_error(cli(*base, "--out", tmp_path / "run"), "nowhere is not a directory")
+
+
 def test_resume_refuses_init_from(cli, tiny_run, exported):
     assert_one_line_error(cli("run", "--resume", tiny_run, "--init-from", exported), "drop --init-from")
 

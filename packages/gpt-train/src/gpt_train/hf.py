@@ -144,6 +144,7 @@ class Pretrained:
 def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) -> dict[str, Any]:
     """For a task that reads a tokenizer file (text), the parameters that make it use the directory's
     tokenizer.json, the one the model was trained with; nothing for a task with its own vocabulary."""
+    read_config(directory)  # a directory that is no GPT-2 is named as such before its tokenizer is looked for
     if "tokenizer_file" not in field_types(params_type):
         return {}
     chosen = sorted(set(given) & set(TOKENIZER_PARAMS))
