@@ -4,8 +4,8 @@
     python benchmarks/hooks_overhead.py --before /tmp/before/packages/gpt-core/src
     python benchmarks/hooks_overhead.py --before ... --after /tmp/after/packages/gpt-core/src  # two commits
 
-Three sides with the same initial weights take turns in every round (alternating order, as in
-`common.interleaved_rounds`): gpt-core from `--before` (an earlier tree, imported beside the
+Three sides with the same initial weights take turns in every round (the order running through all
+six permutations, round after round): gpt-core from `--before` (an earlier tree, imported beside the
 installed one), gpt-core with hook points (`--after`, another tree, or by default the installed one)
 with no hook set, and the same with an identity hook (returning None) on every hook name. `--after`
 at the hooks' own commit keeps later changes out of the comparison. The claim to check is that a
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
@@ -70,6 +72,21 @@ def three_models(
     return [old, plain, hooked]
 
 
+def rotated_rounds(fns: Sequence[Callable[[], object]], rounds: int, calls: int, warmup: int) -> list[list[float]]:
+    """`common.interleaved_rounds`, with the sides' order running through every permutation in turn:
+    on a loaded machine the place in a round (first, after the slowest side, ...) biases a time, and
+    alternating two orders leaves the middle side always in the middle."""
+    interleaved_rounds(fns, 0, warmup=warmup)
+    orders = list(itertools.permutations(range(len(fns))))
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        order = orders[r % len(orders)]
+        seconds = interleaved_rounds([fns[i] for i in order], 1, calls=calls)
+        for i, (second,) in zip(order, seconds, strict=True):
+            times[i].append(second)
+    return times
+
+
 def row(label: str, times: list[list[float]], unit: float) -> list[str]:
     """Median times, the per-round ratios to before, and the ratio of the fastest rounds (the least
     disturbed by a shared machine's load)."""
@@ -84,7 +101,7 @@ def training_row(before: ModuleType, after: ModuleType, name: str, rounds: int, 
     with ExitStack() as stack:
         models = three_models(before, after, config, stack)
         steps = [make_step(m, batch, config.block_size, config.vocab_size, False) for m in models]
-        times = interleaved_rounds(steps, rounds, calls=per_round, warmup=3)
+        times = rotated_rounds(steps, rounds, calls=per_round, warmup=3)
     return row(f"{name}: training step (batch {batch})", times, 1e3)
 
 
@@ -96,7 +113,7 @@ def decoding_row(before: ModuleType, after: ModuleType, name: str, rounds: int, 
         models = [m.eval() for m in three_models(before, after, config, stack)]
         makers = (before.generate, after.generate, after.generate)
         calls = [lambda m=m, g=g: g(m, prompt, n_new, temperature=0.0) for m, g in zip(models, makers, strict=True)]
-        times = interleaved_rounds(calls, rounds, calls=per_round, warmup=2)
+        times = rotated_rounds(calls, rounds, calls=per_round, warmup=2)
     return row(f"{name}: cached greedy decoding, {n_new} tokens (batch 1), per token", times, 1e3 / n_new)
 
 
@@ -104,7 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="an earlier tree's packages/gpt-core/src")
     parser.add_argument("--after", type=Path, help="a tree with hook points (default: the installed gpt_core)")
-    parser.add_argument("--rounds", type=int, default=12, help="rounds (default 12)")
+    parser.add_argument("--rounds", type=int, default=24, help="rounds, best a multiple of 6 orders (default 24)")
     parser.add_argument("--steps-per-round", type=int, default=5, help="calls of each side per round (default 5)")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     args = parser.parse_args()
