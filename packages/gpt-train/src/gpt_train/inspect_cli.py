@@ -78,6 +78,14 @@ def save(record: dict[str, Any], figure, json_path: Path, picture_path: Path) ->
     click.echo(f"wrote {json_path} and {picture_path}")
 
 
+def scored_as(examples: float) -> Callable[[float], str]:
+    """How a score over `examples` prints: with the digits that keep 7 wrong of 250,050 from reading as 1
+    (the summary line's rule, gpt_train.cli.format_value)."""
+    from gpt_train.cli import format_value  # cli registers this module: imported when both are loaded
+
+    return lambda value: format_value(value, examples)
+
+
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns padded to their widest cell, under the header."""
     cells = [list(map(str, header))] + [[str(cell) for cell in row] for row in rows]
@@ -130,14 +138,16 @@ def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) ->
         baseline, means = baseline_and_means(task, model, target, examples)
         scores = [ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in ABLATIONS]
         named = ", ".join(f"{layer}.{head}" for layer, head in chosen)
-        click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {baseline[metric]:.4f}")
+        shown = scored_as(baseline["examples"])
+        click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {shown(baseline[metric])}")
         for how, value in zip(ABLATIONS, scores, strict=True):
-            click.echo(f"  with heads {named} {how}-ablated: {value:.4f}")
+            click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
         return
     result = ablate_each_head(task, model, target, examples)
-    click.echo(f"{metric} on {result.examples:,} held-out examples; nothing ablated: {result.baseline:.4f}")
+    shown = scored_as(result.examples)
+    click.echo(f"{metric} on {result.examples:,} held-out examples; nothing ablated: {shown(result.baseline)}")
     rows = [
-        (layer, head, f"{result.zero[layer][head]:.4f}", f"{result.mean[layer][head]:.4f}")
+        (layer, head, shown(result.zero[layer][head]), shown(result.mean[layer][head]))
         for layer in range(len(result.zero))
         for head in range(len(result.zero[0]))
     ]
@@ -164,10 +174,11 @@ def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
     """
     task, model, target = loaded(run_dir, device)
     lens = logit_lens(task, model, target, examples)
+    shown = scored_as(lens.examples)
     click.echo(f"logit lens on {lens.examples:,} held-out sequences (teacher-forced)")
     header = ("read at", "exact match", "loss", *(f"acc {name}" for name in lens.answer_positions))
     rows = [
-        (depth, f"{lens.exact_match[d]:.4f}", f"{lens.loss[d]:.4f}", *(f"{a:.3f}" for a in lens.accuracy[d]))
+        (depth, shown(lens.exact_match[d]), f"{lens.loss[d]:.4f}", *(shown(a) for a in lens.accuracy[d]))
         for d, depth in enumerate(lens.depths)
     ]
     click.echo(format_table(header, rows))
