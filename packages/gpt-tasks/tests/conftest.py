@@ -86,6 +86,14 @@ def shakespeare_task(corpus_file) -> Task:
 
 
 @pytest.fixture
+def builtin_tasks(sort_task, addition_task, modadd_task, corpus_file) -> list[Task]:
+    """One of each built-in task, the text ones at their default block_size and chunk_size."""
+    shakespeare = get_task("shakespeare", data=str(corpus_file))
+    text = get_task("text", data=str(corpus_file))
+    return [sort_task, addition_task, modadd_task, shakespeare, text]
+
+
+@pytest.fixture
 def tiny_model() -> Callable[..., GPT]:
     """tiny_model(task, **config): an untrained one-layer GPT sized for `task`."""
 

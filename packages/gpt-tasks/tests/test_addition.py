@@ -94,9 +94,11 @@ def test_unlistable_space_is_evaluated_on_a_fixed_sample_of_20000(tiny_model, mo
     assert metrics["examples"] == 20_000 and metrics["exact_match"] == 1.0
 
 
-def test_prompts_end_at_equals_and_attention_example_is_a_heldout_input(addition_task):
+def test_prompts_end_at_equals_and_attention_examples_are_heldout_inputs(addition_task):
     prompts = addition_task.example_prompts()
     assert len(prompts) == 3 and all(len(p) == 8 and p[3] == "+" and p.endswith("=") for p in prompts)
-    example = addition_task.attention_example()
-    assert len(example) == addition_task.block_size
-    assert is_heldout(bytes(int(c) for c in example[0:3] + example[4:7]), 0.1, b"addition")
+    examples = addition_task.attention_examples(4)
+    assert len(set(examples)) == 4 and examples[0] == addition_task.attention_example()
+    for example in examples:
+        assert len(example) == addition_task.block_size
+        assert is_heldout(bytes(int(c) for c in example[0:3] + example[4:7]), 0.1, b"addition")

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from gpt_core import GPT, GPTConfig
-from gpt_tasks import Defaults, TrainSettings, get_task, list_tasks
-
-
-@pytest.fixture
-def builtin_tasks(sort_task, addition_task, modadd_task, corpus_file):
-    shakespeare = get_task("shakespeare", data=str(corpus_file))  # default block_size and chunk_size
-    text = get_task("text", data=str(corpus_file))
-    return [sort_task, addition_task, modadd_task, shakespeare, text]
+from gpt_tasks import Defaults, TrainSettings, list_tasks
 
 
 def test_every_builtin_task_is_covered(builtin_tasks):

@@ -129,12 +129,14 @@ def test_learned_positions_cannot_evaluate_windows_longer_than_trained(shakespea
         shakespeare_task.evaluate(model, "heldout", "cpu", limit=4)
 
 
-def test_prompts_encode_and_attention_example_opens_the_first_heldout_chunk(shakespeare_task, corpus_file):
+def test_prompts_encode_and_attention_examples_open_the_first_heldout_chunks(shakespeare_task, corpus_file):
     text = corpus_file.read_text()
     for prompt in shakespeare_task.example_prompts():
         shakespeare_task.encode(prompt)
-    first = int(shakespeare_task.chunks("heldout")[0])
-    assert shakespeare_task.attention_example() == text[first * 32 : first * 32 + 8]
+    chunks = shakespeare_task.chunks("heldout")[:4].tolist()
+    assert len(chunks) == 4
+    assert shakespeare_task.attention_examples(4) == [text[chunk * 32 : chunk * 32 + 8] for chunk in chunks]
+    assert shakespeare_task.attention_example() == text[chunks[0] * 32 : chunks[0] * 32 + 8]
 
 
 def recorded_params(task) -> dict:

@@ -76,12 +76,14 @@ def test_rope_model_evaluates_runs_longer_than_trained(tiny_model, greedy_by_han
     assert metrics["examples"] == 32 and "position_6_accuracy" in metrics
 
 
-def test_prompts_and_attention_example_are_heldout_text(sort_task):
+def test_prompts_and_attention_examples_are_heldout_text(sort_task):
     for prompt in sort_task.example_prompts():
         assert len(prompt) == 6 and is_heldout_run(prompt)
-    example = sort_task.attention_example()
-    assert len(example) == sort_task.block_size and is_heldout_run(example[:6])
-    assert example[6:] == "".join(sorted(example[:6]))[:5]
+    examples = sort_task.attention_examples(4)
+    assert len(set(examples)) == 4 and examples[0] == sort_task.attention_example()
+    for example in examples:
+        assert len(example) == sort_task.block_size and is_heldout_run(example[:6])
+        assert example[6:] == "".join(sorted(example[:6]))[:5]
 
 
 def is_heldout_run(text: str) -> bool:

@@ -346,16 +346,22 @@ def test_every_tokenizer_holds_out_the_same_chunks(corpus):
     assert held["char"] == held["byte"] == held["bpe"] and held["char"]
 
 
-def test_a_chars_heldout_text_may_hold_unknown_characters_which_are_scored_not_dropped(tmp_path):
-    """Put a character no training chunk has into a held-out chunk (choosing one that keeps it held out)."""
+def corpus_with_a_rare_character(path: Path, at: int) -> tuple[Path, int, str]:
+    """Write a corpus at `path` in which character `at` of the first chunk that can stay held out is one no
+    training chunk has; returns the path, that chunk's number and the character."""
     text = sentences(6000)
     edits = ((c, rare) for c in range(len(text) // 64) for rare in "ẞΩЖ")
     chunk, rare = next(
         (c, rare) for c, rare in edits
-        if is_heldout((text[64 * c : 64 * c + 10] + rare + text[64 * c + 11 : 64 * c + 64]).encode(), 0.1, b"text")
+        if is_heldout((text[64 * c : 64 * c + at] + rare + text[64 * c + at + 1 : 64 * c + 64]).encode(), 0.1, b"text")
     )  # fmt: skip
-    path = tmp_path / "c.txt"
-    path.write_text(text[: 64 * chunk + 10] + rare + text[64 * chunk + 11 :])
+    path.write_text(text[: 64 * chunk + at] + rare + text[64 * chunk + at + 1 :])
+    return path, chunk, rare
+
+
+def test_a_chars_heldout_text_may_hold_unknown_characters_which_are_scored_not_dropped(tmp_path):
+    """Put a character no training chunk has into a held-out chunk (choosing one that keeps it held out)."""
+    path, chunk, rare = corpus_with_a_rare_character(tmp_path / "c.txt", at=10)
     task = text_task(path)
     assert chunk in task.chunks("heldout").tolist() and rare not in task.params.alphabet
     ids = np.asarray(task.cache.tokens[task.cache.offsets[chunk] : task.cache.offsets[chunk + 1]])
@@ -363,6 +369,16 @@ def test_a_chars_heldout_text_may_hold_unknown_characters_which_are_scored_not_d
     assert int(task.chunks("heldout")[0]) == chunk  # the first held-out chunk, yet
     assert rare not in task.attention_example()  # the pictures' example is one the vocabulary can encode
     task.encode(task.attention_example())
+
+
+def test_attention_examples_pass_over_a_heldout_opening_the_vocabulary_cannot_encode(tmp_path):
+    path, chunk, rare = corpus_with_a_rare_character(tmp_path / "c.txt", at=2)  # inside the first 8 tokens
+    task = text_task(path)
+    heldout = task.chunks("heldout").tolist()
+    assert heldout[0] == chunk and task.block_size == 8
+    openings = [task.decode(task.cache.tokens[start : start + 8].tolist()) for start in task.cache.offsets[:-1]]
+    assert rare not in task.params.alphabet and task.tokenizer.unknown_characters(openings[chunk])
+    assert task.attention_examples(3) == [openings[c] for c in heldout[1:4]]
 
 
 # what a run records --------------------------------------------------------------------------------------

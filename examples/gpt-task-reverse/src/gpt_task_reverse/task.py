@@ -2,7 +2,7 @@
 
 Built only on gpt-tasks' public interface, as any third-party task would be. It subclasses
 PromptAnswerTask, which supplies training batches (scored on the answer only), exact-match
-evaluation by greedy generation with the KV cache, example prompts and the attention example;
+evaluation by greedy generation with the KV cache, example prompts and the attention examples;
 the task itself says how its examples are numbered and split and what their tokens are. An
 example is its run of digits, numbered 0 .. 10^length - 1: the run is the prompt, its reverse the
 answer.

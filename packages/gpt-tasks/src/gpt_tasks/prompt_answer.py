@@ -3,7 +3,7 @@ answer, the model is scored on the answer only, and evaluation is greedy generat
 
 A subclass says how examples are numbered and split (`self.split`, an IndexedSplit) and how an
 example number becomes tokens (`sequences`); batches, exact-match evaluation with the KV cache,
-example prompts and the attention example come from here.
+example prompts and the attention examples come from here.
 """
 
 from __future__ import annotations
@@ -95,9 +95,11 @@ class PromptAnswerTask(Task):
         ids = self.split.evaluation_ids("heldout", 3, seed=1)
         return [self.decode(row.tolist()) for row in self.sequences(ids)[:, : self.prompt_length]]
 
-    def attention_example(self) -> str:
-        ids = self.split.evaluation_ids("heldout", 1, seed=1)
-        return self.decode(self.sequences(ids)[0, :-1].tolist())
+    def attention_examples(self, n: int) -> list[str]:
+        """Whole held-out sequences but the last token (what the model reads), from a fixed sample whose first
+        examples are the same whatever `n` for a split that can be listed."""
+        ids = self.split.evaluation_ids("heldout", n, seed=1)
+        return [self.decode(row.tolist()) for row in self.sequences(ids)[:, :-1]]
 
 
 def answer_batch(seq: torch.Tensor, prompt_length: int) -> Batch:

@@ -123,8 +123,30 @@ class Task(ABC):
         """A few prompts for sampling from a trained model."""
 
     @abstractmethod
+    def attention_examples(self, n: int) -> list[str]:
+        """At most `n` held-out examples (each as text, at most block_size tokens) whose attention a run keeps
+        for its pictures and explorer page, in a fixed order, so that every run shows the same ones; the first
+        is the one a single picture draws.
+
+        A task written for the one-example contract defines `attention_example` alone: its one example is
+        then the list (see __init_subclass__)."""
+
     def attention_example(self) -> str:
-        """One held-out example (as text, at most block_size tokens) for attention pictures."""
+        """The first of `attention_examples`, for callers written for the one-example contract."""
+        return self.attention_examples(1)[0]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Keep tasks written for the one-example contract working: a class that defines `attention_example`
+        but not `attention_examples` shows that one example, even where a base class (PromptAnswerTask) lists
+        its own. This runs before ABCMeta counts the abstract methods, so such a class is complete."""
+        super().__init_subclass__(**kwargs)
+        if "attention_example" in vars(cls) and "attention_examples" not in vars(cls):
+            cls.attention_examples = _the_one_attention_example
+
+
+def _the_one_attention_example(task: Task, n: int) -> list[str]:
+    """`attention_examples` of a task that defines only `attention_example`."""
+    return [task.attention_example()]
 
 
 class evaluating:

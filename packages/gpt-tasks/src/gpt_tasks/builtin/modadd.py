@@ -177,8 +177,9 @@ class ModAddTask(Task):
         )
 
     def example_prompts(self) -> list[str]:
-        inputs = self.examples(self.split.evaluation_ids("heldout", 3, seed=1)).inputs
-        return [self.decode(row.tolist()) for row in inputs]
+        return self.attention_examples(3)
 
-    def attention_example(self) -> str:
-        return self.example_prompts()[0]
+    def attention_examples(self, n: int) -> list[str]:
+        """Model inputs of a fixed sample of held-out pairs (the same first pairs whatever `n`)."""
+        inputs = self.examples(self.split.evaluation_ids("heldout", n, seed=1)).inputs
+        return [self.decode(row.tolist()) for row in inputs]

@@ -329,23 +329,26 @@ class TextTask(Task):
             train=TrainSettings(batch_size=12, eval_limit=200, final_eval_limit=self.FINAL_EVAL_LIMIT),
         )
 
-    def heldout_text(self, n_tokens: int) -> str:
-        """The first `n_tokens` of the first held-out chunk that the vocabulary can encode back (a char
-        tokenizer's held-out text may hold characters it does not know)."""
+    def heldout_texts(self, n_tokens: int, n: int) -> list[str]:
+        """The first `n_tokens` of each of the first `n` held-out chunks that the vocabulary can encode back (a
+        char tokenizer's held-out text may hold characters it does not know); the first chunk's when none can."""
+        texts: list[str] = []
         first = None
         for chunk in self.chunks("heldout").tolist():
             start = int(self.chunk_offsets[chunk])
             text = self.decode(self.cache.tokens[start : start + n_tokens].tolist())
+            first = text if first is None else first
             if not self.tokenizer.unknown_characters(text):
-                return text
-            first = first if first is not None else text
-        return first
+                texts.append(text)
+                if len(texts) == n:
+                    break
+        return texts or [first]
 
     def example_prompts(self) -> list[str]:
-        return [self.heldout_text(PROMPT_TOKENS)]
+        return self.heldout_texts(PROMPT_TOKENS, 1)
 
-    def attention_example(self) -> str:
-        return self.heldout_text(self.block_size)
+    def attention_examples(self, n: int) -> list[str]:
+        return self.heldout_texts(self.block_size, n)
 
 
 def _read_bpe(path: Path) -> BpeTokenizer:
