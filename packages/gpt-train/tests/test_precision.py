@@ -1,0 +1,163 @@
+"""Training precision: a bf16 run keeps its dtype through resume; fp16's loss scaling skips an overflowing
+step and the divergence checks still stop a run; verify --dtype bf16; bad settings are one line.
+
+fp16 needs CUDA in a run, but autocast and torch.amp.GradScaler both run on CPU: the fp16 tests put CPU's
+scaler in a Trainer, so the loss scaling, the skipped steps and the divergence checks are the CUDA run's
+code on CPU arithmetic. What they cannot show is CUDA's own fp16 kernels (their overflow points, speed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import TINY, assert_one_line_error
+
+from gpt_train.checkpoint import load_checkpoint
+from gpt_train.config import RunConfig, resolve_run_config
+from gpt_train.distributed import Rank
+from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
+from gpt_train.runs import Run
+from gpt_train.trainer import Trainer
+from gpt_viz import RunLayout
+
+SMALL = {"length": 4, "n_layer": 1, "n_embd": 32, "n_head": 2, "batch_size": 32, "eval_every": 10,
+         "eval_limit": 50, "checkpoint_every": 10, "log_every": 5, "final_eval_limit": 50}  # fmt: skip
+
+
+def fp16_trainer(run_dir: Path, **settings) -> Trainer:
+    config, task = resolve_run_config("sort", SMALL | settings)
+    trainer = Trainer(Run(config, task, RunLayout(run_dir), torch.device("cpu"), Rank(), resume=False), quiet=True)
+    trainer.precision = Precision("fp16", torch.device("cpu"), torch.amp.GradScaler("cpu"))
+    return trainer
+
+
+def make_gradients_non_finite(trainer: Trainer, at: set[int] | None = None, from_step: int | None = None) -> None:
+    """From now on, the token embedding's gradient is nan at the steps `at` (or every step from `from_step`)."""
+
+    def poison(grad: torch.Tensor) -> torch.Tensor:
+        hit = trainer.step in at if at is not None else trainer.step >= from_step
+        return grad * math.nan if hit else grad
+
+    trainer.model.wte.weight.register_hook(poison)
+
+
+def test_fp16_scaler_skips_the_step_whose_gradients_are_not_finite_and_the_run_goes_on(tmp_path):
+    """Step 6 (index 5) gets a nan gradient: its update is skipped (weights unchanged), the scale halves,
+    the next step updates again, and Grokfast's gradient averages never see the nan."""
+    trainer = fp16_trainer(tmp_path, steps=12, grokfast_lambda=2.0)
+    make_gradients_non_finite(trainer, at={5})
+    weights, scales = {}, {}
+
+    def record(step: int) -> None:
+        weights[step] = trainer.model.blocks[0].mlp.fc.weight.detach().clone()
+        scales[step] = trainer.precision.scale
+
+    trainer.on_step = record
+    outcome = trainer.run()
+    assert outcome.reason == "finished"
+    assert torch.equal(weights[6], weights[5])
+    assert not torch.equal(weights[5], weights[4]) and not torch.equal(weights[7], weights[6])
+    assert scales[6] == scales[5] / 2
+    assert all(torch.isfinite(average).all() for average in trainer.grokfast.state_dict().values())
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_fp16_gradients_that_stay_non_finite_end_the_run_as_diverged(tmp_path):
+    trainer = fp16_trainer(tmp_path, steps=80)
+    make_gradients_non_finite(trainer, from_step=12)
+    outcome = trainer.run()
+    last = 12 + MAX_SKIPPED_STEPS  # the step (1-based) whose skip made 50 in a row
+    assert (outcome.reason, outcome.step) == ("diverged", last - 1)
+    assert f"gradients were not finite for {MAX_SKIPPED_STEPS} steps in a row" in outcome.detail
+    assert f"at step {last}; stopped (the last good checkpoint is" in outcome.detail
+    state = load_checkpoint(tmp_path / RunLayout.CHECKPOINT, "sort")
+    assert state.step == 60 and all(torch.isfinite(t).all() for t in state.model.values())
+
+
+def test_a_non_finite_loss_still_stops_an_fp16_run_at_once(tmp_path):
+    trainer = fp16_trainer(tmp_path, steps=30)
+
+    def poison(step: int) -> None:
+        if step == 12:
+            with torch.no_grad():
+                trainer.model.wte.weight.fill_(float("nan"))
+
+    trainer.on_step = poison
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("diverged", 12)
+    assert "loss became nan at step 13" in outcome.detail
+
+
+def test_a_bf16_run_records_its_dtype_and_a_resumed_run_keeps_it(cli, tmp_path):
+    """Interrupted at step 17 and resumed: the same weights, bit for bit, as the run that was not stopped.
+    A resume in float32 would end elsewhere (the last check pins that the two precisions differ)."""
+    whole, split, fp32 = tmp_path / "whole", tmp_path / "split", tmp_path / "fp32"
+    bf16 = ("--set", "dtype=bf16")
+    assert cli(*TINY, *bf16, "--out", whole).code == 0
+    assert json.loads((whole / RunLayout.CONFIG).read_text())["train"]["dtype"] == "bf16"
+    config = RunConfig.load(whole)
+    split.mkdir()
+    config.save(split)
+    run = Run(config, config.build_task(), RunLayout(split), torch.device("cpu"), Rank(), resume=False)
+    trainer = Trainer(run, quiet=True)
+
+    def stop_at_17(step: int) -> None:
+        trainer.stop.requested = step == 17
+
+    trainer.on_step = stop_at_17
+    assert trainer.run().reason == "interrupted"
+    assert cli("run", "--resume", split, "--quiet").code == 0
+    assert cli(*TINY, "--out", fp32).code == 0
+    expected, resumed, in_fp32 = (load_checkpoint(d / RunLayout.CHECKPOINT, "sort").model for d in (whole, split, fp32))
+    assert all(torch.equal(expected[name], resumed[name]) for name in expected)
+    assert not all(torch.equal(expected[name], in_fp32[name]) for name in expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("fp8", "dtype must be one of fp32, bf16, fp16, got 'fp8'"),
+        (
+            "fp16",
+            "dtype=fp16 needs a CUDA device (its loss scaling is for CUDA's fp16), not cpu; use dtype=bf16 or fp32",
+        ),
+    ],
+)
+def test_a_dtype_this_device_cannot_train_in_is_one_line_and_nothing_is_written(cli, tmp_path, value, message):
+    assert_one_line_error(cli(*TINY, "--set", f"dtype={value}", "--out", tmp_path / "run"), message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_an_fp16_run_on_cpu_is_one_line_and_changes_nothing(cli, tiny_run):
+    path = tiny_run / RunLayout.CONFIG
+    config = json.loads(path.read_text())
+    config["train"]["dtype"] = "fp16"  # as a CUDA run would have written it
+    path.write_text(json.dumps(config))
+    before = {p.name: p.read_bytes() for p in tiny_run.iterdir()}
+    assert_one_line_error(cli("run", "--resume", tiny_run), "dtype=fp16 needs a CUDA device")
+    assert {p.name: p.read_bytes() for p in tiny_run.iterdir()} == before
+
+
+def test_verify_in_bf16_passes_gpt_cores_kernels_relative_to_the_references_scale(cli):
+    result = cli("verify", "--dtype", "bf16", "--seed", "0")
+    assert result.code == 0, result.err
+    header = result.out.splitlines()[0]
+    assert "max |diff|/max |ref| fwd" in header and "max |diff|/max |ref| grad" in header
+    assert "all 22 checks within 6e-02" in result.out
+
+
+def softmax_without_max_shift(x: torch.Tensor) -> torch.Tensor:
+    """Right in exact arithmetic; exp overflows on large logits (bf16 has float32's range: above ~88)."""
+    exp = x.exp()
+    return exp / exp.sum(dim=-1, keepdim=True)
+
+
+def test_verify_in_bf16_fails_a_kernel_that_overflows(cli):
+    result = cli(
+        "verify", "--dtype", "bf16", "--seed", "0", "--kernel", "softmax=test_precision:softmax_without_max_shift"
+    )
+    assert_one_line_error(result, "softmax, logits x 1000: output", code=1)
