@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from gpt_viz.canvas import legend_below, new_figure, use_log_scale
+from gpt_viz.canvas import new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike, read_text
 
@@ -124,16 +124,16 @@ def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
     handles += twin.plot(steps, loss, marker="s", color="tab:blue", label="loss (nats per answer token)")
     use_log_scale(twin, "y")
     twin.set_ylabel("loss", color="tab:blue")
-    curves.set_xticks(steps, depths)
+    curves.set_xticks(steps, depths, rotation=30, ha="right")
     curves.set_xlabel("residual stream read at")
     curves.grid(alpha=0.3)
     curves.set_title("answer decoded through the final LayerNorm and head")
-    legend_below(curves, handles)
+    curves.legend(handles=handles, loc="center left", fontsize=8)
     image = _heatmap(grid_ax, accuracy, 0.0, 1.0, depths, positions, ".2f")
     grid_ax.set_xlabel("answer position")
     grid_ax.set_title("accuracy by depth and answer position")
     figure.colorbar(image, ax=grid_ax, label="accuracy", shrink=0.9)
-    figure.suptitle(f"logit lens on {_field(record, 'examples'):,} held-out examples (teacher-forced)")
+    figure.suptitle(f"logit lens on {_field(record, 'examples'):,} held-out sequences (teacher-forced)")
     return figure
 
 
