@@ -4,6 +4,7 @@
     python benchmarks/step_time.py --eager-only
     python benchmarks/step_time.py --by-kernel --configs shakespeare   # where the eager gap goes
     python benchmarks/step_time.py --kernel attention=flash            # a kernel beside gpt-core's and PyTorch's
+    python benchmarks/step_time.py --precision                         # bf16 autocast and grad_accum vs fp32
 
 Each round times `--steps-per-round` full AdamW steps of each model in turn (which model goes first
 alternates), so both see the same machine load; the table reports each model's step time (median over rounds of the
@@ -11,11 +12,16 @@ round's mean step) and the median of the per-round ratios with their range (lowe
 6 x parameters x tokens and is compared with a large fp32 matmul measured in the same run, for the
 hand-written model and (last column) for its built-in twin: what PyTorch's own kernels reach on the
 same machine.
+
+--precision times gpt-train's own step (gpt_train.accumulation, gpt_train.precision) on copies of one model:
+fp32, bf16 autocast, and fp32 with the batch in 4 micro-batches (the same total batch), each as a ratio to
+fp32 in the same round.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -124,12 +130,17 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--by-kernel", action="store_true",
                         help="eager only: swap one kind of hand-written kernel at a time for its built-in")  # fmt: skip
+    parser.add_argument("--precision", action="store_true",
+                        help="eager only: bf16 autocast and grad_accum 4 against fp32, as gpt-train steps")  # fmt: skip
     parser.add_argument("--kernel", metavar="SLOT=NAME",
                         help="eager only: time this kernel (installed, or module:function) beside gpt-core's own "
                         "and PyTorch's")  # fmt: skip
     args = parser.parse_args()
     if args.kernel:
         time_kernel(args)
+        return
+    if args.precision:
+        time_precision(args)
         return
     if args.by_kernel:
         for name in args.configs:
@@ -164,6 +175,50 @@ def time_kernel(args: argparse.Namespace) -> None:
     print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
     header = ["config", "gpt-core ms", f"{kernel} ms", "PyTorch ms", f"{kernel} / gpt-core", f"{kernel} / PyTorch"]
     print_table(header, rows)
+    print(f"peak RSS {peak_rss_mib():.0f} MiB")
+
+
+PRECISION_VARIANTS = {"fp32": ("fp32", 1), "bf16 autocast": ("bf16", 1), "fp32, grad_accum 4": ("fp32", 4)}
+"""--precision's rows: (dtype, grad_accum) as TrainSettings names them."""
+
+
+def gpt_train_step(model: GPT, batch: int, config: GPTConfig, dtype: str, grad_accum: int):
+    """One gpt-train optimiser step: the batch through `accumulate_gradients` under `dtype`, then fused AdamW."""
+    from gpt_tasks import Batch  # only this table needs gpt-train
+    from gpt_train.accumulation import accumulate_gradients
+    from gpt_train.precision import Precision
+
+    precision = Precision(dtype, torch.device("cpu"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        x = torch.randint(config.vocab_size, (batch, config.block_size), generator=gen)
+        optimizer.zero_grad(set_to_none=True)
+        accumulate_gradients(lambda i, t: model(i, t).loss, Batch(x, torch.roll(x, -1, dims=1)), grad_accum, precision)
+        optimizer.step()
+
+    return step
+
+
+def time_precision(args: argparse.Namespace) -> None:
+    """The --precision table: per configuration, each variant's step time and its ratio to fp32's."""
+    rows = []
+    for name in args.configs:
+        config, batch = CONFIGS[name]
+        torch.manual_seed(0)
+        model = GPT(config)
+        steps = [gpt_train_step(copy.deepcopy(model), batch, config, *v) for v in PRECISION_VARIANTS.values()]
+        for step in steps:
+            for _ in range(3):
+                step()
+        times = interleaved_rounds(steps, args.rounds, calls=args.steps_per_round)
+        for label, seconds in zip(PRECISION_VARIANTS, times, strict=True):
+            ratio = ratio_spread(seconds, times[0]).plain() if seconds is not times[0] else "1"
+            rows.append([name, str(batch), label, f"{statistics.median(seconds) * 1e3:.2f}", ratio])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; eager gpt-train steps")
+    print(f"{args.rounds} rounds of {args.steps_per_round} steps of each; ratio to fp32: median over rounds (range)\n")
+    print_table(["config", "batch", "step", "ms", "/ fp32 (range)"], rows)
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
 
 
