@@ -105,7 +105,12 @@ def cli() -> None:
 @click.option("--task", "task_name", help="Task to train (see `gpt-train tasks`).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--steps", type=int, help="Optimiser steps. [default: the task's]")
-@click.option("--batch-size", type=int, help="Sequences per step (per process under torchrun). [default: the task's]")
+@click.option(
+    "--batch-size",
+    type=int,
+    help="Sequences per optimiser step (per process under torchrun), split into --set grad_accum=N micro-batches "
+    "of batch-size/N. [default: the task's]",
+)
 @click.option("--lr", type=float, help="Peak learning rate (after warmup). [default: the task's]")
 @click.option("--weight-decay", type=float, help="AdamW weight decay on weight matrices. [default: the task's]")
 @click.option(
@@ -175,6 +180,7 @@ def run(
       gpt-train run --task sort
       gpt-train run --task sort --device cuda --steps 4000
       gpt-train run --task sort --set pos=rope --set n_layer=4 --out runs/sort-rope
+      gpt-train run --task sort --set dtype=bf16 --set grad_accum=4   # bf16 autocast, 4 micro-batches of 32
       gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
       gpt-train run --task sort --kernel attention=flash
