@@ -13,9 +13,11 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from gpt_viz import SAVE_DPI, RunLayout, save_figure
+from gpt_viz import SAVE_DPI, AttentionSnapshot, RunLayout, save_attention_examples, save_figure
 
 TOKENS = ["1", "2", "+", "3", "4", "=", "4", "6", " ", "$"]
+EXAMPLE_TOKENS = (TOKENS, ["9", "+", "8", "=", "1", "7", "$"], ["5", "0", "+", "5", "0", "=", "1", "0", "0", "$"])
+"""The token labels of the fixture run's attention examples: the first is TOKENS, the second shorter."""
 EVAL_EVERY = 50
 
 
@@ -42,9 +44,9 @@ def training_records(last_step: int = 500) -> list[dict[str, Any]]:
     return records
 
 
-def causal_attention(n_layer: int, n_head: int, length: int) -> np.ndarray:
+def causal_attention(n_layer: int, n_head: int, length: int, seed: int = 0) -> np.ndarray:
     """Softmax of fixed random scores under a causal mask: rows sum to 1, zero above the diagonal."""
-    scores = np.random.default_rng(0).normal(size=(n_layer, n_head, length, length)) * 2
+    scores = np.random.default_rng(seed).normal(size=(n_layer, n_head, length, length)) * 2
     future = np.triu(np.ones((length, length), dtype=bool), k=1)
     scores[..., future] = -np.inf
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -69,16 +71,28 @@ def write_run(
     lines = [json.dumps(record) for record in (records or training_records())]
     RunLayout(run).metrics.write_text("\n".join(lines) + "\n")
     if attention:
-        np.savez(
-            RunLayout(run).attention, weights=causal_attention(n_layer, n_head, len(TOKENS)), tokens=np.array(TOKENS)
-        )
+        save_attention_examples(run, fixture_examples(n_layer, n_head))
     return run
+
+
+def fixture_examples(n_layer: int = 2, n_head: int = 4) -> list[AttentionSnapshot]:
+    """The attention examples of a fixture run: each example's own causal pattern over EXAMPLE_TOKENS."""
+    return [
+        AttentionSnapshot(causal_attention(n_layer, n_head, len(tokens), seed=seed), list(tokens))
+        for seed, tokens in enumerate(EXAMPLE_TOKENS)
+    ]
 
 
 @pytest.fixture
 def tokens() -> list[str]:
     """The token labels of every fixture attention map, including a space and a '$'."""
     return list(TOKENS)
+
+
+@pytest.fixture
+def attention_examples() -> list[AttentionSnapshot]:
+    """What the fixture run's attention.npz holds, example by example (2 layers x 4 heads)."""
+    return fixture_examples()
 
 
 @pytest.fixture
@@ -95,7 +109,7 @@ def make_run(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def run_dir(make_run: Callable[..., Path]) -> Path:
-    """A complete run: config, metrics with evaluations, and attention of 2 layers × 4 heads."""
+    """A complete run: config, metrics with evaluations, and attention of 2 layers × 4 heads on 3 examples."""
     return make_run()
 
 

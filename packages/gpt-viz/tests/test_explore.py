@@ -52,12 +52,23 @@ def write_ablation(run: Path, table: object) -> None:
     RunLayout(run).heads_ablation.write_text(json.dumps(table))
 
 
-def test_page_embeds_every_head_of_every_layer_exactly(run_dir, tokens):
-    (example,) = embedded(explorer_page(run_dir))["attention"]
-    assert example["tokens"] == tokens
-    assert example["shape"] == [2, 4, len(tokens), len(tokens)]
-    with np.load(RunLayout(run_dir).attention) as archive:
-        np.testing.assert_array_equal(embedded_weights(example), archive["weights"])
+def test_page_embeds_every_head_of_every_layer_of_every_example_exactly(run_dir, attention_examples):
+    examples = embedded(explorer_page(run_dir))["attention"]
+    assert len(examples) == len(attention_examples) == 3
+    for example, expected in zip(examples, attention_examples, strict=True):
+        length = len(expected.tokens)  # 10, 7, 10: the shorter one without the file's padding
+        assert example["tokens"] == expected.tokens
+        assert example["shape"] == [2, 4, length, length]
+        np.testing.assert_array_equal(embedded_weights(example), expected.weights)
+
+
+def test_an_attention_file_from_before_several_examples_were_kept_gives_one(make_run, tokens):
+    run = make_run(attention=False)
+    weights = uniform_causal(2, 3, len(tokens))
+    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))  # (L, H, T, T) and (T,)
+    (example,) = embedded(explorer_page(run))["attention"]
+    assert example["tokens"] == tokens and example["shape"] == [2, 3, len(tokens), len(tokens)]
+    np.testing.assert_array_equal(embedded_weights(example), weights)
 
 
 def test_page_embeds_the_training_loss_and_summary_metrics_with_the_primary_one_chosen(make_run, run_dir):

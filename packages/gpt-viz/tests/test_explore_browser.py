@@ -18,7 +18,7 @@ import pytest
 from matplotlib.image import imread
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from gpt_viz import RunLayout
+from gpt_viz import RunLayout, load_attention_examples
 from gpt_viz.explore import write_explorer
 
 VIEWPORT = {"width": 1200, "height": 900}
@@ -96,9 +96,9 @@ def lower_triangle_correlation(luminance: np.ndarray, weights: np.ndarray) -> fl
     return float(np.corrcoef(luminance[below], weights[below])[0, 1])
 
 
-def attention_weights(run_dir: Path) -> np.ndarray:
-    with np.load(RunLayout(run_dir).attention) as archive:
-        return archive["weights"]
+def attention_weights(run_dir: Path, example: int = 0) -> np.ndarray:
+    """One example's weights (n_layer, n_head, T, T) as the run's attention file holds them."""
+    return load_attention_examples(run_dir)[example].weights
 
 
 def test_the_page_renders_a_real_picture(page):
@@ -111,6 +111,7 @@ def test_the_page_renders_a_real_picture(page):
     assert page.input_value("#metric") == "heldout_exact_match"  # the config's primary metric on the right axis
     assert page.locator("#overview figure").count() == 2 * 4
     assert page.locator("#tokens span").count() == 10
+    assert page.locator("#example option").all_inner_texts() == ["1: 12+34=46\u2423$", "2: 9+8=17$", "3: 50+50=100$"]
 
 
 def test_choosing_another_head_draws_that_heads_pattern(page, run_dir):
@@ -126,6 +127,26 @@ def test_choosing_another_head_draws_that_heads_pattern(page, run_dir):
     assert lower_triangle_correlation(luminance, weights[last_layer, 2]) > 0.98
     assert lower_triangle_correlation(luminance, weights[last_layer, 0]) < 0.9
     assert page.locator("#overview figure.selected figcaption").inner_text() == f"L{last_layer} H2"
+
+
+def test_choosing_another_example_draws_that_examples_pattern(page, run_dir):
+    last_layer = attention_weights(run_dir).shape[0] - 1
+    first, second, third = (attention_weights(run_dir, example)[last_layer, 0] for example in range(3))
+    before = pixels(page.locator("#attention").screenshot())
+    assert lower_triangle_correlation(cell_luminance(page), first) > 0.98
+
+    page.select_option("#example", "2")  # the same length as the first, its own pattern
+    luminance = cell_luminance(page)
+    assert not np.array_equal(before, pixels(page.locator("#attention").screenshot()))
+    assert lower_triangle_correlation(luminance, third) > 0.98
+    assert lower_triangle_correlation(luminance, first) < 0.9
+    assert page.locator("#tokens").inner_text().split() == ["5", "0", "+", "5", "0", "=", "1", "0", "0", "$"]
+
+    page.select_option("#example", "1")  # shorter: 7 positions, none of the file's padding
+    assert page.locator("#attention").evaluate("c => [c.dataset.example, +c.dataset.tokens]") == ["1", 7]
+    assert lower_triangle_correlation(cell_luminance(page), second) > 0.98
+    assert page.locator("#tokens span").count() == 7
+    assert page.locator("#overview figure.selected figcaption").inner_text() == f"L{last_layer} H0"
 
 
 def test_hovering_a_cell_shows_that_heads_weight_for_that_query_and_key(page, run_dir):

@@ -6,7 +6,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt_viz import RunLayout, VizError, available_metrics, load_attention, load_config, load_metrics, metric_series
+from gpt_viz import (
+    AttentionSnapshot,
+    RunLayout,
+    VizError,
+    available_metrics,
+    load_attention,
+    load_attention_examples,
+    load_config,
+    load_metrics,
+    metric_series,
+    save_attention_examples,
+)
 
 
 def test_load_metrics_returns_one_record_per_line_in_file_order(run_dir):
@@ -105,6 +116,68 @@ def test_load_attention_reads_weights_and_token_labels(run_dir):
     assert snapshot.tokens[:3] == ["1", "2", "+"]
 
 
+def test_every_attention_example_reads_back_at_its_own_length(run_dir, attention_examples):
+    examples = load_attention_examples(run_dir)
+    assert [len(example.tokens) for example in examples] == [10, 7, 10]
+    for example, expected in zip(examples, attention_examples, strict=True):
+        assert example.tokens == expected.tokens
+        np.testing.assert_array_equal(example.weights, expected.weights)
+    np.testing.assert_array_equal(load_attention(run_dir).weights, attention_examples[0].weights)
+
+
+def test_the_attention_file_pads_shorter_examples_to_the_longest(run_dir):
+    with np.load(RunLayout(run_dir).attention) as archive:
+        weights, tokens, lengths = archive["weights"], archive["tokens"], archive["lengths"]
+    assert weights.shape == (3, 2, 4, 10, 10) and weights.dtype == np.float32
+    assert tokens.shape == (3, 10) and lengths.tolist() == [10, 7, 10]
+    assert tokens[1, 7:].tolist() == ["", "", ""] and not weights[1, :, :, 7:].any() and not weights[1, ..., 7:].any()
+
+
+def test_an_attention_file_from_before_several_examples_were_kept_reads_as_one(run_dir, layer_weights, tokens):
+    weights = np.stack([layer_weights, layer_weights[::-1]])  # (L, H, T, T), as runs wrote it then
+    np.savez(RunLayout(run_dir).attention, weights=weights, tokens=np.array(tokens))
+    (example,) = load_attention_examples(run_dir)
+    assert example.tokens == tokens
+    np.testing.assert_array_equal(example.weights, weights)
+    np.testing.assert_array_equal(load_attention(run_dir).weights, weights)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"tokens": np.array([["a", "b"]])}, "lacks the array 'lengths', which weights of five axes need"),
+        ({"tokens": np.array([["a", "b"]]), "lengths": np.array([3])}, r"lengths must be one whole number from 1 to 2"),
+        ({"tokens": np.array([["a", "b"]]), "lengths": np.array([0])}, r"from 1 to 2 per example, got \[0\]"),
+        ({"tokens": np.array([["a", "b"]]), "lengths": np.array([1.5])}, "lengths must be one whole number"),
+        ({"tokens": np.array([["a", "b"]]), "lengths": np.array([2, 2])}, "lengths must be one whole number"),
+        ({"tokens": np.array(["a", "b"]), "lengths": np.array([2])}, r"tokens have shape \(2,\); expected \(1, 2\)"),
+    ],
+)
+def test_a_five_axis_attention_file_needs_a_length_and_a_row_of_tokens_per_example(run_dir, arrays, message):
+    np.savez(RunLayout(run_dir).attention, weights=np.full((1, 1, 1, 2, 2), 0.5), **arrays)
+    with pytest.raises(VizError, match=message):
+        load_attention_examples(run_dir)
+
+
+def test_an_attention_file_with_no_examples_says_so(run_dir):
+    empty = {"weights": np.zeros((0, 1, 1, 2, 2)), "tokens": np.zeros((0, 2), dtype=str), "lengths": np.zeros(0, int)}
+    np.savez(RunLayout(run_dir).attention, **empty)
+    with pytest.raises(VizError, match="holds no examples"):
+        load_attention(run_dir)
+
+
+def test_saving_attention_needs_examples_of_one_model(run_dir, attention_examples):
+    with pytest.raises(VizError, match="no attention examples to save"):
+        save_attention_examples(run_dir, [])
+    other = AttentionSnapshot(attention_examples[1].weights[:1], attention_examples[1].tokens)  # one layer, not two
+    with pytest.raises(VizError, match=r"disagree on \(n_layer, n_head\): \[\(1, 4\), \(2, 4\)\]"):
+        save_attention_examples(run_dir, [attention_examples[0], other])
+    with pytest.raises(VizError, match="cover 10 positions but there are 7 tokens"):
+        save_attention_examples(
+            run_dir, [AttentionSnapshot(attention_examples[0].weights, attention_examples[1].tokens)]
+        )
+
+
 def test_missing_attention_file_is_reported(make_run):
     run = make_run(attention=False)
     with pytest.raises(VizError, match=r"attention\.npz is missing"):
@@ -125,7 +198,7 @@ def test_attention_that_is_not_square_is_rejected(run_dir):
 
 def test_attention_without_layer_and_head_axes_is_rejected(run_dir):
     np.savez(RunLayout(run_dir).attention, weights=np.zeros((3, 3)), tokens=np.array(["a", "b", "c"]))
-    with pytest.raises(VizError, match=r"expected \(n_layer, n_head, T, T\)"):
+    with pytest.raises(VizError, match=r"expected \(examples, n_layer, n_head, T, T\), or \(n_layer, n_head, T, T\)"):
         load_attention(run_dir)
 
 

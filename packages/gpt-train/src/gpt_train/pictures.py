@@ -1,28 +1,40 @@
 """The pictures a finished run leaves behind: curves, attention maps, and the grokking plot.
 
-Drawing belongs to gpt-viz; this module only gathers the arrays (the attention of one held-out
-example) and asks for the figures. A picture that cannot be drawn is reported and skipped: it
+Drawing belongs to gpt-viz; this module only gathers the arrays (the attention of a few held-out
+examples) and asks for the figures. A picture that cannot be drawn is reported and skipped: it
 must never cost the user the run it describes.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import Task, evaluating
-from gpt_viz import TRAIN, RunLayout
+from gpt_viz import TRAIN, AttentionSnapshot, RunLayout
+
+ATTENTION_EXAMPLES = 4
+"""Held-out examples a run keeps the attention of: enough to choose between in `gpt-viz explore`, few enough
+that the file stays small (each is n_layer x n_head x T x T numbers)."""
 
 
 def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> None:
-    """attention.npz: every layer's attention (n_layer, n_head, T, T) on the task's held-out example."""
-    ids = task.encode(task.attention_example())[: model.config.block_size]
+    """attention.npz: every layer's attention on each of the task's first ATTENTION_EXAMPLES attention
+    examples (gpt_viz.run_data has the format)."""
     with evaluating(model):
-        attention = model(torch.tensor([ids], device=device), return_attention=True).attention
-    weights = attention[:, 0].float().cpu().numpy()  # (L, H, T, T)
-    np.savez(layout.attention, weights=weights, tokens=np.array(task.token_labels(ids)))
+        examples = [
+            attention_on(task, model, device, text)
+            for text in task.attention_examples(ATTENTION_EXAMPLES)[:ATTENTION_EXAMPLES]
+        ]
+    gpt_viz.save_attention_examples(layout.root, examples)
+
+
+def attention_on(task: Task, model: GPT, device: torch.device, text: str) -> AttentionSnapshot:
+    """Every layer's attention (n_layer, n_head, T, T) on `text`, cut to the model's block_size, and its labels."""
+    ids = task.encode(text)[: model.config.block_size]
+    attention = model(torch.tensor([ids], device=device), return_attention=True).attention  # (L, 1, H, T, T)
+    return AttentionSnapshot(weights=attention[:, 0].float().cpu().numpy(), tokens=task.token_labels(ids))
 
 
 def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:

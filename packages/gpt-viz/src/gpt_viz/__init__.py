@@ -17,9 +17,11 @@ from gpt_viz.run_data import (
     AttentionSnapshot,
     available_metrics,
     load_attention,
+    load_attention_examples,
     load_config,
     load_metrics,
     metric_series,
+    save_attention_examples,
 )
 from gpt_viz.run_layout import (
     AXIS_KEYS,
@@ -57,9 +59,11 @@ __all__ = [
     "grokking",
     "length_generalisation",
     "load_attention",
+    "load_attention_examples",
     "load_config",
     "load_metrics",
     "metric_series",
+    "save_attention_examples",
     "save_figure",
     "training_curves",
 ]

@@ -29,7 +29,7 @@ from gpt_viz.run_data import (
     PathLike,
     Record,
     available_metrics,
-    load_attention,
+    load_attention_examples,
     load_config,
     load_metrics,
     read_text,
@@ -120,14 +120,17 @@ def _attention_examples(run: Path) -> list[AttentionSnapshot]:
     """The attention file's examples; none while a run has not written it yet (it comes at the end)."""
     if not RunLayout(run).attention.is_file():
         return []
-    snapshot = load_attention(run)
+    return [_as_float32(snapshot, RunLayout(run).attention) for snapshot in load_attention_examples(run)]
+
+
+def _as_float32(snapshot: AttentionSnapshot, path: Path) -> AttentionSnapshot:
     try:
         weights = snapshot.weights.astype("<f4")  # little-endian float32: what a browser's Float32Array reads
     except (TypeError, ValueError) as error:
-        raise VizError(f"{RunLayout(run).attention}: weights are not numbers ({snapshot.weights.dtype})") from error
+        raise VizError(f"{path}: weights are not numbers ({snapshot.weights.dtype})") from error
     if not np.all(np.isfinite(weights)):
-        raise VizError(f"{RunLayout(run).attention}: weights hold NaN or infinite values")
-    return [AttentionSnapshot(weights=weights, tokens=snapshot.tokens)]
+        raise VizError(f"{path}: weights hold NaN or infinite values")
+    return AttentionSnapshot(weights=weights, tokens=snapshot.tokens)
 
 
 def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:

@@ -2,10 +2,22 @@
 
 A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per
 logged step) and, optionally, ``attention.npz`` (attention weights of every
-layer and head on one held-out example); :mod:`gpt_viz.run_layout` owns those
+layer and head on a few held-out examples); :mod:`gpt_viz.run_layout` owns those
 names.  Everything here turns malformed input (unreadable, not UTF-8, not JSON,
 not an archive) into a one-line :class:`~gpt_viz.errors.VizError` naming the
 file instead of a traceback.
+
+``attention.npz`` is also written here (:func:`save_attention_examples`), so that
+its format is spelled once, beside its reader.  It holds N examples of possibly
+different lengths, padded to the longest, T:
+
+- ``weights`` (N, n_layer, n_head, T, T) float32, query × key, zero outside each
+  example's own (length × length) corner;
+- ``tokens`` (N, T) strings, ``""`` after each example's last token;
+- ``lengths`` (N,) integers, each example's token count.
+
+A file from before runs kept several examples holds ``weights`` (n_layer,
+n_head, T, T) and ``tokens`` (T,) only, and reads as one example.
 """
 
 from __future__ import annotations
@@ -145,20 +157,84 @@ def metric_series(records: Iterable[Record], key: str, *, source: str = "the rec
 
 
 def load_attention(run_dir: PathLike) -> AttentionSnapshot:
-    """Read ``attention.npz`` and check that the weights match the tokens."""
+    """The first example of ``attention.npz``: the one a single picture draws."""
+    return load_attention_examples(run_dir)[0]
+
+
+def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
+    """Every example of ``attention.npz``, each cut to its own length and checked against its tokens."""
     path = RunLayout(run_directory(run_dir)).attention
     if not path.is_file():
         raise VizError(f"{path} is missing")
-    weights, tokens = _read_npz_arrays(path, ("weights", "tokens"))
-    if weights.ndim != 4:
-        raise VizError(f"{path}: weights have shape {weights.shape}; expected (n_layer, n_head, T, T)")
-    labels = [str(token) for token in np.asarray(tokens).astype(str).ravel()]
+    arrays = _read_npz_arrays(path, ("weights", "tokens"), optional=("lengths",))
+    weights, tokens = arrays["weights"], arrays["tokens"]
+    if weights.ndim == 4:  # one example, as runs wrote it before they kept several
+        return [_checked_snapshot(weights, np.asarray(tokens).ravel())]
+    if weights.ndim != 5:
+        raise VizError(
+            f"{path}: weights have shape {weights.shape}; expected (examples, n_layer, n_head, T, T), "
+            "or (n_layer, n_head, T, T) for one example"
+        )
+    lengths = _checked_lengths(arrays.get("lengths"), weights.shape, path)
+    if tokens.shape != (len(weights), weights.shape[-1]):
+        expected = (len(weights), weights.shape[-1])
+        raise VizError(f"{path}: tokens have shape {tokens.shape}; expected {expected}, one row per example")
+    return [
+        _checked_snapshot(example[:, :, :length, :length], labels[:length])
+        for example, labels, length in zip(weights, tokens, lengths.tolist(), strict=True)
+    ]
+
+
+def _checked_lengths(lengths: np.ndarray | None, shape: tuple[int, ...], path: Path) -> np.ndarray:
+    """The examples' token counts: one whole number from 1 to T per example."""
+    if lengths is None:
+        raise VizError(f"{path} lacks the array 'lengths', which weights of five axes need")
+    if shape[0] == 0:
+        raise VizError(f"{path} holds no examples")
+    positions = shape[-1]
+    if (
+        lengths.shape != shape[:1]
+        or lengths.dtype.kind not in "iu"
+        or not np.all((lengths >= 1) & (lengths <= positions))
+    ):
+        raise VizError(
+            f"{path}: lengths must be one whole number from 1 to {positions} per example, got {lengths.tolist()}"
+        )
+    return lengths
+
+
+def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray) -> AttentionSnapshot:
+    labels = [str(token) for token in tokens.astype(str)]
     check_attention_shape(weights, labels)
     return AttentionSnapshot(weights=weights, tokens=labels)
 
 
-def _read_npz_arrays(path: Path, names: tuple[str, ...]) -> list[np.ndarray]:
-    """The named arrays of an .npz archive; pickled (object) arrays are refused, not executed.
+def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnapshot]) -> Path:
+    """Write ``attention.npz`` for ``examples`` (each of weights (n_layer, n_head, T_i, T_i) and T_i tokens) in
+    the format of this module's docstring, and return its path."""
+    if not examples:
+        raise VizError("no attention examples to save")
+    for example in examples:
+        check_attention_shape(example.weights, example.tokens)
+    heads = {example.weights.shape[:2] for example in examples}
+    if len(heads) != 1:
+        raise VizError(f"attention examples disagree on (n_layer, n_head): {sorted(heads)}")
+    lengths = np.array([len(example.tokens) for example in examples], dtype=np.int64)
+    longest = int(lengths.max())
+    weights = np.zeros((len(examples), *heads.pop(), longest, longest), dtype=np.float32)  # (N, L, H, T, T)
+    for padded, example, length in zip(weights, examples, lengths, strict=True):
+        padded[:, :, :length, :length] = example.weights
+    tokens = np.array(
+        [list(example.tokens) + [""] * (longest - len(example.tokens)) for example in examples], dtype=str
+    )
+    path = RunLayout(run_directory(run_dir)).attention
+    np.savez(path, weights=weights, tokens=tokens, lengths=lengths)
+    return path
+
+
+def _read_npz_arrays(path: Path, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The named arrays of an .npz archive, and those of ``optional`` that it holds; pickled (object) arrays are
+    refused, not executed.
 
     Anything that is not a zip archive is said to be so up front: left to ``np.load``, random bytes
     or text would be "pickled data", a bare .npy an array without a context manager, an empty file EOF.
@@ -167,8 +243,9 @@ def _read_npz_arrays(path: Path, names: tuple[str, ...]) -> list[np.ndarray]:
         raise VizError(f"{path} is not a readable .npz archive (not a zip of numpy arrays)")
     try:
         with np.load(path, allow_pickle=False) as archive:
-            _check_members(archive, path, names)
-            return [archive[name] for name in names]
+            present = names + tuple(name for name in optional if f"{name}.npy" in archive.zip.namelist())
+            _check_members(archive, path, names, present)
+            return {name: archive[name] for name in present}
     except _DAMAGED_ARCHIVE as error:
         raise VizError(f"{path} is not a readable .npz archive: {error}") from error
 
@@ -183,13 +260,14 @@ def _starts_like_a_zip(path: Path) -> bool:
     return start in _ZIP_STARTS
 
 
-def _check_members(archive: Any, path: Path, names: tuple[str, ...]) -> None:
-    """Fail unless each name is a stored .npy array of plain values: object arrays would need unpickling."""
+def _check_members(archive: Any, path: Path, names: tuple[str, ...], present: tuple[str, ...]) -> None:
+    """Fail unless each of ``names`` is stored and each of ``present`` is an .npy array of plain values: object
+    arrays would need unpickling."""
     members = set(archive.zip.namelist())
     missing = [name for name in names if f"{name}.npy" not in members]
     if missing:
         raise VizError(f"{path} lacks the array {missing[0]!r}; it needs {', '.join(map(repr, names))}")
-    pickled = [name for name in names if _stored_dtype(archive, name).hasobject]
+    pickled = [name for name in present if _stored_dtype(archive, name).hasobject]
     if pickled:
         raise VizError(
             f"{path} stores {pickled[0]!r} as pickled Python objects, which gpt-viz never loads; "

@@ -96,7 +96,9 @@ class RunLayout:
     CHECKPOINT = "checkpoint.safetensors"
     """Weights, optimiser and RNG state (written atomically)."""
     ATTENTION = "attention.npz"
-    """Every layer's attention on one held-out example: weights (L, H, T, T) and token labels."""
+    """Every layer's attention on a few held-out examples: weights (N, L, H, T, T), token labels
+    (N, T) and lengths (N,), shorter examples padded to the longest (format: gpt_viz.run_data). A run from before
+    several were kept has weights (L, H, T, T) and tokens (T,): one example."""
     CURVES_PICTURE = "curves.png"
     ATTENTION_PICTURE = "attention.png"
     GROKKING_PICTURE = "grokking.png"

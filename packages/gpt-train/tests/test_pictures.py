@@ -1,0 +1,73 @@
+"""What a finished run keeps of its model's attention: the task's first few held-out attention examples, each the
+model's own attention on it, at its own length."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gpt_core import GPT
+from gpt_tasks import get_task
+from gpt_tasks.builtin.sort import SortTask
+from gpt_train.pictures import ATTENTION_EXAMPLES, save_attention
+from gpt_train.runs import load_run
+from gpt_viz import RunLayout, load_attention_examples
+
+CPU = torch.device("cpu")
+
+
+def model_attention(model: GPT, ids: list[int]) -> np.ndarray:
+    """(n_layer, n_head, T, T) of `model` on `ids`, computed here."""
+    model.eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids]), return_attention=True).attention[:, 0].numpy()
+
+
+def test_a_finished_run_keeps_the_models_attention_on_the_tasks_first_examples(tiny_run):
+    config, model = load_run(tiny_run, CPU)
+    task = config.build_task()
+    texts = task.attention_examples(ATTENTION_EXAMPLES)
+    examples = load_attention_examples(tiny_run)
+    assert len(examples) == ATTENTION_EXAMPLES == 4
+    for example, text in zip(examples, texts, strict=True):
+        ids = task.encode(text)
+        assert example.tokens == task.token_labels(ids)
+        np.testing.assert_allclose(example.weights, model_attention(model, ids), rtol=0, atol=1e-6)
+
+
+class UnevenSort(SortTask):
+    """Attention examples of three lengths, the last longer than the model's block (sort length 4: 7 tokens)."""
+
+    name = "uneven_sort"
+
+    def attention_examples(self, n: int) -> list[str]:
+        return ["3141", "27", "1234567890"][:n]
+
+
+class OneExampleSort(SortTask):
+    """A task written for the one-example contract."""
+
+    name = "one_example_sort"
+
+    def attention_example(self) -> str:
+        return "4321123"
+
+
+def test_examples_of_different_lengths_are_kept_each_at_its_own_length_and_cut_to_the_block(tmp_path):
+    task = UnevenSort(get_task("sort", length=4).params)
+    torch.manual_seed(0)
+    model = GPT(task.model_config(n_layer=2, n_head=2, n_embd=16))
+    save_attention(task, model, CPU, RunLayout(tmp_path))
+    examples = load_attention_examples(tmp_path)
+    assert [example.tokens for example in examples] == [list("3141"), list("27"), list("1234567")]
+    for example in examples:
+        ids = task.encode("".join(example.tokens))
+        np.testing.assert_array_equal(example.weights, model_attention(model, ids))
+
+
+def test_a_task_with_only_the_one_example_method_keeps_that_example(tmp_path):
+    task = OneExampleSort(get_task("sort", length=4).params)
+    model = GPT(task.model_config(n_layer=1, n_head=2, n_embd=16))
+    save_attention(task, model, CPU, RunLayout(tmp_path))
+    (example,) = load_attention_examples(tmp_path)
+    assert example.tokens == list("4321123") and example.weights.shape == (1, 2, 7, 7)
