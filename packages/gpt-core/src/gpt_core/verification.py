@@ -6,13 +6,14 @@ package never names them, so its source stays hand-written from end to end.
 
 In float64 (and float32) a difference is absolute: max |ours - theirs|, both computed in that dtype.
 In a 16-bit dtype (bf16, fp16) the kernel runs on 16-bit inputs and the reference on the same values
-in float64, and the difference is relative to the reference's scale, max |ours - theirs| / max |theirs|:
+in float64, and the difference is relative to the reference's scale: max |ours - theirs| / max(1, max |theirs|).
  - float64 reference: the reference's own 16-bit rounding is not ours to answer for. PyTorch's bf16
-   softmax gradient on logits x 1000 is off from the float64 one by 100% of its largest value, where
-   ours, with its statistics in float32, is off by 0.02%.
+   softmax gradient on logits x 1000 (a gradient whose largest value is 3.5e-11) is off from the
+   float64 one by 100% of that value, ours, with its statistics in float32, by 0.02%.
  - relative: rounding to 8 significant bits (bf16) moves a value by up to 2^-8 of itself, so a kernel
    is off by 0.03 on outputs near 8 and by 0.0001 on outputs near 0.03; a relative measure has one
-   bound for both.
+   bound for both. Below a scale of 1 it is absolute: a gradient that is ~0 (that softmax's) is not
+   held to a precision relative to itself that no 16- or 32-bit arithmetic reaches.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class Row:
     grad: float | None
     forward_at: str = ""
     grad_at: str = ""
-    relative: bool = False  # differences relative to the reference's largest |value| (16-bit dtypes)
+    relative: bool = False  # differences over max(1, the reference's largest |value|) (16-bit dtypes)
 
     def failure(self, tolerance: float) -> str | None:
         """One line saying which output differs, by how much and where, if this row exceeds `tolerance`."""
@@ -70,7 +71,7 @@ class Row:
             if diff is not None and not diff <= tolerance:
                 if math.isinf(diff):
                     return f"{self.component}: {where}"
-                scale = " of its largest |value|" if self.relative else ""
+                scale = " of the reference's scale" if self.relative else ""
                 by = f"by {diff:.1e}{scale}, which exceeds the tolerance {tolerance:.0e}"
                 return f"{self.component}: {where} differs from {self.reference} {by}"
         return None
@@ -209,8 +210,8 @@ def is_relative(dtype: torch.dtype) -> bool:
 
 
 def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = False) -> Difference:
-    """The largest |ours - theirs| and where it is ("output [0, 1, 2, 5]"); divided by max |theirs| if
-    `relative`. The subtraction is in float64, so it adds no rounding of its own. A missing tensor, a wrong
+    """The largest |ours - theirs| and where it is ("output [0, 1, 2, 5]"); divided by max(1, max |theirs|)
+    if `relative`. The subtraction is in float64, so it adds no rounding of its own. A missing tensor, a wrong
     shape or a non-finite value is an infinite difference: nan must fail, not compare false."""
     if ours is None:
         return math.inf, f"{name} is missing: the kernel gave no gradient"
@@ -424,9 +425,9 @@ def _check_references(references: References) -> None:
 
 
 def format_report(rows: Sequence[Row]) -> str:
-    """A plain-text table: component, reference, max |diff| forward, max |diff| grad (each over max |ref|
-    when the rows are relative, as in a 16-bit report)."""
-    diff = "max |diff|/max |ref|" if any(r.relative for r in rows) else "max |diff|"
+    """A plain-text table: component, reference, max |diff| forward, max |diff| grad (each over
+    max(1, max |ref|) when the rows are relative, as in a 16-bit report)."""
+    diff = "max |diff|/max(1,|ref|)" if any(r.relative for r in rows) else "max |diff|"
     header = ("component", "reference", f"{diff} fwd", f"{diff} grad")
     body = [(r.component, r.reference, f"{r.forward:.1e}", "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(4)]
