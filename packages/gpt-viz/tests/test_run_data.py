@@ -166,12 +166,14 @@ def test_an_attention_file_with_no_examples_says_so(run_dir):
         load_attention(run_dir)
 
 
-def test_saving_attention_needs_examples_of_one_model(run_dir, attention_examples):
+def test_saving_attention_needs_well_shaped_examples_of_one_model(run_dir, attention_examples, tokens):
     with pytest.raises(VizError, match="no attention examples to save"):
         save_attention_examples(run_dir, [])
     other = AttentionSnapshot(attention_examples[1].weights[:1], attention_examples[1].tokens)  # one layer, not two
     with pytest.raises(VizError, match=r"disagree on \(n_layer, n_head\): \[\(1, 4\), \(2, 4\)\]"):
         save_attention_examples(run_dir, [attention_examples[0], other])
+    with pytest.raises(VizError, match=r"shape \(4, 10, 10\) are not \(n_layer, n_head, T, T\)"):
+        save_attention_examples(run_dir, [AttentionSnapshot(attention_examples[0].weights[0], tokens)])
     with pytest.raises(VizError, match="cover 10 positions but there are 7 tokens"):
         save_attention_examples(
             run_dir, [AttentionSnapshot(attention_examples[0].weights, attention_examples[1].tokens)]

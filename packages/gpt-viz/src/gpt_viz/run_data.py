@@ -176,8 +176,8 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
             "or (n_layer, n_head, T, T) for one example"
         )
     lengths = _checked_lengths(arrays.get("lengths"), weights.shape, path)
-    if tokens.shape != (len(weights), weights.shape[-1]):
-        expected = (len(weights), weights.shape[-1])
+    expected = (len(weights), weights.shape[-1])
+    if tokens.shape != expected:
         raise VizError(f"{path}: tokens have shape {tokens.shape}; expected {expected}, one row per example")
     return [
         _checked_snapshot(example[:, :, :length, :length], labels[:length])
@@ -215,6 +215,8 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
     if not examples:
         raise VizError("no attention examples to save")
     for example in examples:
+        if example.weights.ndim != 4:
+            raise VizError(f"attention weights of shape {example.weights.shape} are not (n_layer, n_head, T, T)")
         check_attention_shape(example.weights, example.tokens)
     heads = {example.weights.shape[:2] for example in examples}
     if len(heads) != 1:
