@@ -92,6 +92,32 @@ def test_a_non_finite_loss_still_stops_an_fp16_run_at_once(tmp_path):
     assert "loss became nan at step 13" in outcome.detail
 
 
+def test_an_interrupted_fp16_run_resumes_with_its_loss_scale(tmp_path, monkeypatch):
+    """The scale halved at step 6 travels in the checkpoint of step 8: the resumed run goes on at 2^15, not
+    at a fresh scaler's 2^16, and ends with the uninterrupted run's weights and scale."""
+    monkeypatch.setattr(
+        Precision, "for_run", lambda dtype, device: Precision("fp16", device, torch.amp.GradScaler("cpu"))
+    )
+    config, task = resolve_run_config("sort", SMALL | {"steps": 12})
+
+    def trainer_in(run_dir: Path, resume: bool = False) -> Trainer:
+        run_dir.mkdir(exist_ok=True)
+        trainer = Trainer(Run(config, task, RunLayout(run_dir), torch.device("cpu"), Rank(), resume), quiet=True)
+        make_gradients_non_finite(trainer, at={5})
+        return trainer
+
+    whole = trainer_in(tmp_path / "whole")
+    assert whole.run().reason == "finished"
+    interrupted = trainer_in(tmp_path / "split")
+    interrupted.on_step = lambda step: setattr(interrupted.stop, "requested", step == 8)
+    assert interrupted.run().reason == "interrupted"
+    resumed = trainer_in(tmp_path / "split", resume=True)
+    assert (resumed.step, resumed.precision.scale) == (8, 2.0**15)
+    assert resumed.run().reason == "finished"
+    assert resumed.precision.scale == whole.precision.scale == 2.0**15
+    assert all(torch.equal(a, b) for a, b in zip(resumed.model.parameters(), whole.model.parameters(), strict=True))
+
+
 def test_a_bf16_run_records_its_dtype_and_a_resumed_run_keeps_it(cli, tmp_path):
     """Interrupted at step 17 and resumed: the same weights, bit for bit, as the run that was not stopped.
     A resume in float32 would end elsewhere (the last check pins that the two precisions differ)."""

@@ -38,6 +38,7 @@ class TrainingState:
     optimizer: dict[str, Any]
     rng: dict[str, torch.Tensor]
     grokfast: dict[str, torch.Tensor] = field(default_factory=dict)  # Grokfast's gradient averages, by parameter
+    precision: dict[str, torch.Tensor] = field(default_factory=dict)  # fp16's loss scale (gpt_train.precision)
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -52,6 +53,7 @@ def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, s
     tensors = {f"model/{k}": v for k, v in state.model.items()}
     tensors |= {f"rng/{k}": v for k, v in state.rng.items()}
     tensors |= {f"grokfast/{k}": v for k, v in state.grokfast.items()}
+    tensors |= {f"precision/{k}": v for k, v in state.precision.items()}
     for index, slots in state.optimizer["state"].items():
         tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
@@ -92,7 +94,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
-    model, rng, grokfast = {}, {}, {}
+    model, rng, grokfast, precision = {}, {}, {}, {}
     for key, value in tensors.items():
         kind, _, rest = key.partition("/")
         if kind == "model":
@@ -101,6 +103,8 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
             rng[rest] = value
         elif kind == "grokfast":
             grokfast[rest] = value
+        elif kind == "precision":
+            precision[rest] = value
         elif kind == "optim":
             index, _, slot = rest.partition("/")
             optimizer_state.setdefault(int(index), {})[slot] = value
@@ -110,7 +114,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     except (KeyError, ValueError) as error:
         raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
-    return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast)
+    return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast, precision)
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:

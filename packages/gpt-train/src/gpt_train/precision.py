@@ -14,7 +14,6 @@ float32's exponent range and needs no scaling.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterable
 
 import torch
@@ -72,8 +71,8 @@ class Precision:
         if self.scaler is None:
             return True
         self.scaler.unscale_(optimizer)
-        norms = [p.grad.norm() for p in params if p.grad is not None]
-        return bool(norms) and math.isfinite(torch.stack(norms).sum().item())
+        finite = [torch.isfinite(p.grad).all() for p in params if p.grad is not None]
+        return bool(finite) and bool(torch.stack(finite).all())
 
     def step(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
         """The optimiser step, which fp16's scaler skips when the gradients are not finite (and then halves
@@ -84,6 +83,26 @@ class Precision:
         self.scaler.step(optimizer)
         self.scaler.update()
         self.skipped_in_a_row = 0 if finite else self.skipped_in_a_row + 1
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """What a resumed fp16 run needs to scale as the uninterrupted one: the scale, the successful steps
+        towards its next growth, and the skips in a row. Empty without a scaler."""
+        if self.scaler is None:
+            return {}
+        saved = self.scaler.state_dict()
+        numbers = [saved["scale"], saved["_growth_tracker"], self.skipped_in_a_row]
+        return dict(zip(("scale", "growth_tracker", "skipped_in_a_row"), map(torch.tensor, numbers), strict=True))
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore `state_dict()`'s values; ValueError if the checkpoint's precision is not this run's."""
+        if (self.scaler is None) != (not state):
+            raise ValueError("one of them scales the loss (fp16) and the other does not")
+        if self.scaler is None:
+            return
+        saved = self.scaler.state_dict()
+        saved |= {"scale": state["scale"].item(), "_growth_tracker": int(state["growth_tracker"])}
+        self.scaler.load_state_dict(saved)
+        self.skipped_in_a_row = int(state["skipped_in_a_row"])
 
     @property
     def diverged(self) -> bool:

@@ -225,6 +225,10 @@ class Trainer:
                 self.grokfast.load_state_dict(state.grokfast, self.model)
             except ValueError as error:
                 raise RunDirError(f"checkpoint's Grokfast state does not match this run ({error})") from None
+        try:
+            self.precision.load_state_dict(state.precision)
+        except (ValueError, KeyError) as error:
+            raise RunDirError(f"checkpoint's loss-scaling state does not match this run ({error})") from None
         torch.set_rng_state(state.rng["cpu"])
         if self.device.type == "cuda" and "cuda" in state.rng:
             torch.cuda.set_rng_state(state.rng["cuda"], self.device)
@@ -236,7 +240,8 @@ class Trainer:
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
         model = {name: p for name, p in self.model.named_parameters()}
         grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
-        return TrainingState(self.config.task, self.step, elapsed, model, self.optimizer.state_dict(), rng, grokfast)
+        optimizer, precision = self.optimizer.state_dict(), self.precision.state_dict()
+        return TrainingState(self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision)
 
     def save(self, elapsed: float) -> None:
         self.record.checkpoint(lambda: self._state(elapsed))
