@@ -100,8 +100,10 @@ def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
         ax.set_xlabel("head")
     figure.colorbar(image, ax=axes, label=metric, shrink=0.9)
     examples = record.get("examples")
-    scored = f" on {examples:,} held-out examples" if isinstance(examples, int) else ""
-    figure.suptitle(f"{metric} with one head removed (baseline {baseline:.4f}){scored}")
+    counted = isinstance(examples, int) and examples > 0
+    scored = f" on {examples:,} held-out examples" if counted else ""
+    digits = max(4, len(str(examples))) if counted else 4  # 2 wrong of 250,050 must not read as 1.0000
+    figure.suptitle(f"{metric} with one head removed (baseline {baseline:.{digits}f}){scored}")
     return figure
 
 
