@@ -57,7 +57,7 @@ def test_head_ablation_heatmap_shows_both_ablations_layer_by_head_on_one_scale(a
     assert "0.250" in [t.get_text() for t in zero_ax.texts]  # every cell says its value
     assert "baseline 1.0000" in figure.get_suptitle() and "5,000 held-out" in figure.get_suptitle()
     nearly = head_ablation_heatmap(HEADS | {"baseline": 0.999992, "examples": 250050})
-    assert "baseline 0.999992 on 250,050" in nearly.get_suptitle()  # as many digits as the count needs
+    assert "(baseline 0.999992) on 250,050" in nearly.get_suptitle()  # as many digits as the count needs
     assert_real_picture(figure)
 
 
