@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 import torch
+from tqdm.auto import tqdm
 
 import gpt_viz
 from gpt_core import GPT
@@ -143,7 +144,9 @@ def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) ->
         for how, value in zip(ABLATIONS, scores, strict=True):
             click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
         return
-    result = ablate_each_head(task, model, target, examples)
+    c = model.config
+    with tqdm(total=1 + len(ABLATIONS) * c.n_layer * c.n_head, desc="evaluations", leave=False) as bar:
+        result = ablate_each_head(task, model, target, examples, progress=bar.update)
     shown = scored_as(result.examples)
     click.echo(f"{metric} on {result.examples:,} held-out examples; nothing ablated: {shown(result.baseline)}")
     rows = [

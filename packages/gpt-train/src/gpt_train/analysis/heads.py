@@ -10,7 +10,7 @@ cache for prompt-answer tasks), on a fixed held-out sample.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -134,13 +134,15 @@ def ablated_metrics(
         return score(task, model, device, examples)
 
 
-def ablate_each_head(task: Task, model: GPT, device: torch.device, examples: int, progress=None) -> HeadAblation:
-    """Every head removed alone, by zero and by mean ablation: the primary metric of each (len(ablations) x
-    n_layer x n_head evaluations, plus the baseline). `progress(done, total)` is told after each."""
+def ablate_each_head(
+    task: Task, model: GPT, device: torch.device, examples: int, progress: Callable[[], None] = lambda: None
+) -> HeadAblation:
+    """Every head removed alone, by zero and by mean ablation: the primary metric of each (len(ABLATIONS) x
+    n_layer x n_head evaluations, after the baseline). `progress()` is called after each evaluation."""
     metric = task.primary_metric
     baseline, means = baseline_and_means(task, model, device, examples)
+    progress()
     c = model.config
-    total, done = len(ABLATIONS) * c.n_layer * c.n_head, 0
     grids: dict[str, list[list[float]]] = {}
     for how in ABLATIONS:
         grids[how] = []
@@ -148,8 +150,6 @@ def ablate_each_head(task: Task, model: GPT, device: torch.device, examples: int
             row = []
             for head in range(c.n_head):
                 row.append(ablated_metrics(task, model, device, [(layer, head)], how, examples, means)[metric])
-                done += 1
-                if progress is not None:
-                    progress(done, total)
+                progress()
             grids[how].append(row)
     return HeadAblation(metric, int(baseline["examples"]), baseline[metric], grids["zero"], grids["mean"])
