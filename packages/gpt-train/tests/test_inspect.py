@@ -12,8 +12,8 @@ import pytest
 import torch
 from train_helpers import assert_one_line_error, read_metrics
 
-from gpt_core import block_hook, cross_entropy, generate
-from gpt_tasks import evaluating
+from gpt_core import GPT, block_hook, cross_entropy, generate
+from gpt_tasks import evaluating, get_task, measure_probes
 from gpt_train.analysis import (
     InspectError,
     ablated_metrics,
@@ -26,7 +26,7 @@ from gpt_train.analysis import (
 from gpt_train.analysis.logit_lens import answer_sequences, decode
 from gpt_train.cli import main
 from gpt_train.runs import load_run
-from gpt_viz import RunLayout, probe_key
+from gpt_viz import RunLayout, parse_metric_key, probe_key
 
 CPU = torch.device("cpu")
 # 4-digit sort, 2 layers of 2 heads: learned (held-out exact match above 0.99) in 300 steps, a few seconds.
@@ -190,6 +190,20 @@ def test_probes_are_logged_at_every_evaluation_and_in_the_final_metrics(trained_
     assert all(0.0 <= record[key] <= 1.0 for record in evaluated)
     final = json.loads((trained_dir / RunLayout.FINAL).read_text())
     assert final[key] == evaluated[-1][key] > 0.5  # a sorting model reads the digit it writes
+
+
+SMALL_TASKS = [("sort", {"length": 4}), ("addition", {"digits": 2}), ("modadd", {"p": 11})]
+
+
+@pytest.mark.parametrize(("name", "params"), SMALL_TASKS)
+def test_every_builtin_probe_name_reads_back_as_a_probe_summary(name, params):
+    task = get_task(name, **params)
+    torch.manual_seed(0)
+    probes = measure_probes(task, GPT(task.defaults().model), CPU)
+    assert probes, f"{name} has built-in probes"
+    for probe in probes:
+        parsed = parse_metric_key(probe_key(probe))
+        assert parsed.is_probe and not parsed.is_position_detail and parsed.name == f"probe_{probe}"
 
 
 # the command ---------------------------------------------------------------------------------
