@@ -161,6 +161,14 @@ def test_corrupted_pairs_differ_in_one_prompt_token_and_first_change_the_answer_
     )
 
 
+def test_a_prompt_position_whose_token_never_varies_cannot_be_corrupted():
+    addition = get_task("addition", digits=2)  # "12+34=": position 2 is always "+"
+    pairs = corrupted_pairs(addition, 50, corrupted_position=0, answer_position=None)
+    assert (pairs.clean[:, 2] == pairs.corrupted[:, 2]).all() and len(pairs.clean) == 50
+    with pytest.raises(InspectError, match="no single-token change of prompt position 2 changes the answer"):
+        corrupted_pairs(addition, 50, corrupted_position=2, answer_position=None)
+
+
 def test_patching_the_clean_residual_restores_all_at_the_answer_position_and_at_the_corrupted_token(trained):
     task, model = trained
     after = patch(task, model, CPU, "resid_post", 200, corrupted_position=0)

@@ -112,7 +112,12 @@ def corrupted_pairs(
     changed = first_difference(clean[:, None, :p], corrupted[..., :p])  # (N, V): the one changed prompt token
     first = first_difference(clean[:, None, p:], corrupted[..., p:])  # (N, V): first changed answer token
     usable = (changed == corrupted_position) & (first < task.answer_length)
-    if answer_position is None and usable.any():
+    if not usable.any():
+        raise InspectError(
+            f"no single-token change of prompt position {corrupted_position} changes the answer; "
+            "choose another --corrupt"
+        )
+    if answer_position is None:
         answer_position = int(first[usable].mode().values)
     usable &= first == answer_position
     has_pair = usable.any(dim=1)
