@@ -14,6 +14,7 @@ import torch
 from accumulation_worker import tiny_model, whole_batch
 from train_helpers import TINY, assert_one_line_error, read_metrics
 
+from gpt_train import accumulation
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.precision import Precision
 from gpt_viz import RunLayout
@@ -58,6 +59,21 @@ def test_the_test_batch_tells_the_weighted_mean_from_a_plain_mean_of_means():
     model = tiny_model()
     means = [model(x, t).loss for x, t in zip(batch.inputs.chunk(4), batch.targets.chunk(4), strict=True)]
     assert abs(torch.stack(means).mean().item() - whole_loss.item()) > 1e-3
+
+
+def test_one_micro_batch_is_the_plain_step_bit_for_bit_and_counts_nothing(monkeypatch):
+    """Without accumulation nothing is counted (counting waits for the device), and the loss and gradients
+    are exactly those of the whole batch's plain backward."""
+
+    def no_counting(parts):
+        raise AssertionError("scored_counts called for a single micro-batch")
+
+    monkeypatch.setattr(accumulation, "scored_counts", no_counting)
+    batch = whole_batch()
+    whole_loss, whole_grads = whole_batch_gradients(batch)
+    loss, grads = accumulated_gradients(batch, 1)
+    assert torch.equal(loss, whole_loss)
+    assert all(torch.equal(grads[name], whole_grads[name]) for name in whole_grads)
 
 
 def test_a_micro_batch_that_scores_nothing_adds_nothing():

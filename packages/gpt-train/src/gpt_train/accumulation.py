@@ -38,6 +38,22 @@ def scored_counts(parts: list[Batch]) -> list[int]:
     return torch.stack([(part.targets != IGNORE_INDEX).sum() for part in parts]).tolist()
 
 
+def micro_batch_weights(parts: list[Batch]) -> dict[int, float]:
+    """The micro-batches to run, each with its share n_i / n of the batch's scored targets; those that
+    score none are left out, unless none scores any: then all run with weight 1 (the loss is nan).
+
+    A single micro-batch is the whole batch, weight 1, and is not counted: counting waits for the device,
+    which a step without accumulation should not do.
+    """
+    if len(parts) == 1:
+        return {0: 1.0}
+    counts = scored_counts(parts)
+    total = sum(counts)
+    if not total:
+        return dict.fromkeys(range(len(parts)), 1.0)
+    return {i: count / total for i, count in enumerate(counts) if count}
+
+
 def accumulate_gradients(
     loss_of: Loss, batch: Batch, n: int, precision: Precision, no_sync: NoSync | None = None
 ) -> Tensor:
@@ -50,13 +66,11 @@ def accumulate_gradients(
     but the last one run, so each process all-reduces exactly once per step.
     """
     parts = micro_batches(batch, n)
-    counts = scored_counts(parts)
-    total = sum(counts)
-    run = [i for i, count in enumerate(counts) if count] or list(range(n))
+    weights = micro_batch_weights(parts)
+    last = max(weights)
     losses = []
-    for i in run:
-        weight = counts[i] / total if total else 1.0
-        sync = no_sync is None or i == run[-1]
+    for i, weight in weights.items():
+        sync = no_sync is None or i == last
         with contextlib.nullcontext() if sync else no_sync():
             with precision.autocast():
                 loss = loss_of(parts[i].inputs, parts[i].targets) * weight
