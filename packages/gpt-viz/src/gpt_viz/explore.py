@@ -32,7 +32,7 @@ from gpt_viz.run_data import (
     load_attention_examples,
     load_config,
     load_metrics,
-    read_text,
+    read_json_object,
     run_directory,
 )
 from gpt_viz.run_layout import RunLayout, parse_metric_key
@@ -152,13 +152,7 @@ def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, A
     path = RunLayout(run).heads_ablation
     if not path.is_file():
         return None
-    try:
-        table = json.loads(read_text(path))
-    except json.JSONDecodeError as error:
-        raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
-    if not isinstance(table, dict):
-        raise VizError(f"{path} must hold a JSON object, not {type(table).__name__}")
-    return _checked_ablation(table, path, heads)
+    return _checked_ablation(read_json_object(path), path, heads)
 
 
 def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] | None) -> dict[str, Any]:

@@ -9,7 +9,6 @@ VizError line, not a traceback.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from matplotlib.patches import Rectangle
 
 from gpt_viz.canvas import new_figure, use_log_scale
 from gpt_viz.errors import VizError
-from gpt_viz.run_data import PathLike, read_text
+from gpt_viz.run_data import PathLike, read_json_object
 
 CMAP = "viridis"
 MAX_ANNOTATED_CELLS = 160
@@ -33,13 +32,7 @@ def load_inspection(path: PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise VizError(f"{path} does not exist; `gpt-train inspect` writes it")
-    try:
-        record = json.loads(read_text(path))
-    except json.JSONDecodeError as error:
-        raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
-    if not isinstance(record, dict):
-        raise VizError(f"{path} must hold a JSON object, not {type(record).__name__}")
-    return record
+    return read_json_object(path)
 
 
 def _grid(record: Mapping[str, Any], key: str) -> np.ndarray:

@@ -94,13 +94,18 @@ def load_config(run_dir: PathLike) -> dict[str, Any]:
     path = RunLayout(run_directory(run_dir)).config
     if not path.is_file():
         return {}
+    return read_json_object(path)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in the file at ``path``; anything else (unreadable, not JSON, a list) is one line naming it."""
     try:
-        config = json.loads(read_text(path))
+        value = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
-    if not isinstance(config, dict):
-        raise VizError(f"{path} must hold a JSON object, not {type(config).__name__}")
-    return config
+    if not isinstance(value, dict):
+        raise VizError(f"{path} must hold a JSON object, not {type(value).__name__}")
+    return value
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
