@@ -1,7 +1,8 @@
 """The explorer page in a real browser: headless Chromium (the system's, driven by playwright) opens the file
 and what it draws is checked from screenshots.
 
-Skipped, saying why, only where no Chromium executable exists; CI installs Debian's `chromium` (.ci/run).
+Skipped, saying why, only where playwright (the gpt-viz[test] extra) or a Chromium executable is missing; CI has
+both (the gpt-viz nox session installs gpt-viz[test], .ci/run installs Debian's `chromium`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.image import imread
-from playwright.sync_api import Browser, Page, sync_playwright
 
 from gpt_viz import RunLayout, load_attention_examples
 from gpt_viz.explore import write_explorer
+
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed: pip install 'gpt-viz[test]'"
+)
+Browser, Page = playwright_api.Browser, playwright_api.Page
 
 VIEWPORT = {"width": 1200, "height": 900}
 ABLATION = {
@@ -42,7 +47,7 @@ def browser() -> Iterator[Browser]:
     executable = chromium_executable()
     if executable is None:
         pytest.skip("no Chromium executable: apt-get install chromium, or set GPT_VIZ_CHROMIUM to one")
-    with sync_playwright() as playwright:
+    with playwright_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--disable-dev-shm-usage"])
         yield browser
         browser.close()
