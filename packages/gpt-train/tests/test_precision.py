@@ -1,5 +1,6 @@
 """Training precision: a bf16 run keeps its dtype through resume; fp16's loss scaling skips an overflowing
-step and the divergence checks still stop a run; verify --dtype bf16; bad settings are one line.
+step and the divergence checks still stop a run; a bf16 run is scored in float32; verify --dtype bf16;
+bad settings are one line.
 
 fp16 needs CUDA in a run, but autocast and torch.amp.GradScaler both run on CPU: the fp16 tests put CPU's
 scaler in a Trainer, so the loss scaling, the skipped steps and the divergence checks are the CUDA run's
@@ -20,7 +21,7 @@ from gpt_train.checkpoint import load_checkpoint
 from gpt_train.config import RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
-from gpt_train.runs import Run
+from gpt_train.runs import Run, load_run
 from gpt_train.trainer import Trainer
 from gpt_viz import RunLayout
 
@@ -141,6 +142,28 @@ def test_a_bf16_run_records_its_dtype_and_a_resumed_run_keeps_it(cli, tmp_path):
     expected, resumed, in_fp32 = (load_checkpoint(d / RunLayout.CHECKPOINT, "sort").model for d in (whole, split, fp32))
     assert all(torch.equal(expected[name], resumed[name]) for name in expected)
     assert not all(torch.equal(expected[name], in_fp32[name]) for name in expected)
+
+
+def test_a_bf16_runs_final_metrics_are_scored_in_float32_as_eval_scores_them(cli, tmp_path):
+    """A character-level text run (its held-out loss is a continuous number) trained in bf16: final.json's
+    loss is exactly what `gpt-train eval` prints, and scoring the same weights under bf16 autocast gives
+    another number, so a final evaluation under the training dtype would fail the first check."""
+    corpus, run_dir = tmp_path / "corpus.txt", tmp_path / "run"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 300, encoding="utf-8")
+    result = cli(
+        "run", "--task", "text", "--data", corpus, "--device", "cpu", "--quiet", "--steps", "6",
+        "--set", "block_size=16", "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2",
+        "--set", "eval_every=3", "--set", "eval_limit=8", "--set", "dtype=bf16", "--out", run_dir,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    final = json.loads(RunLayout(run_dir).final.read_text())
+    printed = json.loads(cli("eval", run_dir, "--json").out)
+    assert printed["loss"] == final["heldout_loss"]
+    config, model = load_run(run_dir, "cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        in_bf16 = config.build_task().evaluate(model, "heldout", torch.device("cpu"))
+    assert in_bf16["examples"] == printed["examples"]
+    assert in_bf16["loss"] != printed["loss"]
 
 
 @pytest.mark.parametrize(

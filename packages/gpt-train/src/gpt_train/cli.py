@@ -165,7 +165,8 @@ def run(
     The run directory holds config.json (everything resolved), metrics.jsonl (loss, learning rate
     and held-out metrics by step), final.json, checkpoint.safetensors (weights, optimiser and RNG
     state, written atomically every few hundred steps and at the end) and pictures. While a run
-    trains, its directory is locked: a second run or --resume on it is refused.
+    trains, its directory is locked: a second run or --resume on it is refused. Held-out metrics are
+    scored in float32 whatever --set dtype (the weights stay float32): the numbers `gpt-train eval` prints.
 
     Ctrl-C stops cleanly with a checkpoint and prints the --resume command. A run stopped before its
     first checkpoint can be started again with the same command, or with --resume. Under torchrun
@@ -380,7 +381,8 @@ def kernels(as_json: bool) -> None:
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> None:
-    """Evaluate a saved run on a split (the whole split unless --limit).
+    """Evaluate a saved run on a split (the whole split unless --limit), in float32, as the run's own
+    evaluations were, whatever dtype it trained in.
 
     \b
     Examples:

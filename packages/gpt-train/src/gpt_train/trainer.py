@@ -308,10 +308,12 @@ class Trainer:
             ) from None
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
+        """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and
+        `gpt-train eval`, the probes, inspect and the pictures all compute in float32, so final.json's
+        metrics are the numbers anyone scoring the run later gets."""
         metrics = {}
         if self.rank.is_main:
-            with self.precision.autocast():  # scored as it trains
-                metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
+            metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
             probes = measure_probes(self.task, self.model, self.device)
             metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
