@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Literal, get_args
 
 from gpt_core import GPTConfig
 
 Schedule = Literal["cosine", "constant"]
-Precision = Literal["fp32", "bf16", "fp16"]
-PRECISIONS = ("fp32", "bf16", "fp16")
+Dtype = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[Dtype, ...] = get_args(Dtype)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class TrainSettings:
     final_eval_limit: int | None = None
     grokfast_alpha: float = 0.98
     grokfast_lambda: float = 0.0
-    dtype: Precision = "fp32"
+    dtype: Dtype = "fp32"
     grad_accum: int = 1
 
     def __post_init__(self) -> None:
