@@ -253,6 +253,28 @@ def _cached_logits(model: GPT, idx: torch.Tensor, chunks: list[tuple[int, int]])
     return torch.cat([model(idx[:, a:b], cache=cache).logits for a, b in chunks], dim=1)
 
 
+def test_hook_offset_is_where_each_call_starts_whatever_its_length(gen):
+    """A hook sees only the call's new positions; `hook_offset` places them: 0 for a full forward, the KV
+    cache's filled length for a cached call, a one-token prompt and a prefill after a prefix alike. Set
+    for the logits too (after the cache advanced) and while only mlp_hidden (a PyTorch hook) is set."""
+    model = _model()
+    idx = _tokens(gen, batch=2)
+    seen = []
+
+    def record(activation: torch.Tensor, name: str) -> None:
+        seen.append((name, model.hook_offset, activation.shape[-2]))
+
+    for names in (["blocks.1.z", "logits"], ["blocks.0.mlp_hidden"]):
+        seen.clear()
+        with model.hooks(dict.fromkeys(names, record)):
+            model(idx)
+            cache = model.new_cache(2, 16)
+            for start, end in ((0, 1), (1, 2), (2, 5), (5, 6)):  # a one-token prompt, a step, a prefill, a step
+                model(idx[:, start:end], cache=cache)
+        calls = [(0, 9), (0, 1), (1, 1), (2, 3), (5, 1)]
+        assert seen == [(name, *call) for call in calls for name in names]
+
+
 @pytest.mark.parametrize("pos", ["learned", "rope", "none"])
 def test_replacing_hooks_give_the_same_logits_cached_and_uncached(gen, close, pos):
     model = _model(pos)

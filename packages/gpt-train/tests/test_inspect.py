@@ -23,6 +23,7 @@ from gpt_train.analysis import (
     logit_lens,
     patch,
 )
+from gpt_train.analysis.heads import HeadMeans
 from gpt_train.analysis.logit_lens import answer_sequences, decode
 from gpt_train.cli import main
 from gpt_train.runs import load_run
@@ -116,6 +117,23 @@ def test_mean_ablation_over_a_sample_of_one_changes_nothing(trained):
             ablated = model(sequence).logits
     assert (ablated - plain).abs().max() <= 1e-10
     assert ablated_metrics(task, model, CPU, every, "mean", 1, means) == baseline
+
+
+def test_head_means_place_one_token_prompts_and_their_cached_steps_at_their_positions(trained):
+    """Two generations from one-token prompts: each call's z is placed by the model's hook offset, so the
+    second prompt is position 0 again (a guess from the call's length would have put it after the first)."""
+    _, model = trained
+    model = copy.deepcopy(model).double()
+    prompts = torch.tensor([[1], [3]])
+    means = HeadMeans()
+    with model.hooks(means.hooks(model)):
+        generated = torch.cat([generate(model, prompt[None], 4, temperature=0.0) for prompt in prompts])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(generated[:, :-1], names=[block_hook(layer, "z") for layer in range(2)])
+    for layer in range(2):
+        by_hand = cache[block_hook(layer, "z")].mean(dim=0)  # (H, 4, d)
+        assert means.of(layer).shape == by_hand.shape
+        assert (means.of(layer) - by_hand).abs().max() <= 1e-12
 
 
 def test_ablation_refuses_a_layer_or_head_the_model_lacks(trained):

@@ -8,7 +8,10 @@ replaces it from there on, autograd included. `GPT.hooks` sets them for a with-b
 `GPT.run_with_cache` records them.
 
 The model keeps one `Hooks` per model, shared by its blocks. It is empty while no hook is set, so a
-forward without hooks pays one emptiness test per hook point and nothing else.
+forward without hooks pays one emptiness test per hook point and nothing else. While hooks are set,
+`offset` says where in its sequences the forward now firing them starts (the KV cache's filled
+length): a hook is handed (.., T, ..) activations of the call's T new positions, and a KV-cached
+call of any length (a one-token prompt, a prefill after a prefix) can only be placed by it.
 """
 
 from __future__ import annotations
@@ -88,7 +91,13 @@ class Hooks(dict[str, list[HookFn]]):
     where a Python `__bool__` measured ~90 ns). Nested `added` blocks compose: on a name hooked
     twice the outer hook runs first and the inner one sees its result. Each block removes exactly
     what it added when it ends, whether or not it raised.
+
+    `offset` is the sequence index of the first of the T positions the current forward hands its hooks:
+    `GPT.forward` sets it (to its KV cache's filled length, 0 without a cache) before firing anything,
+    and only while a hook is set, so a forward without hooks does not pay for it.
     """
+
+    offset: int = 0
 
     def fire(self, name: str, activation: Tensor) -> Tensor:
         """`activation` after every hook on `name` has seen it (and perhaps replaced it)."""

@@ -276,17 +276,24 @@ class GPT(nn.Module):
         instead (gradients flow through it). Nested blocks compose, outer hook first; each removes
         its own hooks when it ends, raising or not. An unknown name is a ValueError, nothing set."""
         check_hooks(fns, self.hook_names())
-        # mlp_hidden lies inside MLP.forward: reached by PyTorch's forward hook on the block's GELU.
+        # mlp_hidden lies inside MLP.forward: reached by PyTorch's forward hook on the block's GELU. The
+        # store lists it too (never firing it), so that it is non-empty, and `hook_offset` set, while any hook is.
         gelus = {block_hook(layer, "mlp_hidden"): block.mlp.act for layer, block in enumerate(self.blocks)}
         handles = [
             gelus[name].register_forward_hook(_as_forward_hook(name, fn)) for name, fn in fns.items() if name in gelus
         ]
         try:
-            with self._hooks.added({name: fn for name, fn in fns.items() if name not in gelus}):
+            with self._hooks.added(fns):
                 yield
         finally:
             for handle in handles:
                 handle.remove()
+
+    @property
+    def hook_offset(self) -> int:
+        """For a hook, during a forward: the sequence index of the first of the T positions its activation
+        (.., T, ..) holds, i.e. the KV cache's filled length before this call (0 without a cache)."""
+        return self._hooks.offset
 
     def run_with_cache(
         self, idx: Tensor, names: Iterable[str] | None = None, **forward_kwargs: Any
@@ -348,6 +355,8 @@ class GPT(nn.Module):
         elif self.config.position_limit is not None and int(positions.max()) >= self.config.position_limit:
             raise ValueError(f"position id {int(positions.max())} is outside range({self.config.position_limit})")
         hooks = self._hooks
+        if hooks:
+            hooks.offset = cache.length if cache is not None else 0  # where this call's T positions start
         x = self.wte(idx)  # (B, T, C)
         if hooks:
             x = hooks.fire("embed", x)

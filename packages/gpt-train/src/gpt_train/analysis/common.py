@@ -1,5 +1,4 @@
-"""What every analysis of a trained model needs: its error, checks of what the user asked for, and where
-an activation sits in a sequence when the KV cache hands it over a piece at a time."""
+"""What every analysis of a trained model needs: its error and checks of what the user asked for."""
 
 from __future__ import annotations
 
@@ -42,21 +41,3 @@ def prompt_answer_task(task: Task, analysis: str) -> PromptAnswerTask:
             "prompt followed by an answer"
         )
     return task
-
-
-class Positions:
-    """Where each activation a hook sees starts in its sequence, per hook name.
-
-    A hook is handed (.., T, ..) activations without their positions. A call of several tokens is a whole
-    sequence (a full forward, or the prompt of a KV-cached generation) and starts at 0; a call of one token
-    continues the sequence the last call on that name left off (a cached decoding step). A generation from
-    a one-token prompt would be misread; no task's scoring makes one.
-    """
-
-    def __init__(self) -> None:
-        self._next: dict[str, int] = {}
-
-    def start(self, name: str, length: int) -> int:
-        start = self._next.get(name, 0) if length == 1 else 0
-        self._next[name] = start + length
-        return start

@@ -17,9 +17,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from gpt_core import GPT, block_hook
+from gpt_core import GPT, HookFn, block_hook
 from gpt_tasks import Task
-from gpt_train.analysis.common import Positions, check_head, check_layer
+from gpt_train.analysis.common import check_head, check_layer
 from gpt_viz import HELDOUT
 
 Ablation = Literal["zero", "mean"]
@@ -45,19 +45,19 @@ class HeadAblation:
 
 class HeadMeans:
     """Each head's mean z at each position, recorded by hooks on every layer's z while the task scores the
-    model (so the mean is over exactly the scored sample, prompt and generated answer alike)."""
+    model (so the mean is over exactly the scored sample, prompt and generated answer alike). Each call's
+    activations sit at the model's `hook_offset` (a KV-cached decoding step hands over one position)."""
 
     def __init__(self) -> None:
-        self.positions = Positions()
         self.sums: dict[int, Tensor] = {}  # layer -> (H, P, d), float64
         self.counts: dict[int, Tensor] = {}  # layer -> (P,)
 
-    def hooks(self, model: GPT) -> dict:
-        return {block_hook(layer, "z"): self._recorder(layer) for layer in range(model.config.n_layer)}
+    def hooks(self, model: GPT) -> dict[str, HookFn]:
+        return {block_hook(layer, "z"): self._recorder(model, layer) for layer in range(model.config.n_layer)}
 
-    def _recorder(self, layer: int):
+    def _recorder(self, model: GPT, layer: int) -> HookFn:
         def record(z: Tensor, name: str) -> None:  # z: (B, H, T, d)
-            start = self.positions.start(name, z.shape[2])
+            start = model.hook_offset
             end = start + z.shape[2]
             self._grow(layer, end, z)
             self.sums[layer][:, start:end] += z.double().sum(dim=0)
@@ -80,7 +80,9 @@ class HeadMeans:
         return self.sums[layer] / self.counts[layer][None, :, None]
 
 
-def ablation_hooks(model: GPT, heads: Iterable[Head], how: Ablation, means: HeadMeans | None = None) -> dict:
+def ablation_hooks(
+    model: GPT, heads: Iterable[Head], how: Ablation, means: HeadMeans | None = None
+) -> dict[str, HookFn]:
     """Hooks on z that remove `heads` (pairs of layer and head): set to zero, or to the head's mean z at the
     same position (`means`, recorded on the unablated model)."""
     by_layer: dict[int, list[int]] = {}
@@ -90,11 +92,10 @@ def ablation_hooks(model: GPT, heads: Iterable[Head], how: Ablation, means: Head
         by_layer.setdefault(layer, []).append(head)
     if how == "mean" and means is None:
         raise ValueError("mean ablation needs the heads' recorded means")
-    positions = Positions()
 
-    def remover(layer: int, chosen: list[int]):
+    def remover(layer: int, chosen: list[int]) -> HookFn:
         def remove(z: Tensor, name: str) -> Tensor:  # (B, H, T, d)
-            start = positions.start(name, z.shape[2])
+            start = model.hook_offset
             z = z.clone()
             if how == "zero":
                 z[:, chosen] = 0.0
