@@ -26,6 +26,7 @@ ONE_STEP = ("--steps", "1", "--set", "eval_every=1", "--set", "eval_limit=8", "-
 def export(cli, run_dir: Path, out: Path) -> Path:
     result = cli("export", run_dir, "--format", "hf", out)
     assert result.code == 0, result.err
+    assert ("no tokenizer exported" in result.out) == (not (out / "tokenizer.json").exists())  # said iff so
     return out
 
 
@@ -45,6 +46,13 @@ def test_export_writes_config_and_safetensors_that_load_back_bit_identical(cli, 
     assert loaded.config == trained.config
     for name, param in trained.named_parameters():
         assert torch.equal(param, dict(loaded.named_parameters())[name]), name
+
+
+def test_export_without_a_tokenizer_says_to_sample_the_run_itself(cli, tiny_run, tmp_path):
+    result = cli("export", tiny_run, "--format", "hf", tmp_path / "hf")
+    assert result.code == 0, result.err
+    last = result.out.strip().splitlines()[-1]
+    assert last == f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {tiny_run}`"
 
 
 @pytest.mark.parametrize(

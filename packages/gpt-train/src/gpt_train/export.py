@@ -44,9 +44,11 @@ def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
 def export(run_dir: Path, out: Path, format_: str) -> None:
     """Write a trained run as a Hugging Face GPT-2 model directory OUT (new or empty).
 
-    OUT holds config.json and model.safetensors, and for a BPE text run tokenizer.json and
-    tokenizer_config.json: transformers.GPT2LMHeadModel.from_pretrained(OUT) loads it, and
-    `gpt-train sample --hf OUT` samples from it.
+    OUT holds config.json and model.safetensors: transformers.GPT2LMHeadModel.from_pretrained(OUT)
+    loads it. A BPE text run also gets tokenizer.json and tokenizer_config.json, so that
+    `gpt-train sample --hf OUT` samples from it. Other runs (a task's own symbols, a character or byte
+    vocabulary) have no Hugging Face tokenizer: transformers runs them on token ids, and
+    `gpt-train sample RUN_DIR` samples from them as text.
 
     \b
     Examples:
@@ -57,3 +59,5 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
     tokenizer = run_tokenizer(config)
     written = write_directory(model, out, tokenizer)
     click.echo(f"wrote {', '.join(path.name for path in written)} to {out}")
+    if tokenizer is None:
+        click.echo(f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {run_dir}`")
