@@ -8,7 +8,8 @@
     nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
     nox -s lint                               # ruff
 
-Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI.
+Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI, and
+transformers (gpt2 session only) to the version the parity tests pass with.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def gpt2(session: nox.Session) -> None:
     """GPT-2 parity with transformers, a test-only dependency installed in this session alone; a missing
     transformers fails here (GPT_TRAIN_REQUIRE_TRANSFORMERS) where the plain gpt-train session skips."""
     install_packages(session, "gpt-core", "gpt-tasks[bpe]", "gpt-viz", "gpt-train", extras="[test]")
-    session.install(*CONSTRAINTS, "transformers")
+    session.install(*CONSTRAINTS, "transformers")  # pinned in constraints.txt
     tests = package_dir("gpt-train") + "/tests/test_gpt2_parity.py"
     env = {"GPT_TRAIN_REQUIRE_TRANSFORMERS": "1"}
     session.run("pytest", "-q", "-rs", tests, *session.posargs, env=env)
