@@ -33,9 +33,9 @@ class TrainSettings:
 
     `dtype` is the precision of the forward pass: fp32, or bf16/fp16 under autocast (mixed precision:
     the weights, the optimiser and the gradients stay float32; fp16 also scales the loss, and needs
-    CUDA). `grad_accum` N splits each step's `batch_size` sequences into N micro-batches of
-    batch_size / N, whose gradients add up to the whole batch's: the same optimisation in less
-    memory, so batch_size must be a multiple of it.
+    CUDA); evaluation is float32 whatever it is. `grad_accum` N splits each step's `batch_size`
+    sequences into N micro-batches of batch_size / N, whose gradients add up to the whole batch's: the
+    same optimisation in less memory, so batch_size must be a multiple of it.
     """
 
     steps: int = 2000
