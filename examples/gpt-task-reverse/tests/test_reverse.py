@@ -11,7 +11,7 @@ import torch
 
 import gpt_tasks
 from gpt_core import GPT, IGNORE_INDEX, GPTConfig
-from gpt_task_reverse import ReverseTask
+from gpt_task_reverse import ReverseParams, ReverseTask
 from gpt_tasks import prompt_answer
 
 
@@ -77,6 +77,13 @@ def test_text_round_trips_and_the_attention_example_is_a_reversal():
 
 
 @pytest.mark.skipif(shutil.which("gpt-train") is None, reason="the gpt-train command is not installed")
+def test_single_token_corruptions_change_one_prompt_token_each():
+    task = ReverseTask(ReverseParams(length=3))
+    ids = torch.tensor([0, 507, 999])
+    corrupted = task.sequences(task.single_token_corruptions(ids).flatten()).view(3, 27, -1)[..., :3]  # (3, 27, 3)
+    assert (corrupted != task.sequences(ids)[:, None, :3]).sum(dim=-1).eq(1).all()
+
+
 def test_gpt_train_runs_the_plugin_task(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gpt_tasks
-from gpt_tasks import DIGITS, CharVocab, as_bytes, digits_of
+from gpt_tasks import DIGITS, CharVocab, as_bytes, digits_of, get_task, one_digit_changes
 
 
 def test_what_plugins_and_trainers_need_is_exported_from_the_package():
@@ -14,6 +14,23 @@ def test_what_plugins_and_trainers_need_is_exported_from_the_package():
     assert needed | {"default_registry", "Defaults", "TrainSettings"} <= set(gpt_tasks.__all__)
     assert all(hasattr(gpt_tasks, name) for name in gpt_tasks.__all__)
     assert gpt_tasks.default_registry() is gpt_tasks.default_registry()  # discovered once
+
+
+def test_one_digit_changes_are_every_number_differing_in_exactly_one_digit():
+    changes = one_digit_changes(torch.tensor([5, 0]), 2, 3)  # base 3: "12" and "00"
+    assert changes.tolist() == [[2, 8, 3, 4], [3, 6, 1, 2]]  # "02", "22", "10", "11"; "10", "20", "01", "02"
+
+
+@pytest.mark.parametrize(("name", "params"), [("sort", {"length": 4, "vocab": 5}), ("addition", {"digits": 2})])
+def test_a_builtin_tasks_single_token_corruptions_change_one_prompt_token_each(name, params):
+    task = get_task(name, **params)
+    ids = task.split.evaluation_ids("heldout", 20)
+    variants = task.single_token_corruptions(ids)  # (20, K)
+    p = task.prompt_length
+    clean = task.sequences(ids)[:, None, :p]
+    corrupted = task.sequences(variants.flatten()).view(*variants.shape, -1)[..., :p]
+    assert (clean != corrupted).sum(dim=-1).eq(1).all()
+    assert len(set(variants[0].tolist())) == variants.shape[1]  # no change listed twice
 
 
 def test_digits_of_writes_numbers_most_significant_first_in_any_base():

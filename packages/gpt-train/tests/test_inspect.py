@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,19 @@ import torch
 from train_helpers import assert_one_line_error, read_metrics
 
 from gpt_core import GPT, block_hook, cross_entropy, generate
-from gpt_tasks import evaluating, get_task, measure_probes
+from gpt_tasks import (
+    DIGITS,
+    CharVocab,
+    Defaults,
+    IndexedSplit,
+    PromptAnswerTask,
+    as_bytes,
+    digits_of,
+    evaluating,
+    get_task,
+    measure_probes,
+    one_digit_changes,
+)
 from gpt_train.analysis import (
     InspectError,
     ablated_metrics,
@@ -196,6 +209,57 @@ def test_patching_the_clean_residual_restores_all_at_the_answer_position_and_at_
     before = patch(task, model, CPU, "resid_pre", 200, corrupted_position=0)
     assert before.restored[0][0] == pytest.approx(1.0, abs=1e-9)  # the only position where the inputs differ
     assert all(abs(share) < 1e-9 for share in before.restored[0][1:])  # identical positions: nothing to restore
+
+
+@dataclass(frozen=True)
+class OutsideSortParams:
+    corruptible: bool = True
+
+
+class OutsideSort(PromptAnswerTask):
+    """A prompt-answer task written outside gpt-tasks' built-ins, as a plugin would: 4 digits then them sorted
+    (what the fixture model learned), numbered and split its own way; `corruptible` says whether it names its
+    single-token corruptions."""
+
+    name = "outside-sort"
+    Params = OutsideSortParams
+    primary_metric = "exact_match"
+    vocab = CharVocab(DIGITS[:10])
+    prompt_length = answer_length = 4
+    vocab_size = 10
+
+    def __init__(self, params: OutsideSortParams):
+        super().__init__(params)
+        self.split = IndexedSplit(10**4, lambda ids: as_bytes(digits_of(ids, 4, 10)), 0.25, salt=b"outside")
+
+    def encode(self, text: str) -> list[int]:
+        return self.vocab.encode(text)
+
+    def decode(self, ids) -> str:
+        return self.vocab.decode(ids)
+
+    def defaults(self) -> Defaults:
+        return Defaults(model=self.model_config(n_layer=2, n_head=2, n_embd=32))
+
+    def sequences(self, ids: torch.Tensor) -> torch.Tensor:
+        digits = digits_of(ids, 4, 10)  # (N, 4)
+        return torch.cat((digits, digits.sort(dim=1).values), dim=1)
+
+    def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor | None:
+        return one_digit_changes(ids, 4, 10) if self.params.corruptible else super().single_token_corruptions(ids)
+
+
+def test_patch_corrupts_a_third_party_task_by_its_own_method_and_refuses_one_without_it(trained):
+    _, model = trained
+    task = OutsideSort(OutsideSortParams())
+    patched = patch(task, model, CPU, "resid_pre", 100, corrupted_position=1)
+    assert patched.examples == 100 and patched.clean_difference > 0 > patched.corrupted_difference
+    assert patched.restored[0][1] == pytest.approx(1.0, abs=1e-9)  # the one position where the inputs differ
+    assert all(abs(share) < 1e-9 for i, share in enumerate(patched.restored[0]) if i != 1)
+    silent = OutsideSort(OutsideSortParams(corruptible=False))
+    message = r"^patch needs prompts that differ in one token, and task 'outside-sort' does not say how to make them"
+    with pytest.raises(InspectError, match=message):
+        patch(silent, model, CPU, "resid_pre", 100)
 
 
 def test_patch_refuses_a_point_blocks_lack_and_positions_out_of_range(trained):

@@ -14,7 +14,17 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks import DIGITS, CharVocab, Defaults, IndexedSplit, PromptAnswerTask, TrainSettings, as_bytes, digits_of
+from gpt_tasks import (
+    DIGITS,
+    CharVocab,
+    Defaults,
+    IndexedSplit,
+    PromptAnswerTask,
+    TrainSettings,
+    as_bytes,
+    digits_of,
+    one_digit_changes,
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,11 @@ class ReverseTask(PromptAnswerTask):
     def digits(self, ids: torch.Tensor) -> torch.Tensor:
         """Example numbers (N,) -> their digits, most significant first (N, length)."""
         return digits_of(ids, self.params.length, 10)
+
+    def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor:
+        """Optional (activation patching): every run that differs from each of `ids` in one digit, a prompt
+        that differs in one token."""
+        return one_digit_changes(ids, self.params.length, 10)
 
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
         """The run followed by its reverse (N, 2 * length)."""

@@ -13,7 +13,7 @@ from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, default_registry, get_task, list_tasks
 from gpt_tasks.scoring import Scores, score_examples
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
-from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of
+from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes
 from gpt_tasks.task import SPLITS, Batch, Task, evaluating
 from gpt_tasks.training import Defaults, TrainSettings
 
@@ -49,6 +49,7 @@ __all__ = [
     "is_heldout",
     "list_tasks",
     "measure_probes",
+    "one_digit_changes",
     "score_examples",
     "unit_hash",
 ]

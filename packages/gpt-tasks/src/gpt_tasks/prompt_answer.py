@@ -86,6 +86,13 @@ class PromptAnswerTask(Task):
         ids = self.split.evaluation_ids("heldout", PROBE_EXAMPLES, seed=2)
         return answer_batch(self.sequences(ids), self.prompt_length)
 
+    def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """Optional, for activation patching (`gpt-train inspect patch`): for each example number of `ids`
+        (N,), the example numbers whose prompts differ from its prompt in exactly one token, (N, K), the same
+        K for every row (`one_digit_changes` when the prompt is the number's digits). None, the default,
+        says the task cannot name them, and patching refuses it in one line."""
+        return None
+
     def answer_queries(self) -> slice:
         """The input positions whose outputs predict the answer, in order: answer token i is read from
         position prompt_length - 1 + i of the inputs (and is the target there)."""

@@ -51,6 +51,18 @@ def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
     return (ids[:, None] // powers) % base
 
 
+def one_digit_changes(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
+    """Every example number that differs from each of `ids` (N,) in exactly one of its `length` base-`base`
+    digits: (N, length * (base - 1)), digit by digit from the most significant. For a task whose prompt
+    tokens are its example number's digits, these are the prompts that differ in one token."""
+    digits = digits_of(ids, length, base)  # (N, length)
+    powers = base ** torch.arange(length - 1, -1, -1)  # (length,)
+    values = torch.arange(base)  # (base,)
+    shifted = ids[:, None, None] + (values[None, None, :] - digits[:, :, None]) * powers[None, :, None]  # (N, L, base)
+    keep = values[None, None, :] != digits[:, :, None]
+    return shifted[keep].view(len(ids), -1)
+
+
 def as_bytes(rows: torch.Tensor) -> list[bytes]:
     """The canonical encoding of each row of symbols (N, L), values below 256: one byte per symbol.
 

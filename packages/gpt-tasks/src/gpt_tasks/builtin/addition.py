@@ -20,7 +20,7 @@ from gpt_core import GPT
 from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
-from gpt_tasks.symbols import CharVocab, as_bytes, digits_of
+from gpt_tasks.symbols import CharVocab, as_bytes, digits_of, one_digit_changes
 from gpt_tasks.training import Defaults, TrainSettings
 
 ALPHABET = "0123456789+="
@@ -71,6 +71,11 @@ class AdditionTask(PromptAnswerTask):
     @property
     def answer_length(self) -> int:
         return self.params.digits + 1
+
+    def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor:
+        """Every pair of operands that differs from each of `ids` in one digit: its prompt differs in that
+        digit's token (the operands' digits are the number's, most significant first)."""
+        return one_digit_changes(ids, 2 * self.params.digits, 10)
 
     def answer_position_names(self) -> list[str]:
         """Named by place value whatever the order: digit_0 is always the units digit."""

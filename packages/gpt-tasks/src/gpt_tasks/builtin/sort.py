@@ -24,7 +24,7 @@ from gpt_core import GPT, block_hook
 from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask, answer_batch
 from gpt_tasks.splits import IndexedSplit
-from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of
+from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes
 from gpt_tasks.task import Batch
 from gpt_tasks.training import Defaults, TrainSettings
 
@@ -110,6 +110,10 @@ class SortTask(PromptAnswerTask):
     def digits(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
         """Run numbers (N,) -> their symbols (N, length), at the task's length unless told."""
         return digits_of(ids, self.params.length if length is None else length, self.params.vocab)
+
+    def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor:
+        """Every run that differs from each of `ids` in one symbol: its prompt differs in that token."""
+        return one_digit_changes(ids, self.params.length, self.params.vocab)
 
     def sequences(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
         """Input, the separator if any, then the sorted order: (N, prompt_length + answer_length) at `length`."""

@@ -16,9 +16,7 @@ import torch
 from torch import Tensor
 
 from gpt_core import GPT
-from gpt_tasks import PromptAnswerTask, Task, digits_of, evaluating
-from gpt_tasks.builtin.addition import AdditionTask
-from gpt_tasks.builtin.sort import SortTask
+from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_train.analysis.common import InspectError, block_points, prompt_answer_task
 from gpt_viz import HELDOUT
 
@@ -60,25 +58,16 @@ class Pairs:
     answer_position: int
 
 
-def example_numbering(task: PromptAnswerTask) -> tuple[int, int]:
-    """(base, digits) of the task's example numbers, each digit one prompt token: changing one digit of an
-    example's number changes one token of its prompt, and the task says what the new answer is."""
-    if isinstance(task, SortTask):
-        return task.params.vocab, task.params.length
-    if isinstance(task, AdditionTask):
-        return 10, 2 * task.params.digits
-    raise InspectError(f"patch knows how to corrupt the prompts of sort and addition, not of {task.name!r}")
-
-
 def single_token_variants(task: PromptAnswerTask, ids: Tensor) -> Tensor:
-    """Every example number that differs from each of `ids` (N,) in one digit: (N, digits * (base - 1))."""
-    base, n_digits = example_numbering(task)
-    digits = digits_of(ids, n_digits, base)  # (N, digits)
-    powers = base ** torch.arange(n_digits - 1, -1, -1)  # (digits,)
-    values = torch.arange(base)  # (base,)
-    shifted = ids[:, None, None] + (values[None, None, :] - digits[:, :, None]) * powers[None, :, None]  # (N, D, base)
-    keep = values[None, None, :] != digits[:, :, None]
-    return shifted[keep].view(len(ids), -1)
+    """The task's own single-token corruptions of each of `ids` (N,): example numbers (N, K), the task saying
+    what each one's answer is; a task that does not name them is refused in one line."""
+    variants = task.single_token_corruptions(ids)
+    if variants is None:
+        raise InspectError(
+            f"patch needs prompts that differ in one token, and task {task.name!r} does not say how to make them "
+            "(PromptAnswerTask.single_token_corruptions)"
+        )
+    return variants
 
 
 def first_difference(a: Tensor, b: Tensor) -> Tensor:
@@ -109,9 +98,10 @@ def corrupted_pairs(
     clean = task.sequences(ids)  # (N, T)
     corrupted = task.sequences(variants.flatten()).view(*variants.shape, -1)  # (N, V, T)
     p = task.prompt_length
+    one_change = (clean[:, None, :p] != corrupted[..., :p]).sum(dim=-1) == 1  # (N, V): what a task promised
     changed = first_difference(clean[:, None, :p], corrupted[..., :p])  # (N, V): the one changed prompt token
     first = first_difference(clean[:, None, p:], corrupted[..., p:])  # (N, V): first changed answer token
-    usable = (changed == corrupted_position) & (first < task.answer_length)
+    usable = one_change & (changed == corrupted_position) & (first < task.answer_length)
     if not usable.any():
         raise InspectError(
             f"no single-token change of prompt position {corrupted_position} changes the answer; "
