@@ -315,14 +315,17 @@ def test_inspect_heads_ablate_all_scores_the_model_without_attention(cli, run_co
     assert not RunLayout(run_copy).heads_ablation.exists()  # a combination is printed, not recorded
 
 
-def test_inspect_logit_lens_and_patch_write_their_records_and_pictures(cli, run_copy):
+def test_inspect_logit_lens_and_patch_write_their_records_and_pictures_one_per_patched_point(cli, run_copy):
     layout = RunLayout(run_copy)
     assert cli("inspect", run_copy, "logit-lens", "--examples", 200, "--device", "cpu").code == 0
     assert json.loads(layout.logit_lens.read_text())["depths"][-1] == "1: + MLP"
-    result = cli("inspect", run_copy, "patch", "--examples", 100, "--hook", "attn_out", "--device", "cpu")
-    assert result.code == 0, result.err
-    assert json.loads(layout.patching.read_text())["point"] == "attn_out"
-    assert layout.logit_lens_picture.is_file() and layout.patching_picture.is_file()
+    for point in ("attn_out", "resid_pre"):
+        result = cli("inspect", run_copy, "patch", "--examples", 100, "--hook", point, "--device", "cpu")
+        assert result.code == 0, result.err
+    for point in ("attn_out", "resid_pre"):  # the second did not overwrite the first
+        assert json.loads(layout.patching(point).read_text())["point"] == point
+        assert layout.patching_picture(point).is_file()
+    assert layout.logit_lens_picture.is_file()
 
 
 @pytest.mark.parametrize(

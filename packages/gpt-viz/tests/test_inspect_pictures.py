@@ -104,25 +104,33 @@ def test_load_inspection_reads_a_record_and_names_a_bad_file(tmp_path):
         load_inspection(layout.heads_ablation)
     layout.heads_ablation.write_text(json.dumps(HEADS))
     assert load_inspection(layout.heads_ablation) == HEADS
-    layout.patching.write_text("[1, 2")
+    layout.patching("z").write_text("[1, 2")
     with pytest.raises(VizError, match="is not valid JSON"):
-        load_inspection(layout.patching)
+        load_inspection(layout.patching("z"))
 
 
-def test_inspect_files_have_fixed_names_and_are_what_a_replaced_run_drops(tmp_path):
+def test_inspect_files_have_fixed_names_or_one_per_patched_point_and_are_what_a_replaced_run_drops(tmp_path):
     layout = RunLayout(tmp_path)
     names = {
         "heads_ablation": "inspect_heads.json",
         "heads_picture": "inspect_heads.png",
         "logit_lens": "inspect_logit_lens.json",
         "logit_lens_picture": "inspect_logit_lens.png",
-        "patching": "inspect_patch.json",
-        "patching_picture": "inspect_patch.png",
     }
     assert {prop: getattr(layout, prop).name for prop in names} == names
     assert set(RunLayout.INSPECTIONS) == set(names.values())
-    layout.heads_ablation.write_text("{}")
-    assert layout.existing() == [layout.heads_ablation]
+    assert layout.patching("attn_out").name == "inspect_patch_attn_out.json"
+    assert layout.patching_picture("attn_out").name == "inspect_patch_attn_out.png"
+    written = [layout.heads_ablation, layout.patching("z"), layout.patching("attn_out"), layout.patching_picture("z")]
+    for path in written:
+        path.write_text("{}")
+    (tmp_path / "inspect_patch_notes.txt").write_text("not a record")
+    assert layout.existing() == [
+        layout.heads_ablation,
+        layout.patching("attn_out"),
+        layout.patching("z"),
+        layout.patching_picture("z"),
+    ]
 
 
 def test_probe_keys_are_heldout_keys_marked_as_probes_and_not_position_details():

@@ -55,7 +55,7 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
     """Look inside a trained model: which heads it needs, where its answer appears, what it depends on.
 
     Each analysis prints a table and writes a JSON record and a picture into RUN_DIR
-    (inspect_heads.*, inspect_logit_lens.*, inspect_patch.*).
+    (inspect_heads.*, inspect_logit_lens.*, inspect_patch_<hook>.*).
 
     \b
     Examples:
@@ -234,4 +234,4 @@ def patch_command(
     click.echo(format_table(("restored", *result.positions), rows))
     record = result.to_json()
     layout = RunLayout(run_dir)
-    save(record, patching_picture(record), layout.patching, layout.patching_picture)
+    save(record, patching_picture(record), layout.patching(point), layout.patching_picture(point))

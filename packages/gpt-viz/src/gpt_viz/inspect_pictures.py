@@ -2,7 +2,7 @@
 activation patching.
 
 Each function draws the record `gpt-train inspect` writes into the run directory (the JSON objects
-named in gpt_viz.RunLayout: HEADS_ABLATION, LOGIT_LENS, PATCHING), so a picture can be redrawn from
+named in gpt_viz.RunLayout: HEADS_ABLATION, LOGIT_LENS, patching(point)), so a picture can be redrawn from
 the file alone; `load_inspection` reads one back. A record missing what its picture needs is one
 VizError line, not a traceback.
 """

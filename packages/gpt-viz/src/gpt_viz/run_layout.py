@@ -112,11 +112,13 @@ class RunLayout:
     LOGIT_LENS = "inspect_logit_lens.json"
     """`gpt-train inspect RUN logit-lens`: metric and loss of the residual stream decoded after each layer."""
     LOGIT_LENS_PICTURE = "inspect_logit_lens.png"
-    PATCHING = "inspect_patch.json"
-    """`gpt-train inspect RUN patch`: the share of the clean answer's logit difference each patch restores."""
-    PATCHING_PICTURE = "inspect_patch.png"
-    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, PATCHING, PATCHING_PICTURE)
-    """What `gpt-train inspect` writes beside a finished run: its model's, so a replaced run drops them."""
+    PATCHING_PREFIX = "inspect_patch_"
+    """`gpt-train inspect RUN patch --hook POINT`: the share of the clean answer's logit difference each patch
+    restores, one record and picture per hook point (`inspect_patch_resid_pre.json`, `.png`), so patching
+    another point keeps the first one's."""
+    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE)
+    """What `gpt-train inspect` writes beside a finished run under a fixed name (and the patching files):
+    its model's, so a replaced run drops them."""
     TASK_FILE_PREFIX = "task."
     """A task's own files (`Task.files()`: a trained tokenizer, say), one per task parameter that points at it,
     named `task.<parameter>` (`task.tokenizer_file`)."""
@@ -136,8 +138,14 @@ class RunLayout:
     heads_picture = _path_of(HEADS_PICTURE)
     logit_lens = _path_of(LOGIT_LENS)
     logit_lens_picture = _path_of(LOGIT_LENS_PICTURE)
-    patching = _path_of(PATCHING)
-    patching_picture = _path_of(PATCHING_PICTURE)
+
+    def patching(self, point: str) -> Path:
+        """The record of patching hook point `point` (resid_pre, attn_out, ...)."""
+        return self.root / f"{self.PATCHING_PREFIX}{point}.json"
+
+    def patching_picture(self, point: str) -> Path:
+        """The picture of patching hook point `point`."""
+        return self.root / f"{self.PATCHING_PREFIX}{point}.png"
 
     @classmethod
     def task_file_name(cls, parameter: str) -> str:
@@ -149,7 +157,8 @@ class RunLayout:
         return self.root / self.task_file_name(parameter)
 
     def existing(self) -> list[Path]:
-        """The run files present in the directory, in FILES then INSPECTIONS order, then the task files, sorted
-        by name."""
+        """The run files present in the directory, in FILES then INSPECTIONS order, then the patching files and
+        the task files, each sorted by name."""
         named = [self.root / name for name in self.FILES + self.INSPECTIONS if (self.root / name).exists()]
-        return named + sorted(self.root.glob(self.task_file_name("*")))
+        patched = [*self.root.glob(f"{self.PATCHING_PREFIX}*.json"), *self.root.glob(f"{self.PATCHING_PREFIX}*.png")]
+        return named + sorted(patched) + sorted(self.root.glob(self.task_file_name("*")))

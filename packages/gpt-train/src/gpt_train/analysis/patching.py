@@ -30,7 +30,7 @@ CANDIDATES = 8
 class Patching:
     """restored[layer][position]: the share of the clean-vs-corrupted logit difference at the answer
     position that patching `point` of that layer at that position brings back (0: none, 1: all);
-    `to_json` is inspect_patch.json."""
+    `to_json` is inspect_patch_<point>.json."""
 
     point: str
     examples: int
