@@ -335,6 +335,8 @@ def test_inspect_logit_lens_and_patch_write_their_records_and_pictures_one_per_p
         (("heads", "--ablate", "2.0"), ("layer 2 is out of range",)),
         (("heads", "--ablate", "0.7"), ("head 7 is out of range",)),
         (("heads", "--ablate", "first"), ("--ablate takes LAYER.HEAD",)),
+        (("heads", "--ablate", "0.0", "--ablate", "0.0"), ("--ablate names head 0.0 more than once",)),
+        (("heads", "--ablate", "all", "--ablate", "1.1"), ("--ablate names head 1.1 more than once",)),
         (("patch", "--corrupt", "-1"), ("corrupted position -1 is out of range",)),
         (("patch", "--answer-position", "4"), ("answer position 4 is out of range",)),
     ],

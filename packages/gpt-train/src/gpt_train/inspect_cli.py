@@ -96,7 +96,7 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 # heads ---------------------------------------------------------------------------------------
 def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
-    """LAYER.HEAD strings (or `all`) -> (layer, head) pairs."""
+    """LAYER.HEAD strings (or `all`) -> (layer, head) pairs, each head once (a repeat is a typo, not a weight)."""
     c = model.config
     heads = []
     for value in values:
@@ -107,6 +107,10 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
         if not (dot and layer.isdigit() and head.isdigit()):
             raise InspectError(f"--ablate takes LAYER.HEAD (e.g. 1.2) or all, got {value!r}")
         heads.append((int(layer), int(head)))
+    twice = sorted({head for head in heads if heads.count(head) > 1})
+    if twice:
+        named = ", ".join(f"{layer}.{head}" for layer, head in twice)
+        raise InspectError(f"--ablate names head {named} more than once; name each head once (all is every head)")
     return heads
 
 
