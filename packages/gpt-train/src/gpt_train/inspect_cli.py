@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import torch
@@ -32,6 +32,9 @@ from gpt_train.files import write_json_atomically
 from gpt_train.runs import load_run
 from gpt_viz import RunLayout
 from gpt_viz.inspect_pictures import head_ablation_heatmap, logit_lens_picture, patching_picture
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DEVICE_OPTION = click.option(
     "--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
@@ -73,7 +76,7 @@ def loaded(run_dir: Path, device: str) -> tuple[Task, GPT, torch.device]:
     return config.build_task(), model, target
 
 
-def save(record: dict[str, Any], figure, json_path: Path, picture_path: Path) -> None:
+def save(record: dict[str, Any], figure: Figure, json_path: Path, picture_path: Path) -> None:
     write_json_atomically(json_path, record)
     gpt_viz.save_figure(figure, picture_path)
     click.echo(f"wrote {json_path} and {picture_path}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -39,7 +39,7 @@ class HeadAblation:
     mean: list[list[float]]
     split: str = HELDOUT
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -113,7 +113,9 @@ def score(task: Task, model: GPT, device: torch.device, examples: int) -> dict[s
     return task.evaluate(model, HELDOUT, device, examples)
 
 
-def baseline_and_means(task: Task, model: GPT, device: torch.device, examples: int) -> tuple[dict, HeadMeans]:
+def baseline_and_means(
+    task: Task, model: GPT, device: torch.device, examples: int
+) -> tuple[dict[str, float], HeadMeans]:
     """The unablated metrics, and each head's mean z recorded while they were scored."""
     means = HeadMeans()
     with model.hooks(means.hooks(model)):

@@ -10,6 +10,7 @@ for greedy decoding is the same thing as generating it (each step then reads the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,7 +39,7 @@ class LogitLens:
     position_loss: list[list[float]]  # [depth][answer position]
     split: str = HELDOUT
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

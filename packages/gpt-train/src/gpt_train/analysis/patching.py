@@ -11,11 +11,12 @@ logit difference that comes back says how much of what distinguishes the answers
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from gpt_core import GPT
+from gpt_core import GPT, HookFn
 from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_train.analysis.common import InspectError, block_points, prompt_answer_task
 from gpt_viz import HELDOUT
@@ -43,7 +44,7 @@ class Patching:
     example: dict[str, str]
     split: str = HELDOUT
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -177,7 +178,7 @@ def patch(
     )
 
 
-def copy_position(source: Tensor, position: int, dim: int):
+def copy_position(source: Tensor, position: int, dim: int) -> HookFn:
     """A hook that replaces the activation at `position` (along `dim`) with `source`'s."""
 
     def replace(activation: Tensor, name: str) -> Tensor:
