@@ -11,7 +11,7 @@ from gpt_tasks import get_task
 from gpt_tasks.builtin.sort import SortTask
 from gpt_train.pictures import ATTENTION_EXAMPLES, save_attention
 from gpt_train.runs import load_run
-from gpt_viz import RunLayout, load_attention_examples
+from gpt_viz import RunLayout, load_attention_examples, run_data
 
 CPU = torch.device("cpu")
 
@@ -23,6 +23,19 @@ def model_attention(model: GPT, ids: list[int]) -> np.ndarray:
         return model(torch.tensor([ids]), return_attention=True).attention[:, 0].numpy()
 
 
+def as_stored(weights: np.ndarray) -> np.ndarray:
+    """``weights`` rounded as attention.npz stores them (float16) and read back (float32)."""
+    return weights.astype(np.float16).astype(np.float32)
+
+
+def recording_lengths(model: GPT) -> list[int]:
+    """The sequence length of every forward pass `model` makes from now on."""
+    lengths: list[int] = []
+    forward = model.forward
+    model.forward = lambda idx, **kwargs: (lengths.append(idx.shape[1]), forward(idx, **kwargs))[1]
+    return lengths
+
+
 def test_a_finished_run_keeps_the_models_attention_on_the_tasks_first_examples(tiny_run):
     config, model = load_run(tiny_run, CPU)
     task = config.build_task()
@@ -32,7 +45,7 @@ def test_a_finished_run_keeps_the_models_attention_on_the_tasks_first_examples(t
     for example, text in zip(examples, texts, strict=True):
         ids = task.encode(text)
         assert example.tokens == task.token_labels(ids)
-        np.testing.assert_allclose(example.weights, model_attention(model, ids), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(example.weights, model_attention(model, ids), rtol=0, atol=2**-12 + 1e-6)  # float16
 
 
 class UnevenSort(SortTask):
@@ -62,7 +75,7 @@ def test_examples_of_different_lengths_are_kept_each_at_its_own_length_and_cut_t
     assert [example.tokens for example in examples] == [list("3141"), list("27"), list("1234567")]
     for example in examples:
         ids = task.encode("".join(example.tokens))
-        np.testing.assert_array_equal(example.weights, model_attention(model, ids))
+        np.testing.assert_array_equal(example.weights, as_stored(model_attention(model, ids)))
 
 
 def test_a_task_with_only_the_one_example_method_keeps_that_example(tmp_path):
@@ -71,3 +84,34 @@ def test_a_task_with_only_the_one_example_method_keeps_that_example(tmp_path):
     save_attention(task, model, CPU, RunLayout(tmp_path))
     (example,) = load_attention_examples(tmp_path)
     assert example.tokens == list("4321123") and example.weights.shape == (1, 2, 7, 7)
+
+
+def test_a_model_too_large_for_every_example_keeps_the_first_ones_that_fit_and_computes_no_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_data, "ATTENTION_BUDGET", 2 * 2 * 2 * 4**2)  # 2 layers x 2 heads: "3141" and "27"
+    task = UnevenSort(get_task("sort", length=4).params)
+    torch.manual_seed(0)
+    model = GPT(task.model_config(n_layer=2, n_head=2, n_embd=16))
+    lengths = recording_lengths(model)
+    save_attention(task, model, CPU, RunLayout(tmp_path))
+    assert lengths == [4, 2]  # the third example (7 tokens) would need 3 x 4 x 7² weights: never computed
+    examples = load_attention_examples(tmp_path)
+    assert [example.tokens for example in examples] == [list("3141"), list("27")]
+    for example in examples:
+        np.testing.assert_array_equal(
+            example.weights, as_stored(model_attention(model, task.encode("".join(example.tokens))))
+        )
+
+
+def test_a_first_example_too_long_for_the_budget_keeps_its_last_tokens_and_the_models_attention_on_them(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(run_data, "ATTENTION_BUDGET", 2 * 2 * 3**2)  # 2 layers x 2 heads x 3 x 3: three tokens
+    task = UnevenSort(get_task("sort", length=4).params)
+    torch.manual_seed(0)
+    model = GPT(task.model_config(n_layer=2, n_head=2, n_embd=16))
+    lengths = recording_lengths(model)
+    save_attention(task, model, CPU, RunLayout(tmp_path))
+    assert lengths == [3]
+    (example,) = load_attention_examples(tmp_path)
+    assert example.tokens == list("141")  # the last three of "3141"
+    np.testing.assert_array_equal(example.weights, as_stored(model_attention(model, task.encode("141"))))

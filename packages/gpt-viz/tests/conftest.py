@@ -75,10 +75,16 @@ def write_run(
     return run
 
 
+def as_stored(weights: np.ndarray) -> np.ndarray:
+    """``weights`` rounded as attention.npz stores them (float16) and read back (float32)."""
+    return weights.astype(np.float16).astype(np.float32)
+
+
 def fixture_examples(n_layer: int = 2, n_head: int = 4) -> list[AttentionSnapshot]:
-    """The attention examples of a fixture run: each example's own causal pattern over EXAMPLE_TOKENS."""
+    """The attention examples of a fixture run: each example's own causal pattern over EXAMPLE_TOKENS, rounded to
+    float16 as attention.npz stores it, so that what a test writes is what it reads back."""
     return [
-        AttentionSnapshot(causal_attention(n_layer, n_head, len(tokens), seed=seed), list(tokens))
+        AttentionSnapshot(as_stored(causal_attention(n_layer, n_head, len(tokens), seed=seed)), list(tokens))
         for seed, tokens in enumerate(EXAMPLE_TOKENS)
     ]
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gpt_viz import RunLayout, VizError
+from gpt_viz import AttentionSnapshot, RunLayout, VizError, load_attention_examples, save_attention_examples
 from gpt_viz.cli import main
 from gpt_viz.explore import explorer_page, write_explorer
 
@@ -44,22 +44,48 @@ def embedded(page: str) -> dict:
     return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the page's JSON"))
 
 
+def embedded_levels(example: dict) -> np.ndarray:
+    """The page's bytes for an example's weights, (n_layer, n_head, T, T): each a fraction 0..255 of its row's max."""
+    return np.frombuffer(base64.b64decode(example["weights"]), dtype=np.uint8).reshape(example["shape"])
+
+
 def embedded_weights(example: dict) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(example["weights"]), dtype="<f4").reshape(example["shape"])
+    """An example's weights as the page's script rebuilds them from its bytes and row maxima."""
+    row_max = np.frombuffer(base64.b64decode(example["row_max"]), dtype="<f4").reshape(example["shape"][:3])
+    return embedded_levels(example) / 255 * row_max[..., None]
+
+
+def assert_quantised_from(example: dict, weights: np.ndarray) -> None:
+    """The page's weights are ``weights`` to within 1/510 of each row's largest (half a level), no coarser."""
+    error = np.abs(embedded_weights(example) - weights)  # (L, H, T, T)
+    assert np.all(error <= weights.max(axis=-1, keepdims=True) / 510 + 1e-7)
 
 
 def write_ablation(run: Path, table: object) -> None:
     RunLayout(run).heads_ablation.write_text(json.dumps(table))
 
 
-def test_page_embeds_every_head_of_every_layer_of_every_example_exactly(run_dir, attention_examples):
+def test_page_embeds_every_head_of_every_layer_of_every_example_to_a_byte_a_weight(run_dir, attention_examples):
     examples = embedded(explorer_page(run_dir))["attention"]
     assert len(examples) == len(attention_examples) == 3
     for example, expected in zip(examples, attention_examples, strict=True):
         length = len(expected.tokens)  # 10, 7, 10: the shorter one without the file's padding
         assert example["tokens"] == expected.tokens
         assert example["shape"] == [2, 4, length, length]
-        np.testing.assert_array_equal(embedded_weights(example), expected.weights)
+        assert embedded_levels(example).size == expected.weights.size  # one byte a weight
+        assert_quantised_from(example, expected.weights)
+
+
+def test_each_rows_largest_weight_is_level_255_and_a_diffuse_row_keeps_its_detail(make_run):
+    run = make_run(attention=False)
+    weights = np.zeros((1, 1, 3, 3), dtype=np.float32)
+    weights[0, 0] = [[1, 0, 0], [0.9, 0.1, 0], [0.0021, 0.0013, 0.0006]]  # the last row, all small, still resolved
+    save_attention_examples(run, [AttentionSnapshot(weights, ["a", "b", "c"])])
+    (example,) = embedded(explorer_page(run))["attention"]
+    stored = load_attention_examples(run)[0].weights
+    assert embedded_levels(example)[0, 0].max(axis=-1).tolist() == [255, 255, 255]
+    assert embedded_levels(example)[0, 0, 2].tolist() == [255, 158, 73]  # 0.0013 / 0.0021 of 255, 0.0006 / 0.0021
+    assert_quantised_from(example, stored)
 
 
 def test_an_attention_file_from_before_several_examples_were_kept_gives_one(make_run, tokens):
@@ -68,7 +94,7 @@ def test_an_attention_file_from_before_several_examples_were_kept_gives_one(make
     np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))  # (L, H, T, T) and (T,)
     (example,) = embedded(explorer_page(run))["attention"]
     assert example["tokens"] == tokens and example["shape"] == [2, 3, len(tokens), len(tokens)]
-    np.testing.assert_array_equal(embedded_weights(example), weights)
+    assert_quantised_from(example, weights)
 
 
 def test_page_embeds_the_training_loss_and_summary_metrics_with_the_primary_one_chosen(make_run, run_dir):
@@ -181,6 +207,15 @@ def test_attention_weights_that_are_not_finite_are_refused(make_run, tokens):
     weights[0, 1, 3, 0] = np.nan
     np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
     with pytest.raises(VizError, match="NaN or infinite"):
+        explorer_page(run)
+
+
+def test_negative_attention_weights_are_refused(make_run, tokens):
+    run = make_run(attention=False)
+    weights = uniform_causal(1, 2, len(tokens))
+    weights[0, 1, 3, 0] = -0.25
+    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
+    with pytest.raises(VizError, match="attention.npz: weights hold negative values; attention weights are prob"):
         explorer_page(run)
 
 

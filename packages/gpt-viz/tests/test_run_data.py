@@ -1,21 +1,25 @@
 """Reading run directories, and the one-line errors for malformed ones."""
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpt_viz import (
+    ATTENTION_BUDGET,
     AttentionSnapshot,
     RunLayout,
     VizError,
+    attention_lengths_within_budget,
     available_metrics,
     load_attention,
     load_attention_examples,
     load_config,
     load_metrics,
     metric_series,
+    run_data,
     save_attention_examples,
 )
 
@@ -128,9 +132,64 @@ def test_every_attention_example_reads_back_at_its_own_length(run_dir, attention
 def test_the_attention_file_pads_shorter_examples_to_the_longest(run_dir):
     with np.load(RunLayout(run_dir).attention) as archive:
         weights, tokens, lengths = archive["weights"], archive["tokens"], archive["lengths"]
-    assert weights.shape == (3, 2, 4, 10, 10) and weights.dtype == np.float32
+    assert weights.shape == (3, 2, 4, 10, 10) and weights.dtype == np.float16
     assert tokens.shape == (3, 10) and lengths.tolist() == [10, 7, 10]
     assert tokens[1, 7:].tolist() == ["", "", ""] and not weights[1, :, :, 7:].any() and not weights[1, ..., 7:].any()
+
+
+def test_attention_is_stored_compressed_as_float16_and_read_back_as_float32(make_run, layer_weights, tokens):
+    run = make_run(attention=False)
+    weights = np.stack([layer_weights, layer_weights[::-1]])  # (2, 4, T, T) float32
+    save_attention_examples(run, [AttentionSnapshot(weights, tokens)])
+    with zipfile.ZipFile(RunLayout(run).attention) as archive:
+        assert {member.compress_type for member in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    (example,) = load_attention_examples(run)
+    assert example.weights.dtype == np.float32
+    np.testing.assert_array_equal(example.weights, weights.astype(np.float16).astype(np.float32))
+    assert np.abs(example.weights - weights).max() <= 2**-12  # half float16's spacing just below 1
+
+
+def test_an_uncompressed_float32_attention_file_of_several_examples_still_reads(run_dir, attention_examples):
+    weights = np.zeros((2, 2, 4, 10, 10), dtype=np.float32)  # as runs wrote it before float16
+    weights[0] = attention_examples[0].weights
+    weights[1, :, :, :7, :7] = attention_examples[1].weights
+    tokens = np.array([attention_examples[0].tokens, attention_examples[1].tokens + [""] * 3])
+    np.savez(RunLayout(run_dir).attention, weights=weights, tokens=tokens, lengths=np.array([10, 7]))
+    first, second = load_attention_examples(run_dir)
+    assert first.weights.dtype == second.weights.dtype == np.float32
+    np.testing.assert_array_equal(first.weights, attention_examples[0].weights)
+    np.testing.assert_array_equal(second.weights, attention_examples[1].weights)
+
+
+def test_attention_weights_that_are_not_numbers_are_one_line(run_dir, tokens):
+    np.savez(RunLayout(run_dir).attention, weights=np.full((1, 1, 10, 10), "x"), tokens=np.array(tokens))
+    with pytest.raises(VizError, match=r"attention\.npz: weights are not numbers \(<U1\)"):
+        load_attention(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "n_layer", "n_head", "kept"),
+    [
+        ([11, 11, 11, 11], 2, 4, [11, 11, 11, 11]),  # the default sort model: all four, far below the budget
+        ([256, 256, 256, 256], 6, 6, [256]),  # 6 x 6 heads at T = 256: one example (2.4M weights), not two (4.7M)
+        ([1024, 1024], 12, 12, [170]),  # GPT-2 at T = 1,024: the first example's last 170 tokens, 170² x 144 ≤ 4M
+        ([100, 1448, 100], 1, 1, [100, 1448]),  # 2 x 1448², padded to the longest, fits; 3 x 1448² does not
+        ([100, 1449, 100], 1, 1, [100]),  # 2 x 1449² does not; the examples after it are not tried
+        ([5000, 3], 1, 1, [2048]),  # a first example beyond the budget alone is cut to fill it (2048² = 4M)
+    ],
+)
+def test_examples_are_kept_in_order_while_their_padded_attention_fits_the_budget(lengths, n_layer, n_head, kept):
+    assert ATTENTION_BUDGET == 4 * 2**20
+    assert attention_lengths_within_budget(lengths, n_layer, n_head) == kept
+
+
+def test_saving_more_attention_than_the_budget_is_refused(run_dir, monkeypatch, attention_examples):
+    monkeypatch.setattr(run_data, "ATTENTION_BUDGET", 2 * 2 * 4 * 10 * 10)  # room for two 10-token examples
+    assert attention_lengths_within_budget([10, 7, 10], 2, 4) == [10, 7]
+    save_attention_examples(run_dir, attention_examples[:2])
+    with pytest.raises(VizError, match=r"shape \(3, 2, 4, 10, 10\) exceed the file's budget of 1,600 weights"):
+        save_attention_examples(run_dir, attention_examples)
+    assert len(load_attention_examples(run_dir)) == 2  # the file written before is left as it was
 
 
 def test_an_attention_file_from_before_several_examples_were_kept_reads_as_one(run_dir, layer_weights, tokens):

@@ -15,24 +15,33 @@ from gpt_tasks import Task, evaluating
 from gpt_viz import TRAIN, AttentionSnapshot, RunLayout
 
 ATTENTION_EXAMPLES = 4
-"""Held-out examples a run keeps the attention of: enough to choose between in `gpt-viz explore`, few enough
-that the file stays small (each is n_layer x n_head x T x T numbers)."""
+"""Held-out examples a run keeps the attention of, at most: enough to choose between in `gpt-viz explore`.
+Large models keep fewer (gpt_viz.ATTENTION_BUDGET caps the file, each example being n_layer x n_head x T x T
+numbers), at least one."""
 
 
 def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> None:
-    """attention.npz: every layer's attention on each of the task's first ATTENTION_EXAMPLES attention
-    examples (gpt_viz.run_data has the format)."""
+    """attention.npz: every layer's attention on the task's first attention examples, as many of the first
+    ATTENTION_EXAMPLES as the file's budget holds (gpt_viz.run_data has the format).
+
+    The budget is applied before the model runs, so only kept attention is ever computed: memory stays
+    bounded too. A first example too long for the budget alone keeps its last tokens, and the attention
+    is the model's on those tokens alone."""
+    texts = task.attention_examples(ATTENTION_EXAMPLES)[:ATTENTION_EXAMPLES]
+    encoded = [task.encode(text)[: model.config.block_size] for text in texts]
+    kept = gpt_viz.attention_lengths_within_budget(
+        [len(ids) for ids in encoded], model.config.n_layer, model.config.n_head
+    )
     with evaluating(model):
         examples = [
-            attention_on(task, model, device, text)
-            for text in task.attention_examples(ATTENTION_EXAMPLES)[:ATTENTION_EXAMPLES]
+            attention_on(task, model, device, ids[len(ids) - length :])
+            for ids, length in zip(encoded[: len(kept)], kept, strict=True)
         ]
     gpt_viz.save_attention_examples(layout.root, examples)
 
 
-def attention_on(task: Task, model: GPT, device: torch.device, text: str) -> AttentionSnapshot:
-    """Every layer's attention (n_layer, n_head, T, T) on `text`, cut to the model's block_size, and its labels."""
-    ids = task.encode(text)[: model.config.block_size]
+def attention_on(task: Task, model: GPT, device: torch.device, ids: list[int]) -> AttentionSnapshot:
+    """Every layer's attention (n_layer, n_head, T, T) on the tokens `ids`, and their labels."""
     attention = model(torch.tensor([ids], device=device), return_attention=True).attention  # (L, 1, H, T, T)
     return AttentionSnapshot(weights=attention[:, 0].float().cpu().numpy(), tokens=task.token_labels(ids))
 

@@ -14,7 +14,9 @@ from gpt_viz.fourier import fourier_spectra
 from gpt_viz.generalisation import length_generalisation
 from gpt_viz.grokking import first_crossing, grokking
 from gpt_viz.run_data import (
+    ATTENTION_BUDGET,
     AttentionSnapshot,
+    attention_lengths_within_budget,
     available_metrics,
     load_attention,
     load_attention_examples,
@@ -48,7 +50,9 @@ __all__ = [
     "parse_metric_key",
     "probe_key",
     "SAVE_DPI",
+    "ATTENTION_BUDGET",
     "AttentionSnapshot",
+    "attention_lengths_within_budget",
     "VizError",
     "attention_grid",
     "attention_map",

@@ -8,21 +8,30 @@ not an archive) into a one-line :class:`~gpt_viz.errors.VizError` naming the
 file instead of a traceback.
 
 ``attention.npz`` is also written here (:func:`save_attention_examples`), so that
-its format is spelled once, beside its reader.  It holds N examples of possibly
-different lengths, padded to the longest, T:
+its format is spelled once, beside its reader.  It is a compressed archive
+(``np.savez_compressed``) of N examples of possibly different lengths, padded to
+the longest, T:
 
-- ``weights`` (N, n_layer, n_head, T, T) float32, query × key, zero outside each
-  example's own (length × length) corner;
+- ``weights`` (N, n_layer, n_head, T, T) float16, query × key, zero outside each
+  example's own (length × length) corner; read back as float32;
 - ``tokens`` (N, T) strings, ``""`` after each example's last token;
 - ``lengths`` (N,) integers, each example's token count.
 
-A file from before runs kept several examples holds ``weights`` (n_layer,
-n_head, T, T) and ``tokens`` (T,) only, and reads as one example.
+float16 keeps a weight in [0, 1] to within 2**-12 (half its spacing below 1), far
+finer than a picture shows, at half float32's bytes.  The file holds at most
+:data:`ATTENTION_BUDGET` weights (N · n_layer · n_head · T², padding included), so its
+size and the memory that computes it stay bounded for any model and block size;
+:func:`attention_lengths_within_budget` says which examples fit, at what length.
+
+Older files (float32 weights, uncompressed) read the same way; one from before
+runs kept several examples holds ``weights`` (n_layer, n_head, T, T) and
+``tokens`` (T,) only, and reads as one example.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tokenize
 import zipfile
@@ -55,6 +64,13 @@ _DAMAGED_ARCHIVE = (
 )
 # The first bytes by which np.load tells an .npz (a zip, possibly empty) from a pickle or a bare .npy.
 _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+ATTENTION_BUDGET = 4 * 2**20
+"""Most attention weights one attention.npz holds (examples x n_layer x n_head x T x T, T the longest kept
+example's length): 8 MiB as float16 before compression, whatever the model. The default sort model's four
+examples use 3,872 of them; one 6-layer, 6-head example at T = 256 uses 2,359,296, so such a model keeps one,
+and a 12-layer, 12-head one at T = 1,024 keeps the last 170 tokens of its first."""
 
 
 class AttentionSnapshot(NamedTuple):
@@ -172,7 +188,7 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
     if not path.is_file():
         raise VizError(f"{path} is missing")
     arrays = _read_npz_arrays(path, ("weights", "tokens"), optional=("lengths",))
-    weights, tokens = arrays["weights"], arrays["tokens"]
+    weights, tokens = _as_float32(arrays["weights"], path), arrays["tokens"]
     if weights.ndim == 4:  # one example, as runs wrote it before they kept several
         return [_checked_snapshot(weights, np.asarray(tokens).ravel())]
     if weights.ndim != 5:
@@ -188,6 +204,14 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
         _checked_snapshot(example[:, :, :length, :length], labels[:length])
         for example, labels, length in zip(weights, tokens, lengths.tolist(), strict=True)
     ]
+
+
+def _as_float32(weights: np.ndarray, path: Path) -> np.ndarray:
+    """The stored weights (float16 since files were compressed, float32 before) as float32."""
+    try:
+        return weights.astype(np.float32)
+    except (TypeError, ValueError) as error:
+        raise VizError(f"{path}: weights are not numbers ({weights.dtype})") from error
 
 
 def _checked_lengths(lengths: np.ndarray | None, shape: tuple[int, ...], path: Path) -> np.ndarray:
@@ -214,9 +238,30 @@ def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray) -> AttentionSnaps
     return AttentionSnapshot(weights=weights, tokens=labels)
 
 
+def attention_lengths_within_budget(lengths: Sequence[int], n_layer: int, n_head: int) -> list[int]:
+    """How many tokens to keep of each example whose attention fits the budget, for examples of ``lengths``
+    tokens (in order): the first examples while their padded total fits, never fewer than one.
+
+    When even the first example is too long, it is cut to the most tokens that fit (its last ones, by the
+    caller's choice): a run then still has a picture and a page, of a shorter text, rather than none.
+    Everything else is kept whole, so the attention shown is always the model's own on the tokens shown.
+    """
+    heads, budget = n_layer * n_head, ATTENTION_BUDGET
+    kept: list[int] = []
+    for length in lengths:
+        if not kept:
+            kept.append(min(length, max(1, math.isqrt(budget // heads))))
+        elif (len(kept) + 1) * heads * max(*kept, length) ** 2 <= budget:
+            kept.append(length)
+        else:
+            break
+    return kept
+
+
 def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnapshot]) -> Path:
     """Write ``attention.npz`` for ``examples`` (each of weights (n_layer, n_head, T_i, T_i) and T_i tokens) in
-    the format of this module's docstring, and return its path."""
+    the format of this module's docstring, and return its path. More than :data:`ATTENTION_BUDGET` weights
+    are refused: choose the examples with :func:`attention_lengths_within_budget` before computing them."""
     if not examples:
         raise VizError("no attention examples to save")
     for example in examples:
@@ -228,14 +273,17 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
         raise VizError(f"attention examples disagree on (n_layer, n_head): {sorted(heads)}")
     lengths = np.array([len(example.tokens) for example in examples], dtype=np.int64)
     longest = int(lengths.max())
-    weights = np.zeros((len(examples), *heads.pop(), longest, longest), dtype=np.float32)  # (N, L, H, T, T)
+    shape = (len(examples), *heads.pop(), longest, longest)  # (N, L, H, T, T)
+    if math.prod(shape) > ATTENTION_BUDGET:
+        raise VizError(f"attention examples of shape {shape} exceed the file's budget of {ATTENTION_BUDGET:,} weights")
+    weights = np.zeros(shape, dtype=np.float16)
     for padded, example, length in zip(weights, examples, lengths, strict=True):
         padded[:, :, :length, :length] = example.weights
     tokens = np.array(
         [list(example.tokens) + [""] * (longest - len(example.tokens)) for example in examples], dtype=str
     )
     path = RunLayout(run_directory(run_dir)).attention
-    np.savez(path, weights=weights, tokens=tokens, lengths=lengths)
+    np.savez_compressed(path, weights=weights, tokens=tokens, lengths=lengths)
     return path
 
 
