@@ -32,6 +32,7 @@ class Context:
     runs: Path  # run directories
     quick: bool
     jobs: int = 1
+    reuse: bool = False  # a finished run whose record shows the same arguments is read back, not trained again
     log: list[str] = field(default_factory=list)
 
     @property
@@ -52,13 +53,18 @@ class Context:
 class Run:
     name: str
     run_dir: Path
-    wall: float
+    wall: float | None  # the command's wall time; None for a reused run trained before it was recorded
     final: dict[str, Any]
     metrics: list[dict[str, Any]]
 
     @property
     def layout(self) -> RunLayout:
         return RunLayout(self.run_dir)
+
+    @property
+    def clock(self) -> float:
+        """The run's own clock at its end (training and every evaluation, without the process start)."""
+        return float(self.final["elapsed"])
 
     def first_step(self, key: str, threshold: float) -> int | None:
         """First logged step at which `key` reaches `threshold` (None if never)."""
@@ -73,14 +79,31 @@ def gpt_train(ctx: Context, *args: str, check: bool = True) -> subprocess.Comple
     return done
 
 
+def record_path(ctx: Context, name: str) -> Path:
+    """Beside runs/<name>: the arguments it was trained with and the command's wall time."""
+    return ctx.runs / f"{name}.experiment.json"
+
+
 def train(ctx: Context, name: str, args: Sequence[str]) -> Run:
-    """`gpt-train run` with `args` into runs/<name>, replacing an earlier run of the same name."""
-    run_dir = ctx.runs / name
+    """`gpt-train run` with `args` into runs/<name>, replacing an earlier run of the same name; with
+    `ctx.reuse`, a finished run recorded with the same arguments is read back instead."""
+    run_dir, record = ctx.runs / name, record_path(ctx, name)
+    args = [str(a) for a in args]
+    if ctx.reuse and record.is_file() and RunLayout(run_dir).final.is_file():
+        recorded = json.loads(record.read_text())
+        if recorded["args"] == args:
+            return read_run(name, run_dir, recorded["wall"])
+    record.unlink(missing_ok=True)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     start = time.perf_counter()
     gpt_train(ctx, "run", *args, "--device", "cpu", "--quiet", "--out", run_dir)
     wall = time.perf_counter() - start
+    record.write_text(json.dumps({"args": args, "wall": wall}))
+    return read_run(name, run_dir, wall)
+
+
+def read_run(name: str, run_dir: Path, wall: float | None) -> Run:
     layout = RunLayout(run_dir)
     final = json.loads(layout.final.read_text())
     metrics = [json.loads(line) for line in layout.metrics.read_text().splitlines()]
@@ -124,12 +147,16 @@ def shakespeare_path(ctx: Context) -> Path:
     return text
 
 
+REUSED = " (with --reuse: runs recorded with the same arguments were read back, not trained again)"
+
+
 def report(ctx: Context, name: str, title: str, commands: Sequence[str], body: str, wall: float) -> Path:
     """docs-ready markdown: the commands, the machine, the wall time and the body (tables, pictures)."""
     command_block = "\n".join(commands)
     text = (
         f"## {title}\n\n```\n{command_block}\n```\n\n"
-        f"Machine: {ctx.machine()}. Wall time of the whole experiment: {wall:.0f} s.\n\n{body.strip()}\n"
+        f"Machine: {ctx.machine()}. Wall time of the whole experiment: {wall:.0f} s"
+        f"{REUSED if ctx.reuse else ''}.\n\n{body.strip()}\n"
     )
     path = ctx.out / f"{name}.md"
     path.write_text(text)
@@ -155,13 +182,19 @@ def context_from_args(argv: Sequence[str] | None = None, description: str = "") 
     parser.add_argument("--runs", type=Path, help="run directories [default: experiments/runs]")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained in parallel (threads are split between them)")
     parser.add_argument("--only", nargs="*", default=None, help="run_all: only these experiments")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read back a finished run whose record (runs/NAME.experiment.json) shows the same arguments, "
+        "instead of training it again",
+    )
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = Path(tempfile_dir()) if args.quick else ROOT / "docs" / "results"
     runs = args.runs or (args.out / "runs" if args.quick else ROOT / "experiments" / "runs")
     args.out.mkdir(parents=True, exist_ok=True)
     runs.mkdir(parents=True, exist_ok=True)
-    ctx = Context(out=args.out, runs=runs, quick=args.quick, jobs=args.jobs)
+    ctx = Context(out=args.out, runs=runs, quick=args.quick, jobs=args.jobs, reuse=args.reuse)
     ctx.only = args.only  # type: ignore[attr-defined]
     return ctx
 

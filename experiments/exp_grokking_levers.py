@@ -44,7 +44,7 @@ LEVERS = {
 }
 HEADER = ["change from the defaults", "what it did", "t_fit", "t_gen", "t_gen / t_fit",
           f"max held-out acc up to {WINDOW} x t_fit", f"first held-out acc >= {CHANCE_BOUND}", "final train acc",
-          "final held-out acc", f"final {SHARE}", "wall"]  # fmt: skip
+          "final held-out acc", f"final {SHARE}", "run's clock"]  # fmt: skip
 
 
 def verdict(g: Grokking) -> str:
@@ -79,7 +79,7 @@ def run(ctx: Context):
         above = result.first_step(ACCURACY[HELDOUT], CHANCE_BOUND)
         rows.append([lever, verdict(g), step_or_never(g.t_fit), step_or_never(g.t_gen), ratio_text(g.ratio), window,
                      step_or_never(above), f"{g.final[ACCURACY[TRAIN]]:.4f}", f"{g.final[ACCURACY[HELDOUT]]:.4f}",
-                     f"{g.final[PROGRESS]:.3f}", f"{result.wall:.0f} s"])  # fmt: skip
+                     f"{g.final[PROGRESS]:.3f}", f"{result.clock:.0f} s"])  # fmt: skip
     figure = gpt_viz.compare_runs([runs[slug(lever)].run_dir for lever in levers], ACCURACY[HELDOUT],
                                   labels=list(levers))  # fmt: skip
     gpt_viz.save_figure(figure, ctx.out / "grokking-levers.png")
