@@ -85,7 +85,9 @@ def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
 
 
 class Hooks(dict[str, list[HookFn]]):
-    """The hooks set on one model: for each name, the functions to call, in the order they were set.
+    """The hooks set on one model: for each name, the functions to call, in the order they were set
+    (`mlp_hidden`'s are listed too, so that the store is non-empty while any hook is set, but called by
+    PyTorch's forward hook on the block's GELU: `GPT.hooks`).
 
     A dict, so that `if hooks:` at a hook point is the C-level emptiness test of a dict (~4 ns here,
     where a Python `__bool__` measured ~90 ns). Nested `added` blocks compose: on a name hooked
