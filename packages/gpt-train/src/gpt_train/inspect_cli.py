@@ -223,7 +223,8 @@ def patch_command(
 
     The corrupted prompt differs from the clean one in the token at --corrupt, so that the answers
     first differ at --answer-position. Each cell is the share of the clean-vs-corrupted logit difference
-    there that the patch restores. Prompt-answer tasks (sort, addition) only.
+    there that the patch restores. Prompt-answer tasks that name their single-token corruptions (sort,
+    addition; `PromptAnswerTask.single_token_corruptions`) only.
 
     \b
     Examples:
