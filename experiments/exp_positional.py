@@ -34,7 +34,7 @@ class Setup:
     eval_lengths: tuple[int, ...]
     seeds: tuple[int, ...]
     steps: int  # the new table's runs, and the levers'
-    fewer_steps: int  # the steps lever, and the baseline's in quick mode (in full mode: the seed task's 2,000)
+    fewer_steps: int  # the baseline's steps in quick mode (in full mode: the seed task's 2,000)
     table: int  # learned positions: vectors in the table, enough to read the longest evaluation
     range_: int  # randomized positions: the range the ids are drawn from
     extra: tuple[str, ...] = ()
@@ -97,16 +97,13 @@ def lever_specs(setup: Setup) -> dict[str, tuple[str, list[str]]]:
     """Lever -> (the encoding it changes, its flags): each changes one thing of that encoding's run of the table
     with the first seed, the reference it is compared with."""
     flags, seed = encodings(setup), ["--seed", str(setup.seeds[0])]
-    run, fewer = mixed(setup, setup.steps), mixed(setup, setup.fewer_steps)
-    one_length = mixed(setup, setup.steps, min_length=setup.train_length)
-    levers = {f"{setup.fewer_steps:,} steps: {name}": (name, [*fewer, *flags[name], *seed]) for name in flags}
+    run, one_length = mixed(setup, setup.steps), mixed(setup, setup.steps, min_length=setup.train_length)
+    levers = {}
     for name in ("none", "rope", "randomized learned"):
         levers[f"length {setup.train_length} only: {name}"] = (name, [*one_length, *flags[name], *seed])
     for range_ in (setup.range_ // 2, setup.range_ * 2):
         for name in RANDOMIZED:
             levers[f"max_positions={range_}: {name}"] = (name, [*run, *encodings(setup, range_)[name], *seed])
-    for name in ("rope", "randomized rope"):
-        levers[f"3 layers: {name}"] = (name, [*run, *flags[name], *sets("n_layer=3"), *seed])
     return dict(list(levers.items())[: setup.levers])
 
 
@@ -230,6 +227,10 @@ def describe(setup: Setup) -> str:
     )
 
 
+LEVERS_PENDING = (
+    "Not in this report: the experiment was stopped before its levers were trained "
+    "(`python experiments/exp_positional.py --jobs 2 --reuse` trains only what is missing)."
+)
 LEVERS = (
     "Each lever changes one thing of its encoding's run in the table with seed {seed} ({steps:,} steps), repeated as "
     "the reference rows; a cell is the lever's exact match and, in brackets, its change from the reference. One seed "
@@ -243,9 +244,8 @@ def commands(setup: Setup) -> list[str]:
     lines.append(f"gpt-train run --task sort --set length={setup.train_length} --set pos=learned|rope|none --seed SEED"
                  " # baseline")  # fmt: skip
     lines.append(f"gpt-train eval RUN --set length=N  # N = {', '.join(map(str, setup.eval_lengths[1:]))}")
-    lines.append(f"levers: the same with --seed {setup.seeds[0]} and one change: --steps {setup.fewer_steps}, "
-                 f"--set min_length={setup.train_length}, --set max_positions={setup.range_ // 2}|{setup.range_ * 2} "
-                 "or --set n_layer=3")  # fmt: skip
+    lines.append(f"levers: the same with --seed {setup.seeds[0]} and one change: --set min_length={setup.train_length} "
+                 f"or --set max_positions={setup.range_ // 2}|{setup.range_ * 2}")  # fmt: skip
     return lines
 
 
@@ -261,10 +261,6 @@ def run(ctx: Context):
         name: [score_consecutive(setup, runs[f"pos-{slug(name)}-seed{seed}"]) for seed in setup.seeds]
         for name in RANDOMIZED
     }
-    levers = lever_specs(setup)
-    lever_runs = train_all(ctx, {f"lever-{i}": flags for i, (_, flags) in enumerate(levers.values())})
-    lever_scores = score_all(ctx, setup, lever_runs)
-
     header = ["positions", *(f"length {n}" + (" (trained)" if n == setup.train_length else "") for n in lengths)]
     rows = [[f"baseline: {name}, length {setup.train_length} only, no separator", *cells(s, lengths)]
             for name, s in baseline.items()]  # fmt: skip
@@ -273,11 +269,6 @@ def run(ctx: Context):
     seed_rows += [[name, *per_seed(s, lengths)] for name, s in table.items()]
     test_rows = [[name, "sorted random ids (the paper's)", *cells(table[name], lengths)] for name in RANDOMIZED]
     test_rows += [[name, "0 .. T-1", *cells(s, lengths)] for name, s in consecutive.items()]
-    references = dict.fromkeys(name for name, _ in levers.values())
-    lever_rows = [[f"reference: {name}", *cells(table[name][:1], lengths)] for name in references]
-    lever_rows += [[lever, *changes(lever_scores[f"lever-{i}"], table[name][0], lengths)]
-                   for i, (lever, (name, _)) in enumerate(levers.items())]  # fmt: skip
-
     figure = gpt_viz.length_generalisation(
         {name: {n: (statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0)
                 for n, v in ((n, [s[n] for s in group]) for n in lengths)}
@@ -298,10 +289,20 @@ def run(ctx: Context):
         markdown_table(["positions", "ids at test time", *header[1:]], test_rows),
         read_consecutively(table, consecutive, max(lengths)),
         "### Levers\n\n" + LEVERS.format(steps=setup.steps, seed=setup.seeds[0]),
-        markdown_table(["lever", *header[1:]], lever_rows),
     ]
-    return report(ctx, "positional", "6. Positional encodings and length generalisation", commands(setup),
-                  "\n\n".join(parts), time.perf_counter() - start)  # fmt: skip
+    title = "6. Positional encodings and length generalisation"
+    # The table first, so a run stopped during its levers still leaves it; then again with the levers.
+    first = "\n\n".join([*parts, LEVERS_PENDING])
+    report(ctx, "positional", title, commands(setup), first, time.perf_counter() - start)
+    levers = lever_specs(setup)
+    lever_runs = train_all(ctx, {f"lever-{i}": flags for i, (_, flags) in enumerate(levers.values())})
+    lever_scores = score_all(ctx, setup, lever_runs)
+    references = dict.fromkeys(name for name, _ in levers.values())
+    lever_rows = [[f"reference: {name}", *cells(table[name][:1], lengths)] for name in references]
+    lever_rows += [[lever, *changes(lever_scores[f"lever-{i}"], table[name][0], lengths)]
+                   for i, (lever, (name, _)) in enumerate(levers.items())]  # fmt: skip
+    parts.append(markdown_table(["lever", *header[1:]], lever_rows))
+    return report(ctx, "positional", title, commands(setup), "\n\n".join(parts), time.perf_counter() - start)
 
 
 if __name__ == "__main__":
