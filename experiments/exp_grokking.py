@@ -157,8 +157,8 @@ def recipe(run: Run) -> str:
         f"{t.beta1:g}/{t.beta2:g}) on the full batch of {t.batch_size:,} pairs ({task['train_fraction']:.0%} of the "
         f"{task['p']}^2 pairs) for {t.steps:,} steps, scoring every pair of both splits every {t.eval_every} steps "
         f"(chance: 1/{task['p']} = {1 / task['p']:.4f}). t_fit is the first evaluation with train accuracy >= "
-        f"{THRESHOLD}, t_gen the first with held-out accuracy >= {THRESHOLD}. How each setting was chosen, measured "
-        "one at a time: docs/results/grokking-levers.md (`python experiments/exp_grokking_levers.py`)."
+        f"{THRESHOLD}, t_gen the first with held-out accuracy >= {THRESHOLD}. Each setting changed one at a time: "
+        "`python experiments/exp_grokking_levers.py` (not part of run_all: about ten runs of up to 15 minutes)."
     )
 
 
@@ -198,7 +198,8 @@ def grokfast_summary(runs: dict[str, Run], seeds: Sequence[int]) -> str:
         )
         + "Our reading: with these defaults the delay is the time weight decay takes to shrink the large initial "
         "weights (AdamW applies it apart from the gradient), which amplifying the gradient's slow part does not "
-        "shorten; the lever table measures Grokfast at Nanda et al.'s learning rate too."
+        "shorten; `exp_grokking_levers.py` also runs Grokfast at Nanda et al.'s learning rate, where the delay is "
+        "longer."
     )
 
 

@@ -158,8 +158,8 @@ class ModAddTask(Task):
         """Nanda et al.'s recipe (1 layer, no LayerNorm, AdamW with weight decay 1.0 and betas 0.9/0.98, full
         batch, 30% of the pairs) at half their width, with the initial weights 8x GPT-2's (Omnigrok's lever: a
         large initial weight norm memorises fast and generalises only once weight decay has shrunk it) and a
-        4x larger learning rate, so that the whole delay fits a CPU run. What each of these did when measured:
-        docs/results/grokking.md and grokking-levers.md."""
+        4x larger learning rate, so that the whole delay fits a CPU run. The measured result:
+        docs/results/grokking.md; experiments/exp_grokking_levers.py changes each setting one at a time."""
         return Defaults(
             model=self.model_config(n_layer=1, n_head=4, n_embd=64, tie_weights=False, layernorm=False, init_scale=8.0),
             train=TrainSettings(
