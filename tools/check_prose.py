@@ -1,0 +1,115 @@
+"""The house rule for prose: the docs say what the product does, never how its numbers were produced.
+
+    python tools/check_prose.py              # check the repository's markdown
+    python tools/check_prose.py FILE...      # check these files (any path, markdown or not)
+
+Checked: README.md, packages/*/README.md, examples/*/README.md and every docs/**/*.md. Each finding is one
+line, `file:line: what`, and any finding makes the exit status 1. A page fails when it tells the story of a
+measurement instead of its result:
+
+- the words "session" or "agent" (whole words, any case);
+- an issue number ("issue 13", "#13");
+- something shaped like a commit hash: 7 to 40 lowercase hex characters, word-bounded, with at least one digit
+  and at least one letter a-f (so "decade" and "1000000" pass, "537e266" does not). A content digest the product
+  prints is not a commit: a hex run right after the word "sha256" (`sha256 86c4e6aa...`) passes;
+- a machine load ("load average", "load 7").
+
+Also: README.md is at most 200 lines (the front door, read in five minutes), and every relative link or picture
+points at a file that exists. There is no escape comment: reword the sentence.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README_MAX_LINES = 200
+
+RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\bsessions?\b", re.IGNORECASE), "says 'session': describe the product, not how the work went"),
+    (re.compile(r"\bagents?\b", re.IGNORECASE), "says 'agent': describe the product, not how the work went"),
+    (re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE), "names an issue number"),
+    (re.compile(r"(?<![\w&/#])#\d+\b"), "names an issue number"),
+    (re.compile(r"\bload\s+averages?\b", re.IGNORECASE), "gives a load average"),
+    (re.compile(r"\bload\s+(?:of\s+)?\d", re.IGNORECASE), "gives a machine load"),
+]
+HEX_WORD = re.compile(r"(?<![\w.-])[0-9a-f]{7,40}(?![\w-])")
+DIGEST_BEFORE = re.compile(r"sha256[\s:=`'\"]*$", re.IGNORECASE)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def looks_like_commit(word: str) -> bool:
+    """A hex run with digits and letters both: what `git log --oneline` prints, not an ordinary word or number."""
+    return any(c.isdigit() for c in word) and any(c in "abcdef" for c in word)
+
+
+def line_findings(line: str) -> Iterator[str]:
+    for pattern, what in RULES:
+        if match := pattern.search(line):
+            yield f"{what} ({match.group(0)!r})"
+    for match in HEX_WORD.finditer(line):
+        if looks_like_commit(match.group(0)) and not DIGEST_BEFORE.search(line[: match.start()]):
+            yield f"names what looks like a commit hash ({match.group(0)!r})"
+            break
+
+
+def broken_links(path: Path, line: str) -> Iterator[str]:
+    """Relative links and pictures whose target file does not exist (web links and in-page anchors are skipped)."""
+    for match in LINK.finditer(line):
+        target = match.group(1).split("#", 1)[0]
+        if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue
+        if not (path.parent / target).exists():
+            yield f"links to {match.group(1)!r}, which does not exist"
+
+
+def check_file(path: Path, root: Path = ROOT) -> list[str]:
+    """Every finding of one file, as `file:line: what` lines (file relative to root where it can be)."""
+    try:
+        name = path.resolve().relative_to(root)
+    except ValueError:
+        name = path
+    lines = path.read_text(encoding="utf-8").splitlines()
+    findings = []
+    for number, line in enumerate(lines, start=1):
+        for what in [*line_findings(line), *broken_links(path, line)]:
+            findings.append(f"{name}:{number}: {what}")
+    if path.resolve() == (root / "README.md").resolve() and len(lines) > README_MAX_LINES:
+        findings.append(f"{name}:{len(lines)}: {len(lines)} lines, more than the front door's {README_MAX_LINES}")
+    return findings
+
+
+def prose_files(root: Path = ROOT) -> list[Path]:
+    """The markdown a reader meets: the front door, each package's and example's README, and the docs."""
+    files = [root / "README.md"]
+    files += sorted(root.glob("packages/*/README.md")) + sorted(root.glob("examples/*/README.md"))
+    files += sorted((root / "docs").rglob("*.md"))
+    return [f for f in files if f.is_file()]
+
+
+def check(paths: Iterable[Path], root: Path = ROOT) -> list[str]:
+    return [finding for path in paths for finding in check_file(path, root)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    paths = [Path(a) for a in args] if args else prose_files()
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        print(f"check_prose: no such file: {missing[0]}", file=sys.stderr)
+        return 2
+    findings = check(paths)
+    for finding in findings:
+        print(finding)
+    if findings:
+        print(f"check_prose: {len(findings)} finding(s) in {len(paths)} file(s)", file=sys.stderr)
+        return 1
+    print(f"check_prose: {len(paths)} file(s), no findings")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
