@@ -7,6 +7,7 @@
     nox -s gpt2                               # GPT-2 parity with transformers (installed in this session only)
     nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
     nox -s lint                               # ruff
+    nox -s docs                               # the house rule for prose (tools/check_prose.py) and its tests
 
 Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI, and
 transformers (gpt2 session only) to the version the parity tests pass with.
@@ -30,7 +31,7 @@ PACKAGES = {
     "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
-nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "lint"]
+nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "lint", "docs"]
 nox.options.reuse_existing_virtualenvs = False
 
 
@@ -97,3 +98,12 @@ def experiments(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", str(ROOT))
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The README, package and example READMEs and docs pages say what the product does: the checker's tests,
+    then the checker on the tree (README length, relative links, no account of how a number was produced)."""
+    session.install(*CONSTRAINTS, "pytest")
+    session.run("pytest", "-q", str(ROOT / "tools" / "tests"), *session.posargs)
+    session.run("python", str(ROOT / "tools" / "check_prose.py"))

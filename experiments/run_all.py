@@ -1,4 +1,4 @@
-"""Run every experiment in sequence and write docs/results/*.md and their pictures.
+"""Run every experiment in sequence and write docs/results/*.md, their pictures, and README.md listing the pages.
 
     python experiments/run_all.py                 # full: regenerates every published table and picture
     python experiments/run_all.py --quick         # tiny settings, a smoke test of the machinery (CI)
@@ -57,16 +57,27 @@ def main() -> None:
 
 
 def write_index(out: Path) -> Path:
-    """results.md: every report present in `out`, in the experiments' order (earlier runs' reports included)."""
-    parts = [(out / f"{name}.md").read_text() for name in EXPERIMENTS if (out / f"{name}.md").is_file()]
+    """README.md in `out`: a link and one line for every page there, the experiments' first, in their order."""
+    pages = [out / f"{name}.md" for name in EXPERIMENTS if (out / f"{name}.md").is_file()]
+    pages += sorted(p for p in out.glob("*.md") if p not in pages and p.name != "README.md")
+    lines = [index_line(page) for page in pages]
     header = (
-        "# Results\n\nEvery number and picture below was written by `python experiments/run_all.py` "
-        "(one section per experiment; `--only NAME` reruns one), except where a section says how else it was "
-        "measured. Each section gives the commands, the machine and the wall time.\n\n"
+        "# Results\n\nOne page per experiment and benchmark: its command, the machine it was measured on, the "
+        "table, the picture and what it means. `python experiments/run_all.py` rewrites the experiments' pages "
+        "(`--only NAME` one of them) and this list.\n\n"
     )
-    index = out / "results.md"
-    index.write_text(header + "\n".join(parts))
+    index = out / "README.md"
+    index.write_text(header + "\n".join(lines) + "\n")
     return index
+
+
+def index_line(page: Path) -> str:
+    """`- [title](page.md): `command``: the page's first heading and the first line of its first code block."""
+    text = page.read_text()
+    title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), page.stem)
+    blocks = text.split("```")
+    command = blocks[1].split("\n", 1)[-1].strip().splitlines()[0] if len(blocks) > 2 else ""
+    return f"- [{title}]({page.name})" + (f": `{command}`" if command else "")
 
 
 if __name__ == "__main__":
