@@ -15,7 +15,8 @@ measurement instead of its result:
 - a machine load ("load average", "load 7").
 
 Also: README.md is at most 200 lines (the front door, read in five minutes), and every relative link or picture
-points at a file that exists. There is no escape comment: reword the sentence.
+points at a file that exists, and at a heading of it when the link names one (`page.md#a-heading`, GitHub's
+anchors). There is no escape comment: reword the sentence.
 """
 
 from __future__ import annotations
@@ -56,14 +57,35 @@ def line_findings(line: str) -> Iterator[str]:
             break
 
 
-def broken_links(path: Path, line: str) -> Iterator[str]:
-    """Relative links and pictures whose target file does not exist (web links and in-page anchors are skipped)."""
-    for match in LINK.finditer(line):
-        target = match.group(1).split("#", 1)[0]
-        if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a markdown file's headings: lower case, punctuation dropped, spaces to hyphens,
+    a repeated heading numbered -1, -2, ... (headings inside code blocks are skipped)."""
+    seen: dict[str, int] = {}
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not re.match(r"#{1,6} ", line):
             continue
-        if not (path.parent / target).exists():
+        slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        if count:
+            seen[f"{slug}-{count}"] = 1
+    return set(seen)
+
+
+def broken_links(path: Path, line: str) -> Iterator[str]:
+    """Relative links and pictures whose target file, or heading, does not exist (web links are skipped)."""
+    for match in LINK.finditer(line):
+        target, _, anchor = match.group(1).partition("#")
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue
+        file = path.parent / target if target else path
+        if not file.exists():
             yield f"links to {match.group(1)!r}, which does not exist"
+        elif anchor and file.is_file() and file.suffix == ".md" and anchor not in anchors(file):
+            yield f"links to {match.group(1)!r}, which has no such heading"
 
 
 def check_file(path: Path, root: Path = ROOT) -> list[str]:

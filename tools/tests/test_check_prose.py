@@ -28,7 +28,7 @@ ORDINARY = [
     "A decade of 1000000 sequences, scored at 0.99997, in bf16 and float64 (lr 2e-5, 1e-12).",
     "The facade of a cafe: deadbeef is a word, not a commit; so is accede.",
     "The corpus has sha256 86c4e6aa9db7c042 and the download is verified.",
-    "See [the hook points](#cost-of-the-hook-points) and the #-prefixed anchors.",
+    "Colour #a0b1c2, the #-prefixed anchors, and HTML&#39;s entity 39.",
     "Each head's z (B, H, T, d); the obsession with reagents; an agentic word.",
     "The model loads GPT-2 weights and downloads nothing; heads 0.0 to 0.3.",
     "Row 6 of 250,050 held-out sequences; x3.85 and 12.9x; 2,924 MiB.",
@@ -55,19 +55,28 @@ def test_ordinary_technical_prose_passes(tmp_path: Path, text: str) -> None:
 
 
 def test_a_link_to_a_missing_file_fails_and_existing_or_web_links_pass(tmp_path: Path) -> None:
-    (tmp_path / "there.md").write_text("# there\n")
-    page = write(tmp_path, "[ok](there.md#a) [web](https://example.org/x.md) ![gone](gone.png) [top](#top)")
+    (tmp_path / "there.md").write_text("# There\n\n## A heading: with `code` (and more)\n")
+    page = write(tmp_path, "# Top\n\n[ok](there.md) [web](https://example.org/x.md) ![gone](gone.png) [top](#top)")
     findings = check_prose.check_file(page, root=tmp_path)
-    assert len(findings) == 1 and "gone.png" in findings[0], findings
+    assert findings == ["page.md:3: links to 'gone.png', which does not exist"]
+
+
+def test_a_link_to_a_heading_that_is_not_there_fails(tmp_path: Path) -> None:
+    (tmp_path / "there.md").write_text("# There\n\n## A heading: with `code` (and more)\n\n## Twice\n\n## Twice\n")
+    good = "[a](there.md#a-heading-with-code-and-more) [b](there.md#twice-1) [c](#page)"
+    bad = "[d](there.md#no-such-heading) [e](#nowhere)"
+    page = write(tmp_path, f"# Page\n\n{good}\n{bad}")
+    assert check_prose.check_file(page, root=tmp_path) == [
+        "page.md:4: links to 'there.md#no-such-heading', which has no such heading",
+        "page.md:4: links to '#nowhere', which has no such heading",
+    ]
 
 
 def test_a_readme_over_200_lines_fails_and_200_pass(tmp_path: Path) -> None:
     readme = write(tmp_path, "\n".join(["line"] * 200), name="README.md")
     assert check_prose.check_file(readme, root=tmp_path) == []
     readme.write_text("\n".join(["line"] * 201) + "\n")
-    assert check_prose.check_file(readme, root=tmp_path) == [
-        "README.md:201: 201 lines, more than the front door's 200"
-    ]
+    assert check_prose.check_file(readme, root=tmp_path) == ["README.md:201: 201 lines, more than the front door's 200"]
 
 
 def test_main_exits_1_with_one_line_per_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
