@@ -4,13 +4,17 @@ A task's `defaults()` returns a `Defaults`: the model (a gpt_core.GPTConfig) and
 settings (a TrainSettings) of a good CPU run. gpt-train lays the user's flags and `--set` values
 over them with `dataclasses.replace`, so every value is checked once, here or in GPTConfig, by the
 type that owns the field.
+
+`TrainDefaults` is what `defaults()` returned in the first release of the plugin contract, kept so that a
+task written then still trains (gpt_tasks.Task turns it into a `Defaults`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Literal, get_args
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
 
 from gpt_core import GPTConfig
 
@@ -98,3 +102,37 @@ class Defaults:
 
     model: GPTConfig
     train: TrainSettings = TrainSettings()
+
+
+@dataclass(frozen=True)
+class TrainDefaults:
+    """The first release's `defaults()` value, deprecated (`gpt_tasks.TrainDefaults` warns once): the model
+    fields but vocab_size and block_size as a dict, and the training settings flat, with the betas as a pair.
+    Unlisted settings take TrainSettings' defaults."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_limit: int = 2000
+
+    def resolve(self, model_config: Callable[..., GPTConfig]) -> Defaults:
+        """The Defaults this stands for, the model built by the task's `model_config` (which fixes vocab_size
+        and block_size, as the trainer did when it read a TrainDefaults)."""
+        shape = {key: value for key, value in self.model.items() if key not in ("vocab_size", "block_size")}
+        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "betas")}
+        beta1, beta2 = self.betas
+        return Defaults(model=model_config(**shape), train=TrainSettings(**settings, beta1=beta1, beta2=beta2))
+
+
+FIRST_RELEASE_ALIASES = {
+    "TrainDefaults": (TrainDefaults, "gpt_tasks.Defaults(model=self.model_config(...), train=TrainSettings(...))")
+}
+"""The first release's names of this contract that have a replacement, for `gpt_core.plugins.deprecated_aliases`."""
