@@ -13,6 +13,14 @@ from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, Ta
 
 BUILTINS = {"sort", "addition", "modadd", "shakespeare", "text"}
 
+
+@pytest.fixture
+def plugin(tmp_path):
+    """plugin(module_name, source) -> an EntryPoint for a module written into tmp_path."""
+    with plugins.plugin_modules(tmp_path, ENTRY_POINT_GROUP) as make:
+        yield make
+
+
 TASK_MODULE = """
 from gpt_core.plugins import hookimpl
 from gpt_tasks.builtin.sort import SortTask
@@ -26,13 +34,6 @@ class {cls}(SortTask):
 def register_tasks(register):
     {body}
 """
-
-
-@pytest.fixture
-def plugin(tmp_path):
-    """plugin(module_name, source) -> an EntryPoint for a module written into tmp_path."""
-    with plugins.plugin_modules(tmp_path, ENTRY_POINT_GROUP) as make:
-        yield make
 
 
 def task_plugin(plugin, module: str, task_name: str, body: str = "register(Task_)") -> EntryPoint:

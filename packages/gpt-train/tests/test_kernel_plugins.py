@@ -35,6 +35,14 @@ MISTAKES = {
     ),
 }
 
+
+@pytest.fixture
+def plugin(tmp_path):
+    """plugin(module, source) -> an EntryPoint for a module written into tmp_path."""
+    with plugins.plugin_modules(tmp_path, ENTRY_POINT_GROUP) as make:
+        yield make
+
+
 PLUGIN = """
 from gpt_core.plugins import hookimpl
 from gpt_core import DEFAULT_KERNELS
@@ -49,13 +57,6 @@ def {name}(*args):
 def register_kernels(register):
     {body}
 """
-
-
-@pytest.fixture
-def plugin(tmp_path):
-    """plugin(module, source) -> an EntryPoint for a module written into tmp_path."""
-    with plugins.plugin_modules(tmp_path, ENTRY_POINT_GROUP) as make:
-        yield make
 
 
 def kernel_plugin(plugin, module: str, slot: str = "gelu", name: str = "mine", body: str | None = None) -> EntryPoint:

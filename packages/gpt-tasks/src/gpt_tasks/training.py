@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 from gpt_core import GPTConfig
@@ -104,32 +104,20 @@ class Defaults:
     train: TrainSettings = TrainSettings()
 
 
-@dataclass(frozen=True)
 class TrainDefaults:
     """The first release's `defaults()` value, deprecated (`gpt_tasks.TrainDefaults` warns once): the model
-    fields but vocab_size and block_size as a dict, and the training settings flat, with the betas as a pair.
-    Unlisted settings take TrainSettings' defaults."""
+    fields but vocab_size and block_size as a dict, then the training settings as keywords, the betas as a
+    pair. Its defaults were TrainSettings' own, so every setting it leaves out takes TrainSettings' default."""
 
-    model: dict[str, Any] = field(default_factory=dict)
-    steps: int = 2000
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 100
-    schedule: str = "cosine"
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.99)
-    grad_clip: float = 1.0
-    eval_every: int = 250
-    eval_limit: int = 2000
+    def __init__(self, model: dict[str, Any] | None = None, betas: tuple[float, float] = (0.9, 0.99), **train: Any):
+        self.model = dict(model or {})
+        self.train = TrainSettings(**train, beta1=betas[0], beta2=betas[1])
 
     def resolve(self, model_config: Callable[..., GPTConfig]) -> Defaults:
         """The Defaults this stands for, the model built by the task's `model_config` (which fixes vocab_size
         and block_size, as the trainer did when it read a TrainDefaults)."""
         shape = {key: value for key, value in self.model.items() if key not in ("vocab_size", "block_size")}
-        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "betas")}
-        beta1, beta2 = self.betas
-        return Defaults(model=model_config(**shape), train=TrainSettings(**settings, beta1=beta1, beta2=beta2))
+        return Defaults(model=model_config(**shape), train=self.train)
 
 
 FIRST_RELEASE_ALIASES = {
