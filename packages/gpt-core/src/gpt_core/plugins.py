@@ -121,12 +121,14 @@ class _Manager(pluggy.PluginManager):
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         found = super().parse_hookimpl_opts(plugin, name)
-        for old in self._first_release if found is None else ():
+        if found is not None:
+            return found
+        for old in self._first_release:
             found = old.parse_hookimpl_opts(plugin, name)
             if found is not None:
                 warn_deprecated(f"pluggy.HookimplMarker({old.project_name!r})", "gpt_core.plugins.hookimpl")
-                break
-        return found
+                return found
+        return None
 
 
 @dataclass(frozen=True)
