@@ -10,6 +10,7 @@ import pytest
 import gpt_tasks
 from gpt_core import plugins
 from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, TaskError, get_task, list_tasks
+from gpt_tasks.builtin.sort import SortTask
 
 BUILTINS = {"sort", "addition", "modadd", "shakespeare", "text"}
 
@@ -185,23 +186,21 @@ def test_train_defaults_warns_once_naming_defaults(fresh_deprecations):
 def test_a_task_returning_train_defaults_gets_the_defaults_it_stands_for(fresh_deprecations):
     with pytest.warns(DeprecationWarning):
         TrainDefaults = gpt_tasks.TrainDefaults
-    sort = gpt_tasks.builtin.sort.SortTask
 
-    class FirstReleaseSort(sort):
+    class FirstReleaseSort(SortTask):
         def defaults(self):
             model = {"n_layer": 3, "n_head": 2, "n_embd": 32, "dropout": 0.0, "pos": "rope", "vocab_size": 99}
             return TrainDefaults(model=model, steps=400, lr=3e-3, min_lr=3e-4, betas=(0.8, 0.95), eval_limit=500)
 
-    task = FirstReleaseSort(sort.Params(length=4))
+    task = FirstReleaseSort(SortTask.Params(length=4))
     defaults = task.defaults()
     assert isinstance(defaults, gpt_tasks.Defaults)
     model = defaults.model
     assert (model.n_layer, model.n_head, model.n_embd, model.pos) == (3, 2, 32, "rope")
     assert (model.vocab_size, model.block_size) == (task.vocab_size, task.block_size)  # the task's, always
     train = defaults.train
-    assert (train.steps, train.lr, train.min_lr, train.beta1, train.beta2, train.eval_limit) == (
-        400, 3e-3, 3e-4, 0.8, 0.95, 500
-    )  # fmt: skip
+    assert (train.steps, train.lr, train.min_lr, train.eval_limit) == (400, 3e-3, 3e-4, 500)
+    assert (train.beta1, train.beta2) == (0.8, 0.95)
     assert (train.batch_size, train.warmup_steps, train.grad_clip) == (64, 100, 1.0)  # TrainDefaults' own defaults
 
 
@@ -214,5 +213,10 @@ def test_the_first_releases_hook_module_names_warn_naming_gpt_core_plugins(fresh
         hooks.nothing  # noqa: B018
 
 
-def test_the_plugin_contract_has_a_version():
+def test_a_plugin_needing_a_newer_contract_can_refuse_in_one_warning(plugin):
+    needs_3 = "from gpt_core.plugins import API_VERSION\nif API_VERSION < 3:\n    raise ImportError('needs API 3')\n"
+    good = task_plugin(plugin, "gt_good_d", "good_d")
     assert plugins.API_VERSION == 2
+    with pytest.warns(PluginWarning, match=r"'gt_needs_3'.*failed to load: ImportError: needs API 3"):
+        registry = Registry(plugins=[plugin("gt_needs_3", needs_3), good])
+    assert [info.name for info in registry.tasks()] == ["good_d"]
