@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -42,6 +44,20 @@ def test_gpt_train_finds_the_plugin_with_its_distribution():
     info = default_kernel_registry().info("attention", "flash")
     assert (info.plugin, info.distribution, info.function) == ("flash", "gpt-kernel-flash", flash_attention)
     assert info.description.startswith("Attention tile by tile with an online softmax")
+
+
+def test_the_plugin_needs_gpt_core_alone():
+    """Importing the plugin and calling its hook, as the registry does, imports nothing of gpt-train."""
+    script = (
+        "import sys, gpt_kernel_flash\n"
+        "registered = []\n"
+        "gpt_kernel_flash.register_kernels(register=lambda *args: registered.append(args))\n"
+        "assert registered == [('attention', 'flash', gpt_kernel_flash.flash_attention)], registered\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules if m.startswith('gpt')}))\n"
+    )
+    result = subprocess.run([sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["['gpt_core',", "'gpt_kernel_flash']"]
 
 
 def test_gpt_train_kernels_lists_it(cli):

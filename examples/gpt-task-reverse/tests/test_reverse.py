@@ -19,7 +19,7 @@ def test_the_registry_lists_reverse_from_this_distribution():
     infos = {info.name: info for info in gpt_tasks.list_tasks()}
     assert "reverse" in infos, "is gpt-task-reverse installed? (pip install -e examples/gpt-task-reverse)"
     info = infos["reverse"]
-    assert (info.plugin, info.distribution, info.version) == ("reverse", "gpt-task-reverse", "0.1.0")
+    assert (info.plugin, info.distribution, info.version) == ("reverse", "gpt-task-reverse", "0.2.0")
     assert info.task_class is ReverseTask
 
 

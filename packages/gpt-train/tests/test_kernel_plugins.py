@@ -4,15 +4,14 @@ that record their kernels and refuse, in one line, to go on without them, and co
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
-from importlib.metadata import EntryPoint
+import warnings
+from importlib.metadata import EntryPoint, entry_points
 
 import pytest
 from kernel_examples import CALLS
 from train_helpers import TINY, assert_one_line_error
 
-from gpt_core import KERNEL_SLOTS
+from gpt_core import KERNEL_SLOTS, plugins
 from gpt_train import kernels as kernels_module
 from gpt_train.kernels import (
     ENTRY_POINT_GROUP,
@@ -36,8 +35,16 @@ MISTAKES = {
     ),
 }
 
+
+@pytest.fixture
+def plugin(tmp_path):
+    """plugin(module, source) -> an EntryPoint for a module written into tmp_path."""
+    with plugins.plugin_modules(tmp_path, ENTRY_POINT_GROUP) as make:
+        yield make
+
+
 PLUGIN = """
-from gpt_train.kernels import hookimpl
+from gpt_core.plugins import hookimpl
 from gpt_core import DEFAULT_KERNELS
 
 
@@ -52,22 +59,6 @@ def register_kernels(register):
 """
 
 
-@pytest.fixture
-def plugin(tmp_path, monkeypatch):
-    """plugin(module, source) -> an EntryPoint for a module written into tmp_path."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    written = []
-
-    def make(module: str, source: str) -> EntryPoint:
-        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        written.append(module)
-        return EntryPoint(name=module, value=module, group=ENTRY_POINT_GROUP)
-
-    yield make
-    for module in written:
-        sys.modules.pop(module, None)
-
-
 def kernel_plugin(plugin, module: str, slot: str = "gelu", name: str = "mine", body: str | None = None) -> EntryPoint:
     register = body or f"register({slot!r}, {name!r}, {name})"
     return plugin(module, PLUGIN.format(name=name, slot=slot, body=register))
@@ -77,8 +68,11 @@ def kernel_plugin(plugin, module: str, slot: str = "gelu", name: str = "mine", b
 def installed(monkeypatch):
     """installed(*entry_points): the process's kernel plugins are exactly these, for the test's duration."""
 
-    def install(*entry_points: EntryPoint) -> None:
-        monkeypatch.setattr(kernels_module, "entry_points", lambda group: list(entry_points))
+    def install(*fakes: EntryPoint) -> None:
+        def installed_entry_points(group: str) -> list[EntryPoint]:
+            return list(fakes) if group == ENTRY_POINT_GROUP else list(entry_points(group=group))
+
+        monkeypatch.setattr(plugins, "entry_points", installed_entry_points)
         kernels_module.default_kernel_registry.cache_clear()
 
     yield install
@@ -164,6 +158,29 @@ def test_a_broken_kernel_plugin_leaves_tasks_and_other_kernels_working(cli, plug
     result = cli(*TINY, "--steps", "2", "--kernel", "gelu=mine", "--out", run_dir)
     assert result.code == 0, result.err
     assert json.loads((run_dir / RunLayout.CONFIG).read_text())["kernels"] == {"gelu": "mine"}
+
+
+# the first release's contract -------------------------------------------------------------------
+def test_a_plugin_importing_the_first_releases_kernel_marker_loads_and_warns_once(plugin, monkeypatch):
+    monkeypatch.setattr(plugins, "_warned", set())  # as in a new process
+    source = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)")
+    old = plugin("kp_old_marker", source.replace("gpt_core.plugins", "gpt_train.kernels"))
+    with pytest.warns(DeprecationWarning, match=r"gpt_train.kernels.hookimpl is deprecated.*gpt_core.plugins.hookimpl"):
+        registry = KernelRegistry([old])
+    assert registry.info("gelu", "mine").plugin == "kp_old_marker"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernels_module.hookimpl is plugins.hookimpl  # the one marker, and no second warning
+
+
+def test_a_hook_marked_with_the_first_releases_kernel_project_loads(plugin, monkeypatch):
+    monkeypatch.setattr(plugins, "_warned", set())
+    source = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)")
+    old_marker = "import pluggy\nhookimpl = pluggy.HookimplMarker('gpt_kernels')"
+    old = plugin("kp_old_project", source.replace("from gpt_core.plugins import hookimpl", old_marker))
+    with pytest.warns(DeprecationWarning, match=r"HookimplMarker\('gpt_kernels'\)"):
+        registry = KernelRegistry([old])
+    assert registry.info("gelu", "mine").plugin == "kp_old_project"
 
 
 # choosing ----------------------------------------------------------------------------------------

@@ -52,4 +52,4 @@ __all__ = [
     "verification_report",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -7,15 +7,18 @@ model on token ids (forward) and `gpt_core.generate`.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_tasks.training import Defaults
+from gpt_core.plugins import deprecated_aliases
+from gpt_tasks.training import FIRST_RELEASE_ALIASES, Defaults
+from gpt_tasks.training import TrainDefaults as FirstReleaseDefaults
 
 if TYPE_CHECKING:
     from gpt_tasks.probes import ProbeCache
@@ -136,17 +139,35 @@ class Task(ABC):
         return self.attention_examples(1)[0]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Keep tasks written for the one-example contract working: a class that defines `attention_example`
-        but not `attention_examples` shows that one example, even where a base class (PromptAnswerTask) lists
-        its own. This runs before ABCMeta counts the abstract methods, so such a class is complete."""
+        """Keep tasks written for the first release's contract working: a class that defines
+        `attention_example` but not `attention_examples` shows that one example, even where a base class
+        (PromptAnswerTask) lists its own; a `defaults` returning a TrainDefaults gives the Defaults it stands
+        for. This runs before ABCMeta counts the abstract methods, so such a class is complete."""
         super().__init_subclass__(**kwargs)
         if "attention_example" in vars(cls) and "attention_examples" not in vars(cls):
             cls.attention_examples = _the_one_attention_example
+        if "defaults" in vars(cls):
+            cls.defaults = _resolving_first_release_defaults(vars(cls)["defaults"])
 
 
 def _the_one_attention_example(task: Task, n: int) -> list[str]:
     """`attention_examples` of a task that defines only `attention_example`."""
     return [task.attention_example()]
+
+
+def _resolving_first_release_defaults(defaults: Callable[[Task], Any]) -> Callable[[Task], Defaults]:
+    """A task class's own `defaults`, giving the Defaults that a first-release TrainDefaults stands for and
+    anything else unchanged."""
+
+    @functools.wraps(defaults)
+    def resolved(task: Task) -> Defaults:
+        found = defaults(task)
+        return found.resolve(task.model_config) if isinstance(found, FirstReleaseDefaults) else found
+
+    return resolved
+
+
+__getattr__ = deprecated_aliases(__name__, FIRST_RELEASE_ALIASES)  # the first release defined TrainDefaults here
 
 
 class evaluating:

@@ -1,19 +1,18 @@
 """Kernel plugins: found through the `gpt_kernels` entry-point group, named on the command line as
 `--kernel SLOT=NAME`, pinned against PyTorch, and turned into a model's `gpt_core.Kernels`.
 
-The registry lives here, not in gpt-core or gpt-tasks: gpt-core depends on nothing but torch (pluggy
-and installed distributions would be its first dependency and its first knowledge of an environment),
-and gpt-tasks is about tasks; gpt-train is where a run chooses its kernels, records them in config.json
-and holds PyTorch's references to verify them with. It has the task registry's shape: a plugin that
-fails to import or to register is a warning naming it, and every other kernel and every task keeps
-working; two plugins registering one SLOT=NAME make that name an error naming both.
+Loading is gpt_core.plugins' (the one loader of tasks and kernels): a plugin that fails to import or to
+register is a warning naming it, and every other kernel and every task keeps working; two plugins
+registering one SLOT=NAME make that name an error naming both. This registry lives in gpt-train because
+gpt-train is where a run chooses its kernels, records them in config.json and holds PyTorch's references
+to verify them with; a kernel plugin itself needs gpt-core alone.
 
 A plugin is a module with a `register_kernels` hook, declared in the entry-point group:
 
     [project.entry-points.gpt_kernels]
     flash = "gpt_kernel_flash"
 
-    @hookimpl                    # from gpt_train.kernels import hookimpl
+    @hookimpl                    # from gpt_core.plugins import hookimpl
     def register_kernels(register):
         register("attention", "flash", flash_attention)
 
@@ -32,38 +31,29 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.metadata import EntryPoint, entry_points, version
+from importlib.metadata import EntryPoint, version
 from typing import Any
 
-import pluggy
 import torch
 
 from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
+from gpt_core import plugins as core_plugins
 from gpt_train.errors import TrainError
 from gpt_train.verify import TORCH_LABELS, torch_references
 
-PROJECT = "gpt_kernels"
 ENTRY_POINT_GROUP = "gpt_kernels"
+HOOK = "register_kernels"
 BUILTIN = "gpt-core"
 """The name of gpt-core's own kernel in every slot."""
 TOLERANCE = 1e-12
 """The largest |difference| from PyTorch (float64) a kernel may show, forward or backward, to train with."""
-
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
-
-
-class KernelSpecs:
-    @hookspec
-    def register_kernels(self, register: Callable[[str, str, Callable[..., Any]], None]) -> None:
-        """Call `register(slot, name, kernel)` once for every kernel this plugin provides."""
 
 
 class KernelError(TrainError):
     """A kernel that is unknown, ambiguous, not importable, or fails verification."""
 
 
-class KernelPluginWarning(UserWarning):
+class KernelPluginWarning(core_plugins.PluginWarning):
     """A kernel plugin that could not be loaded or could not register its kernels."""
 
 
@@ -91,91 +81,50 @@ class KernelInfo:
     def source(self) -> str:
         return f"plugin {self.plugin!r} ({self.distribution} {self.version})"
 
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.slot, self.name)
+
+    @property
+    def label(self) -> str:
+        return f"kernel {self.slot}={self.name}"
+
 
 def _builtins() -> list[KernelInfo]:
     own = version("gpt-core")
     return [KernelInfo(s, BUILTIN, getattr(DEFAULT_KERNELS, s), "builtin", "gpt-core", own) for s in KERNEL_SLOTS]
 
 
-def _check_registration(slot: Any, name: Any, function: Any) -> None:
+def _accept(origin: core_plugins.Origin, slot: Any, name: Any, function: Any) -> KernelInfo:
+    """One `register(slot, name, kernel)` call of a plugin, checked."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"register() takes a slot among {', '.join(KERNEL_SLOTS)}, got {slot!r}")
     if not isinstance(name, str) or not name or any(c in name for c in ":= ") or name == BUILTIN:
         raise ValueError(f"a kernel name has no ':', '=' or spaces and is not {BUILTIN!r}, got {name!r}")
     if not callable(function):
         raise TypeError(f"register() takes a callable kernel, got {function!r}")
+    return KernelInfo(slot, name, function, origin.plugin, origin.distribution, origin.version)
+
+
+KERNEL_PLUGINS = core_plugins.PluginKind("kernel", ENTRY_POINT_GROUP, HOOK, _accept, KernelPluginWarning)
 
 
 class KernelRegistry:
     """gpt-core's own kernels and those of a set of plugins (by default, every installed entry point)."""
 
     def __init__(self, plugins: Iterable[EntryPoint] | None = None):
-        self._manager = pluggy.PluginManager(PROJECT)
-        self._manager.add_hookspecs(KernelSpecs)
-        self._kernels = {(info.slot, info.name): info for info in _builtins()}
-        self._conflicts: dict[tuple[str, str], list[KernelInfo]] = {}
-        for entry_point in entry_points(group=ENTRY_POINT_GROUP) if plugins is None else plugins:
-            self._load(entry_point)
-
-    def _load(self, entry_point: EntryPoint) -> None:
-        dist = getattr(entry_point, "dist", None)
-        distribution, dist_version = (dist.name, dist.version) if dist is not None else ("unknown", "unknown")
-        try:
-            self._manager.register(entry_point.load(), name=entry_point.name)
-        except Exception as error:  # a broken plugin must not take the others down
-            self._warn(entry_point.name, distribution, "failed to load", error)
-            return
-        registered: list[KernelInfo] = []
-
-        def register(slot: str, name: str, function: Callable[..., Any]) -> None:
-            _check_registration(slot, name, function)
-            registered.append(KernelInfo(slot, name, function, entry_point.name, distribution, dist_version))
-
-        for hook in self._manager.hook.register_kernels.get_hookimpls():
-            if hook.plugin_name != entry_point.name:
-                continue
-            try:  # each plugin's hook on its own: one that raises is named, and its half-done registrations dropped
-                hook.function(register=register)
-            except Exception as error:
-                self._manager.unregister(name=entry_point.name)
-                self._warn(entry_point.name, distribution, "failed to register its kernels", error)
-                return
-        for info in registered:
-            self._add(info)
-
-    @staticmethod
-    def _warn(plugin: str, distribution: str, what: str, error: Exception) -> None:
-        message = f"kernel plugin {plugin!r} ({distribution}) {what}: {type(error).__name__}: {error}"
-        warnings.warn(message, KernelPluginWarning, stacklevel=4)
-
-    def _add(self, info: KernelInfo) -> None:
-        key = (info.slot, info.name)
-        if key in self._conflicts:
-            self._conflicts[key].append(info)
-        elif key in self._kernels:
-            self._conflicts[key] = [self._kernels.pop(key), info]
-        else:
-            self._kernels[key] = info
-            return
-        sources = " and ".join(i.source for i in self._conflicts[key])
-        message = f"kernel {info.slot}={info.name} is registered by both {sources}"
-        warnings.warn(message, KernelPluginWarning, stacklevel=3)
+        self._table = core_plugins.PluginTable(KERNEL_PLUGINS, plugins, builtins=_builtins())
 
     def kernels(self) -> list[KernelInfo]:
         """Every usable kernel, by slot (in KERNEL_SLOTS order) and name, gpt-core's own first."""
         order = {slot: i for i, slot in enumerate(KERNEL_SLOTS)}
-        return sorted(self._kernels.values(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
+        return sorted(self._table.items(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
 
     def info(self, slot: str, name: str) -> KernelInfo:
-        if (slot, name) in self._conflicts:
-            sources = " and ".join(i.source for i in self._conflicts[(slot, name)])
-            raise KernelError(f"kernel {slot}={name} is registered by both {sources}; uninstall one of them")
-        if (slot, name) not in self._kernels:
-            installed = ", ".join(n for s, n in sorted(self._kernels) if s == slot)
-            raise KernelError(
-                f"no kernel {name!r} for {slot} is installed (installed: {installed}; a module path is module:function)"
-            )
-        return self._kernels[(slot, name)]
+        installed = ", ".join(sorted(i.name for i in self._table.items() if i.slot == slot))
+        where = "a module path is module:function"
+        unknown = f"no kernel {name!r} for {slot} is installed (installed: {installed}; {where})"
+        return self._table.find((slot, name), KernelError, unknown)
 
 
 @lru_cache(maxsize=1)
@@ -272,3 +221,15 @@ def checked_kernels(
             "or train anyway with --unverified"
         )
     return kernels
+
+
+# The first release's kernel marker, hookspec marker, pluggy project and hookspec class: gpt_core.plugins' one of each.
+__getattr__ = core_plugins.deprecated_aliases(
+    __name__,
+    {
+        "hookimpl": (core_plugins.hookimpl, "gpt_core.plugins.hookimpl"),
+        "hookspec": (core_plugins.hookspec, "gpt_core.plugins.hookspec"),
+        "PROJECT": (core_plugins.PROJECT, "gpt_core.plugins.PROJECT"),
+        "KernelSpecs": (core_plugins.PluginSpecs, "gpt_core.plugins.PluginSpecs"),
+    },
+)

@@ -1,0 +1,278 @@
+"""The one plugin system of tasks and kernels: one pluggy project, one `hookimpl` marker, one hookspec
+class holding every hook, and one loader that keeps a broken plugin from taking the others down.
+
+A plugin is a module with a function marked `@hookimpl`, named by an entry point of an installed
+distribution, one entry-point group per kind of plugin:
+
+    [project.entry-points.gpt_tasks]           # or gpt_kernels
+    reverse = "gpt_task_reverse"
+
+    from gpt_core.plugins import hookimpl
+
+    @hookimpl
+    def register_tasks(register):              # register(TaskClass), once per task
+        register(ReverseTask)
+
+    @hookimpl
+    def register_kernels(register):            # register(slot, name, kernel), once per kernel
+        register("attention", "flash", flash_attention)
+
+It lives in gpt-core because it is what both kinds depend on: a kernel plugin needs gpt-core alone, a task
+plugin gpt-tasks (which uses gpt-core). Each registry (gpt_tasks.Registry, gpt_train.kernels.KernelRegistry)
+says what a registration is and checks it; loading is the same for both, here: a plugin that fails to import,
+or whose hook raises (a registration refused by the check included), is one warning naming it, and nothing it
+registered is kept; a name two plugins register is an error naming both; every other plugin keeps working.
+
+The contract is versioned by API_VERSION; a name of an earlier version keeps working for at least one
+release as a deprecated alias that warns once, naming its replacement (`deprecated_aliases`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import textwrap
+import warnings
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import pluggy
+
+API_VERSION = 2
+"""The version of the plugin contract, for a plugin to check (`if gpt_core.plugins.API_VERSION < 2: raise ...`,
+which the loader reports as that plugin failing to load).
+
+1. The first release (0.1): the task marker `gpt_tasks.hookimpl` and the kernel marker
+   `gpt_train.kernels.hookimpl` (two pluggy projects); `Task.defaults()` returns a `gpt_tasks.TrainDefaults`.
+2. This release (0.2): one marker, `gpt_core.plugins.hookimpl`, for both kinds (the old import paths give the
+   same marker; hooks marked with the first release's project names still load); `Task.defaults()` returns
+   `gpt_tasks.Defaults(model=GPTConfig, train=TrainSettings)` (a TrainDefaults is still turned into one).
+"""
+
+PROJECT = "gpt_plugins"
+"""The pluggy project of `hookimpl` and `hookspec`."""
+FIRST_RELEASE_PROJECTS = ("gpt_tasks", "gpt_kernels")
+"""The pluggy projects of the first release's two markers: a hook marked for either still loads, with a warning."""
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class PluginSpecs:
+    """Every hook a plugin may implement; a registry of one kind calls only its own."""
+
+    @hookspec
+    def register_tasks(self, register: Callable[[type], None]) -> None:
+        """Call `register(TaskClass)` once for every task (a gpt_tasks.Task subclass) this plugin provides."""
+
+    @hookspec
+    def register_kernels(self, register: Callable[[str, str, Callable[..., Any]], None]) -> None:
+        """Call `register(slot, name, kernel)` once for every kernel this plugin provides."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin that could not be loaded or could not register, or a name that two plugins register."""
+
+
+class PluginDeprecationWarning(DeprecationWarning):
+    """A name of an earlier plugin contract, still working: shown once per process, naming its replacement."""
+
+
+_warned: set[str] = set()
+
+
+def warn_deprecated(old: str, new: str, stacklevel: int = 2) -> None:
+    """Warn that `old` is deprecated in favour of `new`, the first time only: a plugin that uses an old name
+    hears about it once, not at every call."""
+    if old in _warned:
+        return
+    _warned.add(old)
+    message = f"{old} is deprecated and will be removed in a later release; use {new}"
+    warnings.warn(message, PluginDeprecationWarning, stacklevel=stacklevel + 1)
+
+
+def deprecated_aliases(module: str, aliases: Mapping[str, tuple[Any, str]]) -> Callable[[str], Any]:
+    """A module's `__getattr__` (PEP 562) serving each old name of `aliases` (old name -> (value, what to use
+    instead)) with a one-time warning; any other missing name is the usual AttributeError."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in aliases:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value, replacement = aliases[name]
+        warn_deprecated(f"{module}.{name}", replacement)
+        return value
+
+    return __getattr__
+
+
+class _Manager(pluggy.PluginManager):
+    """pluggy's manager of PROJECT that also takes a hook marked for one of FIRST_RELEASE_PROJECTS: pluggy finds
+    hooks by the marker's project name, so without this a plugin built on its own first-release marker
+    (`pluggy.HookimplMarker("gpt_tasks")`) would load and register nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT)
+        self.add_hookspecs(PluginSpecs)
+        self._first_release = [pluggy.PluginManager(project) for project in FIRST_RELEASE_PROJECTS]
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        found = super().parse_hookimpl_opts(plugin, name)
+        if found is not None:
+            return found
+        for old in self._first_release:
+            found = old.parse_hookimpl_opts(plugin, name)
+            if found is not None:
+                warn_deprecated(f"pluggy.HookimplMarker({old.project_name!r})", "gpt_core.plugins.hookimpl")
+                return found
+        return None
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a registration comes from: the plugin (its entry point's name) and the distribution installing it."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+    @classmethod
+    def of(cls, entry_point: EntryPoint) -> Origin:
+        dist = getattr(entry_point, "dist", None)
+        if dist is None:  # an entry point made by hand, not read from an installed distribution
+            return cls(entry_point.name, "unknown", "unknown")
+        return cls(entry_point.name, dist.name, dist.version)
+
+
+class Registered(Protocol):
+    """What a registry keeps for one registration (gpt_tasks.TaskInfo, gpt_train.kernels.KernelInfo)."""
+
+    @property
+    def key(self) -> Hashable:
+        """The name it is found by: two plugins registering one key clash."""
+
+    @property
+    def label(self) -> str:
+        """The key as messages say it: "task 'sort'", "kernel gelu=mine"."""
+
+    @property
+    def source(self) -> str:
+        """Its plugin and distribution as messages say them: "plugin 'flash' (gpt-kernel-flash 0.2.0)"."""
+
+
+Item = TypeVar("Item", bound=Registered)
+
+
+@dataclass(frozen=True)
+class PluginKind(Generic[Item]):
+    """One kind of plugin: its entry-point group, the hook each plugin implements, and `accept`, which turns
+    one call of the hook's `register(...)` into the registry's item, raising on a registration it refuses."""
+
+    noun: str
+    group: str
+    hook: str
+    accept: Callable[..., Item]
+    warning: type[PluginWarning] = PluginWarning
+
+
+class PluginTable(Generic[Item]):
+    """The items that the plugins of one kind register (by default every installed entry point of its group),
+    by key, after `builtins`; the keys two plugins register are kept apart as clashes."""
+
+    def __init__(
+        self, kind: PluginKind[Item], plugins: Iterable[EntryPoint] | None = None, builtins: Iterable[Item] = ()
+    ):
+        self.kind = kind
+        self._manager = _Manager()
+        self._items: dict[Hashable, Item] = {item.key: item for item in builtins}
+        self._clashes: dict[Hashable, list[Item]] = {}
+        for entry_point in entry_points(group=kind.group) if plugins is None else plugins:
+            for item in self._load(entry_point):
+                self._add(item)
+
+    def _load(self, entry_point: EntryPoint) -> list[Item]:
+        """What one plugin registers; nothing, after a warning naming it, when it fails to import or to register."""
+        origin = Origin.of(entry_point)
+        try:
+            self._manager.register(entry_point.load(), name=entry_point.name)
+        except Exception as error:  # a broken plugin must not take the others down
+            self._warn(origin, "failed to load", error)
+            return []
+        registered: list[Item] = []
+
+        def register(*args: Any, **kwargs: Any) -> None:
+            registered.append(self.kind.accept(origin, *args, **kwargs))
+
+        # This plugin's hook alone, so that one raising is attributed to it and what it registered before
+        # raising is dropped without touching anyone else's.
+        for hook in getattr(self._manager.hook, self.kind.hook).get_hookimpls():
+            if hook.plugin_name != entry_point.name:
+                continue
+            try:
+                hook.function(register=register)
+            except Exception as error:
+                self._manager.unregister(name=entry_point.name)
+                self._warn(origin, f"failed to register its {self.kind.noun}s", error)
+                return []
+        return registered
+
+    def _warn(self, origin: Origin, what: str, error: Exception) -> None:
+        plugin = f"{self.kind.noun} plugin {origin.plugin!r} ({origin.distribution})"
+        warnings.warn(f"{plugin} {what}: {type(error).__name__}: {error}", self.kind.warning, stacklevel=5)
+
+    def _add(self, item: Item) -> None:
+        if item.key in self._clashes:
+            self._clashes[item.key].append(item)
+        elif item.key in self._items:
+            self._clashes[item.key] = [self._items.pop(item.key), item]
+        else:
+            self._items[item.key] = item
+            return
+        warnings.warn(self.clash(item.key), self.kind.warning, stacklevel=4)
+
+    def clash(self, key: Hashable) -> str | None:
+        """The message of a `key` that more than one plugin registers ("task 'dup' is registered by both
+        plugin 'a' (...) and plugin 'b' (...)"), else None."""
+        items = self._clashes.get(key)
+        if items is None:
+            return None
+        return f"{items[0].label} is registered by both {' and '.join(item.source for item in items)}"
+
+    def items(self) -> list[Item]:
+        """Every usable item (none whose key clashes), in registration order."""
+        return list(self._items.values())
+
+    def find(self, key: Hashable, error: type[Exception], unknown: str) -> Item:
+        """The item registered as `key`; `error` saying the clash, or `unknown`, when there is not exactly one."""
+        clash = self.clash(key)
+        if clash is not None:
+            raise error(f"{clash}; uninstall one of them")
+        if key not in self._items:
+            raise error(unknown)
+        return self._items[key]
+
+
+@contextlib.contextmanager
+def plugin_modules(directory: Path, group: str) -> Iterator[Callable[[str, str], EntryPoint]]:
+    """Plugins as an installed distribution would declare them, without installing one (for tests):
+    `make(module, source)` writes `source` as `directory/module.py` and returns an entry point of `group`
+    naming it. On leaving, `directory` leaves sys.path and the written modules leave sys.modules."""
+    path = str(directory)
+    sys.path.insert(0, path)
+    written: list[str] = []
+
+    def make(module: str, source: str) -> EntryPoint:
+        (directory / f"{module}.py").write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()  # the folder's listing may be cached from before the file existed
+        written.append(module)
+        return EntryPoint(name=module, value=module, group=group)
+
+    try:
+        yield make
+    finally:
+        sys.path.remove(path)
+        for module in written:
+            sys.modules.pop(module, None)
