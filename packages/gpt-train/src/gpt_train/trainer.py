@@ -25,11 +25,11 @@ from gpt_core import GPT
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_weights
-from gpt_train.compiling import CompileError, check_compiler
+from gpt_train.compiling import check_compiler, compiler_failures_explained
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
-from gpt_train.guard import KernelExit, guarded_kernels
+from gpt_train.guard import KernelExit, guarded_kernels, kernel_failure
 from gpt_train.hf import load_weights_into
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
@@ -41,10 +41,6 @@ from gpt_train.signals import StopRequest
 from gpt_viz import metric_key, probe_key
 
 T = TypeVar("T")
-
-
-class KernelFailure(TrainError):
-    """A run's chosen kernel failed while the model computed with it: the step or evaluation, and the error."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +106,7 @@ class Trainer:
                 f"the run in {run.layout.root} already finished ({self.step} of {self.settings.steps} steps)"
             )
         self.record.start_at(self.step)
-        self.first_step = self.step  # where this process started: compilation happens on its first step
+        self.first_step = self.step  # where this process started
         self.ddp: DistributedDataParallel | None = None
         self.forward = self._training_forward()
 
@@ -178,9 +174,9 @@ class Trainer:
         batch = self.draw_batch(step)
         self.optimizer.zero_grad(set_to_none=True)
         no_sync = self.ddp.no_sync if self.ddp is not None else None
-        loss = self._compiled_on_first_step(
-            lambda: accumulate_gradients(self._loss, batch, s.grad_accum, self.precision, no_sync), step
-        )
+        work = lambda: accumulate_gradients(self._loss, batch, s.grad_accum, self.precision, no_sync)
+        compiles = s.compile and step == self.first_step  # compilation happens on a process's first step
+        loss = compiler_failures_explained(work) if compiles else work()
         loss_value, stop = self.rank.mean_and_any(loss.item(), self.stop.requested, self.device)
         if not math.isfinite(loss_value):
             return loss_value, stop
@@ -194,19 +190,6 @@ class Trainer:
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.forward(inputs, targets).loss
-
-    def _compiled_on_first_step(self, work: Callable[[], Any], step: int) -> Any:
-        """Run `work`; on the first step under --compile (where compilation happens, forward and
-        backward) a compiler failure becomes a CompileError instead of a traceback."""
-        if not (self.settings.compile and step == self.first_step):
-            return work()
-        try:
-            return work()
-        except Exception as error:
-            text = str(error).strip()
-            raise CompileError(
-                f"torch.compile failed: {text.splitlines()[0] if text else type(error).__name__}"
-            ) from None
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and
@@ -303,14 +286,8 @@ class Trainer:
         except Exception as error:
             if not self.config.kernels or (isinstance(error, TrainError) and not isinstance(error, KernelExit)):
                 raise
-            unverified = self.config.unverified_kernels
-            chosen = [
-                f"{slot}={name}" + " (unverified)" * (slot in unverified) for slot, name in self.config.kernels.items()
-            ]
-            raise KernelFailure(
-                f"{what} failed computing with kernel{'s' * (len(chosen) > 1)} {', '.join(chosen)}: "
-                f"{type(error).__name__}: {' '.join(str(error).split())}; stopped ({self.record.last_checkpoint()})"
-            ) from None
+            kernels, unverified = self.config.kernels, self.config.unverified_kernels
+            raise kernel_failure(what, error, kernels, unverified, self.record.last_checkpoint()) from None
 
 
 def train(run: Run, quiet: bool = False) -> Outcome:
