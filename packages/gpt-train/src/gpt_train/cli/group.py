@@ -62,7 +62,10 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             raise Aborted() from None
         except SystemExit as exit_:  # click's own exits are click.exceptions.Exit, not SystemExit
-            raise CommandError(f"{exit_origin(exit_)} called sys.exit({exit_.code!r}); stopped") from None
+            origin = exit_origin(exit_)
+            raise CommandError(
+                f"{origin} called sys.exit({exit_.code!r}) (a kernel or plugin fails by raising, not by exiting)"
+            ) from None
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)
