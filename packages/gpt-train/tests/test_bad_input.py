@@ -158,9 +158,9 @@ def test_sample_prompt_outside_the_vocabulary(cli, tiny_run):
 
 
 def test_compile_without_a_cpu_compiler_is_explained(cli, tmp_path, monkeypatch):
-    import gpt_train.trainer
+    import gpt_train.compiling
 
-    monkeypatch.setattr(gpt_train.trainer.shutil, "which", lambda name: None)
+    monkeypatch.setattr(gpt_train.compiling.shutil, "which", lambda name: None)
     result = cli(*TINY, "--compile", "--out", tmp_path / "run")
     assert_one_line_error(result, "--compile on CPU needs a C++ compiler")
     assert not (tmp_path / "run").exists()

@@ -1,46 +1,46 @@
 """The training loop: draw a batch, take a step, now and then evaluate and checkpoint.
 
-Around it, each concern is a named part: the learning-rate schedule and the optimiser, the stop
-request (Ctrl-C), the record of a run (metrics.jsonl, checkpoints, final.json, written by rank 0
-only), and the progress bar. `train(run)` is the whole of a training process: it joins the process
-group under torchrun, runs the loop, draws the pictures and returns how the run ended, which the CLI
-alone turns into a message and an exit status.
+Around it, each concern is a named part in its own module: the learning-rate schedule and the
+optimiser (`optimisation`), the stop request on Ctrl-C (`signals`), the record of a run in its
+directory, written by rank 0 only (`record`), and the progress bar (`progress`). `train(run)` is the
+whole of a training process: it joins the process group under torchrun, runs the loop, draws the
+pictures and returns how the run ended, which the CLI alone turns into a message and an exit status.
+A chosen kernel that fails mid-training (raises, exits, or returns what the model cannot use) stops
+the run with a KernelFailure naming it and the step, before anything of that step is written.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import math
-import shutil
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from gpt_core import GPT
-from gpt_tasks import Task, TrainSettings, measure_probes
+from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
-from gpt_train.checkpoint import TrainingState, load_checkpoint, load_weights, save_checkpoint
+from gpt_train.checkpoint import TrainingState, load_weights
+from gpt_train.compiling import check_compiler, compiler_failures_explained
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
-from gpt_train.files import write_json_atomically
 from gpt_train.grokfast import Grokfast
+from gpt_train.guard import KernelExit, guarded_kernels, kernel_failure
 from gpt_train.hf import load_weights_into
+from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
-from gpt_train.runs import MetricsLog, Run, RunDirError, run_kernels
+from gpt_train.progress import Progress
+from gpt_train.record import Record
+from gpt_train.runs import Run, RunDirError, run_kernels
+from gpt_train.signals import StopRequest
 from gpt_viz import metric_key, probe_key
 
-
-class CompileError(TrainError):
-    """torch.compile is unusable here (no toolchain) or failed on the model."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,38 +55,14 @@ class Outcome:
     pictures_problem: str | None = None
 
 
-# optimisation ------------------------------------------------------------------------------
-def learning_rate(step: int, s: TrainSettings) -> float:
-    """Linear warmup to lr, then cosine decay to min_lr at the last step (or constant)."""
-    if step < s.warmup_steps:
-        return s.lr * (step + 1) / s.warmup_steps
-    if s.schedule == "constant":
-        return s.lr
-    progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
-    return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.AdamW:
-    """AdamW with weight decay on weight matrices only: not on norms and biases (vectors), and not on
-    the position table unless asked, since shrinking it towards zero erases position information."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        is_position_table = name.startswith("wpe.")
-        wants_decay = param.dim() >= 2 and (s.decay_position_embedding or not is_position_table)
-        (decay if wants_decay else no_decay).append(param)
-    groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    try:  # one fused kernel for every parameter: ~4x faster than the per-tensor loop on CPU
-        return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), fused=True)
-    except RuntimeError:  # a device (or an older PyTorch) without the fused kernel
-        return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
-
-
 def initial_model(config: RunConfig, device: torch.device | str = "cpu", pretrained: bool = True) -> GPT:
-    """The model a run starts from, computing with the run's kernels. Its draws are seeded by the run's
+    """The model a run starts from, computing with the run's kernels (guarded: one that calls sys.exit
+    raises KernelExit instead). Its draws are seeded by the run's
     settings alone, so step 0 of any run can be rebuilt from its config.json (the experiments read the
     initial weights this way); a run `init_from` a GPT-2 directory starts from its weights (unless not
     `pretrained`: a resumed run, whose checkpoint replaces them)."""
     kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
+    kernels = guarded_kernels(kernels, config.kernels)
     torch.manual_seed(config.train.seed)
     model = GPT(config.model, kernels)
     if config.init_from and pretrained:
@@ -102,85 +78,6 @@ def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit:
             metric_key(split, name): value for name, value in task.evaluate(model, split, device, limit).items()
         }
     return metrics
-
-
-def check_compiler(device: torch.device) -> None:
-    """torch.compile's backends need a toolchain: a C++ compiler on CPU, Triton on CUDA."""
-    if device.type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
-        raise CompileError("--compile on CPU needs a C++ compiler (g++ or clang++); install one or drop --compile")
-    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
-        raise CompileError("--compile on CUDA needs Triton (pip install triton); install it or drop --compile")
-
-
-# the parts around the loop -------------------------------------------------------------------
-class StopRequest:
-    """Turns SIGINT into a flag the loop checks between steps, so a stop never tears a step in half."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        def handler(signum, frame):
-            self.requested = True
-
-        try:
-            previous = signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread: leave signals alone
-            yield
-            return
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
-
-
-class Record:
-    """What a run leaves in its directory as it goes; a no-op on every rank but 0."""
-
-    def __init__(self, run: Run):
-        self.layout = run.layout
-        self.task_name = run.config.task
-        self.active = run.rank.is_main
-        self.metrics = MetricsLog(run.layout.metrics)
-
-    def restore(self) -> TrainingState:
-        """The checkpoint a resumed run continues from."""
-        return load_checkpoint(self.layout.checkpoint, self.task_name)
-
-    def start_at(self, step: int) -> None:
-        if self.active:
-            self.metrics.keep_through(step)
-
-    def log(self, record: dict[str, Any]) -> None:
-        if self.active:
-            self.metrics.write(record)
-
-    def checkpoint(self, state: Callable[[], TrainingState]) -> None:
-        if self.active:
-            save_checkpoint(self.layout.checkpoint, state())
-
-    def finish(self, final: dict[str, Any]) -> None:
-        if self.active:
-            write_json_atomically(self.layout.final, final)
-
-
-class Progress:
-    """The progress bar: steps, the last loss and the latest primary metric."""
-
-    def __init__(self, config: RunConfig, start: int, quiet: bool):
-        self.primary = config.primary_metric
-        self.bar = tqdm(total=config.train.steps, initial=start, disable=quiet, desc=config.task, dynamic_ncols=True)
-
-    def update(self, loss: float, latest: dict[str, float]) -> None:
-        self.bar.update(1)
-        shown = {"loss": f"{loss:.4f}"}
-        if self.primary in latest:
-            shown[self.primary] = f"{latest[self.primary]:.4f}"
-        self.bar.set_postfix(shown)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 # the loop ------------------------------------------------------------------------------------
@@ -209,7 +106,7 @@ class Trainer:
                 f"the run in {run.layout.root} already finished ({self.step} of {self.settings.steps} steps)"
             )
         self.record.start_at(self.step)
-        self.first_step = self.step  # where this process started: compilation happens on its first step
+        self.first_step = self.step  # where this process started
         self.ddp: DistributedDataParallel | None = None
         self.forward = self._training_forward()
 
@@ -277,9 +174,9 @@ class Trainer:
         batch = self.draw_batch(step)
         self.optimizer.zero_grad(set_to_none=True)
         no_sync = self.ddp.no_sync if self.ddp is not None else None
-        loss = self._compiled_on_first_step(
-            lambda: accumulate_gradients(self._loss, batch, s.grad_accum, self.precision, no_sync), step
-        )
+        work = lambda: accumulate_gradients(self._loss, batch, s.grad_accum, self.precision, no_sync)
+        compiles = s.compile and step == self.first_step  # compilation happens on a process's first step
+        loss = compiler_failures_explained(work) if compiles else work()
         loss_value, stop = self.rank.mean_and_any(loss.item(), self.stop.requested, self.device)
         if not math.isfinite(loss_value):
             return loss_value, stop
@@ -293,19 +190,6 @@ class Trainer:
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.forward(inputs, targets).loss
-
-    def _compiled_on_first_step(self, work: Callable[[], Any], step: int) -> Any:
-        """Run `work`; on the first step under --compile (where compilation happens, forward and
-        backward) a compiler failure becomes a CompileError instead of a traceback."""
-        if not (self.settings.compile and step == self.first_step):
-            return work()
-        try:
-            return work()
-        except Exception as error:
-            text = str(error).strip()
-            raise CompileError(
-                f"torch.compile failed: {text.splitlines()[0] if text else type(error).__name__}"
-            ) from None
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and
@@ -331,7 +215,7 @@ class Trainer:
         try:
             with self.stop.installed():
                 while self.step < s.steps:
-                    loss, stop_requested = self.train_step(self.step)
+                    loss, stop_requested = self._computing(f"step {self.step + 1}", lambda: self.train_step(self.step))
                     if not math.isfinite(loss):
                         return self._diverged(f"loss became {loss}")
                     if self.precision.diverged:
@@ -344,7 +228,9 @@ class Trainer:
                         self.on_step(self.step)
                     evaluated = self.step % s.eval_every == 0 and self.step < s.steps
                     if evaluated:
-                        latest = self.evaluate(s.eval_limit)
+                        latest = self._computing(
+                            f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit)
+                        )
                     if evaluated or (self.step % s.log_every == 0 and self.step < s.steps):
                         self.record.log(self._line(loss, elapsed()) | (latest if evaluated else {}))
                     progress.update(loss, latest)
@@ -366,7 +252,7 @@ class Trainer:
         }
 
     def _finish(self, loss: float, elapsed: Callable[[], float]) -> Outcome:
-        final = self.evaluate(self.settings.final_eval_limit)
+        final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
         total = elapsed()
         self.save(total)
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}
@@ -387,9 +273,21 @@ class Trainer:
         }
 
     def _diverged(self, what: str) -> Outcome:
-        checkpoint = self.run_info.layout.checkpoint
-        kept = f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"
-        return Outcome("diverged", self.step, detail=f"{what} at step {self.step + 1}; stopped ({kept})")
+        detail = f"{what} at step {self.step + 1}; stopped ({self.record.last_checkpoint()})"
+        return Outcome("diverged", self.step, detail=detail)
+
+    def _computing(self, what: str, work: Callable[[], T]) -> T:
+        """Run `work`, a step or an evaluation. In a run with chosen kernels, an error from it (other than
+        gpt-train's own) is a KernelFailure naming the kernels, `what` and the error; nothing of the failed
+        step has been written, so the last checkpoint is where the run resumes. Without chosen kernels
+        an error is gpt-core's or gpt-train's own, and keeps its traceback."""
+        try:
+            return work()
+        except Exception as error:
+            if not self.config.kernels or (isinstance(error, TrainError) and not isinstance(error, KernelExit)):
+                raise
+            kernels, unverified = self.config.kernels, self.config.unverified_kernels
+            raise kernel_failure(what, error, kernels, unverified, self.record.last_checkpoint()) from None
 
 
 def train(run: Run, quiet: bool = False) -> Outcome:

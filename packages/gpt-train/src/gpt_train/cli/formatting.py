@@ -1,0 +1,45 @@
+"""How numbers and tables print: a score short of 1 never reads as 1, columns line up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gpt_viz import EXAMPLES, metric_key, parse_metric_key
+
+
+def format_value(value: float, examples: float | None) -> str:
+    """A metric with enough digits that a score short of 1 never reads as 1: as many decimals as the
+    example count has digits (0.999972 over 250,050 examples, where 4 decimals would print 1.0000)."""
+    if not examples:
+        return f"{value:.4g}"
+    return f"{value:.{max(4, len(str(int(examples))))}f}"
+
+
+def wrong_count(fraction: float, examples: float) -> int | None:
+    """How many examples a per-example score (exact match, accuracy) got wrong; None when `fraction` is
+    not a whole number of `examples`, so it cannot be such a score."""
+    wrong = (1.0 - fraction) * examples
+    return round(wrong) if 0.0 <= fraction <= 1.0 and abs(wrong - round(wrong)) < 1e-6 else None
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """Every summary metric (per-position details left out), with the digits its split's example count needs."""
+    parts = []
+    for key, value in metrics.items():
+        parsed = parse_metric_key(key)
+        if parsed is None or parsed.is_position_detail or not isinstance(value, float | int):
+            continue
+        if parsed.name == EXAMPLES:
+            parts.append(f"{key} {value:,.0f}")
+        else:
+            parts.append(f"{key} {format_value(value, metrics.get(metric_key(parsed.split, EXAMPLES)))}")
+    return ", ".join(parts)
+
+
+def echo_table(header: dict[str, str], rows: list[dict[str, Any]]) -> None:
+    """Columns padded to their widest cell, under a header row; `header` maps each key of the rows to its title."""
+    widths = {k: max(len(str(r[k])) for r in [header, *rows]) for k in header}
+    for row in [header, *rows]:
+        click.echo("  ".join(str(row[k]).ljust(widths[k]) for k in header).rstrip())

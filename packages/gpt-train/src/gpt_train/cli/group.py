@@ -1,0 +1,93 @@
+"""The command group, and the one place where errors become what a user sees.
+
+Every layer below raises its own domain error (a TrainError subclass, or gpt-tasks' TaskError and
+ParamError) and knows nothing of exit codes; the group turns each into `gpt-train: error: <one line>`
+and a non-zero exit, the click way, as a ClickException. A `sys.exit` inside a command (a kernel or a
+plugin calling it) is such an error too, naming where it was called, never a silent exit 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import click
+
+from gpt_tasks import ParamError, TaskError
+from gpt_train.errors import TrainError
+from gpt_train.guard import exit_origin
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class CommandError(click.ClickException):
+    """What the user sees of any failure: one line on stderr, `gpt-train: error: ...`, and an exit status."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"gpt-train: error: {' '.join(self.format_message().split())}", err=True)
+
+
+class Aborted(CommandError):
+    """Ctrl-C outside the training loop (which stops cleanly by itself): `gpt-train: aborted`, exit 130."""
+
+    def __init__(self) -> None:
+        super().__init__("aborted", exit_code=130)
+
+    def show(self, file: object = None) -> None:
+        click.echo("gpt-train: aborted", err=True)
+
+
+class _Group(click.Group):
+    """Turns the domain errors of every layer, and click's own usage errors, into a CommandError."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as error:
+            raise CommandError(error.format_message()) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise CommandError(error.format_message()) from None
+        except (TaskError, ParamError) as error:  # a LookupError's text may come quoted
+            raise CommandError(str(error).strip("'\"")) from None
+        except TrainError as error:
+            raise CommandError(str(error)) from None
+        except KeyboardInterrupt:
+            raise Aborted() from None
+        except SystemExit as exit_:  # click's own exits are click.exceptions.Exit, not SystemExit
+            origin = exit_origin(exit_)
+            raise CommandError(
+                f"{origin} called sys.exit({exit_.code!r}) (a kernel or plugin fails by raising, not by exiting)"
+            ) from None
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.version_option(package_name="gpt-train")
+def cli() -> None:
+    """Train, evaluate and sample hand-written GPTs on pluggable tasks.
+
+    \b
+    Start here:
+      gpt-train verify                 # every hand-written piece vs PyTorch's own
+      gpt-train tasks                  # the installed tasks
+      gpt-train kernels                # the kernel slots and the installed kernels
+      gpt-train run --task sort        # train with the task's defaults
+    """
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line, like the errors: `gpt-train: warning: ...`."""
+    click.echo(f"gpt-train: warning: {' '.join(str(message).split())}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `gpt-train` program: the command group, with warnings shown as one line each."""
+    warnings.showwarning = _show_warning
+    cli.main(args=argv, prog_name="gpt-train")

@@ -1,0 +1,20 @@
+"""What several commands share on their command line: the device option's help and the kernel choice.
+
+`kernel_choices` is the one place run and verify turn their kernel options into the kernels they
+compute with (slot -> name, gpt-core's own left out), so an option choosing a whole kernel set adds
+to this function alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpt_train.kernels import parse_kernel_choices
+
+DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
+KERNEL_HELP = "Compute SLOT with kernel NAME: installed (see `gpt-train kernels`) or module:function. Repeatable."
+
+
+def kernel_choices(kernel_pairs: Iterable[str]) -> dict[str, str]:
+    """The kernels a command computes with in place of gpt-core's own: `--kernel SLOT=NAME`, each slot once."""
+    return parse_kernel_choices(kernel_pairs)

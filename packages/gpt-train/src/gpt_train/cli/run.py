@@ -1,0 +1,175 @@
+"""`gpt-train run`: train a model on a task (or continue a run), and say how it ended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpt_train.cli.formatting import format_value, wrong_count
+from gpt_train.cli.group import CONTEXT, CommandError, cli
+from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, kernel_choices
+from gpt_train.compiling import check_compiler
+from gpt_train.config import RunConfig, parse_assignments, route_data
+from gpt_train.devices import resolve_device
+from gpt_train.distributed import Rank
+from gpt_train.runs import new_run, resumed_run
+from gpt_train.trainer import Outcome, train
+from gpt_viz import EXAMPLES, metric_key, parse_metric_key
+
+EXIT_CODES = {"diverged": 1, "interrupted": 130}
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--task", "task_name", help="Task to train (see `gpt-train tasks`).")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--steps", type=int, help="Optimiser steps. [default: the task's]")
+@click.option(
+    "--batch-size",
+    type=int,
+    help="Sequences per optimiser step (per process under torchrun), split into --set grad_accum=N micro-batches "
+    "of batch-size/N. [default: the task's]",
+)
+@click.option("--lr", type=float, help="Peak learning rate (after warmup). [default: the task's]")
+@click.option("--weight-decay", type=float, help="AdamW weight decay on weight matrices. [default: the task's]")
+@click.option(
+    "--seed", type=int, help="Seed for weights and data; same seed + flags on CPU = same numbers. [default: 1337]"
+)
+@click.option("--out", type=click.Path(path_type=Path), help="Run directory. [default: runs/<task>-<timestamp>]")
+@click.option("--compile", "compile_", is_flag=True, default=None, help="Train through torch.compile.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a task, model or training parameter (repeatable), e.g. --set pos=rope.",
+)
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path),
+    help="The corpus of tasks that read one: a UTF-8 file, or for text a directory (with --set glob=...).",
+)
+@click.option(
+    "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
+)
+@click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)
+@click.option(
+    "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
+)
+@click.option("--force", is_flag=True, help="Replace a run already in --out.")
+@click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
+@click.option(
+    "--init-from",
+    type=click.Path(path_type=Path),
+    help="Start from a Hugging Face GPT-2 directory's weights (config.json, model.safetensors); text uses its "
+    "tokenizer.json.",
+)
+def run(
+    task_name,
+    device,
+    out,
+    assignments,
+    data,
+    resume,
+    kernel_pairs,
+    unverified,
+    force,
+    quiet,
+    compile_,
+    init_from,
+    **flags,
+) -> None:
+    """Train a model on a task and write a run directory.
+
+    The run directory holds config.json (everything resolved), metrics.jsonl (loss, learning rate
+    and held-out metrics by step), final.json, checkpoint.safetensors (weights, optimiser and RNG
+    state, written atomically every few hundred steps and at the end) and pictures. While a run
+    trains, its directory is locked: a second run or --resume on it is refused. Held-out metrics are
+    scored in float32 whatever --set dtype (the weights stay float32): the numbers `gpt-train eval` prints.
+
+    Ctrl-C stops cleanly with a checkpoint and prints the --resume command. A run stopped before its
+    first checkpoint can be started again with the same command, or with --resume. Under torchrun
+    the run uses DistributedDataParallel (gloo on CPU, nccl on CUDA); rank 0 writes the directory.
+
+    Each --kernel is verified against PyTorch (as `gpt-train verify --kernel` does) before anything is
+    written, and refused if it fails; config.json records the kernels, and eval, sample and --resume
+    compute with them.
+
+    \b
+    Examples:
+      gpt-train run --task sort
+      gpt-train run --task sort --device cuda --steps 4000
+      gpt-train run --task sort --set pos=rope --set n_layer=4 --out runs/sort-rope
+      gpt-train run --task sort --set dtype=bf16 --set grad_accum=4   # bf16 autocast, 4 micro-batches of 32
+      gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
+      gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
+      gpt-train run --task sort --kernel attention=flash
+      gpt-train run --task text --data novel.txt --init-from gpt2/ --set block_size=256
+      gpt-train run --resume runs/sort-rope
+      torchrun --nproc_per_node 4 -m gpt_train run --task sort --device cuda
+    """
+    flags["compile"] = compile_
+    given = {name: value for name, value in flags.items() if value is not None}
+    rank = Rank.from_env()
+    target = rank.device_for(resolve_device(device))
+    if resume is not None:
+        from_dir = {"init_from": init_from} if init_from is not None else {}
+        _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
+        handed = resumed_run(resume, task_name, target, rank)
+    else:
+        if task_name is None:
+            raise CommandError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
+        if unverified and not kernel_pairs:
+            raise CommandError("--unverified applies to --kernel choices; there are none")
+        kernels = kernel_choices(kernel_pairs)
+        values = parse_assignments(assignments) | route_data(task_name, data)
+        values |= {f"train.{name}": value for name, value in given.items()}
+        if given.get("compile"):
+            check_compiler(target)  # before anything is written
+        handed = new_run(task_name, values, out, force, target, rank, kernels, unverified, init_from)
+    outcome = train(handed, quiet=quiet)
+    if not rank.is_main:
+        _exit_for(outcome, handed.layout.root)
+        return
+    if outcome.pictures_problem:
+        click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
+    _exit_for(outcome, handed.layout.root)
+    if not quiet:
+        click.echo(summary(handed.config, outcome.final, handed.layout.root))
+
+
+def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool, kernels, unverified) -> None:
+    named = [f"--{name.replace('_', '-')}" for name in given]
+    named += ["--set"] * bool(assignments) + ["--data"] * (data is not None) + ["--force"] * force
+    named += ["--kernel"] * bool(kernels) + ["--unverified"] * unverified
+    if named:
+        raise CommandError(
+            f"--resume continues a run with its saved configuration; drop {', '.join(sorted(set(named)))}"
+        )
+
+
+def _exit_for(outcome: Outcome, run_dir: Path) -> None:
+    """A run that stopped early ends the command with its reason and exit status."""
+    if outcome.reason == "interrupted":
+        message = f"interrupted at step {outcome.step}; {outcome.detail}. Resume with: gpt-train run --resume {run_dir}"
+        raise CommandError(message, exit_code=EXIT_CODES["interrupted"])
+    if outcome.reason == "diverged":
+        raise CommandError(outcome.detail, exit_code=EXIT_CODES["diverged"])
+
+
+def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
+    """The end-of-run line. A higher-is-better primary score that is a whole number of examples (the
+    built-in exact match and accuracy) also says how many were wrong, so 7 errors never read as none."""
+    primary = config.primary_metric
+    parsed = parse_metric_key(primary)
+    examples = final.get(metric_key(parsed.split, EXAMPLES)) if parsed else None
+    value = final[primary]
+    over = f" over {examples:,.0f} examples" if examples else ""
+    wrong = wrong_count(value, examples) if examples and config.higher_is_better else None
+    if wrong is not None:
+        over = f" ({wrong:,} of {examples:,.0f} wrong)"
+    return (
+        f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
+        f"{primary} {format_value(value, examples)}{over}; final loss {final['loss']:.4f}; run in {run_dir}"
+    )

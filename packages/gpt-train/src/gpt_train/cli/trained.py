@@ -1,0 +1,125 @@
+"""The commands on a trained model: `gpt-train eval` scores a saved run, `gpt-train sample` generates
+from it (or from a GPT-2 directory)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import torch
+
+from gpt_core import generate
+from gpt_tasks import SPLITS
+from gpt_train.cli.formatting import format_metrics
+from gpt_train.cli.group import CONTEXT, CommandError, cli
+from gpt_train.cli.options import DEVICE_HELP
+from gpt_train.config import parse_assignments, route, task_class
+from gpt_train.devices import resolve_device
+from gpt_train.hf import Pretrained
+from gpt_train.runs import load_run
+from gpt_viz import metric_key
+
+
+@cli.command("eval", context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--split", type=click.Choice(SPLITS[::-1]), default="heldout", show_default=True)
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a task parameter for this evaluation, e.g. --set length=8.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Score a fixed sample of this many examples. [default: all]")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> None:
+    """Evaluate a saved run on a split (the whole split unless --limit), in float32, as the run's own
+    evaluations were, whatever dtype it trained in.
+
+    \b
+    Examples:
+      gpt-train eval runs/sort-20261130-120000
+      gpt-train eval runs/sort-rope --set length=8      # length generalisation
+      gpt-train eval runs/modadd --split train --json
+    """
+    target = resolve_device(device)
+    config, model = load_run(run_dir, target)
+    routed = route(parse_assignments(assignments), task_class(config.task))
+    if routed.model or routed.train:
+        raise CommandError(
+            f"eval --set takes task parameters only, not {', '.join(sorted(routed.model | routed.train))}"
+        )
+    task = config.build_task(routed.task)  # built once: building can hash the whole split
+    try:
+        metrics = task.evaluate(model, split, target, limit)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    if as_json:
+        click.echo(json.dumps(metrics, indent=2))
+    else:
+        keyed = {metric_key(split, name): value for name, value in metrics.items()}
+        click.echo(f"{config.task} {split}: {format_metrics(keyed)}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--hf", "hf_dir", type=click.Path(path_type=Path), help="Sample from a Hugging Face GPT-2 directory instead."
+)
+@click.option("--prompt", multiple=True, help="Prompt text (repeatable). [default: the task's example prompts]")
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    help="Tokens to generate; past a learned-position model's block, the last half block is the new prompt. "
+    "[default: fill the block]",
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="0 is greedy; higher is more random.",
+)
+@click.option("--top-k", type=click.IntRange(min=1), help="Sample only from the k most likely tokens.")
+@click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
+@click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
+def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no_cache, seed, device) -> None:
+    """Generate text from a saved run, or with --hf from a GPT-2 directory and its tokenizer.json, one
+    line per prompt.
+
+    \b
+    Examples:
+      gpt-train sample runs/sort-20261130-120000 --prompt 902714
+      gpt-train sample runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 20
+      gpt-train sample --hf gpt2/ --prompt "Hello, I'm a language model," --max-new-tokens 40
+    """
+    if (run_dir is None) == (hf_dir is None):
+        raise CommandError("sample takes a RUN_DIR or --hf DIR (one of them)")
+    if hf_dir is not None and not prompt:
+        raise CommandError("sample --hf needs --prompt")
+    target = resolve_device(device)
+    if hf_dir is not None:
+        task = Pretrained(hf_dir, target)
+        model = task.model
+    else:
+        config, model = load_run(run_dir, target)
+        task = config.build_task()
+    generator = torch.Generator(device=target).manual_seed(seed)
+    for text in prompt or task.example_prompts():
+        if not text:
+            raise CommandError("--prompt must not be empty")
+        try:
+            ids = torch.tensor([task.encode(text)], device=target)
+        except ValueError as error:
+            raise CommandError(f"prompt {text!r}: {error}") from None
+        n_new = max_new_tokens or max(1, model.config.block_size + 1 - ids.shape[1])
+        try:
+            out = generate(
+                model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
+            )
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")

@@ -1,0 +1,80 @@
+"""`gpt-train verify`: every hand-written piece, or each chosen kernel, against PyTorch's built-ins."""
+
+from __future__ import annotations
+
+import click
+
+from gpt_train.cli.group import CONTEXT, CommandError, cli
+from gpt_train.cli.options import kernel_choices
+from gpt_train.guard import guarded
+from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_kernel
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME",
+              help="Verify this kernel instead: an installed one (see `gpt-train kernels`) or module:function. "
+              "Repeatable.")  # fmt: skip
+@click.option("--seed", type=int, help="Fix the random inputs. [default: fresh each time]")
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp64", "bf16"]),
+    default="fp64",
+    show_default=True,
+    help="Run the kernels in this dtype. bf16: against the reference in float64 on the same values, "
+    "the difference relative to the reference's largest |value| (or 1).",
+)
+@click.option(
+    "--tolerance", type=float, help=f"Largest difference accepted. [default: {TOLERANCE:.0e} in fp64, 2^-4 in bf16]"
+)
+def verify(kernel_pairs, seed: int | None, dtype: str, tolerance: float | None) -> None:
+    """Check every hand-written piece against the PyTorch built-in it replaces.
+
+    Runs each component (Linear, Embedding, LayerNorm, GELU, softmax, cross-entropy, attention in
+    several masking and shape cases) and its PyTorch built-in (F.linear, F.embedding, F.layer_norm,
+    F.gelu with approximate="tanh", torch.softmax, torch.log_softmax, F.cross_entropy,
+    F.scaled_dot_product_attention) on the same random float64 inputs, and prints the largest
+    difference of outputs and of gradients; also KV-cache decoding vs a full forward.
+    Exits 1 if any difference exceeds the tolerance.
+
+    With --kernel SLOT=NAME, checks that kernel instead, on every case of its slot, forward and
+    backward, then a whole GPT computed with it against gpt-core's own kernels (and, for attention,
+    cached decoding against the full forward); a failure says which case and output differ, by how
+    much and where.
+
+    With --dtype bf16, the kernels run on bf16 inputs, as under autocast, and the tolerance is bf16's:
+    2^-4 of the reference's scale, 16 roundings to bf16's 8 significant bits.
+
+    \b
+    Examples:
+      gpt-train verify
+      gpt-train verify --dtype bf16
+      gpt-train verify --kernel attention=flash
+      gpt-train verify --kernel layer_norm=mykernels:layer_norm
+    """
+    from gpt_core import format_report, verification_report
+    from gpt_train.verify import BF16_TOLERANCE, DTYPES, TORCH_LABELS, torch_references
+
+    torch_dtype = DTYPES[dtype]
+    if tolerance is None:
+        tolerance = BF16_TOLERANCE if dtype == "bf16" else TOLERANCE
+    choices = kernel_choices(kernel_pairs)
+    if kernel_pairs and not choices:
+        raise CommandError("gpt-core's own kernels are what plain `gpt-train verify` checks; run it without --kernel")
+    if not choices:
+        rows = verification_report(torch_references(), torch_dtype, seed=seed, labels=TORCH_LABELS)
+        click.echo(format_report(rows))
+        _check_rows(rows, tolerance, "")
+        return
+    for slot, name in choices.items():
+        rows = verify_kernel(slot, guarded(slot, name, resolve_kernel(slot, name)), seed, torch_dtype)
+        click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
+        _check_rows(rows, tolerance, f"kernel {slot}={name}: ")
+
+
+def _check_rows(rows, tolerance: float, what: str) -> None:
+    """The verdict on a report: the first failure as the one-line error (exit 1), or the all-clear."""
+    failure = first_failure(rows, tolerance)
+    if failure is not None:
+        raise CommandError(f"{what}{failure}", exit_code=1)
+    worst = max(max(r.forward, r.grad or 0.0) for r in rows)
+    click.echo(f"\n{what}all {len(rows)} checks within {tolerance:.0e} (largest {worst:.1e})")

@@ -1,0 +1,45 @@
+"""What a run leaves in its directory as it trains: metrics.jsonl, checkpoints and final.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint
+from gpt_train.files import write_json_atomically
+from gpt_train.runs import MetricsLog, Run
+
+
+class Record:
+    """What a run leaves in its directory as it goes; a no-op on every rank but 0, which alone writes."""
+
+    def __init__(self, run: Run):
+        self.layout = run.layout
+        self.task_name = run.config.task
+        self.active = run.rank.is_main
+        self.metrics = MetricsLog(run.layout.metrics)
+
+    def restore(self) -> TrainingState:
+        """The checkpoint a resumed run continues from."""
+        return load_checkpoint(self.layout.checkpoint, self.task_name)
+
+    def start_at(self, step: int) -> None:
+        if self.active:
+            self.metrics.keep_through(step)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if self.active:
+            self.metrics.write(record)
+
+    def checkpoint(self, state: Callable[[], TrainingState]) -> None:
+        if self.active:
+            save_checkpoint(self.layout.checkpoint, state())
+
+    def finish(self, final: dict[str, Any]) -> None:
+        if self.active:
+            write_json_atomically(self.layout.final, final)
+
+    def last_checkpoint(self) -> str:
+        """Where a run that stopped on a failure can be resumed from, said for its error line."""
+        checkpoint = self.layout.checkpoint
+        return f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"

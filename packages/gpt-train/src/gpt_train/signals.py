@@ -1,0 +1,29 @@
+"""Ctrl-C during training: a request to stop between steps, never in the middle of one."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+
+
+class StopRequest:
+    """Turns SIGINT into a flag the loop checks between steps, so a stop never tears a step in half."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        def handler(signum, frame):
+            self.requested = True
+
+        try:
+            previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread: leave signals alone
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
