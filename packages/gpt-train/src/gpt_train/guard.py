@@ -9,12 +9,10 @@ An error while a run computes with chosen kernels becomes a KernelFailure naming
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpt_core import Kernels
 from gpt_train.errors import TrainError
 
 
@@ -37,13 +35,6 @@ def guarded(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., A
             raise KernelExit(f"kernel {slot}={name} called sys.exit({exit_.code!r})") from None
 
     return guarded_kernel
-
-
-def guarded_kernels(kernels: Kernels, choices: Mapping[str, str]) -> Kernels:
-    """`kernels` with each chosen slot (slot -> name, as config.json records them) guarded."""
-    return dataclasses.replace(
-        kernels, **{slot: guarded(slot, name, getattr(kernels, slot)) for slot, name in choices.items()}
-    )
 
 
 def exit_origin(exit_: SystemExit) -> str:

@@ -39,6 +39,7 @@ import torch
 from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
 from gpt_core import plugins as core_plugins
 from gpt_train.errors import TrainError
+from gpt_train.guard import guarded
 from gpt_train.verify import TORCH_LABELS, torch_references
 
 ENTRY_POINT_GROUP = "gpt_kernels"
@@ -180,8 +181,10 @@ def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
 
 
 def build_kernels(choices: Mapping[str, str]) -> Kernels:
-    """The kernel table with each chosen slot replaced; KernelError if one cannot be found."""
-    return dataclasses.replace(DEFAULT_KERNELS, **{slot: resolve_kernel(slot, name) for slot, name in choices.items()})
+    """The kernel table with each chosen slot replaced, each guarded so that a kernel calling sys.exit fails as
+    that kernel; KernelError if one cannot be found."""
+    chosen = {slot: guarded(slot, name, resolve_kernel(slot, name)) for slot, name in choices.items()}
+    return dataclasses.replace(DEFAULT_KERNELS, **chosen)
 
 
 def verify_kernel(

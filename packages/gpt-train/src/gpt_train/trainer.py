@@ -29,7 +29,7 @@ from gpt_train.compiling import check_compiler, compiler_failures_explained
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
-from gpt_train.guard import KernelExit, guarded_kernels, kernel_failure
+from gpt_train.guard import KernelExit, kernel_failure
 from gpt_train.hf import load_weights_into
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
@@ -62,7 +62,6 @@ def initial_model(config: RunConfig, device: torch.device | str = "cpu", pretrai
     initial weights this way); a run `init_from` a GPT-2 directory starts from its weights (unless not
     `pretrained`: a resumed run, whose checkpoint replaces them)."""
     kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
-    kernels = guarded_kernels(kernels, config.kernels)
     torch.manual_seed(config.train.seed)
     model = GPT(config.model, kernels)
     if config.init_from and pretrained:
