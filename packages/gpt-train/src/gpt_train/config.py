@@ -16,6 +16,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
+
 from gpt_core import GPTConfig
 from gpt_tasks import (
     ParamError,
@@ -225,7 +227,23 @@ def resolve_run_config(
         unverified_kernels=tuple(sorted(kernels or {})) if unverified else (),
         init_from=str(init_from.absolute()) if init_from is not None else "",
     )
+    check_float_range(config)
     return config, task
+
+
+def check_float_range(config: RunConfig) -> None:
+    """Every float setting of the model and the training within what float32 holds: the weights, gradients
+    and optimiser state are float32 whatever `dtype` (bf16 and fp16 are autocast over the forward pass), so
+    a larger setting overflows on the first step and a smaller non-zero one is the same as 0."""
+    finite = torch.finfo(torch.float32)
+    for settings in (config.model, config.train):
+        for f in dataclasses.fields(settings):
+            value = getattr(settings, f.name)
+            if isinstance(value, float) and value and not finite.tiny <= abs(value) <= finite.max:
+                raise ConfigError(
+                    f"{f.name}={value:g} is outside what float32 (the weights, gradients and optimiser state, whatever "
+                    f"dtype) holds: give 0 or a magnitude between {finite.tiny:.3g} and {finite.max:.3g}"
+                )
 
 
 def installed_versions() -> dict[str, str]:
