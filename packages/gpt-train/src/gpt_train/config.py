@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -30,6 +31,7 @@ from gpt_tasks import (
     field_types,
     get_task,
 )
+from gpt_tasks.builtin.text import TextParams, TextTask, TextVocabulary
 from gpt_train.errors import TrainError
 from gpt_train.files import write_json_atomically
 from gpt_train.hf import pretrained_model_config, tokenizer_params
@@ -113,6 +115,19 @@ class RunConfig:
 
     def build_task(self, overrides: dict[str, Any] | None = None) -> Task:
         return make_task(self.task, self.task_params | (overrides or {}))
+
+    def build_sampler(self) -> Task | TextVocabulary:
+        """What `sample` encodes prompts and decodes tokens with: the task, or for a text run whose corpus file
+        is gone, the tokenizer the run recorded (a prompt needs no corpus; the default prompts do)."""
+        data = self.task_params.get("data")
+        if not (issubclass(task_class(self.task), TextTask) and data and not Path(data).exists()):
+            return self.build_task()
+        try:
+            vocabulary = TextVocabulary(build_params(TextParams, self.task_params))
+        except (ParamError, ValueError) as error:
+            raise ConfigError(f"task {self.task!r}: {error}") from None
+        warnings.warn(f"the corpus {data} is gone; sampling with the tokenizer the run recorded", stacklevel=2)
+        return vocabulary
 
 
 def task_class(name: str) -> type[Task]:

@@ -107,7 +107,9 @@ def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
     weights = {name: slot for name, slot in header.items() if not _is_buffer(name)}
     for name, (dtype, _) in weights.items():
         if dtype not in WEIGHT_DTYPES:
-            raise HFError(f"{path}: tensor {PREFIX + name!r} is {dtype}; GPT-2 weights are floats ({', '.join(WEIGHT_DTYPES)})")
+            raise HFError(
+                f"{path}: tensor {PREFIX + name!r} is {dtype}; GPT-2 weights are floats ({', '.join(WEIGHT_DTYPES)})"
+            )
     layers = {name.split(".")[1] for name in weights if name.startswith("h.")}
     if len(layers) != config.n_layer:
         raise HFError(f"{directory}: config.json has n_layer={config.n_layer}, {WEIGHTS} holds {len(layers)} layers")

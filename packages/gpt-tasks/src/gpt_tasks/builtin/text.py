@@ -157,12 +157,9 @@ class TextTask(Task):
         """The tokenizer a run recorded, or the one learned from the training chunks (cached), and the
         file that holds a BPE."""
         kind = params.tokenizer
-        if kind == "byte":
-            return ByteTokenizer(), ""
-        if kind == "char" and params.alphabet:
-            return CharTokenizer(params.alphabet), ""
-        if kind == "bpe" and params.tokenizer_file:
-            return _read_bpe(Path(params.tokenizer_file).expanduser()), params.tokenizer_file
+        recorded = recorded_tokenizer(params)
+        if recorded is not None:
+            return recorded, params.tokenizer_file
         vocab_size = params.vocab_size or DEFAULT_BPE_VOCAB
         settings = split | {"heldout_fraction": params.heldout_fraction, "tokenizer": kind, "vocab_size": vocab_size}
         path = root / "tokenizers" / f"{key_of(settings)}.{kind}"
@@ -357,6 +354,37 @@ class TextTask(Task):
 
     def attention_examples(self, n: int) -> list[str]:
         return self.heldout_texts(self.block_size, n)
+
+
+def recorded_tokenizer(params: TextParams) -> Tokenizer | None:
+    """The tokenizer that `params` pin (bytes, a recorded alphabet, a BPE file), or None: one to learn."""
+    if params.tokenizer == "byte":
+        return ByteTokenizer()
+    if params.tokenizer == "char" and params.alphabet:
+        return CharTokenizer(params.alphabet)
+    if params.tokenizer == "bpe" and params.tokenizer_file:
+        return _read_bpe(Path(params.tokenizer_file).expanduser())
+    return None
+
+
+class TextVocabulary:
+    """A text run's recorded tokenizer without its corpus: what sampling from a prompt needs (`encode`,
+    `decode`). A run keeps its tokenizer (the alphabet in config.json, a BPE file beside it), so a run whose
+    corpus has since been moved or deleted can still be sampled."""
+
+    def __init__(self, params: TextParams):
+        tokenizer = recorded_tokenizer(params)
+        if tokenizer is None:
+            raise ValueError(f"the run records no {params.tokenizer} tokenizer, and its corpus {params.data} is gone")
+        self.params, self.tokenizer = params, tokenizer
+
+    encode = TextTask.encode
+    decode = TextTask.decode
+
+    def example_prompts(self) -> list[str]:
+        raise ValueError(
+            f"the corpus {self.params.data} is gone, with the held-out text of the default prompts: give --prompt"
+        )
 
 
 def _check_vocab_size(params: TextParams, corpus_bytes: int) -> None:
