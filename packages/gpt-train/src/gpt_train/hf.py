@@ -103,7 +103,8 @@ def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
     layers, the embedding tables (vocab_size, n_positions, n_embd) and every other shape as the file holds
     them, so that no model larger than the file is ever built, not even on the meta device."""
     path = _weights_path(directory)
-    header = {name.removeprefix(PREFIX): slot for name, slot in read_header(path).items()}
+    raw = read_header(path)
+    header = {name.removeprefix(PREFIX): slot for name, slot in raw.items()}
     weights = {name: slot for name, slot in header.items() if not _is_buffer(name)}
     for name, (dtype, _) in weights.items():
         if dtype not in WEIGHT_DTYPES:
@@ -121,7 +122,7 @@ def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
             raise HFError(
                 f"{directory}: config.json's {key} x n_embd is {wanted}, but {WEIGHTS} holds {name} of shape {held}"
             )
-    shapes = {PREFIX + name: torch.empty(shape, device="meta") for name, (_, shape) in header.items()}
+    shapes = {name: torch.empty(shape, device="meta") for name, (_, shape) in raw.items()}
     try:
         state_dict_from_hf(shapes, config)
     except ValueError as error:
