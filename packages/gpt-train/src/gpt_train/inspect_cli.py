@@ -89,8 +89,10 @@ def held_out_examples(task: Task) -> int | None:
 
 
 def check_examples(task: Task, examples: int) -> None:
-    """--examples bounded by the split it samples: more than it holds is refused, with what it holds, rather
-    than read as the whole split (a typo of a few digits would otherwise score everything, for minutes)."""
+    """A given --examples bounded by the split it samples: more than it holds is refused, with what it holds,
+    rather than read as the whole split (a typo of a few digits would otherwise score everything, for minutes)."""
+    if click.get_current_context().get_parameter_source("examples") == click.core.ParameterSource.DEFAULT:
+        return  # the default is a sample size that a smaller split simply holds all of
     held = held_out_examples(task)
     if held is not None and examples > held:
         raise InspectError(
