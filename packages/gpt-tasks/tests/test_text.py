@@ -428,3 +428,141 @@ def test_token_labels_escape_whitespace_and_show_partial_characters_as_bytes(cor
         "\\x8e",
         "\\x89",
     ]
+
+
+# hostile caches and corpora -----------------------------------------------------------------------------
+def edit_after_hashing(monkeypatch, edited: str) -> None:
+    """Make the corpus change right after it is hashed, as an editor saving it mid-preparation would."""
+    hashed = Corpus.sha256
+
+    def hash_then_edit(self, *args, **kwargs):
+        digest = hashed(self, *args, **kwargs)
+        self.files[0].write_text(edited, encoding="utf-8")
+        return digest
+
+    monkeypatch.setattr(Corpus, "sha256", hash_then_edit)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "doing"), [("byte", "tokenized"), ("char", "learned from"), ("bpe", "learned from")]
+)
+def test_a_corpus_edited_while_it_is_prepared_is_refused_and_nothing_is_cached(
+    corpus, tmp_path, monkeypatch, tokenizer, doing
+):
+    original = corpus.read_text(encoding="utf-8")
+    with monkeypatch.context() as patched:
+        edit_after_hashing(patched, "ZZZZ qqqq " * 2000)
+        with pytest.raises(ValueError, match=f"the corpus changed while it was {doing}"):
+            text_task(corpus, tokenizer=tokenizer)
+    root = tmp_path / "xdg-cache" / "gpt-tasks" / "text"
+    assert not root.exists() or (cache_entries(tmp_path) == set() and not any((root / "tokenizers").glob("*")))
+    corpus.write_text(original, encoding="utf-8")
+    task = text_task(corpus, tokenizer=tokenizer)
+    assert "ZZZZ" not in task.decode(np.asarray(task.cache.tokens).tolist())
+
+
+def tampered(task, change) -> None:
+    """Rewrite the entry's token file or tables in place with `change`, sizes kept."""
+    root = task.cache.root
+    tokens = np.fromfile(root / TOKENS, dtype=task.cache.tokens.dtype)
+    with np.load(root / "chunks.npz") as saved:
+        tables = {name: saved[name].copy() for name in saved.files}
+    change(tokens, tables)
+    tokens.tofile(root / TOKENS)
+    np.savez(root / "chunks.npz", **tables)
+
+
+def reorder_offsets(tokens, tables):
+    tables["offsets"][1], tables["offsets"][2] = tables["offsets"][2], tables["offsets"][1]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda tokens, tables: tokens.fill(0xFFFF), "checksum"),
+        (lambda tokens, tables: tokens.__setitem__(slice(0, 2), tokens[1::-1].copy()), "checksum"),
+        (reorder_offsets, "chunk offsets are not in order"),
+        (lambda tokens, tables: tables["offsets"].__setitem__(-1, 10**9), "chunk offsets"),
+        (lambda tokens, tables: tables["hashes"].fill(0.5), "checksum"),
+        (lambda tokens, tables: tables["hashes"].__setitem__(0, 7.0), "split hashes"),
+    ],
+)
+def test_an_entry_whose_contents_are_wrong_is_rebuilt_before_it_is_used(corpus, capsys, change, reason):
+    first = text_task(corpus, tokenizer="byte")
+    expected, heldout = np.array(first.cache.tokens), first.chunks("heldout").tolist()
+    tampered(first, change)
+    capsys.readouterr()
+    again = text_task(corpus, tokenizer="byte")
+    said = capsys.readouterr().err
+    assert "is damaged" in said and reason in said and "rebuilding it" in said
+    assert np.array_equal(np.array(again.cache.tokens), expected) and again.chunks("heldout").tolist() == heldout
+
+
+def test_an_entry_with_ids_past_the_vocabulary_and_a_matching_checksum_is_rebuilt(corpus, capsys):
+    first = text_task(corpus, tokenizer="byte")
+    expected = np.array(first.cache.tokens)
+    tampered(first, lambda tokens, tables: tokens.fill(300))
+    meta = json.loads((first.cache.root / META).read_text())
+    digest = hashlib.sha256((first.cache.root / TOKENS).read_bytes())
+    with np.load(first.cache.root / "chunks.npz") as saved:
+        for name in ("offsets", "chars", "bytes", "hashes"):
+            digest.update(saved[name].tobytes())
+    (first.cache.root / META).write_text(json.dumps(meta | {"sha256": digest.hexdigest()}))
+    again = text_task(corpus, tokenizer="byte")
+    assert "id 300 is past the vocabulary of 256" in capsys.readouterr().err
+    assert np.array_equal(np.array(again.cache.tokens), expected)
+
+
+def test_an_entry_made_from_another_corpus_under_this_key_is_never_used(corpus, tmp_path, capsys):
+    first = text_task(corpus, tokenizer="byte")
+    meta = json.loads((first.cache.root / META).read_text())
+    (first.cache.root / META).write_text(json.dumps(meta | {"corpus_sha256": "0" * 64}))
+    text_task(corpus, tokenizer="byte")
+    assert "made from corpus_sha256" in capsys.readouterr().err
+
+
+def dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_preparations_temporaries_are_removed_at_the_next_start_and_a_live_ones_kept(corpus, tmp_path):
+    import os
+    import socket
+
+    root = tmp_path / "xdg-cache" / "gpt-tasks" / "text"
+    (root / "tokenizers").mkdir(parents=True)
+    host = socket.gethostname()
+    dead = root / f".0123abcd.tmp-{host}-{dead_pid()}.k3x_9a2b"
+    live = root / f".0123abcd.tmp-{host}-{os.getppid()}.abcdefgh"
+    elsewhere = root / f".0123abcd.tmp-another-host-{dead_pid()}.abcdefgh"
+    for folder in (dead, live, elsewhere):
+        (folder / TOKENS).parent.mkdir()
+        (folder / TOKENS).write_bytes(b"\0" * 64)
+    partial = root / "tokenizers" / f".key.char.tmp-{host}-{dead_pid()}"
+    partial.write_text("abc")
+    text_task(corpus)
+    assert not dead.exists() and not partial.exists()
+    assert live.exists() and elsewhere.exists()
+
+
+def test_a_bpe_vocabulary_larger_than_the_corpus_can_give_is_refused_before_learning(tmp_path):
+    path = tmp_path / "small.txt"
+    path.write_text(sentences(300))
+    size = path.stat().st_size
+    with pytest.raises(ValueError, match=f"vocab_size 1,000,000,000 is more than the corpus can give.*{size:,} bytes"):
+        text_task(path, tokenizer="bpe", vocab_size=10**9)
+    assert text_task(path, tokenizer="bpe", vocab_size=256 + size - 1).vocab_size <= 256 + size - 1
+
+
+def test_a_fifo_as_the_corpus_is_named_as_such(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="is not a regular file or a directory"):
+        text_task(fifo)

@@ -185,11 +185,8 @@ def sample_hf(cli, directory: Path):
         (lambda d: (d / "config.json").write_text("{not json"), "cannot read"),
         (lambda d: (d / "model.safetensors").unlink(), "has no model.safetensors"),
         (lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), "not a readable safetensors file"),
-        (
-            lambda d: edit_config(d, n_embd=64),
-            "'transformer.h.0.attn.c_attn.bias' has shape (96,); config.json's model needs (192,)",
-        ),
-        (lambda d: edit_config(d, n_layer=2), "missing, e.g. 'transformer.h.1.ln_1.weight'"),
+        (lambda d: edit_config(d, n_embd=64), "config.json's vocab_size x n_embd is (10, 64)"),
+        (lambda d: edit_config(d, n_layer=2), "config.json has n_layer=2, model.safetensors holds 1 layers"),
         (lambda d: (d / "tokenizer.json").unlink(missing_ok=True), "has no tokenizer.json"),
     ],
 )
@@ -227,3 +224,119 @@ def test_sample_takes_a_run_or_hf_and_hf_needs_a_prompt(cli, tiny_run, exported)
 def test_export_has_help_with_an_example(cli):
     result = cli("export", "--help")
     assert result.code == 0 and "gpt-train export runs/" in result.out
+
+
+# hostile directories: shapes no file holds, weights that are no GPT-2's, settings of the wrong type ------------
+def tensors_of(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(directory / "model.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"n_embd": 10**9}, "vocab_size x n_embd is (10, 1000000000), but model.safetensors holds wte.weight"),
+        ({"n_embd": 10**9, "vocab_size": 7}, "vocab_size x n_embd is (7, 1000000000)"),
+        ({"n_layer": 10**6}, "config.json has n_layer=1000000, model.safetensors holds 1 layers"),
+        ({"n_positions": 10**12}, "n_positions x n_embd is (1000000000000, 32)"),
+    ],
+)
+def test_a_config_larger_than_its_weights_is_refused_before_anything_is_built(
+    cli, exported, tmp_path, monkeypatch, changes, named
+):
+    import gpt_core.gpt2
+
+    def never(config):
+        raise AssertionError("a model was built")
+
+    edit_config(exported, **changes)
+    monkeypatch.setattr(gpt_core.gpt2, "expected_shapes", never)
+    assert_one_line_error(sample_hf(cli, exported), named)
+    result = cli("run", "--task", "sort", "--init-from", exported, "--steps", "1", "--out", tmp_path / "r")
+    assert_one_line_error(result, named)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("convert", "dtype"),
+    [
+        (lambda t: t > 0, "BOOL"),
+        (lambda t: t.to(torch.int64), "I64"),
+        (lambda t: t.to(torch.complex64), "C64"),
+        (lambda t: t.to(torch.float8_e4m3fn), "F8_E4M3"),
+    ],
+)
+def test_weights_of_a_dtype_gpt2_never_has_are_refused_by_name(cli, exported, convert, dtype):
+    tensors = tensors_of(exported)
+    tensors["transformer.h.0.mlp.c_fc.weight"] = convert(tensors["transformer.h.0.mlp.c_fc.weight"])
+    save_file(tensors, exported / "model.safetensors")
+    assert_one_line_error(sample_hf(cli, exported), f"'transformer.h.0.mlp.c_fc.weight' is {dtype}")
+
+
+def test_every_weight_dtype_gpt2_is_stored_in_loads(exported):
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        save_file({k: v.to(dtype) for k, v in tensors_of(exported).items()}, exported / "model.safetensors")
+        assert load_model(exported).lm_head.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused_by_name(cli, exported, bad):
+    tensors = tensors_of(exported)
+    tensors["transformer.ln_f.weight"][3] = bad
+    save_file(tensors, exported / "model.safetensors")
+    assert_one_line_error(sample_hf(cli, exported), "'transformer.ln_f.weight' holds values that are not finite")
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+        ({"tie_word_embeddings": 1}, "tie_word_embeddings must be true or false, got 1"),
+        ({"scale_attn_weights": "true"}, "scale_attn_weights must be true or false"),
+        ({"add_cross_attention": 0}, "add_cross_attention must be true or false"),
+        ({"resid_pdrop": "0.1"}, "resid_pdrop must be a number, got '0.1'"),
+        ({"layer_norm_epsilon": True}, "layer_norm_epsilon must be a number"),
+    ],
+)
+def test_config_settings_of_the_wrong_type_are_one_line(cli, exported, changes, named):
+    edit_config(exported, **changes)
+    assert_one_line_error(sample_hf(cli, exported), named)
+
+
+# exports that fail part-way ---------------------------------------------------------------------
+def test_an_export_that_fails_part_way_leaves_nothing_and_can_be_run_again(cli, tiny_run, tmp_path, monkeypatch):
+    import errno
+
+    import gpt_train.hf
+
+    def disk_full(tensors, path, metadata=None):
+        Path(path).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "exports" / "out"
+    with monkeypatch.context() as patched:
+        patched.setattr(gpt_train.hf, "save_file", disk_full)
+        result = cli("export", tiny_run, out)
+    assert_one_line_error(result, f"cannot export to {out} (No space left on device); nothing was left there")
+    assert list(out.parent.iterdir()) == []
+    export(cli, tiny_run, out)
+    out.joinpath("config.json").unlink()
+    out.joinpath("model.safetensors").unlink()  # an empty directory: the export is written into it
+    with monkeypatch.context() as patched:
+        patched.setattr(gpt_train.hf, "save_file", disk_full)
+        assert_one_line_error(cli("export", tiny_run, out), "No space left on device")
+    assert list(out.iterdir()) == []
+    export(cli, tiny_run, out)
+
+
+def test_an_export_needs_only_the_weights_not_the_runs_kernel_module(cli, tiny_run, tmp_path):
+    config = json.loads((tiny_run / "config.json").read_text())
+    config["kernels"] = {"layer_norm": "no_such_module_anywhere:layer_norm"}
+    (tiny_run / "config.json").write_text(json.dumps(config))
+    assert_one_line_error(cli("eval", tiny_run), "no_such_module_anywhere")
+    export(cli, tiny_run, tmp_path / "hf")
+    from gpt_train.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(RunLayout(tiny_run).checkpoint, "sort").model
+    assert all(torch.equal(p, saved[name]) for name, p in load_model(tmp_path / "hf").named_parameters())

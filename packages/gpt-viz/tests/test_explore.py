@@ -161,7 +161,24 @@ def test_token_text_cannot_close_the_script_or_become_markup(make_run):
 def test_head_ablation_table_is_embedded_when_inspect_heads_has_run(run_dir):
     assert embedded(explorer_page(run_dir))["ablation"] is None
     write_ablation(run_dir, ABLATION)
-    assert embedded(explorer_page(run_dir))["ablation"] == ABLATION
+    final = RunLayout(run_dir).final
+    final_step = json.loads(final.read_text())["step"] if final.is_file() else None
+    assert embedded(explorer_page(run_dir))["ablation"] == ABLATION | {"step": None, "final_step": final_step}
+
+
+@pytest.mark.parametrize(("step", "final_step"), [(10, 30), (30, 30), (None, 30), (10, None)])
+def test_the_page_says_which_checkpoint_a_head_ablation_table_describes(run_dir, step, final_step):
+    layout = RunLayout(run_dir)
+    if final_step is None:
+        layout.final.unlink(missing_ok=True)
+    else:
+        layout.final.write_text(json.dumps({"step": final_step, "loss": 0.5}))
+    write_ablation(run_dir, ABLATION | ({} if step is None else {"step": step}))
+    page = explorer_page(run_dir)
+    table = embedded(page)["ablation"]
+    assert (table["step"], table["final_step"]) == (step, final_step)
+    assert "Older than the final checkpoint (step ${table.final_step})" in page
+    assert "table.step < table.final_step" in page
 
 
 def test_a_run_without_an_attention_file_yet_still_gets_curves(make_run):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TypeVar
+
+import torch
 
 from gpt_core import GPTConfig
 from gpt_tasks import (
@@ -28,6 +31,7 @@ from gpt_tasks import (
     field_types,
     get_task,
 )
+from gpt_tasks.builtin.text import TextParams, TextTask, TextVocabulary
 from gpt_train.errors import TrainError
 from gpt_train.files import write_json_atomically
 from gpt_train.hf import pretrained_model_config, tokenizer_params
@@ -111,6 +115,19 @@ class RunConfig:
 
     def build_task(self, overrides: dict[str, Any] | None = None) -> Task:
         return make_task(self.task, self.task_params | (overrides or {}))
+
+    def build_sampler(self) -> Task | TextVocabulary:
+        """What `sample` encodes prompts and decodes tokens with: the task, or for a text run whose corpus file
+        is gone, the tokenizer the run recorded (a prompt needs no corpus; the default prompts do)."""
+        data = self.task_params.get("data")
+        if not (issubclass(task_class(self.task), TextTask) and data and not Path(data).exists()):
+            return self.build_task()
+        try:
+            vocabulary = TextVocabulary(build_params(TextParams, self.task_params))
+        except (ParamError, ValueError) as error:
+            raise ConfigError(f"task {self.task!r}: {error}") from None
+        warnings.warn(f"the corpus {data} is gone; sampling with the tokenizer the run recorded", stacklevel=2)
+        return vocabulary
 
 
 def task_class(name: str) -> type[Task]:
@@ -225,7 +242,23 @@ def resolve_run_config(
         unverified_kernels=tuple(sorted(kernels or {})) if unverified else (),
         init_from=str(init_from.absolute()) if init_from is not None else "",
     )
+    check_float_range(config)
     return config, task
+
+
+def check_float_range(config: RunConfig) -> None:
+    """Every float setting of the model and the training within what float32 holds: the weights, gradients
+    and optimiser state are float32 whatever `dtype` (bf16 and fp16 are autocast over the forward pass), so
+    a larger setting overflows on the first step and a smaller non-zero one is the same as 0."""
+    finite = torch.finfo(torch.float32)
+    for settings in (config.model, config.train):
+        for f in dataclasses.fields(settings):
+            value = getattr(settings, f.name)
+            if isinstance(value, float) and value and not finite.tiny <= abs(value) <= finite.max:
+                raise ConfigError(
+                    f"{f.name}={value:g} is outside what float32 (the weights, gradients and optimiser state, whatever "
+                    f"dtype) holds: give 0 or a magnitude between {finite.tiny:.3g} and {finite.max:.3g}"
+                )
 
 
 def installed_versions() -> dict[str, str]:

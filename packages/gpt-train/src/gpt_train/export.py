@@ -14,7 +14,7 @@ import click
 from gpt_tasks.text import BpeTokenizer
 from gpt_train.config import RunConfig
 from gpt_train.hf import HFError, write_directory
-from gpt_train.runs import load_run
+from gpt_train.runs import open_run
 
 FORMATS = ("hf",)
 
@@ -55,9 +55,9 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
       gpt-train export runs/sort-20261130-120000 --format hf exported/sort
       gpt-train export runs/text-bpe --format hf exported/text
     """
-    config, model = load_run(run_dir, "cpu")
-    tokenizer = run_tokenizer(config)
-    written = write_directory(model, out, tokenizer)
+    saved = open_run(run_dir, "cpu", with_kernels=False)  # the weights are all an export needs
+    tokenizer = run_tokenizer(saved.config)
+    written = write_directory(saved.model, out, tokenizer)
     click.echo(f"wrote {', '.join(path.name for path in written)} to {out}")
     if tokenizer is None:
         click.echo(f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {run_dir}`")

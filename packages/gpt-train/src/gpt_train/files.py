@@ -6,6 +6,7 @@ A crash (or a full disk) mid-write leaves the previous file whole and, at worst,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -16,7 +17,12 @@ from gpt_train.errors import TrainError
 
 
 class WriteError(TrainError):
-    """A run file that could not be written (a full disk, a read-only directory); the previous one is kept."""
+    """A run file that could not be written (a full disk, a read-only directory); the previous one is kept.
+    `reason` is the operating system's word for why (empty when the message is all there is)."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
 
 
 def temporary_path(path: Path) -> Path:
@@ -38,8 +44,8 @@ def write_atomically(
     """Call `write(temporary)`, make the bytes durable, then rename the temporary over `path`.
 
     A failure (an OSError, or what `write` raises for one, listed in `failures`: safetensors'
-    SafetensorError) becomes a WriteError naming the file and the reason; the temporary is removed and
-    `path` keeps its old content.
+    SafetensorError) becomes a WriteError naming the file and the reason; the temporary is removed (where
+    the filesystem allows: on a read-only one there is none to remove) and `path` keeps its old content.
     """
     tmp = temporary_path(path)
     try:
@@ -50,9 +56,10 @@ def write_atomically(
     except failures as error:
         reason = " ".join((getattr(error, "strerror", None) or str(error)).split())
         label = f"{what} {path}" if what else str(path)
-        raise WriteError(f"cannot write {label} ({reason}); the previous version, if any, is kept") from None
+        raise WriteError(f"cannot write {label} ({reason}); the previous version, if any, is kept", reason) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the write's own error, already raised, is the one to show
+            tmp.unlink(missing_ok=True)
 
 
 def write_bytes_atomically(path: Path, data: bytes) -> None:

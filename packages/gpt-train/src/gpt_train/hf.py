@@ -6,12 +6,22 @@ Weights are read from safetensors only: a pickle checkpoint (`pytorch_model.bin`
 loaded, so it is refused, with the one-line conversion that makes it usable. The names and the
 transposed Conv1D weights are mapped by `gpt_core.gpt2`; this module does the files, and says in one
 line what is wrong with a directory that is not a GPT-2 gpt-core can compute.
+
+A directory is checked before anything is built from it: config.json's settings by type (a boolean is
+true or false, not "yes"), and its shape against the tensors model.safetensors holds, read from the
+file's header (names, dtypes, shapes) without loading a weight. A config.json whose model the file does
+not hold (a billion-wide embedding, a million layers) is refused in one line instead of being built,
+and so are tensors of a dtype GPT-2 weights never have (bool, integers, complex, float8) and, once
+loaded, weights that are not finite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +30,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from gpt_core import GPT, GPTConfig
-from gpt_core.gpt2 import config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
+from gpt_core.gpt2 import IGNORED_BUFFERS, PREFIX, config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
 from gpt_tasks import field_types
 from gpt_tasks.text import BpeTokenizer
 from gpt_train.errors import TrainError
-from gpt_train.files import WriteError, write_atomically, write_json_atomically
+from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -34,6 +44,10 @@ SHARD_INDEX = "model.safetensors.index.json"
 TOKENIZER_PARAMS = ("tokenizer", "tokenizer_file", "vocab_size")
 """The parameters of a task reading a tokenizer file (text) that --init-from sets to the directory's."""
 END_OF_TEXT = "<|endoftext|>"
+WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
+"""safetensors' names of the dtypes a GPT-2's weights are stored in."""
+BOOLEANS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings")
+NUMBERS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon")
 
 
 class HFError(TrainError):
@@ -55,9 +69,64 @@ def read_config(directory: Path) -> GPTConfig:
     if not isinstance(hf, dict):
         raise HFError(f"{path} is not a JSON object")
     try:
-        return config_from_hf(hf)
+        _check_types(hf)
+        config = config_from_hf(hf)
     except (ValueError, TypeError) as error:
         raise HFError(f"{path}: not a GPT-2 gpt-core can compute: {error}") from None
+    _check_fits_weights(directory, config)
+    return config
+
+
+def _check_types(hf: dict[str, Any]) -> None:
+    """Booleans and rates typed as strictly as GPTConfig types its integers: JSON's true/false, and numbers."""
+    for key in BOOLEANS:
+        if key in hf and not isinstance(hf[key], bool):
+            raise ValueError(f"{key} must be true or false, got {hf[key]!r}")
+    for key in NUMBERS:
+        value = hf.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{key} must be a number, got {value!r}")
+
+
+def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each tensor's dtype (safetensors' name: F32, BOOL, ...) and shape, from the file's header alone."""
+    try:
+        with safe_open(str(path), framework="pt") as archive:
+            slices = {name: archive.get_slice(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
+            return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise HFError(f"{path} is not a readable safetensors file ({error})") from None
+
+
+def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
+    """config.json's model against model.safetensors' header: every weight of a GPT-2 dtype, then the
+    layers, the embedding tables (vocab_size, n_positions, n_embd) and every other shape as the file holds
+    them, so that no model larger than the file is ever built, not even on the meta device."""
+    path = _weights_path(directory)
+    raw = read_header(path)
+    header = {name.removeprefix(PREFIX): slot for name, slot in raw.items()}
+    weights = {name: slot for name, slot in header.items() if not _is_buffer(name)}
+    for name, (dtype, _) in weights.items():
+        if dtype not in WEIGHT_DTYPES:
+            raise HFError(
+                f"{path}: tensor {PREFIX + name!r} is {dtype}; GPT-2 weights are floats ({', '.join(WEIGHT_DTYPES)})"
+            )
+    layers = {name.split(".")[1] for name in weights if name.startswith("h.")}
+    if len(layers) != config.n_layer:
+        raise HFError(f"{directory}: config.json has n_layer={config.n_layer}, {WEIGHTS} holds {len(layers)} layers")
+    tables = {"wte.weight": (config.vocab_size, "vocab_size"), "wpe.weight": (config.block_size, "n_positions")}
+    for name, (rows, key) in tables.items():
+        wanted = (rows, config.n_embd)
+        held = weights.get(name, (None, None))[1]
+        if held != wanted:
+            raise HFError(
+                f"{directory}: config.json's {key} x n_embd is {wanted}, but {WEIGHTS} holds {name} of shape {held}"
+            )
+    shapes = {name: torch.empty(shape, device="meta") for name, (_, shape) in raw.items()}
+    try:
+        state_dict_from_hf(shapes, config)
+    except ValueError as error:
+        raise HFError(f"{path}: {error}") from None
 
 
 def _weights_path(directory: Path) -> Path:
@@ -84,9 +153,23 @@ def read_weights(directory: Path, config: GPTConfig) -> dict[str, torch.Tensor]:
     except (SafetensorError, OSError, ValueError) as error:
         raise HFError(f"{path} is not a readable safetensors file ({error})") from None
     try:
-        return state_dict_from_hf(tensors, config)
+        weights = state_dict_from_hf(tensors, config)
     except ValueError as error:
         raise HFError(f"{path}: {error}") from None
+    for name, tensor in tensors.items():
+        if _is_buffer(name.removeprefix(PREFIX)):
+            continue
+        if not tensor.is_floating_point() or tensor.is_complex():
+            raise HFError(f"{path}: tensor {name!r} is {tensor.dtype}; GPT-2 weights are floats")
+        if not torch.isfinite(tensor).all():
+            raise HFError(f"{path}: tensor {name!r} holds values that are not finite (nan or inf)")
+    return weights
+
+
+def _is_buffer(name: str) -> bool:
+    """Whether a tensor name (prefix removed) is one of the per-block buffers older checkpoints hold."""
+    first, _, rest = name.partition(".")
+    return first == "h" and rest.partition(".")[2] in IGNORED_BUFFERS
 
 
 def copy_weights(model: GPT, weights: dict[str, torch.Tensor]) -> None:
@@ -174,39 +257,79 @@ def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, g
 # writing ---------------------------------------------------------------------------------------
 def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
     """Write `model` as a Hugging Face GPT-2 directory `out` (new or empty): config.json and
-    model.safetensors, and the tokenizer's files when there is one. Returns the files written."""
+    model.safetensors, and the tokenizer's files when there is one. Returns the files written.
+
+    A new `out` is written as a hidden temporary directory beside it, renamed into place when every file
+    is; into an empty `out`, what was written is removed on failure. Either way a failed export (a full
+    disk, a read-only folder) leaves nothing behind, and the same command can be run again."""
     try:
         config = hf_config(model.config)
         tensors = hf_state_dict(model)
     except ValueError as error:
         raise HFError(f"cannot export as GPT-2: {error}") from None
-    _prepare_output(out)
     if tokenizer is not None:
         end = tokenizer.hf.token_to_id(END_OF_TEXT)
         config |= {"bos_token_id": end, "eos_token_id": end}
-    written = [out / CONFIG, out / WEIGHTS]
-    write_json_atomically(out / CONFIG, config)
-    save = lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"})
-    write_atomically(out / WEIGHTS, save, what="weights", failures=(OSError, SafetensorError))
-    if tokenizer is not None:
-        written += _write_tokenizer(tokenizer, out, config["n_positions"])
-    return written
+    _check_output(out)
+    fresh = not out.exists()
+    building = temporary_path(out) if fresh else out
+    try:
+        if fresh:
+            _make_directory(building)
+        names = _write_files(building, config, tensors, tokenizer)
+        if fresh:
+            os.rename(building, out)
+    except (WriteError, OSError) as error:
+        _remove_contents(building, whole=fresh)
+        reason = error.reason if isinstance(error, WriteError) else error.strerror
+        raise WriteError(f"cannot export to {out} ({reason or error}); nothing was left there") from None
+    return [out / name for name in names]
 
 
-def _prepare_output(out: Path) -> None:
+def _remove_contents(folder: Path, whole: bool) -> None:
+    """Undo a failed export: the temporary directory (`whole`), or what was written into an empty `out`."""
+    if whole:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for path in folder.iterdir():  # only the export's own files: `out` was empty
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _check_output(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
+
+
+def _make_directory(path: Path) -> None:
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
     except OSError as error:
-        raise WriteError(f"cannot create {out} ({error.strerror or error})") from None
+        raise WriteError(f"cannot create {path.parent} ({error.strerror or error})", error.strerror or "") from None
 
 
-def _write_tokenizer(tokenizer: BpeTokenizer, out: Path, n_positions: int) -> list[Path]:
+def _write_files(
+    folder: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor], tokenizer: BpeTokenizer | None
+) -> list[str]:
+    """The export's files, written into `folder`; returns their names."""
+    write_json_atomically(folder / CONFIG, config)
+    save = lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"})
+    write_atomically(folder / WEIGHTS, save, what="weights", failures=(OSError, SafetensorError))
+    names = [CONFIG, WEIGHTS]
+    if tokenizer is not None:
+        names += _write_tokenizer(tokenizer, folder, config["n_positions"])
+    return names
+
+
+def _write_tokenizer(tokenizer: BpeTokenizer, out: Path, n_positions: int) -> list[str]:
     """tokenizer.json, and the tokenizer_config.json that lets transformers' AutoTokenizer load it."""
     write_atomically(out / TOKENIZER, lambda tmp: tmp.write_bytes(tokenizer.serialize()))
     settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": n_positions}
     if tokenizer.hf.token_to_id(END_OF_TEXT) is not None:
         settings |= {"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT}
     write_json_atomically(out / "tokenizer_config.json", settings)
-    return [out / TOKENIZER, out / "tokenizer_config.json"]
+    return [TOKENIZER, "tokenizer_config.json"]

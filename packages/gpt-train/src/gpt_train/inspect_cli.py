@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 import gpt_viz
 from gpt_core import GPT
-from gpt_tasks import Task
+from gpt_tasks import PromptAnswerTask, Task
 from gpt_train.analysis import (
     ABLATIONS,
     InspectError,
@@ -29,8 +29,8 @@ from gpt_train.analysis import (
 )
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_json_atomically
-from gpt_train.runs import load_run
-from gpt_viz import RunLayout
+from gpt_train.runs import open_run
+from gpt_viz import HELDOUT, RunLayout
 from gpt_viz.inspect_pictures import head_ablation_heatmap, logit_lens_picture, patching_picture
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def examples_option(default: int, what: str) -> Callable:
         type=click.IntRange(min=1),
         default=default,
         show_default=True,
-        help=f"{what} (a fixed held-out sample; the whole split when it holds fewer).",
+        help=f"{what} (a fixed held-out sample; at most the split's size).",
     )
 
 
@@ -70,15 +70,44 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
     ctx.obj = run_dir
 
 
-def loaded(run_dir: Path, device: str) -> tuple[Task, GPT, torch.device]:
+def loaded(run_dir: Path, device: str) -> tuple[Task, GPT, torch.device, int]:
+    """The run's task, its model on the device, the device, and the step of the checkpoint read (which a
+    run still training moves on from: every record says which model it describes)."""
     target = resolve_device(device)
-    config, model = load_run(run_dir, target)
-    return config.build_task(), model, target
+    saved = open_run(run_dir, target)
+    click.echo(f"inspecting the checkpoint of step {saved.step:,}")
+    return saved.config.build_task(), saved.model, target, saved.step
 
 
-def save(record: dict[str, Any], figure: Figure, json_path: Path, picture_path: Path) -> None:
+def held_out_examples(task: Task) -> int | None:
+    """How many held-out examples the task scores at most (prompt-answer examples, or text windows); None for
+    a task that does not say."""
+    if isinstance(task, PromptAnswerTask):
+        return len(task.split.evaluation_ids(HELDOUT, None))
+    windows = getattr(task, "evaluation_windows", None)
+    return len(windows(HELDOUT, None)) if callable(windows) else None
+
+
+def check_examples(task: Task, examples: int) -> None:
+    """A given --examples bounded by the split it samples: more than it holds is refused, with what it holds,
+    rather than read as the whole split (a typo of a few digits would otherwise score everything, for minutes)."""
+    if click.get_current_context().get_parameter_source("examples") == click.core.ParameterSource.DEFAULT:
+        return  # the default is a sample size that a smaller split simply holds all of
+    held = held_out_examples(task)
+    if held is not None and examples > held:
+        raise InspectError(
+            f"--examples {examples:,} is more than the {held:,} held-out examples of this run; "
+            f"give at most {held:,} (the whole split)"
+        )
+
+
+def save(
+    record: dict[str, Any], step: int, draw: Callable[[dict[str, Any]], Figure], json_path: Path, picture_path: Path
+) -> None:
+    """Write the record, stamped with the step of the checkpoint it describes, and its picture."""
+    record = record | {"step": step}
     write_json_atomically(json_path, record)
-    gpt_viz.save_figure(figure, picture_path)
+    gpt_viz.save_figure(draw(record), picture_path)
     click.echo(f"wrote {json_path} and {picture_path}")
 
 
@@ -139,7 +168,8 @@ def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) ->
       gpt-train inspect runs/sort heads --examples 250050
       gpt-train inspect runs/sort heads --ablate all
     """
-    task, model, target = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device)
+    check_examples(task, examples)
     metric = task.primary_metric
     if ablate:
         chosen = parse_heads(ablate, model)
@@ -164,7 +194,7 @@ def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) ->
     click.echo(format_table(("layer", "head", "zero-ablated", "mean-ablated"), rows))
     record = result.to_json()
     layout = RunLayout(run_dir)
-    save(record, head_ablation_heatmap(record), layout.heads_ablation, layout.heads_picture)
+    save(record, step, head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
 
 
 # logit lens ----------------------------------------------------------------------------------
@@ -182,7 +212,8 @@ def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
     Examples:
       gpt-train inspect runs/sort logit-lens
     """
-    task, model, target = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device)
+    check_examples(task, examples)
     lens = logit_lens(task, model, target, examples)
     shown = scored_as(lens.examples)
     click.echo(f"logit lens on {lens.examples:,} held-out sequences (teacher-forced)")
@@ -194,7 +225,7 @@ def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
     click.echo(format_table(header, rows))
     record = lens.to_json()
     layout = RunLayout(run_dir)
-    save(record, logit_lens_picture(record), layout.logit_lens, layout.logit_lens_picture)
+    save(record, step, logit_lens_picture, layout.logit_lens, layout.logit_lens_picture)
 
 
 # patch ---------------------------------------------------------------------------------------
@@ -231,7 +262,8 @@ def patch_command(
       gpt-train inspect runs/sort patch
       gpt-train inspect runs/sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
-    task, model, target = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device)
+    check_examples(task, examples)
     result = patch(task, model, target, point, examples, corrupt, answer_position)
     click.echo(
         f"patching {point} on {result.examples:,} pairs (e.g. {result.example['clean']} vs "
@@ -242,4 +274,4 @@ def patch_command(
     click.echo(format_table(("restored", *result.positions), rows))
     record = result.to_json()
     layout = RunLayout(run_dir)
-    save(record, patching_picture(record), layout.patching(point), layout.patching_picture(point))
+    save(record, step, patching_picture, layout.patching(point), layout.patching_picture(point))

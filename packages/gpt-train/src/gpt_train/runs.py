@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from gpt_core import GPT, Kernels
+from gpt_core import DEFAULT_KERNELS, GPT, Kernels
 from gpt_tasks import Task
 from gpt_train.checkpoint import load_checkpoint, load_weights
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
@@ -210,16 +210,33 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
     return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock)
 
 
-def load_run(run_dir: Path, device: torch.device) -> tuple[RunConfig, GPT]:
-    """The configuration and trained model of a run directory, on `device`."""
+@dataclass(frozen=True)
+class SavedRun:
+    """A run directory's configuration, its trained model, and the step of the checkpoint it was read from."""
+
+    config: RunConfig
+    model: GPT
+    step: int
+
+
+def open_run(run_dir: Path, device: torch.device | str, with_kernels: bool = True) -> SavedRun:
+    """The configuration and trained model of a run directory, on `device`. Without `with_kernels` the model
+    computes with gpt-core's own kernels whatever it was trained with: for what needs only its weights
+    (`export`), which then works where the run's kernel module is not installed."""
     if not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} does not exist")
     config = RunConfig.load(run_dir)
-    kernels = run_kernels(config, run_dir=run_dir)
+    kernels = run_kernels(config, run_dir=run_dir) if with_kernels else DEFAULT_KERNELS
     state = load_checkpoint(RunLayout(run_dir).checkpoint, config.task)
     model = GPT(config.model, kernels)
     load_weights(model, state.model)
-    return config, model.to(device).eval()
+    return SavedRun(config, model.to(device).eval(), state.step)
+
+
+def load_run(run_dir: Path, device: torch.device | str) -> tuple[RunConfig, GPT]:
+    """The configuration and trained model of a run directory, on `device`, computing with its kernels."""
+    saved = open_run(run_dir, device)
+    return saved.config, saved.model
 
 
 def run_kernels(config: RunConfig, verify: bool = False, run_dir: Path | None = None) -> Kernels:

@@ -154,10 +154,23 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
 def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:
     """The run's head-ablation table when `gpt-train inspect RUN heads` has written it, checked against ``heads``
     (n_layer, n_head of the attention file) so a table from another model is refused, not drawn."""
-    path = RunLayout(run).heads_ablation
-    if not path.is_file():
+    layout = RunLayout(run)
+    if not layout.heads_ablation.is_file():
         return None
-    return _checked_ablation(read_json_object(path), path, heads)
+    table = _checked_ablation(read_json_object(layout.heads_ablation), layout.heads_ablation, heads)
+    return table | {"final_step": _final_step(layout)}
+
+
+def _final_step(layout: RunLayout) -> int | None:
+    """The step of the run's final checkpoint (final.json's), or None while the run has not finished."""
+    if not layout.final.is_file():
+        return None
+    step = read_json_object(layout.final).get("step")
+    return step if _is_step(step) else None
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] | None) -> dict[str, Any]:
@@ -178,6 +191,7 @@ def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] 
         "split": str(table.get("split", "")),
         "examples": examples if _is_number(examples) else None,
         "baseline": float(baseline),
+        "step": table.get("step") if _is_step(table.get("step")) else None,
         **grids,
     }
 

@@ -69,6 +69,12 @@ def _heatmap(
     return image
 
 
+def _at_step(record: Mapping[str, Any]) -> str:
+    """ ", checkpoint of step N" for a record that says which checkpoint it describes."""
+    step = record.get("step")
+    return f", checkpoint of step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
+
+
 def _cell_text(value: float, fmt: str) -> str:
     """`value` as `fmt` writes it, except that a value rounding to zero never reads "-0.00"."""
     text = format(value, fmt)
@@ -96,7 +102,7 @@ def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
     counted = isinstance(examples, int) and examples > 0
     scored = f" on {examples:,} held-out examples" if counted else ""
     digits = max(4, len(str(examples))) if counted else 4  # 2 wrong of 250,050 must not read as 1.0000
-    figure.suptitle(f"{metric} with one head removed (baseline {baseline:.{digits}f}){scored}")
+    figure.suptitle(f"{metric} with one head removed (baseline {baseline:.{digits}f}){scored}{_at_step(record)}")
     return figure
 
 
@@ -128,7 +134,9 @@ def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
     grid_ax.set_xlabel("answer position")
     grid_ax.set_title("accuracy by depth and answer position")
     figure.colorbar(image, ax=grid_ax, label="accuracy", shrink=0.9)
-    figure.suptitle(f"logit lens on {_field(record, 'examples'):,} held-out sequences (teacher-forced)")
+    figure.suptitle(
+        f"logit lens on {_field(record, 'examples'):,} held-out sequences (teacher-forced){_at_step(record)}"
+    )
     return figure
 
 
@@ -152,7 +160,9 @@ def patching_picture(record: Mapping[str, Any]) -> Figure:
     figure.colorbar(image, ax=ax, label="share of logit difference restored", shrink=0.9)
     example = record.get("example") or {}
     pair = f"\ne.g. clean {example['clean']} / corrupted {example['corrupted']}" if "clean" in example else ""
-    figure.suptitle(f"patching {point}, clean into corrupted, on {_field(record, 'examples'):,} pairs{pair}")
+    figure.suptitle(
+        f"patching {point}, clean into corrupted, on {_field(record, 'examples'):,} pairs{pair}{_at_step(record)}"
+    )
     return figure
 
 

@@ -21,6 +21,7 @@ to the trainer, which keeps it in the run directory and points `tokenizer_file` 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -36,7 +37,7 @@ from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
 from gpt_tasks.task import SPLITS, Batch, Task
-from gpt_tasks.text.cache import cache_root, cached_tokenizer, key_of, prepare, say
+from gpt_tasks.text.cache import cache_root, cached_tokenizer, changed_while_read, key_of, prepare, say
 from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
     KINDS,
@@ -126,6 +127,7 @@ class TextTask(Task):
                 f"the corpus at {corpus.path} has changed since this run was trained "
                 f"(sha256 {digest}, recorded {params.corpus_sha256})"
             )
+        _check_vocab_size(params, corpus.size)
         split = {"corpus_sha256": digest, "chunk_size": params.chunk_size, "salt": self.SALT.hex()}
         root = cache_root(params.cache_dir)
         self.tokenizer, tokenizer_file = self._tokenizer(params, corpus, split, root)
@@ -134,7 +136,7 @@ class TextTask(Task):
             lambda: chunks(corpus.texts(), params.chunk_size),
             self.tokenizer,
             self.SALT,
-            corpus.size,
+            (digest, corpus.size),
             params.in_memory,
         )
         super().__init__(self._resolved(params, digest, tokenizer_file))
@@ -155,30 +157,33 @@ class TextTask(Task):
         """The tokenizer a run recorded, or the one learned from the training chunks (cached), and the
         file that holds a BPE."""
         kind = params.tokenizer
-        if kind == "byte":
-            return ByteTokenizer(), ""
-        if kind == "char" and params.alphabet:
-            return CharTokenizer(params.alphabet), ""
-        if kind == "bpe" and params.tokenizer_file:
-            return _read_bpe(Path(params.tokenizer_file).expanduser()), params.tokenizer_file
+        recorded = recorded_tokenizer(params)
+        if recorded is not None:
+            return recorded, params.tokenizer_file
         vocab_size = params.vocab_size or DEFAULT_BPE_VOCAB
         settings = split | {"heldout_fraction": params.heldout_fraction, "tokenizer": kind, "vocab_size": vocab_size}
         path = root / "tokenizers" / f"{key_of(settings)}.{kind}"
 
         def learn() -> Tokenizer:
             say(f"learning the {kind} tokenizer from the training chunks; it is kept at {path}")
-            texts = self._training_chunks(corpus, params)
-            return CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
+            read = hashlib.sha256()
+            texts = self._training_chunks(corpus, params, read)
+            learned = CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
+            if read.hexdigest() != split["corpus_sha256"]:  # the corpus was edited after it was hashed
+                raise ValueError(changed_while_read("learned from"))
+            return learned
 
         tokenizer = cached_tokenizer(path, kind, learn)
         return tokenizer, str(path) if kind == "bpe" else ""
 
-    def _training_chunks(self, corpus: Corpus, params: TextParams) -> Iterator[str]:
-        """The chunks of the training split, in order, with a progress bar over the corpus."""
+    def _training_chunks(self, corpus: Corpus, params: TextParams, read: hashlib._Hash) -> Iterator[str]:
+        """The chunks of the training split, in order, with a progress bar over the corpus; `read` hashes
+        every chunk, held-out ones too, so that the text learned from can be checked against the corpus sha256."""
         bar = tqdm(total=corpus.size, unit="B", unit_scale=True, desc="training split", leave=False, disable=None)
         with bar:
             for chunk in chunks(corpus.texts(), params.chunk_size):
                 data = chunk.encode()
+                read.update(data)
                 bar.update(len(data))
                 if not is_heldout(data, params.heldout_fraction, self.SALT):
                     yield chunk
@@ -349,6 +354,49 @@ class TextTask(Task):
 
     def attention_examples(self, n: int) -> list[str]:
         return self.heldout_texts(self.block_size, n)
+
+
+def recorded_tokenizer(params: TextParams) -> Tokenizer | None:
+    """The tokenizer that `params` pin (bytes, a recorded alphabet, a BPE file), or None: one to learn."""
+    if params.tokenizer == "byte":
+        return ByteTokenizer()
+    if params.tokenizer == "char" and params.alphabet:
+        return CharTokenizer(params.alphabet)
+    if params.tokenizer == "bpe" and params.tokenizer_file:
+        return _read_bpe(Path(params.tokenizer_file).expanduser())
+    return None
+
+
+class TextVocabulary:
+    """A text run's recorded tokenizer without its corpus: what sampling from a prompt needs (`encode`,
+    `decode`). A run keeps its tokenizer (the alphabet in config.json, a BPE file beside it), so a run whose
+    corpus has since been moved or deleted can still be sampled."""
+
+    def __init__(self, params: TextParams):
+        tokenizer = recorded_tokenizer(params)
+        if tokenizer is None:
+            raise ValueError(f"the run records no {params.tokenizer} tokenizer, and its corpus {params.data} is gone")
+        self.params, self.tokenizer = params, tokenizer
+
+    encode = TextTask.encode
+    decode = TextTask.decode
+
+    def example_prompts(self) -> list[str]:
+        raise ValueError(
+            f"the corpus {self.params.data} is gone, with the held-out text of the default prompts: give --prompt"
+        )
+
+
+def _check_vocab_size(params: TextParams, corpus_bytes: int) -> None:
+    """A BPE learns at most one token per merge, and each merge joins two symbols of the text: a corpus of
+    n bytes gives at most 256 + n - 1 tokens. Larger is refused before the tokenizer library sees it (it
+    allocates for the vocabulary asked for, and aborts the process when that cannot be done)."""
+    most = 256 + corpus_bytes - 1
+    if params.vocab_size is not None and params.vocab_size > most:
+        raise ValueError(
+            f"vocab_size {params.vocab_size:,} is more than the corpus can give: a BPE of its {corpus_bytes:,} bytes "
+            f"has at most {most:,} tokens (the 256 bytes and one merge per pair of them)"
+        )
 
 
 def _read_bpe(path: Path) -> BpeTokenizer:

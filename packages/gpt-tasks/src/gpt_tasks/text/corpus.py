@@ -38,6 +38,8 @@ class Corpus:
             if path.stat().st_size == 0:
                 raise ValueError(f"{noun} {path} is empty")
             return cls(path, (path,))
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{noun} {path} is not a regular file or a directory (a pipe or a device?)")
         if not path.is_dir():
             raise ValueError(f"{noun} not found: {path}")
         try:
