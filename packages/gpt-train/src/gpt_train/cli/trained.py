@@ -106,7 +106,7 @@ def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no
         model = task.model
     else:
         config, model = load_run(run_dir, target)
-        task = config.build_task()
+        task = config.build_sampler()
     generator = torch.Generator(device=target).manual_seed(seed)
     for text in prompt or task.example_prompts():
         if not text:
