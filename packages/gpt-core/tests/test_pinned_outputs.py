@@ -59,4 +59,5 @@ def test_generation_from_a_loaded_checkpoint_is_pinned(name):
     model = GPT(GPTConfig(**MAKER.SHAPE, **MAKER.CONFIGS[name])).eval()
     model.load_state_dict(pins(name, "state."))
     prompt = PINNED[f"{name}.greedy"][:, :3]
+    torch.manual_seed(4)
     assert torch.equal(generate(model, prompt, 4, temperature=0.0), PINNED[f"{name}.greedy"])
