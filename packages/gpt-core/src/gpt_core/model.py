@@ -267,17 +267,20 @@ class GPT(HookPoints, nn.Module):
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
-        self._init_weights()
+        self._scale_residual_projections()
+        self._scale_initial_weights()
 
-    def _init_weights(self) -> None:
-        """GPT-2's init: each residual branch's output projection gets std 0.02 / sqrt(2 n_layer), so the
-        residual stream's variance does not grow with depth. Then every weight matrix times `init_scale`
-        (Omnigrok's alpha), after the draws, so that with 1.0 the weights are the unscaled model's; norms
-        and biases (vectors) keep their 1 and 0, and a tied embedding is scaled once."""
+    def _scale_residual_projections(self) -> None:
+        """GPT-2's init: each residual branch's output projection gets std 0.02 / sqrt(2 n_layer),
+        so the residual stream's variance does not grow with depth."""
         std = 0.02 / math.sqrt(2 * self.config.n_layer)
         for block in self.blocks:
             nn.init.normal_(block.attn.proj.weight, std=std)
             nn.init.normal_(block.mlp.proj.weight, std=std)
+
+    def _scale_initial_weights(self) -> None:
+        """Every weight matrix times `init_scale` (Omnigrok's alpha), after the draws, so that with 1.0 the
+        weights are the unscaled model's; norms and biases keep their 1 and 0, a tied embedding is scaled once."""
         with torch.no_grad():
             for param in self.parameters():  # each tensor once, however many modules share it
                 if param.dim() >= 2:

@@ -27,11 +27,11 @@ from torch import Tensor
 
 from gpt_core import reference
 from gpt_core.deprecation import warn_once
-from gpt_core.kernels.attention import attention
-from gpt_core.kernels.cross_entropy import cross_entropy
-from gpt_core.kernels.gelu import gelu
-from gpt_core.kernels.layer_norm import layer_norm
-from gpt_core.kernels.softmax import softmax
+from gpt_core.kernels import attention as _attention
+from gpt_core.kernels import cross_entropy as _cross_entropy
+from gpt_core.kernels import gelu as _gelu
+from gpt_core.kernels import layer_norm as _layer_norm
+from gpt_core.kernels import softmax as _softmax
 
 KERNEL_SIGNATURES = {
     "attention": "(q, k, v, causal) -> output; q (B, H, Tq, d), k and v (B, H, Tk, d), scale 1/sqrt(d); causal: "
@@ -56,11 +56,11 @@ class Kernels:
     (`kernels/linear.py`). `softmax=` is the deprecated name of `sampling_softmax=`.
     """
 
-    attention: AttentionKernel = attention
-    sampling_softmax: Callable[[Tensor], Tensor] = softmax
-    layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = layer_norm
-    gelu: Callable[[Tensor], Tensor] = gelu
-    cross_entropy: Callable[[Tensor, Tensor], Tensor] = cross_entropy
+    attention: AttentionKernel = _attention.attention
+    sampling_softmax: Callable[[Tensor], Tensor] = _softmax.softmax
+    layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = _layer_norm.layer_norm
+    gelu: Callable[[Tensor], Tensor] = _gelu.gelu
+    cross_entropy: Callable[[Tensor, Tensor], Tensor] = _cross_entropy.cross_entropy
     softmax: InitVar[Callable[[Tensor], Tensor] | None] = None
 
     def __post_init__(self, softmax: Callable[[Tensor], Tensor] | None) -> None:
