@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from gpt_core import positions as pos
-from gpt_core.deprecation import warn_once
+from gpt_core.deprecation import forward_with_attention
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.attention import hooked_attention
@@ -25,9 +25,6 @@ from gpt_core.kernels.linear import embedding, linear
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import POSITION_ENCODINGS, PositionEncoding, RotaryEmbedding
 from gpt_core.reference import dropout
-
-__all__ = ["GPT", "POSITION_ENCODINGS", "Block", "GPTConfig", "GPTOutput", "MultiHeadAttention"]
-
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -348,7 +345,7 @@ class GPT(HookPoints, nn.Module):
         them for every training forward. (`return_attention` is deprecated: use `run_with_cache`.)
         """
         if return_attention:
-            return _forward_with_attention(self, idx, targets, cache=cache, positions=positions)
+            return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
         B, T = idx.shape
         offset = cache.length if cache is not None else None
         if positions is None:
@@ -368,20 +365,3 @@ class GPT(HookPoints, nn.Module):
         logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V)
         return GPTOutput(logits, None if targets is None else self.loss(logits, targets))
 
-
-class _LegacyOutput(NamedTuple):
-    """What `return_attention=True` gave: the logits, the loss and the stacked weights."""
-
-    logits: Tensor
-    loss: Tensor | None
-    attention: Tensor  # (n_layer, B, n_head, T, T_total)
-
-
-def _forward_with_attention(model: GPT, idx: Tensor, targets: Tensor | None, **kwargs: Any) -> _LegacyOutput:
-    """The deprecated `return_attention=True`: the weights recorded from the pattern hooks."""
-    warn_once("GPT.forward(return_attention=True)", "GPT.run_with_cache(idx, names) with the blocks' pattern names")
-    names = [name for name in model.hook_names() if name.endswith(".pattern")]
-    weights: list[Tensor] = []
-    with model.hooks(dict.fromkeys(names, lambda w, name: weights.append(w.detach()))):
-        out = model(idx, targets, **kwargs)
-    return _LegacyOutput(out.logits, out.loss, torch.stack(weights))
