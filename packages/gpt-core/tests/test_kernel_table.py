@@ -137,7 +137,7 @@ def test_a_swapped_attention_with_dropout_is_refused():
 
 
 def test_the_default_is_the_fast_set_and_both_sets_are_named():
-    assert DEFAULT_KERNELS is FAST_KERNELS and FAST_KERNELS == Kernels()
+    assert DEFAULT_KERNELS is FAST_KERNELS and Kernels() == FAST_KERNELS
     assert KERNEL_SETS == {"fast": FAST_KERNELS, "reference": REFERENCE_KERNELS}
     assert REFERENCE_KERNELS.swapped() == list(KERNEL_SLOTS)  # every slot is the reference's own
     from gpt_core import reference
@@ -157,6 +157,7 @@ def test_the_softmax_slot_is_named_for_what_it_does_and_the_old_name_warns_once(
         warnings.simplefilter("error")
         assert canonical_slot("softmax") == "sampling_softmax"  # once per process
     mine = F_ours.softmax.softmax.__call__
-    with pytest.warns(DeprecationWarning, match=r"Kernels\(softmax=...\) is deprecated .*use Kernels\(sampling_softmax="):
+    said = r"Kernels\(softmax=...\) is deprecated .*use Kernels\(sampling_softmax="
+    with pytest.warns(DeprecationWarning, match=said):
         assert Kernels(softmax=mine).sampling_softmax is mine
     assert Kernels(softmax=mine).swapped() == ["sampling_softmax"]

@@ -109,7 +109,8 @@ def test_a_reference_model_decodes_with_the_cache_as_it_runs_in_full(gen):
     with torch.no_grad():
         full = model(idx).logits
         cache = model.new_cache(2, 10)
-        steps = [model(idx[:, :4], cache=cache).logits] + [model(idx[:, t : t + 1], cache=cache).logits for t in range(4, 10)]
+        steps = [model(idx[:, :4], cache=cache).logits]
+        steps += [model(idx[:, t : t + 1], cache=cache).logits for t in range(4, 10)]
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-10
 
 

@@ -4,7 +4,6 @@ Read `model.py` (the model, top to bottom), then `reference.py` (each kernel as 
 then `kernels/` (the fast kernels the model uses by default, and why each is fast).
 """
 
-from gpt_core import deprecation, kernels, reference, testing
 from gpt_core.generate import generate, next_token
 from gpt_core.hooks import BLOCK_POINTS, HookFn, block_hook
 from gpt_core.kernels import (

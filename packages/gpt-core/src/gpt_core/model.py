@@ -23,8 +23,9 @@ from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.attention import hooked_attention
 from gpt_core.kernels.linear import embedding, linear
 from gpt_core.kv_cache import KVCache
-from gpt_core.positions import POSITION_ENCODINGS, PositionEncoding, RotaryEmbedding
+from gpt_core.positions import PositionEncoding, RotaryEmbedding
 from gpt_core.reference import dropout
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -201,7 +202,7 @@ class MultiHeadAttention(HookPoints, nn.Module):
 class MLP(HookPoints, nn.Module):
     """Position-wise feed-forward: expand 4x, GELU (hook point mlp_hidden), project back."""
 
-    def __init__(self, n_embd: int, bias: bool, dropout_p: float, gelu: Callable[[Tensor], Tensor] = DEFAULT_KERNELS.gelu,
+    def __init__(self, n_embd: int, bias: bool, dropout_p: float, gelu: Callable[..., Tensor] = DEFAULT_KERNELS.gelu,
                  hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
         super().__init__()
         self.fc = Linear(n_embd, 4 * n_embd, bias=bias)
@@ -364,4 +365,3 @@ class GPT(HookPoints, nn.Module):
             cache.advance(T)
         logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V)
         return GPTOutput(logits, None if targets is None else self.loss(logits, targets))
-

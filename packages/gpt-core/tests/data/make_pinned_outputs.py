@@ -57,7 +57,9 @@ def pinned(name: str, fields: dict) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    tensors = {f"{name}.{key}": value for name, fields in CONFIGS.items() for key, value in pinned(name, fields).items()}
+    tensors = {
+        f"{name}.{key}": value for name, fields in CONFIGS.items() for key, value in pinned(name, fields).items()
+    }
     torch.save(tensors, Path(__file__).with_name("pinned_outputs.pt"))
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import pluggy
 import torch
 
-from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
+from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, canonical_slot, kernel_report
 from gpt_train.errors import TrainError
 from gpt_train.verify import TORCH_LABELS, torch_references
 
@@ -128,6 +128,7 @@ class KernelRegistry:
         registered: list[KernelInfo] = []
 
         def register(slot: str, name: str, function: Callable[..., Any]) -> None:
+            slot = canonical_slot(slot) if isinstance(slot, str) else slot
             _check_registration(slot, name, function)
             registered.append(KernelInfo(slot, name, function, entry_point.name, distribution, dist_version))
 
@@ -167,6 +168,7 @@ class KernelRegistry:
         return sorted(self._kernels.values(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
 
     def info(self, slot: str, name: str) -> KernelInfo:
+        slot = canonical_slot(slot)
         if (slot, name) in self._conflicts:
             sources = " and ".join(i.source for i in self._conflicts[(slot, name)])
             raise KernelError(f"kernel {slot}={name} is registered by both {sources}; uninstall one of them")
@@ -189,6 +191,7 @@ def parse_kernel_choices(pairs: Iterable[str]) -> dict[str, str]:
     choices: dict[str, str] = {}
     for pair in pairs:
         slot, sep, name = (part.strip() for part in pair.partition("="))
+        slot = canonical_slot(slot)
         if not sep or not name:
             raise KernelError(f"--kernel expects SLOT=NAME, got {pair!r}; slots: {', '.join(KERNEL_SLOTS)}")
         if slot not in KERNEL_SLOTS:
