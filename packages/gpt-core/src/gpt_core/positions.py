@@ -131,8 +131,8 @@ class RotaryEmbedding(nn.Module):
         work = torch.float64 if dtype == torch.float64 else torch.float32
         device = self.inv_freq.device
         if work == torch.float64:
-            # Recomputed in float64: the float32 buffer's rounding (~6e-8 relative) would put
-            # errors of ~1e-7 into a float64 model's rotations by position 64.
+            # Recomputed in float64: the float32 buffer's rounding (2^-24 relative) grows with the
+            # position into the angles, far above a float64 model's own rounding.
             exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=work) / self.head_dim
             inv_freq = self.base**-exponents
         else:

@@ -7,9 +7,9 @@ package never names them, so its source stays hand-written from end to end.
 In float64 (and float32) a difference is absolute: max |ours - theirs|, both computed in that dtype.
 In a 16-bit dtype (bf16, fp16) the kernel runs on 16-bit inputs and the reference on the same values
 in float64, and the difference is relative to the reference's scale: max |ours - theirs| / max(1, max |theirs|).
- - float64 reference: the reference's own 16-bit rounding is not ours to answer for. PyTorch's bf16
-   softmax gradient on logits x 1000 (a gradient whose largest value is 3.5e-11) is off from the
-   float64 one by 100% of that value, ours, with its statistics in float32, by 0.02%.
+ - float64 reference: the reference's own 16-bit rounding is not ours to answer for. A built-in whose
+   statistics are rounded to 16 bits can be off from the float64 answer by the whole of a tiny
+   gradient (the softmax's on logits x 1000), where a kernel with float32 statistics is not.
  - relative: rounding to 8 significant bits (bf16) moves a value by up to 2^-8 of itself, so a kernel
    is off by 0.03 on outputs near 8 and by 0.0001 on outputs near 0.03; a relative measure has one
    bound for both. Below a scale of 1 it is absolute: a gradient that is ~0 (that softmax's) is not
