@@ -161,3 +161,5 @@ def test_the_softmax_slot_is_named_for_what_it_does_and_the_old_name_warns_once(
     with pytest.warns(DeprecationWarning, match=said):
         assert Kernels(softmax=mine).sampling_softmax is mine
     assert Kernels(softmax=mine).swapped() == ["sampling_softmax"]
+    assert dataclasses.replace(Kernels(softmax=mine), gelu=mine).sampling_softmax is mine
+    assert dataclasses.replace(Kernels(), sampling_softmax=mine).sampling_softmax is mine  # the old name stays unset

@@ -53,7 +53,7 @@ class Kernels:
     """The functions a model calls for attention, LayerNorm, GELU, the loss, and sampling's softmax.
 
     Linear and Embedding are not slots: each is one tensor operation, with nothing to write by hand
-    (`kernels/linear.py`). `softmax=` is the deprecated name of `sampling_softmax=`.
+    (`kernels/linear.py`). `softmax=` is the deprecated keyword for `sampling_softmax=`.
     """
 
     attention: AttentionKernel = _attention.attention
