@@ -10,10 +10,10 @@ replaces it from there on, autograd included. `GPT.hooks` sets them for a with-b
 The model keeps one `Hooks` per model, shared by its blocks. It is empty while no hook is set, so a
 forward without hooks pays one emptiness test per hook point and nothing else: `HookPoints.hook` is
 a plain method, not a module per point, because a module call per point would cost more than a
-KV-cached decoding step can spare. While hooks are set,
-`offset` says where in its sequences the forward now firing them starts (the KV cache's filled
-length): a hook is handed (.., T, ..) activations of the call's T new positions, and a KV-cached
-call of any length (a one-token prompt, a prefill after a prefix) can only be placed by it.
+KV-cached decoding step can spare. While hooks are set, `offset` says where in its sequences the
+forward now firing them starts (the KV cache's filled length): a hook is handed (.., T, ..)
+activations of the call's T new positions, and a KV-cached call of any length (a one-token prompt,
+a prefill after a prefix) can only be placed by it.
 """
 
 from __future__ import annotations
