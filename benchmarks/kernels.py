@@ -138,7 +138,7 @@ def matvec_rows():
 
 def small_matvec_rows():
     """One row through a sort-model weight (192 x 64), which stays in cache: why small weights keep addmm."""
-    from gpt_core.layers import _matvec_in_halves
+    from gpt_core.kernels.linear import _matvec_in_halves
 
     weight, bias, row = torch.randn(192, 64), torch.randn(192), torch.randn(1, 64)
     return ("one-row product, 192 x 64 weight", "addmm", "two half-size bmm",
@@ -167,7 +167,7 @@ def inference_mode_rows():
 
 
 def function_bypass_rows():
-    from gpt_core.functional import _LayerNorm, layer_norm
+    from gpt_core.kernels.layer_norm import _LayerNorm, layer_norm
 
     x, weight, bias = torch.randn(1, 1, 384), torch.ones(384), torch.zeros(384)
 

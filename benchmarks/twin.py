@@ -8,6 +8,7 @@ weights themselves) is shared by construction, so a timing difference is the ker
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch.nn.functional as F
 
@@ -24,10 +25,12 @@ class BuiltinGELU(GELU):
         return F.gelu(x, approximate="tanh")
 
 
+def builtin_attention(q, k, v, causal, dropout_p=0.0):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout_p)
+
+
 class BuiltinAttention(MultiHeadAttention):
-    def attend(self, q, k, v):
-        p = self.dropout_p if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p), None
+    """Its kernel table's attention is PyTorch's (set by `builtin_twin`)."""
 
 
 class BuiltinGPT(GPT):
@@ -49,4 +52,6 @@ def builtin_twin(model: GPT, only: str | None = None) -> GPT:
     for module in twin.modules():
         if type(module) in swapped:
             module.__class__ = swapped[type(module)]
+        if isinstance(module, BuiltinAttention):
+            module.kernels = dataclasses.replace(module.kernels, attention=builtin_attention)
     return twin

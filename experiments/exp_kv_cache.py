@@ -48,7 +48,7 @@ def run(ctx: Context):
         "them at all. 'weights floor' is the model's own Linear layers applied to one row each (one token's "
         "projections and nothing else); the uncached time per token divided by it bounds what any cache can give "
         "here ('ceiling'). On CPU a one-row product runs as two half-size batched matmuls "
-        "(gpt_core.layers._matvec_in_halves): PyTorch's own route for it, MKL's matrix-vector kernel, streamed "
+        "(gpt_core.kernels.linear._matvec_in_halves): PyTorch's own route for it, MKL's matrix-vector kernel, streamed "
         "these weights 2-3x slower (python benchmarks/kernels.py). The rest of a cached step is eager PyTorch's "
         "per-operator overhead, which generation keeps small by running in inference mode and by skipping the "
         "autograd Functions when no gradient is recorded."

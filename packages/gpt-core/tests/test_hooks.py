@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt_core import BLOCK_POINTS, GPT, GPTConfig, Kernels, block_hook, generate
+from gpt_core import BLOCK_POINTS, GPT, GPTConfig, Kernels, block_hook, generate, sdpa
 
 V = 13
 N_LAYER, N_HEAD, N_EMBD = 2, 4, 16
@@ -218,14 +218,16 @@ def test_run_with_cache_returns_only_the_names_asked_for_detached_in_forward_ord
     assert cache["blocks.1.z"].shape == (3, N_HEAD, 9, HEAD_DIM)
 
 
-def test_run_with_cache_pattern_equals_the_returned_attention(gen):
+def test_run_with_cache_pattern_equals_the_fused_kernels_own_weights(gen):
+    """The weights a model shows come from `attention_weights`, one place, in the fused kernel's own
+    arithmetic: the probabilities `sdpa` computes from the same q and k, bit for bit."""
     model = _model("rope")
     idx = _tokens(gen)
     with torch.no_grad():
-        attention = model(idx, return_attention=True).attention  # (L, B, H, T, T)
-        _, cache = model.run_with_cache(idx, names=[block_hook(i, "pattern") for i in range(N_LAYER)])
+        _, cache = model.run_with_cache(idx)
     for i in range(N_LAYER):
-        assert torch.equal(cache[block_hook(i, "pattern")], attention[i])
+        q, k, v = (cache[block_hook(i, name)] for name in ("q", "k", "v"))
+        assert torch.equal(cache[block_hook(i, "pattern")], sdpa(q, k, v, causal=True)[1])
 
 
 # ----------------------------------------------------------------------------- the KV cache
@@ -323,7 +325,7 @@ def _loss_with_doubled_resid_mid(model: GPT, idx: torch.Tensor, layer: int) -> t
     """The model's loss with block `layer`'s resid_mid doubled, by calling its modules in turn."""
     x = model.wte(idx) + model.wpe.weight[: idx.shape[1]]
     for i, block in enumerate(model.blocks):
-        x = x + block.attn(block.ln1(x), i)[0]
+        x = x + block.attn(block.ln1(x))
         x = 2 * x if i == layer else x
         x = x + block.mlp(block.ln2(x))
     return model.loss(model.lm_head(model.ln_f(x)), idx)
@@ -445,7 +447,7 @@ def test_hooks_are_removed_after_the_block_even_when_it_raises(gen, name):
         model(idx)
     model(idx)
     assert fired == [name]
-    assert not model._hooks and all(not block.mlp.act._forward_hooks for block in model.blocks)
+    assert not model._hooks and all(not module._forward_hooks for module in model.modules())
 
 
 def _raise(activation: torch.Tensor, name: str) -> None:

@@ -4,12 +4,27 @@ default and change nothing; a swapped-in kernel gives the same model when it com
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
 
-from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SIGNATURES, KERNEL_SLOTS, GPTConfig, Kernels, generate, sdpa
-from gpt_core import functional as F_ours
+from gpt_core import (
+    DEFAULT_KERNELS,
+    FAST_KERNELS,
+    GPT,
+    KERNEL_SETS,
+    KERNEL_SIGNATURES,
+    KERNEL_SLOTS,
+    REFERENCE_KERNELS,
+    GPTConfig,
+    Kernels,
+    canonical_slot,
+    deprecation,
+    generate,
+    sdpa,
+)
+from gpt_core import kernels as F_ours
 
 CONFIG = GPTConfig(vocab_size=11, block_size=12, n_layer=2, n_head=2, n_embd=16, pos="rope")
 
@@ -28,15 +43,15 @@ def same_function_swapped(calls: list[str]) -> Kernels:
     """Every slot filled by a new object computing gpt-core's own function (the attention through sdpa)."""
     return Kernels(
         attention=counting(lambda q, k, v, causal: sdpa(q, k, v, causal)[0], calls, "attention"),
-        softmax=counting(F_ours.softmax, calls, "softmax"),
-        layer_norm=counting(F_ours.layer_norm, calls, "layer_norm"),
-        gelu=counting(F_ours.gelu, calls, "gelu"),
-        cross_entropy=counting(F_ours.cross_entropy, calls, "cross_entropy"),
+        sampling_softmax=counting(F_ours.softmax.softmax, calls, "sampling_softmax"),
+        layer_norm=counting(F_ours.layer_norm.layer_norm, calls, "layer_norm"),
+        gelu=counting(F_ours.gelu.gelu, calls, "gelu"),
+        cross_entropy=counting(F_ours.cross_entropy.cross_entropy, calls, "cross_entropy"),
     )
 
 
 def test_slots_and_signatures_name_the_same_fields():
-    assert KERNEL_SLOTS == ("attention", "softmax", "layer_norm", "gelu", "cross_entropy")
+    assert KERNEL_SLOTS == ("attention", "sampling_softmax", "layer_norm", "gelu", "cross_entropy")
     assert set(KERNEL_SIGNATURES) == set(KERNEL_SLOTS)
     assert DEFAULT_KERNELS.swapped() == []
     assert Kernels(gelu=lambda x: x).swapped() == ["gelu"]
@@ -49,16 +64,20 @@ def test_swapped_kernels_compute_the_same_model_and_are_the_ones_called(close):
     swapped = GPT(CONFIG, same_function_swapped(calls)).double()
     swapped.load_state_dict(ours.state_dict())
     idx = torch.randint(11, (3, 12))
-    a, b = ours(idx, idx, return_attention=True), swapped(idx, idx, return_attention=True)
+    a, b = ours(idx, idx), swapped(idx, idx)
     a.loss.backward()
     b.loss.backward()
     close("swapped kernels: logits", b.logits, a.logits, 1e-12)
-    close("swapped kernels: attention weights", b.attention, a.attention, 1e-12)
     for (name, p), q in zip(swapped.named_parameters(), ours.parameters(), strict=True):
         close(f"swapped kernels: grad {name}", p.grad, q.grad, 1e-12)
     # 2 layers: 2 attention, 5 LayerNorms, 2 GELUs, 1 loss in the forward; softmax only when sampling.
     assert sorted(set(calls)) == ["attention", "cross_entropy", "gelu", "layer_norm"]
     assert (calls.count("attention"), calls.count("layer_norm"), calls.count("gelu")) == (2, 5, 2)
+    names = [name for name in ours.hook_names() if name.endswith(".pattern")]
+    with torch.no_grad():
+        weights_a, weights_b = ours.run_with_cache(idx, names)[1], swapped.run_with_cache(idx, names)[1]
+    for name in names:
+        close("swapped kernels: attention weights", weights_b[name], weights_a[name], 1e-12)
 
 
 def test_two_models_in_one_process_keep_their_own_kernels():
@@ -82,16 +101,21 @@ def test_initial_weights_do_not_depend_on_the_kernels():
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
-def test_a_swapped_attention_gives_no_weights_unless_asked():
+def test_a_swapped_attention_gives_its_output_and_the_hooks_give_the_weights():
     model = GPT(CONFIG, Kernels(attention=lambda q, k, v, causal: sdpa(q, k, v, causal)[0]))
-    assert model(torch.randint(11, (1, 4))).attention is None
-    assert model.blocks[0].attn(torch.randn(1, 4, 16))[1] is None
-    assert model(torch.randint(11, (1, 4)), return_attention=True).attention.shape == (2, 1, 2, 4, 4)
+    assert model.blocks[0].attn(torch.randn(1, 4, 16)).shape == (1, 4, 16)
+    assert GPTOutput_fields(model(torch.randint(11, (1, 4)))) == ("logits", "loss")
+    _, recorded = model.run_with_cache(torch.randint(11, (1, 4)), ["blocks.0.pattern", "blocks.1.pattern"])
+    assert recorded["blocks.1.pattern"].shape == (1, 2, 4, 4)
+
+
+def GPTOutput_fields(out) -> tuple[str, ...]:
+    return type(out)._fields
 
 
 def test_generate_samples_through_the_models_softmax():
     calls: list[str] = []
-    kernels = dataclasses.replace(DEFAULT_KERNELS, softmax=counting(F_ours.softmax, calls, "softmax"))
+    kernels = dataclasses.replace(DEFAULT_KERNELS, sampling_softmax=counting(F_ours.softmax.softmax, calls, "softmax"))
     model = GPT(CONFIG, kernels).eval()
     torch.manual_seed(1)
     plain = GPT(CONFIG).eval()
@@ -108,4 +132,34 @@ def test_a_swapped_attention_with_dropout_is_refused():
     GPT(config)  # gpt-core's own attention applies the dropout
     with pytest.raises(ValueError, match="dropout 0.1 needs gpt-core's own attention kernel"):
         GPT(config, Kernels(attention=lambda q, k, v, causal: sdpa(q, k, v, causal)[0]))
-    GPT(config, Kernels(gelu=lambda x: F_ours.gelu(x)))  # another slot swapped: fine
+    GPT(config, Kernels(gelu=lambda x: F_ours.gelu.gelu(x)))  # another slot swapped: fine
+    GPT(config, REFERENCE_KERNELS)  # the reference attention takes dropout_p: fine
+
+
+def test_the_default_is_the_fast_set_and_both_sets_are_named():
+    assert DEFAULT_KERNELS is FAST_KERNELS and Kernels() == FAST_KERNELS
+    assert KERNEL_SETS == {"fast": FAST_KERNELS, "reference": REFERENCE_KERNELS}
+    assert REFERENCE_KERNELS.swapped() == list(KERNEL_SLOTS)  # every slot is the reference's own
+    from gpt_core import reference
+
+    for slot in ("attention", "layer_norm", "gelu", "cross_entropy"):
+        assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
+    assert REFERENCE_KERNELS.sampling_softmax is reference.softmax
+
+
+def test_the_softmax_slot_is_named_for_what_it_does_and_the_old_name_warns_once(monkeypatch):
+    """`softmax` was the slot's first name; it stays for one release, warning once, naming the new one."""
+    monkeypatch.setattr(deprecation, "_warned", set())
+    assert canonical_slot("gelu") == "gelu"
+    with pytest.warns(DeprecationWarning, match="'softmax' is deprecated .* use 'sampling_softmax'"):
+        assert canonical_slot("softmax") == "sampling_softmax"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert canonical_slot("softmax") == "sampling_softmax"  # once per process
+    mine = F_ours.softmax.softmax.__call__
+    said = r"Kernels\(softmax=...\) is deprecated .*use Kernels\(sampling_softmax="
+    with pytest.warns(DeprecationWarning, match=said):
+        assert Kernels(softmax=mine).sampling_softmax is mine
+    assert Kernels(softmax=mine).swapped() == ["sampling_softmax"]
+    assert dataclasses.replace(Kernels(softmax=mine), gelu=mine).sampling_softmax is mine
+    assert dataclasses.replace(Kernels(), sampling_softmax=mine).sampling_softmax is mine  # the old name stays unset

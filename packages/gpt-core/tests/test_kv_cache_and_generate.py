@@ -41,20 +41,25 @@ def test_cached_incremental_logits_equal_full_forward(gen, close, pos):
     close(f"KV cache vs full ({pos})", torch.cat(steps, dim=1), full, 1e-10)
 
 
+def _with_attention(model: GPT, idx: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits and every block's attention weights (L, B, H, T, T_total), from the pattern hooks."""
+    names = [name for name in model.hook_names() if name.endswith(".pattern")]
+    logits, recorded = model.run_with_cache(idx, names, **kwargs)
+    return logits, torch.stack([recorded[name] for name in names])
+
+
 @pytest.mark.parametrize("pos", ["learned", "rope", "none"])
 def test_cached_decoding_in_uneven_chunks_equals_full_forward(gen, close, pos):
     """Chunks of more than one token exercise the offset causal mask inside the cache."""
     model = _sharpen(_model(pos), gen)
     idx = torch.randint(V, (2, 12), generator=gen)
     with torch.no_grad():
-        full_out = model(idx, return_attention=True)
-        full, full_att = full_out.logits, full_out.attention
+        full, full_att = _with_attention(model, idx)
         cache = model.new_cache(2, 12)
         parts, atts = [], []
         for a, b in [(0, 3), (3, 7), (7, 8), (8, 12)]:
-            out = model(idx[:, a:b], cache=cache, return_attention=True)
-            parts.append(out.logits)
-            att = out.attention
+            logits, att = _with_attention(model, idx[:, a:b], cache=cache)
+            parts.append(logits)
             assert att.shape == (2, 2, 2, b - a, b)  # (L, B, H, new queries, keys so far)
             atts.append(att[..., : b - a, :b])
     close(f"KV cache vs full ({pos})", torch.cat(parts, dim=1), full, 1e-10)

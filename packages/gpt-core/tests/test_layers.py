@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt_core import GELU, MLP, Embedding, LayerNorm, Linear, layers
+from gpt_core import GELU, MLP, Embedding, LayerNorm, Linear
+from gpt_core.kernels import linear as layers
 
 TOL = 1e-12
 

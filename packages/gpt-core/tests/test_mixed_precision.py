@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from gpt_core import GPT, GPTConfig, cross_entropy, layer_norm, log_softmax, sdpa, softmax
-from gpt_core.functional import upcast
+from gpt_core.kernels.precision import upcast
 
 ROUNDING = 2.0**-8
 

@@ -5,6 +5,7 @@ copied in: logits, loss, attention and every parameter gradient, float64."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -154,8 +155,8 @@ def test_gpt_matches_builtin_reference_logits_loss_and_every_gradient(gen, close
     targets = torch.randint(config.vocab_size, (3, 12), generator=gen)
     targets[:, ::5] = IGNORE_INDEX
 
-    out = ours(idx, targets, return_attention=True)
-    logits, loss, attention = out.logits, out.loss, out.attention
+    logits, loss = ours(idx, targets)
+    attention = _attention(ours, idx)
     ref_logits, ref_loss = ref(idx, targets)
     close(f"GPT[{name}] logits", logits, ref_logits, TOL)
     close(f"GPT[{name}] loss", loss, ref_loss, TOL)
@@ -175,19 +176,47 @@ def test_gpt_matches_builtin_reference_logits_loss_and_every_gradient(gen, close
     assert checked == len(ref_params)
 
 
+def _attention(model: GPT, idx: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Every block's attention weights (L, B, H, T, T_total), recorded from the pattern hooks."""
+    names = [name for name in model.hook_names() if name.endswith(".pattern")]
+    _, recorded = model.run_with_cache(idx, names, **kwargs)
+    return torch.stack([recorded[name] for name in names])
+
+
 def test_gpt_output_has_one_shape_whatever_is_asked_for(gen):
-    """The same three named fields with and without targets and attention: loss and attention are
-    None when not asked for, and asking for them does not change the logits."""
+    """The same two named fields, nanoGPT's pair, with and without targets: the loss is None when not
+    asked for; the attention weights come from the hooks, and asking for them does not change the logits."""
     model = GPT(CONFIGS["learned"])
     idx = torch.randint(23, (2, 9), generator=gen)
     plain = model(idx)
-    full = model(idx, idx, return_attention=True)
+    full = model(idx, idx)
     assert isinstance(plain, GPTOutput) and isinstance(full, GPTOutput)
+    assert GPTOutput._fields == ("logits", "loss")
+    logits, loss = plain
+    assert logits is plain.logits and loss is None
     assert plain.logits.shape == (2, 9, 23)
-    assert plain.loss is None and plain.attention is None
     assert full.loss.shape == () and full.loss.item() > 0
-    assert full.attention.shape == (2, 2, 4, 9, 9)  # (L, B, H, T, T_total)
-    assert torch.equal(plain.logits, full.logits)
+    hooked_logits, recorded = model.run_with_cache(idx, ["blocks.0.pattern", "blocks.1.pattern"])
+    assert recorded["blocks.1.pattern"].shape == (2, 4, 9, 9)  # (B, H, T, T_total)
+    assert torch.equal(plain.logits, full.logits) and torch.equal(plain.logits, hooked_logits)
+
+
+def test_return_attention_is_deprecated_and_still_gives_the_weights(gen, monkeypatch):
+    """The keyword of the first release: it warns once, naming run_with_cache, and returns the logits, the
+    loss and the weights the pattern hooks record, stacked (L, B, H, T, T_total)."""
+    from gpt_core import deprecation
+
+    monkeypatch.setattr(deprecation, "_warned", set())
+    model = GPT(CONFIGS["learned"])
+    idx = torch.randint(23, (2, 9), generator=gen)
+    with pytest.warns(DeprecationWarning, match="run_with_cache"):
+        out = model(idx, idx, return_attention=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = model(idx, return_attention=True)  # once per process: no second warning
+    assert out.attention.shape == (2, 2, 4, 9, 9)
+    assert torch.equal(out.attention, _attention(model, idx)) and torch.equal(again.attention, out.attention)
+    assert torch.equal(out.logits, model(idx).logits) and torch.equal(out.loss, model(idx, idx).loss)
 
 
 def test_gpt_eval_without_dropout_equals_train_mode(gen, close):
@@ -209,11 +238,11 @@ def test_gpt_dropout_changes_output_only_in_training(gen):
 # ----------------------------------------------------------------------------- attention output, init, tying
 
 
-def test_return_attention_has_layer_batch_head_shape_and_is_causal(gen, close):
+def test_attention_weights_have_layer_batch_head_shape_and_are_causal(gen, close):
     config = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=16)
     model = GPT(config).double()
-    out = model(torch.randint(23, (4, 10), generator=gen), return_attention=True)
-    logits, loss, attention = out.logits, out.loss, out.attention
+    idx = torch.randint(23, (4, 10), generator=gen)
+    (logits, loss), attention = model(idx), _attention(model, idx)
     assert attention.shape == (3, 4, 2, 10, 10)
     close("GPT attention rows sum to 1", attention.sum(-1), torch.ones(3, 4, 2, 10, dtype=torch.float64), 1e-12)
     upper = ~torch.ones(10, 10, dtype=torch.bool).tril()

@@ -79,8 +79,10 @@ def _violations(path: Path) -> list[str]:
 
 def test_the_scan_sees_every_module():
     names = {p.name for p in SOURCES}
-    expected = {"functional.py", "layers.py", "attention.py", "rope.py", "kv_cache.py", "model.py", "generate.py"}
-    assert expected | {"verification.py", "__init__.py"} <= names
+    expected = {"model.py", "reference.py", "positions.py", "hooks.py", "kv_cache.py", "generate.py", "gpt2.py"}
+    fast = {"attention.py", "layer_norm.py", "gelu.py", "cross_entropy.py", "softmax.py", "linear.py"}
+    assert expected | fast | {"verification.py", "__init__.py"} <= names
+    assert {p.relative_to(SRC).as_posix() for p in SOURCES} >= {f"gpt_core/kernels/{name}" for name in fast}
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
@@ -153,11 +155,12 @@ def test_the_scanner_catches_forbidden_snippets(snippet):
 
 def test_default_kernels_are_gpt_cores_own():
     """The kernel table's defaults, which the scan lets through, are the hand-written functions."""
-    from gpt_core import DEFAULT_KERNELS, attention, functional
+    from gpt_core import DEFAULT_KERNELS, REFERENCE_KERNELS, kernels, reference
 
-    assert DEFAULT_KERNELS.attention is attention
-    for slot in ("softmax", "layer_norm", "gelu", "cross_entropy"):
-        assert getattr(DEFAULT_KERNELS, slot) is getattr(functional, slot), slot
+    assert DEFAULT_KERNELS.sampling_softmax is kernels.softmax.softmax
+    for slot in ("attention", "layer_norm", "gelu", "cross_entropy"):
+        assert getattr(DEFAULT_KERNELS, slot) is getattr(getattr(kernels, slot), slot), slot
+        assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
 
 
 def test_the_scanner_ignores_docstrings_and_comments():

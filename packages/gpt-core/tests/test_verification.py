@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import gpt_core.verification as verification
+import gpt_core.testing.verification as verification
 from gpt_core import (
     DEFAULT_KERNELS,
     IGNORE_INDEX,
@@ -165,7 +165,7 @@ def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot():
         rows = kernel_report(slot, _own(slot), TORCH, seed=0)
         assert rows and all(row.failure(1e-12) is None for row in rows), (slot, rows)
         names = [row.component for row in rows]
-        assert ("GPT forward and backward" in names) == (slot != "softmax"), slot
+        assert ("GPT forward and backward" in names) == (slot != "sampling_softmax"), slot
     attention = [row.component for row in kernel_report("attention", _own("attention"), TORCH, seed=0)]
     assert [name for name in attention if name.startswith("sdpa")] == [
         name for name in EXPECTED_COMPONENTS if name.startswith("sdpa")
@@ -220,12 +220,12 @@ def test_a_backward_that_differs_is_named_by_its_input():
     ids=["raises", "tuple", "shape", "overflows", "no graph"],
 )
 def test_a_kernel_that_breaks_is_a_failing_row_not_an_error(kernel, said):
-    failures = [row.failure(1e-12) for row in kernel_report("softmax", kernel, TORCH, seed=0)]
+    failures = [row.failure(1e-12) for row in kernel_report("sampling_softmax", kernel, TORCH, seed=0)]
     assert any(f is not None and f.startswith(said) for f in failures), failures
 
 
 def test_a_non_finite_output_is_a_failure_saying_so():
-    rows = kernel_report("softmax", lambda x: x.exp() / x.exp().sum(-1, keepdim=True), TORCH, seed=0)
+    rows = kernel_report("sampling_softmax", lambda x: x.exp() / x.exp().sum(-1, keepdim=True), TORCH, seed=0)
     large = next(row for row in rows if row.component == "softmax, logits x 1000")
     assert large.forward == float("inf")
     assert " is nan, expected " in large.failure(1e-12)

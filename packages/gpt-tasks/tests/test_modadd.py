@@ -88,7 +88,7 @@ class Oracle(nn.Module):
         answer = (idx[:, 0] + idx[:, 1] + int(self.wrong)) % self.p
         logits = torch.zeros(*idx.shape, self.p + 1)
         logits[:, -1, :].scatter_(1, answer[:, None], 30.0)
-        return GPTOutput(logits, None, None)
+        return GPTOutput(logits, None)
 
 
 def test_accuracy_and_loss_are_measured_at_equals(modadd_task):

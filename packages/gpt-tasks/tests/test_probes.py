@@ -92,8 +92,9 @@ def test_sort_probe_reads_the_attention_the_model_computes(sort_task):
     measured = measure_probes(sort_task, model, "cpu")
     batch = sort_task.probe_batch()
     with torch.no_grad():
-        attention = model(batch.inputs, return_attention=True).attention  # (L, N, H, T, T)
-    by_hand = sort_cache(sort_task, list(attention))
+        names = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
+        _, recorded = model.run_with_cache(batch.inputs, names)
+    by_hand = sort_cache(sort_task, [recorded[name] for name in names])  # each (N, H, T, T)
     expected = source_attention(sort_task, model, by_hand).flatten(0, 1).amax(dim=0).mean()
     assert measured == {"source_attention": pytest.approx(float(expected), rel=1e-6)}
 

@@ -24,7 +24,7 @@ class Constant(nn.Module):
     def forward(self, idx):
         logits = torch.zeros(*idx.shape, V)
         logits[..., 0] = self.margin
-        return GPTOutput(logits, None, None)
+        return GPTOutput(logits, None)
 
 
 def make_batch(ids: torch.Tensor) -> Batch:

@@ -189,7 +189,7 @@ def test_kernel_choices_are_parsed_and_checked():
     assert parse_kernel_choices(["attention=gpt-core"]) == {}  # gpt-core's own: nothing swapped
     for pairs, said in [
         (["attention"], "--kernel expects SLOT=NAME"),
-        (["attn=flash"], "unknown kernel slot 'attn'; slots: attention, softmax"),
+        (["attn=flash"], "unknown kernel slot 'attn'; slots: attention, sampling_softmax"),
         (["gelu=a:b", "gelu=c:d"], "names slot gelu twice"),
     ]:
         with pytest.raises(KernelError, match=said):

@@ -20,7 +20,9 @@ def model_attention(model: GPT, ids: list[int]) -> np.ndarray:
     """(n_layer, n_head, T, T) of `model` on `ids`, computed here."""
     model.eval()
     with torch.no_grad():
-        return model(torch.tensor([ids]), return_attention=True).attention[:, 0].numpy()
+        names = [f"blocks.{layer}.pattern" for layer in range(model.config.n_layer)]
+        _, recorded = model.run_with_cache(torch.tensor([ids]), names)
+        return torch.stack([recorded[name] for name in names])[:, 0].numpy()
 
 
 def as_stored(weights: np.ndarray) -> np.ndarray:

@@ -1,26 +1,45 @@
-"""gpt_core: a decoder-only GPT whose every internal piece is hand-written on tensors and autograd."""
+"""gpt_core: a decoder-only GPT whose every internal piece is hand-written on tensors and autograd.
 
-from gpt_core.attention import MultiHeadAttention, attention, attention_weights, causal_mask, sdpa
-from gpt_core.functional import IGNORE_INDEX, cross_entropy, dropout, gelu, layer_norm, log_softmax, softmax
+Read `model.py` (the model, top to bottom), then `reference.py` (each kernel as its definition),
+then `kernels/` (the fast kernels the model uses by default, and why each is fast).
+"""
+
 from gpt_core.generate import generate, next_token
 from gpt_core.hooks import BLOCK_POINTS, HookFn, block_hook
-from gpt_core.kernels import DEFAULT_KERNELS, KERNEL_SIGNATURES, KERNEL_SLOTS, Kernels
+from gpt_core.kernels import (
+    DEFAULT_KERNELS,
+    FAST_KERNELS,
+    KERNEL_SETS,
+    KERNEL_SIGNATURES,
+    KERNEL_SLOTS,
+    REFERENCE_KERNELS,
+    Kernels,
+    canonical_slot,
+)
+from gpt_core.kernels.attention import attention, attention_weights, causal_mask, sdpa
+from gpt_core.kernels.cross_entropy import cross_entropy
+from gpt_core.kernels.gelu import gelu
+from gpt_core.kernels.layer_norm import layer_norm
+from gpt_core.kernels.softmax import log_softmax, softmax
 from gpt_core.kv_cache import KVCache
-from gpt_core.layers import GELU, MLP, Embedding, LayerNorm, Linear
-from gpt_core.model import GPT, POSITION_ENCODINGS, Block, GPTConfig, GPTOutput
-from gpt_core.rope import RotaryEmbedding
-from gpt_core.verification import REFERENCE_SIGNATURES, Row, format_report, kernel_report, verification_report
+from gpt_core.model import GELU, GPT, MLP, Block, Embedding, GPTConfig, GPTOutput, LayerNorm, Linear, MultiHeadAttention
+from gpt_core.positions import POSITION_ENCODINGS, RotaryEmbedding
+from gpt_core.reference import IGNORE_INDEX, dropout
+from gpt_core.testing import REFERENCE_SIGNATURES, Row, format_report, kernel_report, verification_report
 
 __all__ = [
     "BLOCK_POINTS",
     "DEFAULT_KERNELS",
+    "FAST_KERNELS",
     "GELU",
     "GPT",
     "IGNORE_INDEX",
+    "KERNEL_SETS",
     "KERNEL_SIGNATURES",
     "KERNEL_SLOTS",
     "MLP",
     "POSITION_ENCODINGS",
+    "REFERENCE_KERNELS",
     "REFERENCE_SIGNATURES",
     "Block",
     "Embedding",
@@ -37,6 +56,7 @@ __all__ = [
     "attention",
     "attention_weights",
     "block_hook",
+    "canonical_slot",
     "causal_mask",
     "cross_entropy",
     "dropout",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from gpt_core.functional import softmax
+from gpt_core.kernels.softmax import softmax
 from gpt_core.model import GPT
 
 
@@ -21,7 +21,7 @@ def next_token(
 ) -> Tensor:
     """Pick one token per row of logits (B, V): argmax when temperature is 0, else a sample
     from softmax(logits / temperature) restricted to the top_k most likely tokens (`softmax`: the
-    kernel, a model's `kernels.softmax`)."""
+    kernel, a model's `kernels.sampling_softmax`)."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
@@ -55,8 +55,8 @@ def generate(
     sorted random position ids for its whole length (prompt and new tokens), drawn once with
     `generator` (the global RNG if None), so cached and uncached decoding see the same ids.
     Without the cache, each step re-runs the whole sequence; with it, only the new token.
-    Runs in inference mode (no autograd bookkeeping at all: ~10% of a cached batch-1 step under
-    no_grad) and returns an ordinary tensor, which later training may use.
+    Runs in inference mode (no autograd bookkeeping at all, which a cached batch-1 step would feel
+    even under no_grad) and returns an ordinary tensor, which later training may use.
     """
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
@@ -102,7 +102,7 @@ def _generate_once(
     tokens = [idx]
     logits = model(idx, cache=cache, positions=_first(positions, T)).logits
     for step in range(n_new):
-        token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.softmax)  # (B,)
+        token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
         tokens.append(token[:, None])
         if step == n_new - 1:
             break

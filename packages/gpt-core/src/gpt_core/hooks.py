@@ -8,10 +8,12 @@ replaces it from there on, autograd included. `GPT.hooks` sets them for a with-b
 `GPT.run_with_cache` records them.
 
 The model keeps one `Hooks` per model, shared by its blocks. It is empty while no hook is set, so a
-forward without hooks pays one emptiness test per hook point and nothing else. While hooks are set,
-`offset` says where in its sequences the forward now firing them starts (the KV cache's filled
-length): a hook is handed (.., T, ..) activations of the call's T new positions, and a KV-cached
-call of any length (a one-token prompt, a prefill after a prefix) can only be placed by it.
+forward without hooks pays one emptiness test per hook point and nothing else: `HookPoints.hook` is
+a plain method, not a module per point, because a module call per point would cost more than a
+KV-cached decoding step can spare. While hooks are set, `offset` says where in its sequences the
+forward now firing them starts (the KV cache's filled length): a hook is handed (.., T, ..)
+activations of the call's T new positions, and a KV-cached call of any length (a one-token prompt,
+a prefill after a prefix) can only be placed by it.
 """
 
 from __future__ import annotations
@@ -85,12 +87,10 @@ def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
 
 
 class Hooks(dict[str, list[HookFn]]):
-    """The hooks set on one model: for each name, the functions to call, in the order they were set
-    (`mlp_hidden`'s are listed too, so that the store is non-empty while any hook is set, but called by
-    PyTorch's forward hook on the block's GELU: `GPT.hooks`).
+    """The hooks set on one model: for each name, the functions to call, in the order they were set.
 
-    A dict, so that `if hooks:` at a hook point is the C-level emptiness test of a dict (~4 ns here,
-    where a Python `__bool__` measured ~90 ns). Nested `added` blocks compose: on a name hooked
+    A dict, so that `if hooks:` at a hook point is the C-level emptiness test of a dict, far cheaper
+    than a Python `__bool__` (`benchmarks/hooks_overhead.py`). Nested `added` blocks compose: on a name hooked
     twice the outer hook runs first and the inner one sees its result. Each block removes exactly
     what it added when it ends, whether or not it raised.
 
@@ -125,3 +125,24 @@ class Hooks(dict[str, list[HookFn]]):
         del chain[max(i for i, f in enumerate(chain) if f is fn)]
         if not chain:
             del self[name]
+
+
+class HookPoints:
+    """Mixed into a module that fires hook points: `hook(point, x)` hands `x` to the hooks on the name
+    `prefix + point` (for example "blocks.2." + "ln1"), the prefix fixed when the module is built."""
+
+    _hooks: Hooks
+    _prefix: str
+
+    def hook_points(self, hooks: Hooks | None, prefix: str = "") -> None:
+        """Fire this module's points on `hooks` (the model's; a store of its own if None), named `prefix + point`."""
+        self._hooks = Hooks() if hooks is None else hooks
+        self._prefix = prefix
+
+    def hook(self, point: str, x: Tensor) -> Tensor:
+        """`x` after the hooks on this module's `point`: `x` itself, at once, while no hook is set."""
+        return self._hooks.fire(self._prefix + point, x) if self._hooks else x
+
+    def hooked(self, point: str) -> bool:
+        """Whether a hook is set on this module's `point`."""
+        return bool(self._hooks) and self._prefix + point in self._hooks

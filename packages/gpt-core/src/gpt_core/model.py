@@ -1,4 +1,9 @@
-"""The GPT: configuration, the pre-norm block, and the model from token ids to logits."""
+"""The GPT, all of it in this file: configuration, attention, MLP, the pre-norm block, the model.
+
+Every hand-written piece of arithmetic is a call into the model's kernel table, `self.kernels`: the
+fast set by default (`gpt_core.kernels`), or the reference set (`gpt_core.reference`), which is each
+piece as its definition in plain autograd. Read this file top to bottom, then `reference.py`.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +11,33 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from gpt_core.attention import MultiHeadAttention
-from gpt_core.functional import dropout
-from gpt_core.hooks import HookFn, Hooks, block_hook, check_hooks, hook_names, replaced
+from gpt_core import positions as pos
+from gpt_core.deprecation import forward_with_attention
+from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
+from gpt_core.kernels.attention import hooked_attention
+from gpt_core.kernels.linear import embedding, linear
 from gpt_core.kv_cache import KVCache
-from gpt_core.layers import MLP, Embedding, LayerNorm, Linear
-from gpt_core.rope import RotaryEmbedding
-
-PositionEncoding = Literal["learned", "rope", "none"]
-POSITION_ENCODINGS = ("learned", "rope", "none")
+from gpt_core.positions import PositionEncoding, RotaryEmbedding
+from gpt_core.reference import dropout
 
 
 @dataclass(frozen=True)
 class GPTConfig:
     """Everything that fixes a model's shape. Validated on construction.
 
-    pos: "learned" (a table of block_size position vectors), "rope" (rotary, applied to queries
-    and keys) or "none" (causal attention alone must infer order). `layernorm` and `residual`
-    switch those parts off for ablations; `tie_weights` shares the token embedding with the
-    output head. `init_scale` multiplies every initial weight matrix (GPT-2's std 0.02 init): a
-    larger weight norm at initialisation delays generalisation, the lever behind grokking (Liu et
-    al. 2022, "Omnigrok"); 1.0 is GPT-2's init exactly.
-
-    `max_positions` is the range of position ids, 0 meaning block_size: learned positions keep a table of
-    that many vectors, so a table longer than the training sequences can be read past them (its extra
-    vectors stay as initialised). `randomized_positions` is Ruoss et al. (2023, "Randomized Positional
-    Encodings Boost Length Generalization of Transformers") for learned and rotary positions: in
-    training, each sequence's position ids are a sorted random subset of range(max_positions), which
-    must then be larger than block_size, so every id a longer test sequence uses has been trained.
+    pos: "learned" (a table of position vectors), "rope" (rotary, applied to queries and keys) or
+    "none"; `max_positions` (0: block_size) is the range of position ids and `randomized_positions`
+    draws them at random in training (`gpt_core.positions` explains both). `layernorm` and `residual`
+    switch those parts off for ablations; `tie_weights` shares the token embedding with the output
+    head. `init_scale` multiplies every initial weight matrix (GPT-2's std 0.02 init): a larger weight
+    norm at initialisation delays generalisation, the lever behind grokking (Liu et al. 2022,
+    "Omnigrok"); 1.0 is GPT-2's init exactly.
     """
 
     vocab_size: int
@@ -64,37 +62,12 @@ class GPTConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.pos not in POSITION_ENCODINGS:
-            raise ValueError(f"pos must be one of {', '.join(POSITION_ENCODINGS)}, got {self.pos!r}")
-        if self.pos == "rope" and self.head_dim % 2:
-            raise ValueError(f"RoPE needs an even head size, got n_embd / n_head = {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         scale = self.init_scale
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
             raise ValueError(f"init_scale must be a positive finite number, got {scale!r}")
-        self._check_position_range()
-
-    def _check_position_range(self) -> None:
-        """max_positions and randomized_positions: refused wherever they would have no effect."""
-        n = self.max_positions
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"max_positions must be a non-negative integer (0: block_size), got {n!r}")
-        if 0 < n < self.block_size:
-            raise ValueError(f"max_positions ({n}) must be 0 (block_size) or at least block_size ({self.block_size})")
-        if self.randomized_positions:
-            if self.pos == "none":
-                raise ValueError("randomized_positions needs pos=learned or pos=rope; pos=none has no positions")
-            if n <= self.block_size:
-                raise ValueError(
-                    f"randomized_positions needs max_positions larger than block_size ({self.block_size}), got {n}: "
-                    "training position ids are drawn from range(max_positions)"
-                )
-        elif n and self.pos != "learned":
-            raise ValueError(
-                f"max_positions sizes the learned table or the range of randomized_positions; with pos={self.pos} "
-                "and randomized_positions off it would do nothing"
-            )
+        pos.check_position_fields(self)
 
     @property
     def head_dim(self) -> int:
@@ -102,31 +75,12 @@ class GPTConfig:
 
     @property
     def position_limit(self) -> int | None:
-        """The most positions a sequence may use: the learned table's length, or the range randomized
-        ids are drawn from (n distinct ids need n <= max_positions); None when nothing limits it."""
-        if self.pos == "learned" or self.randomized_positions:
-            return self.max_positions or self.block_size
-        return None
+        """The most positions a sequence may use (None: no limit); see `gpt_core.positions`."""
+        return pos.position_limit(self)
 
     def check_positions(self, n: int, what: str = "the input") -> None:
-        """Raise ValueError if `what` needs n positions and the model's positions cannot hold them.
-
-        Learned positions are a table of block_size (or max_positions) vectors: there is nothing to read
-        past it. One check, with one message, for the model, generation and every task's evaluation.
-        """
-        limit = self.position_limit
-        if limit is None or n <= limit:
-            return
-        if self.randomized_positions:
-            raise ValueError(
-                f"{what} needs {n} positions, more than max_positions {limit}: randomized positions are "
-                "distinct ids drawn from range(max_positions)"
-            )
-        bound = f"max_positions {limit}" if self.max_positions else f"block_size {limit}"
-        raise ValueError(
-            f"{what} needs {n} positions, longer than {bound}: learned positions "
-            "have no vectors past their table (use pos=rope or pos=none to run past it)"
-        )
+        """Raise ValueError if `what` needs n positions and the model's positions cannot hold them."""
+        pos.check_positions(self, n, what)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,12 +96,53 @@ class GPTConfig:
 
 
 class GPTOutput(NamedTuple):
-    """What one forward pass gives, always in this one shape, so callers name what they use
-    (`model(x).logits`) instead of counting tuple positions that change with flags."""
+    """What a forward pass gives: nanoGPT's pair, so `logits, loss = model(x, y)` unpacks, and named, so
+    callers can say what they use (`model(x).logits`). The attention weights are hook points."""
 
     logits: Tensor  # (B, T, V)
     loss: Tensor | None  # scalar; None without targets
-    attention: Tensor | None  # (n_layer, B, n_head, T, T_total); None unless return_attention
+
+
+class Linear(nn.Module):
+    """y = x W^T + b (`kernels/linear.py` gives the product's fast routes)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+class Embedding(nn.Module):
+    """A lookup table: row i of the weight is the vector for id i."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return embedding(ids, self.weight)
+
+
+class LayerNorm(nn.Module):
+    """Normalise the last dimension to zero mean and unit variance, then scale and shift (by `kernel`)."""
+
+    def __init__(self, dim: int, bias: bool = True, eps: float = 1e-5,
+                 kernel: Callable[..., Tensor] = DEFAULT_KERNELS.layer_norm):  # fmt: skip
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        self.kernel = kernel
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.kernel(x, self.weight, self.bias, self.eps)
 
 
 class Identity(nn.Module):
@@ -157,73 +152,103 @@ class Identity(nn.Module):
         return x
 
 
-def _layer_norm_or_identity(config: GPTConfig, kernels: Kernels) -> nn.Module:
+class GELU(nn.Module):
+    """The tanh-approximated GELU (no parameters), computed by `kernel`."""
+
+    def __init__(self, kernel: Callable[[Tensor], Tensor] = DEFAULT_KERNELS.gelu):
+        super().__init__()
+        self.kernel = kernel
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.kernel(x)
+
+
+class MultiHeadAttention(HookPoints, nn.Module):
+    """Causal self-attention: one fused qkv projection, split into heads, attention, output projection.
+
+    Fires the hook points q, k, v, pattern and z of block `layer`; the k and v hooks see this call's
+    new positions before they enter the cache, so a replacement is what later cached steps attend to.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, bias: bool, dropout_p: float, rope: RotaryEmbedding | None = None,
+                 kernels: Kernels = DEFAULT_KERNELS, hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
+        super().__init__()
+        self.n_head, self.layer, self.dropout_p, self.kernels = n_head, layer, dropout_p, kernels
+        self.qkv = Linear(n_embd, 3 * n_embd, bias=bias)
+        self.proj = Linear(n_embd, n_embd, bias=bias)
+        self.rope = rope
+        self.hook_points(hooks, f"blocks.{layer}.")
+
+    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None) -> Tensor:
+        """x (B, T, C) -> (B, T, C). `positions` (T,) or (B, T) are what RoPE rotates by; by default the T
+        positions after the cache's filled part."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
+        if self.rope is not None:
+            at = positions if positions is not None else (cache.length if cache is not None else 0)
+            q, k = self.rope(q, at), self.rope(k, at)
+        q, k, v = self.hook("q", q), self.hook("k", k), self.hook("v", v)
+        if cache is not None:
+            k, v = cache.store(self.layer, k, v)  # (B, H, T_total, d)
+        p = self.dropout_p if self.training else 0.0  # only a kernel taking dropout_p is given p > 0
+        if self.hooked("pattern"):  # the weights, for the hook to read or replace: the same bits
+            y = hooked_attention(q, k, v, lambda weights: self.hook("pattern", weights), p)
+        else:
+            y = self.kernels.attention(q, k, v, True, dropout_p=p) if p else self.kernels.attention(q, k, v, True)
+        y = self.hook("z", y).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return dropout(self.proj(y), self.dropout_p, self.training)
+
+
+class MLP(HookPoints, nn.Module):
+    """Position-wise feed-forward: expand 4x, GELU (hook point mlp_hidden), project back."""
+
+    def __init__(self, n_embd: int, bias: bool, dropout_p: float, gelu: Callable[..., Tensor] = DEFAULT_KERNELS.gelu,
+                 hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
+        super().__init__()
+        self.fc = Linear(n_embd, 4 * n_embd, bias=bias)
+        self.act = GELU(gelu)
+        self.proj = Linear(4 * n_embd, n_embd, bias=bias)
+        self.dropout_p = dropout_p
+        self.hook_points(hooks, f"blocks.{layer}.")
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.hook("mlp_hidden", self.act(self.fc(x)))  # (B, T, 4C)
+        return dropout(self.proj(h), self.dropout_p, self.training)
+
+
+def _norm(config: GPTConfig, kernels: Kernels) -> nn.Module:
     """A LayerNorm computed by the `layer_norm` kernel, or the identity when the ablation turns it off."""
     return LayerNorm(config.n_embd, bias=config.bias, kernel=kernels.layer_norm) if config.layernorm else Identity()
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)).
+class Block(HookPoints, nn.Module):
+    """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)); block `layer` of the model."""
 
-    `hooks` are the model's hook points (`gpt_core.hooks`); a block fires those of its layer.
-    """
-
-    def __init__(
-        self,
-        config: GPTConfig,
-        rope: RotaryEmbedding | None,
-        kernels: Kernels = DEFAULT_KERNELS,
-        hooks: Hooks | None = None,
-    ):
+    def __init__(self, config: GPTConfig, layer: int = 0, kernels: Kernels = DEFAULT_KERNELS,
+                 hooks: Hooks | None = None, rope: RotaryEmbedding | None = None):  # fmt: skip
         super().__init__()
         c = config
-        self._hooks = Hooks() if hooks is None else hooks
+        self.hook_points(hooks, f"blocks.{layer}.")
         self.residual = c.residual
-        self.ln1 = _layer_norm_or_identity(c, kernels)
-        self.attn = MultiHeadAttention(
-            c.n_embd, c.n_head, c.bias, c.dropout, rope, kernel=kernels.attention, hooks=self._hooks
-        )
-        self.ln2 = _layer_norm_or_identity(c, kernels)
-        self.mlp = MLP(c.n_embd, c.bias, c.dropout, gelu=kernels.gelu)
+        self.ln1 = _norm(c, kernels)
+        self.attn = MultiHeadAttention(c.n_embd, c.n_head, c.bias, c.dropout, rope, kernels, self._hooks, layer)
+        self.ln2 = _norm(c, kernels)
+        self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels.gelu, self._hooks, layer)
 
-    def forward(
-        self,
-        x: Tensor,
-        layer: int = 0,
-        cache: KVCache | None = None,
-        positions: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        hooks = self._hooks  # each `if hooks:` is the whole cost of a hook point while none is set
-        if hooks:
-            x = hooks.fire(block_hook(layer, "resid_pre"), x)
-        normed = self.ln1(x)
-        if hooks:
-            normed = hooks.fire(block_hook(layer, "ln1"), normed)
-        attended, weights = self.attn(normed, layer, cache, positions, need_weights)
-        if hooks:
-            attended = hooks.fire(block_hook(layer, "attn_out"), attended)
-        x = x + attended if self.residual else attended
-        if hooks:
-            x = hooks.fire(block_hook(layer, "resid_mid"), x)
-        normed = self.ln2(x)
-        if hooks:
-            normed = hooks.fire(block_hook(layer, "ln2"), normed)
-        transformed = self.mlp(normed)  # mlp_hidden: a PyTorch forward hook on mlp.act (`GPT.hooks`)
-        if hooks:
-            transformed = hooks.fire(block_hook(layer, "mlp_out"), transformed)
-        x = x + transformed if self.residual else transformed
-        if hooks:
-            x = hooks.fire(block_hook(layer, "resid_post"), x)
-        return x, weights
+    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None) -> Tensor:
+        x = self.hook("resid_pre", x)
+        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions))
+        x = self.hook("resid_mid", x + a if self.residual else a)
+        m = self.hook("mlp_out", self.mlp(self.hook("ln2", self.ln2(x))))
+        return self.hook("resid_post", x + m if self.residual else m)
 
 
-class GPT(nn.Module):
+class GPT(HookPoints, nn.Module):
     """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head.
 
-    `kernels` are the functions this model, and only this model, computes attention, softmax,
-    LayerNorm, GELU and the loss with (gpt-core's own by default); they draw no random numbers, so
-    the initial weights are the same whichever kernels are chosen.
+    `kernels` are the functions this model, and only this model, computes attention, LayerNorm, GELU,
+    the loss and sampling's softmax with; they draw no random numbers, so the initial weights are the
+    same whichever kernels are chosen.
     """
 
     def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
@@ -231,13 +256,12 @@ class GPT(nn.Module):
         kernels.check_dropout(config.dropout)
         self.config = config
         self.kernels = kernels
-        self._hooks = Hooks()  # shared by every block: the hooks `hooks()` sets
+        self.hook_points(None)  # the hooks `hooks()` sets, shared by every block
         self.wte = Embedding(config.vocab_size, config.n_embd)
         self.wpe = Embedding(config.position_limit, config.n_embd) if config.pos == "learned" else None
-        # One rotary module shared by every layer: it holds no parameters, only frequencies.
-        rope = RotaryEmbedding(config.head_dim) if config.pos == "rope" else None
-        self.blocks = nn.ModuleList(Block(config, rope, kernels, self._hooks) for _ in range(config.n_layer))
-        self.ln_f = _layer_norm_or_identity(config, kernels)
+        rope = RotaryEmbedding(config.head_dim) if config.pos == "rope" else None  # shared: it holds no parameters
+        self.blocks = nn.ModuleList(Block(config, i, kernels, self._hooks, rope) for i in range(config.n_layer))
+        self.ln_f = _norm(config, kernels)
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
@@ -253,9 +277,8 @@ class GPT(nn.Module):
             nn.init.normal_(block.mlp.proj.weight, std=std)
 
     def _scale_initial_weights(self) -> None:
-        """Multiply every weight matrix by `init_scale` (Omnigrok's alpha), after GPT-2's init so that
-        the random draws, and with 1.0 the weights themselves, are those of the unscaled model. Norms
-        and biases (vectors) keep their 1 and 0; a tied embedding is scaled once."""
+        """Every weight matrix times `init_scale` (Omnigrok's alpha), after the draws, so that with 1.0 the
+        weights are the unscaled model's; norms and biases keep their 1 and 0, a tied embedding is scaled once."""
         with torch.no_grad():
             for param in self.parameters():  # each tensor once, however many modules share it
                 if param.dim() >= 2:
@@ -265,8 +288,7 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def hook_names(self) -> list[str]:
-        """The names `hooks` and `run_with_cache` accept for this model, in the order the forward
-        reaches them (the README's table gives each one's shape)."""
+        """The names `hooks` and `run_with_cache` accept, in the order the forward reaches them."""
         return hook_names(self.config.n_layer, self.wpe is not None)
 
     @contextmanager
@@ -276,18 +298,8 @@ class GPT(nn.Module):
         instead (gradients flow through it). Nested blocks compose, outer hook first; each removes
         its own hooks when it ends, raising or not. An unknown name is a ValueError, nothing set."""
         check_hooks(fns, self.hook_names())
-        # mlp_hidden lies inside MLP.forward: reached by PyTorch's forward hook on the block's GELU. The
-        # store lists it too (never firing it), so that it is non-empty, and `hook_offset` set, while any hook is.
-        gelus = {block_hook(layer, "mlp_hidden"): block.mlp.act for layer, block in enumerate(self.blocks)}
-        handles = [
-            gelus[name].register_forward_hook(_as_forward_hook(name, fn)) for name, fn in fns.items() if name in gelus
-        ]
-        try:
-            with self._hooks.added(fns):
-                yield
-        finally:
-            for handle in handles:
-                handle.remove()
+        with self._hooks.added(fns):
+            yield
 
     @property
     def hook_offset(self) -> int:
@@ -313,90 +325,43 @@ class GPT(nn.Module):
 
     def new_cache(self, batch_size: int, max_length: int) -> KVCache:
         """An empty KV cache for `batch_size` sequences of up to `max_length` positions."""
-        c = self.config
-        p = self.wte.weight
+        c, p = self.config, self.wte.weight
         return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype)
 
     def sample_positions(self, batch_size: int, length: int, generator: torch.Generator | None = None) -> Tensor:
-        """Randomized position ids (B, T): for each sequence, `length` distinct ids drawn uniformly from
-        range(max_positions), in increasing order (Ruoss et al. 2023). Drawn with `generator`, on its
-        device, or else with the global RNG on the model's device, as dropout is, so a seeded run and a
-        resumed one draw the same ids."""
-        self.config.check_positions(length, "the sequence")
-        device = generator.device if generator is not None else self.wte.weight.device
-        keys = torch.rand(batch_size, self.config.position_limit, device=device, generator=generator)  # (B, L)
-        chosen = keys.topk(length, dim=1, sorted=False).indices  # a uniform random subset of each row's range
-        return chosen.sort(dim=1).values.to(self.wte.weight.device)
+        """Randomized position ids (B, T), sorted, distinct, from range(max_positions) (`gpt_core.positions`)."""
+        return pos.sample_positions(self.config, batch_size, length, self.wte.weight.device, generator)
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy over the scored targets (those not equal to IGNORE_INDEX)."""
         return self.kernels.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))  # (N, V), (N,)
 
-    def forward(
-        self,
-        idx: Tensor,
-        targets: Tensor | None = None,
-        *,
-        cache: KVCache | None = None,
-        positions: Tensor | None = None,
-        return_attention: bool = False,
-    ) -> GPTOutput:
-        """Token ids (B, T) -> GPTOutput: logits (B, T, V), the loss when targets (B, T) are given,
-        and the attention weights (n_layer, B, n_head, T, T_total) when `return_attention` is set.
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | None = None,
+                positions: Tensor | None = None, return_attention: bool = False) -> GPTOutput:  # fmt: skip
+        """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, when targets (B, T) are given, the loss.
 
-        Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new
-        tokens, which sit after the cache's filled positions. `positions` (T,) or (B, T) gives the
-        tokens' position ids; by default they are the next T after the cache's, except that a model
-        with randomized_positions draws them (`sample_positions`) for every training forward.
+        Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new tokens,
+        which sit after the cache's filled positions. `positions` (T,) or (B, T) gives the tokens' ids;
+        by default the next T after the cache's, except that a model with randomized_positions draws
+        them for every training forward. (`return_attention` is deprecated: use `run_with_cache`.)
         """
+        if return_attention:
+            return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
         B, T = idx.shape
+        offset = cache.length if cache is not None else None
         if positions is None:
-            positions = self._default_positions(B, T, cache)
-        elif self.config.position_limit is not None and int(positions.max()) >= self.config.position_limit:
-            raise ValueError(f"position id {int(positions.max())} is outside range({self.config.position_limit})")
-        hooks = self._hooks
-        if hooks:
-            hooks.offset = cache.length if cache is not None else 0  # where this call's T positions start
-        x = self.wte(idx)  # (B, T, C)
-        if hooks:
-            x = hooks.fire("embed", x)
+            positions = pos.forward_positions(self.config, B, T, offset, self.training, self.wte.weight.device)
+        else:
+            pos.check_position_ids(self.config, positions)
+        if self._hooks:
+            self._hooks.offset = offset or 0  # where this call's T positions start
+        x = self.hook("embed", self.wte(idx))  # (B, T, C)
         if self.wpe is not None:
-            position_vectors = self.wpe.weight[positions]  # (T, C) broadcast over B, or (B, T, C)
-            if hooks:
-                position_vectors = hooks.fire("pos_embed", position_vectors)
-            x = x + position_vectors
+            x = x + self.hook("pos_embed", self.wpe.weight[positions])  # (T, C) broadcast over B, or (B, T, C)
         x = dropout(x, self.config.dropout, self.training)
-        attention = []
-        for layer, block in enumerate(self.blocks):
-            x, weights = block(x, layer, cache, positions, return_attention)
-            if return_attention:
-                attention.append(weights)
+        for block in self.blocks:
+            x = block(x, cache, positions)
         if cache is not None:
             cache.advance(T)
-        x = self.ln_f(x)
-        if hooks:
-            x = hooks.fire("ln_final", x)
-        logits = self.lm_head(x)  # (B, T, V)
-        if hooks:
-            logits = hooks.fire("logits", logits)
-        loss = self.loss(logits, targets) if targets is not None else None
-        stacked = torch.stack(attention) if return_attention else None  # (L, B, H, T, T_total)
-        return GPTOutput(logits, loss, stacked)
-
-    def _default_positions(self, batch_size: int, length: int, cache: KVCache | None) -> Tensor:
-        """Sampled ids (B, T) for a randomized model's training forward; otherwise the T ids after the
-        cache's filled part, (T,)."""
-        if self.training and self.config.randomized_positions and cache is None:
-            return self.sample_positions(batch_size, length)
-        offset = cache.length if cache is not None else 0
-        self.config.check_positions(offset + length, "the sequence")
-        return torch.arange(offset, offset + length, device=self.wte.weight.device)
-
-
-def _as_forward_hook(name: str, fn: HookFn) -> Callable[[nn.Module, Any, Tensor], Tensor]:
-    """`fn` as a PyTorch forward hook on the module whose output is the activation `name`."""
-
-    def hook(module: nn.Module, args: Any, output: Tensor) -> Tensor:
-        return replaced(name, output, fn(output, name))
-
-    return hook
+        logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V)
+        return GPTOutput(logits, None if targets is None else self.loss(logits, targets))

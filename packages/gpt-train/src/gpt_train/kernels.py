@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
+from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, canonical_slot, kernel_report
 from gpt_core import plugins as core_plugins
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
@@ -97,7 +97,8 @@ def _builtins() -> list[KernelInfo]:
 
 
 def _accept(origin: core_plugins.Origin, slot: Any, name: Any, function: Any) -> KernelInfo:
-    """One `register(slot, name, kernel)` call of a plugin, checked."""
+    """One `register(slot, name, kernel)` call of a plugin, checked (a slot's deprecated name accepted)."""
+    slot = canonical_slot(slot) if isinstance(slot, str) else slot
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"register() takes a slot among {', '.join(KERNEL_SLOTS)}, got {slot!r}")
     if not isinstance(name, str) or not name or any(c in name for c in ":= ") or name == BUILTIN:
@@ -122,6 +123,7 @@ class KernelRegistry:
         return sorted(self._table.items(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
 
     def info(self, slot: str, name: str) -> KernelInfo:
+        slot = canonical_slot(slot)
         installed = ", ".join(sorted(i.name for i in self._table.items() if i.slot == slot))
         where = "a module path is module:function"
         unknown = f"no kernel {name!r} for {slot} is installed (installed: {installed}; {where})"
@@ -139,6 +141,7 @@ def parse_kernel_choices(pairs: Iterable[str]) -> dict[str, str]:
     choices: dict[str, str] = {}
     for pair in pairs:
         slot, sep, name = (part.strip() for part in pair.partition("="))
+        slot = canonical_slot(slot)
         if not sep or not name:
             raise KernelError(f"--kernel expects SLOT=NAME, got {pair!r}; slots: {', '.join(KERNEL_SLOTS)}")
         if slot not in KERNEL_SLOTS:

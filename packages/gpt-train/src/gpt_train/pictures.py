@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 import gpt_viz
-from gpt_core import GPT
+from gpt_core import GPT, block_hook
 from gpt_tasks import Task, evaluating
 from gpt_viz import TRAIN, AttentionSnapshot, RunLayout
 
@@ -42,7 +42,9 @@ def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayo
 
 def attention_on(task: Task, model: GPT, device: torch.device, ids: list[int]) -> AttentionSnapshot:
     """Every layer's attention (n_layer, n_head, T, T) on the tokens `ids`, and their labels."""
-    attention = model(torch.tensor([ids], device=device), return_attention=True).attention  # (L, 1, H, T, T)
+    names = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
+    _, recorded = model.run_with_cache(torch.tensor([ids], device=device), names)
+    attention = torch.stack([recorded[name] for name in names])  # (L, 1, H, T, T)
     return AttentionSnapshot(weights=attention[:, 0].float().cpu().numpy(), tokens=task.token_labels(ids))
 
 

@@ -7,9 +7,9 @@ package never names them, so its source stays hand-written from end to end.
 In float64 (and float32) a difference is absolute: max |ours - theirs|, both computed in that dtype.
 In a 16-bit dtype (bf16, fp16) the kernel runs on 16-bit inputs and the reference on the same values
 in float64, and the difference is relative to the reference's scale: max |ours - theirs| / max(1, max |theirs|).
- - float64 reference: the reference's own 16-bit rounding is not ours to answer for. PyTorch's bf16
-   softmax gradient on logits x 1000 (a gradient whose largest value is 3.5e-11) is off from the
-   float64 one by 100% of that value, ours, with its statistics in float32, by 0.02%.
+ - float64 reference: the reference's own 16-bit rounding is not ours to answer for. A built-in whose
+   statistics are rounded to 16 bits can be off from the float64 answer by the whole of a tiny
+   gradient (the softmax's on logits x 1000), where a kernel with float32 statistics is not.
  - relative: rounding to 8 significant bits (bf16) moves a value by up to 2^-8 of itself, so a kernel
    is off by 0.03 on outputs near 8 and by 0.0001 on outputs near 0.03; a relative measure has one
    bound for both. Below a scale of 1 it is absolute: a gradient that is ~0 (that softmax's) is not
@@ -28,10 +28,10 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from gpt_core.functional import IGNORE_INDEX, log_softmax
-from gpt_core.kernels import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels
-from gpt_core.layers import Embedding, Linear
-from gpt_core.model import GPT, GPTConfig
+from gpt_core.kernels import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, Kernels, canonical_slot
+from gpt_core.kernels.softmax import log_softmax
+from gpt_core.model import GPT, Embedding, GPTConfig, Linear
+from gpt_core.reference import IGNORE_INDEX
 
 REFERENCE_SIGNATURES = {
     "linear": "(x, weight, bias) -> x @ weight.T + bias",
@@ -165,7 +165,7 @@ def _cases(ref: References) -> list[_Case]:
         return kernels.gelu(x)
 
     def softmax(kernels, x):
-        return kernels.softmax(x)
+        return kernels.sampling_softmax(x)
 
     return [
         _Case("Linear", "linear", None, ("x", "weight", "bias"), linear_inputs, linear_ours, ref["linear"]),
@@ -177,8 +177,9 @@ def _cases(ref: References) -> list[_Case]:
               lambda kernels, x, w: kernels.layer_norm(x, w, None, 1e-5), lambda x, w: ref["layer_norm"](x, w, None)),
         _Case("GELU (tanh)", "gelu", "gelu", ("x",), activations(1.0), gelu, ref["gelu"]),
         _Case("GELU (tanh), inputs x 30", "gelu", "gelu", ("x",), activations(30.0), gelu, ref["gelu"]),
-        _Case("softmax", "softmax", "softmax", ("x",), logits(1.0), softmax, ref["softmax"]),
-        _Case("softmax, logits x 1000", "softmax", "softmax", ("x",), logits(1000.0), softmax, ref["softmax"]),
+        _Case("softmax", "softmax", "sampling_softmax", ("x",), logits(1.0), softmax, ref["softmax"]),
+        _Case("softmax, logits x 1000", "softmax", "sampling_softmax", ("x",), logits(1000.0), softmax,
+              ref["softmax"]),
         _Case("log_softmax", "log_softmax", None, ("x",), logits(1.0), lambda kernels, x: log_softmax(x),
               ref["log_softmax"]),
         _Case("cross_entropy (ignore_index)", "cross_entropy", "cross_entropy", ("logits", "targets"), ce_inputs,
@@ -371,21 +372,23 @@ def verification_report(
     dtype: torch.dtype = torch.float64,
     seed: int | None = None,
     labels: Mapping[str, str] | None = None,
+    kernels: Kernels = FAST_KERNELS,
 ) -> list[Row]:
     """Run every comparison on fresh random inputs and return one Row per component.
 
     `references` maps each name of REFERENCE_SIGNATURES to the implementation to compare with
     (gpt-train's are PyTorch's built-ins); `labels` optionally names them for the table.
-    `seed` fixes the inputs; by default they are fresh.
+    `seed` fixes the inputs; by default they are fresh. `kernels` is the set under test (and the one
+    the KV-cache rows' models compute with): the fast set by default, or `REFERENCE_KERNELS`.
     """
     _check_references(references)
     with _inputs_from(seed) as gen:
         rows = [
-            _compare(case, DEFAULT_KERNELS, gen, dtype, (labels or {}).get(case.reference, case.reference))
+            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference))
             for case in _cases(references)
         ]
-        rows += [kv_cache_row(gen, dtype, pos) for pos in ("learned", "rope", "none")]
-        rows += [kv_cache_row(gen, dtype, pos, randomized=True) for pos in ("learned", "rope")]
+        rows += [kv_cache_row(gen, dtype, pos, kernels=kernels) for pos in ("learned", "rope", "none")]
+        rows += [kv_cache_row(gen, dtype, pos, randomized=True, kernels=kernels) for pos in ("learned", "rope")]
     return rows
 
 
@@ -400,7 +403,9 @@ def kernel_report(
     """Pin `kernel`, a replacement for `slot` of `Kernels`, to the references on every case of that slot,
     forward and backward (the cases `verification_report` runs gpt-core's own kernel on); then the whole
     model computed with it against gpt-core's kernels, and, for attention, cached decoding against the
-    full forward. `Row.failure` says what differs and where."""
+    full forward. `Row.failure` says what differs and where. (`slot` "softmax" is the deprecated name of
+    "sampling_softmax".)"""
+    slot = canonical_slot(slot)
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"unknown kernel slot {slot!r}; slots: {', '.join(KERNEL_SLOTS)}")
     _check_references(references)
@@ -411,7 +416,7 @@ def kernel_report(
             for case in _cases(references)
             if case.slot == slot
         ]
-        if slot != "softmax":  # a training step never calls it: only generate samples from it
+        if slot != "sampling_softmax":  # a training step never calls it: only generate samples from it
             rows.append(model_row(gen, dtype, kernels))
         if slot == "attention":
             rows += [kv_cache_row(gen, dtype, pos, kernels=kernels) for pos in ("learned", "rope", "none")]

@@ -1,10 +1,20 @@
-"""Scaled dot-product attention and multi-head self-attention, by hand.
+"""Fused causal attention with a hand-derived backward: the fast `attention` kernel.
 
-`sdpa` is a `torch.autograd.Function` whose backward is derived by hand: with P the attention
-probabilities and dO the gradient of the output,
+    S = q k^T / sqrt(d) (+ the causal mask),   P = softmax(S),   O = P v
+
+`_Attention` is a `torch.autograd.Function` whose backward is derived by hand: with dO the gradient
+of the output,
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),   dQ = dS K,   dK = dS^T Q
 (times the 1/sqrt(d) scale), so the forward keeps only q, k, v and P instead of every
-intermediate of the softmax.
+intermediate of the softmax. The tricks, each explained where it is used:
+ - the softmax in base 2 (`_log2_scores`): exp2 in place of exp, the log2(e) riding on the scale;
+ - the mask as an additive bias built once per shape (`_causal_bias`);
+ - contiguous copies of k and v made once for the backward (`_Attention.forward`);
+ - the softmax's statistics in float32 for 16-bit inputs (`precision`);
+ - without a gradient to record, the forward runs bare, without the Function's bookkeeping.
+`attention_weights` computes P by the same arithmetic with plain differentiable operations: it is
+where the weights a model shows (its `pattern` hook, `run_with_cache`, the pictures) come from.
+`benchmarks/kernels.py` times the tricks.
 """
 
 from __future__ import annotations
@@ -12,18 +22,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from gpt_core.functional import dropout, upcast
-from gpt_core.hooks import Hooks, block_hook
-from gpt_core.layers import Linear
-from gpt_core.rope import RotaryEmbedding
-
-if TYPE_CHECKING:
-    from gpt_core.kv_cache import KVCache
+from gpt_core.kernels.precision import upcast
+from gpt_core.reference import dropout
 
 _LOG2_E = math.log2(math.e)
 _is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
@@ -44,7 +48,7 @@ def _causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: torch
     """`causal_mask` as an additive (n_queries, n_keys) bias: 0 where allowed, -inf where not.
 
     Adding it to the scores is one cheap elementwise pass, where masked_fill with a broadcast
-    boolean mask measured ~8x slower on CPU. In eager mode the bias is built once per shape.
+    boolean mask is a much slower one on CPU. In eager mode the bias is built once per shape.
     """
     if _is_compiling():  # in the graph, where the compiler folds it into the kernel
         return _new_causal_bias(n_queries, n_keys, device, dtype)
@@ -62,7 +66,7 @@ _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e).
 
-    Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs ~9x faster than exp on
+    Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs much faster than exp on
     CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so the log2(e)
     factor rides on the scale at no cost. 16-bit scores are widened to float32, so the softmax's max
     and sum are never rounded to 16 bits.
@@ -117,7 +121,7 @@ class _Attention(torch.autograd.Function):
             d_probs = d_probs * keep
         # rowsum(dP * P) = rowsum(dO * O): the same numbers from a (Tq, d) product instead of a (Tq, Tk) one.
         # A softmax statistic, so float32 for 16-bit inputs: rounded to bf16, its error is shared by the
-        # whole row and adds up over every key in dQ = dS K (5% of dQ's scale at 133 keys, 2% in float32).
+        # whole row and adds up over every key in dQ = dS K, growing with the number of keys.
         rows = torch.linalg.vecdot(upcast(d_out), upcast(out)).unsqueeze(-1)  # (B, H, Tq, 1)
         d_scores = upcast(d_probs).sub_(rows).mul_(probs).to(d_probs.dtype)  # dL/dS, S = scale q k^T
         d_q = (d_scores @ k).mul_(ctx.scale)
@@ -163,88 +167,19 @@ def attention_weights(q: Tensor, k: Tensor, causal: bool = True, scale: float | 
     return (probs / probs.sum(dim=-1, keepdim=True)).to(q.dtype)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
     """Attention by `sdpa`, with its hand-derived backward: its output alone, as the `attention` slot of
-    `gpt_core.Kernels` takes it."""
-    return sdpa(q, k, v, causal)[0]
+    `gpt_core.Kernels` takes it. `dropout_p` drops attention weights inside the fused forward (a model
+    in training passes its dropout)."""
+    return sdpa(q, k, v, causal, dropout_p=dropout_p)[0]
 
 
-class MultiHeadAttention(nn.Module):
-    """Causal self-attention: one fused qkv projection, split into heads, then an output projection.
-
-    `kernel` computes the attention itself (the `attention` slot of `gpt_core.Kernels`). `hooks` are
-    the model's hook points (`gpt_core.hooks`): q, k, v, pattern and z of block `layer`.
-    """
-
-    def __init__(
-        self,
-        n_embd: int,
-        n_head: int,
-        bias: bool,
-        dropout_p: float,
-        rope: RotaryEmbedding | None,
-        kernel: Callable[[Tensor, Tensor, Tensor, bool], Tensor] = attention,
-        hooks: Hooks | None = None,
-    ):
-        super().__init__()
-        self.n_head = n_head
-        self.qkv = Linear(n_embd, 3 * n_embd, bias=bias)
-        self.proj = Linear(n_embd, n_embd, bias=bias)
-        self.rope = rope
-        self.dropout_p = dropout_p
-        self.kernel = kernel
-        self._hooks = Hooks() if hooks is None else hooks
-
-    def forward(
-        self,
-        x: Tensor,
-        layer: int = 0,
-        cache: KVCache | None = None,
-        positions: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, T, C) -> output (B, T, C) and attention weights (B, H, T, T_total).
-
-        `positions` (T,) or (B, T): the position ids RoPE rotates by; by default the T positions after
-        the cache's filled part. The weights are None from a swapped-in kernel unless `need_weights`.
-        The k and v hooks see this call's T new positions, before they enter the cache, so a
-        replacement is what later cached steps attend to.
-        """
-        B, T, C = x.shape
-        hooks = self._hooks
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
-        if self.rope is not None:
-            where = positions if positions is not None else (cache.length if cache is not None else 0)
-            q = self.rope(q, where)
-            k = self.rope(k, where)
-        if hooks:
-            q, k, v = (hooks.fire(block_hook(layer, name), t) for name, t in (("q", q), ("k", k), ("v", v)))
-        if cache is not None:
-            k, v = cache.store(layer, k, v)  # (B, H, offset + T, d)
-        if hooks and block_hook(layer, "pattern") in hooks:
-            y, weights = self.attend_plainly(q, k, v, block_hook(layer, "pattern"))
-        else:
-            y, weights = self.attend(q, k, v)
-        if weights is None and need_weights:  # what a swapped-in kernel computes without giving them
-            with torch.no_grad():
-                weights = sdpa(q, k, v, causal=True)[1]
-        if hooks:
-            y = hooks.fire(block_hook(layer, "z"), y)  # (B, H, T, d)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return dropout(self.proj(y), self.dropout_p, self.training), weights
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Causal attention of q (B, H, T, d) over k, v (B, H, T_total, d): the output and, from
-        gpt-core's own kernel, the weights it computed on the way (another kernel gives None)."""
-        if self.kernel is attention:  # sdpa itself: the weights come free, and it applies attention dropout
-            return sdpa(q, k, v, causal=True, dropout_p=self.dropout_p if self.training else 0.0)
-        return self.kernel(q, k, v, True), None
-
-    def attend_plainly(self, q: Tensor, k: Tensor, v: Tensor, pattern_hook: str) -> tuple[Tensor, Tensor]:
-        """`attend` with the weights computed by `attention_weights` and passed through the hook
-        `pattern_hook`, whatever the kernel: only here can a hook replace them with gradient flowing.
-        The same numbers as gpt-core's fused kernel without dropout (its dropout draws differ)."""
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            k, v = k.contiguous(), v.contiguous()  # as sdpa does then: the same layouts give the same bits
-        weights = self._hooks.fire(pattern_hook, attention_weights(q, k))  # (B, H, T, T_total)
-        return dropout(weights, self.dropout_p, self.training) @ v, weights
+def hooked_attention(q: Tensor, k: Tensor, v: Tensor, hook: Callable[[Tensor], Tensor], dropout_p: float) -> Tensor:
+    """Causal attention with its weights (`attention_weights`) passed through `hook`, which may read or
+    replace them, gradient flowing: what a model computes while its `pattern` is hooked. Without
+    dropout the same bits as the fused `attention` (the same layouts of k and v, the same arithmetic);
+    its dropout mask is drawn by `dropout`, not the fused kernel's draw."""
+    if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+        k, v = k.contiguous(), v.contiguous()  # as sdpa does then: the same layouts give the same bits
+    weights = hook(attention_weights(q, k))  # (B, H, Tq, Tk)
+    return dropout(weights, dropout_p, True) @ v  # (B, H, Tq, d)

@@ -1,0 +1,111 @@
+"""The kernel table and the fast kernels: the functions a model calls for its hand-written pieces.
+
+A `GPT` takes its kernels from one `Kernels` value and hands it to the modules that call it, so
+another implementation of a piece can be swapped in for one model alone: nothing global changes, and
+two models in one process can use different kernels. Every slot has the signature in
+KERNEL_SIGNATURES, which is what `gpt_core.testing.kernel_report` pins a replacement to.
+
+Two sets come with gpt-core. REFERENCE_KERNELS is `gpt_core.reference`: each piece as its
+definition in plain autograd. FAST_KERNELS, the default, is the modules of this package, one per
+piece, each opening with the maths it implements and why each of its tricks is there:
+    attention.py      fused attention, hand-derived backward, base-2 softmax, cached mask
+    layer_norm.py     hand-derived backward, variance from one norm, float32 statistics
+    gelu.py           hand-derived backward, tanh through sigmoid
+    cross_entropy.py  hand-derived backward from the saved log-sum-exp
+    softmax.py        softmax and log-softmax, float32 statistics
+    linear.py         Linear's product and Embedding's lookup by their fast routes (not slots)
+    precision.py      the float32 statistics for 16-bit inputs
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import InitVar, dataclass, fields
+
+from torch import Tensor
+
+from gpt_core import reference
+from gpt_core.deprecation import warn_once
+from gpt_core.kernels import attention as _attention
+from gpt_core.kernels import cross_entropy as _cross_entropy
+from gpt_core.kernels import gelu as _gelu
+from gpt_core.kernels import layer_norm as _layer_norm
+from gpt_core.kernels import softmax as _softmax
+
+KERNEL_SIGNATURES = {
+    "attention": "(q, k, v, causal) -> output; q (B, H, Tq, d), k and v (B, H, Tk, d), scale 1/sqrt(d); causal: "
+    "query i sits at position Tk - Tq + i and sees keys up to it (the KV-cache layout); a kernel that also takes "
+    "dropout_p applies attention dropout, and only such a kernel serves a model with dropout",
+    "sampling_softmax": "(x) -> softmax over the last dim (generate samples from it)",
+    "layer_norm": "(x, weight, bias, eps) -> normalised over the last dim, times weight, plus bias (None: none)",
+    "gelu": "(x) -> GELU, tanh approximation",
+    "cross_entropy": "(logits (N, V), targets (N,)) -> mean loss over the targets not equal to IGNORE_INDEX (-100)",
+}
+"""Each slot of `Kernels`, with the signature a kernel for it must have."""
+
+AttentionKernel = Callable[..., Tensor]
+_RENAMED = {"softmax": "sampling_softmax"}
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The functions a model calls for attention, LayerNorm, GELU, the loss, and sampling's softmax.
+
+    Linear and Embedding are not slots: each is one tensor operation, with nothing to write by hand
+    (`kernels/linear.py`). `softmax=` is the deprecated keyword for `sampling_softmax=`.
+    """
+
+    attention: AttentionKernel = _attention.attention
+    sampling_softmax: Callable[[Tensor], Tensor] = _softmax.softmax
+    layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = _layer_norm.layer_norm
+    gelu: Callable[[Tensor], Tensor] = _gelu.gelu
+    cross_entropy: Callable[[Tensor, Tensor], Tensor] = _cross_entropy.cross_entropy
+    softmax: InitVar[Callable[[Tensor], Tensor] | None] = None
+
+    def __post_init__(self, softmax: Callable[[Tensor], Tensor] | None) -> None:
+        if softmax is not None:
+            warn_once("Kernels(softmax=...)", "Kernels(sampling_softmax=...)")
+            object.__setattr__(self, "sampling_softmax", softmax)
+
+    def swapped(self) -> list[str]:
+        """The slots whose kernel is not the fast set's."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not f.default]
+
+    def check_dropout(self, dropout: float) -> None:
+        """Raise ValueError if a model with this attention dropout cannot use these kernels: one whose
+        attention kernel takes no `dropout_p` would silently apply none."""
+        if dropout and not _takes_dropout(self.attention):
+            raise ValueError(
+                f"dropout {dropout} needs gpt-core's own attention kernel (or one taking dropout_p): a swapped-in "
+                "attention kernel applies no dropout to its weights; set dropout=0"
+            )
+
+
+def _takes_dropout(kernel: Callable[..., Tensor]) -> bool:
+    try:
+        return "dropout_p" in inspect.signature(kernel).parameters
+    except (TypeError, ValueError):  # a callable without a signature to read
+        return False
+
+
+def canonical_slot(name: str) -> str:
+    """The slot `name` stands for: a deprecated name ("softmax") warns once and gives its replacement."""
+    if name in _RENAMED:
+        warn_once(f"the kernel slot {name!r}", repr(_RENAMED[name]))
+        return _RENAMED[name]
+    return name
+
+
+KERNEL_SLOTS = tuple(f.name for f in fields(Kernels))
+FAST_KERNELS = Kernels()
+DEFAULT_KERNELS = FAST_KERNELS
+REFERENCE_KERNELS = Kernels(
+    attention=reference.attention,
+    sampling_softmax=reference.softmax,
+    layer_norm=reference.layer_norm,
+    gelu=reference.gelu,
+    cross_entropy=reference.cross_entropy,
+)
+KERNEL_SETS = {"fast": FAST_KERNELS, "reference": REFERENCE_KERNELS}
+"""The kernel sets gpt-core ships, by name."""

@@ -1,0 +1,59 @@
+"""Cross-entropy of logits against integer targets, with a hand-derived backward.
+
+    loss = mean over the scored rows n of  logsumexp(logits_n) - logits_n[target_n]
+
+Rows whose target is IGNORE_INDEX are not scored. The gradient is softmax(logits) - onehot(target),
+over the number of scored rows: it is rebuilt from the logits and the saved log-sum-exp in one pass,
+instead of autograd keeping the whole softmax.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gpt_core.kernels.precision import upcast
+from gpt_core.reference import IGNORE_INDEX
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """Mean negative log-likelihood of the targets over the scored (non-ignored) rows.
+
+    Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere.
+    Keeps the logits and the per-row logsumexp; the softmax is rebuilt in one pass.
+
+    16-bit logits: the log-sum-exp, the loss and the softmax of the backward are computed in float32;
+    the loss stays float32 (as PyTorch's cross-entropy gives under autocast), the gradient is handed
+    back in the logits' dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
+        wide = upcast(logits)
+        scored = targets != ignore_index
+        safe_targets = torch.where(scored, targets, 0)
+        row_max = wide.amax(dim=-1, keepdim=True)
+        lse = row_max + (wide - row_max).exp().sum(dim=-1, keepdim=True).log()  # (N, 1)
+        picked = wide.gather(-1, safe_targets.unsqueeze(-1))  # (N, 1)
+        n_scored = scored.sum()
+        loss = ((lse - picked).squeeze(-1) * scored).sum() / n_scored
+        ctx.save_for_backward(logits, lse, safe_targets, scored, n_scored)  # 16-bit logits kept as given
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss: Tensor):
+        logits, lse, safe_targets, scored, n_scored = ctx.saved_tensors
+        grad = (upcast(logits) - lse).exp_()
+        grad.scatter_add_(-1, safe_targets.unsqueeze(-1), torch.full_like(lse, -1.0))
+        grad.mul_((scored.unsqueeze(-1) * (dloss / n_scored)).to(grad.dtype))
+        return grad.to(logits.dtype), None, None
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Mean cross-entropy of `logits` (..., V) against integer `targets` (...).
+
+    Positions whose target equals `ignore_index` are not scored and get zero gradient. If no
+    position is scored the mean is 0/0 = nan, as in PyTorch.
+    """
+    vocab = logits.shape[-1]
+    return _CrossEntropy.apply(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index)

@@ -1,0 +1,77 @@
+"""LayerNorm over the last dimension, with a hand-derived backward.
+
+    y = (x - mean) / sqrt(var + eps) * weight + bias,   var the biased variance of the row
+
+Autograd would save every intermediate of the forward and replay one kernel per operation; the
+closed-form gradient (in `_LayerNorm`) needs only xhat and 1/std and a handful of kernels. Where no
+gradient is being recorded (generation, evaluation) the same forward runs without the Function's
+per-call bookkeeping. Mean and variance are float32 for 16-bit inputs (`precision`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gpt_core.kernels.precision import upcast
+
+
+def _layer_norm_forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The normalised, scaled and shifted output (in x's dtype), with the xhat and 1/std its backward
+    needs (float32 at least: the statistics are never rounded to 16 bits)."""
+    width = x.shape[-1]
+    wide, weight = upcast(x), upcast(weight)
+    xhat = wide - wide.mean(dim=-1, keepdim=True)  # centred, normalised in place below
+    norm = torch.linalg.vector_norm(xhat, dim=-1, keepdim=True)  # sqrt(width * var)
+    rstd = norm.square_().div_(width).add_(eps).rsqrt_()
+    xhat.mul_(rstd)
+    y = torch.addcmul(upcast(bias), xhat, weight) if bias is not None else xhat * weight
+    return y.to(x.dtype), xhat, rstd
+
+
+class _LayerNorm(torch.autograd.Function):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dimension.
+
+    Backward, with xhat the normalised input and g = dy * weight:
+        dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    The two row means are matrix-vector products, mean(g) = dy @ weight / C and
+    mean(g * xhat) = (dy * xhat) @ weight / C, and dy * xhat is needed anyway for the weight's
+    gradient: so the backward allocates two (N, C) buffers and the forward two (xhat and y). On
+    CPU a fresh buffer is memory outside the cache, and filling it costs more than the arithmetic
+    on rows of 64-128 features. The variance comes from the norm of the centred rows: one
+    reduction and no scratch buffer, where torch.var_mean is a slow path on such short rows
+    (`benchmarks/kernels.py` times both).
+
+    16-bit inputs are normalised in float32 and the gradients computed in float32 from the saved
+    float32 xhat and 1/std, then handed back in each input's own dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
+        y, xhat, rstd = _layer_norm_forward(x, weight, bias, eps)
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        xhat, rstd, weight = ctx.saved_tensors
+        width = dy.shape[-1]
+        dtypes = (dy.dtype, weight.dtype)  # of x, and of weight and bias
+        dy, weight = upcast(dy), upcast(weight)
+        dy_xhat = dy * xhat
+        rstd_over_width = rstd / width  # (..., 1)
+        mean_g = (dy @ weight).unsqueeze(-1).mul_(rstd_over_width)  # rstd * mean(g)
+        mean_g_xhat = (dy_xhat @ weight).unsqueeze(-1).mul_(rstd_over_width)  # rstd * mean(g * xhat)
+        dx = (dy * weight).mul_(rstd).sub_(mean_g).addcmul_(xhat, mean_g_xhat, value=-1.0)
+        rows = (-1, width)  # sum the parameter gradients over every leading dimension
+        dweight = dy_xhat.reshape(rows).sum(dim=0).to(dtypes[1])
+        dbias = dy.reshape(rows).sum(dim=0).to(dtypes[1]) if ctx.has_bias else None
+        return dx.to(dtypes[0]), dweight, dbias, None
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Layer normalisation over the last dimension, with a hand-derived backward."""
+    if not torch.is_grad_enabled():  # no graph to record: skip the Function's bookkeeping
+        return _layer_norm_forward(x, weight, bias, eps)[0]
+    return _LayerNorm.apply(x, weight, bias, eps)

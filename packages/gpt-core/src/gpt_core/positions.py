@@ -1,0 +1,156 @@
+"""Where each token sits: learned positions, rotary positions (RoPE), randomized ids, and the limit.
+
+ - learned ("learned"): a table of position vectors added to the token embeddings (`GPT.wpe`), one
+   per id in range(block_size), or range(max_positions) when that is set.
+ - rotary ("rope"): each pair of channels (i, i + d/2) of a query or key at position m is rotated
+   by the angle m * base^(-2i/d). The dot product of a rotated query at m and key at n then depends
+   on the positions only through m - n, which is why RoPE needs no table and can run past the length
+   it was trained on.
+ - none ("none"): causal attention alone must infer order.
+ - randomized ids (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization
+   of Transformers"), for learned and rotary positions: in training each sequence's ids are a sorted
+   random subset of range(max_positions), which must then be larger than block_size, so every id a
+   longer test sequence uses has been trained.
+The limit is how many positions a sequence may use; `check_positions` is the one check of it, with
+one message, for the model, generation and every task's evaluation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from gpt_core.model import GPTConfig
+
+PositionEncoding = Literal["learned", "rope", "none"]
+POSITION_ENCODINGS = ("learned", "rope", "none")
+
+
+def check_position_fields(c: GPTConfig) -> None:
+    """Raise ValueError for a position encoding that cannot work, or max_positions and
+    randomized_positions where they would have no effect."""
+    if c.pos not in POSITION_ENCODINGS:
+        raise ValueError(f"pos must be one of {', '.join(POSITION_ENCODINGS)}, got {c.pos!r}")
+    if c.pos == "rope" and c.head_dim % 2:
+        raise ValueError(f"RoPE needs an even head size, got n_embd / n_head = {c.head_dim}")
+    n = c.max_positions
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"max_positions must be a non-negative integer (0: block_size), got {n!r}")
+    if 0 < n < c.block_size:
+        raise ValueError(f"max_positions ({n}) must be 0 (block_size) or at least block_size ({c.block_size})")
+    if c.randomized_positions:
+        if c.pos == "none":
+            raise ValueError("randomized_positions needs pos=learned or pos=rope; pos=none has no positions")
+        if n <= c.block_size:
+            raise ValueError(
+                f"randomized_positions needs max_positions larger than block_size ({c.block_size}), got {n}: "
+                "training position ids are drawn from range(max_positions)"
+            )
+    elif n and c.pos != "learned":
+        raise ValueError(
+            f"max_positions sizes the learned table or the range of randomized_positions; with pos={c.pos} "
+            "and randomized_positions off it would do nothing"
+        )
+
+
+def position_limit(c: GPTConfig) -> int | None:
+    """The most positions a sequence may use: the learned table's length, or the range randomized
+    ids are drawn from (n distinct ids need n <= max_positions); None when nothing limits it."""
+    if c.pos == "learned" or c.randomized_positions:
+        return c.max_positions or c.block_size
+    return None
+
+
+def check_positions(c: GPTConfig, n: int, what: str = "the input") -> None:
+    """Raise ValueError if `what` needs n positions and the model's positions cannot hold them."""
+    limit = position_limit(c)
+    if limit is None or n <= limit:
+        return
+    if c.randomized_positions:
+        raise ValueError(
+            f"{what} needs {n} positions, more than max_positions {limit}: randomized positions are "
+            "distinct ids drawn from range(max_positions)"
+        )
+    bound = f"max_positions {limit}" if c.max_positions else f"block_size {limit}"
+    raise ValueError(
+        f"{what} needs {n} positions, longer than {bound}: learned positions "
+        "have no vectors past their table (use pos=rope or pos=none to run past it)"
+    )
+
+
+def sample_positions(
+    c: GPTConfig, batch_size: int, length: int, device: torch.device, generator: torch.Generator | None = None
+) -> Tensor:
+    """Randomized position ids (B, T) on `device`: for each sequence, `length` distinct ids drawn uniformly
+    from range(max_positions), in increasing order. Drawn with `generator`, on its device, or else with
+    the global RNG on `device`, as dropout is, so a seeded run and a resumed one draw the same ids."""
+    check_positions(c, length, "the sequence")
+    where = generator.device if generator is not None else device
+    keys = torch.rand(batch_size, position_limit(c), device=where, generator=generator)  # (B, L)
+    chosen = keys.topk(length, dim=1, sorted=False).indices  # a uniform random subset of each row's range
+    return chosen.sort(dim=1).values.to(device)
+
+
+def forward_positions(
+    c: GPTConfig, batch_size: int, length: int, offset: int | None, training: bool, device: torch.device
+) -> Tensor:
+    """The ids a forward uses when given none: sampled (B, T) for a randomized model's training forward
+    without a cache; otherwise the T ids after the `offset` positions already cached, (T,)."""
+    if training and c.randomized_positions and offset is None:
+        return sample_positions(c, batch_size, length, device)
+    start = offset or 0
+    check_positions(c, start + length, "the sequence")
+    return torch.arange(start, start + length, device=device)
+
+
+def check_position_ids(c: GPTConfig, positions: Tensor) -> None:
+    """Raise ValueError if a given position id lies outside the range the model has."""
+    limit = position_limit(c)
+    if limit is not None and int(positions.max()) >= limit:
+        raise ValueError(f"position id {int(positions.max())} is outside range({limit})")
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding: rotates queries and keys by their positions (no parameters)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size, got {head_dim}")
+        self.head_dim = head_dim
+        self.base = base
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+        # float32, not float64: Apple's MPS backend has no float64 tensors.
+        self.register_buffer("inv_freq", (base**-exponents).float(), persistent=False)  # (d/2,)
+
+    def angles(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin of the rotation angles at integer `positions` (T,) or (B, T): each (..., T, d/2)."""
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        device = self.inv_freq.device
+        if work == torch.float64:
+            # Recomputed in float64: the float32 buffer's rounding (2^-24 relative) grows with the
+            # position into the angles, far above a float64 model's own rounding.
+            exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=work) / self.head_dim
+            inv_freq = self.base**-exponents
+        else:
+            inv_freq = self.inv_freq.to(work)
+        theta = positions.to(device=device, dtype=work)[..., None] * inv_freq  # (..., T, d/2)
+        return theta.cos().to(dtype), theta.sin().to(dtype)
+
+    def forward(self, x: Tensor, positions: int | Tensor = 0) -> Tensor:
+        """x: (B, H, T, d) -> rotated x of the same shape.
+
+        `positions` is where x's tokens sit: an int offset (positions offset .. offset + T - 1), or
+        the position ids themselves, (T,) shared by the batch or (B, T) one row per sequence (the
+        randomized positions of Ruoss et al. 2023 are increasing but not consecutive).
+        """
+        if isinstance(positions, int):
+            positions = torch.arange(positions, positions + x.shape[-2], device=x.device)
+        cos, sin = self.angles(positions, x.dtype)
+        if positions.dim() == 2:  # (B, T, d/2) -> (B, 1, T, d/2): one rotation per sequence, shared by heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, d/2) each
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)

@@ -1,0 +1,76 @@
+"""The reference kernels: each piece of the model as its definition, in plain autograd.
+
+This is what a learner writes first: a few lines under each formula, with autograd deriving every
+backward. `REFERENCE_KERNELS` (in `gpt_core.kernels`) is a kernel table of these functions, and
+`GPT(config, REFERENCE_KERNELS)` trains with them. The fast set (`gpt_core.kernels`) computes the
+same functions, pinned to these and to PyTorch in float64, with hand-derived backward passes and the
+speed work each of its modules explains.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+IGNORE_INDEX = -100
+"""Target value for positions a task does not score (the same default as PyTorch's)."""
+
+
+def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | None = None) -> Tensor:
+    """Zero each element with probability p and rescale the rest by 1/(1-p) (inverted dropout), in training."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:  # everything dropped; x * keep / (1 - p) would be 0/0 = nan
+        return x * 0.0
+    keep = torch.rand(x.shape, device=x.device, generator=generator) >= p
+    return x * keep / (1.0 - p)
+
+
+# softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), m = max_j x_j (the shift keeps exp from overflowing)
+def softmax(x: Tensor) -> Tensor:
+    """Softmax over the last dimension, stable: the row max is subtracted first."""
+    exp = (x - x.amax(dim=-1, keepdim=True)).exp()
+    return exp / exp.sum(dim=-1, keepdim=True)
+
+
+# attention(q, k, v) = softmax(q k^T / sqrt(d) + mask) v, the mask -inf where key j is after query i
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
+    """q (B, H, Tq, d), k and v (B, H, Tk, d) -> (B, H, Tq, d). Causal: the queries are the last Tq of
+    the Tk positions (a KV-cached decoding step), so query i sits at Tk - Tq + i and sees keys up to it."""
+    n_queries, n_keys = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if causal:
+        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = dropout(softmax(scores), dropout_p, training=True)
+    return weights @ v
+
+
+# layer_norm(x) = (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance of the row
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Layer normalisation over the last dimension."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + eps) * weight
+    return y if bias is None else y + bias
+
+
+# gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+def gelu(x: Tensor) -> Tensor:
+    """GELU, the tanh approximation GPT-2 uses."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+# cross_entropy = mean over scored rows n of logsumexp(logits_n) - logits_n[target_n]
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """logits (N, V), targets (N,) -> the mean loss over the targets not equal to IGNORE_INDEX
+    (nan, 0/0, when none is scored, as in PyTorch)."""
+    scored = targets != IGNORE_INDEX
+    logits, targets = logits[scored], targets[scored]  # (n, V), (n,)
+    m = logits.amax(dim=-1, keepdim=True)
+    logsumexp = m + (logits - m).exp().sum(dim=-1, keepdim=True).log()  # (n, 1)
+    return (logsumexp - logits.gather(-1, targets[:, None])).mean()

@@ -1,0 +1,141 @@
+"""The reference kernels, each piece as its definition in plain autograd: pinned to PyTorch in float64,
+forward and backward; agreeing with the fast set on every verification case; and a model that trains."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpt_core import (
+    FAST_KERNELS,
+    GPT,
+    IGNORE_INDEX,
+    REFERENCE_KERNELS,
+    GPTConfig,
+    format_report,
+    log_softmax,
+    reference,
+    verification_report,
+)
+from gpt_core.kernels.linear import embedding, linear
+
+TOL = 1e-12
+
+TORCH = {
+    "linear": F.linear,
+    "embedding": lambda ids, weight: F.embedding(ids, weight),
+    "layer_norm": lambda x, weight, bias: F.layer_norm(x, x.shape[-1:], weight, bias, 1e-5),
+    "gelu": lambda x: F.gelu(x, approximate="tanh"),
+    "softmax": lambda x: torch.softmax(x, dim=-1),
+    "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
+    "cross_entropy": lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX),
+    "sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+}
+
+FAST = {
+    "linear": linear,
+    "embedding": embedding,
+    "layer_norm": lambda x, weight, bias: FAST_KERNELS.layer_norm(x, weight, bias, 1e-5),
+    "gelu": FAST_KERNELS.gelu,
+    "softmax": FAST_KERNELS.sampling_softmax,
+    "log_softmax": log_softmax,
+    "cross_entropy": FAST_KERNELS.cross_entropy,
+    "sdpa": FAST_KERNELS.attention,  # the harness hands it square causal blocks only, where both alignments agree
+}
+"""The fast set, as the references a verification report compares with."""
+
+
+def _failures(rows) -> list[str]:
+    return [failure for row in rows if (failure := row.failure(TOL)) is not None]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_reference_set_matches_pytorch_in_float64_forward_and_backward(seed):
+    rows = verification_report(TORCH, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
+    assert len(rows) > 20 and all(row.grad is not None for row in rows if not row.component.startswith("KV"))
+    assert _failures(rows) == [], format_report(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_reference_and_fast_sets_agree_in_float64_on_every_verification_case(seed):
+    rows = verification_report(FAST, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
+    assert _failures(rows) == [], format_report(rows)
+    attention = [row for row in rows if row.component.startswith("sdpa")]
+    assert len(attention) == 7 and max(row.grad for row in attention) > 0  # a real comparison, not 0 by identity
+
+
+def test_each_reference_kernel_is_the_definition_in_reference_py():
+    for slot in ("attention", "layer_norm", "gelu", "cross_entropy"):
+        assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot)
+    assert REFERENCE_KERNELS.sampling_softmax is reference.softmax
+
+
+def test_the_reference_cross_entropy_of_nothing_scored_is_nan_as_in_pytorch():
+    logits = torch.randn(3, 5, dtype=torch.float64)
+    targets = torch.full((3,), IGNORE_INDEX)
+    assert reference.cross_entropy(logits, targets).isnan()
+    assert F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX).isnan()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"pos": "learned"}, {"pos": "rope"}, {"pos": "none", "bias": False, "tie_weights": False}],
+    ids=["learned", "rope", "none-no-bias-untied"],
+)
+def test_a_reference_model_has_the_fast_models_logits_loss_and_gradients_in_float64(gen, fields):
+    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, **fields)
+    fast = GPT(config).double()
+    slow = GPT(config, REFERENCE_KERNELS).double()
+    slow.load_state_dict(fast.state_dict())
+    idx = torch.randint(13, (3, 12), generator=gen)
+    targets = torch.randint(13, (3, 12), generator=gen)
+    targets[:, ::4] = IGNORE_INDEX
+    a, b = fast(idx, targets), slow(idx, targets)
+    a.loss.backward()
+    b.loss.backward()
+    assert (a.logits - b.logits).abs().max() <= TOL and (a.loss - b.loss).abs() <= TOL
+    for (name, p), q in zip(fast.named_parameters(), slow.parameters(), strict=True):
+        assert (p.grad - q.grad).abs().max() <= TOL, name
+    assert min(p.grad.abs().max() for p in fast.parameters()) > 0  # every gradient is a real one
+
+
+def test_a_reference_model_decodes_with_the_cache_as_it_runs_in_full(gen):
+    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
+    model = GPT(config, REFERENCE_KERNELS).double().eval()
+    idx = torch.randint(13, (2, 10), generator=gen)
+    with torch.no_grad():
+        full = model(idx).logits
+        cache = model.new_cache(2, 10)
+        steps = [model(idx[:, :4], cache=cache).logits]
+        steps += [model(idx[:, t : t + 1], cache=cache).logits for t in range(4, 10)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-10
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_reference_model_trains(gen, dropout):
+    """A tiny problem (copy the input) that the loss must fall on, with attention dropout too."""
+    config = GPTConfig(vocab_size=7, block_size=8, n_layer=2, n_head=2, n_embd=32, dropout=dropout)
+    model = GPT(config, REFERENCE_KERNELS)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    idx = torch.randint(7, (16, 8), generator=gen)
+    losses = []
+    for _ in range(60):
+        loss = model(idx, idx).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+
+
+def test_the_reference_attention_applies_its_dropout_only_when_asked(gen):
+    q, k, v = (torch.randn(2, 2, 5, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    plain = reference.attention(q, k, v, True)
+    assert torch.equal(reference.attention(q, k, v, True, dropout_p=0.0), plain)
+    torch.manual_seed(0)
+    assert not torch.equal(reference.attention(q, k, v, True, dropout_p=0.5), plain)
+    config = GPTConfig(vocab_size=7, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.1)
+    GPT(config, dataclasses.replace(REFERENCE_KERNELS))  # a model with dropout accepts the reference attention
