@@ -207,6 +207,7 @@ def softmax_without_max_shift(x: torch.Tensor) -> torch.Tensor:
 
 def test_verify_in_bf16_fails_a_kernel_that_overflows(cli):
     result = cli(
-        "verify", "--dtype", "bf16", "--seed", "0", "--kernel", "sampling_softmax=test_precision:softmax_without_max_shift"
-    )
+        "verify", "--dtype", "bf16", "--seed", "0",
+        "--kernel", "sampling_softmax=test_precision:softmax_without_max_shift",
+    )  # fmt: skip
     assert_one_line_error(result, "softmax, logits x 1000: output", code=1)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
-from gpt_core import GPTConfig
+from gpt_core import KERNEL_SETS, GPTConfig
 
 Schedule = Literal["cosine", "constant"]
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -40,6 +40,9 @@ class TrainSettings:
     CUDA); evaluation is float32 whatever it is. `grad_accum` N splits each step's `batch_size`
     sequences into N micro-batches of batch_size / N, whose gradients add up to the whole batch's: the
     same optimisation in less memory, so batch_size must be a multiple of it.
+
+    `kernels` names the kernel set the model computes with (`gpt_core.KERNEL_SETS`): "fast", the default,
+    or "reference", each piece as its plain-autograd definition; a run's `--kernel` choices replace slots of it.
     """
 
     steps: int = 2000
@@ -64,6 +67,7 @@ class TrainSettings:
     grokfast_lambda: float = 0.0
     dtype: Dtype = "fp32"
     grad_accum: int = 1
+    kernels: str = "fast"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -84,6 +88,8 @@ class TrainSettings:
         _require(0 <= self.grokfast_alpha < 1, f"grokfast_alpha must be in [0, 1), got {self.grokfast_alpha}")
         _require(self.schedule in ("cosine", "constant"), f"schedule must be cosine or constant, got {self.schedule!r}")
         _require(self.dtype in PRECISIONS, f"dtype must be one of {', '.join(PRECISIONS)}, got {self.dtype!r}")
+        sets = ", ".join(KERNEL_SETS)
+        _require(self.kernels in KERNEL_SETS, f"kernels must be one of {sets}, got {self.kernels!r}")
         _require(
             self.batch_size % self.grad_accum == 0,
             f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum}): "

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from gpt_core import GPTConfig
+from gpt_core import GPTConfig, canonical_slot
 from gpt_tasks import (
     ParamError,
     Task,
@@ -106,8 +106,8 @@ class RunConfig:
                 eval_splits=tuple(data["eval_splits"]),
                 versions=data.get("versions", {}),
                 task_files=task_files,
-                kernels=dict(data.get("kernels", {})),
-                unverified_kernels=tuple(data.get("unverified_kernels", ())),
+                kernels={canonical_slot(slot): name for slot, name in data.get("kernels", {}).items()},
+                unverified_kernels=tuple(canonical_slot(slot) for slot in data.get("unverified_kernels", ())),
                 init_from=data.get("init_from", ""),
             )
         except (ValueError, KeyError, TypeError, OSError) as error:

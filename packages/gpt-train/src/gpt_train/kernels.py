@@ -183,11 +183,11 @@ def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def build_kernels(choices: Mapping[str, str]) -> Kernels:
-    """The kernel table with each chosen slot replaced, each guarded so that a kernel calling sys.exit fails as
-    that kernel; KernelError if one cannot be found."""
+def build_kernels(choices: Mapping[str, str], base: Kernels = DEFAULT_KERNELS) -> Kernels:
+    """The kernel table `base` with each chosen slot replaced, each guarded so that a kernel calling sys.exit
+    fails as that kernel; KernelError if one cannot be found."""
     chosen = {slot: guarded(slot, name, resolve_kernel(slot, name)) for slot, name in choices.items()}
-    return dataclasses.replace(DEFAULT_KERNELS, **chosen)
+    return dataclasses.replace(base, **chosen)
 
 
 def verify_kernel(
@@ -202,14 +202,20 @@ def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | No
 
 
 def checked_kernels(
-    choices: Mapping[str, str], dropout: float, seed: int, verify: bool = True, unverified: Iterable[str] = ()
+    choices: Mapping[str, str],
+    dropout: float,
+    seed: int,
+    verify: bool = True,
+    unverified: Iterable[str] = (),
+    base: Kernels = DEFAULT_KERNELS,
 ) -> Kernels:
-    """The kernels a model computes with: each chosen one found and, with `verify`, pinned against PyTorch.
+    """The kernels a model computes with: the set `base` with each chosen one found and, with `verify`, pinned
+    against PyTorch.
 
     Raises KernelError naming the kernel and its first failing case (case, output, difference, index), or
     the reason it cannot be used with this model; for a slot in `unverified` a failure is only a warning.
     """
-    kernels = build_kernels(choices)
+    kernels = build_kernels(choices, base)
     try:
         kernels.check_dropout(dropout)
     except ValueError as error:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, GPT, Kernels
+from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SETS, Kernels
 from gpt_tasks import Task
 from gpt_train.checkpoint import load_checkpoint, load_weights
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
@@ -244,8 +244,9 @@ def run_kernels(config: RunConfig, verify: bool = False, run_dir: Path | None = 
     pinned against PyTorch (a failure of one recorded as unverified is a warning). For a saved run, a missing
     or failing kernel is one line naming the run."""
     try:
+        base = KERNEL_SETS[config.train.kernels]
         return checked_kernels(
-            config.kernels, config.model.dropout, config.train.seed, verify, config.unverified_kernels
+            config.kernels, config.model.dropout, config.train.seed, verify, config.unverified_kernels, base
         )
     except KernelError as error:
         if run_dir is None:

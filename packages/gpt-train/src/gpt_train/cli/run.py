@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
+from gpt_core import KERNEL_SETS
 from gpt_train.cli.formatting import format_value, wrong_count
 from gpt_train.cli.group import CONTEXT, CommandError, cli
-from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, kernel_choices
+from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP, kernel_choices
 from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
@@ -53,6 +54,7 @@ EXIT_CODES = {"diverged": 1, "interrupted": 130}
 @click.option(
     "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
 )
+@click.option("--kernels", type=click.Choice(list(KERNEL_SETS)), help=KERNEL_SET_HELP + " [default: fast]")
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)
 @click.option(
     "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
@@ -104,6 +106,7 @@ def run(
       gpt-train run --task sort --set dtype=bf16 --set grad_accum=4   # bf16 autocast, 4 micro-batches of 32
       gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
+      gpt-train run --task sort --kernels reference                  # the plain-autograd definitions
       gpt-train run --task sort --kernel attention=flash
       gpt-train run --task text --data novel.txt --init-from gpt2/ --set block_size=256
       gpt-train run --resume runs/sort-rope

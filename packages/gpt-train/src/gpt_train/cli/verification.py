@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError, cli
-from gpt_train.cli.options import kernel_choices
+from gpt_train.cli.options import KERNEL_SET_HELP, kernel_choices
 from gpt_train.guard import guarded
 from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_kernel
 
@@ -14,6 +15,8 @@ from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_k
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME",
               help="Verify this kernel instead: an installed one (see `gpt-train kernels`) or module:function. "
               "Repeatable.")  # fmt: skip
+@click.option("--kernels", "kernel_set", type=click.Choice(list(KERNEL_SETS)), default="fast", show_default=True,
+              help="The kernel set to check: " + KERNEL_SET_HELP.split(": ", 1)[1].split("; ")[0] + ".")  # fmt: skip
 @click.option("--seed", type=int, help="Fix the random inputs. [default: fresh each time]")
 @click.option(
     "--dtype",
@@ -26,7 +29,7 @@ from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_k
 @click.option(
     "--tolerance", type=float, help=f"Largest difference accepted. [default: {TOLERANCE:.0e} in fp64, 2^-4 in bf16]"
 )
-def verify(kernel_pairs, seed: int | None, dtype: str, tolerance: float | None) -> None:
+def verify(kernel_pairs, kernel_set: str, seed: int | None, dtype: str, tolerance: float | None) -> None:
     """Check every hand-written piece against the PyTorch built-in it replaces.
 
     Runs each component (Linear, Embedding, LayerNorm, GELU, softmax, cross-entropy, attention in
@@ -35,6 +38,9 @@ def verify(kernel_pairs, seed: int | None, dtype: str, tolerance: float | None) 
     F.scaled_dot_product_attention) on the same random float64 inputs, and prints the largest
     difference of outputs and of gradients; also KV-cache decoding vs a full forward.
     Exits 1 if any difference exceeds the tolerance.
+
+    --kernels reference checks the reference set instead: each piece as its plain-autograd definition
+    (gpt_core.reference), the same cases, the same tolerance.
 
     With --kernel SLOT=NAME, checks that kernel instead, on every case of its slot, forward and
     backward, then a whole GPT computed with it against gpt-core's own kernels (and, for attention,
@@ -47,6 +53,7 @@ def verify(kernel_pairs, seed: int | None, dtype: str, tolerance: float | None) 
     \b
     Examples:
       gpt-train verify
+      gpt-train verify --kernels reference
       gpt-train verify --dtype bf16
       gpt-train verify --kernel attention=flash
       gpt-train verify --kernel layer_norm=mykernels:layer_norm
@@ -60,10 +67,13 @@ def verify(kernel_pairs, seed: int | None, dtype: str, tolerance: float | None) 
     choices = kernel_choices(kernel_pairs)
     if kernel_pairs and not choices:
         raise CommandError("gpt-core's own kernels are what plain `gpt-train verify` checks; run it without --kernel")
+    if choices and kernel_set != "fast":
+        raise CommandError("--kernel checks one kernel on its own; drop --kernels, or --kernel to check a whole set")
     if not choices:
-        rows = verification_report(torch_references(), torch_dtype, seed=seed, labels=TORCH_LABELS)
+        kernels = KERNEL_SETS[kernel_set]
+        rows = verification_report(torch_references(), torch_dtype, seed=seed, labels=TORCH_LABELS, kernels=kernels)
         click.echo(format_report(rows))
-        _check_rows(rows, tolerance, "")
+        _check_rows(rows, tolerance, "" if kernel_set == "fast" else f"{kernel_set} kernels: ")
         return
     for slot, name in choices.items():
         rows = verify_kernel(slot, guarded(slot, name, resolve_kernel(slot, name)), seed, torch_dtype)

@@ -1,0 +1,55 @@
+"""`--kernels reference|fast`: the kernel set a run trains with and verify checks, recorded and kept."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from train_helpers import TINY, assert_one_line_error
+
+from gpt_core import FAST_KERNELS, REFERENCE_KERNELS
+from gpt_train.runs import load_run
+from gpt_viz import RunLayout
+
+
+def test_verify_checks_the_reference_set_against_pytorch(cli):
+    result = cli("verify", "--kernels", "reference", "--seed", "0")
+    assert result.code == 0, result.err
+    assert "reference kernels: all 22 checks within 1e-12" in result.out
+
+
+def test_a_run_on_the_reference_kernels_records_them_and_is_loaded_with_them(cli, tmp_path):
+    run_dir = tmp_path / "reference"
+    result = cli(*TINY, "--kernels", "reference", "--out", run_dir)
+    assert result.code == 0, result.err
+    assert json.loads(RunLayout(run_dir).config.read_text())["train"]["kernels"] == "reference"
+    _, model = load_run(run_dir, torch.device("cpu"))
+    assert model.kernels == REFERENCE_KERNELS
+
+
+def test_a_run_written_before_kernel_sets_loads_with_the_fast_set(cli, tiny_run):
+    path = RunLayout(tiny_run).config
+    config = json.loads(path.read_text())
+    del config["train"]["kernels"]  # as config.json was written before the option existed
+    path.write_text(json.dumps(config))
+    _, model = load_run(tiny_run, torch.device("cpu"))
+    assert model.kernels == FAST_KERNELS
+
+
+def test_the_reference_and_fast_sets_train_the_same_first_steps_from_the_same_seed(cli, tmp_path):
+    losses = {}
+    for kernels in ("fast", "reference"):
+        run_dir = tmp_path / kernels
+        assert cli(*TINY, "--kernels", kernels, "--out", run_dir).code == 0
+        records = [json.loads(line) for line in RunLayout(run_dir).metrics.read_text().splitlines()]
+        losses[kernels] = [r["loss"] for r in records if "loss" in r][:3]
+    assert losses["fast"] and torch.allclose(torch.tensor(losses["fast"]), torch.tensor(losses["reference"]), atol=1e-4)
+
+
+def test_resume_refuses_a_kernel_set(cli, tiny_run):
+    assert_one_line_error(cli("run", "--resume", tiny_run, "--kernels", "reference"), "drop --kernels")
+
+
+def test_an_unknown_kernel_set_is_one_line(cli):
+    result = cli(*TINY, "--kernels", "quick")
+    assert result.code == 2 and "'quick' is not one of 'fast', 'reference'" in result.err
