@@ -11,10 +11,17 @@
 
 Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI, and
 transformers (gpt2 session only) to the version the parity tests pass with.
+
+Virtualenvs are made by uv where it is installed (`pip install uv`): it links each package from its cache instead
+of unpacking it again for every session, which matters for torch; otherwise by virtualenv. uv does not read pip's
+configuration, so pip's find-links (a local folder of wheels, such as a CPU build of torch) are handed to it.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -33,6 +40,20 @@ PACKAGES = {
 
 nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "lint", "docs"]
 nox.options.reuse_existing_virtualenvs = False
+nox.options.default_venv_backend = "uv|virtualenv"
+
+
+def pip_find_links() -> str:
+    """pip's find-links, from its environment variable or its configuration files ("" if none)."""
+    if os.environ.get("PIP_FIND_LINKS"):
+        return os.environ["PIP_FIND_LINKS"]
+    found = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    return found.stdout.strip() if found.returncode == 0 else ""
+
+
+if "UV_FIND_LINKS" not in os.environ and (links := pip_find_links()):
+    os.environ["UV_FIND_LINKS"] = ",".join(links.split())  # pip separates them by spaces, uv by commas
 
 
 def package_dir(name: str) -> str:
