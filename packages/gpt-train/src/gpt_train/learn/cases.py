@@ -57,13 +57,19 @@ def _cross_entropy(gen: torch.Generator) -> list[Case]:
 
 
 CASES: dict[str, Callable[[torch.Generator], list[Case]]] = {
-    "softmax": lambda g: [Case("softmax", (_randn(g, 2, 7, 11),)), Case("logits x 1000", (_randn(g, 2, 7, 11, scale=1e3),))],
+    "softmax": lambda g: [
+        Case("softmax", (_randn(g, 2, 7, 11),)),
+        Case("logits x 1000", (_randn(g, 2, 7, 11, scale=1e3),)),
+    ],
     "attention": _attention,
     "layer_norm": lambda g: [
         Case("LayerNorm", (_randn(g, 2, 7, 32), _randn(g, 32), _randn(g, 32), 1e-5)),
         Case("LayerNorm without bias", (_randn(g, 2, 7, 32), _randn(g, 32), None, 1e-5)),
     ],
-    "gelu": lambda g: [Case("GELU", (_randn(g, 2, 7, 32),)), Case("GELU, inputs x 30", (_randn(g, 2, 7, 32, scale=30.0),))],
+    "gelu": lambda g: [
+        Case("GELU", (_randn(g, 2, 7, 32),)),
+        Case("GELU, inputs x 30", (_randn(g, 2, 7, 32, scale=30.0),)),
+    ],
     "cross_entropy": _cross_entropy,
 }  # fmt: skip
 """Each kernel step's cases, keyed by the kind of kernel (the softmax step's whatever its slot is called)."""

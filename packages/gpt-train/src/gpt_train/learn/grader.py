@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpt_core import Row
-from gpt_train.kernels import TOLERANCE, first_failure, verify_kernel
+from gpt_train.kernels import first_failure, verify_kernel
 from gpt_train.learn.cases import Outcome, cases_for, run_case
 from gpt_train.learn.loading import LearnerError, describe, guarded, is_stub, learner_function, load_module, where
 from gpt_train.learn.steps import Step

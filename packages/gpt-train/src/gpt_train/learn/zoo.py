@@ -262,7 +262,8 @@ def _attention_backward(rowsum_term: bool = True, scaled: bool = True) -> Callab
             q, k, v, probs = ctx.saved_tensors
             scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
             d_probs = d_out @ v.transpose(-2, -1)
-            d_scores = probs * (d_probs - (d_probs * probs).sum(dim=-1, keepdim=True)) if rowsum_term else probs * d_probs
+            rowsum = (d_probs * probs).sum(dim=-1, keepdim=True) if rowsum_term else 0.0
+            d_scores = probs * (d_probs - rowsum)
             return d_scores @ k * scale, d_scores.transpose(-2, -1) @ q * scale, probs.transpose(-2, -1) @ d_out, None
 
     return lambda q, k, v, causal: Attention.apply(q, k, v, causal)
@@ -325,14 +326,21 @@ FLASH_ATTENTION = (
 )  # fmt: skip
 
 
-MISTAKES: dict[str, tuple[Mistake, ...]] = {
+OWN: dict[str, tuple[Mistake, ...]] = {
     "softmax": SOFTMAX,
     "attention": ATTENTION,
     "layer_norm": LAYER_NORM,
     "gelu": GELU,
     "cross_entropy": CROSS_ENTROPY,
-    "layer_norm_backward": LAYER_NORM_BACKWARD + LAYER_NORM,
-    "attention_backward": ATTENTION_BACKWARD + ATTENTION,
-    "flash_attention": FLASH_ATTENTION + ATTENTION,
+    "layer_norm_backward": LAYER_NORM_BACKWARD,
+    "attention_backward": ATTENTION_BACKWARD,
+    "flash_attention": FLASH_ATTENTION,
 }
-"""Each kernel step's mistakes, in the order they are tried: its own first, then its slot's forward ones."""
+"""The mistakes each kernel step is about."""
+
+FORWARD_OF = {"layer_norm_backward": "layer_norm", "attention_backward": "attention", "flash_attention": "attention"}
+
+MISTAKES: dict[str, tuple[Mistake, ...]] = {
+    step: own + OWN.get(FORWARD_OF.get(step, ""), ()) for step, own in OWN.items()
+}
+"""Each kernel step's mistakes in the order they are tried: its own first, then those of its slot's forward step."""
