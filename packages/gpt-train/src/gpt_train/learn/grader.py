@@ -61,7 +61,6 @@ def check_file(step: Step, path: Path) -> Verdict:
 
 def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, tile: int = DEFAULT_TILE) -> Verdict:
     """Grade `kernel` as the answer to `step`; `path` is its file, named in what the verdict says."""
-    kernel = guarded(kernel)
     try:
         outcomes = [run_case(kernel, case, SEED) for case in cases_for(step.function, SEED)]
     except KeyboardInterrupt:
@@ -71,6 +70,7 @@ def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, t
             return Verdict(False, f"{where(error, path)}: {step.function} is not written yet (it raises "
                                   "NotImplementedError): write its body in place of the raise")  # fmt: skip
         return Verdict(False, f"{where(error, path)}: {step.function} raised {describe(error)}")
+    kernel = guarded(kernel)  # from here a SystemExit is the kernel failing a check, as any exception is
     rows = verify_kernel(step.slot, kernel, seed=SEED)
     failure = first_failure(rows)
     if failure is not None:
