@@ -104,11 +104,13 @@ def train_command(folder: Path, device: str) -> None:
     try:
         began = time.monotonic()
         mine = train_sort(folder, kernels, folder / "runs" / "mine", target, quiet=True)
-        click.echo(f"  trained in {time.monotonic() - began:.0f} s")
+        click.echo(f"  trained and scored in {time.monotonic() - began:.0f} s")
         theirs = finished_figure(folder / "runs" / "gpt-core")
         if theirs is None:
             click.echo("training the same run with gpt-core's kernels")
             theirs = train_sort(folder, {}, folder / "runs" / "gpt-core", target, quiet=True)
+        else:
+            click.echo(f"gpt-core's kernels: the finished run in {theirs.run_dir}")
     except TrainError as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"{TASK} held-out exact match, every one of the {mine.examples:,} held-out examples, same seed:")
