@@ -197,11 +197,12 @@ def test_start_writes_the_stub_with_the_slot_signature(tmp_path):
     assert "raise NotImplementedError" in text
 
 
-def test_a_backward_autograd_derived_is_refused(tmp_path):
-    write(tmp_path, "layer_norm_backward", "from gpt_core.reference import layer_norm\n\n__all__ = ['layer_norm']\n")
-    result = invoke("check", "layer_norm_backward", "--dir", tmp_path)
+@pytest.mark.parametrize(("step", "slot"), [("layer_norm_backward", "layer_norm"), ("attention_backward", "attention")])
+def test_a_backward_autograd_derived_is_refused(tmp_path, step, slot):
+    write(tmp_path, step, f"from gpt_core.reference import {slot}\n\n__all__ = ['{slot}']\n")
+    result = invoke("check", step, "--dir", tmp_path)
     assert result.exit_code == 1
-    assert result.output.startswith("layer_norm_backward: autograd derived this backward")
+    assert result.output.startswith(f"{step}: autograd derived this backward")
 
 
 def test_flash_attention_that_forms_the_t_by_t_scores_is_refused(tmp_path):
