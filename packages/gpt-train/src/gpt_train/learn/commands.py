@@ -25,6 +25,16 @@ STEP_ARGUMENT = click.argument("step_name", metavar="STEP", type=click.Choice(li
 MARK = {"passed": "[x]", "not passed": "[ ]", "not started": "[ ]"}
 
 
+class LearnError(click.ClickException):
+    """A command that cannot do what it was asked: `gpt-train: error: ...` on stderr, exit status 2, as every
+    gpt-train command says it. (A step that fails its check is not an error: its verdict, exit status 1.)"""
+
+    exit_code = 2
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"gpt-train: error: {' '.join(self.format_message().split())}", err=True)
+
+
 @click.group(invoke_without_command=True, context_settings=CONTEXT)
 @click.pass_context
 def learn(ctx: click.Context) -> None:
@@ -66,7 +76,7 @@ def start(step_name: str, folder: Path) -> None:
         with path.open("x", encoding="utf-8") as out:  # "x": never replaces a file that appeared meanwhile
             out.write(stub)
     except OSError as error:
-        raise click.ClickException(f"cannot write {path}: {error.strerror or error}") from None
+        raise LearnError(f"cannot write {path}: {error.strerror or error}") from None
     click.echo(f"wrote {path}: write {step.signature}, then `gpt-train learn check {step.name}`")
 
 
@@ -78,7 +88,7 @@ def check(step_name: str, folder: Path) -> None:
     step = BY_NAME[step_name]
     path = folder / step.file_name
     if not path.is_file():
-        raise click.ClickException(f"no {path}: start it with `gpt-train learn start {step.name}`")
+        raise LearnError(f"no {path}: start it with `gpt-train learn start {step.name}`")
     verdict = check_task(path) if step.slot is None else check_file(step, path)
     click.echo(verdict.message)
     if not verdict.passed:
@@ -96,7 +106,7 @@ def train_command(folder: Path, device: str) -> None:
     to DIR/runs/gpt-core, trained once and reused."""
     steps = passed_kernels(folder)
     if not steps:
-        raise click.ClickException(f"no kernel step passed in {folder} yet: see `gpt-train learn list`")
+        raise LearnError(f"no kernel step passed in {folder} yet: see `gpt-train learn list`")
     target = resolve_device(device)
     kernels = kernel_choices(steps)
     yours = ", ".join(f"{slot}={step.name}" for slot, step in steps.items())
@@ -112,7 +122,7 @@ def train_command(folder: Path, device: str) -> None:
         else:
             click.echo(f"gpt-core's kernels: the finished run in {theirs.run_dir}")
     except TrainError as error:
-        raise click.ClickException(str(error)) from None
+        raise LearnError(str(error)) from None
     click.echo(f"{TASK} held-out exact match, every one of the {mine.examples:,} held-out examples, same seed:")
     for who, figure in (("your kernels", mine), ("gpt-core's kernels", theirs)):
         click.echo(f"  {who:<18}  {figure.exact_match:.5f}  ({figure.wrong} wrong)  {figure.run_dir}")

@@ -15,7 +15,7 @@ from gpt_tasks import PromptAnswerTask, Registry, hookimpl
 from gpt_train.learn.grader import Verdict
 from gpt_train.learn.loading import LearnerError, describe, is_stub, load_module, where
 
-STEPS, BATCH, LR = 200, 64, 3e-3
+STEPS, BATCH, LR = 120, 64, 3e-3
 EVAL_LIMIT = 500
 """A short run: enough for a small model to learn a simple mapping, well under the check's 10 seconds."""
 
