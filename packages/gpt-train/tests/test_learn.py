@@ -245,3 +245,49 @@ def test_check_before_start_says_how_to_start(tmp_path):
     result = invoke("check", "gelu", "--dir", tmp_path)
     assert result.exit_code == 2
     assert result.output == f"gpt-train: error: no {tmp_path}/gelu.py: start it with `gpt-train learn start gelu`\n"
+
+
+class _LayerNormSummed(torch.autograd.Function):
+    """LayerNorm's backward from row sums instead of means: dx = rstd / C (C g - sum(g) - xhat sum(g xhat))."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        centred = x - x.mean(dim=-1, keepdim=True)
+        rstd = 1.0 / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
+        xhat = centred * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.has_bias = bias is not None
+        return xhat * weight + (bias if bias is not None else 0.0)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, rstd, weight = ctx.saved_tensors
+        width = dy.shape[-1]
+        g = dy * weight
+        dx = (width * g - g.sum(dim=-1, keepdim=True) - xhat * (g * xhat).sum(dim=-1, keepdim=True)) * rstd / width
+        dweight = (dy * xhat).flatten(0, -2).sum(dim=0)
+        return dx, dweight, dy.flatten(0, -2).sum(dim=0) if ctx.has_bias else None, None
+
+
+def test_a_hand_written_backward_in_another_order_passes():
+    verdict = grade(BY_NAME["layer_norm_backward"], lambda x, w, b, eps: _LayerNormSummed.apply(x, w, b, eps))
+    assert verdict.passed, verdict.message
+
+
+def test_flash_attention_passes_at_another_tile_size(tmp_path):
+    source = (SOLUTIONS / "flash_attention.py").read_text().replace("TILE = 64", "TILE = 16")
+    write(tmp_path, "flash_attention", source)
+    result = invoke("check", "flash_attention", "--dir", tmp_path)
+    assert result.exit_code == 0, result.output
+
+
+def test_a_flash_mistake_is_named_at_the_learners_tile_size(tmp_path):
+    """The running sum left unscaled, in tiles of 32: the zoo's kernel must tile as the learner's does to agree."""
+    source = (SOLUTIONS / "flash_attention.py").read_text().replace("TILE = 64", "TILE = 32")
+    source = source.replace("running_sum = running_sum * rescale +", "running_sum = running_sum +")
+    write(tmp_path, "flash_attention", source)
+    result = invoke("check", "flash_attention", "--dir", tmp_path)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0] == (
+        "flash_attention: the running sum is not rescaled by exp(m_old - m_new) when the max grows"
+    )
