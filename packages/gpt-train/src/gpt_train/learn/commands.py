@@ -16,7 +16,7 @@ from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS
 from gpt_train.learn.task_check import check_task
 from gpt_train.learn.training import TASK, finished_figure, kernel_choices, passed_kernels, train_sort
 
-CONTEXT = {"help_option_names": ["-h", "--help"]}
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DIR_OPTION = click.option(
     "--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR, show_default=True,
     help="The folder your answers live in.",
