@@ -1,0 +1,118 @@
+"""`gpt-train learn`: list, start, check and train, the graded exercises of gpt_train.learn."""
+
+from __future__ import annotations
+
+import time
+from importlib.resources import files
+from pathlib import Path
+
+import click
+
+from gpt_train.cli.group import CONTEXT, CommandError
+from gpt_train.devices import resolve_device
+from gpt_train.errors import TrainError
+from gpt_train.learn.grader import check_file
+from gpt_train.learn.progress import forget_pass, record_pass, status
+from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS
+from gpt_train.learn.task_check import check_task
+from gpt_train.learn.training import TASK, finished_figure, kernel_choices, passed_kernels, train_sort
+
+DIR_OPTION = click.option(
+    "--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR, show_default=True,
+    help="The folder your answers live in.",
+)  # fmt: skip
+STEP_ARGUMENT = click.argument("step_name", metavar="STEP", type=click.Choice(list(BY_NAME)))
+MARK = {"passed": "[x]", "not passed": "[ ]", "not started": "[ ]"}
+
+
+@click.group(invoke_without_command=True, context_settings=CONTEXT)
+@click.pass_context
+def learn(ctx: click.Context) -> None:
+    """Rebuild gpt-core's kernels one graded exercise at a time, then train a GPT on your own kernels.
+
+    \b
+    Start with:
+      gpt-train learn start softmax      # writes my-gpt/softmax.py, a stub to fill in
+      gpt-train learn check softmax      # grades it and says what is wrong
+      gpt-train learn train              # sorts digits with every kernel you have passed
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(list_steps)
+
+
+@learn.command("list", context_settings=CONTEXT)
+@DIR_OPTION
+def list_steps(folder: Path) -> None:
+    """The steps in order, what each teaches, and whether your folder passes it."""
+    width = max(len(step.name) for step in STEPS)
+    for number, step in enumerate(STEPS, 1):
+        state = status(folder, step)
+        click.echo(f"{MARK[state]} {number}. {step.name.ljust(width)}  {step.teaches}  ({state})")
+
+
+@learn.command(context_settings=CONTEXT)
+@STEP_ARGUMENT
+@DIR_OPTION
+def start(step_name: str, folder: Path) -> None:
+    """Write DIR/STEP.py, the stub of the step's function, never over a file already there."""
+    step = BY_NAME[step_name]
+    path = folder / step.file_name
+    if path.exists():
+        click.echo(f"{path} already exists: it is kept as it is; check it with `gpt-train learn check {step.name}`")
+        return
+    stub = files("gpt_train.learn.stubs").joinpath(step.file_name).read_text(encoding="utf-8")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with path.open("x", encoding="utf-8") as out:  # "x": never replaces a file that appeared meanwhile
+            out.write(stub)
+    except OSError as error:
+        raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
+    click.echo(f"wrote {path}: write {step.signature}, then `gpt-train learn check {step.name}`")
+
+
+@learn.command(context_settings=CONTEXT)
+@STEP_ARGUMENT
+@DIR_OPTION
+def check(step_name: str, folder: Path) -> None:
+    """Grade DIR/STEP.py in float64, forward and backward, on `gpt-train verify`'s cases."""
+    step = BY_NAME[step_name]
+    path = folder / step.file_name
+    if not path.is_file():
+        raise CommandError(f"no {path}: start it with `gpt-train learn start {step.name}`")
+    verdict = check_task(path) if step.slot is None else check_file(step, path)
+    click.echo(verdict.message)
+    if not verdict.passed:
+        forget_pass(folder, step)
+        raise SystemExit(1)
+    record_pass(folder, step)
+
+
+@learn.command("train", context_settings=CONTEXT)
+@DIR_OPTION
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
+def train_command(folder: Path, device: str) -> None:
+    """Train the seed task (sort) with every kernel you have passed, and score the whole held-out split beside
+    the same run with gpt-core's own kernels. Your run goes to DIR/runs/mine (replaced each time); gpt-core's
+    to DIR/runs/gpt-core, trained once and reused."""
+    steps = passed_kernels(folder)
+    if not steps:
+        raise CommandError(f"no kernel step passed in {folder} yet: see `gpt-train learn list`")
+    target = resolve_device(device)
+    kernels = kernel_choices(steps)
+    yours = ", ".join(f"{slot}={step.name}" for slot, step in steps.items())
+    click.echo(f"training {TASK} with your kernels: {yours}")
+    try:
+        began = time.monotonic()
+        mine = train_sort(folder, kernels, folder / "runs" / "mine", target, quiet=True)
+        click.echo(f"  trained and scored in {time.monotonic() - began:.0f} s")
+        theirs = finished_figure(folder / "runs" / "gpt-core")
+        if theirs is None:
+            click.echo("training the same run with gpt-core's kernels")
+            theirs = train_sort(folder, {}, folder / "runs" / "gpt-core", target, quiet=True)
+        else:
+            click.echo(f"gpt-core's kernels: the finished run in {theirs.run_dir}")
+    except TrainError as error:
+        raise CommandError(str(error)) from None
+    click.echo(f"{TASK} held-out exact match, every one of the {mine.examples:,} held-out examples, same seed:")
+    for who, figure in (("your kernels", mine), ("gpt-core's kernels", theirs)):
+        click.echo(f"  {who:<18}  {figure.exact_match:.5f}  ({figure.wrong} wrong)  {figure.run_dir}")

@@ -1,0 +1,5 @@
+"""The gelu step's answer: gpt-core's reference kernel, its definition in plain autograd."""
+
+from gpt_core.reference import gelu
+
+__all__ = ["gelu"]

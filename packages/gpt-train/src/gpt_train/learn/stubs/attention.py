@@ -1,0 +1,23 @@
+"""Step 2: scaled dot-product attention, the heart of the transformer.
+
+    scores = q k^T / sqrt(d)          (B, H, Tq, Tk): how much each query attends to each key
+    weights = softmax(scores)         over the keys (the last dimension)
+    output = weights v                (B, H, Tq, d)
+
+With causal=True a query may not see keys after it. The queries are the LAST Tq positions of the keys
+(during cached decoding a single new query attends to every key so far): query i sits at position
+Tk - Tq + i and sees keys 0 .. Tk - Tq + i. Masked scores are -inf, so their weight is exp(-inf) = 0.
+
+Check it with `gpt-train learn check attention`.
+"""
+
+import torch
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """q: (B, H, Tq, d); k, v: (B, H, Tk, d), Tq <= Tk -> output (B, H, Tq, d).
+
+    Hints: torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal) keeps the entries on and below a diagonal
+    (diagonal > 0 moves it right); scores.masked_fill(~allowed, float("-inf")). Try Tq = 1 on paper.
+    """
+    raise NotImplementedError

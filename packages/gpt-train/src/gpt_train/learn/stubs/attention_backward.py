@@ -1,0 +1,32 @@
+"""Step 7: attention with a backward you derive yourself.
+
+With P = softmax(S) the weights, S = q k^T s the scaled scores (s = 1/sqrt(d)) and dO the gradient of
+the output O = P v:
+
+    dV = P^T dO                  dP = dO V^T
+    dS = P * (dP - rowsum(dP * P))          the softmax's backward, row by row
+    dQ = dS K s                  dK = dS^T Q s
+
+(masked entries have P = 0, so they get no gradient by themselves).
+
+Check it with `gpt-train learn check attention_backward`: the check refuses a gradient autograd derived.
+"""
+
+import torch
+
+
+class Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        """The forward of step 2; ctx.save_for_backward(q, k, v, P) for backward."""
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, d_out):
+        """d_out: (B, H, Tq, d) -> (dq, dk, dv, None)."""
+        raise NotImplementedError
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """q: (B, H, Tq, d); k, v: (B, H, Tk, d) -> (B, H, Tq, d), with your backward."""
+    return Attention.apply(q, k, v, causal)

@@ -1,0 +1,22 @@
+"""Step 5: the cross-entropy loss the model is trained on.
+
+    loss_n = logsumexp(logits_n) - logits_n[targets_n]        for each row n
+    loss = mean of loss_n over the rows whose target is not -100
+
+logsumexp(x) = m + log(sum exp(x - m)), m = max(x), so large logits cannot overflow. A target of -100
+(IGNORE_INDEX) marks a position the task does not score, such as the prompt: leave it out of the sum and
+out of the count.
+
+Check it with `gpt-train learn check cross_entropy`.
+"""
+
+import torch
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits: (N, V) floats; targets: (N,) integers in 0 .. V-1 or -100 -> a scalar.
+
+    Hints: scored = targets != -100; logits[scored] keeps those rows; x.gather(-1, t.unsqueeze(-1)) picks
+    one entry per row.
+    """
+    raise NotImplementedError

@@ -1,0 +1,18 @@
+"""Step 4: GELU, the activation between GPT-2's two MLP matrices, in the tanh form GPT-2 uses.
+
+    gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+(the exact GELU is x Phi(x) with Phi the normal CDF, written with erf; this is its tanh approximation).
+
+Check it with `gpt-train learn check gelu`.
+"""
+
+import torch
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """x: any shape -> the same shape.
+
+    Hint: torch.tanh is stable for any input; a tanh written by hand with exp overflows on x = 100.
+    """
+    raise NotImplementedError

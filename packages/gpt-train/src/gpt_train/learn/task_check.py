@@ -1,0 +1,102 @@
+"""Grade the task step: the learner's PromptAnswerTask is registered through gpt-tasks' registry (as an
+installed plugin would be), built with its default parameters, trained briefly and scored on the held-out
+side of its hash split."""
+
+from __future__ import annotations
+
+import types
+import warnings
+from pathlib import Path
+
+import torch
+
+from gpt_core import GPT
+from gpt_tasks import PromptAnswerTask, Registry, hookimpl
+from gpt_train.learn.grader import Verdict
+from gpt_train.learn.loading import LearnerError, describe, is_stub, load_module, where
+
+STEPS, BATCH, LR = 120, 64, 3e-3
+EVAL_LIMIT = 500
+"""A short run: enough for a small model to learn a simple mapping, well under the check's 10 seconds."""
+
+SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 32}
+LEARNED = 0.5
+"""The final loss must be below this fraction of the first: the task's answers can be learned from its prompts."""
+
+
+class _Plugin:
+    """The learner's module as the `gpt_tasks` entry point of an installed plugin would give it."""
+
+    def __init__(self, task_class: type[PromptAnswerTask]):
+        self.task_class = task_class
+
+    @hookimpl
+    def register_tasks(self, register) -> None:
+        register(self.task_class)
+
+
+class _EntryPoint:
+    """What gpt-tasks' Registry reads of an entry point: a name, no distribution, and what it loads."""
+
+    dist = None
+
+    def __init__(self, plugin: _Plugin):
+        self.name = "learn"
+        self._plugin = plugin
+
+    def load(self) -> _Plugin:
+        return self._plugin
+
+
+def task_class_in(module: types.ModuleType, path: Path) -> type[PromptAnswerTask]:
+    found = [value for value in vars(module).values() if isinstance(value, type) and issubclass(value, PromptAnswerTask)
+             and value.__module__ == module.__name__]  # fmt: skip
+    if len(found) != 1:
+        raise LearnerError(f"{path}: define exactly one PromptAnswerTask subclass (found {len(found)})")
+    return found[0]
+
+
+def check_task(path: Path) -> Verdict:
+    try:
+        module = load_module(path)
+        task_class = task_class_in(module, path)
+    except LearnerError as error:
+        return Verdict(False, str(error))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        registry = Registry(plugins=[_EntryPoint(_Plugin(task_class))])
+    if caught:
+        return Verdict(False, f"{path}: {caught[0].message}")
+    try:
+        task = registry.get(task_class.name)
+        return _train_and_score(task, path)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        if is_stub(error):
+            return Verdict(False, f"{where(error, path)}: the task is not written yet (it raises NotImplementedError)")
+        return Verdict(False, f"{where(error, path)}: the task raised {describe(error)}")
+
+
+def _train_and_score(task: PromptAnswerTask, path: Path) -> Verdict:
+    """Train a small model on the task's train side, score it on every held-out example (up to EVAL_LIMIT)."""
+    if task.split.count("heldout") == 0 or task.split.count("train") == 0:
+        return Verdict(False, f"{path}: the split leaves no examples on one side; set heldout_fraction in (0, 1)")
+    torch.manual_seed(0)
+    model = GPT(task.model_config(**SHAPE))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    generator = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(STEPS):
+        batch = task.batch(BATCH, generator)
+        loss = model(batch.inputs, batch.targets).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    metrics = task.evaluate(model, "heldout", torch.device("cpu"), EVAL_LIMIT)
+    figure = (f"held-out exact match {metrics['exact_match']:.3f} on {int(metrics['examples'])} examples, loss "
+              f"{losses[0]:.2f} -> {losses[-1]:.2f} in {STEPS} steps")  # fmt: skip
+    if not losses[-1] < LEARNED * losses[0]:
+        return Verdict(False, f"task: {task.name} does not train: {figure}; can the answer be read from the prompt?")
+    return Verdict(True, f"task: passed, {task.name} registered and trained, {figure}")
