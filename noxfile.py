@@ -7,6 +7,7 @@
     nox -s gpt2                               # GPT-2 parity with transformers (installed in this session only)
     nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
     nox -s lint                               # ruff
+    nox -s tutorial                           # execute docs/tutorial's notebook from a fresh kernel
     nox -s docs                               # the house rule for prose (tools/check_prose.py) and its tests
 
 Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI, and
@@ -38,7 +39,7 @@ PACKAGES = {
     "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
-nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "lint", "docs"]
+nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "tutorial", "lint", "docs"]
 nox.options.reuse_existing_virtualenvs = False
 nox.options.default_venv_backend = "uv|virtualenv"
 
@@ -119,6 +120,16 @@ def experiments(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", str(ROOT))
+
+
+@nox.session(python=PYTHON)
+def tutorial(session: nox.Session) -> None:
+    """Run the tutorial notebook top to bottom in a fresh kernel, as a reader would: a broken tutorial fails the
+    build (tools/run_notebook.py; nbclient, ipykernel and jupytext are pinned in constraints.txt)."""
+    install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
+    session.install(*CONSTRAINTS, "nbclient", "ipykernel", "jupytext")
+    notebook = ROOT / "docs" / "tutorial" / "attention-to-sorting.ipynb"
+    session.run("python", str(ROOT / "tools" / "run_notebook.py"), str(notebook), *session.posargs)
 
 
 @nox.session(python=PYTHON)
