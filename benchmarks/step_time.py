@@ -4,6 +4,7 @@
     python benchmarks/step_time.py --eager-only
     python benchmarks/step_time.py --by-kernel --configs shakespeare   # where the eager gap goes
     python benchmarks/step_time.py --kernel attention=flash            # a kernel beside gpt-core's and PyTorch's
+    python benchmarks/step_time.py --kernels reference                 # the reference set against the fast set
     python benchmarks/step_time.py --precision                         # bf16 autocast and grad_accum vs fp32
 
 Each round times `--steps-per-round` full AdamW steps of each model in turn (which model goes first
@@ -12,6 +13,9 @@ round's mean step) and the median of the per-round ratios with their range (lowe
 6 x parameters x tokens and is compared with a large fp32 matmul measured in the same run, for the
 hand-written model and (last column) for its built-in twin: what PyTorch's own kernels reach on the
 same machine.
+
+--kernels reference times the reference kernel set (gpt_core.reference: every piece in plain autograd) beside the
+fast set (the default) and the built-in twin, same weights, and gives its ratio to each.
 
 --precision times gpt-train's own step (gpt_train.accumulation, gpt_train.precision) on copies of one model:
 fp32, bf16 autocast, and fp32 with the batch in 4 micro-batches (the same total batch), each as a ratio to
@@ -33,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import Spread, interleaved_rounds, matmul_peak_gflops, peak_rss_mib, print_table, ratio_spread  # noqa: E402
 from twin import KERNELS, builtin_twin  # noqa: E402
 
-from gpt_core import GPT, GPTConfig, Kernels  # noqa: E402
+from gpt_core import GPT, KERNEL_SETS, GPTConfig, Kernels  # noqa: E402
 
 CONFIGS = {
     # the sort task's defaults: 2 layers, 4 heads, 64 dims, 11 positions, batch 128
@@ -135,7 +139,12 @@ def main() -> None:
     parser.add_argument("--kernel", metavar="SLOT=NAME",
                         help="eager only: time this kernel (installed, or module:function) beside gpt-core's own "
                         "and PyTorch's")  # fmt: skip
+    parser.add_argument("--kernels", choices=[name for name in KERNEL_SETS if name != "fast"],
+                        help="eager only: time this kernel set beside the fast set and PyTorch's")  # fmt: skip
     args = parser.parse_args()
+    if args.kernels:
+        time_kernel_set(args)
+        return
     if args.kernel:
         time_kernel(args)
         return
@@ -175,6 +184,26 @@ def time_kernel(args: argparse.Namespace) -> None:
     print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
     header = ["config", "gpt-core ms", f"{kernel} ms", "PyTorch ms", f"{kernel} / gpt-core", f"{kernel} / PyTorch"]
     print_table(header, rows)
+    print(f"peak RSS {peak_rss_mib():.0f} MiB")
+
+
+def time_kernel_set(args: argparse.Namespace) -> None:
+    """The --kernels table: the set against the fast set and the built-in twin, one row per configuration."""
+    name = args.kernels
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; eager training step, {name} kernels")
+    print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
+    rows = []
+    for config_name in args.configs:
+        torch.manual_seed(0)
+        fast = GPT(CONFIGS[config_name][0])
+        other = GPT(CONFIGS[config_name][0], KERNEL_SETS[name])
+        other.load_state_dict(fast.state_dict())
+        models = {"fast": fast, name: other, "PyTorch": builtin_twin(fast)}
+        times, _ = step_times(models, config_name, False, args.rounds, args.steps_per_round)
+        ms = [f"{statistics.median(times[label]) * 1e3:.2f}" for label in models]
+        ratios = [ratio_spread(times[name], times[base]).plain() for base in ("fast", "PyTorch")]
+        rows.append([config_name, *ms, *ratios])
+    print_table(["config", "fast ms", f"{name} ms", "PyTorch ms", f"{name} / fast", f"{name} / PyTorch"], rows)
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
 
 
