@@ -116,6 +116,9 @@ def test_inspect_files_have_fixed_names_or_one_per_patched_point_and_are_what_a_
         "heads_picture": "inspect_heads.png",
         "logit_lens": "inspect_logit_lens.json",
         "logit_lens_picture": "inspect_logit_lens.png",
+        "reads": "inspect_reads.json",
+        "reads_picture": "inspect_reads.png",
+        "report": "report.html",
     }
     assert {prop: getattr(layout, prop).name for prop in names} == names
     assert set(RunLayout.INSPECTIONS) == set(names.values())

@@ -1,5 +1,5 @@
 """Looking inside a trained model through gpt-core's hook points: head ablation, the logit lens and
-activation patching, each a library function returning a record that `gpt-train inspect` prints, saves
+activation patching, and what each head reads, each a library function returning a record that `gpt-train inspect` prints, saves
 beside the run (gpt_viz.RunLayout's inspect files) and draws (gpt_viz.inspect_pictures)."""
 
 from gpt_train.analysis.common import InspectError
@@ -14,11 +14,13 @@ from gpt_train.analysis.heads import (
 )
 from gpt_train.analysis.logit_lens import LogitLens, logit_lens
 from gpt_train.analysis.patching import Patching, corrupted_pairs, patch
+from gpt_train.analysis.reads import HeadReads, head_reads
 
 __all__ = [
     "ABLATIONS",
     "HeadAblation",
     "HeadMeans",
+    "HeadReads",
     "InspectError",
     "LogitLens",
     "Patching",
@@ -27,6 +29,7 @@ __all__ = [
     "ablation_hooks",
     "baseline_and_means",
     "corrupted_pairs",
+    "head_reads",
     "logit_lens",
     "patch",
 ]
