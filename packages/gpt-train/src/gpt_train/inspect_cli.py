@@ -39,6 +39,7 @@ from gpt_train.analysis.findings import (
 )
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_json_atomically
+from gpt_train.pictures import draw_attention_picture
 from gpt_train.run_names import RUN
 from gpt_train.runs import open_run
 from gpt_viz import HELDOUT, RunLayout
@@ -47,6 +48,7 @@ from gpt_viz.inspect_pictures import (
     head_reads_picture,
     load_inspection,
     logit_lens_picture,
+    most_needed_head,
     patching_picture,
 )
 
@@ -237,6 +239,8 @@ def inspect_heads(
     rows = [(layer, shown(value)) for layer, value in enumerate(result.layer_zero)]
     click.echo(format_table(("layer", "all heads zero-ablated"), rows))
     record = save(result.to_json(), step, head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
+    if layout.attention.is_file():  # attention.png now shows the layer of the head the model needs most
+        draw_attention_picture(layout, most_needed_head(record)[0])
     echo_findings(head_findings(record))
     return record
 

@@ -30,7 +30,6 @@ from gpt_train.analysis.findings import (
     head_findings,
     logit_lens_findings,
     minor_layers,
-    most_important_head,
     patching_findings,
     reads_findings,
 )
@@ -41,7 +40,7 @@ from gpt_train.errors import TrainError
 from gpt_train.run_names import RUN
 from gpt_train.runs import open_run
 from gpt_viz import RunLayout, VizError
-from gpt_viz.inspect_pictures import load_inspection
+from gpt_viz.inspect_pictures import load_inspection, most_needed_head
 
 PAGE = "serve_page.html"
 LOOPBACK = "127.0.0.1"
@@ -111,7 +110,7 @@ class Explorer:
         self.vocabulary: Vocabulary = saved.config.build_sampler()
         self.lock = threading.Lock()
         records = saved_records(RunLayout(run_dir), self.model)
-        layer, head = most_important_head(records["heads"]) if "heads" in records else (0, 0)
+        layer, head = most_needed_head(records["heads"]) if "heads" in records else (0, 0)
         examples = getattr(self.vocabulary, "example_prompts", None)
         self.summary = {
             "title": f"{saved.config.task} — {run_dir.name}",

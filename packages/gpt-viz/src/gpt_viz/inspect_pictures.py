@@ -198,3 +198,12 @@ def head_reads_picture(record: Mapping[str, Any]) -> Figure:
         f"{_at_step(record)}"
     )
     return figure
+
+
+def most_needed_head(record: Mapping[str, Any]) -> tuple[int, int]:
+    """The (layer, head) whose zero ablation alone costs a head-ablation record's metric the most (the first
+    on a tie): the head pictures and the explorer open on once `gpt-train inspect RUN heads` has run."""
+    zero = _grid(record, "zero")
+    sign = 1.0 if record.get("higher_is_better", True) else -1.0
+    layer, head = np.unravel_index(np.argmin(sign * zero), zero.shape)  # argmin takes the first of equals
+    return int(layer), int(head)

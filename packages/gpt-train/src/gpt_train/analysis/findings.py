@@ -65,18 +65,6 @@ def needed_heads(record: Record) -> list[tuple[int, int]]:
     return [(layer, head) for cost, layer, head in sorted(costs, reverse=True) if cost > NEEDED_COST]
 
 
-def most_important_head(record: Record) -> tuple[int, int]:
-    """The head whose zero ablation alone costs the most (the first layer's first head on a tie)."""
-    baseline, better = record["baseline"], record.get("higher_is_better", True)
-    costs = [
-        (_cost(value, baseline, better), -layer, -head)
-        for layer, row in enumerate(record["zero"])
-        for head, value in enumerate(row)
-    ]
-    _, layer, head = max(costs)
-    return -layer, -head
-
-
 def head_findings(record: Record) -> list[str]:
     """Which layers are unused and which heads the model needs, from inspect_heads.json."""
     metric, baseline = record["metric"], record["baseline"]
