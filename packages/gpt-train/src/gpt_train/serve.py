@@ -220,7 +220,7 @@ def serve(run_dir: Path, port: int, host: str, device: str) -> None:
 
     RUN is a run directory, or a task name for that task's newest run under ./runs.
 
-    \\b
+    \b
     Examples:
       gpt-train serve sort
       gpt-train serve sort --port 8000
@@ -231,8 +231,8 @@ def serve(run_dir: Path, port: int, host: str, device: str) -> None:
     except OSError as error:
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     address, bound = server.server_address[:2]
-    click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")
     try:
+        click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")  # within: Ctrl-C from now on stops
         server.serve_forever()
     except KeyboardInterrupt:
         click.echo("stopped")
