@@ -78,3 +78,21 @@ def test_the_report_in_chromium_draws_every_picture_fetches_nothing_and_fits_a_p
         assert [url for url in requests if not url.startswith(("file:", "data:"))] == []
         assert errors == []
         page.close()
+
+
+def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that_matters(tmp_path, monkeypatch):
+    import gpt_train.pictures as pictures
+
+    drawn = []
+    real = pictures.gpt_viz.attention_grid
+    monkeypatch.setattr(pictures.gpt_viz, "attention_grid", lambda weights, tokens, layer: drawn.append(layer) or real(weights, tokens, layer=layer))
+    run_dir = tmp_path / "sort"
+    for args in (TWO_LAYER_SORT + ("--out", str(run_dir)), ("inspect", str(run_dir), "heads", "--examples", "200")):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            assert not exit_.code
+    record = json.loads(RunLayout(run_dir).heads_ablation.read_text())
+    from gpt_viz.inspect_pictures import most_needed_head
+
+    assert drawn == [0, most_needed_head(record)[0]]

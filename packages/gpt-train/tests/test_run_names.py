@@ -4,6 +4,7 @@ pasted; gpt_train.load_run and its README example."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import signal
@@ -122,3 +123,22 @@ def test_load_run_returns_the_model_its_task_and_its_config(runs_here):
     assert run.model.config.n_layer == 2 and not run.model.training
     assert run.run_dir == Path("runs/sort-20260101-000000")
     assert gpt_train.load_run("sort").run_dir == Path("runs/sort-20260102-000000")
+
+
+def test_the_final_evaluation_shows_its_progress_in_examples(cli, tmp_path, monkeypatch):
+    import gpt_train.evaluation_progress as evaluation_progress
+
+    bars = {}
+
+    class Recorded(evaluation_progress.tqdm):
+        def close(self):  # tqdm closes again when collected: one entry per bar
+            bars[id(self)] = (self.desc, self.n, self.total)
+            super().close()
+
+    monkeypatch.setattr(evaluation_progress, "tqdm", Recorded)
+    result = cli(*[arg for arg in TINY if arg != "--quiet"], "--out", tmp_path / "progress")
+    assert result.code == 0, result.err
+    assert "final evaluation:" in result.err
+    ((desc, counted, total),) = bars.values()  # the final evaluation only, not the ones during training
+    final = json.loads((tmp_path / "progress" / "final.json").read_text())
+    assert desc == "final evaluation" and counted == total == final["heldout_examples"]
