@@ -105,7 +105,7 @@ def test_a_layer_and_position_carry_the_answer_when_patching_there_restores_90_p
     assert carrying_cells(record) == [(0, 0), (1, 2)]
     assert patching_findings(record) == [
         "resid_pre of layer 0 carries the answer's difference at prompt 0 (1.000)",
-        "resid_pre of layer 1 carries the answer's difference at answer 0, the position that writes answer 1, (0.900)",
+        "resid_pre of layer 1 carries the answer's difference at answer 0 (0.900, the position that writes answer 1)",
     ]
     record["restored"][1] = [0.0, 0.5, 0.2]
     assert patching_findings(record)[1] == (

@@ -242,7 +242,7 @@ def ask(page, prompt: str) -> None:
     before = int(page.evaluate("+(document.body.dataset.answered || 0)"))
     page.fill("#prompt", prompt)
     page.click("#go")
-    page.wait_for_function(f"+(document.body.dataset.answered || 0) > {before}", timeout=20_000)
+    page.wait_for_function(f"() => +(document.body.dataset.answered || 0) > {before}", timeout=20_000)
 
 
 def test_a_typed_prompt_shows_samples_answer_and_the_chosen_heads_attention(page, run_dir, capsys):

@@ -146,7 +146,8 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
     sections.append(section("reads", "What each head reads", read, MEANING["reads"],
                             layout.reads_picture, reads_tables(reads)))
     rules = (
-        f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%}; "
+        f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
+        f"(nearly unused: at most {NEEDED_COST:.0%}); "
         f"a head is needed when removing it alone costs more than {NEEDED_COST:.0%}; the answer appears at the "
         f"first depth reaching {APPEARS_SHARE:.0%} of the model's exact match; a position carries the answer's "
         f"difference when patching it restores at least {CARRIES_SHARE:.0%}; a head compares when it reads one "

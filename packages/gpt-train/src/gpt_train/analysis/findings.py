@@ -126,12 +126,12 @@ def logit_lens_findings(record: Record) -> list[str]:
     return found
 
 
-def position_name(record: Record, position: int) -> str:
-    """A patched position's label, saying so when it is the position that writes the measured answer token."""
-    label = record["positions"][position]
-    if position == len(record["positions"]) - 1:
-        return f"{label}, the position that writes answer {record['answer_position']},"
-    return label
+def position_cell(record: Record, layer: int, position: int) -> str:
+    """A patched position and what patching it restores, saying so when it is the position that writes the
+    measured answer token: "answer 0 (0.994, the position that writes answer 1)"."""
+    writes = position == len(record["positions"]) - 1
+    where = f", the position that writes answer {record['answer_position']}" if writes else ""
+    return f"{record['positions'][position]} ({record['restored'][layer][position]:.3f}{where})"
 
 
 def carrying_cells(record: Record) -> list[tuple[int, int]]:
@@ -153,7 +153,7 @@ def patching_findings(record: Record) -> list[str]:
         here = [position for cell_layer, position in cells if cell_layer == layer]
         best = max(range(len(positions)), key=lambda position: restored[layer][position])
         if here:
-            named = ", ".join(f"{position_name(record, p)} ({restored[layer][p]:.3f})" for p in here)
+            named = ", ".join(position_cell(record, layer, p) for p in here)
             found.append(f"{point} of layer {layer} carries the answer's difference at {named}")
         else:
             found.append(
