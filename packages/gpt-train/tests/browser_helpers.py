@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install 'gpt-train[test]'")
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed: pip install 'gpt-train[test]'"
+)
 
 
 def chromium_executable() -> str | None:

@@ -85,7 +85,8 @@ def test_the_answer_appears_at_the_first_depth_reaching_99_percent_of_the_models
     record = {"depths": depths, "exact_match": [0.0, 0.0, 0.003, 0.004, 1.0]}
     assert answer_depth(record) == 4
     assert logit_lens_findings(record) == [
-        "the answer appears after layer 1's MLP: read out there, exact match is 1.0000 (at least 99% of the model's 1.0000)",
+        "the answer appears after layer 1's MLP: read out there, exact match is 1.0000 "
+        "(at least 99% of the model's 1.0000)",
         "read out any earlier, exact match is at most 0.0040 (after layer 1's attention)",
     ]
     record["exact_match"] = [0.0, 0.0, APPEARS_SHARE * 0.8, 0.79, 0.8]
@@ -109,7 +110,8 @@ def test_a_layer_and_position_carry_the_answer_when_patching_there_restores_90_p
     ]
     record["restored"][1] = [0.0, 0.5, 0.2]
     assert patching_findings(record)[1] == (
-        "resid_pre of layer 1 carries it at no single position: the most any restores is 0.500 (prompt 1; the rule is 90%)"
+        "resid_pre of layer 1 carries it at no single position: the most any restores is 0.500 "
+        "(prompt 1; the rule is 90%)"
     )
 
 
@@ -128,7 +130,8 @@ def test_a_head_compares_when_it_reads_one_side_of_the_value_just_written_twice_
         "0.05 of its weight on the answer written so far",
         "head 0.1 compares: it reads prompt values below the one just written 10.0x as much as those at or above; "
         "0.20 of its weight on the answer written so far",
-        "head 0.2 reads prompt values alike whatever was written (ratio 1.0); 0.50 of its weight on the answer written so far",
+        "head 0.2 reads prompt values alike whatever was written (ratio 1.0); "
+        "0.50 of its weight on the answer written so far",
     ]
     assert reads_findings(record, unused=[0])[0].startswith("layer 0's heads are left out")
     assert COMPARES_RATIO == 2.0
@@ -188,7 +191,9 @@ def test_reads_are_each_heads_mean_weight_by_value_pair_as_counted_by_hand(train
     assert count > 0 and reads.counts[row][column] == count
     assert reads.reads[1][1][row][column] == pytest.approx(p * total / count, rel=1e-9)
     on_answer = sum(
-        float(pattern[n, 0, q, p : q + 1].sum()) for n in range(len(inputs)) for q in range(p, p + task.answer_length - 1)
+        float(pattern[n, 0, q, p : q + 1].sum())
+        for n in range(len(inputs))
+        for q in range(p, p + task.answer_length - 1)
     ) / (len(inputs) * (task.answer_length - 1))
     assert reads.on_answer[1][0] == pytest.approx(on_answer, rel=1e-9)
 
@@ -199,7 +204,20 @@ def default_sort(tmp_path_factory) -> Path:
     """The model `gpt-train run --task sort` trains (the final evaluation on a sample: the weights are the same)."""
     run_dir = tmp_path_factory.mktemp("default") / "sort"
     try:
-        main(["run", "--task", "sort", "--device", "cpu", "--quiet", "--set", "final_eval_limit=2000", "--out", str(run_dir)])
+        main(
+            [
+                "run",
+                "--task",
+                "sort",
+                "--device",
+                "cpu",
+                "--quiet",
+                "--set",
+                "final_eval_limit=2000",
+                "--out",
+                str(run_dir),
+            ]
+        )
     except SystemExit as exit_:
         assert not exit_.code
     return run_dir

@@ -31,7 +31,10 @@ def invoke(capsys, *args) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory) -> tuple[Path, str]:
     run_dir = tmp_path_factory.mktemp("report") / "sort"
-    for args in (TWO_LAYER_SORT + ("--out", str(run_dir)), ("inspect", str(run_dir), "report", "--examples", "200", "--pairs", "100")):
+    for args in (
+        TWO_LAYER_SORT + ("--out", str(run_dir)),
+        ("inspect", str(run_dir), "report", "--examples", "200", "--pairs", "100"),
+    ):
         try:
             main(list(args))
         except SystemExit as exit_:
@@ -42,7 +45,12 @@ def reported(tmp_path_factory) -> tuple[Path, str]:
 def test_the_report_runs_every_analysis_and_writes_each_record_and_picture(reported):
     run_dir, _ = reported
     layout = RunLayout(run_dir)
-    for path in (layout.heads_ablation, layout.logit_lens, layout.reads, *(layout.patching(p) for p in ("resid_pre", "attn_out", "mlp_out"))):
+    for path in (
+        layout.heads_ablation,
+        layout.logit_lens,
+        layout.reads,
+        *(layout.patching(p) for p in ("resid_pre", "attn_out", "mlp_out")),
+    ):
         assert json.loads(path.read_text())["step"] == 300
     assert layout.reads_picture.stat().st_size > 10_000 and layout.heads_picture.is_file()
 
@@ -56,7 +64,7 @@ def test_the_report_states_the_findings_first_then_a_section_per_analysis(report
     for anchor in ("heads", "logit-lens", "patch-resid_pre", "patch-attn_out", "patch-mlp_out", "reads"):
         section = page[page.index(f'<section id="{anchor}">') :]
         section = section[: section.index("</section>")]
-        assert section.count("<img src=\"data:image/png;base64,") == 1 and "<table>" in section and "<p>" in section
+        assert section.count('<img src="data:image/png;base64,') == 1 and "<table>" in section and "<p>" in section
     assert "http://" not in page and "https://" not in page  # nothing to fetch
 
 
@@ -64,15 +72,17 @@ def test_the_report_in_chromium_draws_every_picture_fetches_nothing_and_fits_a_p
     from browser_helpers import launched_browser
 
     run_dir, _ = reported
+    requests, errors = [], []
     for browser in launched_browser():
         page = browser.new_page(viewport=PHONE, device_scale_factor=1)
-        requests, errors = [], []
         page.on("request", lambda request: requests.append(request.url))
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(RunLayout(run_dir).report.as_uri())
         page.wait_for_load_state("load")
         images = page.locator("img").evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth, i.clientWidth])")
-        assert len(images) == 6 and all(done and natural > 300 and 0 < shown <= PHONE["width"] for done, natural, shown in images)
+        assert len(images) == 6 and all(
+            done and natural > 300 and 0 < shown <= PHONE["width"] for done, natural, shown in images
+        )
         assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]  # no sideways scrolling
         assert page.locator("#findings li").count() >= 6
         assert [url for url in requests if not url.startswith(("file:", "data:"))] == []
@@ -85,7 +95,11 @@ def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that
 
     drawn = []
     real = pictures.gpt_viz.attention_grid
-    monkeypatch.setattr(pictures.gpt_viz, "attention_grid", lambda weights, tokens, layer: drawn.append(layer) or real(weights, tokens, layer=layer))
+    monkeypatch.setattr(
+        pictures.gpt_viz,
+        "attention_grid",
+        lambda weights, tokens, layer: drawn.append(layer) or real(weights, tokens, layer=layer),
+    )
     run_dir = tmp_path / "sort"
     for args in (TWO_LAYER_SORT + ("--out", str(run_dir)), ("inspect", str(run_dir), "heads", "--examples", "200")):
         try:

@@ -86,18 +86,22 @@ def test_every_serve_help_example_serves_when_pasted_and_stops_on_ctrl_c(runs_he
     assert examples == ["gpt-train serve sort", "gpt-train serve sort --port 8000"]
     for example in examples:
         args = shlex.split(example)[1:]
-        process = subprocess.Popen([sys.executable, "-m", "gpt_train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpt_train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             line = process.stdout.readline()
             process.send_signal(signal.SIGINT)
             out, err = process.communicate(timeout=30)
         finally:
             process.kill()
-        assert re.fullmatch(r"serving runs/sort-20260102-000000 at http://127\.0\.0\.1:\d+/ \(Ctrl-C stops\)\n", line), (line, err)
+        assert re.fullmatch(
+            r"serving runs/sort-20260102-000000 at http://127\.0\.0\.1:\d+/ \(Ctrl-C stops\)\n", line
+        ), (line, err)
         assert process.returncode == 0 and out.strip() == "stopped"
 
 
-README_EXAMPLE = '''
+README_EXAMPLE = """
 import torch
 import gpt_viz
 from gpt_train import load_run
@@ -108,7 +112,7 @@ with torch.no_grad():
     _, cache = run.model.run_with_cache(torch.tensor([ids]), names=["blocks.0.pattern"])
 pattern = cache["blocks.0.pattern"][0, 1]  # layer 0, head 1: (T, T)
 gpt_viz.save_figure(gpt_viz.attention_map(pattern.numpy(), run.task.token_labels(ids), "layer 0 head 1"), "head.png")
-'''
+"""
 
 
 def test_the_readme_example_loads_a_run_and_draws_one_head(runs_here):

@@ -135,7 +135,7 @@ def test_the_server_serves_its_page_the_runs_summary_and_the_model_on_a_prompt(s
     assert status == 200 and (summary["layers"], summary["heads"]) == (2, 2)
     ablation = json.loads((run_dir / "inspect_heads.json").read_text())
     zero = ablation["zero"]
-    needed = min(((zero[l][h], l, h) for l in range(2) for h in range(2)))
+    needed = min((zero[layer][head], layer, head) for layer in range(2) for head in range(2))
     assert summary["open"] == {"layer": needed[1], "head": needed[2], "by": "ablation"}
     assert any(finding.startswith("layer 0's attention") for finding in summary["findings"])
     status, body = get(server, f"/api/prompt?text={PROMPT}")

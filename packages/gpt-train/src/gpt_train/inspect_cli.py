@@ -33,9 +33,9 @@ from gpt_train.analysis import (
 from gpt_train.analysis.findings import (
     head_findings,
     logit_lens_findings,
+    minor_layers,
     patching_findings,
     reads_findings,
-    minor_layers,
 )
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_json_atomically
@@ -379,7 +379,9 @@ def inspect_reads(
     for layer, heads_of_layer in enumerate(reads.reads):
         for head, table in enumerate(heads_of_layer):
             click.echo(f"head {layer}.{head}: weight on the answer written so far {reads.on_answer[layer][head]:.2f}")
-            rows = [(value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)]
+            rows = [
+                (value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)
+            ]
             click.echo(format_table(("written", *reads.values), rows))
     record = save(reads.to_json(), step, head_reads_picture, layout.reads, layout.reads_picture)
     echo_findings(reads_findings(record, saved_minor_layers(layout, model)))
@@ -422,7 +424,9 @@ def report_command(run_dir: Path, examples: int, pairs: int, device: str) -> Non
     layout = RunLayout(run_dir)
     records = {"heads": inspect_heads(task, model, target, step, layout, examples)}
     records["logit_lens"] = inspect_logit_lens(task, model, target, step, layout, examples)
-    records["patching"] = {point: inspect_patch(task, model, target, step, layout, point, pairs) for point in REPORT_POINTS}
+    records["patching"] = {
+        point: inspect_patch(task, model, target, step, layout, point, pairs) for point in REPORT_POINTS
+    }
     records["reads"] = inspect_reads(task, model, target, step, layout, examples)
     path = write_report(layout, task.name, records)
     click.echo(f"wrote {path}")

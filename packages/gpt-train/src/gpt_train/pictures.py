@@ -52,7 +52,9 @@ def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
     """attention.png: every head of `layer` (the first, until head ablation says which layer matters most)."""
     snapshot = gpt_viz.load_attention(layout.root)
     layer = min(layer, snapshot.weights.shape[0] - 1)
-    gpt_viz.save_figure(gpt_viz.attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer), layout.attention_picture)
+    gpt_viz.save_figure(
+        gpt_viz.attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer), layout.attention_picture
+    )
 
 
 def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:

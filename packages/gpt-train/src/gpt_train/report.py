@@ -22,8 +22,8 @@ from gpt_train.analysis.findings import (
     NEEDED_COST,
     UNUSED_TOLERANCE,
     head_findings,
-    minor_layers,
     logit_lens_findings,
+    minor_layers,
     patching_findings,
     reads_findings,
 )
@@ -102,7 +102,12 @@ def heads_tables(record: Mapping[str, Any]) -> list[str]:
 def logit_lens_tables(record: Mapping[str, Any]) -> list[str]:
     header = ("read at", "exact match", "loss", *record["answer_positions"])
     rows = [
-        (depth, f"{record['exact_match'][d]:.4f}", f"{record['loss'][d]:.4f}", *(f"{a:.3f}" for a in record["accuracy"][d]))
+        (
+            depth,
+            f"{record['exact_match'][d]:.4f}",
+            f"{record['loss'][d]:.4f}",
+            *(f"{a:.3f}" for a in record["accuracy"][d]),
+        )
         for d, depth in enumerate(record["depths"])
     ]
     return [table(header, rows)]
@@ -119,7 +124,7 @@ def reads_tables(record: Mapping[str, Any]) -> list[str]:
         for head, grid in enumerate(heads):
             rows = [(value, *(f"{w:.1f}" for w in row)) for value, row in zip(record["values"], grid, strict=True)]
             tables.append(f"<h3>head {layer}.{head}</h3>" + table((f"{layer}.{head}", *record["values"]), rows))
-    return ['<details><summary>every head\'s table</summary>' + "".join(tables) + "</details>"]
+    return ["<details><summary>every head's table</summary>" + "".join(tables) + "</details>"]
 
 
 def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str:
@@ -131,20 +136,43 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
     read = reads_findings(reads, minor_layers(heads))
     findings += read
     sections = [
-        section("heads", "Which heads matter: ablation", head_findings(heads), MEANING["heads"],
-                layout.heads_picture, heads_tables(heads)),
-        section("logit-lens", "Where the answer appears: the logit lens", logit_lens_findings(lens),
-                MEANING["logit_lens"], layout.logit_lens_picture, logit_lens_tables(lens)),
+        section(
+            "heads",
+            "Which heads matter: ablation",
+            head_findings(heads),
+            MEANING["heads"],
+            layout.heads_picture,
+            heads_tables(heads),
+        ),
+        section(
+            "logit-lens",
+            "Where the answer appears: the logit lens",
+            logit_lens_findings(lens),
+            MEANING["logit_lens"],
+            layout.logit_lens_picture,
+            logit_lens_tables(lens),
+        ),
     ]
     for point in REPORT_POINTS:
         record = patching[point]
         example = record["example"]
-        pair = f" Pairs such as {example['clean']} against {example['corrupted']}, measured at answer position {record['answer_position']}."
-        sections.append(section(f"patch-{point}", f"What the answer depends on: patching {point}",
-                                patching_findings(record), MEANING["patching"] + pair,
-                                layout.patching_picture(point), patching_tables(record)))
-    sections.append(section("reads", "What each head reads", read, MEANING["reads"],
-                            layout.reads_picture, reads_tables(reads)))
+        pair = (
+            f" Pairs such as {example['clean']} against {example['corrupted']}, measured at answer position "
+            f"{record['answer_position']}."
+        )
+        sections.append(
+            section(
+                f"patch-{point}",
+                f"What the answer depends on: patching {point}",
+                patching_findings(record),
+                MEANING["patching"] + pair,
+                layout.patching_picture(point),
+                patching_tables(record),
+            )
+        )
+    sections.append(
+        section("reads", "What each head reads", read, MEANING["reads"], layout.reads_picture, reads_tables(reads))
+    )
     rules = (
         f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
         f"(nearly unused: at most {NEEDED_COST:.0%}); "

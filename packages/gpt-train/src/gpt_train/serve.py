@@ -205,7 +205,9 @@ def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PO
 
 @click.command()
 @click.argument("run_dir", metavar="RUN", type=RUN)
-@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True, help="0: any free port.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True, help="0: any free port."
+)
 @click.option(
     "--host",
     default=LOOPBACK,

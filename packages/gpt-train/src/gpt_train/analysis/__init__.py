@@ -1,6 +1,7 @@
-"""Looking inside a trained model through gpt-core's hook points: head ablation, the logit lens and
-activation patching, and what each head reads, each a library function returning a record that `gpt-train inspect` prints, saves
-beside the run (gpt_viz.RunLayout's inspect files) and draws (gpt_viz.inspect_pictures)."""
+"""Looking inside a trained model through gpt-core's hook points: head ablation, the logit lens, activation
+patching and what each head reads, each a library function returning a record that `gpt-train inspect`
+prints, saves beside the run (gpt_viz.RunLayout's inspect files) and draws (gpt_viz.inspect_pictures);
+gpt_train.analysis.findings says in words what a record shows."""
 
 from gpt_train.analysis.common import InspectError
 from gpt_train.analysis.heads import (

@@ -43,14 +43,18 @@ def _cost(value: float, baseline: float, higher_is_better: bool) -> float:
 def unused_layers(record: Record) -> list[int]:
     """The layers whose heads can all be zero-ablated with the metric within UNUSED_TOLERANCE of the clean model."""
     baseline = record["baseline"]
-    return [layer for layer, value in enumerate(record.get("layer_zero", [])) if _shift(value, baseline) <= UNUSED_TOLERANCE]
+    return [
+        layer for layer, value in enumerate(record.get("layer_zero", [])) if _shift(value, baseline) <= UNUSED_TOLERANCE
+    ]
 
 
 def minor_layers(record: Record) -> list[int]:
     """The layers whose heads can all be zero-ablated at a cost of at most NEEDED_COST: unused or nearly."""
     baseline, better = record["baseline"], record.get("higher_is_better", True)
     return [
-        layer for layer, value in enumerate(record.get("layer_zero", [])) if _cost(value, baseline, better) <= NEEDED_COST
+        layer
+        for layer, value in enumerate(record.get("layer_zero", []))
+        if _cost(value, baseline, better) <= NEEDED_COST
     ]
 
 
@@ -85,11 +89,16 @@ def head_findings(record: Record) -> list[str]:
                 f"(clean {baseline:.4f}: it costs {cost:.2%}, under {NEEDED_COST:.0%})"
             )
         else:
-            found.append(f"layer {layer}'s attention is used: with all its heads removed {metric} is {value:.4f} (clean {baseline:.4f})")
+            found.append(
+                f"layer {layer}'s attention is used: with all its heads removed {metric} is {value:.4f} "
+                f"(clean {baseline:.4f})"
+            )
     needed = needed_heads(record)
     if needed:
         named = ", ".join(f"{layer}.{head} ({record['zero'][layer][head]:.4f})" for layer, head in needed)
-        found.append(f"heads the model needs (removing one alone costs more than {NEEDED_COST:.0%}), costliest first: {named}")
+        found.append(
+            f"heads the model needs (removing one alone costs more than {NEEDED_COST:.0%}), costliest first: {named}"
+        )
     else:
         found.append(f"no single head is needed: removing any one alone costs at most {NEEDED_COST:.0%} of {metric}")
     return found
@@ -122,7 +131,10 @@ def logit_lens_findings(record: Record) -> list[str]:
     ]
     if depth > 0:
         before = max(exact[:depth])
-        found.append(f"read out any earlier, exact match is at most {before:.4f} (after {depth_name(depths[exact.index(before)])})")
+        found.append(
+            f"read out any earlier, exact match is at most {before:.4f} "
+            f"(after {depth_name(depths[exact.index(before)])})"
+        )
     return found
 
 
@@ -163,7 +175,9 @@ def patching_findings(record: Record) -> list[str]:
     return found
 
 
-def comparison_ratio(table: Sequence[Sequence[float]], counts: Sequence[Sequence[int]], values: Sequence[str]) -> float | None:
+def comparison_ratio(
+    table: Sequence[Sequence[float]], counts: Sequence[Sequence[int]], values: Sequence[str]
+) -> float | None:
     """A head's mean weight on prompt values at or above the value just written over its mean weight on those
     below (each cell weighted by how often it was seen); None when the values are not all digits or one
     side was never seen."""
@@ -200,9 +214,15 @@ def reads_findings(record: Record, unused: Sequence[int] = ()) -> list[str]:
             if ratio is None:
                 found.append(f"{name}: {on_answer}")
             elif ratio >= COMPARES_RATIO:
-                found.append(f"{name} compares: it reads prompt values at or above the one just written {ratio:.1f}x as much as those below; {on_answer}")
+                found.append(
+                    f"{name} compares: it reads prompt values at or above the one just written {ratio:.1f}x as "
+                    f"much as those below; {on_answer}"
+                )
             elif ratio <= 1 / COMPARES_RATIO:
-                found.append(f"{name} compares: it reads prompt values below the one just written {1 / ratio:.1f}x as much as those at or above; {on_answer}")
+                found.append(
+                    f"{name} compares: it reads prompt values below the one just written {1 / ratio:.1f}x as "
+                    f"much as those at or above; {on_answer}"
+                )
             else:
                 found.append(f"{name} reads prompt values alike whatever was written (ratio {ratio:.1f}); {on_answer}")
     return found

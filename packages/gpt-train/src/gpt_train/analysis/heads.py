@@ -166,6 +166,11 @@ def ablate_each_head(
         layer_zero.append(ablated_metrics(task, model, device, whole, "zero", examples)[metric])
         progress()
     return HeadAblation(
-        metric, int(baseline["examples"]), baseline[metric], grids["zero"], grids["mean"], layer_zero,
+        metric,
+        int(baseline["examples"]),
+        baseline[metric],
+        grids["zero"],
+        grids["mean"],
+        layer_zero,
         task.higher_is_better,
     )

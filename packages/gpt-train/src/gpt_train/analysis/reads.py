@@ -57,7 +57,9 @@ def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> H
     sequences = answer_sequences(task, examples)
     values = read_values(task, sequences)
     if not values:
-        raise InspectError(f"task {task.name!r} never writes a token its prompts hold; there is nothing to read by value")
+        raise InspectError(
+            f"task {task.name!r} never writes a token its prompts hold; there is nothing to read by value"
+        )
     c, p, V = model.config, task.prompt_length, len(values)
     index = torch.full((int(sequences.max()) + 1,), -1, dtype=torch.long)
     index[torch.tensor(values)] = torch.arange(V)
