@@ -174,10 +174,14 @@ def head_reads_picture(record: Mapping[str, Any]) -> Figure:
     """One small heatmap per head (rows: layers, columns: heads): its mean attention from the answer
     positions onto a prompt token, by the value just written (rows) and the prompt token's value (columns),
     times the prompt length (1.0: even over the prompt), on one colour scale."""
-    reads = np.array(_field(record, "reads"), dtype=float)  # (L, H, V, V)
     values = [str(value) for value in _field(record, "values")]
+    shape_error = VizError(f"'reads' must be layers x heads x {len(values)} x {len(values)} finite numbers")
+    try:
+        reads = np.array(_field(record, "reads"), dtype=float)  # (L, H, V, V)
+    except (TypeError, ValueError):
+        raise shape_error from None
     if reads.ndim != 4 or reads.shape[2:] != (len(values), len(values)) or not np.all(np.isfinite(reads)):
-        raise VizError(f"'reads' must be layers x heads x {len(values)} x {len(values)} finite numbers")
+        raise shape_error
     n_layer, n_head = reads.shape[:2]
     on_answer = np.array(_field(record, "on_answer"), dtype=float)
     figure = new_figure(1.2 + 2.6 * n_head, 1.0 + 2.6 * n_layer)
