@@ -49,6 +49,8 @@ def test_a_task_name_is_its_newest_run_and_an_existing_path_is_itself(runs_here)
     with pytest.raises(RunDirError, match=r"run directory addition does not exist, and runs/ holds no 'addition' run"):
         resolve_run_dir("addition")
     assert newest_run_of("../sort") is None
+    with pytest.raises(RunDirError, match=r"^run directory runs/sort-1 does not exist$"):
+        resolve_run_dir("runs/sort-1")
 
 
 def test_commands_taking_a_run_take_a_task_name_and_say_which_run_they_chose(cli, runs_here):

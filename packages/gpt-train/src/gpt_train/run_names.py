@@ -36,6 +36,8 @@ def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
     newest = newest_run_of(str(run), runs)
     if newest is not None:
         return newest, True
+    if len(path.parts) > 1:  # a path, not a name
+        raise RunDirError(f"run directory {path} does not exist")
     raise RunDirError(
         f"run directory {path} does not exist, and {runs}/ holds no {str(run)!r} run "
         f"(a task name means its newest {runs}/<task>-* run)"
