@@ -40,7 +40,8 @@ MEANING = {
         "Each cell is the task's metric on held-out examples with one head's output replaced: by zeros (left) "
         "or by its mean over the examples (right). A dark cell is a head the model cannot do without; a cell "
         "as bright as the clean model is a head it does not need. The second table removes a whole layer's "
-        f"heads at once: a layer within {UNUSED_TOLERANCE:.1%} of the clean model is unused."
+        f"heads at once: a layer within {UNUSED_TOLERANCE:.1%} of the clean model is unused, within "
+        f"{NEEDED_COST:.0%} nearly unused."
     ),
     "logit_lens": (
         "The residual stream read out early, through the final LayerNorm and the output head, as if the model "
