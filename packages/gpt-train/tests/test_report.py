@@ -110,3 +110,19 @@ def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that
     from gpt_viz.inspect_pictures import most_needed_head
 
     assert drawn == [0, most_needed_head(record)[0]]
+
+
+def test_a_task_without_prompt_answer_shape_is_refused_before_anything_runs(tmp_path, capsys):
+    run_dir = tmp_path / "modadd"
+    code, _ = invoke(
+        capsys, "run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet", "--out", run_dir
+    )
+    assert code == 0
+    before = sorted(path.name for path in run_dir.iterdir())
+    try:
+        main(["inspect", str(run_dir), "report", "--device", "cpu"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpt-train: error: report needs a prompt-answer task") and len(err.strip().splitlines()) == 1
+    assert sorted(path.name for path in run_dir.iterdir()) == before

@@ -30,6 +30,7 @@ from gpt_train.analysis import (
     logit_lens,
     patch,
 )
+from gpt_train.analysis.common import prompt_answer_task
 from gpt_train.analysis.findings import (
     head_findings,
     logit_lens_findings,
@@ -420,6 +421,7 @@ def report_command(run_dir: Path, examples: int, pairs: int, device: str) -> Non
     from gpt_train.report import REPORT_POINTS, write_report
 
     task, model, target, step = loaded(run_dir, device)
+    prompt_answer_task(task, "report")  # refused before the ablations, not after them
     check_examples(task, examples)
     layout = RunLayout(run_dir)
     records = {"heads": inspect_heads(task, model, target, step, layout, examples)}
