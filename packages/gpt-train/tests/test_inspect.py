@@ -302,7 +302,10 @@ def test_inspect_heads_prints_the_table_and_writes_the_record_and_picture(cli, r
     assert result.code == 0, result.err
     assert "nothing ablated" in result.out and "zero-ablated  mean-ablated" in result.out
     record = json.loads(RunLayout(run_copy).heads_ablation.read_text())
-    assert set(record) == {"metric", "split", "examples", "baseline", "zero", "mean", "step"}
+    assert set(record) == {
+        "metric", "split", "examples", "baseline", "zero", "mean", "layer_zero", "higher_is_better", "step"
+    }  # fmt: skip
+    assert "all heads zero-ablated" in result.out and "findings:" in result.out
     assert record["metric"] == "exact_match" and record["split"] == "heldout" and record["examples"] == 200
     assert len(record["zero"]) == len(record["mean"]) == 2 and all(len(row) == 2 for row in record["zero"])
     assert RunLayout(run_copy).heads_picture.stat().st_size > 10_000

@@ -17,12 +17,12 @@ CPU = torch.device("cpu")
 
 
 def model_attention(model: GPT, ids: list[int]) -> np.ndarray:
-    """(n_layer, n_head, T, T) of `model` on `ids`, computed here."""
+    """(n_layer, n_head, T, T) of `model` on `ids`, computed here from each layer's `pattern` hook."""
     model.eval()
+    names = [f"blocks.{layer}.pattern" for layer in range(model.config.n_layer)]
     with torch.no_grad():
-        names = [f"blocks.{layer}.pattern" for layer in range(model.config.n_layer)]
-        _, recorded = model.run_with_cache(torch.tensor([ids]), names)
-        return torch.stack([recorded[name] for name in names])[:, 0].numpy()
+        _, cache = model.run_with_cache(torch.tensor([ids]), names=names)
+    return torch.stack([cache[name][0] for name in names]).numpy()
 
 
 def as_stored(weights: np.ndarray) -> np.ndarray:

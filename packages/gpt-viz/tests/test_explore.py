@@ -163,7 +163,17 @@ def test_head_ablation_table_is_embedded_when_inspect_heads_has_run(run_dir):
     write_ablation(run_dir, ABLATION)
     final = RunLayout(run_dir).final
     final_step = json.loads(final.read_text())["step"] if final.is_file() else None
-    assert embedded(explorer_page(run_dir))["ablation"] == ABLATION | {"step": None, "final_step": final_step}
+    expected = ABLATION | {"step": None, "final_step": final_step, "higher_is_better": True}
+    assert embedded(explorer_page(run_dir))["ablation"] == expected
+
+
+def test_the_page_opens_on_the_head_ablation_finds_most_needed_else_the_first_layer(run_dir):
+    assert embedded(explorer_page(run_dir))["open"] == {"layer": 0, "head": 0, "by": "first layer"}
+    write_ablation(run_dir, ABLATION)  # head 1.1 zero-ablated leaves 0.0
+    assert embedded(explorer_page(run_dir))["open"] == {"layer": 1, "head": 1, "by": "ablation"}
+    loss = ABLATION | {"higher_is_better": False}  # a lower-is-better metric: the head whose removal raises it most
+    write_ablation(run_dir, loss)
+    assert embedded(explorer_page(run_dir))["open"] == {"layer": 0, "head": 2, "by": "ablation"}
 
 
 @pytest.mark.parametrize(("step", "final_step"), [(10, 30), (30, 30), (None, 30), (10, None)])

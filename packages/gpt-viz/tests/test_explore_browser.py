@@ -120,6 +120,21 @@ def test_the_page_renders_a_real_picture(page):
     assert page.locator("#example option").all_inner_texts() == ["1: 12+34=46\u2423$", "2: 9+8=17$", "3: 50+50=100$"]
 
 
+def test_the_page_opens_on_the_head_the_ablation_table_finds_most_needed(page, run_dir):
+    # ABLATION: head 1.0 zero-ablated leaves 0.1, the lowest
+    assert (page.input_value("#layer"), page.input_value("#head")) == ("1", "0")
+    assert page.locator("#attention").evaluate("c => [c.dataset.layer, c.dataset.head]") == ["1", "0"]
+
+
+def test_without_a_head_ablation_table_the_page_opens_on_the_first_layer(browser, run_dir):
+    page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+    page.goto(write_explorer(run_dir).as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    assert (page.input_value("#layer"), page.input_value("#head")) == ("0", "0")
+    assert lower_triangle_correlation(cell_luminance(page), attention_weights(run_dir)[0, 0]) > 0.98
+    page.close()
+
+
 def test_choosing_another_head_draws_that_heads_pattern(page, run_dir):
     weights = attention_weights(run_dir)
     last_layer = weights.shape[0] - 1

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from gpt_viz import RunLayout, VizError, parse_metric_key, probe_key, training_curves
-from gpt_viz.inspect_pictures import head_ablation_heatmap, load_inspection, logit_lens_picture, patching_picture
+from gpt_viz.inspect_pictures import (
+    head_ablation_heatmap,
+    head_reads_picture,
+    load_inspection,
+    logit_lens_picture,
+    most_needed_head,
+    patching_picture,
+)
 
 HEADS = {
     "metric": "exact_match",
@@ -116,6 +123,9 @@ def test_inspect_files_have_fixed_names_or_one_per_patched_point_and_are_what_a_
         "heads_picture": "inspect_heads.png",
         "logit_lens": "inspect_logit_lens.json",
         "logit_lens_picture": "inspect_logit_lens.png",
+        "reads": "inspect_reads.json",
+        "reads_picture": "inspect_reads.png",
+        "report": "report.html",
     }
     assert {prop: getattr(layout, prop).name for prop in names} == names
     assert set(RunLayout.INSPECTIONS) == set(names.values())
@@ -162,3 +172,25 @@ def test_probes_are_drawn_under_the_metric_curve(make_run, assert_real_picture):
 
 def test_a_run_without_probes_has_no_probe_panel(run_dir):
     assert not [ax for ax in training_curves(run_dir).axes if ax.get_ylabel() == "task probes"]
+
+
+def test_the_reads_picture_draws_a_heatmap_per_head_and_refuses_a_misshapen_record():
+    values = ["0", "1", "2"]
+    grid = [[1.0, 0.5, 0.1], [0.2, 1.5, 0.3], [0.0, 0.1, 2.0]]
+    record = {
+        "examples": 10,
+        "values": values,
+        "reads": [[grid, grid], [grid, grid]],
+        "on_answer": [[0.1, 0.2], [0.3, 0.4]],
+    }
+    figure = head_reads_picture(record)
+    assert len([ax for ax in figure.axes if ax.get_title().startswith("head ")]) == 4
+    assert figure.axes[3].get_title() == "head 1.1 (on answer 0.40)"
+    with pytest.raises(VizError, match="'reads' must be layers x heads x 3 x 3"):
+        head_reads_picture(record | {"reads": [[grid[:2], grid]]})
+
+
+def test_the_most_needed_head_is_the_costliest_to_remove_the_first_of_equals():
+    record = {"zero": [[0.9, 0.2], [0.2, 0.95]]}
+    assert most_needed_head(record) == (0, 1)
+    assert most_needed_head(record | {"higher_is_better": False}) == (1, 1)

@@ -2,11 +2,13 @@
 
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.errors import TrainError
-from gpt_train.runs import Run, load_run, new_run, resumed_run
+from gpt_train.loading import LoadedRun, load_run
+from gpt_train.runs import Run, new_run, resumed_run
 from gpt_train.trainer import Outcome, Trainer, train
 
 __all__ = [
     "ConfigError",
+    "LoadedRun",
     "Outcome",
     "Run",
     "RunConfig",

@@ -1,8 +1,10 @@
-"""`gpt-train inspect RUN heads|logit-lens|patch`: the analyses of gpt_train.analysis on a saved run.
+"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report`: the analyses of gpt_train.analysis on a
+saved run.
 
-Each command prints its table, and writes its record (JSON) and picture into the run directory under
-the names gpt_viz.RunLayout gives them. Errors are the analyses' InspectError (a TrainError), which the
-command group turns into one line.
+Each command prints its table and the findings its numbers show (gpt_train.analysis.findings states the
+rules), and writes its record (JSON) and picture into the run directory under the names gpt_viz.RunLayout
+gives them; `report` runs them all and writes report.html. Errors are the analyses' InspectError (a
+TrainError), which the command group turns into one line.
 """
 
 from __future__ import annotations
@@ -24,14 +26,32 @@ from gpt_train.analysis import (
     ablate_each_head,
     ablated_metrics,
     baseline_and_means,
+    head_reads,
     logit_lens,
     patch,
 )
+from gpt_train.analysis.common import prompt_answer_task
+from gpt_train.analysis.findings import (
+    head_findings,
+    logit_lens_findings,
+    minor_layers,
+    patching_findings,
+    reads_findings,
+)
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_json_atomically
+from gpt_train.pictures import draw_attention_picture
+from gpt_train.run_names import RUN
 from gpt_train.runs import open_run
 from gpt_viz import HELDOUT, RunLayout
-from gpt_viz.inspect_pictures import head_ablation_heatmap, logit_lens_picture, patching_picture
+from gpt_viz.inspect_pictures import (
+    head_ablation_heatmap,
+    head_reads_picture,
+    load_inspection,
+    logit_lens_picture,
+    most_needed_head,
+    patching_picture,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -52,20 +72,24 @@ def examples_option(default: int, what: str) -> Callable:
 
 
 @click.group("inspect")
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", metavar="RUN", type=RUN)
 @click.pass_context
 def inspect_command(ctx: click.Context, run_dir: Path) -> None:
     """Look inside a trained model: which heads it needs, where its answer appears, what it depends on.
 
-    Each analysis prints a table and writes a JSON record and a picture into RUN_DIR
-    (inspect_heads.*, inspect_logit_lens.*, inspect_patch_<hook>.*).
+    RUN is a run directory, or a task name for that task's newest run under ./runs. Each analysis
+    prints a table and what it shows in words, and writes a JSON record and a picture into the run
+    (inspect_heads.*, inspect_logit_lens.*, inspect_patch_<hook>.*, inspect_reads.*); `report` runs
+    them all and writes report.html.
 
     \b
     Examples:
-      gpt-train inspect runs/sort heads
-      gpt-train inspect runs/sort heads --ablate 1.0 --ablate 1.2
-      gpt-train inspect runs/sort logit-lens
-      gpt-train inspect runs/sort patch --hook resid_pre --corrupt 0
+      gpt-train inspect sort report
+      gpt-train inspect sort heads
+      gpt-train inspect sort heads --ablate 1.0 --ablate 1.2
+      gpt-train inspect sort logit-lens
+      gpt-train inspect sort patch --hook resid_pre --corrupt 0
+      gpt-train inspect sort reads
     """
     ctx.obj = run_dir
 
@@ -103,12 +127,20 @@ def check_examples(task: Task, examples: int) -> None:
 
 def save(
     record: dict[str, Any], step: int, draw: Callable[[dict[str, Any]], Figure], json_path: Path, picture_path: Path
-) -> None:
-    """Write the record, stamped with the step of the checkpoint it describes, and its picture."""
+) -> dict[str, Any]:
+    """Write the record, stamped with the step of the checkpoint it describes, and its picture; the record."""
     record = record | {"step": step}
     write_json_atomically(json_path, record)
     gpt_viz.save_figure(draw(record), picture_path)
     click.echo(f"wrote {json_path} and {picture_path}")
+    return record
+
+
+def echo_findings(findings: Sequence[str]) -> None:
+    """The findings under the table, one per line (the rules: gpt_train.analysis.findings)."""
+    click.echo("findings:")
+    for finding in findings:
+        click.echo(f"  - {finding}")
 
 
 def scored_as(examples: float) -> Callable[[float], str]:
@@ -157,44 +189,61 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
 @DEVICE_OPTION
 @click.pass_obj
 def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) -> None:
-    """Remove each attention head in turn (zero and mean ablation) and score the task's primary metric.
+    """Remove each attention head in turn (zero and mean ablation), then each layer's heads together, and
+    score the task's primary metric.
 
     Zero ablation sets the head's output to 0; mean ablation to its mean over the scored sample at the
-    same position. The table and inspect_heads.json hold the metric for every head.
+    same position. The table and inspect_heads.json hold the metric for every head; the findings name
+    the unused layers and the heads the model needs.
 
     \b
     Examples:
-      gpt-train inspect runs/sort heads
-      gpt-train inspect runs/sort heads --examples 250050
-      gpt-train inspect runs/sort heads --ablate all
+      gpt-train inspect sort heads
+      gpt-train inspect sort heads --examples 2000
+      gpt-train inspect sort heads --ablate all
     """
     task, model, target, step = loaded(run_dir, device)
     check_examples(task, examples)
-    metric = task.primary_metric
     if ablate:
-        chosen = parse_heads(ablate, model)
-        baseline, means = baseline_and_means(task, model, target, examples)
-        scores = [ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in ABLATIONS]
-        named = ", ".join(f"{layer}.{head}" for layer, head in chosen)
-        shown = scored_as(baseline["examples"])
-        click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {shown(baseline[metric])}")
-        for how, value in zip(ABLATIONS, scores, strict=True):
-            click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
+        ablate_together(task, model, target, parse_heads(ablate, model), examples)
         return
+    inspect_heads(task, model, target, step, RunLayout(run_dir), examples)
+
+
+def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[tuple[int, int]], examples: int) -> None:
+    metric = task.primary_metric
+    baseline, means = baseline_and_means(task, model, target, examples)
+    scores = [ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in ABLATIONS]
+    named = ", ".join(f"{layer}.{head}" for layer, head in chosen)
+    shown = scored_as(baseline["examples"])
+    click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {shown(baseline[metric])}")
+    for how, value in zip(ABLATIONS, scores, strict=True):
+        click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
+
+
+def inspect_heads(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
+) -> dict[str, Any]:
+    """Ablate each head, then each layer; print the table and findings; save the record and picture."""
     c = model.config
-    with tqdm(total=1 + len(ABLATIONS) * c.n_layer * c.n_head, desc="evaluations", leave=False) as bar:
+    evaluations = 1 + len(ABLATIONS) * c.n_layer * c.n_head + c.n_layer
+    with tqdm(total=evaluations, desc="evaluations", leave=False) as bar:
         result = ablate_each_head(task, model, target, examples, progress=bar.update)
     shown = scored_as(result.examples)
-    click.echo(f"{metric} on {result.examples:,} held-out examples; nothing ablated: {shown(result.baseline)}")
+    click.echo(f"{result.metric} on {result.examples:,} held-out examples; nothing ablated: {shown(result.baseline)}")
     rows = [
         (layer, head, shown(result.zero[layer][head]), shown(result.mean[layer][head]))
         for layer in range(len(result.zero))
         for head in range(len(result.zero[0]))
     ]
     click.echo(format_table(("layer", "head", "zero-ablated", "mean-ablated"), rows))
-    record = result.to_json()
-    layout = RunLayout(run_dir)
-    save(record, step, head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
+    rows = [(layer, shown(value)) for layer, value in enumerate(result.layer_zero)]
+    click.echo(format_table(("layer", "all heads zero-ablated"), rows))
+    record = save(result.to_json(), step, head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
+    if layout.attention.is_file():  # attention.png now shows the layer of the head the model needs most
+        draw_attention_picture(layout, most_needed_head(record)[0])
+    echo_findings(head_findings(record))
+    return record
 
 
 # logit lens ----------------------------------------------------------------------------------
@@ -206,14 +255,21 @@ def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
     """Decode the residual stream after each layer through the final LayerNorm and the head.
 
     Prints exact match and loss per depth and the accuracy at each answer position (teacher-forced;
-    at the last depth these are the model's own). Prompt-answer tasks only.
+    at the last depth these are the model's own), and the depth where the answer appears.
+    Prompt-answer tasks only.
 
     \b
     Examples:
-      gpt-train inspect runs/sort logit-lens
+      gpt-train inspect sort logit-lens
     """
     task, model, target, step = loaded(run_dir, device)
     check_examples(task, examples)
+    inspect_logit_lens(task, model, target, step, RunLayout(run_dir), examples)
+
+
+def inspect_logit_lens(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
+) -> dict[str, Any]:
     lens = logit_lens(task, model, target, examples)
     shown = scored_as(lens.examples)
     click.echo(f"logit lens on {lens.examples:,} held-out sequences (teacher-forced)")
@@ -223,9 +279,9 @@ def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
         for d, depth in enumerate(lens.depths)
     ]
     click.echo(format_table(header, rows))
-    record = lens.to_json()
-    layout = RunLayout(run_dir)
-    save(record, step, logit_lens_picture, layout.logit_lens, layout.logit_lens_picture)
+    record = save(lens.to_json(), step, logit_lens_picture, layout.logit_lens, layout.logit_lens_picture)
+    echo_findings(logit_lens_findings(record))
+    return record
 
 
 # patch ---------------------------------------------------------------------------------------
@@ -254,16 +310,31 @@ def patch_command(
 
     The corrupted prompt differs from the clean one in the token at --corrupt, so that the answers
     first differ at --answer-position. Each cell is the share of the clean-vs-corrupted logit difference
-    there that the patch restores. Prompt-answer tasks that name their single-token corruptions (sort,
-    addition; `PromptAnswerTask.single_token_corruptions`) only.
+    there that the patch restores; the findings name the cells that restore most of it. Prompt-answer
+    tasks that name their single-token corruptions (sort, addition;
+    `PromptAnswerTask.single_token_corruptions`) only.
 
     \b
     Examples:
-      gpt-train inspect runs/sort patch
-      gpt-train inspect runs/sort patch --hook attn_out --corrupt 3 --answer-position 2
+      gpt-train inspect sort patch
+      gpt-train inspect sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
     task, model, target, step = loaded(run_dir, device)
     check_examples(task, examples)
+    inspect_patch(task, model, target, step, RunLayout(run_dir), point, examples, corrupt, answer_position)
+
+
+def inspect_patch(
+    task: Task,
+    model: GPT,
+    target: torch.device,
+    step: int,
+    layout: RunLayout,
+    point: str,
+    examples: int,
+    corrupt: int = 0,
+    answer_position: int | None = None,
+) -> dict[str, Any]:
     result = patch(task, model, target, point, examples, corrupt, answer_position)
     click.echo(
         f"patching {point} on {result.examples:,} pairs (e.g. {result.example['clean']} vs "
@@ -272,6 +343,92 @@ def patch_command(
     )
     rows = [(f"layer {layer}", *(f"{v:.3f}" for v in row)) for layer, row in enumerate(result.restored)]
     click.echo(format_table(("restored", *result.positions), rows))
-    record = result.to_json()
+    record = save(result.to_json(), step, patching_picture, layout.patching(point), layout.patching_picture(point))
+    echo_findings(patching_findings(record))
+    return record
+
+
+# reads ---------------------------------------------------------------------------------------
+@inspect_command.command("reads")
+@examples_option(10_000, "Held-out sequences read")
+@DEVICE_OPTION
+@click.pass_obj
+def reads_command(run_dir: Path, examples: int, device: str) -> None:
+    """What each head reads: its mean attention from the answer positions onto each prompt token, by that
+    token's value (columns) and the value of the answer token just written (rows).
+
+    Weights are times the prompt length (1.0: even over the prompt). Prompt-answer tasks with answers
+    of two tokens or more only.
+
+    \b
+    Examples:
+      gpt-train inspect sort reads
+    """
+    task, model, target, step = loaded(run_dir, device)
+    check_examples(task, examples)
+    inspect_reads(task, model, target, step, RunLayout(run_dir), examples)
+
+
+def inspect_reads(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
+) -> dict[str, Any]:
+    reads = head_reads(task, model, target, examples)
+    click.echo(
+        f"what each head reads from the answer positions on {reads.examples:,} held-out sequences "
+        f"(mean weight x {reads.prompt_length}; rows: the value just written, columns: the prompt token's value)"
+    )
+    for layer, heads_of_layer in enumerate(reads.reads):
+        for head, table in enumerate(heads_of_layer):
+            click.echo(f"head {layer}.{head}: weight on the answer written so far {reads.on_answer[layer][head]:.2f}")
+            rows = [
+                (value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)
+            ]
+            click.echo(format_table(("written", *reads.values), rows))
+    record = save(reads.to_json(), step, head_reads_picture, layout.reads, layout.reads_picture)
+    echo_findings(reads_findings(record, saved_minor_layers(layout, model)))
+    return record
+
+
+def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
+    """The unused layers by the run's saved head ablation, when it has one of this model's shape."""
+    try:
+        record = load_inspection(layout.heads_ablation)
+    except gpt_viz.VizError:
+        return []
+    shape_ok = len(record.get("zero", [])) == model.config.n_layer and "layer_zero" in record
+    return minor_layers(record) if shape_ok else []
+
+
+# report --------------------------------------------------------------------------------------
+@inspect_command.command("report")
+@examples_option(10_000, "Held-out examples scored per ablation, decoded by the logit lens, and read")
+@click.option(
+    "--pairs", type=click.IntRange(min=1), default=1_000, show_default=True, help="Clean/corrupted pairs patched."
+)
+@DEVICE_OPTION
+@click.pass_obj
+def report_command(run_dir: Path, examples: int, pairs: int, device: str) -> None:
+    """Run heads, logit-lens, patch (resid_pre, attn_out, mlp_out) and reads, and write report.html into
+    the run: the findings first, then each picture with its table and what it means.
+
+    The page is one self-contained file (pictures inline, no network), readable on a phone.
+
+    \b
+    Examples:
+      gpt-train inspect sort report
+      gpt-train inspect sort report --examples 2000
+    """
+    from gpt_train.report import REPORT_POINTS, write_report
+
+    task, model, target, step = loaded(run_dir, device)
+    prompt_answer_task(task, "report")  # refused before the ablations, not after them
+    check_examples(task, examples)
     layout = RunLayout(run_dir)
-    save(record, step, patching_picture, layout.patching(point), layout.patching_picture(point))
+    records = {"heads": inspect_heads(task, model, target, step, layout, examples)}
+    records["logit_lens"] = inspect_logit_lens(task, model, target, step, layout, examples)
+    records["patching"] = {
+        point: inspect_patch(task, model, target, step, layout, point, pairs) for point in REPORT_POINTS
+    }
+    records["reads"] = inspect_reads(task, model, target, step, layout, examples)
+    path = write_report(layout, task.name, records)
+    click.echo(f"wrote {path}")

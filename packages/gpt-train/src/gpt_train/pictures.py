@@ -43,20 +43,25 @@ def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayo
 def attention_on(task: Task, model: GPT, device: torch.device, ids: list[int]) -> AttentionSnapshot:
     """Every layer's attention (n_layer, n_head, T, T) on the tokens `ids`, and their labels."""
     names = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
-    _, recorded = model.run_with_cache(torch.tensor([ids], device=device), names)
-    attention = torch.stack([recorded[name] for name in names])  # (L, 1, H, T, T)
-    return AttentionSnapshot(weights=attention[:, 0].float().cpu().numpy(), tokens=task.token_labels(ids))
+    _, cache = model.run_with_cache(torch.tensor([ids], device=device), names=names)
+    attention = torch.stack([cache[name][0] for name in names])  # (L, H, T, T)
+    return AttentionSnapshot(weights=attention.float().cpu().numpy(), tokens=task.token_labels(ids))
+
+
+def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
+    """attention.png: every head of `layer` (the first, until head ablation says which layer matters most)."""
+    snapshot = gpt_viz.load_attention(layout.root)
+    layer = min(layer, snapshot.weights.shape[0] - 1)
+    gpt_viz.save_figure(
+        gpt_viz.attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer), layout.attention_picture
+    )
 
 
 def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:
-    """curves.png, attention.png (last layer, every head) and, for tasks scored on both splits, grokking.png
-    (the train and held-out curves of `grokking_metric`)."""
+    """curves.png, attention.png (the first layer, every head) and, for tasks scored on both splits,
+    grokking.png (the train and held-out curves of `grokking_metric`)."""
     gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
-    snapshot = gpt_viz.load_attention(layout.root)
-    last = snapshot.weights.shape[0] - 1
-    gpt_viz.save_figure(
-        gpt_viz.attention_grid(snapshot.weights[last], snapshot.tokens, layer=last), layout.attention_picture
-    )
+    draw_attention_picture(layout)
     if grokking_metric is not None:
         gpt_viz.save_figure(gpt_viz.grokking(layout.root, metric=grokking_metric), layout.grokking_picture)
 

@@ -28,6 +28,7 @@ from gpt_train.checkpoint import TrainingState, load_weights
 from gpt_train.compiling import check_compiler, compiler_failures_explained
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
+from gpt_train.evaluation_progress import evaluation_progress
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, kernel_failure
 from gpt_train.hf import load_weights_into
@@ -190,13 +191,15 @@ class Trainer:
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.forward(inputs, targets).loss
 
-    def evaluate(self, limit: int | None) -> dict[str, float]:
+    def evaluate(self, limit: int | None, show_progress: bool = False) -> dict[str, float]:
         """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and
         `gpt-train eval`, the probes, inspect and the pictures all compute in float32, so final.json's
-        metrics are the numbers anyone scoring the run later gets."""
+        metrics are the numbers anyone scoring the run later gets. `show_progress`: a bar of examples scored."""
         metrics = {}
         if self.rank.is_main:
-            metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
+            splits = self.config.eval_splits
+            with evaluation_progress(self.task, self.model, splits, limit, show_progress and not self.quiet):
+                metrics = evaluate_splits(self.task, self.model, self.device, splits, limit)
             probes = measure_probes(self.task, self.model, self.device)
             metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
@@ -251,7 +254,8 @@ class Trainer:
         }
 
     def _finish(self, loss: float, elapsed: Callable[[], float]) -> Outcome:
-        final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
+        final_limit = self.settings.final_eval_limit
+        final = self._computing("the final evaluation", lambda: self.evaluate(final_limit, show_progress=True))
         total = elapsed()
         self.save(total)
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpt_viz.errors import VizError
+from gpt_viz.inspect_pictures import most_needed_head
 from gpt_viz.run_data import (
     AttentionSnapshot,
     PathLike,
@@ -74,13 +75,24 @@ def page_data(run: Path) -> dict[str, Any]:
     records = load_metrics(run)
     attention = _attention_examples(run)
     task = config.get("task")
+    ablation = heads_ablation_data(run, attention[0].weights.shape[:2] if attention else None)
     return {
         "title": f"{task} — {run.name}" if task else run.name,
         "model": _model_summary(config),
         "curves": curves_data(records, config.get("primary_metric")),
         "attention": [attention_data(snapshot) for snapshot in attention],
-        "ablation": heads_ablation_data(run, attention[0].weights.shape[:2] if attention else None),
+        "ablation": ablation,
+        "open": opening_head(ablation),
     }
+
+
+def opening_head(ablation: dict[str, Any] | None) -> dict[str, Any]:
+    """The head the page opens on: the one the model needs most by the head-ablation table, else the first
+    layer's first head (the last layer of a small model is often the one it does not use)."""
+    if ablation is None:
+        return {"layer": 0, "head": 0, "by": "first layer"}
+    layer, head = most_needed_head(ablation)
+    return {"layer": layer, "head": head, "by": "ablation"}
 
 
 def _model_summary(config: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +204,7 @@ def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] 
         "examples": examples if _is_number(examples) else None,
         "baseline": float(baseline),
         "step": table.get("step") if _is_step(table.get("step")) else None,
+        "higher_is_better": table.get("higher_is_better") is not False,
         **grids,
     }
 

@@ -168,3 +168,46 @@ def patching_picture(record: Mapping[str, Any]) -> Figure:
 
 def _column_box(column: int, n_rows: int, colour: str) -> Rectangle:
     return Rectangle((column - 0.5, -0.5), 1.0, n_rows, fill=False, edgecolor=colour, linewidth=2.0)
+
+
+def head_reads_picture(record: Mapping[str, Any]) -> Figure:
+    """One small heatmap per head (rows: layers, columns: heads): its mean attention from the answer
+    positions onto a prompt token, by the value just written (rows) and the prompt token's value (columns),
+    times the prompt length (1.0: even over the prompt), on one colour scale."""
+    values = [str(value) for value in _field(record, "values")]
+    shape_error = VizError(f"'reads' must be layers x heads x {len(values)} x {len(values)} finite numbers")
+    try:
+        reads = np.array(_field(record, "reads"), dtype=float)  # (L, H, V, V)
+    except (TypeError, ValueError):
+        raise shape_error from None
+    if reads.ndim != 4 or reads.shape[2:] != (len(values), len(values)) or not np.all(np.isfinite(reads)):
+        raise shape_error
+    n_layer, n_head = reads.shape[:2]
+    on_answer = np.array(_field(record, "on_answer"), dtype=float)
+    figure = new_figure(1.2 + 2.6 * n_head, 1.0 + 2.6 * n_layer)
+    axes = np.atleast_2d(figure.subplots(n_layer, n_head, squeeze=False))
+    high = float(reads.max()) or 1.0
+    for (layer, head), ax in np.ndenumerate(axes):
+        image = ax.imshow(reads[layer, head], cmap=CMAP, vmin=0.0, vmax=high, interpolation="nearest")
+        ax.set_title(f"head {layer}.{head} (on answer {on_answer[layer, head]:.2f})", fontsize=9)
+        ax.set_xticks(range(len(values)), values, fontsize=7)
+        ax.set_yticks(range(len(values)), values, fontsize=7)
+        if layer == n_layer - 1:
+            ax.set_xlabel("prompt token's value", fontsize=8)
+        if head == 0:
+            ax.set_ylabel("value just written", fontsize=8)
+    figure.colorbar(image, ax=axes, label="mean weight x prompt length", shrink=0.8)
+    figure.suptitle(
+        f"what each head reads from the answer positions, on {_field(record, 'examples'):,} held-out sequences"
+        f"{_at_step(record)}"
+    )
+    return figure
+
+
+def most_needed_head(record: Mapping[str, Any]) -> tuple[int, int]:
+    """The (layer, head) whose zero ablation alone costs a head-ablation record's metric the most (the first
+    on a tie): the head pictures and the explorer open on once `gpt-train inspect RUN heads` has run."""
+    zero = _grid(record, "zero")
+    sign = 1.0 if record.get("higher_is_better", True) else -1.0
+    layer, head = np.unravel_index(np.argmin(sign * zero), zero.shape)  # argmin takes the first of equals
+    return int(layer), int(head)

@@ -116,7 +116,13 @@ class RunLayout:
     """`gpt-train inspect RUN patch --hook POINT`: the share of the clean answer's logit difference each patch
     restores, one record and picture per hook point (`inspect_patch_resid_pre.json`, `.png`), so patching
     another point keeps the first one's."""
-    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE)
+    READS = "inspect_reads.json"
+    """`gpt-train inspect RUN reads`: each head's mean attention from the answer positions onto each prompt
+    token, by that token's value and the value just written."""
+    READS_PICTURE = "inspect_reads.png"
+    REPORT = "report.html"
+    """`gpt-train inspect RUN report`: the findings, pictures and tables of every analysis, in one page."""
+    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, REPORT)
     """What `gpt-train inspect` writes beside a finished run under a fixed name (and the patching files):
     its model's, so a replaced run drops them."""
     TASK_FILE_PREFIX = "task."
@@ -138,6 +144,9 @@ class RunLayout:
     heads_picture = _path_of(HEADS_PICTURE)
     logit_lens = _path_of(LOGIT_LENS)
     logit_lens_picture = _path_of(LOGIT_LENS_PICTURE)
+    reads = _path_of(READS)
+    reads_picture = _path_of(READS_PICTURE)
+    report = _path_of(REPORT)
 
     def patching(self, point: str) -> Path:
         """The record of patching hook point `point` (resid_pre, attn_out, ...)."""

@@ -29,14 +29,18 @@ Head = tuple[int, int]  # (layer, head)
 
 @dataclass(frozen=True)
 class HeadAblation:
-    """The primary metric with no head removed, and with each head removed alone, by each ablation
-    ([layer][head]); `to_json` is the inspect_heads.json record (gpt_viz.RunLayout.HEADS_ABLATION)."""
+    """The primary metric with no head removed, with each head removed alone, by each ablation
+    ([layer][head]), and with every head of a layer zero-ablated together (`layer_zero`, [layer]: a layer
+    can be unused although each of its heads alone seems to matter, or the reverse); `to_json` is the
+    inspect_heads.json record (gpt_viz.RunLayout.HEADS_ABLATION)."""
 
     metric: str
     examples: int
     baseline: float
     zero: list[list[float]]
     mean: list[list[float]]
+    layer_zero: list[float]
+    higher_is_better: bool = True
     split: str = HELDOUT
 
     def to_json(self) -> dict[str, Any]:
@@ -140,8 +144,9 @@ def ablated_metrics(
 def ablate_each_head(
     task: Task, model: GPT, device: torch.device, examples: int, progress: Callable[[], None] = lambda: None
 ) -> HeadAblation:
-    """Every head removed alone, by zero and by mean ablation: the primary metric of each (len(ABLATIONS) x
-    n_layer x n_head evaluations, after the baseline). `progress()` is called after each evaluation."""
+    """Every head removed alone, by zero and by mean ablation, then each layer's heads zero-ablated together:
+    the primary metric of each (len(ABLATIONS) x n_layer x n_head + n_layer evaluations, after the baseline).
+    `progress()` is called after each evaluation."""
     metric = task.primary_metric
     baseline, means = baseline_and_means(task, model, device, examples)
     progress()
@@ -155,4 +160,17 @@ def ablate_each_head(
                 row.append(ablated_metrics(task, model, device, [(layer, head)], how, examples, means)[metric])
                 progress()
             grids[how].append(row)
-    return HeadAblation(metric, int(baseline["examples"]), baseline[metric], grids["zero"], grids["mean"])
+    layer_zero = []
+    for layer in range(c.n_layer):
+        whole = [(layer, head) for head in range(c.n_head)]
+        layer_zero.append(ablated_metrics(task, model, device, whole, "zero", examples)[metric])
+        progress()
+    return HeadAblation(
+        metric,
+        int(baseline["examples"]),
+        baseline[metric],
+        grids["zero"],
+        grids["mean"],
+        layer_zero,
+        task.higher_is_better,
+    )

@@ -15,6 +15,7 @@ from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
+from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import new_run, resumed_run
 from gpt_train.trainer import Outcome, train
 from gpt_viz import EXAMPLES, metric_key, parse_metric_key
@@ -110,6 +111,7 @@ def run(
       gpt-train run --task sort --kernel attention=flash
       gpt-train run --task text --data novel.txt --init-from gpt2/ --set block_size=256
       gpt-train run --resume runs/sort-rope
+      gpt-train run --resume sort                           # the newest runs/sort-* run
       torchrun --nproc_per_node 4 -m gpt_train run --task sort --device cuda
     """
     flags["compile"] = compile_
@@ -119,7 +121,7 @@ def run(
     if resume is not None:
         from_dir = {"init_from": init_from} if init_from is not None else {}
         _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
-        handed = resumed_run(resume, task_name, target, rank)
+        handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank)
     else:
         if task_name is None:
             raise CommandError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
@@ -131,6 +133,9 @@ def run(
         if given.get("compile"):
             check_compiler(target)  # before anything is written
         handed = new_run(task_name, values, out, force, target, rank, kernels, unverified, init_from)
+    if rank.is_main and not quiet:
+        verb = "continuing" if resume is not None else "training"
+        click.echo(f"{verb} {handed.config.task} in {handed.layout.root}")
     outcome = train(handed, quiet=quiet)
     if not rank.is_main:
         _exit_for(outcome, handed.layout.root)

@@ -1,0 +1,228 @@
+"""Findings in words: what an analysis's numbers show, by stated rules, each sentence with its figure.
+
+Each function reads an analysis's record (its `to_json`, as saved beside the run) and returns sentences.
+The rules are the constants below, so a finding is always traceable to the numbers that made it:
+
+- a layer is **unused** when zero-ablating all of its heads together moves the metric by at most
+  UNUSED_TOLERANCE of the clean model's (0.1%), **nearly unused** when it costs at most NEEDED_COST (1%),
+  else **used**; a head is **needed** when removing it alone costs more than NEEDED_COST;
+- the answer **appears** at the first depth whose logit-lens exact match reaches APPEARS_SHARE (99%) of
+  the model's own;
+- a layer and position **carry** what the answer depends on when patching there restores at least
+  CARRIES_SHARE (90%) of the clean-vs-corrupted logit difference;
+- a head **compares** a prompt token with the answer token just written when its mean weight on prompt
+  values at or above the written one is at least COMPARES_RATIO (2x) its weight on those below (or the
+  reverse); this rule applies to tasks whose tokens are digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+UNUSED_TOLERANCE = 0.001
+NEEDED_COST = 0.01
+APPEARS_SHARE = 0.99
+CARRIES_SHARE = 0.9
+COMPARES_RATIO = 2.0
+
+Record = Mapping[str, Any]
+
+
+def _shift(value: float, baseline: float) -> float:
+    """How far `value` is from `baseline`, as a share of it (of 1 for a zero baseline)."""
+    return abs(value - baseline) / (abs(baseline) or 1.0)
+
+
+def _cost(value: float, baseline: float, higher_is_better: bool) -> float:
+    """How much worse `value` is than `baseline`, as a share of it; negative when better."""
+    worse = baseline - value if higher_is_better else value - baseline
+    return worse / (abs(baseline) or 1.0)
+
+
+def unused_layers(record: Record) -> list[int]:
+    """The layers whose heads can all be zero-ablated with the metric within UNUSED_TOLERANCE of the clean model."""
+    baseline = record["baseline"]
+    return [
+        layer for layer, value in enumerate(record.get("layer_zero", [])) if _shift(value, baseline) <= UNUSED_TOLERANCE
+    ]
+
+
+def minor_layers(record: Record) -> list[int]:
+    """The layers whose heads can all be zero-ablated at a cost of at most NEEDED_COST: unused or nearly."""
+    baseline, better = record["baseline"], record.get("higher_is_better", True)
+    return [
+        layer
+        for layer, value in enumerate(record.get("layer_zero", []))
+        if _cost(value, baseline, better) <= NEEDED_COST
+    ]
+
+
+def needed_heads(record: Record) -> list[tuple[int, int]]:
+    """The heads whose zero ablation alone costs more than NEEDED_COST, the costliest first."""
+    baseline, better = record["baseline"], record.get("higher_is_better", True)
+    costs = [
+        (_cost(value, baseline, better), layer, head)
+        for layer, row in enumerate(record["zero"])
+        for head, value in enumerate(row)
+    ]
+    return [(layer, head) for cost, layer, head in sorted(costs, reverse=True) if cost > NEEDED_COST]
+
+
+def head_findings(record: Record) -> list[str]:
+    """Which layers are unused and which heads the model needs, from inspect_heads.json."""
+    metric, baseline = record["metric"], record["baseline"]
+    found = []
+    for layer in range(len(record["zero"])):
+        if "layer_zero" not in record:
+            break
+        value = record["layer_zero"][layer]
+        if layer in unused_layers(record):
+            found.append(
+                f"layer {layer}'s attention is unused: with all its heads removed {metric} is {value:.4f} "
+                f"(clean {baseline:.4f}, within {UNUSED_TOLERANCE:.1%})"
+            )
+        elif layer in minor_layers(record):
+            cost = _cost(value, baseline, record.get("higher_is_better", True))
+            found.append(
+                f"layer {layer}'s attention is nearly unused: with all its heads removed {metric} is {value:.4f} "
+                f"(clean {baseline:.4f}: it costs {cost:.2%}, under {NEEDED_COST:.0%})"
+            )
+        else:
+            found.append(
+                f"layer {layer}'s attention is used: with all its heads removed {metric} is {value:.4f} "
+                f"(clean {baseline:.4f})"
+            )
+    needed = needed_heads(record)
+    if needed:
+        named = ", ".join(f"{layer}.{head} ({record['zero'][layer][head]:.4f})" for layer, head in needed)
+        found.append(
+            f"heads the model needs (removing one alone costs more than {NEEDED_COST:.0%}), costliest first: {named}"
+        )
+    else:
+        found.append(f"no single head is needed: removing any one alone costs at most {NEEDED_COST:.0%} of {metric}")
+    return found
+
+
+def answer_depth(record: Record) -> int | None:
+    """The first depth whose exact match reaches APPEARS_SHARE of the last depth's (the model's own); None
+    when the model itself gets nothing exactly right."""
+    exact = record["exact_match"]
+    if exact[-1] <= 0:
+        return None
+    return next(depth for depth, value in enumerate(exact) if value >= APPEARS_SHARE * exact[-1])
+
+
+def depth_name(label: str) -> str:
+    """A logit-lens depth label ("embeddings", "1: + MLP") in words ("layer 1's MLP")."""
+    layer, colon, part = label.partition(": + ")
+    return f"layer {layer}'s {part}" if colon else f"the {label}"
+
+
+def logit_lens_findings(record: Record) -> list[str]:
+    """Where in depth the answer appears, from inspect_logit_lens.json."""
+    depths, exact = record["depths"], record["exact_match"]
+    depth = answer_depth(record)
+    if depth is None:
+        return ["the model answers no sequence exactly right, so the answer appears at no depth"]
+    found = [
+        f"the answer appears after {depth_name(depths[depth])}: read out there, exact match is {exact[depth]:.4f} "
+        f"(at least {APPEARS_SHARE:.0%} of the model's {exact[-1]:.4f})"
+    ]
+    if depth > 0:
+        before = max(exact[:depth])
+        found.append(
+            f"read out any earlier, exact match is at most {before:.4f} "
+            f"(after {depth_name(depths[exact.index(before)])})"
+        )
+    return found
+
+
+def position_cell(record: Record, layer: int, position: int) -> str:
+    """A patched position and what patching it restores, saying so when it is the position that writes the
+    measured answer token: "answer 0 (0.994, the position that writes answer 1)"."""
+    writes = position == len(record["positions"]) - 1
+    where = f", the position that writes answer {record['answer_position']}" if writes else ""
+    return f"{record['positions'][position]} ({record['restored'][layer][position]:.3f}{where})"
+
+
+def carrying_cells(record: Record) -> list[tuple[int, int]]:
+    """(layer, position) cells whose patch restores at least CARRIES_SHARE of the logit difference."""
+    return [
+        (layer, position)
+        for layer, row in enumerate(record["restored"])
+        for position, value in enumerate(row)
+        if value >= CARRIES_SHARE
+    ]
+
+
+def patching_findings(record: Record) -> list[str]:
+    """Which layer and position carry what the answer depends on, from inspect_patch_<point>.json."""
+    point, positions, restored = record["point"], record["positions"], record["restored"]
+    cells = carrying_cells(record)
+    found = []
+    for layer in range(len(restored)):
+        here = [position for cell_layer, position in cells if cell_layer == layer]
+        best = max(range(len(positions)), key=lambda position: restored[layer][position])
+        if here:
+            named = ", ".join(position_cell(record, layer, p) for p in here)
+            found.append(f"{point} of layer {layer} carries the answer's difference at {named}")
+        else:
+            found.append(
+                f"{point} of layer {layer} carries it at no single position: the most any restores is "
+                f"{restored[layer][best]:.3f} ({positions[best]}; the rule is {CARRIES_SHARE:.0%})"
+            )
+    return found
+
+
+def comparison_ratio(
+    table: Sequence[Sequence[float]], counts: Sequence[Sequence[int]], values: Sequence[str]
+) -> float | None:
+    """A head's mean weight on prompt values at or above the value just written over its mean weight on those
+    below (each cell weighted by how often it was seen); None when the values are not all digits or one
+    side was never seen."""
+    if not all(value.isdigit() for value in values):
+        return None
+    numbers = [int(value) for value in values]
+    sums, seen = [0.0, 0.0], [0, 0]  # [at or above, below]
+    for written, row in enumerate(table):
+        for read, weight in enumerate(row):
+            side = 0 if numbers[read] >= numbers[written] else 1
+            sums[side] += weight * counts[written][read]
+            seen[side] += counts[written][read]
+    if not all(seen) or sums[1] == 0:
+        return None
+    return (sums[0] / seen[0]) / (sums[1] / seen[1])
+
+
+def reads_findings(record: Record, unused: Sequence[int] = ()) -> list[str]:
+    """What each head compares, from inspect_reads.json; a layer in `unused` (minor_layers of the head
+    ablation) is one sentence instead: what its heads read hardly reaches the answer."""
+    values, counts = record["values"], record["counts"]
+    found = []
+    for layer, heads in enumerate(record["reads"]):
+        if layer in unused:
+            found.append(
+                f"layer {layer}'s heads are left out: removing them all costs at most {NEEDED_COST:.0%}, so what they "
+                "read hardly reaches the answer"
+            )
+            continue
+        for head, table in enumerate(heads):
+            ratio = comparison_ratio(table, counts, values)
+            name = f"head {layer}.{head}"
+            on_answer = f"{record['on_answer'][layer][head]:.2f} of its weight on the answer written so far"
+            if ratio is None:
+                found.append(f"{name}: {on_answer}")
+            elif ratio >= COMPARES_RATIO:
+                found.append(
+                    f"{name} compares: it reads prompt values at or above the one just written {ratio:.1f}x as "
+                    f"much as those below; {on_answer}"
+                )
+            elif ratio <= 1 / COMPARES_RATIO:
+                found.append(
+                    f"{name} compares: it reads prompt values below the one just written {1 / ratio:.1f}x as "
+                    f"much as those at or above; {on_answer}"
+                )
+            else:
+                found.append(f"{name} reads prompt values alike whatever was written (ratio {ratio:.1f}); {on_answer}")
+    return found

@@ -1,0 +1,113 @@
+"""The model on one prompt, as the served explorer shows it: the greedy answer `gpt-train sample` gives,
+the probability of each answer token, every head's attention, and the logit lens at every depth.
+
+The answer is generated as `sample` generates it (greedy, KV cache, as many tokens as fill the block), then
+the whole sequence the model reads (prompt and answer but its last token) runs once through
+`run_with_cache`: its attention patterns and residual streams are those of that one forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import torch
+
+from gpt_core import GPT, block_hook, generate, log_softmax
+from gpt_tasks import evaluating
+from gpt_train.analysis.logit_lens import decode, depth_labels, residual_names
+from gpt_train.errors import TrainError
+
+MAX_PROMPT_CHARACTERS = 2_000
+"""Longer text is refused before it is encoded: no prompt a block can hold is longer."""
+
+
+class PromptError(TrainError):
+    """A prompt the model cannot read: empty, too long, or holding what the task cannot encode."""
+
+
+class Vocabulary(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class PromptView:
+    """`tokens`: labels of what the model reads (prompt, then the answer but its last token);
+    `attention[layer][head][query][key]`; `answer_probability[i]`: the model's probability of answer token
+    i where it wrote it; `lens_top[depth][position]` and `lens_probability`: the logit lens's most likely next
+    token at each position and depth, and its probability."""
+
+    prompt: str
+    answer: str
+    tokens: list[str]
+    prompt_length: int
+    answer_tokens: list[str]
+    answer_probability: list[float]
+    attention: list[list[list[list[float]]]]
+    depths: list[str]
+    lens_top: list[list[str]]
+    lens_probability: list[list[float]]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def labels(vocabulary: Vocabulary, ids: Sequence[int]) -> list[str]:
+    token_labels = getattr(vocabulary, "token_labels", None)
+    return token_labels(ids) if callable(token_labels) else [vocabulary.decode([i]) for i in ids]
+
+
+def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
+    """The prompt's token ids, or a one-line PromptError saying what is wrong with it."""
+    if not text:
+        raise PromptError("type a prompt: it is empty")
+    if len(text) > MAX_PROMPT_CHARACTERS:
+        raise PromptError(f"the prompt is {len(text):,} characters long; at most {model.config.block_size} tokens fit")
+    try:
+        ids = vocabulary.encode(text)
+    except ValueError as error:
+        raise PromptError(f"the task cannot encode {text!r}: {error}") from None
+    if not ids:
+        raise PromptError(f"{text!r} encodes to no tokens")
+    if len(ids) >= model.config.block_size + 1:
+        raise PromptError(
+            f"the prompt is {len(ids)} tokens long; the model reads at most {model.config.block_size}, and needs room "
+            "for its answer"
+        )
+    return ids
+
+
+def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:
+    """The model's greedy answer to `text` and what it computed on the way (see the module's docstring)."""
+    ids = encoded(vocabulary, model, text)
+    n_new = max(1, model.config.block_size + 1 - len(ids))  # `gpt-train sample`'s default: fill the block
+    c = model.config
+    with evaluating(model):
+        prompt = torch.tensor([ids], device=device)
+        out = generate(model, prompt, n_new, 0.0, None, use_cache=True, slide=True)[0].tolist()
+        read = torch.tensor([out[:-1]], device=device)  # (1, T): what the model reads
+        patterns = [block_hook(layer, "pattern") for layer in range(c.n_layer)]
+        residuals = residual_names(model)
+        logits, cache = model.run_with_cache(read, names=patterns + residuals)
+        log_probs = log_softmax(logits[0].float())  # (T, V)
+        answer = out[len(ids) :]
+        positions = torch.arange(len(ids) - 1, len(out) - 1)
+        answer_probability = log_probs[positions, torch.tensor(answer)].exp().tolist()
+        lens = torch.stack([log_softmax(decode(model, cache[name][0]).float()) for name in residuals])  # (D, T, V)
+        top_log_prob, top = lens.max(dim=-1)  # (D, T)
+        attention = torch.stack([cache[name][0] for name in patterns]).float()  # (L, H, T, T)
+    return PromptView(
+        prompt=text,
+        answer=vocabulary.decode(answer),
+        tokens=labels(vocabulary, out[:-1]),
+        prompt_length=len(ids),
+        answer_tokens=labels(vocabulary, answer),
+        answer_probability=answer_probability,
+        attention=attention.cpu().tolist(),
+        depths=depth_labels(model),
+        lens_top=[labels(vocabulary, row) for row in top.tolist()],
+        lens_probability=top_log_prob.exp().tolist(),
+    )

@@ -1,0 +1,94 @@
+"""What each head reads: from the positions that read back an answer token, how much attention each head
+puts on a prompt token, by that token's value and the value of the answer token just written.
+
+At answer position i > 0 the model reads answer token i - 1 (the token it has just written) and writes
+token i. A head that compares the prompt with what has been written shows it here: its weight on a prompt
+token depends on both values (sort's layer-0 heads read input digits at or above the digit just written).
+Weights are scaled by the prompt length, so 1.0 is attention spread evenly over the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from gpt_core import GPT, block_hook
+from gpt_tasks import PromptAnswerTask, Task, evaluating
+from gpt_train.analysis.common import InspectError, prompt_answer_task
+from gpt_train.analysis.logit_lens import CHUNK, answer_sequences
+from gpt_viz import HELDOUT
+
+
+@dataclass(frozen=True)
+class HeadReads:
+    """reads[layer][head][written][read]: a head's mean attention on a prompt token of value values[read]
+    from an answer position whose input token (the answer token just written) is values[written], times the
+    prompt length (1.0: even over the prompt); NaN-free: a pair never seen is 0 with count 0.
+    on_answer[layer][head]: its mean total weight on the answer tokens written so far. `to_json` is
+    inspect_reads.json."""
+
+    examples: int
+    values: list[str]
+    reads: list[list[list[list[float]]]]
+    counts: list[list[int]]  # [written][read]: how many (query, key) pairs each mean is over, per head
+    on_answer: list[list[float]]
+    prompt_length: int
+    split: str = HELDOUT
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_values(task: PromptAnswerTask, sequences: torch.Tensor) -> list[int]:
+    """The token ids that appear both in prompts and as answer tokens read back: the table's axes."""
+    prompt = set(sequences[:, : task.prompt_length].unique().tolist())
+    written = set(sequences[:, task.prompt_length : -1].unique().tolist())
+    return sorted(prompt & written)
+
+
+def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> HeadReads:
+    """The reads table of every head on `examples` held-out sequences (teacher-forced: the model reads the
+    right answer so far, as it does when it generates correctly)."""
+    task = prompt_answer_task(task, "reads")
+    if task.answer_length < 2:
+        raise InspectError("reads needs answers of at least two tokens: it reads from the answer token just written")
+    sequences = answer_sequences(task, examples)
+    values = read_values(task, sequences)
+    if not values:
+        raise InspectError(
+            f"task {task.name!r} never writes a token its prompts hold; there is nothing to read by value"
+        )
+    c, p, V = model.config, task.prompt_length, len(values)
+    index = torch.full((int(sequences.max()) + 1,), -1, dtype=torch.long)
+    index[torch.tensor(values)] = torch.arange(V)
+    totals = torch.zeros(c.n_layer, c.n_head, V, V, dtype=torch.float64)
+    counts = torch.zeros(V, V, dtype=torch.float64)
+    on_answer = torch.zeros(c.n_layer, c.n_head, dtype=torch.float64)
+    queries = range(p, p + task.answer_length - 1)  # input positions holding an answer token just written
+    names = [block_hook(layer, "pattern") for layer in range(c.n_layer)]
+    with evaluating(model):
+        for chunk in sequences.split(CHUNK):
+            inputs = chunk[:, :-1]
+            _, cache = model.run_with_cache(inputs.to(device), names=names)
+            pattern = torch.stack([cache[name].double().cpu() for name in names])  # (L, n, H, T, T)
+            for query in queries:
+                written = index[inputs[:, query]]  # (n,)
+                for key in range(p):
+                    read = index[inputs[:, key]]
+                    seen = (written >= 0) & (read >= 0)
+                    cell = written[seen] * V + read[seen]
+                    weights = pattern[:, seen, :, query, key].permute(0, 2, 1).reshape(-1, int(seen.sum()))
+                    totals.view(-1, V * V).index_add_(1, cell, weights)
+                    counts.view(-1).index_add_(0, cell, torch.ones(len(cell), dtype=torch.float64))
+                on_answer += pattern[:, :, :, query, p : query + 1].sum(-1).sum(1)
+    means = p * totals / counts.clamp(min=1)
+    return HeadReads(
+        examples=len(sequences),
+        values=task.token_labels(values),
+        reads=means.tolist(),
+        counts=counts.long().tolist(),
+        on_answer=(on_answer / (len(sequences) * len(queries))).tolist(),
+        prompt_length=p,
+    )

@@ -1,0 +1,38 @@
+"""`gpt_train.load_run`: a trained run in Python, in one call.
+
+What the commands do after reading a run (build its task, put its model on a device, in eval mode),
+for a notebook or a script: `load_run("sort").model.run_with_cache(...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gpt_core import GPT
+from gpt_tasks import Task
+from gpt_train.config import RunConfig
+from gpt_train.run_names import resolve_run_dir
+from gpt_train.runs import open_run
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run's trained model (eval mode), the task it was trained on, its configuration, the step of its
+    checkpoint and the directory it was read from."""
+
+    model: GPT
+    task: Task
+    config: RunConfig
+    step: int
+    run_dir: Path
+
+
+def load_run(run: str | Path, device: torch.device | str = "cpu") -> LoadedRun:
+    """The run in directory `run`, or, given a task name, that task's newest run under ./runs; its model on
+    `device`, computing with the kernels it was trained with."""
+    run_dir, _ = resolve_run_dir(run)
+    saved = open_run(run_dir, device)
+    return LoadedRun(saved.model, saved.config.build_task(), saved.config, saved.step, run_dir)

@@ -1,0 +1,204 @@
+"""report.html: one page per run that explains the trained model, findings first.
+
+`gpt-train inspect RUN report` runs the analyses and hands their records here. The page states the
+findings (gpt_train.analysis.findings, each with its figure), then each analysis's picture, its table and
+a paragraph on how to read it. Pictures are inline PNGs (base64) and the styles are inline, so the file
+opens offline, from an e-mail or a phone, and never fetches anything; every text is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpt_train.analysis.findings import (
+    APPEARS_SHARE,
+    CARRIES_SHARE,
+    COMPARES_RATIO,
+    NEEDED_COST,
+    UNUSED_TOLERANCE,
+    head_findings,
+    logit_lens_findings,
+    minor_layers,
+    patching_findings,
+    reads_findings,
+)
+from gpt_train.files import write_bytes_atomically
+from gpt_viz import RunLayout
+
+REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")
+"""The hook points the report patches: where the difference sits entering each layer, then what each
+layer's attention and MLP add."""
+TEMPLATE = "report_template.html"
+
+MEANING = {
+    "heads": (
+        "Each cell is the task's metric on held-out examples with one head's output replaced: by zeros (left) "
+        "or by its mean over the examples (right). A dark cell is a head the model cannot do without; a cell "
+        "as bright as the clean model is a head it does not need. The second table removes a whole layer's "
+        f"heads at once: a layer within {UNUSED_TOLERANCE:.1%} of the clean model is unused, within "
+        f"{NEEDED_COST:.0%} nearly unused."
+    ),
+    "logit_lens": (
+        "The residual stream read out early, through the final LayerNorm and the output head, as if the model "
+        "stopped there. The left curve is exact match at each depth; the grid splits accuracy by answer "
+        f"position. The answer appears at the first depth reaching {APPEARS_SHARE:.0%} of the model's exact match."
+    ),
+    "patching": (
+        "Two prompts that differ in one token and whose answers first differ at one position. Each cell copies "
+        "one activation of the clean run, at one layer and position, into the corrupted run and shows how much "
+        "of the clean answer's logit advantage comes back (1: all). A cell of at least "
+        f"{CARRIES_SHARE:.0%} carries what the answer depends on."
+    ),
+    "reads": (
+        "For each head: from the positions that read back an answer token, the mean attention on a prompt token, "
+        "by the value just written (rows) and the prompt token's value (columns), times the prompt length (1.0: "
+        "even over the prompt). A head whose bright cells lie on one side of the diagonal compares what it reads "
+        f"with what was written (the rule: {COMPARES_RATIO:.0f}x the weight on one side)."
+    ),
+}
+
+
+def picture(path: Path) -> str:
+    """An <img> holding the PNG at `path` inline."""
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.stem)}">'
+
+
+def table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    """An HTML table (escaped), in a scrolling box so a wide one never widens a phone's page."""
+    head = "".join(f"<th>{html.escape(str(cell))}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def findings_list(findings: Sequence[str]) -> str:
+    return "<ul>" + "".join(f"<li>{html.escape(finding)}</li>" for finding in findings) + "</ul>"
+
+
+def section(anchor: str, title: str, findings: Sequence[str], meaning: str, image: Path, tables: Sequence[str]) -> str:
+    return (
+        f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{findings_list(findings)}'
+        f"<p>{html.escape(meaning)}</p><figure>{picture(image)}</figure>{''.join(tables)}</section>"
+    )
+
+
+def heads_tables(record: Mapping[str, Any]) -> list[str]:
+    rows = [
+        (f"{layer}.{head}", f"{record['zero'][layer][head]:.4f}", f"{record['mean'][layer][head]:.4f}")
+        for layer in range(len(record["zero"]))
+        for head in range(len(record["zero"][0]))
+    ]
+    layers = [(layer, f"{value:.4f}") for layer, value in enumerate(record["layer_zero"])]
+    return [
+        table(("head", "zero-ablated", "mean-ablated"), rows),
+        table(("layer", "all its heads zero-ablated"), layers),
+    ]
+
+
+def logit_lens_tables(record: Mapping[str, Any]) -> list[str]:
+    header = ("read at", "exact match", "loss", *record["answer_positions"])
+    rows = [
+        (
+            depth,
+            f"{record['exact_match'][d]:.4f}",
+            f"{record['loss'][d]:.4f}",
+            *(f"{a:.3f}" for a in record["accuracy"][d]),
+        )
+        for d, depth in enumerate(record["depths"])
+    ]
+    return [table(header, rows)]
+
+
+def patching_tables(record: Mapping[str, Any]) -> list[str]:
+    rows = [(f"layer {layer}", *(f"{v:.3f}" for v in row)) for layer, row in enumerate(record["restored"])]
+    return [table((record["point"], *record["positions"]), rows)]
+
+
+def reads_tables(record: Mapping[str, Any]) -> list[str]:
+    tables = []
+    for layer, heads in enumerate(record["reads"]):
+        for head, grid in enumerate(heads):
+            rows = [(value, *(f"{w:.1f}" for w in row)) for value, row in zip(record["values"], grid, strict=True)]
+            tables.append(f"<h3>head {layer}.{head}</h3>" + table((f"{layer}.{head}", *record["values"]), rows))
+    return ["<details><summary>every head's table</summary>" + "".join(tables) + "</details>"]
+
+
+def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str:
+    """The whole page, from the records `inspect report` computed (and the pictures beside them)."""
+    heads, lens, reads = records["heads"], records["logit_lens"], records["reads"]
+    patching = records["patching"]
+    findings = [*head_findings(heads), *logit_lens_findings(lens)]
+    findings += [finding for point in REPORT_POINTS for finding in patching_findings(patching[point])]
+    read = reads_findings(reads, minor_layers(heads))
+    findings += read
+    sections = [
+        section(
+            "heads",
+            "Which heads matter: ablation",
+            head_findings(heads),
+            MEANING["heads"],
+            layout.heads_picture,
+            heads_tables(heads),
+        ),
+        section(
+            "logit-lens",
+            "Where the answer appears: the logit lens",
+            logit_lens_findings(lens),
+            MEANING["logit_lens"],
+            layout.logit_lens_picture,
+            logit_lens_tables(lens),
+        ),
+    ]
+    for point in REPORT_POINTS:
+        record = patching[point]
+        example = record["example"]
+        pair = (
+            f" Pairs such as {example['clean']} against {example['corrupted']}, measured at answer position "
+            f"{record['answer_position']}."
+        )
+        sections.append(
+            section(
+                f"patch-{point}",
+                f"What the answer depends on: patching {point}",
+                patching_findings(record),
+                MEANING["patching"] + pair,
+                layout.patching_picture(point),
+                patching_tables(record),
+            )
+        )
+    sections.append(
+        section("reads", "What each head reads", read, MEANING["reads"], layout.reads_picture, reads_tables(reads))
+    )
+    rules = (
+        f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
+        f"(nearly unused: at most {NEEDED_COST:.0%}); "
+        f"a head is needed when removing it alone costs more than {NEEDED_COST:.0%}; the answer appears at the "
+        f"first depth reaching {APPEARS_SHARE:.0%} of the model's exact match; a position carries the answer's "
+        f"difference when patching it restores at least {CARRIES_SHARE:.0%}; a head compares when it reads one "
+        f"side of the value just written {COMPARES_RATIO:.0f}x as much as the other."
+    )
+    title = f"{task} — {layout.root.name}"
+    step = heads.get("step")
+    summary = (
+        f"The {task} model of {layout.root.name}, checkpoint of step {step:,}; {heads['metric']} "
+        f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
+    )
+    template = resources.files("gpt_train").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    return (
+        template.replace("__TITLE__", html.escape(title))
+        .replace("__SUMMARY__", html.escape(summary))
+        .replace("__FINDINGS__", findings_list(findings))
+        .replace("__RULES__", html.escape(rules))
+        .replace("__SECTIONS__", "".join(sections))
+    )
+
+
+def write_report(layout: RunLayout, task: str, records: Mapping[str, Any]) -> Path:
+    """Write report.html into the run directory (atomically) and return its path."""
+    write_bytes_atomically(layout.report, report_page(layout, task, records).encode("utf-8"))
+    return layout.report

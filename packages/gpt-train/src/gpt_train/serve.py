@@ -1,0 +1,242 @@
+"""`gpt-train serve RUN`: the explorer on the learner's own prompt, served from this machine.
+
+The page (serve_page.html, its script and styles inline) asks the server for two things only: the run's
+summary (`/api/run`: its shape, the head to open on, the findings and the inspect records it holds) and
+the model on a prompt (`/api/prompt?text=...`, gpt_train.analysis.prompt). Nothing else is served, no
+file is read on request, and the page fetches nothing from anywhere else.
+
+The server is the standard library's ThreadingHTTPServer: one learner's browser on loopback needs no
+more, and it adds no dependency. Threads keep a slow prompt from stalling the page's other request; one
+lock lets a single request at a time use the model (its hooks are per model, not per thread). It listens
+on 127.0.0.1 unless --host names another address.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import click
+import torch
+
+from gpt_core import GPT
+from gpt_train.analysis.findings import (
+    head_findings,
+    logit_lens_findings,
+    minor_layers,
+    patching_findings,
+    reads_findings,
+)
+from gpt_train.analysis.prompt import PromptError, Vocabulary, explain_prompt
+from gpt_train.config import RunConfig
+from gpt_train.devices import resolve_device
+from gpt_train.errors import TrainError
+from gpt_train.run_names import RUN
+from gpt_train.runs import open_run
+from gpt_viz import RunLayout, VizError
+from gpt_viz.inspect_pictures import load_inspection, most_needed_head
+
+PAGE = "serve_page.html"
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_REQUEST_LINE = 8_192
+"""Longer request lines (a prompt far past any block) are refused with 414 before they are parsed."""
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src 'self' data:",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def saved_records(layout: RunLayout, model: GPT) -> dict[str, Any]:
+    """The inspect records the run holds, of this model's shape; a missing or unreadable one is left out."""
+    c = model.config
+    records: dict[str, Any] = {"patching": {}}
+    for key, path in (("heads", layout.heads_ablation), ("logit_lens", layout.logit_lens), ("reads", layout.reads)):
+        try:
+            records[key] = load_inspection(path)
+        except VizError:
+            continue
+    heads = records.get("heads")
+    if heads is not None and (len(heads.get("zero", [])) != c.n_layer or "layer_zero" not in heads):
+        del records["heads"]  # another model's, or from before whole layers were ablated
+    for path in sorted(layout.root.glob(f"{RunLayout.PATCHING_PREFIX}*.json")):
+        try:
+            record = load_inspection(path)
+        except VizError:
+            continue
+        if isinstance(record.get("point"), str):
+            records["patching"][record["point"]] = record
+    return records
+
+
+def findings_of(records: dict[str, Any]) -> list[str]:
+    """The findings the saved records show (gpt_train.analysis.findings' rules)."""
+    found = []
+    try:
+        if "heads" in records:
+            found += head_findings(records["heads"])
+        if "logit_lens" in records:
+            found += logit_lens_findings(records["logit_lens"])
+        for record in records["patching"].values():
+            found += patching_findings(record)
+        if "reads" in records:
+            found += reads_findings(records["reads"], minor_layers(records["heads"]) if "heads" in records else ())
+    except (KeyError, TypeError, ValueError, IndexError):
+        found.append("a saved inspect record could not be read; run `gpt-train inspect RUN report` again")
+    return found
+
+
+class ServeError(TrainError):
+    """The server cannot start: its address is taken or not this machine's."""
+
+
+class Explorer:
+    """What the server answers with: the run's summary, and the model on a prompt (one at a time)."""
+
+    def __init__(self, run_dir: Path, device: torch.device):
+        saved = open_run(run_dir, device)
+        self.config: RunConfig = saved.config
+        self.model = saved.model
+        self.device = device
+        self.vocabulary: Vocabulary = saved.config.build_sampler()
+        self.lock = threading.Lock()
+        records = saved_records(RunLayout(run_dir), self.model)
+        layer, head = most_needed_head(records["heads"]) if "heads" in records else (0, 0)
+        examples = getattr(self.vocabulary, "example_prompts", None)
+        self.summary = {
+            "title": f"{saved.config.task} — {run_dir.name}",
+            "task": saved.config.task,
+            "step": saved.step,
+            "layers": self.model.config.n_layer,
+            "heads": self.model.config.n_head,
+            "block_size": self.model.config.block_size,
+            "open": {"layer": layer, "head": head, "by": "ablation" if "heads" in records else "first layer"},
+            "examples": examples() if callable(examples) else [],
+            "findings": findings_of(records),
+            "records": records,
+        }
+        self.page = resources.files("gpt_train").joinpath(PAGE).read_bytes()
+
+    def prompt(self, text: str) -> dict[str, Any]:
+        with self.lock:
+            return explain_prompt(self.vocabulary, self.model, self.device, text).to_json()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """GET /, /api/run and /api/prompt?text=...; everything else is 404, any other method 405."""
+
+    explorer: Explorer  # set on the subclass make_server builds
+    server_version = "gpt-train-serve"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == "/":
+            self.send(HTTPStatus.OK, self.explorer.page, "text/html; charset=utf-8")
+        elif url.path == "/api/run":
+            self.send_json(HTTPStatus.OK, self.explorer.summary)
+        elif url.path == "/api/prompt":
+            self.answer_prompt(url.query)
+        else:
+            self.send_json(HTTPStatus.NOT_FOUND, {"error": "not found: this server serves its page and its JSON only"})
+
+    def answer_prompt(self, query: str) -> None:
+        try:
+            fields = parse_qs(query, keep_blank_values=True, errors="strict", max_num_fields=4)
+        except UnicodeDecodeError:
+            self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the prompt is not UTF-8 text"})
+            return
+        except ValueError:
+            self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the request has too many fields"})
+            return
+        try:
+            self.send_json(HTTPStatus.OK, self.explorer.prompt(fields.get("text", [""])[0]))
+        except PromptError as error:
+            self.send_json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except Exception as error:  # the model failing on one prompt must not take the page down
+            self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"the model failed on this prompt: {error}"})
+
+    def do_POST(self) -> None:
+        self.send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "only GET is served"})
+
+    do_PUT = do_DELETE = do_PATCH = do_POST
+
+    def send_json(self, status: HTTPStatus, data: Any) -> None:
+        self.send(status, json.dumps(data, allow_nan=False).encode("utf-8"), "application/json")
+
+    def send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def parse_request(self) -> bool:
+        if len(self.raw_requestline) > MAX_REQUEST_LINE:
+            self.requestline, self.request_version, self.command = "", "HTTP/1.1", "GET"
+            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "the request is too long (a prompt far past any block)")
+            return False
+        return super().parse_request()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the terminal shows the address and how to stop, not every request."""
+
+
+class ExplorerServer(ThreadingHTTPServer):
+    daemon_threads = True  # a request still running never keeps Ctrl-C from ending the process
+
+
+def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PORT) -> ExplorerServer:
+    """A server for `explorer` bound to host:port (port 0: any free one); serve_forever() runs it."""
+    handler = type("ExplorerHandler", (Handler,), {"explorer": explorer})
+    return ExplorerServer((host, port), handler)
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN", type=RUN)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True, help="0: any free port."
+)
+@click.option(
+    "--host",
+    default=LOOPBACK,
+    show_default=True,
+    help="The address to listen on. Anything but 127.0.0.1 lets other machines use the model.",
+)
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N, mps or auto.")
+def serve(run_dir: Path, port: int, host: str, device: str) -> None:
+    """Serve the explorer on your own prompts: type one, see the model's answer, the probability of each
+    answer token, every head's attention, the logit lens, where prompt and answer meet, and the inspect
+    results the run holds. Ctrl-C stops it.
+
+    RUN is a run directory, or a task name for that task's newest run under ./runs.
+
+    \b
+    Examples:
+      gpt-train serve sort
+      gpt-train serve sort --port 8000
+    """
+    explorer = Explorer(run_dir, resolve_device(device))
+    try:
+        server = make_server(explorer, host, port)
+    except OSError as error:
+        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    address, bound = server.server_address[:2]
+    try:
+        click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")  # within: Ctrl-C from now on stops
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("stopped")
+    finally:
+        server.server_close()

@@ -1,0 +1,128 @@
+"""gpt-train inspect RUN report: report.html states the findings first, then each picture with its table and
+what it means; in Chromium it is one self-contained page (nothing fetched) that fits a phone's width."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpt_train.cli import main
+from gpt_viz import RunLayout
+
+TWO_LAYER_SORT = (
+    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "300", "--batch-size", "64",
+    "--set", "length=4", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=2",
+    "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
+)  # fmt: skip
+PHONE = {"width": 390, "height": 844}
+
+
+def invoke(capsys, *args) -> tuple[int, str]:
+    try:
+        main(list(map(str, args)))
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> tuple[Path, str]:
+    run_dir = tmp_path_factory.mktemp("report") / "sort"
+    for args in (
+        TWO_LAYER_SORT + ("--out", str(run_dir)),
+        ("inspect", str(run_dir), "report", "--examples", "200", "--pairs", "100"),
+    ):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            assert not exit_.code
+    return run_dir, RunLayout(run_dir).report.read_text(encoding="utf-8")
+
+
+def test_the_report_runs_every_analysis_and_writes_each_record_and_picture(reported):
+    run_dir, _ = reported
+    layout = RunLayout(run_dir)
+    for path in (
+        layout.heads_ablation,
+        layout.logit_lens,
+        layout.reads,
+        *(layout.patching(p) for p in ("resid_pre", "attn_out", "mlp_out")),
+    ):
+        assert json.loads(path.read_text())["step"] == 300
+    assert layout.reads_picture.stat().st_size > 10_000 and layout.heads_picture.is_file()
+
+
+def test_the_report_states_the_findings_first_then_a_section_per_analysis(reported):
+    _, page = reported
+    findings, first_section = page.index('id="findings"'), page.index('<section id="heads">')
+    assert findings < first_section
+    assert "layer 0&#x27;s attention is" in page[findings:first_section]
+    assert "the answer appears after" in page[findings:first_section]
+    for anchor in ("heads", "logit-lens", "patch-resid_pre", "patch-attn_out", "patch-mlp_out", "reads"):
+        section = page[page.index(f'<section id="{anchor}">') :]
+        section = section[: section.index("</section>")]
+        assert section.count('<img src="data:image/png;base64,') == 1 and "<table>" in section and "<p>" in section
+    assert "http://" not in page and "https://" not in page  # nothing to fetch
+
+
+def test_the_report_in_chromium_draws_every_picture_fetches_nothing_and_fits_a_phone(reported):
+    from browser_helpers import launched_browser
+
+    run_dir, _ = reported
+    requests, errors = [], []
+    for browser in launched_browser():
+        page = browser.new_page(viewport=PHONE, device_scale_factor=1)
+        page.on("request", lambda request: requests.append(request.url))
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(RunLayout(run_dir).report.as_uri())
+        page.wait_for_load_state("load")
+        images = page.locator("img").evaluate_all("imgs => imgs.map(i => [i.complete, i.naturalWidth, i.clientWidth])")
+        assert len(images) == 6 and all(
+            done and natural > 300 and 0 < shown <= PHONE["width"] for done, natural, shown in images
+        )
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]  # no sideways scrolling
+        assert page.locator("#findings li").count() >= 6
+        assert [url for url in requests if not url.startswith(("file:", "data:"))] == []
+        assert errors == []
+        page.close()
+
+
+def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that_matters(tmp_path, monkeypatch):
+    import gpt_train.pictures as pictures
+
+    drawn = []
+    real = pictures.gpt_viz.attention_grid
+    monkeypatch.setattr(
+        pictures.gpt_viz,
+        "attention_grid",
+        lambda weights, tokens, layer: drawn.append(layer) or real(weights, tokens, layer=layer),
+    )
+    run_dir = tmp_path / "sort"
+    for args in (TWO_LAYER_SORT + ("--out", str(run_dir)), ("inspect", str(run_dir), "heads", "--examples", "200")):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            assert not exit_.code
+    record = json.loads(RunLayout(run_dir).heads_ablation.read_text())
+    from gpt_viz.inspect_pictures import most_needed_head
+
+    assert drawn == [0, most_needed_head(record)[0]]
+
+
+def test_a_task_without_prompt_answer_shape_is_refused_before_anything_runs(tmp_path, capsys):
+    run_dir = tmp_path / "modadd"
+    code, _ = invoke(
+        capsys, "run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet", "--out", run_dir
+    )
+    assert code == 0
+    before = sorted(path.name for path in run_dir.iterdir())
+    try:
+        main(["inspect", str(run_dir), "report", "--device", "cpu"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpt-train: error: report needs a prompt-answer task") and len(err.strip().splitlines()) == 1
+    assert sorted(path.name for path in run_dir.iterdir()) == before

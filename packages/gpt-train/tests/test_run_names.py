@@ -1,0 +1,150 @@
+"""Naming a run: `gpt-train run` says where it trains; a task name stands for its newest run under ./runs
+wherever a command takes a RUN (and says which it chose); the inspect and serve --help examples work as
+pasted; gpt_train.load_run and its README example."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from train_helpers import TINY, assert_one_line_error
+
+import gpt_train
+from gpt_train.cli import cli as group
+from gpt_train.run_names import newest_run_of, resolve_run_dir
+from gpt_train.runs import RunDirError
+
+TWO_LAYER = ("--set", "n_layer=2", "--set", "n_head=4", "--steps", "60")  # the default layout: 2 layers of 4 heads
+
+
+@pytest.fixture
+def runs_here(cli, tmp_path, monkeypatch) -> Path:
+    """A working directory whose runs/ holds an older and a newer tiny sort run (and one that never started)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("sort-20260101-000000", "sort-20260102-000000"):
+        result = cli(*TINY, *TWO_LAYER, "--out", Path("runs") / name)
+        assert result.code == 0, result.err
+    (tmp_path / "runs" / "sort-20991231-000000").mkdir()  # no config.json: not a run
+    return tmp_path
+
+
+def test_run_says_where_it_trains_before_it_starts(cli, tmp_path):
+    run_dir = tmp_path / "named"
+    result = cli(*[arg for arg in TINY if arg != "--quiet"], "--out", run_dir)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0] == f"training sort in {run_dir}"
+
+
+def test_a_task_name_is_its_newest_run_and_an_existing_path_is_itself(runs_here):
+    assert newest_run_of("sort") == Path("runs/sort-20260102-000000")
+    assert resolve_run_dir("sort") == (Path("runs/sort-20260102-000000"), True)
+    assert resolve_run_dir("runs/sort-20260101-000000") == (Path("runs/sort-20260101-000000"), False)
+    with pytest.raises(RunDirError, match=r"run directory addition does not exist, and runs/ holds no 'addition' run"):
+        resolve_run_dir("addition")
+    assert newest_run_of("../sort") is None
+    with pytest.raises(RunDirError, match=r"^run directory runs/sort-1 does not exist$"):
+        resolve_run_dir("runs/sort-1")
+
+
+def test_commands_taking_a_run_take_a_task_name_and_say_which_run_they_chose(cli, runs_here):
+    result = cli("inspect", "sort", "logit-lens", "--examples", 100, "--device", "cpu")
+    assert result.code == 0, result.err
+    assert "using runs/sort-20260102-000000 (the newest sort run)" in result.err
+    assert (runs_here / "runs/sort-20260102-000000/inspect_logit_lens.json").is_file()
+    assert_one_line_error(cli("inspect", "nosuchtask", "heads"), "holds no 'nosuchtask' run")
+
+
+def help_examples(command: click.Command, ctx: click.Context) -> list[str]:
+    """The `gpt-train ...` lines under "Examples:" in the help of `command` and of its subcommands."""
+    lines = [line.strip() for line in command.get_help(ctx).splitlines()]
+    examples = [line.split("  #")[0].strip() for line in lines if line.startswith("gpt-train ")]
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            examples += help_examples(sub, click.Context(sub, info_name=name, parent=ctx))
+    return examples
+
+
+def test_every_inspect_help_example_works_when_pasted(cli, runs_here):
+    ctx = click.Context(group, info_name="gpt-train")
+    inspect = group.commands["inspect"]
+    examples = help_examples(inspect, click.Context(inspect, info_name="inspect", parent=ctx))
+    assert len(examples) >= 12
+    for example in dict.fromkeys(examples):
+        result = cli(*shlex.split(example)[1:])
+        assert result.code == 0, (example, result.err)
+
+
+def test_every_serve_help_example_serves_when_pasted_and_stops_on_ctrl_c(runs_here):
+    ctx = click.Context(group, info_name="gpt-train")
+    serve = group.commands["serve"]
+    examples = help_examples(serve, click.Context(serve, info_name="serve", parent=ctx))
+    assert examples == ["gpt-train serve sort", "gpt-train serve sort --port 8000"]
+    for example in examples:
+        args = shlex.split(example)[1:]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpt_train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            line = process.stdout.readline()
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+        assert re.fullmatch(
+            r"serving runs/sort-20260102-000000 at http://127\.0\.0\.1:\d+/ \(Ctrl-C stops\)\n", line
+        ), (line, err)
+        assert process.returncode == 0 and out.strip() == "stopped"
+
+
+README_EXAMPLE = """
+import torch
+import gpt_viz
+from gpt_train import load_run
+
+run = load_run("sort")  # a run directory, or a task name: its newest run under ./runs
+ids = run.task.encode("3914")  # a prompt, as the model reads it
+with torch.no_grad():
+    _, cache = run.model.run_with_cache(torch.tensor([ids]), names=["blocks.0.pattern"])
+pattern = cache["blocks.0.pattern"][0, 1]  # layer 0, head 1: (T, T)
+gpt_viz.save_figure(gpt_viz.attention_map(pattern.numpy(), run.task.token_labels(ids), "layer 0 head 1"), "head.png")
+"""
+
+
+def test_the_readme_example_loads_a_run_and_draws_one_head(runs_here):
+    assert len(README_EXAMPLE.strip().splitlines()) == 10
+    exec(compile(README_EXAMPLE, "README example", "exec"), {})
+    assert (runs_here / "head.png").stat().st_size > 5_000
+
+
+def test_load_run_returns_the_model_its_task_and_its_config(runs_here):
+    run = gpt_train.load_run("runs/sort-20260101-000000")
+    assert run.config.task == "sort" and run.task.name == "sort" and run.step == 60
+    assert run.model.config.n_layer == 2 and not run.model.training
+    assert run.run_dir == Path("runs/sort-20260101-000000")
+    assert gpt_train.load_run("sort").run_dir == Path("runs/sort-20260102-000000")
+
+
+def test_the_final_evaluation_shows_its_progress_in_examples(cli, tmp_path, monkeypatch):
+    import gpt_train.evaluation_progress as evaluation_progress
+
+    bars = {}
+
+    class Recorded(evaluation_progress.tqdm):
+        def close(self):  # tqdm closes again when collected: one entry per bar
+            bars[id(self)] = (self.desc, self.n, self.total)
+            super().close()
+
+    monkeypatch.setattr(evaluation_progress, "tqdm", Recorded)
+    result = cli(*[arg for arg in TINY if arg != "--quiet"], "--out", tmp_path / "progress")
+    assert result.code == 0, result.err
+    assert "final evaluation:" in result.err
+    ((desc, counted, total),) = bars.values()  # the final evaluation only, not the ones during training
+    final = json.loads((tmp_path / "progress" / "final.json").read_text())
+    assert desc == "final evaluation" and counted == total == final["heldout_examples"]

@@ -1,0 +1,286 @@
+"""gpt-train serve: the model on a typed prompt equals run_with_cache and `gpt-train sample`; bad and hostile
+requests are answered, never crash the server; Ctrl-C stops it; and in Chromium the page shows what the
+model computed, a message for a bad prompt, and makes no request past 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import torch
+
+from gpt_core import block_hook
+from gpt_train.analysis.prompt import PromptError, explain_prompt
+from gpt_train.cli import main
+from gpt_train.runs import load_run
+from gpt_train.serve import LOOPBACK, Explorer, make_server
+
+CPU = torch.device("cpu")
+# 4-digit sort, 2 layers of 2 heads: learned in 300 steps, a few seconds.
+TWO_LAYER_SORT = (
+    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "300", "--batch-size", "64",
+    "--set", "length=4", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=2",
+    "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
+)  # fmt: skip
+PROMPT = "3914"
+
+
+def invoke(*args: str) -> int:
+    try:
+        main(list(map(str, args)))
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    return 0
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A trained run with its head ablation saved (the page's panels and the head it opens on)."""
+    run_dir = tmp_path_factory.mktemp("serve") / "sort"
+    assert invoke(*TWO_LAYER_SORT, "--out", run_dir) == 0
+    assert invoke("inspect", run_dir, "heads", "--examples", 200, "--device", "cpu") == 0
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def server(run_dir) -> Iterator[str]:
+    """The explorer served on a free loopback port, in this process: its base URL."""
+    httpd = make_server(Explorer(run_dir, CPU), LOOPBACK, 0)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{LOOPBACK}:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def get(base: str, path: str, method: str = "GET") -> tuple[int, bytes]:
+    host, port = base.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.request(method, path)
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    return response.status, body
+
+
+def raw(base: str, request: bytes) -> bytes:
+    """Send `request` as it is (no client tidying it) and return whatever comes back."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def sample_answer(run_dir: Path, prompt: str, capsys) -> str:
+    capsys.readouterr()
+    assert invoke("sample", run_dir, "--prompt", prompt, "--device", "cpu") == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(f"{prompt} -> ")
+    return line.removeprefix(f"{prompt} -> ")
+
+
+# the model on a prompt -----------------------------------------------------------------------
+def test_the_prompt_view_is_samples_answer_and_run_with_caches_attention(run_dir, capsys):
+    config, model = load_run(run_dir, CPU)
+    view = explain_prompt(config.build_sampler(), model, CPU, PROMPT)
+    assert view.answer == sample_answer(run_dir, PROMPT, capsys)
+    task = config.build_task()
+    read = torch.tensor([task.encode(PROMPT + view.answer)[:-1]])
+    names = [block_hook(layer, "pattern") for layer in range(2)]
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(read, names=names)
+    for layer in range(2):
+        assert torch.allclose(torch.tensor(view.attention[layer]), cache[names[layer]][0], atol=1e-6)
+    assert view.tokens == list(PROMPT + view.answer)[:-1] and view.prompt_length == len(PROMPT)
+    probabilities = torch.softmax(logits[0, len(PROMPT) - 1 :], dim=-1)  # where each answer token was written
+    expected = [float(probabilities[i, token]) for i, token in enumerate(task.encode(view.answer))]
+    assert view.answer_probability == pytest.approx(expected, abs=1e-6)
+    assert view.lens_top[-1][len(PROMPT) - 1 :] == list(view.answer)  # the last depth is the model's own
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ("", "it is empty"),
+        ("39a4", "cannot encode '39a4'"),
+        ("1" * 8, "the prompt is 8 tokens long; the model reads at most 7"),
+        ("1" * 100_000, "100,000 characters long"),
+    ],
+)
+def test_a_prompt_the_model_cannot_read_is_one_line(run_dir, prompt, message):
+    config, model = load_run(run_dir, CPU)
+    with pytest.raises(PromptError, match=message):
+        explain_prompt(config.build_sampler(), model, CPU, prompt)
+
+
+# the server ----------------------------------------------------------------------------------
+def test_the_server_serves_its_page_the_runs_summary_and_the_model_on_a_prompt(server, run_dir):
+    status, page = get(server, "/")
+    assert status == 200 and b"<title>gpt-train serve</title>" in page
+    status, body = get(server, "/api/run")
+    summary = json.loads(body)
+    assert status == 200 and (summary["layers"], summary["heads"]) == (2, 2)
+    ablation = json.loads((run_dir / "inspect_heads.json").read_text())
+    zero = ablation["zero"]
+    needed = min((zero[layer][head], layer, head) for layer in range(2) for head in range(2))
+    assert summary["open"] == {"layer": needed[1], "head": needed[2], "by": "ablation"}
+    assert any(finding.startswith("layer 0's attention") for finding in summary["findings"])
+    status, body = get(server, f"/api/prompt?text={PROMPT}")
+    assert status == 200 and json.loads(body)["prompt"] == PROMPT
+
+
+HOSTILE_PATHS = [
+    "/../../../../etc/passwd",
+    "/%2e%2e/%2e%2e/etc/passwd",
+    "/..%2f..%2fetc%2fpasswd",
+    "/config.json",
+    "/checkpoint.safetensors",
+    "/api/../config.json",
+    "//etc/passwd",
+    "/serve_page.html",
+    "/api/prompt/../../config.json",
+]
+
+
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
+def test_no_path_reaches_a_file_only_the_page_and_its_json_are_served(server, path):
+    status, body = get(server, path)
+    assert status == 404, (path, body[:200])
+    assert json.loads(body) == {"error": "not found: this server serves its page and its JSON only"}
+
+
+def test_hostile_prompts_are_answered_with_a_message_and_the_server_keeps_serving(server):
+    status, body = get(server, "/api/prompt?text=%ff%fe%fd")  # not UTF-8
+    assert (status, json.loads(body)) == (400, {"error": "the prompt is not UTF-8 text"})
+    status, body = get(server, "/api/prompt?text=" + "9" * 5_000)  # far past the block
+    assert status == 400 and "5,000 characters long" in json.loads(body)["error"]
+    status, _ = get(server, "/api/prompt?text=" + "9" * 100_000)  # past the request-line limit
+    assert status == 414
+    status, body = get(server, "/api/prompt?" + "&".join(f"f{i}=1" for i in range(50)))
+    assert (status, json.loads(body)) == (400, {"error": "the request has too many fields"})
+    status, body = get(server, "/api/prompt?text=" + quote("<script>alert(1)</script>"))
+    assert status == 400 and "cannot encode" in json.loads(body)["error"]
+    reply = raw(server, b"GET /api/prompt?text=\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # raw bytes
+    assert reply.startswith(b"HTTP/1.0 400") and b"cannot encode" in reply
+    reply = raw(server, b"\x00\x01garbage\r\n\r\n")  # no HTTP version: answered the HTTP/0.9 way, a bare body
+    assert b"Error code: 400" in reply
+    assert get(server, "/", method="POST")[0] == 405
+    assert get(server, f"/api/prompt?text={PROMPT}")[0] == 200
+
+
+def test_many_requests_at_once_all_get_the_same_answer(server):
+    _, alone = get(server, f"/api/prompt?text={PROMPT}")
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        replies = list(pool.map(lambda _: get(server, f"/api/prompt?text={PROMPT}"), range(48)))
+    assert all(status == 200 for status, _ in replies)
+    assert all(json.loads(body) == json.loads(alone) for _, body in replies)
+
+
+def test_ctrl_c_stops_the_server_cleanly(run_dir):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpt_train", "serve", str(run_dir), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith(f"serving {run_dir} at http://127.0.0.1:") and "(Ctrl-C stops)" in line
+        base = line.split(" at ")[1].split("/ ")[0]
+        assert get(base, "/api/run")[0] == 200
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert out.strip() == "stopped" and "Traceback" not in err
+
+
+def test_serve_listens_on_loopback_unless_told_otherwise():
+    from gpt_train.serve import serve
+
+    host = next(param for param in serve.params if param.name == "host")
+    assert host.default == "127.0.0.1"
+
+
+# the page in a browser -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    from browser_helpers import launched_browser
+
+    yield from launched_browser()
+
+
+@pytest.fixture
+def page(browser, server):
+    requests, errors = [], []
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(server + "/")
+    page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+    yield page
+    page.close()
+    assert errors == []
+    assert requests and all(url.startswith(server + "/") for url in requests), requests
+
+
+def ask(page, prompt: str) -> None:
+    before = int(page.evaluate("+(document.body.dataset.answered || 0)"))
+    page.fill("#prompt", prompt)
+    page.click("#go")
+    page.wait_for_function(f"() => +(document.body.dataset.answered || 0) > {before}", timeout=20_000)
+
+
+def test_a_typed_prompt_shows_samples_answer_and_the_chosen_heads_attention(page, run_dir, capsys):
+    prompt = "8015"
+    ask(page, prompt)
+    answer = sample_answer(run_dir, prompt, capsys)
+    assert page.inner_text("#answer") == answer
+    config, model = load_run(run_dir, CPU)
+    read = torch.tensor([config.build_task().encode(prompt + answer)[:-1]])
+    page.select_option("#layer", "1")
+    page.select_option("#head", "0")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(read, names=["blocks.1.pattern"])
+    expected = cache["blocks.1.pattern"][0, 0]  # (T, T)
+    table = page.locator("#attention")
+    assert table.evaluate("t => [t.dataset.layer, t.dataset.head]") == ["1", "0"]
+    cells = table.locator("td").evaluate_all("cells => cells.map(c => [+c.dataset.q, +c.dataset.k, c.textContent])")
+    shown = [(q, k, text) for q, k, text in cells if text]
+    assert len(shown) == len(read[0]) * (len(read[0]) + 1) // 2  # every causal cell, none above the diagonal
+    for q, k, text in shown:
+        assert abs(float(text) - float(expected[q, k])) <= 0.0005 + 1e-7, (q, k, text)
+    assert page.locator("#tokens span.meet").count() == 1  # where prompt and answer meet
+    assert page.locator("#tokens span.prompt").all_inner_texts() == list(prompt)
+    assert page.locator("#predictions tr").count() == 1 + len(answer)
+    assert page.locator("#lens tr").count() == 1 + 5  # the embeddings, then each layer's attention and MLP
+
+
+def test_a_bad_prompt_shows_a_message_on_the_page(page):
+    ask(page, "12x4")
+    assert "cannot encode '12x4'" in page.inner_text("#message")
+    assert page.locator("#result").is_hidden()
+    ask(page, "")
+    assert page.inner_text("#message") == "type a prompt: it is empty"
+    ask(page, PROMPT)
+    assert page.inner_text("#message") == "" and page.locator("#result").is_visible()
+
+
+def test_the_page_opens_on_the_head_the_model_needs_most(page, server):
+    opened = json.loads(get(server, "/api/run")[1])["open"]
+    assert (page.input_value("#layer"), page.input_value("#head")) == (str(opened["layer"]), str(opened["head"]))
+    assert page.locator("#ablation tr").count() == 1 + 4
