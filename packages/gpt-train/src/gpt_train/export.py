@@ -14,6 +14,7 @@ import click
 from gpt_tasks.text import BpeTokenizer
 from gpt_train.config import RunConfig
 from gpt_train.hf import HFError, write_directory
+from gpt_train.run_names import RUN
 from gpt_train.runs import open_run
 
 FORMATS = ("hf",)
@@ -31,7 +32,7 @@ def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
         raise HFError(f"cannot read the run's tokenizer {path} ({error})") from None
 
 
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", metavar="RUN", type=RUN)
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option(
     "--format",
@@ -52,7 +53,7 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
 
     \b
     Examples:
-      gpt-train export runs/sort-20261130-120000 --format hf exported/sort
+      gpt-train export sort --format hf exported/sort
       gpt-train export runs/text-bpe --format hf exported/text
     """
     saved = open_run(run_dir, "cpu", with_kernels=False)  # the weights are all an export needs

@@ -1,9 +1,5 @@
-"""Naming a run on the command line: a run directory, or a task name meaning that task's newest run.
-
-`gpt-train run --task sort` writes `runs/sort-<timestamp>`, a name nobody types twice; so wherever a
-command takes a RUN, `sort` stands for the newest `runs/sort-*` directory that holds a run, and the
-command says which one it chose. A path that exists is always read as the path.
-"""
+"""A RUN on gpt-train's command line: a run directory, or a task name for its newest run (gpt_viz.run_names,
+shared with gpt-viz's commands), its failures gpt-train's one-line RunDirError."""
 
 from __future__ import annotations
 
@@ -12,53 +8,28 @@ from pathlib import Path
 import click
 
 from gpt_train.runs import RunDirError
-from gpt_viz import RunLayout
+from gpt_viz import run_names
+from gpt_viz.run_names import RUNS, RunNameError, newest_run_of
 
-RUNS = Path("runs")
-"""Where `gpt-train run` puts a run not given --out, relative to the working directory."""
-
-
-def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest `runs/<task>-<timestamp>` directory holding a run's config.json, or None. The timestamp
-    sorts as text, so the newest is the last by name."""
-    if not runs.is_dir() or "/" in task or task in (".", ".."):
-        return None
-    candidates = [path for path in runs.glob(f"{task}-*") if RunLayout(path).config.is_file()]
-    return max(candidates, key=lambda path: path.name) if candidates else None
+__all__ = ["RUN", "RUNS", "newest_run_of", "resolve_run_dir"]
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
-    """The run directory `run` names, and whether it was chosen as a task's newest run. An existing path is
-    itself; a task name with runs under `runs` is its newest; anything else is one line saying both."""
-    path = Path(run)
-    if path.exists():
-        return path, False
-    newest = newest_run_of(str(run), runs)
-    if newest is not None:
-        return newest, True
-    if len(path.parts) > 1:  # a path, not a name
-        raise RunDirError(f"run directory {path} does not exist")
-    raise RunDirError(
-        f"run directory {path} does not exist, and {runs}/ holds no {str(run)!r} run "
-        f"(a task name means its newest {runs}/<task>-* run)"
-    )
+    """The run directory `run` names and whether it was chosen as a task's newest run (gpt_viz.run_names)."""
+    try:
+        return run_names.resolve_run_dir(run, runs)
+    except RunNameError as error:
+        raise RunDirError(str(error)) from None
 
 
-class RunArgument(click.ParamType):
-    """A click RUN argument: a run directory or a task name; says on stderr which directory a name chose."""
-
-    name = "RUN"
+class RunArgument(run_names.RunArgument):
+    """gpt-viz's RUN argument, failing as gpt-train's commands do."""
 
     def convert(self, value: str | Path, param: click.Parameter | None, ctx: click.Context | None) -> Path:
-        if isinstance(value, Path) and value.exists():
-            return value
         try:
-            path, chosen = resolve_run_dir(value)
-        except RunDirError as error:
-            self.fail(str(error), param, ctx)
-        if chosen:
-            click.echo(f"using {path} (the newest {value} run)", err=True)
-        return path
+            return super().convert(value, param, ctx)
+        except RunNameError as error:
+            raise RunDirError(str(error)) from None
 
 
 RUN = RunArgument()

@@ -21,8 +21,9 @@ from gpt_viz.explore import write_explorer
 from gpt_viz.grokking import METRIC, grokking
 from gpt_viz.run_data import load_attention, run_directory
 from gpt_viz.run_layout import RunLayout
+from gpt_viz.run_names import RUN
 
-RUN_DIR = click.Path(path_type=Path)
+RUN_DIR = RUN  # a run directory, or a task name for its newest run under ./runs
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each PNG.")
 
 
@@ -71,6 +72,7 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
     \b
     Example:
       gpt-viz curves runs/addition runs/sorting --metric heldout_exact_match
+      gpt-viz curves sort                       # a task name: its newest run under ./runs
     """
     targets = _curves_targets(run_dirs, out)
     for run_dir, target in zip(run_dirs, targets, strict=True):
@@ -126,6 +128,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
     \b
     Example:
       gpt-viz attention runs/addition --layer 0
+      gpt-viz attention sort                    # a task name: its newest run under ./runs
     """
     snapshot = load_attention(run_dir)
     n_layer = snapshot.weights.shape[0]
@@ -176,7 +179,7 @@ def explore(run_dir: Path, out: Path | None) -> None:
 
     \b
     Example:
-      gpt-viz explore runs/sort && xdg-open runs/sort/explore.html
+      gpt-viz explore sort                      # writes explore.html into the newest sort run
     """
     click.echo(str(write_explorer(run_dir, out)))
 

@@ -17,12 +17,13 @@ from gpt_train.cli.options import DEVICE_HELP
 from gpt_train.config import parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import Pretrained
+from gpt_train.run_names import RUN
 from gpt_train.runs import load_run
 from gpt_viz import metric_key
 
 
 @cli.command("eval", context_settings=CONTEXT)
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir", metavar="RUN", type=RUN)
 @click.option("--split", type=click.Choice(SPLITS[::-1]), default="heldout", show_default=True)
 @click.option(
     "--set",
@@ -40,7 +41,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 
     \b
     Examples:
-      gpt-train eval runs/sort-20261130-120000
+      gpt-train eval sort                               # the newest sort run under ./runs
       gpt-train eval runs/sort-rope --set length=8      # length generalisation
       gpt-train eval runs/modadd --split train --json
     """
@@ -64,7 +65,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("run_dir", type=click.Path(path_type=Path), required=False)
+@click.argument("run_dir", metavar="RUN", type=RUN, required=False)
 @click.option(
     "--hf", "hf_dir", type=click.Path(path_type=Path), help="Sample from a Hugging Face GPT-2 directory instead."
 )
@@ -92,7 +93,7 @@ def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no
 
     \b
     Examples:
-      gpt-train sample runs/sort-20261130-120000 --prompt 902714
+      gpt-train sample sort --prompt 902714
       gpt-train sample runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 20
       gpt-train sample --hf gpt2/ --prompt "Hello, I'm a language model," --max-new-tokens 40
     """

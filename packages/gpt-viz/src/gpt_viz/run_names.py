@@ -1,0 +1,66 @@
+"""Naming a run on the command line: a run directory, or a task name meaning that task's newest run.
+
+`gpt-train run --task sort` writes `runs/sort-<timestamp>`, a name nobody types twice; so wherever a
+gpt-train or gpt-viz command takes a RUN, `sort` stands for the newest `runs/sort-*` directory that holds
+a run, and the command says which one it chose. A path that exists is always read as the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpt_viz.errors import VizError
+from gpt_viz.run_layout import RunLayout
+
+
+class RunNameError(VizError):
+    """A RUN that is neither an existing run directory nor the name of a task with runs under ./runs."""
+
+
+RUNS = Path("runs")
+"""Where `gpt-train run` puts a run not given --out, relative to the working directory."""
+
+
+def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
+    """The newest `runs/<task>-<timestamp>` directory holding a run's config.json, or None. The timestamp
+    sorts as text, so the newest is the last by name."""
+    if not runs.is_dir() or "/" in task or task in (".", ".."):
+        return None
+    candidates = [path for path in runs.glob(f"{task}-*") if RunLayout(path).config.is_file()]
+    return max(candidates, key=lambda path: path.name) if candidates else None
+
+
+def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
+    """The run directory `run` names, and whether it was chosen as a task's newest run. An existing path is
+    itself; a task name with runs under `runs` is its newest; anything else is one line saying both."""
+    path = Path(run)
+    if path.exists():
+        return path, False
+    newest = newest_run_of(str(run), runs)
+    if newest is not None:
+        return newest, True
+    if len(path.parts) > 1:  # a path, not a name
+        raise RunNameError(f"run directory {path} does not exist")
+    raise RunNameError(
+        f"run directory {path} does not exist, and {runs}/ holds no {str(run)!r} run "
+        f"(a task name means its newest {runs}/<task>-* run)"
+    )
+
+
+class RunArgument(click.ParamType):
+    """A click RUN argument: a run directory or a task name; says on stderr which directory a name chose."""
+
+    name = "RUN"
+
+    def convert(self, value: str | Path, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        if isinstance(value, Path) and value.exists():
+            return value
+        path, chosen = resolve_run_dir(value)  # RunNameError: the command's one-line error
+        if chosen:
+            click.echo(f"using {path} (the newest {value} run)", err=True)
+        return path
+
+
+RUN = RunArgument()
