@@ -23,17 +23,27 @@
 # its definition. When you want to write the pieces yourself, graded: `gpt-train learn` ([learn.md](../learn.md)).
 
 # %%
+import io
 import json
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
+from IPython.display import Image, display
 
+warnings.filterwarnings("ignore", message="IProgress not found")  # progress bars print as text here
 torch.manual_seed(0)
 CPU = torch.device("cpu")
+
+
+def show(figure):
+    """Put a gpt-viz figure into the notebook as a PNG (gpt-viz draws off screen)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    display(Image(buffer.getvalue()))
 
 # %% [markdown]
 # ## 1. Attention in a few lines
@@ -63,7 +73,7 @@ print(f"forward:   largest |ours - PyTorch's| = {(ours - theirs).abs().max().ite
 cotangent = torch.randn_like(ours)
 grads_ours = torch.autograd.grad(ours, (q, k, v), cotangent)
 grads_theirs = torch.autograd.grad(theirs, (q, k, v), cotangent)
-worst = max((a - b).abs().max().item() for a, b in zip(grads_ours, grads_theirs))
+worst = max((a - b).abs().max().item() for a, b in zip(grads_ours, grads_theirs, strict=True))
 print(f"gradients: largest |ours - PyTorch's| = {worst:.1e}")
 
 # %% [markdown]
@@ -101,14 +111,13 @@ print(f"fast vs reference kernels on the same weights: largest |logit difference
 # ## 3. Train it to sort
 #
 # Read six digits, write them in sorted order. A stable hash of each input puts a quarter of the 10^6 possible
-# inputs on the held-out side, which training never sees. This run is half the default's 2,000 steps and scores a
-# fixed sample of 20,000 held-out sequences at the end, to keep the notebook quick; `gpt-train run --task sort`
-# trains the full run and scores all 250,050.
+# inputs on the held-out side, which training never sees. This is the default run, except that it scores a fixed
+# sample of 20,000 held-out sequences at the end instead of all 250,050, to keep the notebook quick.
 
 # %%
 run_dir = Path("runs/tutorial-sort")
 train = subprocess.run(
-    [sys.executable, "-m", "gpt_train", "run", "--task", "sort", "--steps", "1000", "--set", "final_eval_limit=20000",
+    [sys.executable, "-m", "gpt_train", "run", "--task", "sort", "--set", "final_eval_limit=20000",
      "--out", str(run_dir), "--force", "--quiet"],
     capture_output=True, text=True,
 )
@@ -124,11 +133,11 @@ print(f"held-out exact match {final['heldout_exact_match']:.6f} over {final['hel
 # attention, (B, H, T, T). Each row is a position reading the earlier ones.
 
 # %%
-from gpt_train.runs import load_run
+from gpt_train import load_run
 from gpt_viz import attention_grid
 
-run_config, model = load_run(run_dir, CPU)
-task = run_config.build_task()
+run = load_run(run_dir)  # the model, its task and its config
+model, task = run.model, run.task
 prompt = "503718"
 ids = torch.tensor([task.encode(prompt + "".join(sorted(prompt)))[:-1]])
 with torch.no_grad():
@@ -136,8 +145,7 @@ with torch.no_grad():
 tokens = task.token_labels(ids[0].tolist())
 print("greedy answer:", task.decode(logits[0, len(prompt) - 1 :].argmax(-1).tolist()))
 for layer in range(model.config.n_layer):
-    attention_grid(cache[f"blocks.{layer}.pattern"][0].numpy(), tokens, layer=layer)
-plt.show()
+    show(attention_grid(cache[f"blocks.{layer}.pattern"][0].numpy(), tokens, layer=layer))
 
 # %% [markdown]
 # ## 5. Which heads does it need?
@@ -146,21 +154,13 @@ plt.show()
 # on a fixed sample of held-out sequences; then remove whole layers.
 
 # %%
-from gpt_train.analysis import ablate_each_head, ablated_metrics, baseline_and_means, logit_lens, patch
-from gpt_viz import head_ablation_heatmap, logit_lens_picture, patching_picture
+from gpt_train.analysis import ablate_each_head, findings, head_reads, logit_lens, patch
+from gpt_viz.inspect_pictures import head_ablation_heatmap, head_reads_picture, logit_lens_picture, patching_picture
 
 EXAMPLES = 2000
 heads = ablate_each_head(task, model, CPU, EXAMPLES)
-head_ablation_heatmap(heads.to_json())
-plt.show()
-_, means = baseline_and_means(task, model, CPU, EXAMPLES)
-whole_layer = {}
-for layer in range(model.config.n_layer):
-    removed = [(layer, head) for head in range(model.config.n_head)]
-    whole_layer[layer] = ablated_metrics(task, model, CPU, removed, "zero", EXAMPLES, means)["exact_match"]
-print(f"clean exact match {heads.baseline:.4f}")
-for layer, score in whole_layer.items():
-    print(f"every head of layer {layer} zeroed: exact match {score:.4f}")
+show(head_ablation_heatmap(heads.to_json()))
+print("\n".join(findings.head_findings(heads.to_json())))
 
 # %% [markdown]
 # ## 6. The logit lens: where does the answer appear?
@@ -170,53 +170,55 @@ for layer, score in whole_layer.items():
 
 # %%
 lens = logit_lens(task, model, CPU, EXAMPLES)
-logit_lens_picture(lens.to_json())
-plt.show()
-for depth, exact in zip(lens.depths, lens.exact_match):
+show(logit_lens_picture(lens.to_json()))
+for depth, exact in zip(lens.depths, lens.exact_match, strict=True):
     print(f"{depth:>14}: exact match {exact:.4f}")
+print("\n".join(findings.logit_lens_findings(lens.to_json())))
 
 # %% [markdown]
 # ## 7. Patching: which position carries the answer?
 #
-# Take pairs of inputs that differ in one digit, run the corrupted one, and copy one activation from the clean
-# run at one position: the share of the clean-vs-corrupted logit difference that comes back says where the
-# information that tells them apart sits.
+# Take pairs of inputs that differ in their first digit, run the corrupted one, and copy one activation from the
+# clean run at one position: the share of the clean-vs-corrupted logit difference that comes back says where the
+# information that tells them apart sits. (Patching a layer's input at the corrupted digit itself restores
+# everything, trivially: that is the digit.)
 
 # %%
-patched = patch(task, model, CPU, "resid_pre", EXAMPLES)
-patching_picture(patched.to_json())
-plt.show()
-best_layer, best_position = max(
-    ((layer, position) for layer in range(len(patched.restored)) for position in range(len(patched.positions))),
-    key=lambda lp: patched.restored[lp[0]][lp[1]],
-)
-print(f"{patched.examples} pairs; the most restored: layer {best_layer}'s input at position "
-      f"{patched.positions[best_position]}, {patched.restored[best_layer][best_position]:.3f} of the difference")  # fmt: skip
+for point in ("resid_pre", "attn_out", "mlp_out"):
+    patched = patch(task, model, CPU, point, EXAMPLES)
+    if point == "resid_pre":
+        show(patching_picture(patched.to_json()))
+    print("\n".join(findings.patching_findings(patched.to_json())))
 
 # %% [markdown]
-# ## 8. How this model sorts
+# ## 8. What the first layer's heads read
 #
-# Said from the numbers above (the cell below prints each finding with the figure behind it, so a rerun that
-# trained a different model would say so):
+# From each position that writes an answer digit, a head's mean attention on each input digit, by that digit's
+# value (columns) and the value just written (rows); 1.0 is attention spread evenly over the six inputs.
 
 # %%
-unused = [layer for layer, score in whole_layer.items() if score >= heads.baseline - 0.001]
-needed = [layer for layer, score in whole_layer.items() if score < 0.5]
-appears = next(depth for depth, exact in zip(lens.depths, lens.exact_match) if exact >= 0.99 * lens.exact_match[-1])
-print(f"- Attention the model needs: layer(s) {needed} (removing all its heads leaves exact match "
-      f"{min(whole_layer[layer] for layer in needed):.4f}).")
-print(f"- Attention it does not use: layer(s) {unused} (exact match {[round(whole_layer[layer], 4) for layer in unused]} "
-      f"with every head removed, against {heads.baseline:.4f}).")
-print(f"- The answer first reads out at depth '{appears}' "
-      f"(the logit lens's exact match there: {lens.exact_match[lens.depths.index(appears)]:.4f}; one depth "
-      f"earlier: {lens.exact_match[lens.depths.index(appears) - 1]:.4f}).")
-print(f"- Patching layer {best_layer}'s input at {patched.positions[best_position]} alone restores "
-      f"{patched.restored[best_layer][best_position]:.3f} of the logit difference: the information that decides "
-      "the answer is gathered at the position that writes it.")  # fmt: skip
+reads = head_reads(task, model, CPU, EXAMPLES)
+show(head_reads_picture(reads.to_json()))
+print("\n".join(findings.reads_findings(reads.to_json(), findings.minor_layers(heads.to_json()))))
 
 # %% [markdown]
-# In words: the first layer's attention gathers, into the position that is about to write the next answer digit,
-# what it needs from the input digits; the MLPs then compute the digit there. The second layer's attention can
-# go without a loss; nothing reads out as the answer until the last MLP has run. Sorting, for this model, is one
-# gather by attention followed by computation at a single position. [docs/results/inspect.md](../results/inspect.md)
-# takes the same model further (what each layer-0 head reads, the probe during training).
+# ## 9. How this model sorts
+#
+# Each line printed above is a finding with the figure behind it, by rules stated in
+# `gpt_train/analysis/findings.py` (a layer is unused when removing all its heads moves exact match by at most
+# 0.1%, nearly unused at most 1%; the answer appears at the first depth that reaches 99% of the model's exact
+# match; a position carries the answer when patching it restores at least 90% of the logit difference). Put
+# together, for the default model:
+#
+# - the first layer's attention is needed: with all its heads removed, exact match falls to almost nothing;
+# - the second layer's attention matters little: removing all of its heads costs about a percent or less;
+# - nothing reads out as the answer until the second layer's MLP has run;
+# - the difference between two inputs reaches the position that writes the answer through the first layer's
+#   attention, and that one position then carries it: the MLPs compute the digit there;
+# - most of the first layer's heads weigh the input digits by how they compare with the digit just written,
+#   favouring the values at or above it; the head the model needs most reads them more evenly and puts more of
+#   its weight on the answer written so far.
+#
+# Sorting, for this model, is one gather by attention, comparing each input digit with the one just written,
+# then computation at a single position. [docs/results/inspect.md](../results/inspect.md) takes the same model
+# further, and `gpt-train inspect sort report` writes all of this, with the pictures, into one page.
