@@ -116,10 +116,35 @@ def test_the_repeats_task_logs_the_induction_probes_of_every_head():
     task = get_task("repeats")
     model = GPT(task.defaults().model)
     probes = measure_probes(task, model, "cpu")
-    heads = [f"l{layer}h{head}" for layer in range(2) for head in range(4)]
+    config = model.config
+    heads = [f"l{layer}h{head}" for layer in range(config.n_layer) for head in range(config.n_head)]
     names = {f"{kind}_{h}" for kind in ("induction", "previous_token") for h in heads}
     assert set(probes) == names | {"icl_score", "repeated_loss"}
     assert probes["repeated_loss"] == pytest.approx(math.log(task.vocab_size), abs=0.1)  # untrained: chance
+
+
+def test_a_repeats_sequence_ends_in_a_copy_of_an_earlier_segment_and_only_the_copy_is_scored_for_copying():
+    task = get_task("repeats")
+    sequences = task.draw(500, torch.Generator().manual_seed(0))
+    T = task.block_size
+    for row, start in zip(sequences.tokens.tolist(), sequences.copy_starts.tolist(), strict=True):
+        length = T + 1 - start
+        assert T // 4 <= length <= T // 2
+        copy = row[start:]
+        sources = [a for a in range(start - length + 1) if row[a : a + length] == copy]
+        assert sources  # the copy repeats a segment that ends before it
+    batch = task.examples(sequences[:1], copyable_only=True)
+    scored = (batch.targets[0] != IGNORE_INDEX).nonzero().flatten().tolist()
+    start = int(sequences.copy_starts[0])
+    assert scored == list(range(start, T))  # the target after each copied token, the copy's first excluded
+
+
+def test_repeats_training_never_draws_a_held_out_sequence_and_evaluation_reads_only_held_out_ones():
+    task = get_task("repeats")
+    train = task.sample("train", 2000, torch.Generator().manual_seed(1))
+    assert not task.heldout(train).any()
+    assert task.heldout(task.fixed("heldout")).all()
+    assert 0.05 < float(task.heldout(task.draw(4000, torch.Generator().manual_seed(2))).float().mean()) < 0.15
 
 
 def test_the_text_task_logs_the_induction_probes_on_held_out_windows(shakespeare_task):

@@ -1,16 +1,17 @@
-"""repeats: random tokens with a repeated segment, where copying from the context is the only way to predict.
+"""repeats: random tokens ending in a copy of an earlier segment, where copying from the context is the only way to
+predict.
 
-Each sequence is a segment of `period` uniform random tokens (the period drawn per sequence from
-min_period .. block_size // 2) written over and over to fill block_size + 1 tokens. A token of the first
-copy cannot be predicted (loss ln vocab); every later one is the token that followed the same token one
-period back. The period varies, so no fixed offset works: the model must find the earlier occurrence of the
-current token and copy what came after it, which is what an induction head does (Olsson et al. 2022,
-"In-context learning and induction heads"). A two-layer attention-only model forms one within minutes on a
-CPU, and the in-context-learning score of the induction probes moves with it.
+Each sequence is block_size + 1 uniform random tokens whose last `length` tokens (drawn from block_size // 4 ..
+block_size // 2) repeat the segment that starts at a random earlier position. No token before the copy can be
+predicted (loss ln vocab), nor the copy's first; every later token of the copy is the one that followed the
+current token's earlier occurrence. Where the segment starts and how long it is vary, so no fixed offset and no
+statistic of recent tokens helps: the model must find the earlier occurrence of the current token and copy what
+came after it, which is what an induction head does (Olsson et al. 2022, "In-context learning and induction
+heads"). A two-layer attention-only model learns it within minutes on a CPU.
 
-A sequence is held out when the blake2b hash of its segment's bytes says so (about `heldout_fraction`):
-training never sees a held-out segment. Evaluation scores every copyable target (`copy_loss`,
-`copy_accuracy`) and, for the language-model view, every target (`loss`).
+A sequence is held out when the blake2b hash of its bytes says so (about `heldout_fraction`): training never
+sees a held-out sequence. Evaluation scores the copy's predictable targets (`copy_loss`, `copy_accuracy`) and,
+for the language-model view, every target (`loss`).
 """
 
 from __future__ import annotations
@@ -38,33 +39,28 @@ SALT = b"repeats"
 
 @dataclass(frozen=True)
 class RepeatsParams:
-    vocab: int = 32
-    block_size: int = 64
-    min_period: int = 8
+    vocab: int = 62
+    block_size: int = 32
     heldout_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         if not 2 <= self.vocab <= len(SYMBOLS):
             raise ValueError(f"vocab must be between 2 and {len(SYMBOLS)}, got {self.vocab}")
-        if self.block_size < 4:
-            raise ValueError(f"block_size must be at least 4, got {self.block_size}")
-        if not 1 <= self.min_period <= self.block_size // 2:
-            raise ValueError(
-                f"min_period must be between 1 and block_size // 2 ({self.block_size // 2}), got {self.min_period}"
-            )
+        if self.block_size < 8:
+            raise ValueError(f"block_size must be at least 8, got {self.block_size}")
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
 
 
 @dataclass(frozen=True)
 class Sequences:
-    """tokens (N, block_size + 1) and each sequence's period (N,)."""
+    """tokens (N, block_size + 1) and where each sequence's copy starts (N,)."""
 
     tokens: torch.Tensor
-    periods: torch.Tensor
+    copy_starts: torch.Tensor
 
     def __getitem__(self, rows: torch.Tensor | slice) -> Sequences:
-        return Sequences(self.tokens[rows], self.periods[rows])
+        return Sequences(self.tokens[rows], self.copy_starts[rows])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -100,18 +96,21 @@ class RepeatsTask(Task):
 
     # sequences and their split ------------------------------------------------------------------
     def draw(self, n: int, generator: torch.Generator) -> Sequences:
-        """n sequences, train and held-out alike: a random period and segment each, the segment tiled."""
-        p = self.params
-        periods = torch.randint(p.min_period, p.block_size // 2 + 1, (n,), generator=generator)
-        segments = torch.randint(p.vocab, (n, p.block_size // 2), generator=generator)
-        at = torch.arange(p.block_size + 1) % periods[:, None]  # (n, T + 1): where in the segment
-        return Sequences(segments.gather(1, at), periods)
+        """n sequences, train and held-out alike: random tokens, the last `length` of them a copy of the segment
+        at a random earlier start."""
+        T = self.params.block_size
+        tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator)
+        length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator)
+        copy_start = T + 1 - length
+        source = (torch.rand(n, generator=generator) * (copy_start - length + 1)).long()  # the segment ends before it
+        at = torch.arange(T + 1).expand(n, -1)
+        read = torch.where(at >= copy_start[:, None], at - copy_start[:, None] + source[:, None], at)
+        return Sequences(tokens.gather(1, read), copy_start)
 
     def heldout(self, sequences: Sequences) -> torch.Tensor:
-        """(N,) bool: whether each sequence's segment is held out."""
+        """(N,) bool: whether each sequence is held out."""
         rows = sequences.tokens.numpy().astype(np.uint8)
-        segments = [row[:period].tobytes() for row, period in zip(rows, sequences.periods.tolist(), strict=True)]
-        return heldout_mask(segments, self.params.heldout_fraction, SALT)
+        return heldout_mask([row.tobytes() for row in rows], self.params.heldout_fraction, SALT)
 
     def sample(self, split: str, n: int, generator: torch.Generator) -> Sequences:
         """n sequences of `split`, drawn and kept when their hash puts them there."""
@@ -122,7 +121,7 @@ class RepeatsTask(Task):
             candidates = self.draw(2 * n, generator)
             mask = self.heldout(candidates)
             kept.append(candidates[mask if split == "heldout" else ~mask])
-        return Sequences(torch.cat([s.tokens for s in kept])[:n], torch.cat([s.periods for s in kept])[:n])
+        return Sequences(torch.cat([s.tokens for s in kept])[:n], torch.cat([s.copy_starts for s in kept])[:n])
 
     def fixed(self, split: str) -> Sequences:
         """The split's fixed evaluation sample (EVAL_EXAMPLES sequences, the same on every call)."""
@@ -131,10 +130,10 @@ class RepeatsTask(Task):
         return self._fixed[split]
 
     def examples(self, sequences: Sequences, copyable_only: bool = False) -> Batch:
-        """Inputs and next-token targets; with `copyable_only`, the targets of the first copy are IGNORE_INDEX."""
+        """Inputs and next-token targets; with `copyable_only`, only the targets after the copy's first token."""
         inputs, targets = sequences.tokens[:, :-1], sequences.tokens[:, 1:].clone()
         if copyable_only:
-            targets[torch.arange(1, self.block_size + 1) < sequences.periods[:, None]] = IGNORE_INDEX
+            targets[torch.arange(1, self.block_size + 1) <= sequences.copy_starts[:, None]] = IGNORE_INDEX
         return Batch(inputs, targets)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
@@ -163,13 +162,13 @@ class RepeatsTask(Task):
     # defaults and examples ----------------------------------------------------------------------
     def defaults(self) -> Defaults:
         return Defaults(
-            model=self.model_config(n_layer=2, n_head=4, n_embd=64, mlp=False),
-            train=TrainSettings(steps=1500, batch_size=32, eval_every=50, eval_limit=512, warmup_steps=50),
+            model=self.model_config(n_layer=2, n_head=2, n_embd=64, mlp=False, pos="rope"),
+            train=TrainSettings(steps=1500, lr=3e-3, weight_decay=0.0, eval_every=25, eval_limit=512, warmup_steps=50),
         )
 
     def example_prompts(self) -> list[str]:
         first = self.fixed("heldout")[:1]
-        return [self.decode(first.tokens[0, : int(first.periods[0]) + 4].tolist())]
+        return [self.decode(first.tokens[0, : int(first.copy_starts[0]) + 2].tolist())]
 
     def attention_examples(self, n: int) -> list[str]:
         return [self.decode(row[: self.block_size].tolist()) for row in self.fixed("heldout").tokens[:n]]
