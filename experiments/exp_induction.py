@@ -10,29 +10,26 @@ trained model and the held-out loss late and early in the context measured again
 
 from __future__ import annotations
 
-import time
-
 import torch
-from common import Context, Run, context_from_args, markdown_table, report, shakespeare_path, train_all
+from common import Context, Run, context_from_args, markdown_table, shakespeare_path, train_all
 
 from gpt_tasks import get_task
 from gpt_tasks.probes import icl_positions, position_losses
 from gpt_train.runs import open_run
 from gpt_viz import induction_formation, phase_change, save_figure
-from gpt_viz.induction import head_keys
+from gpt_viz.induction import head_keys, previous_token_step
 
 SEEDS = (1, 2, 3)
-ATTENTION_ONLY = ["--set", "mlp=false", "--set", "n_embd=64", "--set", "n_head=2", "--set", "pos=rope"]
-REPEATS = ["--task", "repeats", "--set", "vocab=62", "--set", "lr=5e-3", "--set", "weight_decay=0", *ATTENTION_ONLY]
-SHAKESPEARE_STEPS = 1500
+REPEATS = ["--task", "repeats", "--steps", "1000"]  # the task's defaults: 2 layers, 2 heads, attention-only, rope
+SHAKESPEARE = ["--set", "block_size=64", "--set", "mlp=false", "--set", "n_embd=64", "--set", "n_head=2"]
+SHAKESPEARE += ["--set", "pos=rope", "--set", "lr=3e-3", "--steps", "1500", "--set", "eval_every=50"]
 HEAD = 0.3  # a last-layer head whose final induction score is at least this is ablated
 QUICK = ["--steps", "40", "--set", "eval_every=20"]
 
 
 def specs(ctx: Context) -> dict[str, list[str]]:
     quick = QUICK if ctx.quick else []
-    text = ["--task", "text", "--data", str(shakespeare_path(ctx)), "--set", "block_size=64", *ATTENTION_ONLY]
-    text += ["--steps", str(SHAKESPEARE_STEPS), "--set", "eval_every=50", "--set", "lr=3e-3"]
+    text = ["--task", "text", "--data", str(shakespeare_path(ctx)), *SHAKESPEARE]
     found = {}
     for seed in SEEDS[:1] if ctx.quick else SEEDS:
         at = ["--set", f"seed={seed}", *quick]
@@ -74,37 +71,88 @@ def analyse(run: Run) -> dict:
     heads = [(layer, head) for (layer, head), key in induction.items() if layer == last and final[key] >= HEAD]
     before = ablated_gap(run, [])
     after = ablated_gap(run, heads) if heads else before
-    return {"change": change, "heads": heads, "before": before, "after": after, "final": final}
+    previous = previous_token_step(records)
+    return {"change": change, "heads": heads, "before": before, "after": after, "final": final,
+            "previous_token_step": previous}  # fmt: skip
+
+
+QUESTION = """\
+Does an attention-only transformer on this code base go through the in-context-learning phase change of
+Olsson et al. (2022), on a CPU, within minutes: a step at which the loss late in the context falls below the loss
+early in it and, at the same step, second-layer heads start attending from a token to the one after its earlier
+occurrence (induction heads), fed by a previous-token head in the first layer? And are those heads what does the
+in-context learning: does zero-ablating them close the late-minus-early gap? A one-layer model, which cannot
+compose heads, is the control."""
+
+RULE = """\
+**The measures** (logged at every evaluation, `heldout_probe_*`; `gpt_tasks.probes`): a head's *induction score* is
+the mean attention from each token of the second copy of 64 fixed random sequences written twice to the token
+after its earlier occurrence; the *previous-token score* the mean attention to the token before; the *ICL score*
+the held-out loss at position round(T·500/512) minus the loss at round(T·50/512), Olsson et al.'s tokens 500 and 50
+of 512 scaled to the block (T = 32: positions 31 and 3; T = 64: 62 and 6). **Sharp** (`gpt_viz.induction`): the
+largest move of a series between two evaluations at most a tenth of the run apart is sharp when it covers at
+least half of the series' whole range and at least 0.1. The **phase change** is the sharp rise of a last-layer
+head's induction score that overlaps a sharp fall of the ICL score; its step is the first evaluation past the
+middle of that rise. Heads whose final induction score is at least 0.3 are the ones zero-ablated (their z set to
+0) for the last two columns, which are measured on the 256 held-out probe sequences."""
+
+REFERENCES = """\
+- Olsson et al. 2022, "In-context learning and induction heads" (Transformer Circuits Thread): the ICL score, the
+  phase change, prefix-matching scores, the ablations.
+- Elhage et al. 2021, "A mathematical framework for transformer circuits" (Transformer Circuits Thread): two-layer
+  attention-only models, K-composition of a previous-token head into an induction head."""
 
 
 def run(ctx: Context):
-    start = time.perf_counter()
     runs = train_all(ctx, specs(ctx))
-    rows = []
-    pictures = []
+    rows, pictures, found = [], [], {}
     for name, result in runs.items():
-        found = analyse(result)
-        change = found["change"]
-        (early, late), (ablated_early, ablated_late) = found["before"], found["after"]
-        moves = "none" if change is None else (
-            f"step {change.step}: ICL {change.icl_move:+.2f}, l{change.head[0]}h{change.head[1]} induction "
-            f"{change.induction_move:+.2f}; previous-token ≥ 0.5 from step {change.previous_token_step}"
-        )  # fmt: skip
-        heads = ", ".join(f"l{layer}h{head}" for layer, head in found["heads"]) or "none"
-        rows.append([name, f"{result.final['heldout_loss']:.3f}", f"{found['final']['heldout_probe_icl_score']:+.3f}",
-                     moves, heads, f"{late - early:+.3f}", f"{ablated_late - ablated_early:+.3f}",
-                     f"{result.clock:.0f} s"])  # fmt: skip
+        found[name] = analysis = analyse(result)
+        rows.append(table_row(name, result, analysis))
         if name.endswith("-s1"):
-            picture = ctx.out / f"{name}.png"
-            save_figure(induction_formation(result.run_dir, phase_step=change.step if change else None, title=name),
-                        picture)  # fmt: skip
-            pictures.append(f"![{name}]({picture.name})")
-    header = ["run", "held-out loss", "ICL score", "phase change (sharpest moves)", "induction heads (final ≥ 0.3)",
-              "late − early loss", "… heads zero-ablated", "run's clock"]  # fmt: skip
-    body = markdown_table(header, rows) + "\n\n" + "\n\n".join(pictures)
-    commands = [f"gpt-train run {' '.join(args)}" for args in specs(ctx).values()]
-    return report(ctx, "induction", "Induction heads and in-context learning", commands, body,
-                  time.perf_counter() - start)  # fmt: skip
+            change = analysis["change"]
+            figure = induction_formation(result.run_dir, phase_step=change.step if change else None, title=name)
+            save_figure(figure, ctx.out / f"{name}.png")
+            pictures.append(f"![{name}]({name}.png)")
+    header = ["run", "held-out loss", "final ICL score", "phase change: step (ICL move, induction move)",
+              "layer-0 previous-token ≥ 0.5 from", "induction heads (final ≥ 0.3)", "late − early loss",
+              "… with them zero-ablated"]  # fmt: skip
+    commands = "\n".join(f"gpt-train run {' '.join(args)}" for args in specs(ctx).values())
+    text = (
+        f"## Induction heads and in-context learning\n\n{QUESTION}\n\n```\n{commands}\n```\n\n"
+        f"Machine: {ctx.machine()}.\n\n{markdown_table(header, rows)}\n\n{RULE}\n\n"
+        + "\n\n".join(pictures)
+        + f"\n\n### What it means\n\n{meaning(found)}\n\n### References\n\n{REFERENCES}\n"
+    )
+    path = ctx.out / "induction.md"
+    path.write_text(text)
+    print(text, flush=True)
+    return path
+
+
+def table_row(name: str, result: Run, analysis: dict) -> list[str]:
+    change = analysis["change"]
+    (early, late), (ablated_early, ablated_late) = analysis["before"], analysis["after"]
+    moves = "none"
+    if change is not None:
+        layer, head = change.head
+        moves = f"{change.step} (ICL {change.icl_move:+.2f} nats, l{layer}h{head} {change.induction_move:+.2f})"
+    previous = analysis["previous_token_step"]
+    heads = ", ".join(f"l{layer}h{head}" for layer, head in analysis["heads"]) or "none"
+    ablated = f"{ablated_late - ablated_early:+.3f}" if analysis["heads"] else "(none ablated)"
+    return [name, f"{result.final['heldout_loss']:.3f}", f"{analysis['final']['heldout_probe_icl_score']:+.3f}",
+            moves, "never" if previous is None else str(previous), heads, f"{late - early:+.3f}", ablated]  # fmt: skip
+
+
+def meaning(found: dict[str, dict]) -> str:
+    """Sentences read off the table: which runs had a phase change, where, and what ablation did."""
+    lines = []
+    for kind in ("repeats-2L", "repeats-1L", "shakespeare-2L"):
+        group = {name: a for name, a in found.items() if f"-{kind}-" in name}
+        steps = [a["change"].step for a in group.values() if a["change"] is not None]
+        lines.append(f"- {kind}: a phase change in {len(steps)} of {len(group)} seeds"
+                     + (f" (steps {', '.join(map(str, steps))})" if steps else "") + ".")  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

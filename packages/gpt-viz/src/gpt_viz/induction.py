@@ -154,7 +154,10 @@ def phase_change(records: Sequence[Record]) -> PhaseChange | None:
     if not rises:
         return None
     head, move = max(rises.items(), key=lambda item: item[1].size)
-    previous = [metric_series(records, key) for (layer, _), key in head_keys(records, "previous_token").items()
-                if layer == 0]  # fmt: skip
-    reached = [int(s[np.argmax(v >= PREVIOUS_TOKEN)]) for s, v in previous if np.any(v >= PREVIOUS_TOKEN)]
-    return PhaseChange(move.at, head, move.size, icl.size, min(reached) if reached else None)
+    return PhaseChange(move.at, head, move.size, icl.size, previous_token_step(records))
+
+
+def previous_token_step(records: Sequence[Record]) -> int | None:
+    """The first evaluation at which a layer-0 head's previous-token score is at least 0.5 (None: never)."""
+    keys = [key for (layer, _), key in head_keys(records, "previous_token").items() if layer == 0]
+    return next((int(r["step"]) for r in records if any(r.get(key, 0.0) >= PREVIOUS_TOKEN for key in keys)), None)
