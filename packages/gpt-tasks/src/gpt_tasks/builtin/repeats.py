@@ -163,7 +163,7 @@ class RepeatsTask(Task):
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=2, n_head=2, n_embd=64, mlp=False, pos="rope"),
-            train=TrainSettings(steps=1500, lr=3e-3, weight_decay=0.0, eval_every=25, eval_limit=512, warmup_steps=50),
+            train=TrainSettings(steps=1000, lr=3e-3, weight_decay=0.0, eval_every=25, eval_limit=512, warmup_steps=50),
         )
 
     def example_prompts(self) -> list[str]:
