@@ -92,8 +92,8 @@ the held-out loss at position round(T·500/512) minus the loss at round(T·50/51
 of 512 scaled to the block (T = 32: positions 31 and 3; T = 64: 62 and 6). **Sharp** (`gpt_viz.induction`): the
 largest move of a series between two evaluations at most a tenth of the run apart is sharp when it covers at
 least half of the series' whole range and at least 0.1. The **phase change** is the sharp rise of a last-layer
-head's induction score that overlaps a sharp fall of the ICL score; its step is the first evaluation past the
-middle of that rise. Heads whose final induction score is at least 0.3 are the ones zero-ablated (their z set to
+head's induction score, ending at 0.5 or more (an induction head), that overlaps a sharp fall of the ICL score;
+its step is the first evaluation past the middle of that rise. Heads whose final induction score is at least 0.3 are the ones zero-ablated (their z set to
 0) for the last two columns, which are measured on the 256 held-out probe sequences."""
 
 REFERENCES = """\
@@ -117,7 +117,12 @@ def run(ctx: Context):
     header = ["run", "held-out loss", "final ICL score", "phase change: step (ICL move, induction move)",
               "layer-0 previous-token ≥ 0.5 from", "induction heads (final ≥ 0.3)", "late − early loss",
               "… with them zero-ablated"]  # fmt: skip
-    commands = "\n".join(f"gpt-train run {' '.join(args)}" for args in specs(ctx).values())
+    commands = "\n".join(
+        [
+            "python experiments/exp_induction.py  # trains:",
+            *(f"gpt-train run {' '.join(a)}" for a in specs(ctx).values()),
+        ]
+    )
     text = (
         f"## Induction heads and in-context learning\n\n{QUESTION}\n\n```\n{commands}\n```\n\n"
         f"Machine: {ctx.machine()}.\n\n{markdown_table(header, rows)}\n\n{RULE}\n\n"

@@ -57,6 +57,13 @@ def test_moves_far_apart_are_no_phase_change():
     assert phase_change(records(jump_at=200, icl_at=800, previous_at=100)) is None
 
 
+def test_a_sharp_rise_that_stops_short_of_an_induction_head_is_no_phase_change():
+    rows = records(jump_at=500, icl_at=500, previous_at=450)
+    for row in rows:
+        row["heldout_probe_induction_l1h0"] = min(row["heldout_probe_induction_l1h0"], 0.45)  # 0.02 -> 0.45
+    assert phase_change(rows) is None
+
+
 def test_the_picture_draws_the_four_panels_and_refuses_records_without_the_probes():
     figure = induction_formation(records(500, 500, 450), phase_step=500, title="constructed")
     assert len(figure.axes) == 4

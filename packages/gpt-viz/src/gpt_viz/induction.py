@@ -88,7 +88,8 @@ SHARE = 0.5
 """...and covers at least half of the series' whole range (max - min over the run)..."""
 MIN_MOVE = 0.1
 """...and at least 0.1 (score units, or nats for the ICL score), so that a flat, noisy series has none."""
-PREVIOUS_TOKEN = 0.5
+PREVIOUS_TOKEN = INDUCTION = 0.5
+"""A head is a previous-token or an induction head once at least half of its attention goes where its score reads."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def sharpest_move(steps: np.ndarray, values: np.ndarray, sign: int, span: float 
 
 def phase_change(records: Sequence[Record]) -> PhaseChange | None:
     """The phase change of a run logging the induction probes: the last layer's head with the largest sharp rise
-    of its induction score whose move overlaps a sharp fall of the ICL score; None when there is none."""
+    of its induction score, to at least INDUCTION, whose move overlaps a sharp fall of the ICL score; None when
+    there is none."""
     icl = sharpest_move(*metric_series(records, probe_key("icl_score")), sign=-1)
     induction = head_keys(records, "induction")
     if icl is None or not induction:
@@ -148,8 +150,11 @@ def phase_change(records: Sequence[Record]) -> PhaseChange | None:
     last = max(layer for layer, _ in induction)
     rises = {}
     for (layer, head), key in induction.items():
-        move = sharpest_move(*metric_series(records, key), sign=+1)
-        if layer == last and move is not None and move.start <= icl.end and icl.start <= move.end:
+        steps, values = metric_series(records, key)
+        move = sharpest_move(steps, values, sign=+1)
+        if move is None or layer != last or values[steps == move.end][0] < INDUCTION:
+            continue
+        if move.start <= icl.end and icl.start <= move.end:
             rises[layer, head] = move
     if not rises:
         return None
