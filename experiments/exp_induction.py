@@ -23,7 +23,7 @@ SEEDS = (1, 2, 3)
 REPEATS = ["--task", "repeats", "--steps", "1000"]  # the task's defaults: 2 layers, 2 heads, attention-only, rope
 SHAKESPEARE = ["--set", "block_size=64", "--set", "mlp=false", "--set", "n_embd=64", "--set", "n_head=2"]
 SHAKESPEARE += ["--set", "pos=rope", "--set", "lr=3e-3", "--steps", "1500", "--set", "eval_every=50"]
-HEAD = 0.3  # a last-layer head whose final induction score is at least this is ablated
+HEAD = 0.5  # a last-layer head whose final induction score is at least this is ablated
 QUICK = ["--steps", "40", "--set", "eval_every=20"]
 
 
@@ -93,8 +93,9 @@ of 512 scaled to the block (T = 32: positions 31 and 3; T = 64: 62 and 6). **Sha
 largest move of a series between two evaluations at most a tenth of the run apart is sharp when it covers at
 least half of the series' whole range and at least 0.1. The **phase change** is the sharp rise of a last-layer
 head's induction score, ending at 0.5 or more (an induction head), that overlaps a sharp fall of the ICL score;
-its step is the first evaluation past the middle of that rise. Heads whose final induction score is at least 0.3 are the ones zero-ablated (their z set to
-0) for the last two columns, which are measured on the 256 held-out probe sequences."""
+its step is the first evaluation past the middle of that rise. The last layer's heads whose final induction
+score is at least 0.5 are the ones zero-ablated (their z set to 0) for the last column; both loss columns are
+measured on the task's 256 held-out probe sequences."""
 
 REFERENCES = """\
 - Olsson et al. 2022, "In-context learning and induction heads" (Transformer Circuits Thread): the ICL score, the
@@ -115,7 +116,7 @@ def run(ctx: Context):
             save_figure(figure, ctx.out / f"{name}.png")
             pictures.append(f"![{name}]({name}.png)")
     header = ["run", "held-out loss", "final ICL score", "phase change: step (ICL move, induction move)",
-              "layer-0 previous-token ≥ 0.5 from", "induction heads (final ≥ 0.3)", "late − early loss",
+              "layer-0 previous-token ≥ 0.5 from", "induction heads (final ≥ 0.5)", "late − early loss",
               "… with them zero-ablated"]  # fmt: skip
     commands = "\n".join(
         [
