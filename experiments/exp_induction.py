@@ -17,7 +17,8 @@ from gpt_tasks import get_task
 from gpt_tasks.probes import icl_positions, position_losses
 from gpt_train.runs import open_run
 from gpt_viz import induction_formation, phase_change, save_figure
-from gpt_viz.induction import head_keys, previous_token_step
+from gpt_viz.induction import Move, head_keys, previous_token_step, sharpest_move
+from gpt_viz.run_data import metric_series
 
 SEEDS = (1, 2, 3)
 REPEATS = ["--task", "repeats", "--set", "eval_every=10"]  # the task's defaults: 2 layers, 2 heads, attention-only
@@ -74,7 +75,7 @@ def analyse(run: Run) -> dict:
     after = ablated_gap(run, heads) if heads else before
     previous = previous_token_step(records)
     return {"change": change, "heads": heads, "before": before, "after": after, "final": final,
-            "previous_token_step": previous}  # fmt: skip
+            "previous_token_step": previous, "previous_rise": layer0_rise(records, "previous_token")}  # fmt: skip
 
 
 QUESTION = """\
@@ -116,9 +117,9 @@ def run(ctx: Context):
             figure = induction_formation(result.run_dir, phase_step=change.step if change else None, title=name)
             save_figure(figure, ctx.out / f"{name}.png")
             pictures.append(f"![{name}]({name}.png)")
-    header = ["run", "held-out loss", "final ICL score", "phase change: step (ICL move, induction move)",
-              "layer-0 previous-token ≥ 0.5 from", "induction heads (final ≥ 0.5)", "late − early loss",
-              "… with them zero-ablated"]  # fmt: skip
+    header = ["run", "held-out loss", "phase change: step (ICL move, induction move)", "induction rise (steps)",
+              "layer-0 previous-token rise", "previous-token ≥ 0.5 from", "induction heads (final ≥ 0.5)",
+              "late − early loss (ICL score)", "… with them zero-ablated"]  # fmt: skip
     commands = "\n".join(
         [
             "python experiments/exp_induction.py  # trains:",
@@ -147,8 +148,18 @@ def table_row(name: str, result: Run, analysis: dict) -> list[str]:
     previous = analysis["previous_token_step"]
     heads = ", ".join(f"l{layer}h{head}" for layer, head in analysis["heads"]) or "none"
     ablated = f"{ablated_late - ablated_early:+.3f}" if analysis["heads"] else "(none ablated)"
-    return [name, f"{result.final['heldout_loss']:.3f}", f"{analysis['final']['heldout_probe_icl_score']:+.3f}",
-            moves, "never" if previous is None else str(previous), heads, f"{late - early:+.3f}", ablated]  # fmt: skip
+    induction_rise = "none" if change is None else "→".join(map(str, change.rise))
+    up = analysis["previous_rise"]
+    previous_rise = "none" if up is None else f"{up.start}→{up.end} ({up.size:+.2f})"
+    return [name, f"{result.final['heldout_loss']:.3f}", moves, induction_rise, previous_rise,
+            "never" if previous is None else str(previous), heads, f"{late - early:+.3f}", ablated]  # fmt: skip
+
+
+def layer0_rise(records: list[dict], kind: str) -> Move | None:
+    """The sharp rise of the layer-0 head whose `kind` score rises most (None: no head's is sharp)."""
+    keys = [key for (layer, _), key in head_keys(records, kind).items() if layer == 0]
+    moves = [move for move in (sharpest_move(*metric_series(records, key), sign=+1) for key in keys) if move]
+    return max(moves, key=lambda m: m.size) if moves else None
 
 
 def meaning(found: dict[str, dict]) -> str:
@@ -167,9 +178,8 @@ def meaning(found: dict[str, dict]) -> str:
         )  # fmt: skip
     lines.append(
         "- The induction score is read on sequences written twice, where the earlier occurrence is always half a "
-        "block back; a head that attends far back by position alone scores there too, which is why the score "
-        "can climb before the previous-token head exists. The jump at the phase change, with the ICL score and "
-        "the previous-token head, is the induction head."
+        "block back, so a head that reaches back by position alone scores there too: a rise of the score before "
+        "the previous-token head need not be an induction head. The jump that comes with the ICL score's fall is."
     )
     return "\n".join(lines)
 
@@ -187,7 +197,9 @@ def phase_line(kind: str, group: list[dict]) -> str:
             f", at steps {', '.join(str(c.step) for c in changes)}; the ICL score fell by "
             f"{_span([-c.icl_move for c in changes])} nats and the rising head's induction score rose by "
             f"{_span([c.induction_move for c in changes])}; a layer-0 head's previous-token score reached 0.5 at "
-            f"{', '.join(_relative(c) for c in changes)}"
+            f"{', '.join(_relative(c) for c in changes)}; its sharp rise began at steps "
+            f"{', '.join(str(a['previous_rise'].start) if a['previous_rise'] else '-' for a in group if a['change'])}"
+            f", the induction rise at {', '.join(str(c.rise[0]) for c in changes)}"
         )
     return line + f". Final ICL score {_span(icl)} nats; best final induction score of any head {_span(best)}."
 

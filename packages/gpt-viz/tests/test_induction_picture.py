@@ -50,7 +50,7 @@ def test_the_phase_change_is_the_induction_rise_that_meets_the_icl_fall():
     change = phase_change(records(jump_at=500, icl_at=550, previous_at=450))
     assert change.step == 500 and change.head == (1, 0)
     assert change.induction_move == pytest.approx(0.68) and change.icl_move == pytest.approx(-1.4)
-    assert change.previous_token_step == 450
+    assert change.previous_token_step == 450 and change.rise == (450, 500)
 
 
 def test_moves_far_apart_are_no_phase_change():

@@ -106,13 +106,15 @@ class Move:
 @dataclass(frozen=True)
 class PhaseChange:
     """The step at which the ICL score falls and head `head`'s induction score rises sharply together, the two
-    moves, and the first step at which a layer-0 head's previous-token score is at least 0.5 (None: never)."""
+    moves, the evaluations the induction move runs between (`rise`), and the first step at which a layer-0 head's
+    previous-token score is at least 0.5 (None: never)."""
 
     step: int
     head: tuple[int, int]
     induction_move: float
     icl_move: float
     previous_token_step: int | None
+    rise: tuple[int, int]
 
 
 def sharpest_move(steps: np.ndarray, values: np.ndarray, sign: int, span: float = SPAN) -> Move | None:
@@ -159,7 +161,7 @@ def phase_change(records: Sequence[Record]) -> PhaseChange | None:
     if not rises:
         return None
     head, move = max(rises.items(), key=lambda item: item[1].size)
-    return PhaseChange(move.at, head, move.size, icl.size, previous_token_step(records))
+    return PhaseChange(move.at, head, move.size, icl.size, previous_token_step(records), (move.start, move.end))
 
 
 def previous_token_step(records: Sequence[Record]) -> int | None:
