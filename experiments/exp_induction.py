@@ -11,7 +11,7 @@ trained model and the held-out loss late and early in the context measured again
 from __future__ import annotations
 
 import torch
-from common import Context, Run, context_from_args, markdown_table, shakespeare_path, train_all
+from common import ROOT, Context, Run, context_from_args, markdown_table, shakespeare_path, train_all
 
 from gpt_tasks import get_task
 from gpt_tasks.probes import icl_positions, position_losses
@@ -123,7 +123,7 @@ def run(ctx: Context):
     commands = "\n".join(
         [
             "python experiments/exp_induction.py  # trains:",
-            *(f"gpt-train run {' '.join(a)}" for a in specs(ctx).values()),
+            *(f"gpt-train run {' '.join(a)}".replace(f"{ROOT.parent}/", "../") for a in specs(ctx).values()),
         ]
     )
     text = (
