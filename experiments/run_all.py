@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import exp_ablations  # noqa: E402
 import exp_addition  # noqa: E402
 import exp_grokking  # noqa: E402
+import exp_induction  # noqa: E402
 import exp_kv_cache  # noqa: E402
 import exp_language  # noqa: E402
 import exp_positional  # noqa: E402
@@ -35,6 +36,7 @@ EXPERIMENTS = {
     "positional": exp_positional,
     "ablations": exp_ablations,
     "text": exp_text,
+    "induction": exp_induction,
 }
 
 

@@ -18,7 +18,7 @@ def _config(**overrides):
 def test_valid_config_has_documented_defaults_and_head_dim():
     c = GPTConfig(vocab_size=11, block_size=8)
     assert (c.n_layer, c.n_head, c.n_embd, c.dropout, c.pos) == (4, 4, 128, 0.0, "learned")
-    assert c.bias and c.layernorm and c.residual and c.tie_weights
+    assert c.bias and c.layernorm and c.residual and c.mlp and c.tie_weights
     assert c.head_dim == 32
     assert POSITION_ENCODINGS == ("learned", "rope", "none")
 
@@ -93,9 +93,10 @@ def test_from_dict_still_validates_values():
 
 
 def test_to_dict_from_dict_round_trip():
-    c = _config(pos="rope", dropout=0.1, bias=False, tie_weights=False, layernorm=False, residual=False, init_scale=3.0)
+    ablated = {"layernorm": False, "residual": False, "mlp": False}
+    c = _config(pos="rope", dropout=0.1, bias=False, tie_weights=False, init_scale=3.0, **ablated)
     d = c.to_dict()
-    assert d["pos"] == "rope" and d["tie_weights"] is False
+    assert d["pos"] == "rope" and d["tie_weights"] is False and d["mlp"] is False
     assert GPTConfig.from_dict(d) == c
 
 

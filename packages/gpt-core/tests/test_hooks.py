@@ -68,6 +68,21 @@ def test_hook_names_of_a_model_without_layernorm_or_residual_are_the_same_points
     assert _model(layernorm=False, residual=False).hook_names() == _model().hook_names()
 
 
+def test_an_attention_only_model_has_no_mlp_points_and_its_resid_post_is_its_resid_mid(gen):
+    model = _model(mlp=False)
+    mlp_points = {block_hook(layer, p) for layer in range(N_LAYER) for p in ("ln2", "mlp_hidden", "mlp_out")}
+    assert model.hook_names() == [name for name in _model().hook_names() if name not in mlp_points]
+    fired = []
+    with model.hooks({name: lambda a, n: fired.append(n) for name in model.hook_names()}):
+        model(_tokens(gen))
+    assert fired == model.hook_names()
+    _, cache = model.run_with_cache(_tokens(gen))
+    for layer in range(N_LAYER):
+        assert torch.equal(cache[block_hook(layer, "resid_post")], cache[block_hook(layer, "resid_mid")])
+    with pytest.raises(ValueError, match="unknown hook name 'blocks.0.mlp_out'"):
+        model.hooks({"blocks.0.mlp_out": _keep}).__enter__()
+
+
 # ----------------------------------------------------------------------------- identity hooks
 
 

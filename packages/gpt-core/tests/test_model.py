@@ -37,9 +37,10 @@ class RefBlock(nn.Module):
         self.ln_1 = nn.LayerNorm(c.n_embd, bias=c.bias) if c.layernorm else nn.Identity()
         self.c_attn = nn.Linear(c.n_embd, 3 * c.n_embd, bias=c.bias)
         self.c_proj = nn.Linear(c.n_embd, c.n_embd, bias=c.bias)
-        self.ln_2 = nn.LayerNorm(c.n_embd, bias=c.bias) if c.layernorm else nn.Identity()
-        self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd, bias=c.bias)
-        self.c_mlp_proj = nn.Linear(4 * c.n_embd, c.n_embd, bias=c.bias)
+        if c.mlp:
+            self.ln_2 = nn.LayerNorm(c.n_embd, bias=c.bias) if c.layernorm else nn.Identity()
+            self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd, bias=c.bias)
+            self.c_mlp_proj = nn.Linear(4 * c.n_embd, c.n_embd, bias=c.bias)
 
     def forward(self, x):
         B, T, C = x.shape
@@ -55,6 +56,8 @@ class RefBlock(nn.Module):
         self.attention = torch.softmax(scores, dim=-1).detach()
         a = self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         x = x + a if self.c.residual else a
+        if not self.c.mlp:
+            return x
         m = self.c_mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
         return x + m if self.c.residual else m
 
@@ -129,6 +132,10 @@ CONFIGS = {
     "rope": GPTConfig(vocab_size=23, block_size=16, n_layer=2, n_head=4, n_embd=32, pos="rope"),
     "no-layernorm-no-residual": GPTConfig(
         vocab_size=23, block_size=16, n_layer=2, n_head=4, n_embd=32, layernorm=False, residual=False
+    ),
+    "attention-only": GPTConfig(vocab_size=23, block_size=16, n_layer=2, n_head=4, n_embd=32, mlp=False),
+    "attention-only-rope-no-layernorm": GPTConfig(
+        vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=16, mlp=False, pos="rope", layernorm=False
     ),
     "untied-no-bias": GPTConfig(
         vocab_size=23, block_size=16, n_layer=2, n_head=4, n_embd=32, tie_weights=False, bias=False

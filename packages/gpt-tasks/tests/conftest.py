@@ -90,7 +90,7 @@ def builtin_tasks(sort_task, addition_task, modadd_task, corpus_file) -> list[Ta
     """One of each built-in task, the text ones at their default block_size and chunk_size."""
     shakespeare = get_task("shakespeare", data=str(corpus_file))
     text = get_task("text", data=str(corpus_file))
-    return [sort_task, addition_task, modadd_task, shakespeare, text]
+    return [sort_task, addition_task, modadd_task, shakespeare, text, get_task("repeats")]
 
 
 @pytest.fixture

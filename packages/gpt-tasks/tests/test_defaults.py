@@ -31,7 +31,7 @@ def _differences(value, default) -> dict:
 def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
     """The measured recipes, pinned: a change to TrainSettings' or GPTConfig's own defaults must not
     silently change what `gpt-train run --task NAME` trains."""
-    sort, addition, modadd, shakespeare, text = builtin_tasks
+    sort, addition, modadd, shakespeare, text, repeats = builtin_tasks
     base_model = GPTConfig(vocab_size=1, block_size=1)
     expected = {
         sort: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3}),
@@ -53,6 +53,10 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
         ),
         shakespeare: ({}, {"batch_size": 12, "eval_limit": 200}),
         text: ({}, {"batch_size": 12, "eval_limit": 200, "final_eval_limit": 4096}),
+        repeats: (
+            {"n_layer": 2, "n_head": 2, "n_embd": 64, "mlp": False, "pos": "rope"},
+            {"steps": 1000, "lr": 3e-3, "weight_decay": 0.0, "eval_every": 25, "eval_limit": 512, "warmup_steps": 50},
+        ),
     }
     for task, (model, train) in expected.items():
         defaults = task.defaults()

@@ -12,7 +12,7 @@ from gpt_core import plugins
 from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, TaskError, get_task, list_tasks
 from gpt_tasks.builtin.sort import SortTask
 
-BUILTINS = {"sort", "addition", "modadd", "shakespeare", "text"}
+BUILTINS = {"sort", "addition", "modadd", "shakespeare", "text", "repeats"}
 
 
 @pytest.fixture

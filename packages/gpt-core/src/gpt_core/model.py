@@ -33,8 +33,9 @@ class GPTConfig:
 
     pos: "learned" (a table of position vectors), "rope" (rotary, applied to queries and keys) or
     "none"; `max_positions` (0: block_size) is the range of position ids and `randomized_positions`
-    draws them at random in training (`gpt_core.positions` explains both). `layernorm` and `residual`
-    switch those parts off for ablations; `tie_weights` shares the token embedding with the output
+    draws them at random in training (`gpt_core.positions` explains both). `layernorm`, `residual` and
+    `mlp` switch those parts off for ablations (mlp=False: attention-only blocks, whose resid_post is
+    resid_mid, without ln2, mlp_hidden, mlp_out); `tie_weights` shares the token embedding with the output
     head. `init_scale` multiplies every initial weight matrix (GPT-2's std 0.02 init): a larger weight
     norm at initialisation delays generalisation, the lever behind grokking (Liu et al. 2022,
     "Omnigrok"); 1.0 is GPT-2's init exactly.
@@ -50,6 +51,7 @@ class GPTConfig:
     pos: PositionEncoding = "learned"
     layernorm: bool = True
     residual: bool = True
+    mlp: bool = True
     tie_weights: bool = True
     init_scale: float = 1.0
     max_positions: int = 0
@@ -222,7 +224,7 @@ def _norm(config: GPTConfig, kernels: Kernels) -> nn.Module:
 
 
 class Block(HookPoints, nn.Module):
-    """Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)); block `layer` of the model."""
+    """Pre-norm transformer block: x + attn(ln1(x)), then (unless attention-only) x + mlp(ln2(x)); block `layer`."""
 
     def __init__(self, config: GPTConfig, layer: int = 0, kernels: Kernels = DEFAULT_KERNELS,
                  hooks: Hooks | None = None, rope: RotaryEmbedding | None = None):  # fmt: skip
@@ -232,13 +234,15 @@ class Block(HookPoints, nn.Module):
         self.residual = c.residual
         self.ln1 = _norm(c, kernels)
         self.attn = MultiHeadAttention(c.n_embd, c.n_head, c.bias, c.dropout, rope, kernels, self._hooks, layer)
-        self.ln2 = _norm(c, kernels)
-        self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels.gelu, self._hooks, layer)
+        self.ln2 = _norm(c, kernels) if c.mlp else None
+        self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels.gelu, self._hooks, layer) if c.mlp else None
 
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None) -> Tensor:
         x = self.hook("resid_pre", x)
         a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions))
         x = self.hook("resid_mid", x + a if self.residual else a)
+        if self.mlp is None:  # attention-only
+            return self.hook("resid_post", x)
         m = self.hook("mlp_out", self.mlp(self.hook("ln2", self.ln2(x))))
         return self.hook("resid_post", x + m if self.residual else m)
 
@@ -274,7 +278,8 @@ class GPT(HookPoints, nn.Module):
         std = 0.02 / math.sqrt(2 * self.config.n_layer)
         for block in self.blocks:
             nn.init.normal_(block.attn.proj.weight, std=std)
-            nn.init.normal_(block.mlp.proj.weight, std=std)
+            if block.mlp is not None:
+                nn.init.normal_(block.mlp.proj.weight, std=std)
 
     def _scale_initial_weights(self) -> None:
         """Every weight matrix times `init_scale` (Omnigrok's alpha), after the draws, so that with 1.0 the
@@ -289,7 +294,8 @@ class GPT(HookPoints, nn.Module):
 
     def hook_names(self) -> list[str]:
         """The names `hooks` and `run_with_cache` accept, in the order the forward reaches them."""
-        return hook_names(self.config.n_layer, self.wpe is not None)
+        names = hook_names(self.config.n_layer, self.wpe is not None)
+        return names if self.config.mlp else [n for n in names if not n.endswith((".ln2", ".mlp_hidden", ".mlp_out"))]
 
     @contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:

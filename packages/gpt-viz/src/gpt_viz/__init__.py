@@ -13,6 +13,8 @@ from gpt_viz.errors import VizError
 from gpt_viz.fourier import fourier_spectra
 from gpt_viz.generalisation import length_generalisation
 from gpt_viz.grokking import first_crossing, grokking
+from gpt_viz.induction import induction_formation as induction_formation
+from gpt_viz.induction import phase_change as phase_change
 from gpt_viz.run_data import (
     ATTENTION_BUDGET,
     AttentionSnapshot,

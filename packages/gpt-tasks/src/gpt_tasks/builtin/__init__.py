@@ -2,6 +2,7 @@
 
 from gpt_tasks.builtin.addition import AdditionTask
 from gpt_tasks.builtin.modadd import ModAddTask
+from gpt_tasks.builtin.repeats import RepeatsTask
 from gpt_tasks.builtin.shakespeare import ShakespeareTask
 from gpt_tasks.builtin.sort import SortTask
 from gpt_tasks.builtin.text import TextTask
@@ -15,3 +16,4 @@ def register_tasks(register):
     register(ModAddTask)
     register(ShakespeareTask)
     register(TextTask)
+    register(RepeatsTask)

@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
 from gpt_tasks.task import SPLITS, Batch, Task
@@ -301,6 +302,15 @@ class TextTask(Task):
             "bits_per_byte": bits / size,
             "examples": float(scores.examples),
         }
+
+    def probe_batch(self) -> Batch:
+        """Held-out windows (a fixed sample) that score every target, the early ones of the ICL score included."""
+        windows = self.evaluation_windows("heldout", 2 * PROBE_EXAMPLES, seed=3)
+        return self.window_batch(windows[windows[:, 1] == 0][:PROBE_EXAMPLES])
+
+    def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
+        """Induction heads and in-context learning (`gpt_tasks.probes.induction_probes`)."""
+        return induction_probes(model, cache)
 
     # vocabulary ---------------------------------------------------------------------------------
     @property

@@ -1,0 +1,174 @@
+"""repeats: random tokens ending in a copy of an earlier segment, where copying from the context is the only way to
+predict.
+
+Each sequence is block_size + 1 uniform random tokens whose last `length` tokens (drawn from block_size // 4 ..
+block_size // 2) repeat the segment that starts at a random earlier position. No token before the copy can be
+predicted (loss ln vocab), nor the copy's first; every later token of the copy is the one that followed the
+current token's earlier occurrence. Where the segment starts and how long it is vary, so no fixed offset and no
+statistic of recent tokens helps: the model must find the earlier occurrence of the current token and copy what
+came after it, which is what an induction head does (Olsson et al. 2022, "In-context learning and induction
+heads"). A two-layer attention-only model learns it within minutes on a CPU.
+
+A sequence is held out when the blake2b hash of its bytes says so (about `heldout_fraction`): training never
+sees a held-out sequence. Evaluation scores the copy's predictable targets (`copy_loss`, `copy_accuracy`) and,
+for the language-model view, every target (`loss`).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
+from gpt_tasks.scoring import score_examples
+from gpt_tasks.splits import heldout_mask
+from gpt_tasks.task import SPLITS, Batch, Task
+from gpt_tasks.training import Defaults, TrainSettings
+
+SYMBOLS = string.ascii_letters + string.digits
+"""Token i is written as SYMBOLS[i]."""
+EVAL_EXAMPLES = 4096  # a fixed sample of each split, drawn once
+EVAL_BATCH = 512
+SALT = b"repeats"
+
+
+@dataclass(frozen=True)
+class RepeatsParams:
+    vocab: int = 62
+    block_size: int = 32
+    heldout_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.vocab <= len(SYMBOLS):
+            raise ValueError(f"vocab must be between 2 and {len(SYMBOLS)}, got {self.vocab}")
+        if self.block_size < 8:
+            raise ValueError(f"block_size must be at least 8, got {self.block_size}")
+        if not 0.0 < self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """tokens (N, block_size + 1) and where each sequence's copy starts (N,)."""
+
+    tokens: torch.Tensor
+    copy_starts: torch.Tensor
+
+    def __getitem__(self, rows: torch.Tensor | slice) -> Sequences:
+        return Sequences(self.tokens[rows], self.copy_starts[rows])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class RepeatsTask(Task):
+    name = "repeats"
+    description = "random tokens with a repeated segment: only in-context copying predicts (induction heads)"
+    Params = RepeatsParams
+    primary_metric = "copy_accuracy"
+
+    def __init__(self, params: RepeatsParams):
+        super().__init__(params)
+        self._fixed: dict[str, Sequences] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return self.params.vocab
+
+    @property
+    def block_size(self) -> int:
+        return self.params.block_size
+
+    def encode(self, text: str) -> list[int]:
+        symbols = SYMBOLS[: self.params.vocab]
+        unknown = sorted(set(text) - set(symbols))
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r} (the tokens are {symbols!r})")
+        return [symbols.index(ch) for ch in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(SYMBOLS[int(i)] for i in ids)
+
+    # sequences and their split ------------------------------------------------------------------
+    def draw(self, n: int, generator: torch.Generator) -> Sequences:
+        """n sequences, train and held-out alike: random tokens, the last `length` of them a copy of the segment
+        at a random earlier start."""
+        T = self.params.block_size
+        tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator)
+        length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator)
+        copy_start = T + 1 - length
+        source = (torch.rand(n, generator=generator) * (copy_start - length + 1)).long()  # the segment ends before it
+        at = torch.arange(T + 1).expand(n, -1)
+        read = torch.where(at >= copy_start[:, None], at - copy_start[:, None] + source[:, None], at)
+        return Sequences(tokens.gather(1, read), copy_start)
+
+    def heldout(self, sequences: Sequences) -> torch.Tensor:
+        """(N,) bool: whether each sequence is held out."""
+        rows = sequences.tokens.numpy().astype(np.uint8)
+        return heldout_mask([row.tobytes() for row in rows], self.params.heldout_fraction, SALT)
+
+    def sample(self, split: str, n: int, generator: torch.Generator) -> Sequences:
+        """n sequences of `split`, drawn and kept when their hash puts them there."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        kept: list[Sequences] = []
+        while sum(map(len, kept)) < n:
+            candidates = self.draw(2 * n, generator)
+            mask = self.heldout(candidates)
+            kept.append(candidates[mask if split == "heldout" else ~mask])
+        return Sequences(torch.cat([s.tokens for s in kept])[:n], torch.cat([s.copy_starts for s in kept])[:n])
+
+    def fixed(self, split: str) -> Sequences:
+        """The split's fixed evaluation sample (EVAL_EXAMPLES sequences, the same on every call)."""
+        if split not in self._fixed:
+            self._fixed[split] = self.sample(split, EVAL_EXAMPLES, torch.Generator().manual_seed(SPLITS.index(split)))
+        return self._fixed[split]
+
+    def examples(self, sequences: Sequences, copyable_only: bool = False) -> Batch:
+        """Inputs and next-token targets; with `copyable_only`, only the targets after the copy's first token."""
+        inputs, targets = sequences.tokens[:, :-1], sequences.tokens[:, 1:].clone()
+        if copyable_only:
+            targets[torch.arange(1, self.block_size + 1) <= sequences.copy_starts[:, None]] = IGNORE_INDEX
+        return Batch(inputs, targets)
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
+        return self.examples(self.sample("train", batch_size, generator))
+
+    def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        sequences = self.fixed(split)[:limit]
+        rows = torch.arange(len(sequences))
+        copy = score_examples(model, rows, lambda r: self.examples(sequences[r], True), device, EVAL_BATCH)
+        every = score_examples(model, rows, lambda r: self.examples(sequences[r]), device, EVAL_BATCH)
+        return {
+            "copy_accuracy": copy.accuracy,
+            "copy_loss": copy.loss,
+            "loss": every.loss,
+            "examples": float(copy.examples),
+        }
+
+    # probes -------------------------------------------------------------------------------------
+    def probe_batch(self) -> Batch:
+        return self.examples(self.fixed("heldout")[:PROBE_EXAMPLES])
+
+    def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
+        """Induction heads and in-context learning (`gpt_tasks.probes.induction_probes`)."""
+        return induction_probes(model, cache)
+
+    # defaults and examples ----------------------------------------------------------------------
+    def defaults(self) -> Defaults:
+        return Defaults(
+            model=self.model_config(n_layer=2, n_head=2, n_embd=64, mlp=False, pos="rope"),
+            train=TrainSettings(steps=1000, lr=3e-3, weight_decay=0.0, eval_every=25, eval_limit=512, warmup_steps=50),
+        )
+
+    def example_prompts(self) -> list[str]:
+        first = self.fixed("heldout")[:1]
+        return [self.decode(first.tokens[0, : int(first.copy_starts[0]) + 2].tolist())]
+
+    def attention_examples(self, n: int) -> list[str]:
+        return [self.decode(row[: self.block_size].tolist()) for row in self.fixed("heldout").tokens[:n]]

@@ -1,0 +1,170 @@
+"""Induction heads forming: loss, the in-context-learning score and every head's induction score against the step.
+
+Olsson et al. (2022) draw the phase change as three curves that move at one step: the loss drops, the
+in-context-learning score (loss late in the context minus early) falls, and some second-layer heads start to
+attend from a repeated token to the token after its earlier occurrence. The keys are the induction probes'
+(`heldout_probe_icl_score`, `heldout_probe_induction_l1h0`, ...), so any run of a task that logs them can be drawn.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpt_viz.canvas import new_figure
+from gpt_viz.errors import VizError
+from gpt_viz.run_data import PathLike, Record, available_metrics, load_metrics, metric_series, run_directory
+from gpt_viz.run_layout import HELDOUT, metric_key, probe_key
+
+_HEAD = re.compile(r"^heldout_probe_(?P<kind>induction|previous_token)_l(?P<layer>\d+)h(?P<head>\d+)$")
+
+
+def head_keys(records: Sequence[Record], kind: str) -> dict[tuple[int, int], str]:
+    """The logged per-head probe keys of `kind` ("induction" or "previous_token"), by (layer, head)."""
+    found = {}
+    for key in available_metrics(records):
+        match = _HEAD.match(key)
+        if match and match["kind"] == kind:
+            found[int(match["layer"]), int(match["head"])] = key
+    return dict(sorted(found.items()))
+
+
+def induction_formation(
+    run: PathLike | Sequence[Record], *, loss: str = "loss", phase_step: int | None = None, title: str = ""
+) -> Figure:
+    """Held-out `loss`, the ICL score, and each head's induction score (the last layer's heads in colour, the
+    others grey) and the first layer's previous-token scores, on one linear step axis. `phase_step`, when given,
+    is drawn as a dashed line through every panel: where the phase change was found."""
+    if isinstance(run, (str, os.PathLike)):
+        source, records = str(run_directory(run)), load_metrics(run)
+    else:
+        source, records = "the records", list(run)
+    induction, previous = head_keys(records, "induction"), head_keys(records, "previous_token")
+    if not induction:
+        raise VizError(f"{source} logs no induction probes (heldout_probe_induction_l<layer>h<head>)")
+    last = max(layer for layer, _ in induction)
+    figure = new_figure(8.0, 9.0)
+    axes = list(figure.subplots(4, 1, sharex=True, height_ratios=[2, 2, 3, 2], squeeze=False)[:, 0])
+    steps, values = metric_series(records, metric_key(HELDOUT, loss), source=source)
+    axes[0].plot(steps, values, color="tab:red", linewidth=1.4, label=f"held-out {loss.replace('_', ' ')}")
+    axes[0].set_ylabel(loss.replace("_", " "))
+    steps, values = metric_series(records, probe_key("icl_score"), source=source)
+    axes[1].plot(steps, values, color="tab:purple", linewidth=1.4, label="ICL score: loss late minus early")
+    axes[1].axhline(0.0, color="0.5", linewidth=0.8, linestyle=":")
+    axes[1].set_ylabel("ICL score (nats)")
+    for (layer, head), key in induction.items():
+        steps, values = metric_series(records, key, source=source)
+        style = {"linewidth": 1.6, "label": f"layer {layer} head {head}"}
+        if layer != last:
+            style = {"color": "0.7", "linewidth": 1.0, "label": f"layer {layer} head {head}" if head == 0 else None}
+        axes[2].plot(steps, values, **style)
+    axes[2].set_ylabel("induction score")
+    axes[2].set_ylim(-0.02, 1.02)
+    for (layer, head), key in previous.items():
+        if layer == 0:
+            steps, values = metric_series(records, key, source=source)
+            axes[3].plot(steps, values, linewidth=1.4, label=f"layer 0 head {head}")
+    axes[3].set_ylabel("previous-token score")
+    axes[3].set_ylim(-0.02, 1.02)
+    axes[3].set_xlabel("step")
+    for ax in axes:
+        if phase_step is not None:
+            ax.axvline(phase_step, color="0.3", linestyle="--", linewidth=1.0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", frameon=False, fontsize=8)
+    phase = f"; phase change at step {phase_step}" if phase_step is not None else ""
+    axes[0].set_title((title or "induction heads forming") + phase)
+    return figure
+
+
+SPAN = 0.1
+"""A sharp move happens within a tenth of the run's steps..."""
+SHARE = 0.5
+"""...and covers at least half of the series' whole range (max - min over the run)..."""
+MIN_MOVE = 0.1
+"""...and at least 0.1 (score units, or nats for the ICL score), so that a flat, noisy series has none."""
+PREVIOUS_TOKEN = INDUCTION = 0.5
+"""A head is a previous-token or an induction head once at least half of its attention goes where its score reads."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """values[end] - values[start] = size, between evaluation steps `start` < `end`; `at`: the first step at
+    which the series is past the middle of the move."""
+
+    start: int
+    end: int
+    size: float
+    at: int
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    """The step at which the ICL score falls and head `head`'s induction score rises sharply together, the two
+    moves, the evaluations the induction move runs between (`rise`), and the first step at which a layer-0 head's
+    previous-token score is at least 0.5 (None: never)."""
+
+    step: int
+    head: tuple[int, int]
+    induction_move: float
+    icl_move: float
+    previous_token_step: int | None
+    rise: tuple[int, int]
+
+
+def sharpest_move(steps: np.ndarray, values: np.ndarray, sign: int, span: float = SPAN) -> Move | None:
+    """The largest change of `values` in direction `sign` (+1 rise, -1 fall) between two evaluations at most
+    `span` of the run's steps apart, if it is sharp: at least SHARE of the series' range and MIN_MOVE."""
+    steps, values = np.asarray(steps), np.asarray(values, dtype=float)
+    if len(steps) < 2:
+        return None
+    width = span * (steps[-1] - steps[0])
+    best = None
+    for i in range(len(steps)):
+        for j in range(i + 1, len(steps)):
+            if steps[j] - steps[i] > width:
+                break
+            candidate = (sign * (values[j] - values[i]), steps[i] - steps[j], i, j)  # ties: the shortest
+            best = candidate if best is None or candidate[:2] > best[:2] else best
+    if best is None:  # no two evaluations within the span
+        return None
+    change, _, i, j = best
+    if change < max(SHARE * (values.max() - values.min()), MIN_MOVE):
+        return None
+    middle = (values[i] + values[j]) / 2
+    past = next(k for k in range(i + 1, j + 1) if sign * (values[k] - middle) >= 0)
+    return Move(int(steps[i]), int(steps[j]), float(values[j] - values[i]), int(steps[past]))
+
+
+def phase_change(records: Sequence[Record]) -> PhaseChange | None:
+    """The phase change of a run logging the induction probes: the last layer's head with the largest sharp rise
+    of its induction score, to at least INDUCTION, whose move overlaps a sharp fall of the ICL score; None when
+    there is none."""
+    icl = sharpest_move(*metric_series(records, probe_key("icl_score")), sign=-1)
+    induction = head_keys(records, "induction")
+    if icl is None or not induction:
+        return None
+    last = max(layer for layer, _ in induction)
+    rises = {}
+    for (layer, head), key in induction.items():
+        steps, values = metric_series(records, key)
+        move = sharpest_move(steps, values, sign=+1)
+        if move is None or layer != last or values[steps == move.end][0] < INDUCTION:
+            continue
+        if move.start <= icl.end and icl.start <= move.end:
+            rises[layer, head] = move
+    if not rises:
+        return None
+    head, move = max(rises.items(), key=lambda item: item[1].size)
+    return PhaseChange(move.at, head, move.size, icl.size, previous_token_step(records), (move.start, move.end))
+
+
+def previous_token_step(records: Sequence[Record]) -> int | None:
+    """The first evaluation at which a layer-0 head's previous-token score is at least 0.5 (None: never)."""
+    keys = [key for (layer, _), key in head_keys(records, "previous_token").items() if layer == 0]
+    return next((int(r["step"]) for r in records if any(r.get(key, 0.0) >= PREVIOUS_TOKEN for key in keys)), None)
