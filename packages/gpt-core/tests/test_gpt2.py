@@ -106,6 +106,7 @@ def test_configs_gpt_core_cannot_compute_exactly_are_refused(change, named):
         ({"layernorm": False}, "layernorm=False"),
         ({"residual": False}, "residual=False"),
         ({"bias": False}, "bias=False"),
+        ({"mlp": False}, "mlp=False"),
         ({"max_positions": 16, "randomized_positions": True}, "randomized_positions=True"),
     ],
 )

@@ -108,12 +108,13 @@ def not_gpt2(config: GPTConfig) -> str | None:
         "layernorm": not config.layernorm,
         "residual": not config.residual,
         "bias": not config.bias,
+        "mlp": not config.mlp,
         "randomized_positions": config.randomized_positions,
     }
     named = [f"{key}={getattr(config, key)}" for key, differs in reasons.items() if differs]
     if not named:
         return None
-    return f"{', '.join(named)}: GPT-2 has learned positions, LayerNorm, residual connections and biases"
+    return f"{', '.join(named)}: GPT-2 has learned positions, LayerNorm, residual connections, biases and MLPs"
 
 
 def hf_config(config: GPTConfig) -> dict[str, Any]:
