@@ -194,3 +194,11 @@ def test_the_most_needed_head_is_the_costliest_to_remove_the_first_of_equals():
     record = {"zero": [[0.9, 0.2], [0.2, 0.95]]}
     assert most_needed_head(record) == (0, 1)
     assert most_needed_head(record | {"higher_is_better": False}) == (1, 1)
+
+
+def test_the_curves_panel_leaves_per_head_probes_to_the_induction_picture():
+    from gpt_viz.curves import probe_keys
+
+    records = [{"step": 10, probe_key("icl_score"): -1.0, probe_key("induction_l1h0"): 0.5,
+                probe_key("previous_token_l0h1"): 0.9}]  # fmt: skip
+    assert probe_keys(records) == [probe_key("icl_score")]

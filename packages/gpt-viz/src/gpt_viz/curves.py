@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -114,10 +115,16 @@ def _draw_metric_on_twin(ax: Axes, records: Sequence[Record], metric: str, sourc
     return handles
 
 
+PER_HEAD_PROBE = re.compile(r"_l\d+h\d+$")
+"""A probe measured per head (``heldout_probe_induction_l1h0``): one curve per head is the induction picture's
+(`gpt_viz.induction`), not the curves panel's."""
+
+
 def probe_keys(records: Sequence[Record]) -> list[str]:
-    """The task probes a run logged (``heldout_probe_source_attention``), in name order."""
+    """The task probes a run logged (``heldout_probe_source_attention``), in name order, per-head ones left out."""
     keys = {key for record in records for key in record}
-    return sorted(key for key in keys if (parsed := parse_metric_key(key)) is not None and parsed.is_probe)
+    probes = (key for key in keys if (parsed := parse_metric_key(key)) is not None and parsed.is_probe)
+    return sorted(key for key in probes if not PER_HEAD_PROBE.search(key))
 
 
 def _draw_probes(ax: Axes, records: Sequence[Record], keys: Sequence[str], source: str) -> None:
