@@ -18,6 +18,7 @@ the median over rounds and the range.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import itertools
 import statistics
@@ -64,7 +65,8 @@ def three_models(
     """Before, after, and after with an identity hook on every name (set for as long as `stack` lasts)."""
     torch.manual_seed(0)
     plain = after.GPT(after.GPTConfig(**config.to_dict()))
-    old = before.GPT(before.GPTConfig(**config.to_dict()))
+    known = {field.name for field in dataclasses.fields(before.GPTConfig)}  # an earlier tree has fewer switches
+    old = before.GPT(before.GPTConfig(**{k: v for k, v in config.to_dict().items() if k in known}))
     old.load_state_dict(plain.state_dict())
     hooked = after.GPT(plain.config)
     hooked.load_state_dict(plain.state_dict())
