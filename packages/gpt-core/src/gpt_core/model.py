@@ -21,7 +21,7 @@ from gpt_core.deprecation import forward_with_attention
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.attention import hooked_attention
-from gpt_core.kernels.linear import embedding, linear
+from gpt_core.kernels.linear import embedding, linear, read_rows
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import PositionEncoding, RotaryEmbedding
 from gpt_core.reference import dropout
@@ -99,7 +99,7 @@ class GPTOutput(NamedTuple):
     """What a forward pass gives: nanoGPT's pair, so `logits, loss = model(x, y)` unpacks, and named, so
     callers can say what they use (`model(x).logits`). The attention weights are hook points."""
 
-    logits: Tensor  # (B, T, V)
+    logits: Tensor  # (B, T, V); (N, V) with `read`
     loss: Tensor | None  # scalar; None without targets
 
 
@@ -235,10 +235,12 @@ class Block(HookPoints, nn.Module):
         self.ln2 = _norm(c, kernels)
         self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels.gelu, self._hooks, layer)
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
+                read: Tensor | None = None) -> Tensor:  # fmt: skip
         x = self.hook("resid_pre", x)
         a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions))
         x = self.hook("resid_mid", x + a if self.residual else a)
+        x = x if read is None else read_rows(x, read)  # (N, C): the MLP runs only where read
         m = self.hook("mlp_out", self.mlp(self.hook("ln2", self.ln2(x))))
         return self.hook("resid_post", x + m if self.residual else m)
 
@@ -337,13 +339,16 @@ class GPT(HookPoints, nn.Module):
         return self.kernels.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))  # (N, V), (N,)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | None = None,
-                positions: Tensor | None = None, return_attention: bool = False) -> GPTOutput:  # fmt: skip
+                positions: Tensor | None = None, read: Tensor | None = None,
+                return_attention: bool = False) -> GPTOutput:  # fmt: skip
         """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, when targets (B, T) are given, the loss.
 
-        Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new tokens,
-        which sit after the cache's filled positions. `positions` (T,) or (B, T) gives the tokens' ids;
-        by default the next T after the cache's, except that a model with randomized_positions draws
-        them for every training forward. (`return_attention` is deprecated: use `run_with_cache`.)
+        Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new tokens, which
+        sit after the cache's filled positions. `positions` (T,) or (B, T) gives the tokens' ids; by default
+        the next T after the cache's, except that a model with randomized_positions draws them for every
+        training forward. `read` (B, T) bool (e.g. `targets != IGNORE_INDEX`) runs the last MLP and the head
+        only where True: logits are `logits[read]` (N, V), the loss scores `targets[read]`, the hooks from that
+        MLP on hold those N rows. (`return_attention` is deprecated: use `run_with_cache`.)
         """
         if return_attention:
             return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
@@ -359,9 +364,10 @@ class GPT(HookPoints, nn.Module):
         if self.wpe is not None:
             x = x + self.hook("pos_embed", self.wpe.weight[positions])  # (T, C) broadcast over B, or (B, T, C)
         x = dropout(x, self.config.dropout, self.training)
-        for block in self.blocks:
-            x = block(x, cache, positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, positions, read if i == len(self.blocks) - 1 else None)  # last: (N, C) with read
         if cache is not None:
             cache.advance(T)
-        logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V)
-        return GPTOutput(logits, None if targets is None else self.loss(logits, targets))
+        logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V) or (N, V)
+        scored = targets if read is None or targets is None else targets[read]
+        return GPTOutput(logits, None if scored is None else self.loss(logits, scored))
