@@ -38,6 +38,15 @@ def _deterministic_torch():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """The tasks built once per session keep their split caches in the session's own folder, not the user's."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("session-xdg-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch, tmp_path):
     """No download and no user cache in any test, unless a test replaces `urlopen` itself."""
