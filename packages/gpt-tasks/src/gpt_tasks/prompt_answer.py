@@ -24,8 +24,9 @@ from gpt_tasks.scoring import in_chunks
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.task import Batch, Task, evaluating
 
-EVAL_BATCH = 4096
-"""Sequences per forward pass of the evaluation: large enough to hide per-call overhead."""
+EVAL_BATCH = 1024
+"""Sequences per forward pass of the evaluation: large enough to hide per-call overhead, small enough to stay in
+cache."""
 
 
 class PromptAnswerTask(Task):

@@ -34,7 +34,7 @@ from gpt_train.hf import load_weights_into
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
-from gpt_train.progress import Progress
+from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record
 from gpt_train.runs import Run, RunDirError, run_kernels
 from gpt_train.signals import StopRequest
@@ -252,7 +252,8 @@ class Trainer:
         }
 
     def _finish(self, loss: float, elapsed: Callable[[], float]) -> Outcome:
-        final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
+        with evaluation_progress(self.quiet):
+            final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
         total = elapsed()
         self.save(total)
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}
