@@ -87,3 +87,13 @@ def test_hooks_from_the_last_mlp_on_hold_the_read_rows_and_those_before_every_po
         assert activation.shape == expected.shape, name
         assert torch.allclose(activation, expected, rtol=0, atol=1e-12), name
     assert cached["logits"].shape == (n, 11)
+
+
+def test_reading_every_position_gives_the_full_logits_bit_for_bit():
+    model = _model(SHAPES["two layers, learned positions"], None).float()
+    idx, targets = _batch()
+    targets[:] = 1
+    every = torch.ones(idx.shape, dtype=torch.bool)
+    full = model(idx, targets)
+    read = model(idx, targets, read=every)
+    assert torch.equal(read.logits, full.logits.reshape(-1, 11)) and torch.equal(read.loss, full.loss)
