@@ -1,8 +1,9 @@
-"""The waits a learner sits through, timed in two source trees side by side: `gpt-train --help`, the default
-`gpt-train run --task sort` and the default `gpt-train run --task modadd`, each a fresh process.
+"""The waits a learner sits through, timed in two source trees side by side: `gpt-train --help`, the start-up
+of `gpt-train run --task sort` up to its first step, the whole default sort run and the whole default modadd
+run, each a fresh process.
 
     python benchmarks/waits.py --before ../before-checkout --after .
-    python benchmarks/waits.py --before ../before-checkout --after . --waits help,sort --rounds 5
+    python benchmarks/waits.py --before ../before-checkout --after . --waits help,sort-start --rounds 5
 
 Both trees run on this interpreter, each by putting its four packages' src folders first on PYTHONPATH
 (an editable install's path entries come after it), so only the source differs. The trees take turns in
@@ -27,11 +28,19 @@ from pathlib import Path
 
 PACKAGES = ("gpt-core", "gpt-tasks", "gpt-train", "gpt-viz")
 FILL_CACHE = "from gpt_tasks import get_task; get_task('sort')"
+UNTIL_THE_FIRST_STEP = (
+    "import os, sys; from gpt_train.trainer import Trainer; from gpt_train.cli import main\n"
+    "Trainer.train_step = lambda self, step: os._exit(0)\n"
+    "main()"
+)
+"""`gpt-train ARGS` that leaves the moment its first training step would start."""
 WAITS = {
-    "help": ["--help"],
-    "sort": ["run", "--task", "sort", "--quiet"],
-    "modadd": ["run", "--task", "modadd", "--quiet"],
+    "help": ["-m", "gpt_train", "--help"],
+    "sort-start": ["-c", UNTIL_THE_FIRST_STEP, "run", "--task", "sort", "--quiet"],
+    "sort": ["-m", "gpt_train", "run", "--task", "sort", "--quiet"],
+    "modadd": ["-m", "gpt_train", "run", "--task", "modadd", "--quiet"],
 }
+"""Each wait: the interpreter's arguments."""
 
 
 def environment(tree: Path, cache: Path) -> dict[str, str]:
@@ -40,9 +49,9 @@ def environment(tree: Path, cache: Path) -> dict[str, str]:
 
 
 def timed(args: list[str], env: dict[str, str], workdir: Path) -> tuple[float, float | None]:
-    """Wall seconds of `python -m gpt_train ARGS`, and the run's own clock when it wrote a run directory."""
+    """Wall seconds of `python ARGS`, and the run's own clock when it finished a run directory."""
     out = workdir / f"run-{time.monotonic_ns()}"
-    command = [sys.executable, "-m", "gpt_train", *args, *(["--out", str(out)] if args[0] == "run" else [])]
+    command = [sys.executable, *args, *(["--out", str(out)] if "run" in args else [])]
     start = time.perf_counter()
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
@@ -75,7 +84,7 @@ def main() -> None:
             ratios = [a[0] / b[0] for a, b in zip(times["after"], times["before"], strict=True)]
             cells = [_cell(times[side]) for side in ("before", "after")]
             spread = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
-            print(f"| `gpt-train {' '.join(WAITS[wait])}` | {cells[0]} | {cells[1]} | {spread} |")
+            print(f"| {wait} | {cells[0]} | {cells[1]} | {spread} |")
 
 
 def _cell(runs: list[tuple[float, float | None]]) -> str:
