@@ -79,4 +79,4 @@ def test_an_evaluation_reports_its_progress_within_reporting_progress_and_only_t
     with reporting_progress(lambda split, done, total: reports.append((split, done, total))):
         score_examples(Constant(1.0), torch.arange(5), make_batch, "cpu", 2, "heldout")
     score_examples(Constant(1.0), torch.arange(5), make_batch, "cpu", 2, "heldout")
-    assert reports == [("heldout", 2, 5), ("heldout", 4, 5), ("heldout", 5, 5)]
+    assert reports == [("heldout", 0, 5), ("heldout", 2, 5), ("heldout", 4, 5), ("heldout", 5, 5)]

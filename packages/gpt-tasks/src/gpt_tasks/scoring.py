@@ -23,7 +23,7 @@ from gpt_core import GPT, IGNORE_INDEX, cross_entropy
 from gpt_tasks.task import Batch, evaluating
 
 Report = Callable[[str, int, int], None]
-"""report(split, examples done, examples in all), called after each chunk."""
+"""report(split, examples done, examples in all), called as an evaluation starts and after each chunk."""
 
 _report: ContextVar[Report | None] = ContextVar("gpt_tasks_evaluation_report", default=None)
 
@@ -39,8 +39,11 @@ def reporting_progress(report: Report) -> Iterator[None]:
 
 
 def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.Tensor]:
-    """`examples` (N, ...) `size` at a time, reporting each chunk done to the `reporting_progress` callback."""
+    """`examples` (N, ...) `size` at a time, reporting the start (0 done) and each chunk done to the
+    `reporting_progress` callback."""
     report, done = _report.get(), 0
+    if report is not None:
+        report(split, 0, len(examples))
     for chunk in examples.split(size):
         yield chunk
         done += len(chunk)
