@@ -25,8 +25,8 @@ from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.task import Batch, Task, evaluating
 
 EVAL_BATCH = 512
-"""Sequences per forward pass of the evaluation: large enough to hide per-call overhead, small enough that the
-activations stay in cache (on the default sort model, 256-512 scored fastest of 128-2048)."""
+"""Sequences per forward pass of the evaluation: measured large enough to hide per-call overhead, small enough
+that a chunk's activations stay in cache."""
 
 
 class PromptAnswerTask(Task):
