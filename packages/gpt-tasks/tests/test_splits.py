@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -178,7 +179,10 @@ def test_a_large_split_is_read_from_the_cache_the_second_time(monkeypatch, tmp_p
 def test_a_damaged_cache_is_computed_again_and_another_encoding_has_its_own_key(tmp_path):
     first = get_task("sort").split.ids("heldout")
     (cached,) = (tmp_path / "xdg-cache" / "gpt-tasks" / "splits").glob("*.npy")
-    cached.write_bytes(b"damaged")
+    for damage in (b"damaged", b""):
+        cached.write_bytes(damage)
+        assert torch.equal(get_task("sort").split.ids("heldout"), first)
+    np.save(cached, np.zeros(3, dtype=np.uint8))  # a readable file of the wrong length
     assert torch.equal(get_task("sort").split.ids("heldout"), first)
     other = splits.IndexedSplit(10**6, lambda ids: as_bytes(digits_of(ids + 1, 6, 10)), 0.25, b"sort")
     assert len(list(cached.parent.glob("*.npy"))) == 2 and not torch.equal(other.ids("heldout"), first)

@@ -48,26 +48,30 @@ def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> to
     return torch.from_numpy(unit_hashes(encodings, salt) < fraction)
 
 
-def enumerated_mask(size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes):
+def enumerated_mask(
+    size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes
+) -> torch.Tensor:
     """`heldout_mask` of every id 0 .. size-1, from the user's cache when a process computed it before. The
     cache key holds the split's numbers and the encodings of a spread of ids, so a changed encoding is a
     new key; an unreadable or unwritable cache only means the hashes are computed."""
     if size < CACHED_FROM:
         return heldout_mask(encode(torch.arange(size)), fraction, salt)
-    from gpt_tasks.text.cache import key_of, temporary_name, user_cache  # that module imports this one
+    from gpt_tasks.text.cache import key_of, remove_stale_temporaries, temporary_name, user_cache  # it imports us
 
     spread = torch.linspace(0, size - 1, 257).long()
     probe = hashlib.sha256(b"".join(encode(spread))).hexdigest()
     key = key_of({"split": "indexed", "size": size, "fraction": fraction, "salt": salt.hex(), "probe": probe})
     path = user_cache() / "splits" / f"{key}.npy"
     try:
-        mask = np.unpackbits(np.load(path), count=size).astype(bool)
-        return torch.from_numpy(mask)
-    except (OSError, ValueError):
-        pass
+        bits = np.load(path)
+        if bits.dtype == np.uint8 and bits.shape == ((size + 7) // 8,):
+            return torch.from_numpy(np.unpackbits(bits, count=size).astype(bool))
+    except (OSError, ValueError, EOFError):
+        pass  # damaged or unreadable: computed again below
     mask = heldout_mask(encode(torch.arange(size)), fraction, salt)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path.parent)
         partial = path.with_name(temporary_name(path.name))
         with open(partial, "wb") as file:
             np.save(file, np.packbits(mask.numpy()))
