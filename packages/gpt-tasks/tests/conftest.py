@@ -15,8 +15,9 @@ from urllib.error import URLError
 
 import pytest
 import torch
+from torch import nn
 
-from gpt_core import GPT, GPTConfig
+from gpt_core import GPT, GPTConfig, GPTOutput
 from gpt_tasks import PromptAnswerTask, Task, get_task
 from gpt_tasks.builtin import shakespeare
 
@@ -35,6 +36,15 @@ def make_text(n_chars: int, seed: int = 0) -> str:
 def _deterministic_torch():
     """Every test starts from the same global RNG state (model inits use the global RNG)."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """The tasks built once per session keep their split caches in the session's own folder, not the user's."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("session-xdg-cache")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)
@@ -107,8 +117,9 @@ def tiny_model() -> Callable[..., GPT]:
 @pytest.fixture
 def greedy_by_hand() -> Callable[[PromptAnswerTask, GPT, torch.Tensor], dict[str, float]]:
     """greedy_by_hand(task, model, ids): the metrics PromptAnswerTask.evaluate must report on example
-    numbers `ids`, computed independently of it: greedy decoding by full forward passes (no KV cache,
-    no gpt_core.generate), then counting right answers."""
+    numbers `ids`, computed independently of it: exact match by greedy decoding by full forward passes (no
+    KV cache, no gpt_core.generate), then counting right answers; the per-position and token accuracies
+    teacher-forced, from the argmax of one full forward pass over the true sequence."""
 
     def metrics(task: PromptAnswerTask, model: GPT, ids: torch.Tensor) -> dict[str, float]:
         seq, start, n = task.sequences(ids), task.prompt_length, len(ids)
@@ -116,11 +127,36 @@ def greedy_by_hand() -> Callable[[PromptAnswerTask, GPT, torch.Tensor], dict[str
         with torch.no_grad():
             for _ in range(task.answer_length):
                 out = torch.cat((out, model(out).logits[:, -1].argmax(-1, keepdim=True)), dim=1)
-        hits = out[:, start:] == seq[:, start:]  # (N, answer_length)
+            forced = model(seq[:, :-1]).logits[:, start - 1 :].argmax(-1)  # (N, answer_length)
+        hits = forced == seq[:, start:]
         by_position = {
             f"{name}_accuracy": int(hits[:, i].sum()) / n for i, name in enumerate(task.answer_position_names())
         }
         token = int(hits.sum()) / (n * task.answer_length)
-        return {"exact_match": int(hits.all(dim=1).sum()) / n, task.token_metric: token, **by_position, "examples": n}
+        exact = int((out[:, start:] == seq[:, start:]).all(dim=1).sum()) / n
+        return {"exact_match": exact, task.token_metric: token, **by_position, "examples": n}
 
     return metrics
+
+
+class Oracle(nn.Module):
+    """A stand-in for a trained model of a prompt-answer task: at every position its logits pick the next
+    token of the prompt followed by `answer(prompt)` (N, answer_length), as a model that had learned the
+    task would; a GPT's `config`, so an evaluation can check the positions it reads."""
+
+    def __init__(self, task: PromptAnswerTask, answer: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.task, self.answer = task, answer
+        self.config = GPTConfig(vocab_size=task.vocab_size, block_size=task.block_size, n_layer=1, n_head=1, n_embd=1)
+
+    def forward(self, idx: torch.Tensor, positions=None, read=None) -> GPTOutput:
+        prompt = idx[:, : self.task.prompt_length]
+        wanted = torch.cat((prompt, self.answer(prompt)), dim=1)[:, 1 : idx.shape[1] + 1]  # (N, T)
+        logits = nn.functional.one_hot(wanted, self.task.vocab_size).float()
+        return GPTOutput(logits if read is None else logits[read], None)
+
+
+@pytest.fixture
+def oracle() -> type[Oracle]:
+    """oracle(task, answer): a model whose every prediction is the prompt followed by answer(prompt)."""
+    return Oracle

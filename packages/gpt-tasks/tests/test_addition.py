@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpt_core import IGNORE_INDEX
-from gpt_tasks import get_task, is_heldout, prompt_answer
+from gpt_tasks import get_task, is_heldout
 
 
 def test_text_form_pads_operands_and_sum_and_reverses_the_sum(addition_task):
@@ -55,42 +55,37 @@ def test_evaluate_on_an_untrained_model_equals_greedy_decoding_by_hand(addition_
     assert metrics["examples"] == 64 and metrics["digit_accuracy"] > 0  # not a comparison of zeros
 
 
-def oracle_generate(task, wrong_units: bool):
-    """A stand-in for gpt_core.generate writing the true sum, optionally with a wrong units digit."""
+def true_sum(task, wrong_units: bool):
+    """The answer of a model that writes the true sum of its prompt, optionally with a wrong units digit."""
 
-    def generate(model, idx, max_new_tokens, temperature=1.0, **kwargs):
-        assert temperature == 0.0
+    def answer(prompt):
         d = task.params.digits
         place = 10 ** torch.arange(d - 1, -1, -1)
-        a, b = (idx[:, :d] * place).sum(1), (idx[:, d + 1 : 2 * d + 1] * place).sum(1)
+        a, b = (prompt[:, :d] * place).sum(1), (prompt[:, d + 1 : 2 * d + 1] * place).sum(1)
         answer = task.sequences(a * 10**d + b)[:, 2 * d + 2 :]
         if wrong_units:
             units = 0 if task.params.reverse else d
             answer[:, units] = (answer[:, units] + 1) % 10
-        return torch.cat((idx, answer[:, :max_new_tokens]), dim=1)
+        return answer
 
-    return generate
+    return answer
 
 
 @pytest.mark.parametrize("reverse", [True, False])
-def test_exact_match_and_digit_accuracy_are_indexed_by_place_value(reverse, tiny_model, monkeypatch):
+def test_exact_match_and_digit_accuracy_are_indexed_by_place_value(reverse, oracle):
     task = get_task("addition", digits=2, reverse=reverse)
-    model = tiny_model(task)
-    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(task, wrong_units=False))
-    right = task.evaluate(model, "heldout", "cpu")
+    right = task.evaluate(oracle(task, true_sum(task, wrong_units=False)), "heldout", "cpu")
     assert right["exact_match"] == right["digit_accuracy"] == 1.0
     assert right["examples"] == task.split.count("heldout")
-    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(task, wrong_units=True))
-    wrong = task.evaluate(model, "heldout", "cpu")
+    wrong = task.evaluate(oracle(task, true_sum(task, wrong_units=True)), "heldout", "cpu")
     assert wrong["exact_match"] == 0.0 and wrong["digit_0_accuracy"] == 0.0  # digit_0 is the units digit
     assert wrong["digit_1_accuracy"] == wrong["digit_2_accuracy"] == 1.0
     assert wrong["digit_accuracy"] == pytest.approx(2 / 3)
 
 
-def test_unlistable_space_is_evaluated_on_a_fixed_sample_of_20000(tiny_model, monkeypatch):
+def test_unlistable_space_is_evaluated_on_a_fixed_sample_of_20000(oracle):
     task = get_task("addition", digits=5)
-    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(task, wrong_units=False))
-    metrics = task.evaluate(tiny_model(task), "heldout", "cpu")
+    metrics = task.evaluate(oracle(task, true_sum(task, wrong_units=False)), "heldout", "cpu")
     assert metrics["examples"] == 20_000 and metrics["exact_match"] == 1.0
 
 

@@ -10,6 +10,7 @@ from torch import nn
 
 from gpt_core import IGNORE_INDEX, GPTOutput
 from gpt_tasks import Batch, score_examples
+from gpt_tasks.scoring import reporting_progress
 
 V = 5
 
@@ -21,10 +22,10 @@ class Constant(nn.Module):
         super().__init__()
         self.margin = margin
 
-    def forward(self, idx):
+    def forward(self, idx, read=None):
         logits = torch.zeros(*idx.shape, V)
         logits[..., 0] = self.margin
-        return GPTOutput(logits, None)
+        return GPTOutput(logits if read is None else logits[read], None)
 
 
 def make_batch(ids: torch.Tensor) -> Batch:
@@ -49,9 +50,9 @@ def test_scoring_runs_without_gradients():
     seen = []
 
     class Spy(Constant):
-        def forward(self, idx):
+        def forward(self, idx, read=None):
             seen.append((torch.is_grad_enabled(), self.training))
-            return super().forward(idx)
+            return super().forward(idx, read)
 
     score_examples(Spy(1.0), torch.arange(4), make_batch, "cpu", 2)
     assert seen == [(False, False), (False, False)]
@@ -71,3 +72,11 @@ def test_examples_that_score_different_numbers_of_targets_weigh_each_target_alik
     assert scores.targets == 10 and scores.examples == 4
     assert scores.loss == pytest.approx((6 * math.log(2) + 4 * math.log(8)) / 10, rel=1e-6)
     assert scores.accuracy == pytest.approx(0.6)
+
+
+def test_an_evaluation_reports_its_progress_within_reporting_progress_and_only_there():
+    reports = []
+    with reporting_progress(lambda split, done, total: reports.append((split, done, total))):
+        score_examples(Constant(1.0), torch.arange(5), make_batch, "cpu", 2, "heldout")
+    score_examples(Constant(1.0), torch.arange(5), make_batch, "cpu", 2, "heldout")
+    assert reports == [("heldout", 0, 5), ("heldout", 2, 5), ("heldout", 4, 5), ("heldout", 5, 5)]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpt_core import IGNORE_INDEX
-from gpt_tasks import get_task, is_heldout, prompt_answer
+from gpt_tasks import get_task, is_heldout
 
 
 def test_encode_decode_round_trip(sort_task):
@@ -37,28 +37,20 @@ def test_evaluate_on_an_untrained_model_equals_greedy_decoding_by_hand(sort_task
     assert metrics["examples"] == 64 and metrics["token_accuracy"] > 0  # not a comparison of zeros
 
 
-def oracle_generate(wrong: bool):
-    """A stand-in for gpt_core.generate that writes the sorted prompt (plus one, mod 10, if wrong)."""
-
-    def generate(model, idx, max_new_tokens, temperature=1.0, **kwargs):
-        assert temperature == 0.0  # exact match is scored on greedy decoding
-        answer = idx.sort(dim=1).values[:, :max_new_tokens]
-        return torch.cat((idx, (answer + 1) % 10 if wrong else answer), dim=1)
-
-    return generate
+def sorted_prompt(wrong: bool):
+    """The answer of a model that sorts its prompt (plus one, mod 10, if wrong)."""
+    return lambda prompt: (prompt.sort(dim=1).values + 1) % 10 if wrong else prompt.sort(dim=1).values
 
 
 @pytest.mark.parametrize(("wrong", "expected"), [(False, 1.0), (True, 0.0)])
-def test_exact_match_counts_exactly_the_right_answers(sort_task, tiny_model, monkeypatch, wrong, expected):
-    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(wrong))
-    metrics = sort_task.evaluate(tiny_model(sort_task), "heldout", "cpu", limit=500)
+def test_exact_match_counts_exactly_the_right_answers(sort_task, oracle, wrong, expected):
+    metrics = sort_task.evaluate(oracle(sort_task, sorted_prompt(wrong)), "heldout", "cpu", limit=500)
     assert metrics["exact_match"] == expected
     assert metrics["position_0_accuracy"] == expected
 
 
-def test_full_evaluation_scores_every_heldout_example(sort_task, tiny_model, monkeypatch):
-    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(False))
-    metrics = sort_task.evaluate(tiny_model(sort_task), "heldout", "cpu")
+def test_full_evaluation_scores_every_heldout_example(sort_task, oracle):
+    metrics = sort_task.evaluate(oracle(sort_task, sorted_prompt(False)), "heldout", "cpu")
     assert metrics["examples"] == 250_050 and metrics["exact_match"] == 1.0
 
 

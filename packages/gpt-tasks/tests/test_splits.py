@@ -10,11 +10,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
 from gpt_core import IGNORE_INDEX
-from gpt_tasks import get_task, is_heldout, unit_hash
+from gpt_tasks import as_bytes, digits_of, get_task, is_heldout, splits, unit_hash
 
 SMALL_CHUNKS = {"chunk_size": 32, "block_size": 8}  # as in conftest
 
@@ -155,3 +156,33 @@ def test_shakespeare_training_windows_lie_inside_training_chunks(shakespeare_tas
             chunk = start // size
             assert start + len(window) <= (chunk + 1) * size  # wholly inside one chunk
             assert not is_heldout(text[chunk * size : (chunk + 1) * size].encode(), 0.1, b"shakespeare")
+
+
+def test_the_sort_split_is_each_examples_own_hash_side_over_the_whole_space(sort_task):
+    """The split as built (digests joined, read at once, cached) against is_heldout of every example, one by one."""
+    every = torch.arange(sort_task.split.size)
+    one_by_one = torch.tensor([is_heldout(data, 0.25, b"sort") for data in as_bytes(sort_task.digits(every))])
+    assert torch.equal(sort_task.split.ids("heldout"), every[one_by_one])
+
+
+def test_a_large_split_is_read_from_the_cache_the_second_time(monkeypatch, tmp_path):
+    first = get_task("sort").split.ids("heldout")
+    assert list((tmp_path / "xdg-cache" / "gpt-tasks" / "splits").glob("*.npy"))
+
+    def no_hashing(*args):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(splits, "heldout_mask", no_hashing)
+    assert torch.equal(get_task("sort").split.ids("heldout"), first)
+
+
+def test_a_damaged_cache_is_computed_again_and_another_encoding_has_its_own_key(tmp_path):
+    first = get_task("sort").split.ids("heldout")
+    (cached,) = (tmp_path / "xdg-cache" / "gpt-tasks" / "splits").glob("*.npy")
+    for damage in (b"damaged", b""):
+        cached.write_bytes(damage)
+        assert torch.equal(get_task("sort").split.ids("heldout"), first)
+    np.save(cached, np.zeros(3, dtype=np.uint8))  # a readable file of the wrong length
+    assert torch.equal(get_task("sort").split.ids("heldout"), first)
+    other = splits.IndexedSplit(10**6, lambda ids: as_bytes(digits_of(ids + 1, 6, 10)), 0.25, b"sort")
+    assert len(list(cached.parent.glob("*.npy"))) == 2 and not torch.equal(other.ids("heldout"), first)

@@ -132,19 +132,20 @@ def test_load_run_returns_the_model_its_task_and_its_config(runs_here):
 
 
 def test_the_final_evaluation_shows_its_progress_in_examples(cli, tmp_path, monkeypatch):
-    import gpt_train.evaluation_progress as evaluation_progress
+    import gpt_train.progress as progress
 
     bars = {}
 
-    class Recorded(evaluation_progress.tqdm):
+    class Recorded(progress.tqdm):
         def close(self):  # tqdm closes again when collected: one entry per bar
             bars[id(self)] = (self.desc, self.n, self.total)
             super().close()
 
-    monkeypatch.setattr(evaluation_progress, "tqdm", Recorded)
+    monkeypatch.setattr(progress, "tqdm", Recorded)
     result = cli(*[arg for arg in TINY if arg != "--quiet"], "--out", tmp_path / "progress")
     assert result.code == 0, result.err
-    assert "final evaluation:" in result.err
-    ((desc, counted, total),) = bars.values()  # the final evaluation only, not the ones during training
+    assert "evaluating heldout:" in result.err
+    evaluations = [bar for bar in bars.values() if bar[0].startswith("evaluating")]
+    ((desc, counted, total),) = evaluations  # the final evaluation only, not the ones during training
     final = json.loads((tmp_path / "progress" / "final.json").read_text())
-    assert desc == "final evaluation" and counted == total == final["heldout_examples"]
+    assert desc == "evaluating heldout" and counted == total == final["heldout_examples"]

@@ -49,10 +49,16 @@ def block_hook(layer: int, point: str) -> str:
     return f"blocks.{layer}.{point}"
 
 
-def hook_names(n_layer: int, learned_positions: bool) -> list[str]:
-    """Every hook name of a model with `n_layer` blocks, in forward order (pos_embed only with a learned table)."""
+MLP_POINTS = ("ln2", "mlp_hidden", "mlp_out")
+"""The block points an attention-only block (GPTConfig.mlp=False) does not have."""
+
+
+def hook_names(n_layer: int, learned_positions: bool, mlp: bool = True) -> list[str]:
+    """Every hook name of a model with `n_layer` blocks, in forward order (pos_embed only with a learned table,
+    the MLP's points only with MLPs)."""
+    points = BLOCK_POINTS if mlp else tuple(point for point in BLOCK_POINTS if point not in MLP_POINTS)
     names = ["embed", "pos_embed"] if learned_positions else ["embed"]
-    names += [block_hook(layer, point) for layer in range(n_layer) for point in BLOCK_POINTS]
+    names += [block_hook(layer, point) for layer in range(n_layer) for point in points]
     return [*names, "ln_final", "logits"]
 
 

@@ -21,7 +21,7 @@ from gpt_core.deprecation import forward_with_attention
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.attention import hooked_attention
-from gpt_core.kernels.linear import embedding, linear
+from gpt_core.kernels.linear import embedding, linear, read_rows
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import PositionEncoding, RotaryEmbedding
 from gpt_core.reference import dropout
@@ -34,11 +34,10 @@ class GPTConfig:
     pos: "learned" (a table of position vectors), "rope" (rotary, applied to queries and keys) or
     "none"; `max_positions` (0: block_size) is the range of position ids and `randomized_positions`
     draws them at random in training (`gpt_core.positions` explains both). `layernorm`, `residual` and
-    `mlp` switch those parts off for ablations (mlp=False: attention-only blocks, whose resid_post is
-    resid_mid, without ln2, mlp_hidden, mlp_out); `tie_weights` shares the token embedding with the output
-    head. `init_scale` multiplies every initial weight matrix (GPT-2's std 0.02 init): a larger weight
-    norm at initialisation delays generalisation, the lever behind grokking (Liu et al. 2022,
-    "Omnigrok"); 1.0 is GPT-2's init exactly.
+    `mlp` switch those parts off (mlp=False: attention-only blocks, with no ln2, mlp_hidden, mlp_out hook
+    points); `tie_weights` shares the token embedding with the output head. `init_scale` multiplies every
+    initial weight matrix (GPT-2's std 0.02 init): a larger weight norm at initialisation delays
+    generalisation, the lever behind grokking (Liu et al. 2022, "Omnigrok"); 1.0 is GPT-2's init exactly.
     """
 
     vocab_size: int
@@ -101,7 +100,7 @@ class GPTOutput(NamedTuple):
     """What a forward pass gives: nanoGPT's pair, so `logits, loss = model(x, y)` unpacks, and named, so
     callers can say what they use (`model(x).logits`). The attention weights are hook points."""
 
-    logits: Tensor  # (B, T, V)
+    logits: Tensor  # (B, T, V); (N, V) with `read`
     loss: Tensor | None  # scalar; None without targets
 
 
@@ -237,10 +236,12 @@ class Block(HookPoints, nn.Module):
         self.ln2 = _norm(c, kernels) if c.mlp else None
         self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels.gelu, self._hooks, layer) if c.mlp else None
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
+                read: Tensor | None = None) -> Tensor:  # fmt: skip
         x = self.hook("resid_pre", x)
         a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions))
         x = self.hook("resid_mid", x + a if self.residual else a)
+        x = x if read is None else read_rows(x, read)  # (N, C): the MLP runs only where read
         if self.mlp is None:  # attention-only
             return self.hook("resid_post", x)
         m = self.hook("mlp_out", self.mlp(self.hook("ln2", self.ln2(x))))
@@ -294,8 +295,7 @@ class GPT(HookPoints, nn.Module):
 
     def hook_names(self) -> list[str]:
         """The names `hooks` and `run_with_cache` accept, in the order the forward reaches them."""
-        names = hook_names(self.config.n_layer, self.wpe is not None)
-        return names if self.config.mlp else [n for n in names if not n.endswith((".ln2", ".mlp_hidden", ".mlp_out"))]
+        return hook_names(self.config.n_layer, self.wpe is not None, self.config.mlp)
 
     @contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
@@ -343,14 +343,13 @@ class GPT(HookPoints, nn.Module):
         return self.kernels.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))  # (N, V), (N,)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | None = None,
-                positions: Tensor | None = None, return_attention: bool = False) -> GPTOutput:  # fmt: skip
-        """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, when targets (B, T) are given, the loss.
-
-        Targets equal to IGNORE_INDEX are not scored. With a `cache`, `idx` holds only the new tokens,
-        which sit after the cache's filled positions. `positions` (T,) or (B, T) gives the tokens' ids;
-        by default the next T after the cache's, except that a model with randomized_positions draws
-        them for every training forward. (`return_attention` is deprecated: use `run_with_cache`.)
-        """
+                positions: Tensor | None = None, read: Tensor | None = None,
+                return_attention: bool = False) -> GPTOutput:  # fmt: skip
+        """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, given targets (B, T), the loss over those not
+        IGNORE_INDEX. With a `cache`, `idx` holds only the new tokens. `positions` (T,) or (B, T): the tokens'
+        ids (default: the next T after the cache's; drawn in training with randomized_positions). `read` (B, T)
+        bool runs the last MLP and the head only where True: logits `logits[read]` (N, V), the loss over
+        `targets[read]`, the hooks from that MLP on N rows. (`return_attention`: deprecated, use run_with_cache.)"""
         if return_attention:
             return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
         B, T = idx.shape
@@ -365,9 +364,10 @@ class GPT(HookPoints, nn.Module):
         if self.wpe is not None:
             x = x + self.hook("pos_embed", self.wpe.weight[positions])  # (T, C) broadcast over B, or (B, T, C)
         x = dropout(x, self.config.dropout, self.training)
-        for block in self.blocks:
-            x = block(x, cache, positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, positions, read if i == len(self.blocks) - 1 else None)  # last: (N, C) with read
         if cache is not None:
             cache.advance(T)
-        logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V)
-        return GPTOutput(logits, None if targets is None else self.loss(logits, targets))
+        logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V) or (N, V)
+        scored = targets if targets is None or read is None else targets[read]
+        return GPTOutput(logits, None if scored is None else self.loss(logits, scored))

@@ -1,9 +1,15 @@
 """The shape most algorithmic tasks share: a numbered example is a prompt followed by a fixed-length
-answer, the model is scored on the answer only, and evaluation is greedy generation of the answer.
+answer, the model is scored on the answer only, and exact match is whether greedy generation writes the
+whole answer.
+
+Exact match needs no generation: greedy decoding reads the true prefix up to its first wrong token, so
+its first wrong token is the first answer position whose argmax given the true prefix is wrong, and the
+answer is right exactly when every teacher-forced argmax equals its target. One forward pass over the
+whole sequence scores a batch (test_prompt_answer.py checks the equality against generation).
 
 A subclass says how examples are numbered and split (`self.split`, an IndexedSplit) and how an
-example number becomes tokens (`sequences`); batches, exact-match evaluation with the KV cache,
-example prompts and the attention examples come from here.
+example number becomes tokens (`sequences`); batches, the evaluation, example prompts and the
+attention examples come from here.
 """
 
 from __future__ import annotations
@@ -12,13 +18,15 @@ from abc import abstractmethod
 
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, generate
+from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.probes import PROBE_EXAMPLES
+from gpt_tasks.scoring import in_chunks
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.task import Batch, Task, evaluating
 
-EVAL_BATCH = 1024
-"""Sequences per generation call: measured large enough to hide per-call overhead, small enough to stay in cache."""
+EVAL_BATCH = 512
+"""Sequences per forward pass of the evaluation: measured large enough to hide per-call overhead, small enough
+that a chunk's activations stay in cache."""
 
 
 class PromptAnswerTask(Task):
@@ -53,25 +61,25 @@ class PromptAnswerTask(Task):
         return answer_batch(self.sequences(self.split.sample("train", batch_size, generator)), self.prompt_length)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        """Exact match of greedy generation (KV cache) and accuracy at each answer position.
+        """`exact_match`: the share of examples whose greedy (temperature 0) answer is right, computed as the
+        share whose every teacher-forced argmax equals its target (the module docstring says why they are
+        equal). `<position>_accuracy` and `token_metric`: teacher-forced, the share of answer tokens that
+        are the argmax given the true prompt and the true answer before them (greedy decoding, which reads
+        its own earlier tokens, can score a position lower after an earlier mistake).
 
         With limit None: every example of the split, or a fixed sample of 20,000 when it cannot be listed.
         """
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
-        start = self.prompt_length
         correct = torch.zeros(self.answer_length, dtype=torch.long)
         exact = 0
-        # Only a model with randomized positions draws anything (its position ids): seeded, so every
-        # evaluation of a model scores the same.
+        # Only a model with randomized positions draws anything (its position ids, as generation would draw
+        # them): seeded, so every evaluation of a model scores the same.
         generator = torch.Generator().manual_seed(0)
         with evaluating(model):
-            for chunk in ids.split(EVAL_BATCH):
-                seq = self.sequences(chunk).to(device)
-                out = generate(
-                    model, seq[:, :start], max_new_tokens=self.answer_length, temperature=0.0, generator=generator
-                )
-                hits = out[:, start:] == seq[:, start:]  # (N, answer_length)
+            for chunk in in_chunks(ids, EVAL_BATCH, split):
+                batch = answer_batch(self.sequences(chunk), self.prompt_length).to(device)
+                hits = self.answer_hits(model, batch, generator)  # (N, answer_length)
                 exact += int(hits.all(dim=1).sum())
                 correct += hits.sum(dim=0).cpu()
         n = len(ids)
@@ -80,6 +88,15 @@ class PromptAnswerTask(Task):
             f"{name}_accuracy": float(c) / n for name, c in zip(self.answer_position_names(), correct, strict=True)
         }
         return metrics | {"examples": float(n)}
+
+    def answer_hits(self, model: GPT, batch: Batch, generator: torch.Generator) -> torch.Tensor:
+        """Whether each answer token of `batch` is the model's argmax given the true prefix, (N, answer_length),
+        from one forward pass that runs the head at the answer positions alone."""
+        read = batch.targets != IGNORE_INDEX  # (N, T): answer_length positions in every row
+        n, length = batch.inputs.shape
+        positions = model.sample_positions(n, length, generator) if model.config.randomized_positions else None
+        logits = model(batch.inputs, positions=positions, read=read).logits  # (N * answer_length, V)
+        return (logits.argmax(dim=-1) == batch.targets[read]).view(n, self.answer_length)
 
     def probe_batch(self) -> Batch:
         """A fixed sample of held-out sequences, scored on the answer as in training."""

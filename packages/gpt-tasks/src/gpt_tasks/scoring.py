@@ -3,18 +3,52 @@ the true next tokens rather than by generating (modadd, shakespeare, a plugin's 
 
 The loop is always the same: cut the examples into chunks, turn each chunk into a Batch, run the
 model once, and average the cross-entropy over the scored targets (those not IGNORE_INDEX); only
-how examples become batches differs, and that is the task's `make_batch`.
+how examples become batches differs, and that is the task's `make_batch`. The head runs only at the
+scored positions (`GPT.forward`'s `read`).
+
+`in_chunks` is how an evaluation walks its examples; within `reporting_progress(report)` it tells `report`
+how far it has got, which is how a trainer shows the progress of a long final evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
 
 from gpt_core import GPT, IGNORE_INDEX, cross_entropy
 from gpt_tasks.task import Batch, evaluating
+
+Report = Callable[[str, int, int], None]
+"""report(split, examples done, examples in all), called as an evaluation starts and after each chunk."""
+
+_report: ContextVar[Report | None] = ContextVar("gpt_tasks_evaluation_report", default=None)
+
+
+@contextmanager
+def reporting_progress(report: Report) -> Iterator[None]:
+    """Within the with-block, every evaluation that walks its examples with `in_chunks` calls `report`."""
+    token = _report.set(report)
+    try:
+        yield
+    finally:
+        _report.reset(token)
+
+
+def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.Tensor]:
+    """`examples` (N, ...) `size` at a time, reporting the start (0 done) and each chunk done to the
+    `reporting_progress` callback."""
+    report, done = _report.get(), 0
+    if report is not None:
+        report(split, 0, len(examples))
+    for chunk in examples.split(size):
+        yield chunk
+        done += len(chunk)
+        if report is not None:
+            report(split, done, len(examples))
 
 
 @dataclass(frozen=True)
@@ -35,17 +69,18 @@ def score_examples(
     make_batch: Callable[[torch.Tensor], Batch],
     device: torch.device | str,
     chunk_size: int,
+    split: str = "",
 ) -> Scores:
     """Score `model` on `examples` (N, ...), `chunk_size` at a time, each chunk made into a Batch by
     `make_batch`, in eval mode without gradients. Examples may score different numbers of targets: the
-    loss weighs every scored target alike."""
+    loss weighs every scored target alike. `split` names the examples to a progress report."""
     total_loss, correct, scored = 0.0, 0, 0
     with evaluating(model):
-        for chunk in examples.split(chunk_size):
+        for chunk in in_chunks(examples, chunk_size, split):
             batch = make_batch(chunk).to(device)
-            mask = batch.targets != IGNORE_INDEX  # (n, T)
-            logits = model(batch.inputs).logits[mask].float()  # (scored, V)
-            targets = batch.targets[mask]  # (scored,)
+            read = batch.targets != IGNORE_INDEX  # (n, T)
+            logits = model(batch.inputs, read=read).logits.float()  # (scored, V)
+            targets = batch.targets[read]  # (scored,)
             total_loss += float(cross_entropy(logits, targets)) * len(targets)
             correct += int((logits.argmax(dim=-1) == targets).sum())
             scored += len(targets)

@@ -2,13 +2,18 @@
 
 Python's built-in hash function is salted per process, so a split built on it would move between
 runs; blake2b of the example's bytes gives every example the same side on every machine.
+
+Hashing a million examples takes seconds, so a large enumerated split is computed once and kept in the
+user's cache (`user_cache()/splits`, one bit per example), which every later process reads instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import torch
 
 MAX_ENUMERATED = 2_000_000
@@ -16,6 +21,9 @@ MAX_ENUMERATED = 2_000_000
 
 SAMPLED_EVALUATION = 20_000
 """Examples scored when a split is too large to list and no limit is given."""
+
+CACHED_FROM = 100_000
+"""Enumerated spaces from this size keep their split in the user's cache (smaller ones hash in a blink)."""
 
 
 def unit_hash(data: bytes, salt: bytes) -> float:
@@ -28,9 +36,49 @@ def is_heldout(data: bytes, fraction: float, salt: bytes) -> bool:
     return unit_hash(data, salt) < fraction
 
 
+def unit_hashes(encodings: Iterable[bytes], salt: bytes) -> np.ndarray:
+    """`unit_hash` of each encoding, (N,) float64: the digests joined, then read and scaled all at once."""
+    salt = salt[:16].ljust(16, b"\0")
+    digests = b"".join(hashlib.blake2b(data, digest_size=8, salt=salt).digest() for data in encodings)
+    return np.frombuffer(digests, dtype=">u8").astype(np.float64) / 2**64  # correctly rounded, as int / 2**64
+
+
 def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> torch.Tensor:
     """Bool tensor: True for each encoded example that belongs to the held-out split."""
-    return torch.tensor([is_heldout(data, fraction, salt) for data in encodings], dtype=torch.bool)
+    return torch.from_numpy(unit_hashes(encodings, salt) < fraction)
+
+
+def enumerated_mask(
+    size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes
+) -> torch.Tensor:
+    """`heldout_mask` of every id 0 .. size-1, from the user's cache when a process computed it before. The
+    cache key holds the split's numbers and the encodings of a spread of ids, so a changed encoding is a
+    new key; an unreadable or unwritable cache only means the hashes are computed."""
+    if size < CACHED_FROM:
+        return heldout_mask(encode(torch.arange(size)), fraction, salt)
+    from gpt_tasks.text.cache import key_of, remove_stale_temporaries, temporary_name, user_cache  # it imports us
+
+    spread = torch.linspace(0, size - 1, 257).long()
+    probe = hashlib.sha256(b"".join(encode(spread))).hexdigest()
+    key = key_of({"split": "indexed", "size": size, "fraction": fraction, "salt": salt.hex(), "probe": probe})
+    path = user_cache() / "splits" / f"{key}.npy"
+    try:
+        bits = np.load(path)
+        if bits.dtype == np.uint8 and bits.shape == ((size + 7) // 8,):
+            return torch.from_numpy(np.unpackbits(bits, count=size).astype(bool))
+    except (OSError, ValueError, EOFError):
+        pass  # damaged or unreadable: computed again below
+    mask = heldout_mask(encode(torch.arange(size)), fraction, salt)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path.parent)
+        partial = path.with_name(temporary_name(path.name))
+        with open(partial, "wb") as file:
+            np.save(file, np.packbits(mask.numpy()))
+        os.replace(partial, path)
+    except OSError:
+        pass
+    return mask
 
 
 class IndexedSplit:
@@ -50,7 +98,7 @@ class IndexedSplit:
         self.enumerated = size <= MAX_ENUMERATED
         if self.enumerated:
             every = torch.arange(size)
-            mask = heldout_mask(encode(every), fraction, salt)
+            mask = enumerated_mask(size, encode, fraction, salt)
             self._ids = {"heldout": every[mask], "train": every[~mask]}
 
     def count(self, split: str) -> int | None:

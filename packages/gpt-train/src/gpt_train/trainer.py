@@ -21,21 +21,20 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT
+from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_weights
 from gpt_train.compiling import check_compiler, compiler_failures_explained
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
-from gpt_train.evaluation_progress import evaluation_progress
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, kernel_failure
 from gpt_train.hf import load_weights_into
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
-from gpt_train.progress import Progress
+from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record
 from gpt_train.runs import Run, RunDirError, run_kernels
 from gpt_train.signals import StopRequest
@@ -189,17 +188,16 @@ class Trainer:
         return loss_value, stop
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.forward(inputs, targets).loss
+        """The mean loss over the scored targets, the last MLP and the head run only where one is scored."""
+        return self.forward(inputs, targets, read=targets != IGNORE_INDEX).loss
 
-    def evaluate(self, limit: int | None, show_progress: bool = False) -> dict[str, float]:
+    def evaluate(self, limit: int | None) -> dict[str, float]:
         """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and
         `gpt-train eval`, the probes, inspect and the pictures all compute in float32, so final.json's
-        metrics are the numbers anyone scoring the run later gets. `show_progress`: a bar of examples scored."""
+        metrics are the numbers anyone scoring the run later gets."""
         metrics = {}
         if self.rank.is_main:
-            splits = self.config.eval_splits
-            with evaluation_progress(self.task, self.model, splits, limit, show_progress and not self.quiet):
-                metrics = evaluate_splits(self.task, self.model, self.device, splits, limit)
+            metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
             probes = measure_probes(self.task, self.model, self.device)
             metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
@@ -254,8 +252,8 @@ class Trainer:
         }
 
     def _finish(self, loss: float, elapsed: Callable[[], float]) -> Outcome:
-        final_limit = self.settings.final_eval_limit
-        final = self._computing("the final evaluation", lambda: self.evaluate(final_limit, show_progress=True))
+        with evaluation_progress(self.quiet):
+            final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
         total = elapsed()
         self.save(total)
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}

@@ -4,17 +4,19 @@ Every function returns a :class:`matplotlib.figure.Figure` drawn on an Agg
 canvas; pyplot is never imported, so the package works on machines without a
 display and leaves no global figure state behind.  Save with
 :func:`save_figure`.
+
+The picture functions are imported on first use (`__getattr__`), so that reading
+a run's layout or metrics, which every command does, does not import matplotlib.
 """
 
-from gpt_viz.attention import attention_grid, attention_map
-from gpt_viz.canvas import SAVE_DPI, save_figure
-from gpt_viz.curves import compare_runs, training_curves
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any
+
 from gpt_viz.errors import VizError
-from gpt_viz.fourier import fourier_spectra
-from gpt_viz.generalisation import length_generalisation
-from gpt_viz.grokking import first_crossing, grokking
-from gpt_viz.induction import induction_formation as induction_formation
-from gpt_viz.induction import phase_change as phase_change
 from gpt_viz.run_data import (
     ATTENTION_BUDGET,
     AttentionSnapshot,
@@ -40,6 +42,43 @@ from gpt_viz.run_layout import (
     probe_key,
 )
 
+_DRAWN_BY = {
+    "attention_grid": "attention",
+    "attention_map": "attention",
+    "SAVE_DPI": "canvas",
+    "save_figure": "canvas",
+    "compare_runs": "curves",
+    "training_curves": "curves",
+    "fourier_spectra": "fourier",
+    "length_generalisation": "generalisation",
+    "first_crossing": "grokking",
+    "grokking": "grokking",
+    "induction_formation": "induction",
+    "phase_change": "induction",
+}
+"""Each name that needs matplotlib, and the module of gpt_viz that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    """A picture function, from its module, imported now (and matplotlib with it)."""
+    if name not in _DRAWN_BY:
+        raise AttributeError(f"module 'gpt_viz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gpt_viz.{_DRAWN_BY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """gpt_viz itself: importing its submodule `grokking` does not put the module where the function is."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not (name in _DRAWN_BY and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 __all__ = [
     "AXIS_KEYS",
     "EXAMPLES",
@@ -63,12 +102,14 @@ __all__ = [
     "first_crossing",
     "fourier_spectra",
     "grokking",
+    "induction_formation",
     "length_generalisation",
     "load_attention",
     "load_attention_examples",
     "load_config",
     "load_metrics",
     "metric_series",
+    "phase_change",
     "save_attention_examples",
     "save_figure",
     "training_curves",

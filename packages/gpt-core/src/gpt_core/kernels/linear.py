@@ -63,3 +63,13 @@ def embedding(ids: Tensor, weight: Tensor) -> Tensor:
     """The rows of `weight` (V, D) at `ids` (...) -> (..., D)."""
     rows = weight.index_select(0, ids.reshape(-1))  # (N, D)
     return rows.view(*ids.shape, weight.shape[1])
+
+
+def read_rows(x: Tensor, read: Tensor) -> Tensor:
+    """The vectors of `x` (B, T, C) at the True positions of `read` (B, T) -> (N, C), in row-major order:
+    `x[read]`, by `index_select`, whose backward is an index_add, not advanced indexing's index_put; when
+    every position is read (a language model's loss), the flattened `x` itself, with no copy."""
+    flat = x.reshape(-1, x.shape[-1])  # (B * T, C)
+    if bool(read.all()):
+        return flat
+    return flat.index_select(0, read.reshape(-1).nonzero().squeeze(1))

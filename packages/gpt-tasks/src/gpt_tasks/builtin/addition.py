@@ -4,9 +4,9 @@ An example is its operand pair (a, b), numbered a * 10^digits + b. Its text is t
 zero-padded to `digits`, then the sum zero-padded to digits + 1 and, by default, written least
 significant digit first ("123+456=9750" is 123 + 456 = 579), the order in which a carry can be
 computed left to right. The model sees the sequence minus its last token and is scored only on
-the sum. Exact match is measured by greedy generation with the KV cache, over the whole
-held-out split when the example space can be listed (3 digits: 10^6 pairs), else over a fixed
-sample of 20,000 held-out pairs.
+the sum. Exact match is greedy generation's, measured in one teacher-forced pass
+(`gpt_tasks.prompt_answer`), over the whole held-out split when the example space can be listed
+(3 digits: 10^6 pairs), else over a fixed sample of 20,000 held-out pairs.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class AdditionParams:
 
 class AdditionTask(PromptAnswerTask):
     name = "addition"
-    description = "add two n-digit numbers, sum written least-significant digit first (exact match by generation)"
+    description = "add two n-digit numbers, sum written least-significant digit first (exact match of generation)"
     Params = AdditionParams
     primary_metric = "exact_match"
     token_metric = "digit_accuracy"

@@ -145,7 +145,7 @@ class ModAddTask(Task):
         """Accuracy and loss at "=", and the progress measure `fourier_top5_share`: a property of the
         weights, not of the split, so every split reports the same value."""
         ids = self.split.evaluation_ids(split, limit)
-        scores = score_examples(model, ids, self.examples, device, EVAL_BATCH)  # one scored token per example
+        scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)  # one scored token per example
         metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(scores.examples)}
         return metrics | self.probes(model, None)
 

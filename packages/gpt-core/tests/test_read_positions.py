@@ -1,0 +1,100 @@
+"""`read`: the last block's MLP and the head run only at the positions read, and what they give there is
+what computing every position and discarding the rest gives: the logits, the loss and every gradient,
+in float64 to 1e-12."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpt_core import GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig
+
+SHAPES = {
+    "two layers, learned positions": {"n_layer": 2},
+    "one layer, no LayerNorm, untied": {"n_layer": 1, "layernorm": False, "tie_weights": False, "init_scale": 8.0},
+    "rope, no residual": {"n_layer": 2, "pos": "rope", "residual": False},
+    "attention-only": {"n_layer": 2, "mlp": False},
+}
+
+
+def _model(shape: dict, kernels) -> GPT:
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=11, block_size=9, n_head=2, n_embd=16, **shape)
+    return (GPT(config) if kernels is None else GPT(config, kernels)).double()
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    data = torch.Generator().manual_seed(1)
+    idx = torch.randint(11, (4, 9), generator=data)
+    targets = torch.randint(11, (4, 9), generator=data)
+    targets[:, :5] = IGNORE_INDEX  # a prompt ...
+    targets[2, 6] = IGNORE_INDEX  # ... and rows that score different positions
+    targets[3, :] = IGNORE_INDEX
+    return idx, targets
+
+
+def _logits_loss_grads(model: GPT, idx, targets, read) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    model.zero_grad(set_to_none=True)
+    out = model(idx, targets, read=read)
+    out.loss.backward()
+    return out.logits.detach(), out.loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kernels", [None, REFERENCE_KERNELS], ids=["fast", "reference"])
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
+def test_reading_the_scored_positions_alone_equals_computing_all_and_discarding(shape, kernels):
+    model = _model(shape, kernels)
+    idx, targets = _batch()
+    read = targets != IGNORE_INDEX
+    full_logits, full_loss, full_grads = _logits_loss_grads(model, idx, targets, None)
+    logits, loss, grads = _logits_loss_grads(model, idx, targets, read)
+    assert logits.shape == (int(read.sum()), 11)
+    assert torch.allclose(logits, full_logits[read], rtol=0, atol=1e-12)
+    assert abs(float(loss - full_loss)) <= 1e-12
+    assert grads.keys() == full_grads.keys()
+    for name, grad in grads.items():
+        assert torch.allclose(grad, full_grads[name], rtol=0, atol=1e-12), name
+
+
+def test_without_targets_read_gives_the_logits_at_the_positions_asked_for():
+    model = _model(SHAPES["two layers, learned positions"], None).eval()
+    idx, _ = _batch()
+    last = torch.zeros(idx.shape, dtype=torch.bool)
+    last[:, -1] = True
+    with torch.no_grad():
+        out = model(idx, read=last)
+        assert out.loss is None
+        assert torch.allclose(out.logits, model(idx).logits[:, -1], rtol=0, atol=1e-12)
+
+
+FROM_THE_LAST_MLP_ON = (
+    *(f"blocks.1.{point}" for point in ("ln2", "mlp_hidden", "mlp_out", "resid_post")),
+    "ln_final",
+    "logits",
+)
+
+
+def test_hooks_from_the_last_mlp_on_hold_the_read_rows_and_those_before_every_position():
+    model = _model(SHAPES["two layers, learned positions"], None).eval()
+    idx, targets = _batch()
+    read = targets != IGNORE_INDEX
+    n = int(read.sum())
+    with torch.no_grad():
+        _, every = model.run_with_cache(idx)
+        _, cached = model.run_with_cache(idx, read=read)
+    assert cached.keys() == every.keys()
+    for name, activation in cached.items():
+        expected = every[name][read] if name in FROM_THE_LAST_MLP_ON else every[name]
+        assert activation.shape == expected.shape, name
+        assert torch.allclose(activation, expected, rtol=0, atol=1e-12), name
+    assert cached["logits"].shape == (n, 11)
+
+
+def test_reading_every_position_gives_the_full_logits_bit_for_bit():
+    model = _model(SHAPES["two layers, learned positions"], None).float()
+    idx, targets = _batch()
+    targets[:] = 1
+    every = torch.ones(idx.shape, dtype=torch.bool)
+    full = model(idx, targets)
+    read = model(idx, targets, read=every)
+    assert torch.equal(read.logits, full.logits.reshape(-1, 11)) and torch.equal(read.loss, full.loss)

@@ -1,0 +1,31 @@
+"""The final evaluation's progress: a bar per split on stderr while an evaluation walks its examples, and
+nothing at all when quiet."""
+
+from __future__ import annotations
+
+import torch
+
+from gpt_core import GPT
+from gpt_tasks import get_task
+from gpt_train.progress import evaluation_progress
+
+
+def _evaluate_modadd() -> None:
+    task = get_task("modadd", p=23)
+    torch.manual_seed(0)
+    task.evaluate(GPT(task.model_config(n_layer=1, n_head=2, n_embd=16)), "heldout", "cpu")
+
+
+def test_an_evaluation_within_evaluation_progress_shows_a_bar_on_stderr(capsys):
+    with evaluation_progress(quiet=False):
+        _evaluate_modadd()
+    captured = capsys.readouterr()
+    assert "evaluating heldout" in captured.err and "/378" in captured.err  # the held-out 70% of the 23 * 23 pairs
+    assert captured.out == ""
+
+
+def test_quiet_shows_nothing(capsys):
+    with evaluation_progress(quiet=True):
+        _evaluate_modadd()
+    _evaluate_modadd()  # and outside the block no evaluation reports anything
+    assert capsys.readouterr() == ("", "")
