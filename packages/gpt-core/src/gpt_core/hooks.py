@@ -13,7 +13,9 @@ a plain method, not a module per point, because a module call per point would co
 KV-cached decoding step can spare. While hooks are set, `offset` says where in its sequences the
 forward now firing them starts (the KV cache's filled length): a hook is handed (.., T, ..)
 activations of the call's T new positions, and a KV-cached call of any length (a one-token prompt,
-a prefill after a prefix) can only be placed by it.
+a prefill after a prefix) can only be placed by it. A forward given `read` (the positions whose logits
+are wanted) hands the last block's hooks from `ln2` on, and `ln_final` and `logits`, the N read rows alone:
+(N, C), (N, 4C), (N, V).
 """
 
 from __future__ import annotations
