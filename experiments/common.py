@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+import gpt_core
 from gpt_viz import RunLayout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,12 +152,13 @@ REUSED = " (with --reuse: runs recorded with the same arguments were read back, 
 
 
 def report(ctx: Context, name: str, title: str, commands: Sequence[str], body: str, wall: float) -> Path:
-    """docs-ready markdown: the commands, the machine, the wall time and the body (tables, pictures)."""
+    """docs-ready markdown: the commands, one line naming the version and the machine (with the experiment's
+    wall time), and the body (tables, pictures)."""
     command_block = "\n".join(commands)
     text = (
         f"## {title}\n\n```\n{command_block}\n```\n\n"
-        f"Machine: {ctx.machine()}. Wall time of the whole experiment: {wall:.0f} s"
-        f"{REUSED if ctx.reuse else ''}.\n\n{body.strip()}\n"
+        f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; the experiment takes about "
+        f"{wall:.0f} s{REUSED if ctx.reuse else ''}.\n\n{body.strip()}\n"
     )
     path = ctx.out / f"{name}.md"
     path.write_text(text)
