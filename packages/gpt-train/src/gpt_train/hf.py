@@ -13,6 +13,8 @@ file's header (names, dtypes, shapes) without loading a weight. A config.json wh
 not hold (a billion-wide embedding, a million layers) is refused in one line instead of being built,
 and so are tensors of a dtype GPT-2 weights never have (bool, integers, complex, float8) and, once
 loaded, weights that are not finite.
+
+Reading, checking and writing share one module because every check is against the same two files.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Each command prints its table and the findings its numbers show (gpt_train.analy
 rules), and writes its record (JSON) and picture into the run directory under the names gpt_viz.RunLayout
 gives them; `report` runs them all and writes report.html. Errors are the analyses' InspectError (a
 TrainError), which the command group turns into one line.
+
+The commands share the run loading, saving and printing at the top of the module, which is why they
+are one module rather than one each.
 """
 
 from __future__ import annotations

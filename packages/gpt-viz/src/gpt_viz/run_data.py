@@ -26,6 +26,8 @@ size and the memory that computes it stay bounded for any model and block size;
 Older files (float32 weights, uncompressed) read the same way; one from before
 runs kept several examples holds ``weights`` (n_layer, n_head, T, T) and
 ``tokens`` (T,) only, and reads as one example.
+
+Each file's reader is here with its one-line errors, so the module is as long as the list of files.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ in float64, and the difference is relative to the reference's scale: max |ours -
    is off by 0.03 on outputs near 8 and by 0.0001 on outputs near 0.03; a relative measure has one
    bound for both. Below a scale of 1 it is absolute: a gradient that is ~0 (that softmax's) is not
    held to a precision relative to itself that no 16- or 32-bit arithmetic reaches.
+
+The cases and the comparison are one module so that each case's shapes read beside what it compares.
 """
 
 from __future__ import annotations

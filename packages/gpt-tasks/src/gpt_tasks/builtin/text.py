@@ -16,6 +16,9 @@ so runs with different tokenizers on one corpus rank by them.
 A run records what it needs to be rebuilt exactly: `corpus_sha256` (an edited corpus is then refused
 in one line), and the tokenizer: the char alphabet in `alphabet`, the BPE as a file (`files()` hands it
 to the trainer, which keeps it in the run directory and points `tokenizer_file` at it).
+
+The whole task is in this module (parameters, vocabulary, batches, evaluation, probes), as every
+built-in task is in its own; the corpus and the token cache are in gpt_tasks.text.
 """
 
 from __future__ import annotations

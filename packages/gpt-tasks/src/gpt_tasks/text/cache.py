@@ -23,6 +23,9 @@ the text it was before. An entry is checked whenever it is opened (its checksum,
 offsets, its ids against the vocabulary, and the corpus and tokenizer it names against its key) and
 rebuilt when anything is off, so a damaged or tampered entry is never trained on. The temporary
 directory of a process killed while preparing is removed by the next preparation on the same host.
+
+The module is long because an entry's checks (the checksum, the bounds, stale temporaries) sit beside
+the writing they check: what is verified on opening is exactly what was written.
 """
 
 from __future__ import annotations

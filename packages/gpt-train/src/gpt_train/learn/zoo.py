@@ -3,6 +3,8 @@
 A failing kernel is run on the same inputs as every mistake of its step (`cases`); the first mistake it
 agrees with is named. A forward mistake is matched on the outputs alone (what is wrong is already in
 the forward); a backward mistake, whose forward is right, on the outputs and every gradient.
+
+One short function per mistake: the module's length is the list of mistakes.
 """
 
 from __future__ import annotations
