@@ -34,7 +34,7 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
     sort, addition, modadd, shakespeare, text, repeats = builtin_tasks
     base_model = GPTConfig(vocab_size=1, block_size=1)
     expected = {
-        sort: ({"n_layer": 2, "n_embd": 64}, {"steps": 2000, "batch_size": 128, "lr": 3e-3}),
+        sort: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3}),
         addition: ({"n_layer": 2, "n_embd": 64}, {"batch_size": 128, "lr": 3e-3, "min_lr": 3e-4}),
         modadd: (
             {"n_layer": 1, "n_embd": 64, "tie_weights": False, "layernorm": False, "init_scale": 8.0},
