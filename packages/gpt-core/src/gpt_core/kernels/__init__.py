@@ -27,11 +27,12 @@ from torch import Tensor
 
 from gpt_core import reference
 from gpt_core.deprecation import warn_once
-from gpt_core.kernels import attention as _attention
-from gpt_core.kernels import cross_entropy as _cross_entropy
-from gpt_core.kernels import gelu as _gelu
-from gpt_core.kernels import layer_norm as _layer_norm
-from gpt_core.kernels import softmax as _softmax
+from gpt_core.kernels.attention import attention as fast_attention
+from gpt_core.kernels.cross_entropy import cross_entropy as fast_cross_entropy
+from gpt_core.kernels.gelu import gelu as fast_gelu
+from gpt_core.kernels.layer_norm import layer_norm as fast_layer_norm
+from gpt_core.kernels.softmax import softmax as fast_softmax
+from gpt_core.reference import softmax as reference_softmax
 
 KERNEL_SIGNATURES = {
     "attention": "(q, k, v, causal) -> output; q (B, H, Tq, d), k and v (B, H, Tk, d), scale 1/sqrt(d); causal: "
@@ -56,11 +57,11 @@ class Kernels:
     (`kernels/linear.py`). `softmax=` is the deprecated keyword for `sampling_softmax=`.
     """
 
-    attention: AttentionKernel = _attention.attention
-    sampling_softmax: Callable[[Tensor], Tensor] = _softmax.softmax
-    layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = _layer_norm.layer_norm
-    gelu: Callable[[Tensor], Tensor] = _gelu.gelu
-    cross_entropy: Callable[[Tensor, Tensor], Tensor] = _cross_entropy.cross_entropy
+    attention: AttentionKernel = fast_attention
+    sampling_softmax: Callable[[Tensor], Tensor] = fast_softmax
+    layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = fast_layer_norm
+    gelu: Callable[[Tensor], Tensor] = fast_gelu
+    cross_entropy: Callable[[Tensor, Tensor], Tensor] = fast_cross_entropy
     softmax: InitVar[Callable[[Tensor], Tensor] | None] = None
 
     def __post_init__(self, softmax: Callable[[Tensor], Tensor] | None) -> None:
@@ -102,7 +103,7 @@ FAST_KERNELS = Kernels()
 DEFAULT_KERNELS = FAST_KERNELS
 REFERENCE_KERNELS = Kernels(
     attention=reference.attention,
-    sampling_softmax=reference.softmax,
+    sampling_softmax=reference_softmax,
     layer_norm=reference.layer_norm,
     gelu=reference.gelu,
     cross_entropy=reference.cross_entropy,
