@@ -10,9 +10,9 @@ import sys
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpt_core import DEFAULT_KERNELS
+from gpt_core.testing import LargestTensor
 from gpt_kernel_flash import flash_attention
 from gpt_train.cli import main
 from gpt_train.kernels import default_kernel_registry, first_failure, verify_kernel
@@ -77,22 +77,6 @@ def test_every_tile_size_is_the_same_attention(tile):
     """Tiles of one row, ragged tiles, and one tile larger than the sequence: all pinned to PyTorch."""
     rows = verify_kernel("attention", functools.partial(flash_attention, tile=tile), seed=tile)
     assert first_failure(rows) is None, rows
-
-
-class LargestTensor(TorchDispatchMode):
-    """Records the largest tensor any operator returns while active. A dispatch mode, unlike a torch-function
-    mode, also sees the operators the autograd engine runs in a Function's backward."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for value in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(value, torch.Tensor):
-                self.largest = max(self.largest, value.numel())
-        return out
 
 
 def largest_tensors_of_a_step(kernel, n: int) -> tuple[int, int]:

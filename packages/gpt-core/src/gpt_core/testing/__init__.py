@@ -1,8 +1,10 @@
 """The verification harness: every kernel, and a model computed with it, against references passed in.
 
-Not part of the model's reading path: `gpt-train verify` and a kernel plugin's tests use it.
+Not part of the model's reading path: `gpt-train verify`, `gpt-train learn` and a kernel plugin's tests use it;
+`LargestTensor` measures the largest tensor code makes (a tiled kernel's check).
 """
 
+from gpt_core.testing.tensor_sizes import LargestTensor
 from gpt_core.testing.verification import (
     REFERENCE_SIGNATURES,
     Row,
@@ -14,6 +16,7 @@ from gpt_core.testing.verification import (
 )
 
 __all__ = [
+    "LargestTensor",
     "REFERENCE_SIGNATURES",
     "Row",
     "format_report",

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpt_core import Row
+from gpt_core.testing import LargestTensor
 from gpt_train.kernels import first_failure, verify_kernel
 from gpt_train.learn.cases import Outcome, cases_for, run_case
 from gpt_train.learn.loading import LearnerError, describe, guarded, is_stub, learner_function, load_module, where
@@ -150,22 +150,6 @@ def _autograd_derived(step: Step, kernel: Callable[..., Tensor]) -> str | None:
                     "(forward and backward staticmethods) and return YourFunction.apply(...)")  # fmt: skip
         pending += [next_node for next_node, _ in node.next_functions]
     return None
-
-
-class LargestTensor(TorchDispatchMode):
-    """The largest tensor any operator returns while active; a dispatch mode also sees the operators a
-    Function's backward runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for value in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(value, torch.Tensor):
-                self.largest = max(self.largest, value.numel())
-        return out
 
 
 def _forms_square(kernel: Callable[..., Tensor]) -> str | None:
