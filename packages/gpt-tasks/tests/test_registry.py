@@ -8,7 +8,7 @@ from importlib.metadata import EntryPoint, version
 import pytest
 
 import gpt_tasks
-from gpt_core import plugins
+from gpt_core import deprecation, plugins
 from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, TaskError, get_task, list_tasks
 from gpt_tasks.builtin.sort import SortTask
 
@@ -139,7 +139,7 @@ def test_plugins_without_a_distribution_are_reported_as_unknown(plugin):
 @pytest.fixture
 def fresh_deprecations(monkeypatch):
     """Every deprecated name warns again, as in a new process."""
-    monkeypatch.setattr(plugins, "_warned", set())
+    monkeypatch.setattr(deprecation, "_warned", set())
 
 
 def test_the_task_marker_of_gpt_tasks_is_the_one_marker():

@@ -11,7 +11,7 @@ import pytest
 from kernel_examples import CALLS
 from train_helpers import TINY, assert_one_line_error
 
-from gpt_core import KERNEL_SLOTS, plugins
+from gpt_core import KERNEL_SLOTS, deprecation, plugins
 from gpt_train import kernels as kernels_module
 from gpt_train.kernels import (
     ENTRY_POINT_GROUP,
@@ -162,7 +162,7 @@ def test_a_broken_kernel_plugin_leaves_tasks_and_other_kernels_working(cli, plug
 
 # the first release's contract -------------------------------------------------------------------
 def test_a_plugin_importing_the_first_releases_kernel_marker_loads_and_warns_once(plugin, monkeypatch):
-    monkeypatch.setattr(plugins, "_warned", set())  # as in a new process
+    monkeypatch.setattr(deprecation, "_warned", set())  # as in a new process
     source = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)")
     old = plugin("kp_old_marker", source.replace("gpt_core.plugins", "gpt_train.kernels"))
     with pytest.warns(DeprecationWarning, match=r"gpt_train.kernels.hookimpl is deprecated.*gpt_core.plugins.hookimpl"):
@@ -174,7 +174,7 @@ def test_a_plugin_importing_the_first_releases_kernel_marker_loads_and_warns_onc
 
 
 def test_a_hook_marked_with_the_first_releases_kernel_project_loads(plugin, monkeypatch):
-    monkeypatch.setattr(plugins, "_warned", set())
+    monkeypatch.setattr(deprecation, "_warned", set())
     source = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)")
     old_marker = "import pluggy\nhookimpl = pluggy.HookimplMarker('gpt_kernels')"
     old = plugin("kp_old_project", source.replace("from gpt_core.plugins import hookimpl", old_marker))

@@ -11,15 +11,22 @@ from torch import Tensor
 if TYPE_CHECKING:
     from gpt_core.model import GPT
 
+class DeprecatedNameWarning(DeprecationWarning):
+    """A name of an earlier release, still working: shown once per process, naming its replacement (gpt-train's
+    command line shows these, which Python hides by default)."""
+
+
 _warned: set[str] = set()
 
 
-def warn_once(old: str, new: str) -> None:
-    """A DeprecationWarning, the first time in this process only, that `old` is deprecated for `new`."""
+def warn_deprecated(old: str, new: str, stacklevel: int = 2) -> None:
+    """Warn that `old` is deprecated in favour of `new`, the first time in this process only: a caller that uses
+    an old name hears about it once, not at every call."""
     if old in _warned:
         return
     _warned.add(old)
-    warnings.warn(f"{old} is deprecated and will be removed in the next release; use {new}", DeprecationWarning, 3)
+    message = f"{old} is deprecated and will be removed in a later release; use {new}"
+    warnings.warn(message, DeprecatedNameWarning, stacklevel=stacklevel + 1)
 
 
 class _LegacyOutput(NamedTuple):
@@ -32,7 +39,8 @@ class _LegacyOutput(NamedTuple):
 
 def forward_with_attention(model: GPT, idx: Tensor, targets: Tensor | None, **kwargs: Any) -> _LegacyOutput:
     """The deprecated `return_attention=True`: the weights recorded from the pattern hooks."""
-    warn_once("GPT.forward(return_attention=True)", "GPT.run_with_cache(idx, names) with the blocks' pattern names")
+    replacement = "GPT.run_with_cache(idx, names) with the blocks' pattern names"
+    warn_deprecated("GPT.forward(return_attention=True)", replacement)
     names = [name for name in model.hook_names() if name.endswith(".pattern")]
     weights: list[Tensor] = []
     with model.hooks(dict.fromkeys(names, lambda w, name: weights.append(w.detach()))):

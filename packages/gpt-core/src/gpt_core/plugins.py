@@ -42,6 +42,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import pluggy
 
+from gpt_core.deprecation import warn_deprecated
+
 API_VERSION = 2
 """The version of the plugin contract, for a plugin to check (`if gpt_core.plugins.API_VERSION < 2: raise ...`,
 which the loader reports as that plugin failing to load).
@@ -76,23 +78,6 @@ class PluginSpecs:
 
 class PluginWarning(UserWarning):
     """A plugin that could not be loaded or could not register, or a name that two plugins register."""
-
-
-class PluginDeprecationWarning(DeprecationWarning):
-    """A name of an earlier plugin contract, still working: shown once per process, naming its replacement."""
-
-
-_warned: set[str] = set()
-
-
-def warn_deprecated(old: str, new: str, stacklevel: int = 2) -> None:
-    """Warn that `old` is deprecated in favour of `new`, the first time only: a plugin that uses an old name
-    hears about it once, not at every call."""
-    if old in _warned:
-        return
-    _warned.add(old)
-    message = f"{old} is deprecated and will be removed in a later release; use {new}"
-    warnings.warn(message, PluginDeprecationWarning, stacklevel=stacklevel + 1)
 
 
 def deprecated_aliases(module: str, aliases: Mapping[str, tuple[Any, str]]) -> Callable[[str], Any]:

@@ -26,7 +26,7 @@ from dataclasses import InitVar, dataclass, fields
 from torch import Tensor
 
 from gpt_core import reference
-from gpt_core.deprecation import warn_once
+from gpt_core.deprecation import warn_deprecated
 from gpt_core.kernels.attention import attention as fast_attention
 from gpt_core.kernels.cross_entropy import cross_entropy as fast_cross_entropy
 from gpt_core.kernels.gelu import gelu as fast_gelu
@@ -66,7 +66,7 @@ class Kernels:
 
     def __post_init__(self, softmax: Callable[[Tensor], Tensor] | None) -> None:
         if softmax is not None:
-            warn_once("Kernels(softmax=...)", "Kernels(sampling_softmax=...)")
+            warn_deprecated("Kernels(softmax=...)", "Kernels(sampling_softmax=...)")
             object.__setattr__(self, "sampling_softmax", softmax)
 
     def swapped(self) -> list[str]:
@@ -93,7 +93,7 @@ def _takes_dropout(kernel: Callable[..., Tensor]) -> bool:
 def canonical_slot(name: str) -> str:
     """The slot `name` stands for: a deprecated name ("softmax") warns once and gives its replacement."""
     if name in _RENAMED:
-        warn_once(f"the kernel slot {name!r}", repr(_RENAMED[name]))
+        warn_deprecated(f"the kernel slot {name!r}", repr(_RENAMED[name]))
         return _RENAMED[name]
     return name
 

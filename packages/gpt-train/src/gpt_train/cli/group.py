@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from gpt_core.plugins import PluginDeprecationWarning
+from gpt_core.deprecation import DeprecatedNameWarning
 from gpt_tasks import ParamError, TaskError
 from gpt_train.errors import TrainError
 from gpt_train.guard import exit_origin
@@ -91,5 +91,5 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: list[str] | None = None) -> None:
     """The `gpt-train` program: the command group, with warnings shown as one line each."""
     warnings.showwarning = _show_warning
-    warnings.simplefilter("default", PluginDeprecationWarning)  # Python hides DeprecationWarning outside __main__
+    warnings.simplefilter("default", DeprecatedNameWarning)  # Python hides DeprecationWarning outside __main__
     cli.main(args=argv, prog_name="gpt-train")
