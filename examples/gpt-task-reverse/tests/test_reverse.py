@@ -12,7 +12,6 @@ import torch
 import gpt_tasks
 from gpt_core import GPT, IGNORE_INDEX, GPTConfig
 from gpt_task_reverse import ReverseParams, ReverseTask
-from gpt_tasks import prompt_answer
 
 
 def test_the_registry_lists_reverse_from_this_distribution():
@@ -46,21 +45,22 @@ def test_training_batches_never_contain_a_heldout_run():
             assert not gpt_tasks.is_heldout(bytes(row), 0.25, b"reverse")
 
 
-def oracle_generate(wrong: bool):
-    """A stand-in for gpt_core.generate that writes the reversed prompt (each digit plus one, mod 10, if wrong)."""
+def oracle_hits(wrong: bool):
+    """A stand-in for the model's answer check: the reversed prompt as its answer (each digit plus one, mod 10, if
+    wrong), compared with the answer targets as `PromptAnswerTask.answer_hits` compares the model's argmax."""
 
-    def generate(model, idx, max_new_tokens, temperature=1.0, **kwargs):
-        answer = idx.flip(1)[:, :max_new_tokens]
-        return torch.cat((idx, (answer + 1) % 10 if wrong else answer), dim=1)
+    def answer_hits(model, batch, generator):
+        answer = batch.inputs[:, :4].flip(1)
+        return ((answer + 1) % 10 if wrong else answer) == batch.targets[:, -4:]
 
-    return generate
+    return answer_hits
 
 
 @pytest.mark.parametrize(("wrong", "expected"), [(False, 1.0), (True, 0.0)])
 def test_evaluate_scores_a_perfect_answer_1_and_a_wrong_one_0(monkeypatch, wrong, expected):
     task = gpt_tasks.get_task("reverse", length=4)
     model = GPT(GPTConfig(vocab_size=10, block_size=7, n_layer=1, n_head=2, n_embd=16))
-    monkeypatch.setattr(prompt_answer, "generate", oracle_generate(wrong))
+    monkeypatch.setattr(task, "answer_hits", oracle_hits(wrong))
     metrics = task.evaluate(model, "heldout", "cpu", limit=50)
     positions = [metrics[f"position_{i}_accuracy"] for i in range(4)]
     assert metrics["examples"] == 50
