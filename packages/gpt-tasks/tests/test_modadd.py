@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from waves import waves
 
 from gpt_core import IGNORE_INDEX, GPTOutput
 from gpt_tasks.builtin.modadd import FOURIER_SHARE, fourier_spectrum, top_frequency_share
@@ -60,18 +61,6 @@ def test_evaluate_covers_the_whole_split_of_an_untrained_model(modadd_task, tiny
         assert metrics["examples"] == modadd_task.split.count(split)
         assert 0.0 <= metrics["accuracy"] <= 0.05  # about chance, 1/113
         assert metrics["loss"] == pytest.approx(math.log(114), abs=0.1)
-
-
-def waves(p: int, frequencies: dict[int, float], dim: int = 12, offset: float = 0.0) -> torch.Tensor:
-    """An embedding (p, dim) of the numbers built from known waves: at each frequency k, amplitude
-    frequencies[k] and a random phase per dimension, plus a constant `offset` (frequency 0)."""
-    a = torch.arange(p, dtype=torch.float64)[:, None]
-    phases = torch.rand(len(frequencies), dim, dtype=torch.float64, generator=torch.Generator().manual_seed(p)) * 6.3
-    rows = [
-        amp * torch.cos(2 * math.pi * k * a / p + phase)
-        for (k, amp), phase in zip(frequencies.items(), phases, strict=True)
-    ]
-    return sum(rows) + offset
 
 
 class Oracle(nn.Module):

@@ -11,6 +11,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from gpt_core.model import GPT
 
+
 class DeprecatedNameWarning(DeprecationWarning):
     """A name of an earlier release, still working: shown once per process, naming its replacement (gpt-train's
     command line shows these, which Python hides by default)."""

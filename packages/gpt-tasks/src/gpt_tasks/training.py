@@ -32,6 +32,8 @@ class TrainSettings:
     last step, or constant). AdamW's weight decay applies to weight matrices only (the position
     table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
     `final_eval_limit` None scores the whole held-out split at the end.
+    `snapshot_every` N > 0 keeps the weights alone at step 0 and every N steps (the run directory's
+    snapshots/), to measure how a mechanism forms after the run; 0 keeps none.
     `grokfast_lambda` > 0 turns on Grokfast (Lee et al. 2024): each gradient gets `grokfast_lambda` times its
     exponential moving average (decay `grokfast_alpha`) added before the optimiser step; 0 is plain AdamW.
 
@@ -60,6 +62,7 @@ class TrainSettings:
     seed: int = 1337
     log_every: int = 10
     checkpoint_every: int = 500
+    snapshot_every: int = 0
     decay_position_embedding: bool = False
     compile: bool = False
     final_eval_limit: int | None = None
@@ -76,7 +79,7 @@ class TrainSettings:
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
         for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every", "grad_accum"):
             _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda", "snapshot_every"):
             _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
         limit = self.final_eval_limit
         _require(limit is None or limit > 0, f"final_eval_limit must be positive, got {limit}")

@@ -2,7 +2,7 @@
 
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.errors import TrainError
-from gpt_train.loading import LoadedRun, load_run
+from gpt_train.loading import LoadedRun, load_run, load_snapshots
 from gpt_train.runs import Run, new_run, resumed_run
 from gpt_train.trainer import Outcome, Trainer, train
 
@@ -15,6 +15,7 @@ __all__ = [
     "TrainError",
     "Trainer",
     "load_run",
+    "load_snapshots",
     "new_run",
     "resolve_run_config",
     "resumed_run",

@@ -117,6 +117,12 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast, precision)
 
 
+def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:
+    """The weights alone at `step`, in the checkpoint format (checksummed, written atomically)."""
+    path.parent.mkdir(exist_ok=True)
+    save_checkpoint(path, TrainingState(task, step, 0.0, weights, {"state": {}, "param_groups": []}, {}))
+
+
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
     """Copy saved weights into `model`, refusing a checkpoint whose parameters do not match it."""
     params = dict(model.named_parameters())

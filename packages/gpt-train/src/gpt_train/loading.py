@@ -6,6 +6,7 @@ for a notebook or a script: `load_run("sort").model.run_with_cache(...)`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import torch
 
 from gpt_core import GPT
 from gpt_tasks import Task
+from gpt_train.checkpoint import load_checkpoint, load_weights
 from gpt_train.config import RunConfig
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import open_run
+from gpt_viz import RunLayout
 
 
 @dataclass(frozen=True)
@@ -36,3 +39,12 @@ def load_run(run: str | Path, device: torch.device | str = "cpu") -> LoadedRun:
     run_dir, _ = resolve_run_dir(run)
     saved = open_run(run_dir, device)
     return LoadedRun(saved.model, saved.config.build_task(), saved.config, saved.step, run_dir)
+
+
+def load_snapshots(run: str | Path, device: torch.device | str = "cpu") -> Iterator[tuple[int, GPT]]:
+    """(step, model) for each snapshot the run kept (`--set snapshot_every=N`), in step order: one model in eval
+    mode whose weights are replaced at each step, so a long run's snapshots are read one at a time."""
+    loaded = load_run(run, device)
+    for step, path in RunLayout(loaded.run_dir).snapshots().items():
+        load_weights(loaded.model, load_checkpoint(path, loaded.config.task).model)
+        yield step, loaded.model

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint
+import torch
+
+from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint, save_snapshot
 from gpt_train.files import write_json_atomically
 from gpt_train.runs import MetricsLog, Run
 
@@ -24,8 +26,11 @@ class Record:
         return load_checkpoint(self.layout.checkpoint, self.task_name)
 
     def start_at(self, step: int) -> None:
+        """Forget what was written past `step`, where a resumed run continues (it writes them again)."""
         if self.active:
             self.metrics.keep_through(step)
+            for later in [path for at, path in self.layout.snapshots().items() if at > step]:
+                later.unlink()
 
     def log(self, record: dict[str, Any]) -> None:
         if self.active:
@@ -34,6 +39,10 @@ class Record:
     def checkpoint(self, state: Callable[[], TrainingState]) -> None:
         if self.active:
             save_checkpoint(self.layout.checkpoint, state())
+
+    def snapshot(self, step: int, weights: dict[str, torch.Tensor]) -> None:
+        if self.active:
+            save_snapshot(self.layout.snapshot(step), self.task_name, step, weights)
 
     def finish(self, final: dict[str, Any]) -> None:
         if self.active:

@@ -105,6 +105,8 @@ class Trainer:
                 f"the run in {run.layout.root} already finished ({self.step} of {self.settings.steps} steps)"
             )
         self.record.start_at(self.step)
+        if self.step == 0:
+            self.keep_snapshot()
         self.first_step = self.step  # where this process started
         self.ddp: DistributedDataParallel | None = None
         self.forward = self._training_forward()
@@ -141,6 +143,12 @@ class Trainer:
 
     def save(self, elapsed: float) -> None:
         self.record.checkpoint(lambda: self._state(elapsed))
+
+    def keep_snapshot(self) -> None:
+        """The weights alone at this step, when the run keeps snapshots here (`snapshot_every`)."""
+        every = self.settings.snapshot_every
+        if every and self.step % every == 0:
+            self.record.snapshot(self.step, dict(self.model.named_parameters()))
 
     # one step ------------------------------------------------------------------------------
     def _training_forward(self) -> torch.nn.Module:
@@ -225,6 +233,7 @@ class Trainer:
                     self.step += 1
                     if self.on_step is not None:
                         self.on_step(self.step)
+                    self.keep_snapshot()
                     evaluated = self.step % s.eval_every == 0 and self.step < s.steps
                     if evaluated:
                         latest = self._computing(

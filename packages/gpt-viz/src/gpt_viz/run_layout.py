@@ -125,6 +125,9 @@ class RunLayout:
     INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, REPORT)
     """What `gpt-train inspect` writes beside a finished run under a fixed name (and the patching files):
     its model's, so a replaced run drops them."""
+    SNAPSHOTS = "snapshots"
+    """With `--set snapshot_every=N`: the weights alone at step 0 and every N steps, one file a step
+    (`snapshots/step-0000020.safetensors`, gpt-train's checkpoint format without optimiser or RNG state)."""
     TASK_FILE_PREFIX = "task."
     """A task's own files (`Task.files()`: a trained tokenizer, say), one per task parameter that points at it,
     named `task.<parameter>` (`task.tokenizer_file`)."""
@@ -165,9 +168,20 @@ class RunLayout:
         """The path of the task file that task parameter `parameter` points at."""
         return self.root / self.task_file_name(parameter)
 
+    def snapshot(self, step: int) -> Path:
+        """Where the weights at `step` are kept (`snapshot_every`)."""
+        return self.root / self.SNAPSHOTS / f"step-{step:07d}.safetensors"
+
+    def snapshots(self) -> dict[int, Path]:
+        """The snapshots present, by step, in step order."""
+        paths = self.root.glob(f"{self.SNAPSHOTS}/step-*.safetensors")
+        found = {int(step): path for path in paths if (step := path.stem.removeprefix("step-")).isdigit()}
+        return dict(sorted(found.items()))
+
     def existing(self) -> list[Path]:
-        """The run files present in the directory, in FILES then INSPECTIONS order, then the patching files and
-        the task files, each sorted by name."""
+        """The run files present in the directory, in FILES then INSPECTIONS order, then the patching files, the
+        task files and the snapshots, each sorted by name."""
         named = [self.root / name for name in self.FILES + self.INSPECTIONS if (self.root / name).exists()]
         patched = [*self.root.glob(f"{self.PATCHING_PREFIX}*.json"), *self.root.glob(f"{self.PATCHING_PREFIX}*.png")]
-        return named + sorted(patched) + sorted(self.root.glob(self.task_file_name("*")))
+        tasks = sorted(self.root.glob(self.task_file_name("*")))
+        return named + sorted(patched) + tasks + list(self.snapshots().values())

@@ -1,0 +1,124 @@
+"""Grokking's progress measures (Nanda et al. 2023, section 5), for a model trained on modadd.
+
+The network that generalises writes each number with a few *key frequencies* k and, at "=", produces logits
+of the form sum_k alpha_k cos(w_k (a + b - c)), w_k = 2 pi k / p: as a function of the pair (a, b), the logit
+of every answer c lies in the span of the two waves cos(w_k (a + b)) and sin(w_k (a + b)) of each key
+frequency. Projecting the logits over all p^2 pairs onto those directions splits them in two:
+
+- the *restricted* logits keep only the key directions (and each answer's mean over the pairs): the part of
+  the computation that is the Fourier circuit. Their loss on the held-out pairs falls as the circuit forms,
+  well before the held-out loss of the whole model does, because memorisation hides it;
+- the *excluded* logits are the rest: the logits with the key directions removed. Their loss on the training
+  pairs rises as the training set comes to be fitted through the circuit rather than by memorising.
+
+With the weight norm, which weight decay shrinks as memorisation is cleaned up, these split training into
+memorisation, circuit formation and cleanup. Only the p number logits are projected; the logit of "=" is
+kept as it is (the model learns never to answer it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gpt_core import GPT
+from gpt_tasks.builtin.modadd import EVAL_BATCH, ModAddTask, fourier_spectrum
+from gpt_tasks.task import evaluating
+
+KEY_SHARE = 0.05
+"""A frequency is key when it holds at least this share of the number embedding's non-constant Fourier power:
+a random embedding spreads its power evenly (1 / 56 = 0.018 each at p = 113), a trained one puts almost all
+of it in a handful of frequencies."""
+
+
+def key_frequencies(embedding: Tensor, share: float = KEY_SHARE) -> list[int]:
+    """The frequencies k (1 <= k <= p // 2) holding at least `share` of the embedding's (p, d) non-constant
+    Fourier power, in increasing order."""
+    waves = fourier_spectrum(embedding)[1:]
+    return [k + 1 for k in range(len(waves)) if waves[k] >= share * waves.sum()]
+
+
+def sum_waves(p: int, frequencies: Sequence[int]) -> Tensor:
+    """(p * p, 2 * len(frequencies)) float64: for each frequency k, the unit vectors cos(w_k (a + b)) and
+    sin(w_k (a + b)) over the pairs in modadd's order (pair id a * p + b). Distinct frequencies 1 <= k < p / 2
+    give orthonormal columns; sin vanishes at k = p / 2 (an even p) and is dropped there."""
+    ids = torch.arange(p * p, dtype=torch.float64)
+    total = ids.div(p, rounding_mode="floor") + ids.remainder(p)  # a + b
+    columns = []
+    for k in frequencies:
+        angle = 2 * math.pi * k * total / p
+        columns += [wave for wave in (torch.cos(angle), torch.sin(angle)) if wave.norm() > 1e-6 * p]
+    basis = torch.stack(columns, dim=1) if columns else torch.zeros(p * p, 0, dtype=torch.float64)
+    return basis / basis.norm(dim=0).clamp_min(1e-300)
+
+
+def key_part(numbers: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
+    """The component of number logits (p * p, p), one row per pair, along the key frequencies' directions."""
+    basis = sum_waves(p, frequencies).to(numbers)
+    return basis @ (basis.T @ numbers)
+
+
+def restricted_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
+    """The logits (p * p, vocab) at "=" of every pair with their number part reduced to each answer's mean
+    over the pairs plus its key-frequency component; "=" keeps its logit."""
+    numbers = logits[:, :p]
+    kept = numbers.mean(dim=0, keepdim=True) + key_part(numbers, p, frequencies)
+    return torch.cat((kept, logits[:, p:]), dim=1)
+
+
+def excluded_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
+    """The logits (p * p, vocab) at "=" of every pair with the key-frequency component of their number part
+    removed."""
+    numbers = logits[:, :p]
+    return torch.cat((numbers - key_part(numbers, p, frequencies), logits[:, p:]), dim=1)
+
+
+def pair_logits(model: GPT, task: ModAddTask, device: torch.device | str = "cpu") -> Tensor:
+    """(p * p, vocab) float64: the model's logits at "=" for every pair, in pair-id order (a * p + b)."""
+    ids = torch.arange(task.params.p**2)
+    rows = []
+    with evaluating(model), torch.no_grad():
+        for chunk in ids.split(EVAL_BATCH):
+            inputs = task.examples(chunk).inputs.to(device)
+            rows.append(model(inputs).logits[:, -1].double().cpu())
+    return torch.cat(rows)
+
+
+def answer_loss(logits: Tensor, p: int, ids: Tensor) -> float:
+    """Mean cross-entropy (nats) of the logits (p * p, vocab) at the pairs `ids` against c = (a + b) mod p."""
+    answers = (ids.div(p, rounding_mode="floor") + ids.remainder(p)) % p
+    log_probs = torch.log_softmax(logits[ids], dim=-1)
+    return float(-log_probs.gather(1, answers[:, None]).mean())
+
+
+def weight_norm(model: torch.nn.Module) -> float:
+    """The L2 norm of every parameter together: what weight decay shrinks."""
+    return float(torch.sqrt(sum(p.detach().double().square().sum() for p in model.parameters())))
+
+
+@dataclass(frozen=True)
+class ProgressMeasures:
+    """The measures of one model, with the key frequencies read from the trained one."""
+
+    train_loss: float
+    heldout_loss: float
+    restricted_loss: float  # held-out pairs, key directions only
+    excluded_loss: float  # training pairs, key directions removed
+    weight_norm: float
+
+    @classmethod
+    def of(cls, model: GPT, task: ModAddTask, frequencies: Sequence[int], device="cpu") -> ProgressMeasures:
+        p = task.params.p
+        logits = pair_logits(model, task, device)
+        train, heldout = task.split.ids("train"), task.split.ids("heldout")
+        return cls(
+            train_loss=answer_loss(logits, p, train),
+            heldout_loss=answer_loss(logits, p, heldout),
+            restricted_loss=answer_loss(restricted_logits(logits, p, frequencies), p, heldout),
+            excluded_loss=answer_loss(excluded_logits(logits, p, frequencies), p, train),
+            weight_norm=weight_norm(model),
+        )
