@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import exp_ablations  # noqa: E402
 import exp_addition  # noqa: E402
 import exp_grokking  # noqa: E402
+import exp_grokking_phases  # noqa: E402
 import exp_induction  # noqa: E402
 import exp_kv_cache  # noqa: E402
 import exp_language  # noqa: E402
@@ -31,6 +32,7 @@ EXPERIMENTS = {
     "sort": exp_sort,
     "addition": exp_addition,
     "grokking": exp_grokking,
+    "grokking-phases": exp_grokking_phases,
     "language": exp_language,
     "kv_cache": exp_kv_cache,
     "positional": exp_positional,

@@ -73,7 +73,7 @@ def help_examples(command: click.Command, ctx: click.Context) -> list[str]:
 
 def test_every_inspect_help_example_works_when_pasted(cli, runs_here):
     ctx = click.Context(group, info_name="gpt-train")
-    inspect = group.commands["inspect"]
+    inspect = group.get_command(ctx, "inspect")
     examples = help_examples(inspect, click.Context(inspect, info_name="inspect", parent=ctx))
     assert len(examples) >= 12
     for example in dict.fromkeys(examples):
@@ -83,7 +83,7 @@ def test_every_inspect_help_example_works_when_pasted(cli, runs_here):
 
 def test_every_serve_help_example_serves_when_pasted_and_stops_on_ctrl_c(runs_here):
     ctx = click.Context(group, info_name="gpt-train")
-    serve = group.commands["serve"]
+    serve = group.get_command(ctx, "serve")
     examples = help_examples(serve, click.Context(serve, info_name="serve", parent=ctx))
     assert examples == ["gpt-train serve sort", "gpt-train serve sort --port 8000"]
     for example in examples:

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from gpt_tasks.text import BpeTokenizer
+from gpt_train.cli.group import CONTEXT
 from gpt_train.config import RunConfig
 from gpt_train.hf import HFError, write_directory
 from gpt_train.run_names import RUN
@@ -32,6 +33,7 @@ def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
         raise HFError(f"cannot read the run's tokenizer {path} ({error})") from None
 
 
+@click.command(context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN)
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option(

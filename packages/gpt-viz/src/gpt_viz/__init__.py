@@ -55,6 +55,8 @@ _DRAWN_BY = {
     "grokking": "grokking",
     "induction_formation": "induction",
     "phase_change": "induction",
+    "grokking_phases": "phases",
+    "progress_measures": "phases",
 }
 """Each name that needs matplotlib, and the module of gpt_viz that defines it."""
 
@@ -102,6 +104,7 @@ __all__ = [
     "first_crossing",
     "fourier_spectra",
     "grokking",
+    "grokking_phases",
     "induction_formation",
     "length_generalisation",
     "load_attention",
@@ -110,6 +113,7 @@ __all__ = [
     "load_metrics",
     "metric_series",
     "phase_change",
+    "progress_measures",
     "save_attention_examples",
     "save_figure",
     "training_curves",

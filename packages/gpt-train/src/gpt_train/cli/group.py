@@ -8,13 +8,13 @@ plugin calling it) is such an error too, naming where it was called, never a sil
 
 from __future__ import annotations
 
+import importlib
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from gpt_core.deprecation import DeprecatedNameWarning
-from gpt_tasks import ParamError, TaskError
 from gpt_train.errors import TrainError
 from gpt_train.guard import exit_origin
 
@@ -42,8 +42,47 @@ class Aborted(CommandError):
         click.echo("gpt-train: aborted", err=True)
 
 
+@dataclass(frozen=True)
+class LazyCommand:
+    """A command imported only when it is used: `gpt-train --help` lists it by `summary` (the first paragraph
+    of its docstring, which a test keeps equal) without importing its module, and so without torch."""
+
+    module: str
+    attribute: str
+    summary: str
+
+    def short_help(self, limit: int) -> str:
+        """What click lists for a command with this summary, cut to `limit` characters."""
+        return click.Command(self.attribute, help=self.summary).get_short_help_str(limit)
+
+
 class _Group(click.Group):
-    """Turns the domain errors of every layer, and click's own usage errors, into a CommandError."""
+    """Turns the domain errors of every layer, and click's own usage errors, into a CommandError; imports each
+    of the `lazy` commands when it is first looked up."""
+
+    lazy: dict[str, LazyCommand] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.lazy:
+            entry = self.lazy[name]
+            self.add_command(getattr(importlib.import_module(entry.module), entry.attribute), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list, as click writes it, with the commands not imported yet summarised from `lazy`."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            if name in self.commands:
+                rows.append((name, self.commands[name].get_short_help_str(limit)))
+            else:
+                rows.append((name, self.lazy[name].short_help(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:
@@ -52,6 +91,10 @@ class _Group(click.Group):
             raise CommandError(error.format_message()) from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        from gpt_core.deprecation import DeprecatedNameWarning  # a command runs: torch is needed now
+        from gpt_tasks import ParamError, TaskError
+
+        warnings.simplefilter("default", DeprecatedNameWarning)  # Python hides DeprecationWarning outside __main__
         try:
             return super().invoke(ctx)
         except click.UsageError as error:
@@ -91,5 +134,4 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: list[str] | None = None) -> None:
     """The `gpt-train` program: the command group, with warnings shown as one line each."""
     warnings.showwarning = _show_warning
-    warnings.simplefilter("default", DeprecatedNameWarning)  # Python hides DeprecationWarning outside __main__
     cli.main(args=argv, prog_name="gpt-train")

@@ -7,7 +7,7 @@ import json
 import click
 
 from gpt_train.cli.formatting import echo_table
-from gpt_train.cli.group import CONTEXT, cli
+from gpt_train.cli.group import CONTEXT
 from gpt_train.kernels import default_kernel_registry
 
 PROVIDER_HEADER = {
@@ -18,7 +18,7 @@ PROVIDER_HEADER = {
 }
 
 
-@cli.command(context_settings=CONTEXT)
+@click.command(context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def tasks(as_json: bool) -> None:
     """List every installed task and the plugin and distribution that provide it.
@@ -46,7 +46,7 @@ def tasks(as_json: bool) -> None:
     echo_table({"name": "TASK"} | PROVIDER_HEADER, rows)
 
 
-@cli.command(context_settings=CONTEXT)
+@click.command(context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def kernels(as_json: bool) -> None:
     """List the kernel slots, with the signature a kernel for each must have, and every installed kernel

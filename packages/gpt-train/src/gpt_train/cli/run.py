@@ -9,7 +9,7 @@ import click
 
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.formatting import format_value, wrong_count
-from gpt_train.cli.group import CONTEXT, CommandError, cli
+from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP, kernel_choices
 from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
@@ -23,7 +23,7 @@ from gpt_viz import EXAMPLES, metric_key, parse_metric_key
 EXIT_CODES = {"diverged": 1, "interrupted": 130}
 
 
-@cli.command(context_settings=CONTEXT)
+@click.command(context_settings=CONTEXT)
 @click.option("--task", "task_name", help="Task to train (see `gpt-train tasks`).")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--steps", type=int, help="Optimiser steps. [default: the task's]")

@@ -12,7 +12,7 @@ import torch
 from gpt_core import generate
 from gpt_tasks import SPLITS
 from gpt_train.cli.formatting import format_metrics
-from gpt_train.cli.group import CONTEXT, CommandError, cli
+from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP
 from gpt_train.config import parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
@@ -22,7 +22,7 @@ from gpt_train.runs import load_run
 from gpt_viz import metric_key
 
 
-@cli.command("eval", context_settings=CONTEXT)
+@click.command("eval", context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN)
 @click.option("--split", type=click.Choice(SPLITS[::-1]), default="heldout", show_default=True)
 @click.option(
@@ -64,7 +64,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
         click.echo(f"{config.task} {split}: {format_metrics(keyed)}")
 
 
-@cli.command(context_settings=CONTEXT)
+@click.command(context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN, required=False)
 @click.option(
     "--hf", "hf_dir", type=click.Path(path_type=Path), help="Sample from a Hugging Face GPT-2 directory instead."

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 
 from gpt_core import KERNEL_SETS
-from gpt_train.cli.group import CONTEXT, CommandError, cli
+from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import KERNEL_SET_HELP, kernel_choices
 from gpt_train.guard import guarded
 from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_kernel
 
 
-@cli.command(context_settings=CONTEXT)
+@click.command(context_settings=CONTEXT)
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME",
               help="Verify this kernel instead: an installed one (see `gpt-train kernels`) or module:function. "
               "Repeatable.")  # fmt: skip

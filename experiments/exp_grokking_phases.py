@@ -1,0 +1,222 @@
+"""Grokking's three phases, measured while the model trains (Nanda et al. 2023, "Progress measures for grokking
+via mechanistic interpretability", section 5).
+
+The default modadd run, with the weights kept at every evaluation (`--set snapshot_every=20`) and run on past
+its 3,000 steps to 4,000 (the learning rate is constant, so the first 3,000 are the default run's). The key
+frequencies are read from the trained model's number embedding; at every evaluation the restricted loss
+(held-out loss of the logits' key-frequency part alone), the excluded loss (training loss with that part
+removed) and the weight norm are computed from that step's weights. The phases' boundaries come from the
+accuracies alone: memorisation until the training set is fitted, circuit formation until held-out accuracy
+leaves chance, cleanup until it is near perfect.
+
+    python experiments/exp_grokking_phases.py
+    python experiments/exp_grokking_phases.py --quick
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common import Context, Run, context_from_args, markdown_table, report, train_all
+
+import gpt_train
+import gpt_viz
+from gpt_tasks.builtin.progress_measures import KEY_SHARE, ProgressMeasures, key_frequencies
+from gpt_viz import HELDOUT, TRAIN, metric_key
+from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, MEASURES, Phases, first_below, grokking_phases, value_at
+
+PUBLISHED_SEEDS = (1, 2, 3)  # the seeds of docs/results/grokking.md
+NEW_SEEDS = (7, 42)
+STEPS, EVERY = 4000, 20
+QUICK = ("--set", "p=23", "--set", "eval_every=10", "--steps", "60")
+QUICK_EVERY = 10
+PICTURED = (1, 42)
+TRAIN_LOSS, HELDOUT_LOSS = metric_key(TRAIN, "loss"), metric_key(HELDOUT, "loss")
+SPIKE = 0.05  # nats: a training loss above it after the fit is a spike (the fitted loss is below 0.01)
+HEADER = ["seed", "key frequencies", "t_fit", "cleanup from", "t_gen",
+          "restricted loss at t_fit / cleanup", "held-out loss at t_fit / cleanup",
+          "restricted / held-out loss first <= ln(p)/2", "excluded loss at t_fit / cleanup / t_gen",
+          "weight norm at 0 / t_fit / cleanup / t_gen / end", "training-loss spikes", "run's clock"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One seed's run, its key frequencies, its evaluations with the progress measures, and its phases."""
+
+    seed: int
+    run: Run
+    keys: list[int]
+    records: list[dict]
+    phases: Phases
+    initial_norm: float
+
+    def at(self, key: str, step: int | None) -> float | None:
+        return None if step is None else value_at(self.records, key, step)
+
+    def spike_steps(self) -> list[int]:
+        """Evaluations after t_fit whose training loss rose above SPIKE from below it."""
+        after = [r for r in self.records if self.phases.fit is not None and r["step"] > self.phases.fit]
+        pairs = zip(after, after[1:], strict=False)
+        return [now["step"] for before, now in pairs if before[TRAIN_LOSS] <= SPIKE < now[TRAIN_LOSS]]
+
+    def spikes(self) -> int:
+        return len(self.spike_steps())
+
+    def spikes_shrinking_the_norm(self) -> int:
+        """Spikes at which the weight norm is below the previous evaluation's."""
+        norms = {r["step"]: r["weight_norm"] for r in self.records}
+        steps = sorted(norms)
+        previous = dict(zip(steps[1:], steps, strict=False))
+        return sum(1 for step in self.spike_steps() if norms[step] < norms[previous[step]])
+
+
+def measure(seed: int, run: Run) -> Measured:
+    """The key frequencies of the trained model, and the progress measures at every evaluation."""
+    loaded = gpt_train.load_run(run.run_dir)
+    p = loaded.task.params.p
+    keys = key_frequencies(loaded.model.wte.weight[:p])
+    evaluations = {r["step"]: r for r in run.metrics if metric_key(HELDOUT, "accuracy") in r}
+    records, initial_norm = [], float("nan")
+    for step, model in gpt_train.load_snapshots(run.run_dir):
+        measures = ProgressMeasures.of(model, loaded.task, keys)
+        if step == 0:
+            initial_norm = measures.weight_norm
+        if step in evaluations:
+            records.append(evaluations[step] | {k: getattr(measures, k) for k in MEASURES})
+    return Measured(seed, run, keys, records, grokking_phases(records), initial_norm)
+
+
+def text(value: float | None, form: str = "{:.2f}") -> str:
+    return "-" if value is None else form.format(value)
+
+
+def row(m: Measured, chance: float) -> list:
+    f = m.phases
+    moments = (f.fit, f.cleanup)
+    restricted_first, heldout_first = (first_below(m.records, k, chance / 2) for k in ("restricted_loss", HELDOUT_LOSS))
+    norms = [m.initial_norm, *(m.at("weight_norm", s) for s in (f.fit, f.cleanup, f.generalised)),
+             m.records[-1]["weight_norm"]]  # fmt: skip
+    return [
+        m.seed,
+        ", ".join(map(str, m.keys)),
+        text(f.fit, "{}"),
+        text(f.cleanup, "{}"),
+        text(f.generalised, "{}"),
+        " / ".join(text(m.at("restricted_loss", s)) for s in moments),
+        " / ".join(text(m.at(HELDOUT_LOSS, s)) for s in moments),
+        f"{text(restricted_first, '{}')} / {text(heldout_first, '{}')}",
+        " / ".join(text(m.at("excluded_loss", s)) for s in (*moments, f.generalised)),
+        " / ".join(text(n, "{:.1f}") for n in norms),
+        m.spikes(),
+        f"{m.run.clock:.0f} s",
+    ]
+
+
+def checks(m: Measured, chance: float) -> list[str]:
+    """What the paper's account says of this run that did not hold, in words (none: all held)."""
+    f = m.phases
+    if None in (f.fit, f.cleanup, f.generalised):
+        return ["it did not reach every phase"]
+    failed = []
+    restricted_first = first_below(m.records, "restricted_loss", chance / 2)
+    heldout_first = first_below(m.records, HELDOUT_LOSS, chance / 2)
+    if restricted_first is None or heldout_first is None or restricted_first >= heldout_first:
+        failed.append("the restricted loss did not fall before the held-out loss")
+    if not m.at("excluded_loss", f.cleanup) > 2 * m.at("excluded_loss", f.fit):
+        failed.append("the excluded loss did not rise through circuit formation")
+    if not m.at("weight_norm", f.generalised) < m.at("weight_norm", f.cleanup):
+        failed.append("the weight norm did not fall through cleanup")
+    return failed
+
+
+def span(values: Sequence[float], form: str = "{:.2f}") -> str:
+    """`a` or `a-b`: the range of the seeds' numbers."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
+
+
+def comparison(measured: Sequence[Measured], chance: float) -> str:
+    """Our runs set point by point against Nanda et al.'s account, with the numbers that support each point;
+    empty unless every run reached every phase with the account's three signs."""
+    if not measured or any(checks(m, chance) for m in measured):
+        return ""
+    phase = lambda name: [getattr(m.phases, name) for m in measured]
+    at = lambda key, name: [m.at(key, getattr(m.phases, name)) for m in measured]
+    fit, cleanup, generalised = phase("fit"), phase("cleanup"), phase("generalised")
+    formation = [c - f for c, f in zip(cleanup, fit, strict=True)]
+    clean = [g - c for g, c in zip(generalised, cleanup, strict=True)]
+    steps = lambda values: span(values, "{}")
+    norm = lambda values: span(values, "{:.1f}")
+    points = [
+        f"- **Key frequencies.** Theirs are 5 in the mainline model; ours {steps([len(m.keys) for m in measured])} "
+        f"per seed (those holding at least {KEY_SHARE:.0%} of the embedding's non-constant Fourier power), a "
+        "different set for every seed.",
+        f"- **Memorisation.** As in the paper, the training set is fitted first (t_fit {steps(fit)}), and the "
+        f"excluded loss is still near the training loss there ({span(at('excluded_loss', 'fit'))} nats against "
+        f"{span(at(TRAIN_LOSS, 'fit'))}): memorising does not go through the key frequencies.",
+        f"- **Circuit formation** ({steps(formation)} steps; theirs about 8,000 epochs at a 4x smaller learning "
+        "rate). As in the paper, the restricted loss falls while the held-out loss stays high: when cleanup "
+        f"starts it is {span(at('restricted_loss', 'cleanup'))} nats against a held-out loss of "
+        f"{span(at(HELDOUT_LOSS, 'cleanup'))} (chance {chance:.2f}), and it falls below ln(p)/2 before the held-out "
+        f"loss does on every seed. The excluded loss rises from {span(at('excluded_loss', 'fit'))} to "
+        f"{span(at('excluded_loss', 'cleanup'))} nats. Unlike the paper, the weight norm does not fall through this "
+        f"phase: it starts large ({norm([m.initial_norm for m in measured])} at step 0: 8x GPT-2's initialisation, "
+        f"Omnigrok's lever), grows while the model memorises ({norm(at('weight_norm', 'fit'))} at t_fit) and is "
+        f"{norm(at('weight_norm', 'cleanup'))} when cleanup starts.",
+        f"- **Cleanup** ({steps(clean)} steps; theirs about 3,600 epochs). As in the paper, the held-out loss falls "
+        f"steeply and the weight norm with it, to {norm(at('weight_norm', 'generalised'))} by t_gen "
+        f"({steps(generalised)}), and the excluded loss keeps rising ({span(at('excluded_loss', 'generalised'))} "
+        "nats at t_gen): what is left outside the key frequencies no longer fits the training set.",
+        f"- **Spikes.** Unlike the paper's smooth curves, our training loss jumps above {SPIKE} nats and recovers "
+        f"{steps([m.spikes() for m in measured])} times a run after the fit (the table's spikes column), and at "
+        f"{sum(m.spikes_shrinking_the_norm() for m in measured)} of the {sum(m.spikes() for m in measured)} jumps the "
+        "weight norm falls with it (the picture); Thilak et al. (2022) describe such spikes with adaptive "
+        "optimisers as the slingshot mechanism.",
+    ]
+    return "Point by point against Nanda et al.'s account (their Figure 7 and section 5.2):\n\n" + "\n".join(points)
+
+
+def run(ctx: Context):
+    start = time.perf_counter()
+    seeds = PUBLISHED_SEEDS[:1] if ctx.quick else PUBLISHED_SEEDS + NEW_SEEDS
+    every = QUICK_EVERY if ctx.quick else EVERY
+    extra = list(QUICK) if ctx.quick else ["--steps", str(STEPS)]
+    args = {s: ["--task", "modadd", "--seed", str(s), *extra, "--set", f"snapshot_every={every}"] for s in seeds}
+    runs = train_all(ctx, {f"grokking-phases-seed{s}": a for s, a in args.items()})
+    measured = [measure(s, runs[f"grokking-phases-seed{s}"]) for s in seeds]
+    p = gpt_train.load_run(measured[0].run.run_dir).task.params.p
+    chance = math.log(p)
+    rows = [row(m, chance) for m in measured]
+    failures = [f"seed {m.seed}: {'; '.join(checks(m, chance))}" for m in measured if checks(m, chance)]
+    pictures = []
+    for m in measured:
+        if m.seed in PICTURED or ctx.quick:
+            name = f"grokking-phases-seed{m.seed}.png"
+            gpt_viz.save_figure(gpt_viz.progress_measures(m.records, title=f"seed {m.seed}"), ctx.out / name)
+            pictures.append(f"![{name[:-4]}]({name})")
+    body = (
+        f"Seeds {', '.join(str(s) for s in seeds if s in PUBLISHED_SEEDS)} are the grokking page's"
+        + (f"; {', '.join(str(s) for s in seeds if s in NEW_SEEDS)} are new" if set(seeds) & set(NEW_SEEDS) else "")
+        + f". t_fit: the first evaluation with train accuracy >= {FITTED}; cleanup from: the first after it with "
+        f"held-out accuracy >= {LEFT_CHANCE}; t_gen: the first with held-out accuracy >= {GENERALISED}. Losses in "
+        f"nats (chance ln({p}) = {chance:.2f}); the restricted loss is measured on the held-out pairs, the excluded "
+        "loss on the training pairs, both with the key frequencies of the run's own trained model; only the number "
+        "logits are projected (the logit of '=' is kept).\n\n"
+        + markdown_table(HEADER, rows)
+        + "\n\nRestricted loss falling before held-out loss, excluded loss rising through circuit formation (to more "
+        "than twice its value at t_fit), weight norm falling through cleanup: "
+        + ("**held on every seed**." if not failures else "**not on every seed**: " + "; ".join(failures) + ".")
+        + "\n\n"
+        + comparison(measured, chance)
+        + "\n\n"
+        + "\n\n".join(pictures)
+    )
+    commands = [" ".join(["gpt-train run --task modadd --seed SEED", *extra, "--set", f"snapshot_every={every}"])]
+    return report(ctx, "grokking-phases", "3b. Grokking's three phases", commands, body, time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    run(context_from_args(description=__doc__))

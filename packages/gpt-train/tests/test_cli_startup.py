@@ -1,0 +1,45 @@
+"""`gpt-train --help` answers without importing torch: the commands are imported when used, and the list it prints
+summarises each exactly as the command's own help would."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from gpt_train.cli import cli
+
+HELP_WITHOUT_TORCH = """
+import sys
+from gpt_train.cli import main
+try:
+    main(["--help"])
+except SystemExit as exit_:
+    assert exit_.code in (0, None), exit_.code
+heavy = sorted(name for name in ("torch", "matplotlib", "gpt_core", "gpt_tasks") if name in sys.modules)
+print("IMPORTED:", ",".join(heavy))
+"""
+
+
+def test_help_lists_every_command_without_importing_torch():
+    done = subprocess.run([sys.executable, "-c", HELP_WITHOUT_TORCH], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().endswith("IMPORTED:"), done.stdout[-300:]
+    listed = [line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line.strip()][:-1]
+    assert listed == sorted(cli.lazy)
+
+
+@pytest.mark.parametrize("name", sorted(cli.lazy))
+def test_each_summary_is_the_commands_own_first_paragraph(name):
+    entry = cli.lazy[name]
+    command = getattr(importlib.import_module(entry.module), entry.attribute)
+    for limit in (45, 60, 1000):
+        assert entry.short_help(limit) == command.get_short_help_str(limit)
+
+
+def test_a_command_is_imported_when_it_is_used():
+    result = CliRunner().invoke(cli, ["tasks", "--help"])
+    assert result.exit_code == 0 and "List every installed task" in result.output
+    assert "tasks" in cli.commands

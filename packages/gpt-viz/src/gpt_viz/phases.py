@@ -1,0 +1,114 @@
+"""Grokking's three phases (Nanda et al. 2023): memorisation, circuit formation, cleanup, drawn with the progress
+measures that separate them.
+
+The records are a grokking run's evaluations with three more keys per step, computed from the weights kept
+at that step: `restricted_loss` (held-out loss of the logits' key-frequency part alone), `excluded_loss`
+(training loss with that part removed) and `weight_norm`. The boundaries are read off the accuracies alone,
+so the measures can be compared against them: memorisation ends when the training set is fitted, cleanup
+starts when held-out accuracy leaves chance, and ends when it is near perfect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpt_viz.canvas import new_figure, use_log_scale
+from gpt_viz.errors import VizError
+from gpt_viz.run_data import Record, metric_series
+from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key
+
+FITTED = 0.99
+"""Training accuracy that ends memorisation (t_fit)."""
+LEFT_CHANCE = 0.10
+"""Held-out accuracy that starts cleanup: above it the held-out loss has begun its fall."""
+GENERALISED = 0.99
+"""Held-out accuracy that ends cleanup (t_gen)."""
+MEASURES = ("restricted_loss", "excluded_loss", "weight_norm")
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The evaluation steps that bound the phases: memorisation [0, fit], circuit formation [fit, cleanup],
+    cleanup [cleanup, generalised]; None where the run never got there."""
+
+    fit: int | None
+    cleanup: int | None
+    generalised: int | None
+
+
+def _first_at_least(records: Sequence[Record], key: str, threshold: float, after: int = 0) -> int | None:
+    return next((int(r["step"]) for r in records if r["step"] >= after and r.get(key, -1.0) >= threshold), None)
+
+
+def grokking_phases(records: Sequence[Record]) -> Phases:
+    """The phase boundaries of a run's evaluations: the first step with train accuracy >= FITTED, then the first
+    after it with held-out accuracy >= LEFT_CHANCE, then the first with held-out accuracy >= GENERALISED."""
+    train, heldout = metric_key(TRAIN, "accuracy"), metric_key(HELDOUT, "accuracy")
+    fit = _first_at_least(records, train, FITTED)
+    cleanup = None if fit is None else _first_at_least(records, heldout, LEFT_CHANCE, after=fit)
+    generalised = None if cleanup is None else _first_at_least(records, heldout, GENERALISED, after=cleanup)
+    return Phases(fit, cleanup, generalised)
+
+
+def value_at(records: Sequence[Record], key: str, step: int) -> float:
+    """`key` at evaluation `step`."""
+    return float(next(r[key] for r in records if r["step"] == step and key in r))
+
+
+def first_below(records: Sequence[Record], key: str, threshold: float) -> int | None:
+    """The first evaluation step at which `key` is at or below `threshold` (None: never)."""
+    return next((int(r["step"]) for r in records if key in r and r[key] <= threshold), None)
+
+
+_PHASE_SHADES = (("memorisation", "tab:blue"), ("circuit formation", "tab:orange"), ("cleanup", "tab:green"))
+
+
+def progress_measures(records: Sequence[Record], *, title: str = "") -> Figure:
+    """Accuracy, the four losses (train, held-out, restricted, excluded; log scale) and the weight norm against
+    the step, each phase shaded. `records` hold the split metrics and the three MEASURES at every step drawn."""
+    missing = [key for key in MEASURES if not any(key in r for r in records)]
+    if missing:
+        raise VizError(f"the records hold no {', '.join(missing)} (grokking's progress measures)")
+    phases = grokking_phases(records)
+    figure = new_figure(8.0, 8.5)
+    axes = list(figure.subplots(3, 1, sharex=True, height_ratios=[2, 3, 2], squeeze=False)[:, 0])
+    for split, name, colour in ((TRAIN, "train", "tab:blue"), (HELDOUT, "held-out", "tab:red")):
+        steps, values = metric_series(records, metric_key(split, "accuracy"))
+        axes[0].plot(steps, values, color=colour, linewidth=1.4, label=f"{name} accuracy")
+    axes[0].set_ylabel("accuracy")
+    axes[0].set_ylim(-0.02, 1.05)
+    curves = (
+        (metric_key(TRAIN, "loss"), "train loss", "tab:blue", "-"),
+        (metric_key(HELDOUT, "loss"), "held-out loss", "tab:red", "-"),
+        ("restricted_loss", "restricted loss (held-out, key frequencies only)", "tab:purple", "-"),
+        ("excluded_loss", "excluded loss (train, key frequencies removed)", "tab:brown", "--"),
+    )
+    for key, label, colour, style in curves:
+        steps, values = metric_series(records, key)
+        axes[1].plot(steps, np.maximum(values, 1e-6), color=colour, linestyle=style, linewidth=1.3, label=label)
+    use_log_scale(axes[1], "y")
+    axes[1].set_ylabel("loss (nats, log scale)")
+    steps, values = metric_series(records, "weight_norm")
+    axes[2].plot(steps, values, color="0.2", linewidth=1.4, label="weight norm")
+    axes[2].set_ylabel("weight norm")
+    axes[2].set_xlabel("step")
+    last = float(max(r["step"] for r in records))
+    edges = [0.0, *(float(b) if b is not None else last for b in (phases.fit, phases.cleanup, phases.generalised))]
+    for ax in axes:
+        for (name, colour), start, end in zip(_PHASE_SHADES, edges[:-1], edges[1:], strict=True):
+            if end > start:
+                ax.axvspan(start, end, color=colour, alpha=0.08, label=name if ax is axes[2] else None)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="center right", frameon=False, fontsize=8)
+    axes[1].legend(loc="lower left", frameon=False, fontsize=8)
+    axes[2].legend(loc="upper right", frameon=False, fontsize=8)
+    found = (phases.fit, phases.cleanup, phases.generalised)
+    bounds = ", ".join(
+        f"{n} {'-' if b is None else b}" for n, b in zip(("t_fit", "cleanup from", "t_gen"), found, strict=True)
+    )
+    axes[0].set_title((title or "grokking's phases") + f" ({bounds})")
+    return figure
