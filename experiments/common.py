@@ -151,12 +151,15 @@ def shakespeare_path(ctx: Context) -> Path:
 REUSED = " (with --reuse: runs recorded with the same arguments were read back, not trained again)"
 
 
-def report(ctx: Context, name: str, title: str, commands: Sequence[str], body: str, wall: float) -> Path:
-    """docs-ready markdown: the commands, one line naming the version and the machine (with the experiment's
-    wall time), and the body (tables, pictures)."""
+def report(
+    ctx: Context, name: str, title: str, commands: Sequence[str], body: str, wall: float, question: str = ""
+) -> Path:
+    """docs-ready markdown: the question asked, the commands, one line naming the version and the machine (with
+    the experiment's wall time), and the body (tables, pictures, what they mean)."""
     command_block = "\n".join(commands)
+    asked = f"{question}\n\n" if question else ""
     text = (
-        f"## {title}\n\n```\n{command_block}\n```\n\n"
+        f"## {title}\n\n{asked}```\n{command_block}\n```\n\n"
         f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; the experiment takes about "
         f"{wall:.0f} s{REUSED if ctx.reuse else ''}.\n\n{body.strip()}\n"
     )

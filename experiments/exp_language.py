@@ -65,7 +65,11 @@ def run(ctx: Context):
         " ".join([train_command, *(quick if ctx.quick else [])]),
         sample_command + " --temperature 0.8 --top-k 20",
     ]
-    path = report(ctx, "language", "4. Language", commands, body, time.perf_counter() - start)
+    question = (
+        "How well does the default 4-layer, 128-dim character model learn tiny-shakespeare on a CPU, and how does it "
+        "compare with nanoGPT's CPU recipe on the same characters?"
+    )
+    path = report(ctx, "language", "4. Language", commands, body, time.perf_counter() - start, question)
     if kept:
         path.write_text(path.read_text() + "\n" + kept)
     return path

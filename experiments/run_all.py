@@ -10,6 +10,7 @@ written and non-empty), not the accuracies.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -53,8 +54,8 @@ def main() -> None:
         print(f"== {name}", flush=True)
         path = EXPERIMENTS[name].run(ctx)
         assert path.is_file() and path.stat().st_size > 0, f"{name}: no report written"
-        for picture in path.read_text().split("](")[1:]:
-            file = ctx.out / picture.split(")")[0]
+        for picture in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text()):
+            file = ctx.out / picture
             assert file.is_file() and file.stat().st_size > 1000, f"{name}: picture {file} missing or empty"
     index = write_index(ctx.out)
     print(f"all {len(chosen)} experiments done in {time.perf_counter() - start:.0f} s; results in {index}")
