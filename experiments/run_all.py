@@ -77,11 +77,13 @@ def write_index(out: Path) -> Path:
 
 
 def index_line(page: Path) -> str:
-    """`- [title](page.md): `command``: the page's first heading and the first line of its first code block."""
+    """`- [title](page.md): `command``: the page's first heading and the first command of its code blocks (a line
+    that starts with gpt-train, python or an environment setting, without its comment)."""
     text = page.read_text()
     title = next((line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")), page.stem)
-    blocks = text.split("```")
-    command = blocks[1].split("\n", 1)[-1].strip().splitlines()[0] if len(blocks) > 2 else ""
+    code = [line.strip() for block in text.split("```")[1::2] for line in block.splitlines()[1:]]
+    starts = ("gpt-train ", "python ", "OMP_NUM_THREADS=")
+    command = next((line.split("  #")[0].strip() for line in code if line.startswith(starts)), "")
     return f"- [{title}]({page.name})" + (f": `{command}`" if command else "")
 
 
