@@ -45,6 +45,25 @@ def key(name: str) -> str:
     return metric_key(HELDOUT, name)
 
 
+QUESTION = (
+    "Which tokenizer models tiny-shakespeare best for the same model and the same 2,000 steps, scored on the same "
+    "held-out characters?"
+)
+
+
+def meaning(bits: dict[str, float], chars_per_token: dict[str, float]) -> str:
+    """The table in words, with its numbers; empty unless the full set of tokenizers ran."""
+    if not {"char", "byte", "BPE 2048"} <= bits.keys():
+        return ""
+    best = min(bits, key=bits.get)
+    return (
+        f"**What it means.** Per character, {best} models the text best: {bits[best]:.3f} bits/char against "
+        f"char's {bits['char']:.3f}, and each step shows it {chars_per_token[best]:.2f} times as much text "
+        f"({chars_per_token[best]:.2f} characters per token). char and byte are the same sequences on this ASCII "
+        f"text, renumbered ({bits['char']:.3f} and {bits['byte']:.3f}): their gap is run-to-run variation.\n\n"
+    )
+
+
 def run(ctx: Context):
     start = time.perf_counter()
     tokenizers = QUICK if ctx.quick else FULL
@@ -56,12 +75,13 @@ def run(ctx: Context):
     held_out = {name: RunConfig.load(runs[slug(name)].run_dir).build_task().chunks(HELDOUT).tolist()
                 for name in tokenizers}  # fmt: skip
     assert all(chunks == held_out["char"] for chunks in held_out.values()), "tokenizers held out different chunks"
-    rows, samples = [], []
+    rows, samples, bits, per_token = [], [], {}, {}
     for name in tokenizers:
         result = runs[slug(name)]
         final, config = result.final, json.loads(result.layout.config.read_text())
         model = GPTConfig.from_dict(config["model"])
         chars_per_token = final[key("loss")] / math.log(2) / final[key("bits_per_char")]
+        bits[name], per_token[name] = final[key("bits_per_char")], chars_per_token
         seen = final["step"] * config["train"]["batch_size"] * model.block_size
         rows.append([
             name, f"{model.vocab_size:,}", f"{GPT(model).num_parameters():,}", f"{final[key('bits_per_char')]:.4f}",
@@ -84,6 +104,7 @@ def run(ctx: Context):
         "decode to, so they compare across tokenizers; chars/token is the held-out loss in bits per token over bits "
         "per character. One seed (1337) each.\n\n"
     )
+    body += meaning(bits, per_token)
     figure = gpt_viz.compare_runs([runs[slug(n)].run_dir for n in tokenizers], key("bits_per_char"),
                                   labels=list(tokenizers))  # fmt: skip
     gpt_viz.save_figure(figure, ctx.out / "text_bits_per_char.png")
@@ -93,7 +114,8 @@ def run(ctx: Context):
     commands = [f"gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt {' '.join(flags)}"
                 + (" " + " ".join(settings) if settings else "") for flags in tokenizers.values()]  # fmt: skip
     commands.append("gpt-train sample RUN_DIR --prompt ROMEO: --max-new-tokens N " + " ".join(SAMPLING))
-    return report(ctx, "text", "8. Tokenizers on tiny-shakespeare", commands, body, time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return report(ctx, "text", "8. Tokenizers on tiny-shakespeare", commands, body, wall, QUESTION)
 
 
 if __name__ == "__main__":
