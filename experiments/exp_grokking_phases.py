@@ -182,7 +182,7 @@ def comparison(measured: Sequence[Measured], chance: float) -> str:
         "weight norm falls with it (the picture); Thilak et al. (2022) describe such spikes with adaptive "
         "optimisers as the slingshot mechanism.",
     ]
-    return "Point by point against Nanda et al.'s account (their Figure 7 and section 5.2):\n\n" + "\n".join(points)
+    return "Point by point against Nanda et al.'s account (their section 5.2):\n\n" + "\n".join(points)
 
 
 def run(ctx: Context):
