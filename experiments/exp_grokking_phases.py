@@ -206,6 +206,8 @@ def run(ctx: Context):
     body = (
         f"Seeds {', '.join(str(s) for s in seeds if s in PUBLISHED_SEEDS)} are the grokking page's"
         + (f"; {', '.join(str(s) for s in seeds if s in NEW_SEEDS)} are new" if set(seeds) & set(NEW_SEEDS) else "")
+        + " (its table was measured with an earlier version, whose runs of the same seeds took slightly different "
+        "paths: the t_fit and t_gen here are this version's)"
         + f". t_fit: the first evaluation with train accuracy >= {FITTED}; cleanup from: the first after it with "
         f"held-out accuracy >= {LEFT_CHANCE}; t_gen: the first with held-out accuracy >= {GENERALISED}. Losses in "
         f"nats (chance ln({p}) = {chance:.2f}); the restricted loss is measured on the held-out pairs, the excluded "
