@@ -45,7 +45,8 @@ class Context:
 
     def machine(self) -> str:
         cpu = platform.processor() or platform.machine()
-        parallel = f"; {self.jobs} runs in parallel, {self.threads} threads each" if self.jobs > 1 else ""
+        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''}"
+        parallel = f"; {self.jobs} runs in parallel, {threads} each" if self.jobs > 1 else ""
         versions = f"torch {torch.__version__}, Python {platform.python_version()}"
         return f"{os.cpu_count()} CPU cores ({cpu}), device cpu, {versions}{parallel}"
 
