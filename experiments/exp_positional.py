@@ -170,7 +170,8 @@ def verdict(table: dict[str, list[Scores]], baseline: dict[str, list[Scores]], n
     return "\n".join([
         f"- Asked: >= 90% exact match at length 8 trained only on lengths <= 6: best {best8}, {at8[best8]:.4f} "
         f"(mean of {n_seeds} seeds): {'met' if at8[best8] >= 0.9 else 'not met'}.",
-        f"- Hoped for: >= 99% at 8 and >= 90% at 10: {best10}, {at8[best10]:.4f} at 8 and {at10[best10]:.4f} at 10: {met}.",
+        f"- Hoped for: >= 99% at 8 and >= 90% at 10: {best10}, {at8[best10]:.4f} at 8 and {at10[best10]:.4f} "
+        f"at 10: {met}.",
         "- Ranked by exact match at length 10: "
         + ", ".join(f"{name} {at10[name]:.4f}" for name in sorted(at10, key=at10.get, reverse=True)) + ".",
         "- The baseline (one length, no separator) at length 8: "
