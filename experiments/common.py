@@ -123,6 +123,12 @@ def evaluate(ctx: Context, run_dir: Path, *args: str) -> dict[str, float]:
     return json.loads(gpt_train(ctx, "eval", run_dir, "--device", "cpu", "--json", *args).stdout)
 
 
+def span(values: Sequence[float], form: str = "{:.0f}") -> str:
+    """`a` or `a-b`: the range of a few seeds' numbers, each written with `form`."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
+
+
 def mean_std(values: Sequence[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.4f}"

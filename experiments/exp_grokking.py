@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from common import Context, Run, context_from_args, markdown_table, report, train, train_all
+from common import Context, Run, context_from_args, markdown_table, report, span, train, train_all
 
 import gpt_viz
 from gpt_core import GPT
@@ -138,12 +138,6 @@ def grokfast_rows(runs: dict[str, Run], seeds: Sequence[int]) -> list[list]:
         rows.append([seed, step_or_never(plain.t_gen), step_or_never(fast.t_gen), factor,
                      step_or_never(fast.t_fit), window, f"{clock:.0f} s"])  # fmt: skip
     return rows
-
-
-def span(values: Sequence[float], form: str = "{:.0f}") -> str:
-    """`a` or `a-b`: the range of a few seeds' numbers."""
-    low, high = form.format(min(values)), form.format(max(values))
-    return low if low == high else f"{low}-{high}"
 
 
 def recipe(run: Run) -> str:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common import Context, Run, context_from_args, markdown_table, report, train_all
+from common import Context, Run, context_from_args, markdown_table, report, span, train_all
 
 import gpt_train
 import gpt_viz
@@ -132,10 +132,9 @@ def checks(m: Measured, chance: float) -> list[str]:
     return failed
 
 
-def span(values: Sequence[float], form: str = "{:.2f}") -> str:
-    """`a` or `a-b`: the range of the seeds' numbers."""
-    low, high = form.format(min(values)), form.format(max(values))
-    return low if low == high else f"{low}-{high}"
+def nats(values: Sequence[float]) -> str:
+    """The range of the seeds' losses, to two decimals."""
+    return span(values, "{:.2f}")
 
 
 def comparison(measured: Sequence[Measured], chance: float) -> str:
@@ -158,15 +157,15 @@ def comparison(measured: Sequence[Measured], chance: float) -> str:
         f"per seed (those holding at least {KEY_SHARE:.0%} of the embedding's non-constant Fourier power), a "
         "different set for every seed.",
         f"- **Memorisation.** As in the paper, the training set is fitted first (t_fit {steps(fit)}) and the "
-        f"excluded loss is still low there ({span(at('excluded_loss', 'fit'))} nats, against "
-        f"{span(at('excluded_loss', 'cleanup'))} when cleanup starts): memorising does not go through the key "
+        f"excluded loss is still low there ({nats(at('excluded_loss', 'fit'))} nats, against "
+        f"{nats(at('excluded_loss', 'cleanup'))} when cleanup starts): memorising does not go through the key "
         "frequencies.",
         f"- **Circuit formation** ({steps(formation)} steps; theirs about 8,000 epochs at a 4x smaller learning "
         "rate). As in the paper, the restricted loss falls while the held-out loss stays high: when cleanup "
-        f"starts it is {span(at('restricted_loss', 'cleanup'))} nats against a held-out loss of "
-        f"{span(at(HELDOUT_LOSS, 'cleanup'))} (chance {chance:.2f}), and it falls below ln(p)/2 before the held-out "
-        f"loss does on every seed. The excluded loss rises from {span(at('excluded_loss', 'fit'))} to "
-        f"{span(at('excluded_loss', 'cleanup'))} nats. Unlike the paper, where the weight norm falls smoothly from "
+        f"starts it is {nats(at('restricted_loss', 'cleanup'))} nats against a held-out loss of "
+        f"{nats(at(HELDOUT_LOSS, 'cleanup'))} (chance {chance:.2f}), and it falls below ln(p)/2 before the held-out "
+        f"loss does on every seed. The excluded loss rises from {nats(at('excluded_loss', 'fit'))} to "
+        f"{nats(at('excluded_loss', 'cleanup'))} nats. Unlike the paper, where the weight norm falls smoothly from "
         f"the start, ours starts large ({norm([m.initial_norm for m in measured])} at step 0: 8x GPT-2's "
         f"initialisation, Omnigrok's lever) and first grows while the model memorises "
         f"({norm(at('weight_norm', 'fit'))} at t_fit); through circuit formation it falls by "
@@ -174,7 +173,7 @@ def comparison(measured: Sequence[Measured], chance: float) -> str:
         f"- **Cleanup** ({steps(clean)} steps; theirs about 3,600 epochs). As in the paper, the held-out loss falls "
         f"steeply and the weight norm with it, by {norm(cleanup_drop)} to {norm(at('weight_norm', 'generalised'))} "
         "by t_gen "
-        f"({steps(generalised)}), and the excluded loss keeps rising ({span(at('excluded_loss', 'generalised'))} "
+        f"({steps(generalised)}), and the excluded loss keeps rising ({nats(at('excluded_loss', 'generalised'))} "
         "nats at t_gen): what is left outside the key frequencies no longer fits the training set.",
         f"- **Spikes.** Unlike the paper's smooth curves, our training loss jumps above {SPIKE} nats and recovers "
         f"{steps([m.spikes() for m in measured])} times a run after the fit (the table's spikes column), and at "
