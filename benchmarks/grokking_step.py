@@ -49,7 +49,8 @@ def main() -> None:
                     trainer.evaluate(trainer.settings.eval_limit)
 
         twin = builtin_twin(trainer.model)
-        optimizer = torch.optim.AdamW(twin.parameters(), lr=4e-3, betas=(0.9, 0.98), weight_decay=1.0)
+        s = trainer.settings
+        optimizer = torch.optim.AdamW(twin.parameters(), lr=s.lr, betas=(s.beta1, s.beta2), weight_decay=s.weight_decay)
         batch = run.task.batch(trainer.settings.batch_size, torch.Generator().manual_seed(0))
 
         def twin_steps() -> None:

@@ -2,7 +2,7 @@
 via mechanistic interpretability", section 5).
 
 The default modadd run, with the weights kept at every evaluation (`--set snapshot_every=20`) and run on past
-its 3,000 steps to 4,000 (the learning rate is constant, so the first 3,000 are the default run's). The key
+its 2,400 steps to 3,200 (the learning rate is constant, so the first 2,400 are the default run's). The key
 frequencies are read from the trained model's number embedding; at every evaluation the restricted loss
 (held-out loss of the logits' key-frequency part alone), the excluded loss (training loss with that part
 removed) and the weight norm are computed from that step's weights. The phases' boundaries come from the
@@ -25,12 +25,14 @@ from common import Context, Run, context_from_args, markdown_table, report, span
 import gpt_train
 import gpt_viz
 from gpt_tasks.builtin.progress_measures import KEY_SHARE, ProgressMeasures, key_frequencies
+from gpt_train.config import RunConfig
 from gpt_viz import HELDOUT, TRAIN, metric_key
 from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, MEASURES, Phases, first_below, grokking_phases, value_at
 
 PUBLISHED_SEEDS = (1, 2, 3)  # the seeds of docs/results/grokking.md
 NEW_SEEDS = (7, 42)
-STEPS, EVERY = 4000, 20
+STEPS, EVERY = 3200, 20
+NANDA_LR = 1e-3  # Nanda et al.'s learning rate
 QUICK = ("--set", "p=23", "--set", "eval_every=10", "--steps", "60")
 QUICK_EVERY = 10
 PICTURED = (1, 42)
@@ -137,7 +139,7 @@ def nats(values: Sequence[float]) -> str:
     return span(values, "{:.2f}")
 
 
-def comparison(measured: Sequence[Measured], chance: float) -> str:
+def comparison(measured: Sequence[Measured], chance: float, lr: float) -> str:
     """Our runs set point by point against Nanda et al.'s account, with the numbers that support each point;
     empty unless every run reached every phase with the account's three signs."""
     if not measured or any(checks(m, chance) for m in measured):
@@ -152,6 +154,8 @@ def comparison(measured: Sequence[Measured], chance: float) -> str:
     cleanup_drop = [a - b for a, b in zip(norms["cleanup"], norms["generalised"], strict=True)]
     steps = lambda values: span(values, "{}")
     norm = lambda values: span(values, "{:.1f}")
+    grown = [fitted > m.initial_norm for fitted, m in zip(norms["fit"], measured, strict=True)]
+    grows = "first grows" if all(grown) else "first shrinks" if not any(grown) else "first grows or shrinks"
     points = [
         f"- **Key frequencies.** Theirs are 5 in the mainline model; ours {steps([len(m.keys) for m in measured])} "
         f"per seed (those holding at least {KEY_SHARE:.0%} of the embedding's non-constant Fourier power), a "
@@ -160,14 +164,14 @@ def comparison(measured: Sequence[Measured], chance: float) -> str:
         f"excluded loss is still low there ({nats(at('excluded_loss', 'fit'))} nats, against "
         f"{nats(at('excluded_loss', 'cleanup'))} when cleanup starts): memorising does not go through the key "
         "frequencies.",
-        f"- **Circuit formation** ({steps(formation)} steps; theirs about 8,000 epochs at a 4x smaller learning "
-        "rate). As in the paper, the restricted loss falls while the held-out loss stays high: when cleanup "
+        f"- **Circuit formation** ({steps(formation)} steps; theirs about 8,000 epochs at a {lr / NANDA_LR:g}x smaller "
+        "learning rate). As in the paper, the restricted loss falls while the held-out loss stays high: when cleanup "
         f"starts it is {nats(at('restricted_loss', 'cleanup'))} nats against a held-out loss of "
         f"{nats(at(HELDOUT_LOSS, 'cleanup'))} (chance {chance:.2f}), and it falls below ln(p)/2 before the held-out "
         f"loss does on every seed. The excluded loss rises from {nats(at('excluded_loss', 'fit'))} to "
         f"{nats(at('excluded_loss', 'cleanup'))} nats. Unlike the paper, where the weight norm falls smoothly from "
         f"the start, ours starts large ({norm([m.initial_norm for m in measured])} at step 0: 8x GPT-2's "
-        f"initialisation, Omnigrok's lever) and first grows while the model memorises "
+        f"initialisation, Omnigrok's lever) and {grows} while the model memorises "
         f"({norm(at('weight_norm', 'fit'))} at t_fit); through circuit formation it falls by "
         f"{norm(formation_drop)}, in steps at the spikes (below).",
         f"- **Cleanup** ({steps(clean)} steps; theirs about 3,600 epochs). As in the paper, the held-out loss falls "
@@ -205,8 +209,6 @@ def run(ctx: Context):
     body = (
         f"Seeds {', '.join(str(s) for s in seeds if s in PUBLISHED_SEEDS)} are the grokking page's"
         + (f"; {', '.join(str(s) for s in seeds if s in NEW_SEEDS)} are new" if set(seeds) & set(NEW_SEEDS) else "")
-        + " (its table was measured with an earlier version, whose runs of the same seeds took slightly different "
-        "paths: the t_fit and t_gen here are this version's)"
         + f". t_fit: the first evaluation with train accuracy >= {FITTED}; cleanup from: the first after it with "
         f"held-out accuracy >= {LEFT_CHANCE}; t_gen: the first with held-out accuracy >= {GENERALISED}. Losses in "
         f"nats (chance ln({p}) = {chance:.2f}); the restricted loss is measured on the held-out pairs, the excluded "
@@ -217,7 +219,7 @@ def run(ctx: Context):
         "than twice its value at t_fit), weight norm falling through cleanup: "
         + ("**held on every seed**." if not failures else "**not on every seed**: " + "; ".join(failures) + ".")
         + "\n\n"
-        + comparison(measured, chance)
+        + comparison(measured, chance, RunConfig.load(measured[0].run.run_dir).train.lr)
         + "\n\n"
         + "\n\n".join(pictures)
     )

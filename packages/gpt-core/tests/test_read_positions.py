@@ -1,13 +1,13 @@
-"""`read`: the last block's MLP and the head run only at the positions read, and what they give there is
-what computing every position and discarding the rest gives: the logits, the loss and every gradient,
-in float64 to 1e-12."""
+"""`read`: the last block asks from the first position read on, its MLP and the head run only at the
+positions read, and what they give there is what computing every position and discarding the rest gives:
+the logits, the loss and every gradient, in float64 to 1e-12."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig
+from gpt_core import GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig, Kernels
 
 SHAPES = {
     "two layers, learned positions": {"n_layer": 2},
@@ -98,3 +98,22 @@ def test_reading_every_position_gives_the_full_logits_bit_for_bit():
     full = model(idx, targets)
     read = model(idx, targets, read=every)
     assert torch.equal(read.logits, full.logits.reshape(-1, 11)) and torch.equal(read.loss, full.loss)
+
+
+def test_the_last_block_asks_only_from_the_first_position_read_and_earlier_blocks_everywhere():
+    asked = []
+
+    def attention(q, k, v, causal=True):
+        asked.append((q.shape[-2], k.shape[-2]))
+        return REFERENCE_KERNELS.attention(q, k, v, causal)
+
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=11, block_size=9, n_layer=2, n_head=2, n_embd=16)
+    model = GPT(config, Kernels(attention=attention)).double()
+    idx, targets = _batch()  # the first position scored is 5
+    model(idx, targets, read=targets != IGNORE_INDEX)
+    assert asked == [(9, 9), (4, 9)]
+    asked.clear()
+    with model.hooks({"blocks.1.z": lambda z, name: None}):  # a hook sees every position, as documented
+        model(idx, targets, read=targets != IGNORE_INDEX)
+    assert asked == [(9, 9), (9, 9)]

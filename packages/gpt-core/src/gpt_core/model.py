@@ -21,7 +21,7 @@ from gpt_core.deprecation import forward_with_attention
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.attention import hooked_attention
-from gpt_core.kernels.linear import embedding, linear, read_rows
+from gpt_core.kernels.linear import embedding, first_read_position, linear, read_rows
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import PositionEncoding, RotaryEmbedding
 from gpt_core.reference import dropout
@@ -180,15 +180,18 @@ class MultiHeadAttention(HookPoints, nn.Module):
         self.rope = rope
         self.hook_points(hooks, f"blocks.{layer}.")
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None) -> Tensor:
-        """x (B, T, C) -> (B, T, C). `positions` (T,) or (B, T) are what RoPE rotates by; by default the T
-        positions after the cache's filled part."""
+    def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
+                first_query: int = 0) -> Tensor:  # fmt: skip
+        """x (B, T, C) -> (B, T - first_query, C). `positions` (T,) or (B, T) are what RoPE rotates by; by
+        default the T positions after the cache's filled part. Only positions from `first_query` on ask
+        (every position is a key): the causal kernel aligns queries to the end, as it does for a cache."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
         if self.rope is not None:
             at = positions if positions is not None else (cache.length if cache is not None else 0)
             q, k = self.rope(q, at), self.rope(k, at)
         q, k, v = self.hook("q", q), self.hook("k", k), self.hook("v", v)
+        q = q[:, :, first_query:]  # (B, H, T', d), T' = T - first_query
         if cache is not None:
             k, v = cache.store(self.layer, k, v)  # (B, H, T_total, d)
         p = self.dropout_p if self.training else 0.0  # only a kernel taking dropout_p is given p > 0
@@ -196,7 +199,7 @@ class MultiHeadAttention(HookPoints, nn.Module):
             y = hooked_attention(q, k, v, lambda weights: self.hook("pattern", weights), p)
         else:
             y = self.kernels.attention(q, k, v, True, dropout_p=p) if p else self.kernels.attention(q, k, v, True)
-        y = self.hook("z", y).transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        y = self.hook("z", y).transpose(1, 2).reshape(B, T - first_query, C)  # (B, T', C)
         return dropout(self.proj(y), self.dropout_p, self.training)
 
 
@@ -239,9 +242,11 @@ class Block(HookPoints, nn.Module):
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
                 read: Tensor | None = None) -> Tensor:  # fmt: skip
         x = self.hook("resid_pre", x)
-        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions))
+        first = first_read_position(read) if read is not None and not self._hooks else 0
+        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions, first))
+        x = x[:, first:]  # (B, T', C): positions before the first read one end here, having served as keys
         x = self.hook("resid_mid", x + a if self.residual else a)
-        x = x if read is None else read_rows(x, read)  # (N, C): the MLP runs only where read
+        x = x if read is None else read_rows(x, read[:, first:])  # (N, C): the MLP runs only where read
         if self.mlp is None:  # attention-only
             return self.hook("resid_post", x)
         m = self.hook("mlp_out", self.mlp(self.hook("ln2", self.ln2(x))))
@@ -348,8 +353,9 @@ class GPT(HookPoints, nn.Module):
         """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, given targets (B, T), the loss over those not
         IGNORE_INDEX. With a `cache`, `idx` holds only the new tokens. `positions` (T,) or (B, T): the tokens'
         ids (default: the next T after the cache's; drawn in training with randomized_positions). `read` (B, T)
-        bool runs the last MLP and the head only where True: logits `logits[read]` (N, V), the loss over
-        `targets[read]`, the hooks from that MLP on N rows. (`return_attention`: deprecated, use run_with_cache.)"""
+        bool runs the last MLP and the head only where True (and, with no hooks set, the last block's queries
+        only from the first position read): logits `logits[read]` (N, V), the loss over `targets[read]`, the
+        hooks from that MLP on N rows. (`return_attention`: deprecated, use run_with_cache.)"""
         if return_attention:
             return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
         B, T = idx.shape

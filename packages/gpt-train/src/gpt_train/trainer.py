@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT
+from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_weights
@@ -196,7 +196,9 @@ class Trainer:
         return loss_value, stop
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.forward(inputs, targets).loss
+        """The mean loss over the scored targets; the last block and the head compute only from the first
+        scored position on, and its MLP and the head only where a target is scored."""
+        return self.forward(inputs, targets, read=targets != IGNORE_INDEX).loss
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and

@@ -73,3 +73,9 @@ def read_rows(x: Tensor, read: Tensor) -> Tensor:
     if bool(read.all()):
         return flat
     return flat.index_select(0, read.reshape(-1).nonzero().squeeze(1))
+
+
+def first_read_position(read: Tensor) -> int:
+    """The first position that any row of `read` (B, T) reads (0 when none does): the last block needs
+    queries, its MLP and the head only from there on, the positions before it serving only as keys."""
+    return int(read.any(dim=0).int().argmax())
