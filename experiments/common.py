@@ -155,7 +155,7 @@ def shakespeare_path(ctx: Context) -> Path:
     return text
 
 
-REUSED = " (with --reuse: runs recorded with the same arguments were read back, not trained again)"
+REUSED = "its runs were recorded earlier with the same arguments and read back (`--reuse`), so its time is not given"
 
 
 def report(
@@ -167,8 +167,8 @@ def report(
     asked = f"{question}\n\n" if question else ""
     text = (
         f"## {title}\n\n{asked}```\n{command_block}\n```\n\n"
-        f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; the experiment takes about "
-        f"{wall:.0f} s{REUSED if ctx.reuse else ''}.\n\n{body.strip()}\n"
+        f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; "
+        f"{REUSED if ctx.reuse else f'the experiment takes about {wall:.0f} s'}.\n\n{body.strip()}\n"
     )
     path = ctx.out / f"{name}.md"
     path.write_text(text)
