@@ -109,8 +109,7 @@ class Linear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
+        self.in_features, self.out_features = in_features, out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
         nn.init.normal_(self.weight, std=0.02)
@@ -182,16 +181,14 @@ class MultiHeadAttention(HookPoints, nn.Module):
 
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
                 first_query: int = 0) -> Tensor:  # fmt: skip
-        """x (B, T, C) -> (B, T - first_query, C). `positions` (T,) or (B, T) are what RoPE rotates by; by
-        default the T positions after the cache's filled part. Only positions from `first_query` on ask
-        (every position is a key): the causal kernel aligns queries to the end, as it does for a cache."""
+        """x (B, T, C) -> (B, T - first_query, C): every position is a key, those from `first_query` on ask (the
+        causal kernel aligns queries to the end, as for a cache). RoPE rotates by `positions` (T,) or (B, T)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
         if self.rope is not None:
             at = positions if positions is not None else (cache.length if cache is not None else 0)
             q, k = self.rope(q, at), self.rope(k, at)
-        q, k, v = self.hook("q", q), self.hook("k", k), self.hook("v", v)
-        q = q[:, :, first_query:]  # (B, H, T', d), T' = T - first_query
+        q, k, v = self.hook("q", q)[:, :, first_query:], self.hook("k", k), self.hook("v", v)  # q (B, H, T', d)
         if cache is not None:
             k, v = cache.store(self.layer, k, v)  # (B, H, T_total, d)
         p = self.dropout_p if self.training else 0.0  # only a kernel taking dropout_p is given p > 0
@@ -242,10 +239,9 @@ class Block(HookPoints, nn.Module):
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
                 read: Tensor | None = None) -> Tensor:  # fmt: skip
         x = self.hook("resid_pre", x)
-        first = first_read_position(read) if read is not None and not self._hooks else 0
-        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions, first))
-        x = x[:, first:]  # (B, T', C): positions before the first read one end here, having served as keys
-        x = self.hook("resid_mid", x + a if self.residual else a)
+        first = first_read_position(read) if read is not None and not self._hooks else 0  # those before: keys only
+        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions, first))  # (B, T', C)
+        x = self.hook("resid_mid", x[:, first:] + a if self.residual else a)
         x = x if read is None else read_rows(x, read[:, first:])  # (N, C): the MLP runs only where read
         if self.mlp is None:  # attention-only
             return self.hook("resid_post", x)
@@ -256,9 +252,8 @@ class Block(HookPoints, nn.Module):
 class GPT(HookPoints, nn.Module):
     """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head.
 
-    `kernels` are the functions this model, and only this model, computes attention, LayerNorm, GELU,
-    the loss and sampling's softmax with; they draw no random numbers, so the initial weights are the
-    same whichever kernels are chosen.
+    `kernels` are the functions this model alone computes attention, LayerNorm, GELU, the loss and
+    sampling's softmax with; they draw no random numbers, so the initial weights are the same whichever are chosen.
     """
 
     def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
@@ -353,9 +348,8 @@ class GPT(HookPoints, nn.Module):
         """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, given targets (B, T), the loss over those not
         IGNORE_INDEX. With a `cache`, `idx` holds only the new tokens. `positions` (T,) or (B, T): the tokens'
         ids (default: the next T after the cache's; drawn in training with randomized_positions). `read` (B, T)
-        bool runs the last MLP and the head only where True (and, with no hooks set, the last block's queries
-        only from the first position read): logits `logits[read]` (N, V), the loss over `targets[read]`, the
-        hooks from that MLP on N rows. (`return_attention`: deprecated, use run_with_cache.)"""
+        bool: the last block asks from its first True position (no hooks set), its MLP and the head run only where
+        True: logits `logits[read]` (N, V), the loss over `targets[read]`, the hooks from that MLP on N rows."""
         if return_attention:
             return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
         B, T = idx.shape
