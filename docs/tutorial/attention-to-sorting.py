@@ -222,5 +222,6 @@ print("\n".join(findings.reads_findings(reads.to_json(), findings.minor_layers(h
 #   of its weight on the answer written so far.
 #
 # Sorting, for this model, is a gather by the first layer's attention, comparing each input digit with the one
-# just written, helped by the second layer's, then computation at a single position. [docs/results/inspect.md](../results/inspect.md) takes the same model
-# further, and `gpt-train inspect sort report` writes all of this, with the pictures, into one page.
+# just written, helped by the second layer's, then computation at a single position.
+# [docs/results/inspect.md](../results/inspect.md) takes a default model further (the version it names), and
+# `gpt-train inspect sort report` writes all of this, with the pictures, into one page.
