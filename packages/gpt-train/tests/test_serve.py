@@ -189,12 +189,18 @@ def test_many_requests_at_once_all_get_the_same_answer(server):
     assert all(json.loads(body) == json.loads(alone) for _, body in replies)
 
 
-def test_ctrl_c_stops_the_server_cleanly(run_dir):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("started", [None, _ignore_sigint], ids=["as usual", "with SIGINT ignored"])
+def test_ctrl_c_stops_the_server_cleanly(run_dir, started):
     process = subprocess.Popen(
         [sys.executable, "-m", "gpt_train", "serve", str(run_dir), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=started,  # a process started with SIGINT ignored would keep ignoring it, left to Python
     )
     try:
         line = process.stdout.readline()

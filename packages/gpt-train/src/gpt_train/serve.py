@@ -39,6 +39,7 @@ from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.run_names import RUN
 from gpt_train.runs import open_run
+from gpt_train.signals import ctrl_c_interrupts
 from gpt_viz import RunLayout, VizError
 from gpt_viz.inspect_pictures import load_inspection, most_needed_head
 
@@ -234,8 +235,9 @@ def serve(run_dir: Path, port: int, host: str, device: str) -> None:
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     address, bound = server.server_address[:2]
     try:
-        click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")  # within: Ctrl-C from now on stops
-        server.serve_forever()
+        with ctrl_c_interrupts():
+            click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")  # Ctrl-C from now on stops
+            server.serve_forever()
     except KeyboardInterrupt:
         click.echo("stopped")
     finally:

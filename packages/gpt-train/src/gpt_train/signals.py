@@ -27,3 +27,18 @@ class StopRequest:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def ctrl_c_interrupts() -> Iterator[None]:
+    """Within the block, SIGINT raises KeyboardInterrupt, even in a process started with SIGINT ignored (which
+    Python then leaves ignored): a command that says "Ctrl-C stops it" keeps its word however it was launched."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
