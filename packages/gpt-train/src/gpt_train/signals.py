@@ -1,10 +1,26 @@
-"""Ctrl-C during training: a request to stop between steps, never in the middle of one."""
+"""Ctrl-C: during training a request to stop between steps, never in the middle of one; while serving, an
+interrupt, however the process was started."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+
+@contextlib.contextmanager
+def sigint_handled_by(handler: Callable) -> Iterator[None]:
+    """Within the block, SIGINT calls `handler`; the previous handler is back afterwards. Outside the main
+    thread, where Python allows no handler, signals are left alone."""
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class StopRequest:
@@ -13,32 +29,14 @@ class StopRequest:
     def __init__(self) -> None:
         self.requested = False
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self) -> contextlib.AbstractContextManager[None]:
         def handler(signum, frame):
             self.requested = True
 
-        try:
-            previous = signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread: leave signals alone
-            yield
-            return
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        return sigint_handled_by(handler)
 
 
-@contextlib.contextmanager
-def ctrl_c_interrupts() -> Iterator[None]:
+def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:
     """Within the block, SIGINT raises KeyboardInterrupt, even in a process started with SIGINT ignored (which
     Python then leaves ignored): a command that says "Ctrl-C stops it" keeps its word however it was launched."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return sigint_handled_by(signal.default_int_handler)
