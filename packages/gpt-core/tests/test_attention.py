@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.autograd import gradcheck
 
 from gpt_core import MultiHeadAttention, causal_mask, sdpa
+from gpt_core.kernels.attention import _transposed_times
 
 TOL = 1e-12
 B, H, T, D = 2, 4, 7, 16
@@ -171,13 +172,25 @@ def test_sdpa_rejects_dropout_outside_unit_interval(randn):
 # ----------------------------------------------------------------------------- gradcheck
 
 
-@pytest.mark.parametrize("causal,n_queries,n_keys", [(True, 4, 4), (True, 2, 5), (False, 4, 4), (False, 3, 5)], ids=str)
+@pytest.mark.parametrize("causal,n_queries,n_keys", [(True, 4, 4), (True, 2, 5), (True, 1, 5), (False, 4, 4), (False, 3, 5)],
+                         ids=str)  # fmt: skip
 def test_sdpa_passes_gradcheck(gen, causal, n_queries, n_keys):
     def r(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True)
 
     q, k, v = r(1, 2, n_queries, 3), r(1, 2, n_keys, 3), r(1, 2, n_keys, 3)
     assert gradcheck(lambda q, k, v: sdpa(q, k, v, causal=causal)[0], (q, k, v), eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+def test_one_query_backward_products_are_the_batched_matmuls_bits(dtype):
+    """With one query the backward's P^T dO and dS^T q are outer products, taken by broadcasting: the very
+    bits the batched matmul gives (one product per entry), in every dtype."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 4, 1, 9, generator=gen).to(dtype), torch.randn(64, 4, 1, 16, generator=gen).to(dtype)
+    assert torch.equal(_transposed_times(a, b), a.transpose(-2, -1) @ b)
+    a, b = torch.randn(8, 4, 3, 9, generator=gen).to(dtype), torch.randn(8, 4, 3, 16, generator=gen).to(dtype)
+    assert torch.equal(_transposed_times(a, b), a.transpose(-2, -1) @ b)  # more queries: the matmul itself
 
 
 # ----------------------------------------------------------------------------- MultiHeadAttention

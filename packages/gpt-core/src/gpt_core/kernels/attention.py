@@ -10,6 +10,7 @@ intermediate of the softmax. The tricks, each explained where it is used:
  - the softmax in base 2 (`_log2_scores`): exp2 in place of exp, the log2(e) riding on the scale;
  - the mask as an additive bias built once per shape (`_causal_bias`);
  - contiguous copies of k and v made once for the backward (`_Attention.forward`);
+ - with one query, the backward's two products over the query axis as outer products (`_transposed_times`);
  - the softmax's statistics in float32 for 16-bit inputs (`precision`);
  - without a gradient to record, the forward runs bare, without the Function's bookkeeping.
 `attention_weights` computes P by the same arithmetic with plain differentiable operations: it is
@@ -97,6 +98,15 @@ def _attention_forward(
     return out, probs, keep, q
 
 
+def _transposed_times(a: Tensor, b: Tensor) -> Tensor:
+    """a^T b over the query axis: (B, H, Tq, Tk), (B, H, Tq, d) -> (B, H, Tk, d). With one query (a model
+    read only at its last position) each entry is a single product, so the outer product by broadcasting
+    gives the same numbers, where batched GEMM on such (Tk, 1) x (1, d) shapes is several times slower."""
+    if a.shape[-2] == 1:
+        return a.transpose(-2, -1) * b
+    return a.transpose(-2, -1) @ b
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
@@ -115,7 +125,7 @@ class _Attention(torch.autograd.Function):
         q_log2, k, v, probs, keep, out = ctx.saved_tensors  # q_log2 = q * scale * log2(e)
         d_out = d_out.contiguous()
         dropped = probs if keep is None else probs * keep
-        d_v = dropped.transpose(-2, -1) @ d_out
+        d_v = _transposed_times(dropped, d_out)
         d_probs = d_out @ v.transpose(-2, -1)
         if keep is not None:
             d_probs = d_probs * keep
@@ -125,7 +135,7 @@ class _Attention(torch.autograd.Function):
         rows = torch.linalg.vecdot(upcast(d_out), upcast(out)).unsqueeze(-1)  # (B, H, Tq, 1)
         d_scores = upcast(d_probs).sub_(rows).mul_(probs).to(d_probs.dtype)  # dL/dS, S = scale q k^T
         d_q = (d_scores @ k).mul_(ctx.scale)
-        d_k = (d_scores.transpose(-2, -1) @ q_log2).div_(_LOG2_E)
+        d_k = _transposed_times(d_scores, q_log2).div_(_LOG2_E)
         return d_q, d_k, d_v, None, None, None
 
 
