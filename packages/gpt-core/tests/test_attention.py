@@ -172,8 +172,10 @@ def test_sdpa_rejects_dropout_outside_unit_interval(randn):
 # ----------------------------------------------------------------------------- gradcheck
 
 
-@pytest.mark.parametrize("causal,n_queries,n_keys", [(True, 4, 4), (True, 2, 5), (True, 1, 5), (False, 4, 4), (False, 3, 5)],
-                         ids=str)  # fmt: skip
+SHAPES = [(True, 4, 4), (True, 2, 5), (True, 1, 5), (False, 4, 4), (False, 3, 5)]
+
+
+@pytest.mark.parametrize("causal,n_queries,n_keys", SHAPES, ids=str)
 def test_sdpa_passes_gradcheck(gen, causal, n_queries, n_keys):
     def r(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True)

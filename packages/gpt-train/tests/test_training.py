@@ -54,12 +54,6 @@ def test_weight_decay_only_on_matrices_not_norms_biases_or_positions():
     assert not [n for n in decayed if n.endswith(".bias") or ".ln" in n]
 
 
-def test_optimizer_uses_the_fused_adamw_kernel_on_cpu():
-    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=16))
-    optimizer = make_optimizer(model, TrainSettings(**SETTINGS))
-    assert optimizer.defaults["fused"] is True
-
-
 # Randomized positions draw from the global RNG in every training forward, and mixed lengths draw each
 # batch's length: both must leave seeded runs and resumes bit-identical.
 RANDOMIZED = ["--set", "pos=learned", "--set", "randomized_positions=true", "--set", "max_positions=24",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -20,16 +21,110 @@ def learning_rate(step: int, s: TrainSettings) -> float:
     return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def make_optimizer(model: GPT, s: TrainSettings) -> torch.optim.AdamW:
+class FusedAdamW:
+    """AdamW as PyTorch's fused kernel, one call per parameter group and device: the kernel
+    `torch.optim.AdamW(fused=True)` runs, so the same numbers bit for bit, with its `state_dict` layout (a
+    checkpoint written by torch.optim.AdamW resumes here, bit for bit).
+
+    Why not torch.optim.AdamW itself: the methods of its base class import torch._dynamo, the compiler,
+    the first time one of them runs, which is more than a second of a run's start-up on a 2-core CPU
+    (docs/results/speed.md), and eager training never needs it."""
+
+    def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float], eps: float = 1e-8):
+        self.param_groups = [
+            {"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps, "weight_decay": g["weight_decay"]}
+            for g in groups
+        ]
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    def _state(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        if param not in self.state:  # as torch.optim.AdamW(fused=True) starts it: a float32 step on the device
+            zeros = torch.zeros_like(param, memory_format=torch.preserve_format)
+            step = torch.zeros((), dtype=torch.float32, device=param.device)
+            self.state[param] = {"step": step, "exp_avg": zeros, "exp_avg_sq": zeros.clone()}
+        return self.state[param]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One AdamW step for every parameter that has a gradient."""
+        for group in self.param_groups:
+            by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+            for param in group["params"]:
+                if param.grad is not None:
+                    by_kind.setdefault((param.device, param.dtype), []).append(param)
+            for params in by_kind.values():
+                states = [self._state(p) for p in params]
+                steps = [s["step"] for s in states]
+                torch._foreach_add_(steps, 1)
+                beta1, beta2 = group["betas"]
+                torch._fused_adamw_(
+                    params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                    [s["exp_avg_sq"] for s in states], [], steps, lr=group["lr"], beta1=beta1, beta2=beta2,
+                    weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False,
+                )  # fmt: skip
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                param.grad = None
+
+    def _index(self) -> dict[torch.Tensor, int]:
+        params = [p for group in self.param_groups for p in group["params"]]
+        return {p: i for i, p in enumerate(params)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim's layout: each state by the parameter's position over the groups, in order."""
+        index = self._index()
+        groups = [{k: v for k, v in g.items() if k != "params"} | {"params": [index[p] for p in g["params"]]}
+                  for g in self.param_groups]  # fmt: skip
+        return {"state": {index[p]: dict(s) for p, s in self.state.items()}, "param_groups": groups}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Restore a `state_dict()` of this class or of torch.optim.AdamW (the hyperparameters with it);
+        ValueError if its groups do not hold as many parameters as this optimiser's."""
+        sizes = [len(g["params"]) for g in saved["param_groups"]]
+        if sizes != [len(g["params"]) for g in self.param_groups]:
+            raise ValueError(f"its parameter groups hold {sizes} parameters, this run's optimiser's "
+                             f"{[len(g['params']) for g in self.param_groups]}")  # fmt: skip
+        for group, kept in zip(self.param_groups, saved["param_groups"], strict=True):
+            group.update({k: kept[k] for k in ("lr", "eps", "weight_decay")}, betas=tuple(kept["betas"]))
+        params = {i: p for p, i in self._index().items()}
+        self.state = {}
+        for i, slots in saved["state"].items():
+            param = params[int(i)]
+            self.state[param] = {
+                "step": slots["step"].to(torch.float32).to(param.device).reshape(()),
+                "exp_avg": slots["exp_avg"].to(param),
+                "exp_avg_sq": slots["exp_avg_sq"].to(param),
+            }
+
+
+Optimizer = FusedAdamW | torch.optim.Optimizer
+
+
+def fused_adamw_runs_on(device: torch.device) -> bool:
+    """Whether this PyTorch has the fused AdamW kernel for `device` (CPU from PyTorch 2.4; CUDA and MPS)."""
+    param, grad, exp_avg, exp_avg_sq, step = (torch.zeros(1, device=device) for _ in range(5))
+    try:
+        torch._fused_adamw_([param], [grad], [exp_avg], [exp_avg_sq], [], [step], lr=0.0, beta1=0.9, beta2=0.99,
+                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)  # fmt: skip
+    except (AttributeError, NotImplementedError, RuntimeError, TypeError):  # missing, or another signature
+        return False
+    return True
+
+
+def make_optimizer(model: GPT, s: TrainSettings) -> Optimizer:
     """AdamW with weight decay on weight matrices only: not on norms and biases (vectors), and not on
-    the position table unless asked, since shrinking it towards zero erases position information."""
+    the position table unless asked, since shrinking it towards zero erases position information.
+    One fused kernel for every parameter, ~4x faster than the per-tensor loop on CPU, where the device
+    has it; else torch.optim's loop."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         is_position_table = name.startswith("wpe.")
         wants_decay = param.dim() >= 2 and (s.decay_position_embedding or not is_position_table)
         (decay if wants_decay else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    try:  # one fused kernel for every parameter: ~4x faster than the per-tensor loop on CPU
-        return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), fused=True)
-    except RuntimeError:  # a device (or an older PyTorch) without the fused kernel
-        return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
+    device = next(model.parameters()).device
+    if fused_adamw_runs_on(device):
+        return FusedAdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
+    return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))

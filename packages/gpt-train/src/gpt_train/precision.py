@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import torch
 
 from gpt_train.config import ConfigError
+from gpt_train.optimisation import Optimizer
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -65,7 +66,7 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
-    def unscale(self, optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor]) -> bool:
+    def unscale(self, optimizer: Optimizer, params: Iterable[torch.Tensor]) -> bool:
         """Bring the gradients back to their true size (fp16: divide by the scale); whether they are finite.
         Without a scaler they are taken as they are: a non-finite loss is the trainer's divergence check."""
         if self.scaler is None:
@@ -74,7 +75,7 @@ class Precision:
         finite = [torch.isfinite(p.grad).all() for p in params if p.grad is not None]
         return bool(finite) and bool(torch.stack(finite).all())
 
-    def step(self, optimizer: torch.optim.Optimizer, finite: bool) -> None:
+    def step(self, optimizer: Optimizer, finite: bool) -> None:
         """The optimiser step, which fp16's scaler skips when the gradients are not finite (and then halves
         its scale); counts the skips in a row."""
         if self.scaler is None:
