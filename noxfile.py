@@ -53,6 +53,11 @@ def pip_find_links() -> str:
     return found.stdout.strip() if found.returncode == 0 else ""
 
 
+# The sessions' installs (by uv) leave no compiled bytecode, and their virtualenvs are thrown away after: with
+# PYTHONDONTWRITEBYTECODE set, as on some CI images, every process a session starts would compile PyTorch's
+# Python from source again (4 s a process on a 2-core CPU, for each of the hundreds the sessions start).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 if "UV_FIND_LINKS" not in os.environ and (links := pip_find_links()):
     os.environ["UV_FIND_LINKS"] = ",".join(links.split())  # pip separates them by spaces, uv by commas
 
@@ -69,12 +74,21 @@ def install_packages(session: nox.Session, *names: str, extras: str = "") -> Non
     session.install(*CONSTRAINTS, *map(package_dir, siblings), package_dir(last) + extras)
 
 
+def parallel_pytest(session: nox.Session) -> tuple[tuple[str, ...], dict[str, str]]:
+    """pytest-xdist's arguments and environment: a worker per core, each test file whole to one worker (so a
+    module's trained model is made once), one PyTorch thread per worker so the workers share the cores
+    rather than fight over them. The test runner alone: installed here, not a package's dependency."""
+    session.install(*CONSTRAINTS, "pytest-xdist")
+    return ("-n", str(os.cpu_count() or 1), "--dist", "loadfile"), {"OMP_NUM_THREADS": "1"}
+
+
 @nox.session(python=PYTHON)
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests in a venv holding only that package and its declared dependencies."""
     install_packages(session, *PACKAGES[package], package, extras="[test]")
-    session.run("pytest", "-q", package_dir(package) + "/tests", *session.posargs)
+    workers, env = parallel_pytest(session)
+    session.run("pytest", "-q", *workers, package_dir(package) + "/tests", *session.posargs, env=env)
 
 
 def run_example_tests(session: nox.Session, name: str) -> None:
@@ -113,7 +127,8 @@ def gpt2(session: nox.Session) -> None:
 def experiments(session: nox.Session) -> None:
     """Run every experiment in quick mode: checks the machinery end to end, not the accuracies."""
     install_packages(session, "gpt-core", "gpt-tasks[bpe]", "gpt-viz", "gpt-train")
-    session.run("python", str(ROOT / "experiments" / "run_all.py"), "--quick", *session.posargs)
+    jobs = str(os.cpu_count() or 1)  # runs in parallel, the threads split between them
+    session.run("python", str(ROOT / "experiments" / "run_all.py"), "--quick", "--jobs", jobs, *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -39,3 +39,15 @@ def tiny_run(cli, tmp_path) -> Path:
     result = cli(*TINY, "--out", run_dir)
     assert result.code == 0, result.err
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def default_sort_run(tmp_path_factory) -> Path:
+    """What `gpt-train run --task sort` makes (scored on the whole held-out split), trained once for the tests
+    that read the default model."""
+    run_dir = tmp_path_factory.mktemp("default") / "sort"
+    try:
+        main(["run", "--task", "sort", "--device", "cpu", "--quiet", "--out", str(run_dir)])
+    except SystemExit as exit_:
+        assert not exit_.code
+    return run_dir

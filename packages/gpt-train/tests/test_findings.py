@@ -6,7 +6,6 @@ the default sort model, whose story (layer 1's attention hardly used, the answer
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import torch
@@ -149,8 +148,8 @@ def trained(tmp_path_factory):
     return config.build_task(), model
 
 
-def test_a_layer_whose_attention_writes_nothing_is_found_unused_and_its_heads_not_needed(default_sort):
-    config, model = load_run(default_sort, CPU)  # a model that still sorts without layer 1's attention
+def test_a_layer_whose_attention_writes_nothing_is_found_unused_and_its_heads_not_needed(default_sort_run):
+    config, model = load_run(default_sort_run, CPU)  # a model that still sorts without layer 1's attention
     task = config.build_task()
     planted = copy.deepcopy(model)
     with torch.no_grad():
@@ -200,32 +199,8 @@ def test_reads_are_each_heads_mean_weight_by_value_pair_as_counted_by_hand(train
 
 
 # the default sort model ----------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def default_sort(tmp_path_factory) -> Path:
-    """The model `gpt-train run --task sort` trains (the final evaluation on a sample: the weights are the same)."""
-    run_dir = tmp_path_factory.mktemp("default") / "sort"
-    try:
-        main(
-            [
-                "run",
-                "--task",
-                "sort",
-                "--device",
-                "cpu",
-                "--quiet",
-                "--set",
-                "final_eval_limit=2000",
-                "--out",
-                str(run_dir),
-            ]
-        )
-    except SystemExit as exit_:
-        assert not exit_.code
-    return run_dir
-
-
-def test_the_default_sort_model_sorts_with_layer_0s_heads_and_answers_only_after_layer_1s_mlp(default_sort):
-    config, model = load_run(default_sort, CPU)
+def test_the_default_sort_model_sorts_with_layer_0s_heads_and_answers_only_after_layer_1s_mlp(default_sort_run):
+    config, model = load_run(default_sort_run, CPU)
     task = config.build_task()
     heads = ablate_each_head(task, model, CPU, 2000).to_json()
     assert heads["layer_zero"][0] < 0.05  # layer 0's attention is what the model sorts with ...
