@@ -45,7 +45,10 @@ WAITS = {
 
 def environment(tree: Path, cache: Path) -> dict[str, str]:
     src = [str(tree / "packages" / name / "src") for name in PACKAGES]
-    return os.environ | {"PYTHONPATH": os.pathsep.join(src), "XDG_CACHE_HOME": str(cache), "PYTHONHASHSEED": "0"}
+    # Bytecode written (an empty PYTHONDONTWRITEBYTECODE is unset): the source trees then start as installed
+    # packages do, compiled once, instead of compiling every module again in every process.
+    env = {"PYTHONPATH": os.pathsep.join(src), "XDG_CACHE_HOME": str(cache), "PYTHONHASHSEED": "0"}
+    return os.environ | env | {"PYTHONDONTWRITEBYTECODE": ""}
 
 
 def timed(args: list[str], env: dict[str, str], workdir: Path) -> tuple[float, float | None]:

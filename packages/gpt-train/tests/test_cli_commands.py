@@ -10,11 +10,22 @@ from train_helpers import TINY, is_count_of, read_metrics
 from gpt_tasks import get_task, list_tasks
 from gpt_viz import RunLayout
 
+PICTURES = {RunLayout.CURVES_PICTURE, RunLayout.ATTENTION_PICTURE, RunLayout.GROKKING_PICTURE}
 
-def test_run_writes_a_complete_run_directory(tiny_run):
-    names = {p.name for p in tiny_run.iterdir()}
+
+def test_run_writes_a_complete_run_directory(cli, tmp_path):
+    with_pictures = [arg for arg in TINY if arg != "--no-pictures"]
+    assert cli(*with_pictures, "--out", tmp_path / "r").code == 0
+    names = {p.name for p in (tmp_path / "r").iterdir()}
     assert set(RunLayout.FILES) - {RunLayout.GROKKING_PICTURE} <= names  # grokking.png: two-split tasks only
     assert not [n for n in names if n.startswith(".")], "temporary files left behind"
+    assert all((tmp_path / "r" / name).stat().st_size > 5_000 for name in PICTURES - {RunLayout.GROKKING_PICTURE})
+
+
+def test_no_pictures_draws_no_png_and_keeps_everything_else(tiny_run):  # TINY runs with --no-pictures
+    names = {p.name for p in tiny_run.iterdir()}
+    assert set(RunLayout.FILES) - PICTURES <= names
+    assert not [n for n in names if n.endswith(".png")]
 
 
 def test_config_records_every_resolved_setting(tiny_run):

@@ -13,6 +13,7 @@ TINY = (
     "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "30", "--batch-size", "32",
     "--set", "length=4", "--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2",
     "--set", "eval_every=10", "--set", "eval_limit=200", "--set", "checkpoint_every=10", "--set", "log_every=5",
+    "--no-pictures",  # drawing them is most of such a run's time; the tests of the pictures draw them
 )  # fmt: skip
 
 

@@ -66,11 +66,12 @@ def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:
         gpt_viz.save_figure(gpt_viz.grokking(layout.root, metric=grokking_metric), layout.grokking_picture)
 
 
-def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> str | None:
-    """Write the run's pictures; returns None, or why drawing failed."""
+def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout, draw: bool = True) -> str | None:
+    """Write the run's attention arrays and (unless not to `draw`) its pictures; returns None, or why that failed."""
     try:
         save_attention(task, model, device, layout)
-        draw_run_pictures(layout, task.primary_metric if TRAIN in task.eval_splits else None)
+        if draw:
+            draw_run_pictures(layout, task.primary_metric if TRAIN in task.eval_splits else None)
     except Exception as error:  # a picture is never worth losing the run over
         return f"{type(error).__name__}: {error}"
     return None

@@ -301,16 +301,17 @@ class Trainer:
             raise kernel_failure(what, error, kernels, unverified, self.record.last_checkpoint()) from None
 
 
-def train(run: Run, quiet: bool = False) -> Outcome:
-    """The whole of one training process: join the process group, train, draw the pictures (rank 0),
-    and leave together. The run's lock is released on the way out, whatever happens."""
+def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
+    """The whole of one training process: join the process group, train, draw the pictures (rank 0; the
+    attention arrays alone without `pictures`), and leave together. The run's lock is released on the way
+    out, whatever happens."""
     rank = run.rank
     try:
         rank.init(run.device)
         trainer = Trainer(run, quiet=quiet)
         outcome = trainer.run()
         if outcome.reason == "finished" and rank.is_main:
-            problem = write_pictures(run.task, trainer.model, run.device, run.layout)
+            problem = write_pictures(run.task, trainer.model, run.device, run.layout, draw=pictures)
             outcome = Outcome(outcome.reason, outcome.step, outcome.final, pictures_problem=problem)
         # Every rank leaves together: a gloo rank that tore down its group while rank 0 was still
         # drawing aborted ("terminate called without an active exception"), 4 of 72 CPU test runs.

@@ -63,6 +63,12 @@ EXIT_CODES = {"diverged": 1, "interrupted": 130}
 @click.option("--force", is_flag=True, help="Replace a run already in --out.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
 @click.option(
+    "--no-pictures",
+    is_flag=True,
+    help="Draw no PNGs at the end (a second or two saved, for sweeps and scripts); `gpt-viz curves RUN`, "
+    "`gpt-viz attention RUN` and `gpt-viz grokking RUN` draw them later from the run's files.",
+)
+@click.option(
     "--init-from",
     type=click.Path(path_type=Path),
     help="Start from a Hugging Face GPT-2 directory's weights (config.json, model.safetensors); text uses its "
@@ -79,6 +85,7 @@ def run(
     unverified,
     force,
     quiet,
+    no_pictures,
     compile_,
     init_from,
     **flags,
@@ -136,7 +143,7 @@ def run(
     if rank.is_main and not quiet:
         verb = "continuing" if resume is not None else "training"
         click.echo(f"{verb} {handed.config.task} in {handed.layout.root}")
-    outcome = train(handed, quiet=quiet)
+    outcome = train(handed, quiet=quiet, pictures=not no_pictures)
     if not rank.is_main:
         _exit_for(outcome, handed.layout.root)
         return
