@@ -86,9 +86,10 @@ def record_path(ctx: Context, name: str) -> Path:
     return ctx.runs / f"{name}.experiment.json"
 
 
-def train(ctx: Context, name: str, args: Sequence[str]) -> Run:
+def train(ctx: Context, name: str, args: Sequence[str], pictures: bool = False) -> Run:
     """`gpt-train run` with `args` into runs/<name>, replacing an earlier run of the same name; with
-    `ctx.reuse`, a finished run recorded with the same arguments is read back instead."""
+    `ctx.reuse`, a finished run recorded with the same arguments is read back instead. The run draws its
+    own pictures only when a page shows them (`pictures`): the experiments draw the rest from its files."""
     run_dir, record = ctx.runs / name, record_path(ctx, name)
     args = [str(a) for a in args]
     if ctx.reuse and record.is_file() and RunLayout(run_dir).final.is_file():
@@ -99,7 +100,8 @@ def train(ctx: Context, name: str, args: Sequence[str]) -> Run:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     start = time.perf_counter()
-    gpt_train(ctx, "run", *args, "--device", "cpu", "--quiet", "--out", run_dir)
+    drawn = [] if pictures else ["--no-pictures"]
+    gpt_train(ctx, "run", *args, "--device", "cpu", "--quiet", "--out", run_dir, *drawn)
     wall = time.perf_counter() - start
     record.write_text(json.dumps({"args": args, "wall": wall}))
     return read_run(name, run_dir, wall)

@@ -29,7 +29,7 @@ def run(ctx: Context):
     data = shakespeare_path(ctx)
     quick = ["--steps", "20", "--set", "n_layer=1", "--set", "eval_every=10", "--set", "eval_limit=20"]
     args = ["--task", "shakespeare", "--data", str(data), *(quick if ctx.quick else [])]
-    result = train(ctx, "shakespeare", args)
+    result = train(ctx, "shakespeare", args, pictures=True)
     final = result.final
     train_seconds = next(r["elapsed"] for r in result.metrics if r["step"] == final["step"])
     rows = [

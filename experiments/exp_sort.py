@@ -48,7 +48,7 @@ def reference_section(ctx: Context, fast: dict) -> str:
 def run(ctx: Context):
     start = time.perf_counter()
     args = ["--task", "sort", *(QUICK if ctx.quick else [])]
-    result = train(ctx, "sort", args)
+    result = train(ctx, "sort", args, pictures=True)
     final = result.final
     exact, examples = final[metric_key(HELDOUT, "exact_match")], final[metric_key(HELDOUT, "examples")]
     reached = result.first_step(metric_key(HELDOUT, "exact_match"), 0.9995)
