@@ -67,7 +67,7 @@ def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:
 
 
 def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout, draw: bool = True) -> str | None:
-    """Write the run's attention arrays and (unless not to `draw`) its pictures; returns None, or why that failed."""
+    """Write the run's attention arrays and, with `draw`, its pictures; returns None, or why that failed."""
     try:
         save_attention(task, model, device, layout)
         if draw:
