@@ -10,9 +10,12 @@ trained model and the held-out loss late and early in the context measured again
 
 from __future__ import annotations
 
+import time
+
 import torch
 from common import ROOT, Context, Run, context_from_args, markdown_table, shakespeare_path, train_all
 
+import gpt_core
 from gpt_tasks import get_task
 from gpt_tasks.probes import icl_positions, position_losses
 from gpt_train.runs import open_run
@@ -107,6 +110,7 @@ REFERENCES = """\
 
 
 def run(ctx: Context):
+    start = time.perf_counter()
     runs = train_all(ctx, specs(ctx))
     rows, pictures, found = [], [], {}
     for name, result in runs.items():
@@ -128,7 +132,8 @@ def run(ctx: Context):
     )
     text = (
         f"## Induction heads and in-context learning\n\n{QUESTION}\n\n```\n{commands}\n```\n\n"
-        f"Machine: {ctx.machine()}.\n\n{markdown_table(header, rows)}\n\n{RULE}\n\n"
+        f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; the experiment takes about "
+        f"{time.perf_counter() - start:.0f} s.\n\n{markdown_table(header, rows)}\n\n{RULE}\n\n"
         + "\n\n".join(pictures)
         + f"\n\n### What it means\n\n{meaning(found)}\n\n### References\n\n{REFERENCES}\n"
     )
