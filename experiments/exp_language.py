@@ -13,9 +13,9 @@ from common import Context, context_from_args, copy_picture, gpt_train, markdown
 
 from gpt_viz import HELDOUT, metric_key
 
-KEPT = "<!-- kept by exp_language.py: measured outside run_all, see the section's commands -->"
-"""Marks the hand-written section at the end of language.md (the nanoGPT comparison, which needs nanoGPT
-itself and so cannot run here): a regenerated report keeps it."""
+KEPT = "<!-- kept by exp_language.py: measured by exp_nanogpt.py, outside run_all -->"
+"""Marks the section at the end of language.md that `exp_nanogpt.py` measures (the nanoGPT comparison, which needs
+a clone of nanoGPT and so is not one of run_all's experiments): a regenerated report keeps it."""
 
 
 def kept_section(path: Path) -> str:

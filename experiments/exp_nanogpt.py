@@ -1,0 +1,246 @@
+"""Ours against nanoGPT's CPU recipe for tiny-shakespeare, both scored on the same held-out characters.
+
+    python experiments/exp_nanogpt.py --nanogpt NANOGPT --data ../shared/data/tinyshakespeare.txt --out /tmp/nanogpt-cmp
+
+NANOGPT is a clone of karpathy/nanoGPT with its character data prepared (`python data/shakespeare_char/prepare.py`,
+which reads data/shakespeare_char/input.txt when it is there). Three models are trained once each, 2,000 steps
+(a model already finished in `--out` is read back, not trained again):
+
+- nanoGPT, by the command its README gives for a CPU: it trains on the first 90% of the text and validates on
+  the rest (characters from int(0.9 * len(text)) on);
+- ours, `gpt-train run --task shakespeare`: it holds out 1,024-character chunks of the whole text, chosen by a
+  hash, so most of its training chunks surround its held-out ones, in the last 10% too;
+- ours trained on the first 90% alone (`--data` a file of that part), which has seen none of the last 10%.
+
+Each is then scored on the same characters with the same contexts, the shakespeare task's own evaluation windows
+(`window_batch`: 64 characters of context from the window's start, each target once): our held-out windows in
+the last 10%, and every window of the last 10% (non-overlapping, from the boundary on: nanoGPT's whole
+validation part). nanoGPT's model is built by nanoGPT's own `model.py` from its `ckpt.pt` (loaded with
+`weights_only=True`, no unpickling of code). Before scoring, the tokenisation is checked: nanoGPT's train.bin
+and val.bin, concatenated, must equal the task's token stream, id for id (the same 65 characters, sorted, as
+ids 0-64), and each of our runs must map every id to the same character.
+
+A difference is nanoGPT's loss minus ours over the shared targets; its 95% interval comes from 10,000
+bootstrap resamples of the 1,024-character chunks (the windows of one chunk are not independent), and the
+chunk count says on how many chunks ours is the lower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import gpt_core
+from gpt_core import IGNORE_INDEX
+from gpt_tasks import get_task
+from gpt_train.runs import load_run
+from gpt_viz import HELDOUT, RunLayout, metric_key
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from nanogpt_wall import NANOGPT_RECIPE  # noqa: E402  nanoGPT README's command for a CPU
+
+BOUNDARY_FRACTION = 0.9  # nanoGPT's shakespeare_char split: validation from int(0.9 * len(text)) on
+EVAL_BATCH = 256
+BOOTSTRAP_RESAMPLES = 10_000
+
+Logits = Callable[[torch.Tensor], torch.Tensor]  # (N, T) token ids -> (N, T, vocab) logits
+
+
+def fail(message: str) -> None:
+    sys.exit(f"exp_nanogpt: {message}")
+
+
+def run_command(command: list[str], cwd: Path) -> float:
+    """Wall seconds of a training command; a failure stops the experiment with the end of its output."""
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if done.returncode:
+        fail(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def train_ours(data: Path, out: Path) -> float | None:
+    """`gpt-train run --task shakespeare` on `data` into `out`; None when `out` already holds a finished run."""
+    if RunLayout(out).final.is_file():
+        return None
+    command = [sys.executable, "-m", "gpt_train", "run", "--task", "shakespeare", "--data", str(data)]
+    return run_command([*command, "--quiet", "--no-pictures", "--force", "--out", str(out)], Path.cwd())
+
+
+def train_nanogpt(nanogpt: Path, out: Path) -> float | None:
+    """nanoGPT's CPU recipe into `out`; None when a finished one is there (marked by `finished` beside ckpt.pt)."""
+    finished = out / "finished"
+    if finished.is_file():
+        return None
+    wall = run_command([sys.executable, *NANOGPT_RECIPE, f"--out_dir={out}"], nanogpt)
+    finished.write_text("2000 steps\n")
+    return wall
+
+
+def nanogpt_model(nanogpt: Path, out: Path) -> tuple[Logits, dict]:
+    """nanoGPT's trained model, built by its own model.py, as a logits function; and its checkpoint's record."""
+    spec = importlib.util.spec_from_file_location("nanogpt_model", nanogpt / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    checkpoint = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
+        model = module.GPT(module.GPTConfig(**checkpoint["model_args"]))
+    state = {key.removeprefix("_orig_mod."): value for key, value in checkpoint["model"].items()}
+    model.load_state_dict(state)
+    model.eval()
+    record = {"iter_num": checkpoint["iter_num"], "best_val_loss": float(checkpoint["best_val_loss"])}
+    return (lambda ids: model(ids, ids)[0]), record  # with targets, its forward returns every position's logits
+
+
+def our_model(run_dir: Path) -> tuple[Logits, list[str]]:
+    """A finished run's model as a logits function, and the character each of its ids stands for."""
+    config, model = load_run(run_dir, torch.device("cpu"))
+    params = {key: value for key, value in config.task_params.items() if key != "corpus_sha256"}
+    task = get_task("shakespeare", **params)
+    return (lambda ids: model(ids).logits), [task.decode([i]) for i in range(task.vocab_size)]
+
+
+@torch.inference_mode()
+def target_losses(logits_of: Logits, batch_of, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per window: the summed next-token cross-entropy (nats) of its scored targets, and their count."""
+    sums, counts = [], []
+    for part in windows.split(EVAL_BATCH):
+        batch = batch_of(part)
+        logits = logits_of(batch.inputs).float()
+        scored = batch.targets != IGNORE_INDEX
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), batch.targets.flatten(), reduction="none", ignore_index=IGNORE_INDEX
+        )
+        sums.append(loss.view_as(scored).double().sum(dim=1))
+        counts.append(scored.sum(dim=1))
+    return torch.cat(sums), torch.cat(counts)
+
+
+@dataclass
+class Comparison:
+    ours: float  # nats per character over the shared targets
+    nanogpt: float
+    low: float  # 95% bootstrap interval of nanoGPT - ours
+    high: float
+    ours_lower: int  # chunks on which ours is the lower
+    chunks: int
+    characters: int
+
+
+def compare(ours: tuple, nano: tuple, chunk_of: torch.Tensor) -> Comparison:
+    """Both models' losses on the same windows, and nanoGPT - ours by chunk, bootstrapped over the chunks."""
+    (our_sums, counts), (nano_sums, nano_counts) = ours, nano
+    assert torch.equal(counts, nano_counts)
+    chunk_ids, chunk = torch.unique(chunk_of, return_inverse=True)
+    n = len(chunk_ids)
+    by_chunk = lambda values: torch.zeros(n, dtype=torch.float64).index_add_(0, chunk, values.double())
+    ours_c, nano_c, count_c = by_chunk(our_sums), by_chunk(nano_sums), by_chunk(counts)
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.randint(n, (BOOTSTRAP_RESAMPLES, n), generator=generator)
+    resampled = (nano_c[draws] - ours_c[draws]).sum(dim=1) / count_c[draws].sum(dim=1)
+    low, high = torch.quantile(resampled, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    total = float(count_c.sum())
+    return Comparison(
+        ours=float(ours_c.sum()) / total,
+        nanogpt=float(nano_c.sum()) / total,
+        low=low,
+        high=high,
+        ours_lower=int((ours_c < nano_c).sum()),
+        chunks=n,
+        characters=int(total),
+    )
+
+
+def check_tokens(task, nanogpt: Path, boundary: int) -> None:
+    """nanoGPT's train.bin + val.bin must be the task's token stream, id for id, split at `boundary`."""
+    folder = nanogpt / "data" / "shakespeare_char"
+    train, val = (np.fromfile(folder / name, dtype=np.uint16) for name in ("train.bin", "val.bin"))
+    ours = np.asarray(task.cache.tokens)
+    if len(train) != boundary or not np.array_equal(np.concatenate((train, val)), ours):
+        fail(f"{folder}'s train.bin and val.bin are not this text encoded as ours is; prepare them from --data")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT, data prepared")
+    parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare.txt")
+    parser.add_argument("--out", type=Path, required=True, help="where the three models are trained")
+    args = parser.parse_args()
+    nanogpt, data, out = args.nanogpt.resolve(), args.data.resolve(), args.out.resolve()
+    if not (nanogpt / "model.py").is_file() or not (nanogpt / "data" / "shakespeare_char" / "train.bin").is_file():
+        fail(f"{nanogpt} is not a nanoGPT clone with data/shakespeare_char/train.bin; run its prepare.py first")
+    if not data.is_file():
+        fail(f"{data} is not a file")
+    out.mkdir(parents=True, exist_ok=True)
+    text = data.read_text(encoding="utf-8")
+    boundary = int(len(text) * BOUNDARY_FRACTION)
+    first90 = out / "first90.txt"
+    first90.write_text(text[:boundary], encoding="utf-8")
+
+    start = time.perf_counter()
+    walls = {
+        "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt"),
+        "ours": train_ours(data, out / "ours"),
+        "ours, first 90%": train_ours(first90, out / "ours-first90"),
+    }
+    task = get_task("shakespeare", data=str(data))
+    check_tokens(task, nanogpt, boundary)
+    nano_logits, record = nanogpt_model(nanogpt, out / "nanogpt")
+    models = {"ours": our_model(out / "ours"), "ours, first 90%": our_model(out / "ours-first90")}
+    vocabulary = [task.decode([i]) for i in range(task.vocab_size)]
+    for name, (_, chars) in models.items():
+        if chars != vocabulary:
+            fail(f"the {name} run's tokenizer maps ids to other characters than the whole text's")
+
+    heldout = task.evaluation_windows(HELDOUT, None)
+    block = task.block_size
+    every = torch.arange(boundary, len(text) - block, block)
+    shared_sets = {
+        "our held-out windows in the last 10%": heldout[heldout[:, 0] >= boundary],
+        "every window of the last 10% (nanoGPT's validation part)": torch.stack((every, torch.zeros_like(every)), 1),
+    }
+    chunk_size = task.params.chunk_size
+    rows = []
+    for model_name, set_name in (("ours", 0), ("ours, first 90%", 0), ("ours, first 90%", 1)):
+        label, windows = list(shared_sets.items())[set_name]
+        nano = target_losses(nano_logits, task.window_batch, windows)
+        ours = target_losses(models[model_name][0], task.window_batch, windows)
+        rows.append((model_name, label, len(windows), compare(ours, nano, windows[:, 0] // chunk_size)))
+
+    own = json.loads(RunLayout(out / "ours").final.read_text())[metric_key(HELDOUT, "loss")]
+    torch_line = f"torch {torch.__version__}, Python {platform.python_version()}, {torch.get_num_threads()} threads"
+    print(f"gpt-from-scratch {gpt_core.__version__}, {torch_line}")
+    print(f"text: {len(text):,} characters; boundary at character {boundary:,}; windows of {block}")
+    print("tokenisation: nanoGPT's train.bin + val.bin equal our token stream, id for id; vocabularies identical")
+    print(f"nanoGPT's checkpoint: iteration {record['iter_num']}, its own validation estimate "
+          f"(20 random batches) {record['best_val_loss']:.4f}")  # fmt: skip
+    print(f"our default run's own held-out loss (every held-out window, final.json): {own:.4f}")
+    for name, wall in walls.items():
+        print(f"{name}: " + (f"trained in {wall:.1f} s" if wall is not None else "read back from --out"))
+    print()
+    print("| model | shared characters | ours (nats/char) | nanoGPT (nats/char) "
+          "| nanoGPT - ours, 95% interval (bootstrap over chunks) |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    for model_name, label, n, c in rows:
+        print(f"| {model_name} | {c.characters:,}: {label} ({n:,} windows, {c.chunks} chunks) | **{c.ours:.4f}** "
+              f"| **{c.nanogpt:.4f}** | {c.nanogpt - c.ours:+.4f} [{c.low:+.4f}, {c.high:+.4f}]; "
+              f"ours lower on {c.ours_lower} of {c.chunks} chunks |")  # fmt: skip
+    print(f"\n{time.perf_counter() - start:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()
