@@ -113,7 +113,7 @@ def decode_model():
 
 
 def matvec_rows():
-    """Every Linear of the decode model on one row: its 42 MB of weights do not stay in the 32 MB L3."""
+    """Every Linear of the decode model on one row (42 MB of weights), by addmm and by two half-size products."""
     from gpt_core import Linear
 
     linears = [m for m in decode_model().modules() if isinstance(m, Linear)]
@@ -125,24 +125,18 @@ def matvec_rows():
             linear(x)
 
     @torch.no_grad()
-    def through_addmm():
+    def through_halves():  # (2, out/2, in) @ (2, in, 1): a batched product over the weight's two halves of rows
         for linear, x in zip(linears, rows, strict=True):
-            if linear.bias is None:  # the tied output head
+            if linear.out_features % 2:  # the tied output head, 65 rows: one product
                 x @ linear.weight.t()
-            else:
-                torch.addmm(linear.bias, x, linear.weight.t())
+                continue
+            halves = linear.weight.view(2, linear.out_features // 2, linear.in_features)
+            out = torch.bmm(halves, x.t().expand(2, linear.in_features, 1)).view(1, linear.out_features)
+            if linear.bias is not None:
+                out.add_(linear.bias)
 
-    return ("one-row products, all 6-layer weights", "two half-size bmm", "addmm (MKL gemv)",
-            (through_linear, through_addmm))  # fmt: skip
-
-
-def small_matvec_rows():
-    """One row through a sort-model weight (192 x 64), which stays in cache: why small weights keep addmm."""
-    from gpt_core.kernels.linear import _matvec_in_halves
-
-    weight, bias, row = torch.randn(192, 64), torch.randn(192), torch.randn(1, 64)
-    return ("one-row product, 192 x 64 weight", "addmm", "two half-size bmm",
-            (lambda: torch.addmm(bias, row, weight.t()), lambda: _matvec_in_halves(row, weight, bias)))  # fmt: skip
+    return ("one-row products, all 6-layer weights", "addmm (MKL gemv)", "two half-size bmm",
+            (through_linear, through_halves))  # fmt: skip
 
 
 def decode_step(model, mode: Callable[[], object]) -> Callable[[], object]:
@@ -213,7 +207,7 @@ def main() -> None:
     print("us: median over rounds; speedup: median of the per-round ratios (lowest-highest round)\n")
     rows = []
     makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, matvec_rows,
-              small_matvec_rows, inference_mode_rows, function_bypass_rows, evaluation_rows)  # fmt: skip
+              inference_mode_rows, function_bypass_rows, evaluation_rows)  # fmt: skip
     for make in makers:
         measure, ours, other, fns, *most = make()  # a slow row may cap its rounds
         rounds = min(most[0], args.rounds) if most else args.rounds

@@ -103,7 +103,7 @@ def nanogpt_model(nanogpt: Path, out: Path) -> tuple[Logits, dict]:
     model.load_state_dict(state)
     model.eval()
     record = {"iter_num": checkpoint["iter_num"], "best_val_loss": float(checkpoint["best_val_loss"])}
-    return (lambda ids: model(ids, ids)[0]), record  # with targets, its forward returns every position's logits
+    return (lambda ids: model(ids, ids.contiguous())[0]), record  # given targets, it returns every position's logits
 
 
 def our_model(run_dir: Path) -> tuple[Logits, list[str]]:
