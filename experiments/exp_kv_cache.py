@@ -43,15 +43,12 @@ def run(ctx: Context):
         raise RuntimeError("cached and uncached generation differ:\n" + table)
     draw(table, ctx.out / "kv_cache.png")
     body = table + (
-        "\nAt batch 1 a cached step must read every weight once per token (42 MB for the 6-layer model, more "
-        "than this CPU's 32 MB L3). 'memory pass' is one plain sum over those weights: how fast this machine reads "
-        "them at all. 'weights floor' is the model's own Linear layers applied to one row each (one token's "
-        "projections and nothing else); the uncached time per token divided by it bounds what any cache can give "
-        "here ('ceiling'). On CPU a one-row product runs as two half-size batched matmuls "
-        "(gpt_core.kernels.linear._matvec_in_halves): PyTorch's own route for it, MKL's matrix-vector kernel, streamed "
-        "these weights 2-3x slower (python benchmarks/kernels.py). The rest of a cached step is eager PyTorch's "
-        "per-operator overhead, which generation keeps small by running in inference mode and by skipping the "
-        "autograd Functions when no gradient is recorded."
+        "\nAt batch 1 a cached step must read every weight once per token (42 MB for the 6-layer model). "
+        "'memory pass' is one plain sum over those weights: how fast this machine reads them at all. 'weights floor' "
+        "is the model's own Linear layers applied to one row each (one token's projections and nothing else); the "
+        "uncached time per token divided by it bounds what any cache can give here ('ceiling'). The rest of a "
+        "cached step is eager PyTorch's per-operator overhead, which generation keeps small by running in inference "
+        "mode and by skipping the autograd Functions when no gradient is recorded."
     )
     body += "\n\n" + "\n\n".join(f"![{p.stem}]({p.name})" for p in sorted(ctx.out.glob("kv_cache-*.png")))
     return report(ctx, "kv_cache", "5. KV cache", ["python benchmarks/kv_cache.py " + " ".join(args)], body,

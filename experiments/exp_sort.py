@@ -41,7 +41,7 @@ def reference_section(ctx: Context, fast: dict) -> str:
         + f"\n\n**What it means.** The definitions a learner writes first train the seed task to {exact:.5f} "
         f"({wrong(final)} wrong) where the fast kernels reach {fast[metric_key(HELDOUT, 'exact_match')]:.5f} "
         f"({wrong(fast)} wrong), same seed: the fast kernels change the time of a step "
-        "([speed.md](speed.md#with-gpt-from-scratch-031)), not what the model can learn."
+        "([speed.md](speed.md#against-pytorchs-own-layers)), not what the model can learn."
     )
 
 
