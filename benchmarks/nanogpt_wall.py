@@ -23,6 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import print_table, progress, ratio_spread  # noqa: E402
+
 NANOGPT_RECIPE = [
     "train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
     "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
@@ -60,13 +63,11 @@ def main() -> None:
             }  # fmt: skip
             for side in ("nanoGPT", "ours") if r % 2 == 0 else ("ours", "nanoGPT"):
                 walls[side].append(timed(*commands[side]))
-                print(f"  round {r + 1} {side}: {walls[side][-1]:.1f} s", file=sys.stderr)
-    ratios = [o / n for o, n in zip(walls["ours"], walls["nanoGPT"], strict=True)]
-    print(f"python {sys.version.split()[0]}, {args.rounds} rounds")
-    print("| nanoGPT wall | ours wall | ours / nanoGPT, median (spread) |")
-    print("|---|---|---|")
-    spread = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
-    print(f"| {statistics.median(walls['nanoGPT']):.1f} s | {statistics.median(walls['ours']):.1f} s | {spread} |")
+                progress(f"  round {r + 1} {side}: {walls[side][-1]:.1f} s")
+    ratio = ratio_spread(walls["ours"], walls["nanoGPT"])
+    print(f"python {sys.version.split()[0]}, {args.rounds} rounds; walls: medians; ratio: the rounds' median (range)")
+    median = lambda side: f"{statistics.median(walls[side]):.1f} s"
+    print_table(["nanoGPT wall", "ours wall", "ours / nanoGPT"], [[median("nanoGPT"), median("ours"), ratio.ratio(2)]])
 
 
 if __name__ == "__main__":
