@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -60,7 +61,7 @@ BOOTSTRAP_RESAMPLES = 10_000
 Logits = Callable[[torch.Tensor], torch.Tensor]  # (N, T) token ids -> (N, T, vocab) logits
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     sys.exit(f"exp_nanogpt: {message}")
 
 
@@ -106,11 +107,14 @@ def nanogpt_model(nanogpt: Path, out: Path) -> tuple[Logits, dict]:
     return (lambda ids: model(ids, ids.contiguous())[0]), record  # given targets, it returns every position's logits
 
 
-def our_model(run_dir: Path) -> tuple[Logits, list[str]]:
-    """A finished run's model as a logits function, and the character each of its ids stands for."""
+def our_model(run_dir: Path, data: Path) -> tuple[Logits, list[str]]:
+    """A finished run's model as a logits function, and the character each of its ids stands for; refused
+    unless the run was trained on `data` (its recorded corpus_sha256)."""
     config, model = load_run(run_dir, torch.device("cpu"))
-    params = {key: value for key, value in config.task_params.items() if key != "corpus_sha256"}
-    task = get_task("shakespeare", **params)
+    try:
+        task = get_task("shakespeare", **(config.task_params | {"data": str(data)}))
+    except ValueError as error:
+        fail(f"{run_dir} was not trained on {data} ({error}); remove it to train it again")
     return (lambda ids: model(ids).logits), [task.decode([i]) for i in range(task.vocab_size)]
 
 
@@ -200,7 +204,7 @@ def main() -> None:
     task = get_task("shakespeare", data=str(data))
     check_tokens(task, nanogpt, boundary)
     nano_logits, record = nanogpt_model(nanogpt, out / "nanogpt")
-    models = {"ours": our_model(out / "ours"), "ours, first 90%": our_model(out / "ours-first90")}
+    models = {"ours": our_model(out / "ours", data), "ours, first 90%": our_model(out / "ours-first90", first90)}
     vocabulary = [task.decode([i]) for i in range(task.vocab_size)]
     for name, (_, chars) in models.items():
         if chars != vocabulary:
@@ -208,15 +212,16 @@ def main() -> None:
 
     heldout = task.evaluation_windows(HELDOUT, None)
     block = task.block_size
-    every = torch.arange(boundary, len(text) - block, block)
-    shared_sets = {
-        "our held-out windows in the last 10%": heldout[heldout[:, 0] >= boundary],
-        "every window of the last 10% (nanoGPT's validation part)": torch.stack((every, torch.zeros_like(every)), 1),
-    }
+    every = torch.arange(boundary, len(task.cache.tokens) - block, block)  # one token per character (checked)
+    ours_in_last_10 = ("our held-out windows in the last 10%", heldout[heldout[:, 0] >= boundary])
+    every_in_last_10 = ("every window of the last 10% (nanoGPT's validation part)", torch.stack((every, 0 * every), 1))
     chunk_size = task.params.chunk_size
     rows = []
-    for model_name, set_name in (("ours", 0), ("ours, first 90%", 0), ("ours, first 90%", 1)):
-        label, windows = list(shared_sets.items())[set_name]
+    for model_name, (label, windows) in (
+        ("ours", ours_in_last_10),
+        ("ours, first 90%", ours_in_last_10),
+        ("ours, first 90%", every_in_last_10),
+    ):
         nano = target_losses(nano_logits, task.window_batch, windows)
         ours = target_losses(models[model_name][0], task.window_batch, windows)
         rows.append((model_name, label, len(windows), compare(ours, nano, windows[:, 0] // chunk_size)))
