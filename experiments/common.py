@@ -160,11 +160,25 @@ def shakespeare_path(ctx: Context) -> Path:
 REUSED = "its runs were recorded earlier with the same arguments and read back (`--reuse`), so its time is not given"
 
 
+def kept_section(path: Path, marker: str) -> str:
+    """The end of the page at `path` from `marker` on (a section measured outside the experiment, which a
+    regenerated page keeps); "" when the page or the marker is absent."""
+    text = path.read_text() if path.is_file() else ""
+    return text[text.index(marker) :] if marker in text else ""
+
+
 def report(
-    ctx: Context, name: str, title: str, commands: Sequence[str], body: str, wall: float, question: str = ""
+    ctx: Context,
+    name: str,
+    title: str,
+    commands: Sequence[str],
+    body: str,
+    wall: float,
+    question: str = "",
+    kept: str = "",
 ) -> Path:
     """docs-ready markdown: the question asked, the commands, one line naming the version and the machine (with
-    the experiment's wall time), and the body (tables, pictures, what they mean)."""
+    the experiment's wall time), the body (tables, pictures, what they mean) and, after it, `kept`."""
     command_block = "\n".join(commands)
     asked = f"{question}\n\n" if question else ""
     text = (
@@ -172,6 +186,8 @@ def report(
         f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; "
         f"{REUSED if ctx.reuse else f'the experiment takes about {wall:.0f} s'}.\n\n{body.strip()}\n"
     )
+    if kept:
+        text += "\n" + kept
     path = ctx.out / f"{name}.md"
     path.write_text(text)
     print(text, flush=True)

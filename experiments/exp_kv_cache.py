@@ -10,9 +10,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from common import ROOT, Context, context_from_args, markdown_table, report
+from common import ROOT, Context, context_from_args, kept_section, markdown_table, report
 
 KEPT = "<!-- kept by exp_kv_cache.py: the comparison with 0.1.0's source, measured in both trees -->"
 """Marks the section at the end of kv_cache.md that compares with gpt-from-scratch 0.1.0's source, which needs
@@ -23,11 +22,6 @@ QUESTION = (
     "How much faster greedy decoding is with the KV cache than recomputing the whole prefix at every step, and "
     "what bounds it: a 6-layer, 384-dim model and the sort model, at batch 1."
 )
-
-
-def kept_section(path: Path) -> str:
-    text = path.read_text() if path.is_file() else ""
-    return text[text.index(KEPT) :] if KEPT in text else ""
 
 
 def benchmark(args: list[str], threads: int) -> str:
@@ -87,7 +81,7 @@ def meaning(one: list[dict[str, dict[str, str]]], two: dict[str, dict[str, str]]
 
 def run(ctx: Context):
     start = time.perf_counter()
-    kept = kept_section(ctx.out / "kv_cache.md")
+    kept = kept_section(ctx.out / "kv_cache.md", KEPT)
     args = ["--quick"] if ctx.quick else ["--batches", "1"]
     runs = 1 if ctx.quick else ONE_THREAD_RUNS  # quick mode checks the machinery, in one run of each
     tables = [benchmark(args, threads=1) for _ in range(runs)]
@@ -105,7 +99,7 @@ def run(ctx: Context):
                 rows[SORT]["speedup"],
             ]
             for i, rows in enumerate(one)
-        ],  # fmt: skip
+        ],
     )
     two_rows = "\n".join(line for line in two_threads.splitlines() if line.startswith("|"))
     first = one[0]
@@ -128,10 +122,7 @@ def run(ctx: Context):
         f"OMP_NUM_THREADS=1 python benchmarks/kv_cache.py {' '.join(args)}" + (f"   # {runs} runs" if runs > 1 else ""),
         f"OMP_NUM_THREADS=2 python benchmarks/kv_cache.py {' '.join(args)}",
     ]
-    path = report(ctx, "kv_cache", "5. KV cache", commands, body, time.perf_counter() - start, QUESTION)
-    if kept:
-        path.write_text(path.read_text() + "\n" + kept)
-    return path
+    return report(ctx, "kv_cache", "5. KV cache", commands, body, time.perf_counter() - start, QUESTION, kept)
 
 
 if __name__ == "__main__":

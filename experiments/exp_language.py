@@ -7,9 +7,18 @@ python experiments/exp_language.py --quick
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from common import Context, context_from_args, copy_picture, gpt_train, markdown_table, report, shakespeare_path, train
+from common import (
+    Context,
+    context_from_args,
+    copy_picture,
+    gpt_train,
+    kept_section,
+    markdown_table,
+    report,
+    shakespeare_path,
+    train,
+)
 
 from gpt_viz import HELDOUT, metric_key
 
@@ -18,14 +27,9 @@ KEPT = "<!-- kept by exp_language.py: measured by exp_nanogpt.py, outside run_al
 a clone of nanoGPT and so is not one of run_all's experiments): a regenerated report keeps it."""
 
 
-def kept_section(path: Path) -> str:
-    text = path.read_text() if path.is_file() else ""
-    return text[text.index(KEPT) :] if KEPT in text else ""
-
-
 def run(ctx: Context):
     start = time.perf_counter()
-    kept = kept_section(ctx.out / "language.md")
+    kept = kept_section(ctx.out / "language.md", KEPT)
     data = shakespeare_path(ctx)
     quick = ["--steps", "20", "--set", "n_layer=1", "--set", "eval_every=10", "--set", "eval_limit=20"]
     args = ["--task", "shakespeare", "--data", str(data), *(quick if ctx.quick else [])]
@@ -69,10 +73,7 @@ def run(ctx: Context):
         "How well does the default 4-layer, 128-dim character model learn tiny-shakespeare on a CPU, and how does it "
         "compare with nanoGPT's CPU recipe on the same characters?"
     )
-    path = report(ctx, "language", "4. Language", commands, body, time.perf_counter() - start, question)
-    if kept:
-        path.write_text(path.read_text() + "\n" + kept)
-    return path
+    return report(ctx, "language", "4. Language", commands, body, time.perf_counter() - start, question, kept)
 
 
 if __name__ == "__main__":
