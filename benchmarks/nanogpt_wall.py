@@ -35,11 +35,12 @@ NANOGPT_RECIPE = [
 
 
 def timed(command: list[str], cwd: Path) -> float:
-    """Wall seconds of one command, its output discarded; a failure stops the benchmark with its output."""
+    """Wall seconds of one command, its output discarded; a failure stops the running script (this benchmark,
+    or an experiment that imports it) with the end of the command's stderr."""
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
-        sys.exit(f"nanogpt_wall: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
+        sys.exit(f"{Path(sys.argv[0]).stem}: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
     return time.perf_counter() - start
 
 

@@ -33,7 +33,6 @@ import importlib.util
 import io
 import json
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from gpt_train.runs import load_run
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from nanogpt_wall import NANOGPT_RECIPE  # noqa: E402  nanoGPT README's command for a CPU
+from nanogpt_wall import NANOGPT_RECIPE, timed  # noqa: E402  nanoGPT README's CPU command, and a timed run
 
 BOUNDARY_FRACTION = 0.9  # nanoGPT's shakespeare_char split: validation from int(0.9 * len(text)) on
 EVAL_BATCH = 256
@@ -65,21 +64,12 @@ def fail(message: str) -> NoReturn:
     sys.exit(f"exp_nanogpt: {message}")
 
 
-def run_command(command: list[str], cwd: Path) -> float:
-    """Wall seconds of a training command; a failure stops the experiment with the end of its output."""
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if done.returncode:
-        fail(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    return time.perf_counter() - start
-
-
 def train_ours(data: Path, out: Path) -> float | None:
     """`gpt-train run --task shakespeare` on `data` into `out`; None when `out` already holds a finished run."""
     if RunLayout(out).final.is_file():
         return None
     command = [sys.executable, "-m", "gpt_train", "run", "--task", "shakespeare", "--data", str(data)]
-    return run_command([*command, "--quiet", "--no-pictures", "--force", "--out", str(out)], Path.cwd())
+    return timed([*command, "--quiet", "--no-pictures", "--force", "--out", str(out)], Path.cwd())
 
 
 def train_nanogpt(nanogpt: Path, out: Path) -> float | None:
@@ -87,7 +77,7 @@ def train_nanogpt(nanogpt: Path, out: Path) -> float | None:
     finished = out / "finished"
     if finished.is_file():
         return None
-    wall = run_command([sys.executable, *NANOGPT_RECIPE, f"--out_dir={out}"], nanogpt)
+    wall = timed([sys.executable, *NANOGPT_RECIPE, f"--out_dir={out}"], nanogpt)
     finished.write_text("2000 steps\n")
     return wall
 
