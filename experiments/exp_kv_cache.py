@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, Context, context_from_args, kept_section, markdown_table, report
+from common import ROOT, Context, context_from_args, kept_section, markdown_table, report, span
 
 KEPT = "<!-- kept by exp_kv_cache.py: the comparison with 0.1.0's source, measured in both trees -->"
 """Marks the section at the end of kv_cache.md that compares with gpt-from-scratch 0.1.0's source, which needs
 that source checked out beside this one: a regenerated report keeps it."""
 ONE_THREAD_RUNS = 3
 LARGE, SORT = "6L-6H-384d, block 256", "sort (2L-4H-64d)"
+ONE_DECIMAL = "{:.1f}"  # speedups and ratios, as the benchmark prints them
 QUESTION = (
     "How much faster greedy decoding is with the KV cache than recomputing the whole prefix at every step, and "
     "what bounds it: a 6-layer, 384-dim model and the sort model, at batch 1."
@@ -50,31 +51,26 @@ def median_x(cell: str) -> float:
     return float(cell.split("x")[0])
 
 
-def span_of(values: list[float], form: str = "{:.1f}") -> str:
-    low, high = min(values), max(values)
-    return form.format(low) if form.format(low) == form.format(high) else f"{form.format(low)}-{form.format(high)}"
-
-
 def meaning(one: list[dict[str, dict[str, str]]], two: dict[str, dict[str, str]]) -> str:
     """What the runs show, in words, from their medians."""
     large = [run[LARGE] for run in one]
-    speedups = [median_x(row["speedup"]) for row in large]
     floors = [float(row["weights floor ms"]) for row in large]
     cached = [float(row["cached ms/step"]) for row in large]
-    ceilings = [median_x(row["ceiling"]) for row in large]
-    sort = [median_x(run[SORT]["speedup"]) for run in one]
+    speedups = span([median_x(row["speedup"]) for row in large], ONE_DECIMAL)
+    ceilings = span([median_x(row["ceiling"]) for row in large], ONE_DECIMAL)
+    sort = span([median_x(run[SORT]["speedup"]) for run in one], ONE_DECIMAL)
     sort_tokens = one[0][SORT]["new tokens"]
-    rest = span_of([c - f for c, f in zip(cached, floors, strict=True)], "{:.2f}")
-    times_floor = span_of([c / f for c, f in zip(cached, floors, strict=True)])
+    rest = span([c - f for c, f in zip(cached, floors, strict=True)], "{:.2f}")
+    times_floor = span([c / f for c, f in zip(cached, floors, strict=True)], ONE_DECIMAL)
     two_speedup, two_ceiling = (two[LARGE][column].split()[0] for column in ("speedup", "ceiling"))
     return (
         f"**What it means.** The tokens are identical with and without the cache. At batch 1 the cache makes the "
-        f"6-layer model's decoding {span_of(speedups)}x faster with one thread and {two_speedup} with two. A cached "
-        f"step takes {times_floor}x the weights floor: one token's Linear products take {span_of(floors, '{:.2f}')} "
+        f"6-layer model's decoding {speedups}x faster with one thread and {two_speedup} with two. A cached "
+        f"step takes {times_floor}x the weights floor: one token's Linear products take {span(floors, '{:.2f}')} "
         "ms with one thread, the rest of the step (attention over the cache, LayerNorm, GELU, the residual adds, the "
         f"hook points and the Python between them, each a small eager operator) another {rest} ms. The ceiling "
-        f"column is {span_of(ceilings)}x with one thread and {two_ceiling} with two. The sort model's {sort_tokens} "
-        f"new tokens leave the cache little to save ({span_of(sort)}x): its weights sit in cache and a step is "
+        f"column is {ceilings}x with one thread and {two_ceiling} with two. The sort model's {sort_tokens} "
+        f"new tokens leave the cache little to save ({sort}x): its weights sit in cache and a step is "
         "per-operator overhead either way."
     )
 
