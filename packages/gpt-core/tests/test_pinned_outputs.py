@@ -1,7 +1,12 @@
-"""The default model is the one it was: for the same seed, the same parameters (names, order, values),
-the same logits, loss and gradients, the same cached decoding and generated tokens, bit for bit
-(`torch.equal`), against outputs pinned in tests/data/pinned_outputs.pt (see make_pinned_outputs.py
-beside it). A checkpoint written by an earlier version therefore loads, and computes what it did."""
+"""The default model is the one it was: for the same seed, the same parameters (names, order, values) bit for
+bit, the same logits, loss, gradients and cached decoding, and the same generated tokens, against outputs
+pinned in tests/data/pinned_outputs.pt (see make_pinned_outputs.py beside it). A checkpoint written by an
+earlier version therefore loads, and computes what it did.
+
+What the weights compute is pinned in float64, to 1e-12 of each tensor's largest entry: float32's last bits
+depend on the CPU's matmul kernels (the float32 gradients of these models differ by up to 1.6e-6 of their
+largest entry between an Intel Xeon and an AMD EPYC), float64's do not reach 1e-12, and a changed formula
+(an epsilon, a scale, a mask) moves them by far more."""
 
 from __future__ import annotations
 
@@ -47,17 +52,34 @@ def test_a_pinned_checkpoint_loads_strictly(name):
     model.load_state_dict(pins(name, "state."), strict=True)
 
 
-def test_every_pinned_output_is_computed_again_bit_for_bit(name):
+def matches_pin(fresh: torch.Tensor, pin: torch.Tensor) -> bool:
+    """Tokens and weights exactly; float64 outputs within 1e-12 of the pinned tensor's largest entry."""
+    if fresh.dtype != pin.dtype or fresh.shape != pin.shape:
+        return False
+    if fresh.dtype != torch.float64:
+        return torch.equal(fresh, pin)
+    return bool((fresh - pin).abs().max() <= 1e-12 * pin.abs().max())
+
+
+def test_every_pinned_output_is_computed_again(name):
     fresh = MAKER.pinned(name, MAKER.CONFIGS[name])
     keys = sorted(key[len(name) + 1 :] for key in PINNED if key.startswith(f"{name}."))
     assert sorted(fresh) == keys
-    differing = [key for key in keys if not torch.equal(fresh[key], PINNED[f"{name}.{key}"])]
+    assert {PINNED[f"{name}.logits"].dtype, PINNED[f"{name}.grad.wte.weight"].dtype} == {torch.float64}
+    differing = [key for key in keys if not matches_pin(fresh[key], PINNED[f"{name}.{key}"])]
     assert differing == []
+
+
+def test_the_tolerance_catches_a_change_of_one_part_in_a_billion(name):
+    fresh = MAKER.pinned(name, MAKER.CONFIGS[name])
+    fresh["logits"] = fresh["logits"] * (1 + 1e-9)
+    assert not matches_pin(fresh["logits"], PINNED[f"{name}.logits"])
 
 
 def test_generation_from_a_loaded_checkpoint_is_pinned(name):
     model = GPT(GPTConfig(**MAKER.SHAPE, **MAKER.CONFIGS[name])).eval()
     model.load_state_dict(pins(name, "state."))
+    model.double()
     prompt = PINNED[f"{name}.greedy"][:, :3]
     torch.manual_seed(4)
     assert torch.equal(generate(model, prompt, 4, temperature=0.0), PINNED[f"{name}.greedy"])

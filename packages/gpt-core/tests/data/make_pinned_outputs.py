@@ -1,5 +1,6 @@
 """Write pinned_outputs.pt: a few small seeded models' weights and what they compute, for
-`test_pinned_outputs.py` to hold every later version of the model to, bit for bit.
+`test_pinned_outputs.py` to hold every later version of the model to: the weights bit for bit, what they
+compute in float64 (so the pins hold on any CPU), the tokens exactly.
 
     python packages/gpt-core/tests/data/make_pinned_outputs.py
 
@@ -30,6 +31,7 @@ def pinned(name: str, fields: dict) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = GPT(config)
     out = {f"state.{key}": value.clone() for key, value in model.state_dict().items()}
+    model.double()
     data = torch.Generator().manual_seed(1)
     idx = torch.randint(7, (2, 8), generator=data)
     targets = torch.randint(7, (2, 8), generator=data)
