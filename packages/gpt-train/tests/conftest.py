@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from train_helpers import TINY, Result
 
 from gpt_train.cli import main
@@ -44,10 +46,38 @@ def tiny_run(cli, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def default_sort_run(tmp_path_factory) -> Path:
     """What `gpt-train run --task sort` makes (scored on the whole held-out split), trained once for the tests
-    that read the default model."""
-    run_dir = tmp_path_factory.mktemp("default") / "sort"
-    try:
-        main(["run", "--task", "sort", "--device", "cpu", "--quiet", "--out", str(run_dir)])
-    except SystemExit as exit_:
-        assert not exit_.code
+    that read the default model: under pytest-xdist, once for all the workers (the first to ask trains it under
+    a lock; another asking meanwhile waits for it)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the workers' temporary folders sit side by side in it
+    run_dir = shared / "default-sort"
+    with FileLock(shared / "default-sort.lock"):
+        if not (run_dir / "final.json").is_file():
+            try:
+                main(["run", "--task", "sort", "--device", "cpu", "--quiet", "--force", "--out", str(run_dir)])
+            except SystemExit as exit_:
+                assert not exit_.code
     return run_dir
+
+
+# The order the files are handed to pytest-xdist's workers, whole files each: the files that take longest
+# first, the longest of all (it trains the default sort run, then a run on the learner's kernels) first of
+# all, so that the other worker fills in around them, where xdist's own order (the files with the most tests
+# first) would start that one-test file last. The findings, which read the same default sort run, go last,
+# by when it is there.
+FIRST = ("test_learn_train.py", "test_run_names.py", "test_report.py", "test_grad_accum.py", "test_training.py")
+LAST = ("test_findings.py",)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --dist loadfile: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return FIRST.index(name) if name in FIRST else len(FIRST) + (name in LAST)
+
+    items.sort(key=rank)
