@@ -5,8 +5,8 @@ earlier version therefore loads, and computes what it did.
 
 What the weights compute is pinned in float64, to 1e-12 of each tensor's largest entry: float32's last bits
 depend on the CPU's matmul kernels (the float32 gradients of these models differ by up to 1.6e-6 of their
-largest entry between an Intel Xeon and an AMD EPYC), float64's do not reach 1e-12, and a changed formula
-(an epsilon, a scale, a mask) moves them by far more."""
+largest entry between an Intel Xeon and an AMD EPYC), float64's rounding is 2^29 times finer, and a change of
+one part in 10^9 is caught (the tolerance's own test below)."""
 
 from __future__ import annotations
 
@@ -71,9 +71,9 @@ def test_every_pinned_output_is_computed_again(name):
 
 
 def test_the_tolerance_catches_a_change_of_one_part_in_a_billion(name):
-    fresh = MAKER.pinned(name, MAKER.CONFIGS[name])
-    fresh["logits"] = fresh["logits"] * (1 + 1e-9)
-    assert not matches_pin(fresh["logits"], PINNED[f"{name}.logits"])
+    pin = PINNED[f"{name}.logits"]
+    assert matches_pin(pin.clone(), pin)
+    assert not matches_pin(pin * (1 + 1e-9), pin)
 
 
 def test_generation_from_a_loaded_checkpoint_is_pinned(name):
