@@ -1,11 +1,12 @@
-"""Run every experiment in sequence and write docs/results/*.md, their pictures, and README.md listing the pages.
+"""Run every experiment and write docs/results/*.md, their pictures, and README.md listing the pages.
 
     python experiments/run_all.py                 # full: regenerates every published table and picture
     python experiments/run_all.py --quick         # tiny settings, a smoke test of the machinery (CI)
     python experiments/run_all.py --only sort positional --jobs 2
 
 The quick mode's asserts check the machinery (every run finishes, every report and picture is
-written and non-empty), not the accuracies.
+written and non-empty), not the accuracies; with --jobs N it runs N experiments side by side. A full run takes
+the experiments one at a time (each trains its own runs --jobs at a time), so that a page's wall time is its own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -27,7 +29,7 @@ import exp_language  # noqa: E402
 import exp_positional  # noqa: E402
 import exp_sort  # noqa: E402
 import exp_text  # noqa: E402
-from common import context_from_args  # noqa: E402
+from common import Context, context_from_args  # noqa: E402
 
 EXPERIMENTS = {
     "sort": exp_sort,
@@ -42,6 +44,11 @@ EXPERIMENTS = {
     "induction": exp_induction,
 }
 
+# The quick mode's experiments side by side, the longest first, so that the lanes end together.
+QUICK_LONGEST_FIRST = ["positional", "text", "kv_cache", "ablations", "induction", "language", "grokking", "sort",
+                       "grokking-phases", "addition"]  # fmt: skip
+assert sorted(QUICK_LONGEST_FIRST) == sorted(EXPERIMENTS)
+
 
 def main() -> None:
     ctx = context_from_args(description=__doc__)
@@ -50,15 +57,31 @@ def main() -> None:
     if unknown:
         sys.exit(f"run_all: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
     start = time.perf_counter()
-    for name in chosen:
-        print(f"== {name}", flush=True)
-        path = EXPERIMENTS[name].run(ctx)
-        assert path.is_file() and path.stat().st_size > 0, f"{name}: no report written"
-        for picture in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text()):
-            file = ctx.out / picture
-            assert file.is_file() and file.stat().st_size > 1000, f"{name}: picture {file} missing or empty"
+    side_by_side = ctx.jobs if ctx.quick else 1  # a full run's pages each time their own experiment alone
+    order = sorted(chosen, key=QUICK_LONGEST_FIRST.index) if side_by_side > 1 else chosen
+    with ThreadPoolExecutor(max_workers=side_by_side) as pool:
+        for done in [pool.submit(run_one, ctx, name) for name in order]:
+            done.result()
     index = write_index(ctx.out)
     print(f"all {len(chosen)} experiments done in {time.perf_counter() - start:.0f} s; results in {index}")
+
+
+def run_one(ctx: Context, name: str) -> None:
+    """One experiment, then the check that its report and every picture it links were written."""
+    say(f"== {name}")
+    start = time.perf_counter()
+    path = EXPERIMENTS[name].run(ctx)
+    assert path.is_file() and path.stat().st_size > 0, f"{name}: no report written"
+    for picture in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text()):
+        file = ctx.out / picture
+        assert file.is_file() and file.stat().st_size > 1000, f"{name}: picture {file} missing or empty"
+    say(f"== {name}: done in {time.perf_counter() - start:.0f} s")
+
+
+def say(line: str) -> None:
+    """One whole line, however many experiments are writing."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def write_index(out: Path) -> Path:
