@@ -74,12 +74,13 @@ def install_packages(session: nox.Session, *names: str, extras: str = "") -> Non
     session.install(*CONSTRAINTS, *map(package_dir, siblings), package_dir(last) + extras)
 
 
-def parallel_pytest(session: nox.Session) -> tuple[tuple[str, ...], dict[str, str]]:
-    """pytest-xdist's arguments and environment: a worker per core, each test file whole to one worker (so a
-    module's trained model is made once), one PyTorch thread per worker so the workers share the cores
-    rather than fight over them. The test runner alone: installed here, not a package's dependency."""
+def parallel_pytest(session: nox.Session, dist: str = "loadfile") -> tuple[tuple[str, ...], dict[str, str]]:
+    """pytest-xdist's arguments and environment: a worker per core, by default each test file whole to one
+    worker (so a module's trained model is made once; "load": test by test, for a suite of one or two files),
+    one PyTorch thread per worker so the workers share the cores rather than fight over them. The test runner
+    alone: installed here, not a package's dependency."""
     session.install(*CONSTRAINTS, "pytest-xdist")
-    return ("-n", str(os.cpu_count() or 1), "--dist", "loadfile"), {"OMP_NUM_THREADS": "1"}
+    return ("-n", str(os.cpu_count() or 1), "--dist", dist), {"OMP_NUM_THREADS": "1"}
 
 
 @nox.session(python=PYTHON)
@@ -96,7 +97,8 @@ def run_example_tests(session: nox.Session, name: str) -> None:
     example = str(ROOT / "examples" / name)
     install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
     session.install(*CONSTRAINTS, example + "[test]")
-    session.run("pytest", "-q", example + "/tests", *session.posargs)
+    workers, env = parallel_pytest(session, dist="load")
+    session.run("pytest", "-q", *workers, example + "/tests", *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON)
@@ -119,8 +121,10 @@ def gpt2(session: nox.Session) -> None:
     install_packages(session, "gpt-core", "gpt-tasks[bpe]", "gpt-viz", "gpt-train", extras="[test]")
     session.install(*CONSTRAINTS, "transformers")  # pinned in constraints.txt
     tests = package_dir("gpt-train") + "/tests/test_gpt2_parity.py"
-    env = {"GPT_TRAIN_REQUIRE_TRANSFORMERS": "1"}
-    session.run("pytest", "-q", "-rs", tests, *session.posargs, env=env)
+    workers, env = parallel_pytest(session, dist="load")
+    session.run(
+        "pytest", "-q", "-rs", *workers, tests, *session.posargs, env=env | {"GPT_TRAIN_REQUIRE_TRANSFORMERS": "1"}
+    )
 
 
 @nox.session(python=PYTHON)
