@@ -12,10 +12,30 @@ from train_helpers import TINY, Result
 from gpt_train.cli import main
 
 
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This test session's temporary folder, the same for every pytest-xdist worker."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' folders sit in it
+
+
+@pytest.fixture(scope="session")
+def shared_splits(tmp_path_factory) -> Path:
+    """The split cache of every test of the session (`gpt_tasks.splits`): a split's file is named by its
+    numbers and the encodings it hashes, and written whole, so tests and workers can share it; hashing the
+    sort task's 10^6 examples again for each test that builds it would take about a second every time."""
+    folder = shared_folder(tmp_path_factory) / "splits"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(autouse=True)
-def _own_cache(monkeypatch, tmp_path):
-    """Text tasks keep their token caches under $XDG_CACHE_HOME: a test's own folder, never the user's."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+def _own_cache(monkeypatch, tmp_path, shared_splits):
+    """Text tasks keep their token caches under $XDG_CACHE_HOME: a test's own folder, never the user's; the
+    splits in it are the session's shared ones."""
+    cache = tmp_path / "xdg-cache"
+    (cache / "gpt-tasks").mkdir(parents=True)
+    (cache / "gpt-tasks" / "splits").symlink_to(shared_splits, target_is_directory=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
 
 
 @pytest.fixture
@@ -48,9 +68,7 @@ def default_sort_run(tmp_path_factory) -> Path:
     """What `gpt-train run --task sort` makes (scored on the whole held-out split), trained once for the tests
     that read the default model: under pytest-xdist, once for all the workers (the first to ask trains it under
     a lock; another asking meanwhile waits for it)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the workers' temporary folders sit side by side in it
+    shared = shared_folder(tmp_path_factory)
     run_dir = shared / "default-sort"
     with FileLock(shared / "default-sort.lock"):
         if not (run_dir / "final.json").is_file():
