@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,20 +19,34 @@ from train_helpers import TINY, assert_one_line_error
 
 import gpt_train
 from gpt_train.cli import cli as group
+from gpt_train.cli import main
 from gpt_train.run_names import newest_run_of, resolve_run_dir
 from gpt_train.runs import RunDirError
 
 TWO_LAYER = ("--set", "n_layer=2", "--set", "n_head=4", "--steps", "60")  # the default layout: 2 layers of 4 heads
 
 
+@pytest.fixture(scope="module")
+def two_tiny_runs(tmp_path_factory) -> Path:
+    """runs/ with an older and a newer tiny sort run (and one that never started), trained once for the module."""
+    folder = tmp_path_factory.mktemp("two-tiny-runs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setenv("XDG_CACHE_HOME", str(folder / "xdg-cache"))  # as every test's own (conftest)
+        for name in ("sort-20260101-000000", "sort-20260102-000000"):
+            try:
+                main([*TINY, *TWO_LAYER, "--out", str(Path("runs") / name)])
+            except SystemExit as exit_:
+                assert not exit_.code
+    (folder / "runs" / "sort-20991231-000000").mkdir()  # no config.json: not a run
+    return folder / "runs"
+
+
 @pytest.fixture
-def runs_here(cli, tmp_path, monkeypatch) -> Path:
-    """A working directory whose runs/ holds an older and a newer tiny sort run (and one that never started)."""
+def runs_here(two_tiny_runs, tmp_path, monkeypatch) -> Path:
+    """A working directory of this test's own whose runs/ is a copy of `two_tiny_runs`."""
+    shutil.copytree(two_tiny_runs, tmp_path / "runs")
     monkeypatch.chdir(tmp_path)
-    for name in ("sort-20260101-000000", "sort-20260102-000000"):
-        result = cli(*TINY, *TWO_LAYER, "--out", Path("runs") / name)
-        assert result.code == 0, result.err
-    (tmp_path / "runs" / "sort-20991231-000000").mkdir()  # no config.json: not a run
     return tmp_path
 
 
