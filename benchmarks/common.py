@@ -9,6 +9,7 @@ those ratios and their spread (lowest-highest).
 
 from __future__ import annotations
 
+import argparse
 import resource
 import statistics
 import sys
@@ -17,6 +18,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+HEAPS = ("gpt-train", "glibc")
+
+
+def add_heap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--heap", choices=HEAPS, default="gpt-train",
+                        help="gpt-train's heap, which keeps what a step frees for the next (gpt_train.heap), or "
+                        "glibc's own thresholds (default: gpt-train)")  # fmt: skip
+
+
+def use_heap(name: str) -> str:
+    """Put this process on the heap `name` (one of HEAPS); the words for a table's first line."""
+    from gpt_train.heap import keep_freed_memory
+
+    if name == "gpt-train" and keep_freed_memory():
+        return "heap: gpt-train's (freed memory kept)"
+    return "heap: the C library's own"
 
 
 def peak_rss_mib() -> float:

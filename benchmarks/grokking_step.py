@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import interleaved_rounds  # noqa: E402
+from common import add_heap_option, interleaved_rounds, use_heap  # noqa: E402
 from twin import builtin_twin  # noqa: E402
 
 from gpt_train.distributed import Rank  # noqa: E402
@@ -35,7 +35,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40, help="run steps per round (a multiple of 20)")
+    add_heap_option(parser)
     args = parser.parse_args()
+    heap = use_heap(args.heap)
     with tempfile.TemporaryDirectory(prefix="grokking-step-") as scratch:
         run = new_run("modadd", {}, Path(scratch) / "run", False, torch.device("cpu"), Rank())
         trainer = Trainer(run, quiet=True)
@@ -63,7 +65,7 @@ def main() -> None:
         run_ms, twin_ms = ([t / args.steps * 1e3 for t in side] for side in times)
         ratios = [r / t for r, t in zip(run_ms, twin_ms, strict=True)]
         run.close()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {heap}, {args.rounds} rounds")
     print("| run step, evaluations included (ms) | twin's bare step (ms) | run / twin, median (spread) |")
     print("|---|---|---|")
     spread = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"

@@ -35,7 +35,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Spread, peak_rss_mib, print_table, progress, ratio_spread, synchronize  # noqa: E402
+from common import (  # noqa: E402
+    Spread,
+    add_heap_option,
+    peak_rss_mib,
+    print_table,
+    progress,
+    ratio_spread,
+    synchronize,
+    use_heap,
+)
 
 from gpt_core import GPT, GPTConfig, Linear, generate  # noqa: E402
 
@@ -168,13 +177,15 @@ def main() -> None:
     parser.add_argument("--min-rounds", type=int, default=3, help="rounds a configuration gets even past --budget")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds per configuration before --min-rounds")
     parser.add_argument("--quick", action="store_true", help="smoke test: batch 1, 8 new tokens, 2 rounds")
+    add_heap_option(parser)
     args = parser.parse_args()
+    heap = use_heap(args.heap)
     if args.quick:
         args.batches, args.tokens, args.rounds, args.min_rounds = [1], 8, 2, 2
     args.min_rounds = min(args.min_rounds, args.rounds)
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
-    print(f"torch {torch.__version__}, {where}, greedy decoding, float32")
+    print(f"torch {torch.__version__}, {where}, {heap}, greedy decoding, float32")
     print("speedup and ceiling: median over rounds (lowest-highest round); times and tokens/s: medians\n")
     rows = [
         measure(name, config, prompt_len, batch, args)

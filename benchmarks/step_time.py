@@ -34,7 +34,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Spread, interleaved_rounds, matmul_peak_gflops, peak_rss_mib, print_table, ratio_spread  # noqa: E402
+from common import (  # noqa: E402
+    Spread,
+    add_heap_option,
+    interleaved_rounds,
+    matmul_peak_gflops,
+    peak_rss_mib,
+    print_table,
+    ratio_spread,
+    use_heap,
+)
 from twin import KERNELS, builtin_twin  # noqa: E402
 
 from gpt_core import GPT, KERNEL_SETS, GPTConfig, Kernels  # noqa: E402
@@ -141,7 +150,9 @@ def main() -> None:
                         "and PyTorch's")  # fmt: skip
     parser.add_argument("--kernels", choices=[name for name in KERNEL_SETS if name != "fast"],
                         help="eager only: time this kernel set beside the fast set and PyTorch's")  # fmt: skip
+    add_heap_option(parser)
     args = parser.parse_args()
+    args.setting = f"torch {torch.__version__}, {torch.get_num_threads()} threads, {use_heap(args.heap)}"
     if args.kernels:
         time_kernel_set(args)
         return
@@ -152,11 +163,12 @@ def main() -> None:
         time_precision(args)
         return
     if args.by_kernel:
+        print(f"{args.setting}\n")
         for name in args.configs:
             by_kernel(name, args.rounds, args.steps_per_round)
         return
     peak = matmul_peak_gflops()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fp32 matmul peak {peak:.0f} GFLOP/s\n")
+    print(f"{args.setting}; fp32 matmul peak {peak:.0f} GFLOP/s\n")
     rows = []
     for compile_ in (False,) if args.eager_only else (False, True):
         for name in args.configs:
@@ -180,7 +192,7 @@ def time_kernel(args: argparse.Namespace) -> None:
     if slot not in TWIN_KINDS:
         raise SystemExit(f"--kernel takes a kernel other than gpt-core's for {', '.join(TWIN_KINDS)}: a step's slots")
     rows = [with_kernel(name, slot, kernel, kernels, args.rounds, args.steps_per_round) for name in args.configs]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; eager training step with {slot}={kernel}")
+    print(f"{args.setting}; eager training step with {slot}={kernel}")
     print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
     header = ["config", "gpt-core ms", f"{kernel} ms", "PyTorch ms", f"{kernel} / gpt-core", f"{kernel} / PyTorch"]
     print_table(header, rows)
@@ -190,7 +202,7 @@ def time_kernel(args: argparse.Namespace) -> None:
 def time_kernel_set(args: argparse.Namespace) -> None:
     """The --kernels table: the set against the fast set and the built-in twin, one row per configuration."""
     name = args.kernels
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; eager training step, {name} kernels")
+    print(f"{args.setting}; eager training step, {name} kernels")
     print(f"{args.rounds} rounds of {args.steps_per_round} steps of each model; ratio: median over rounds (range)\n")
     rows = []
     for config_name in args.configs:
@@ -245,7 +257,7 @@ def time_precision(args: argparse.Namespace) -> None:
         for label, seconds in zip(PRECISION_VARIANTS, times, strict=True):
             ratio = ratio_spread(seconds, times[0]).plain() if seconds is not times[0] else "1"
             rows.append([name, str(batch), label, f"{statistics.median(seconds) * 1e3:.2f}", ratio])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; eager gpt-train steps")
+    print(f"{args.setting}; eager gpt-train steps")
     print(f"{args.rounds} rounds of {args.steps_per_round} steps of each; ratio to fp32: median over rounds (range)\n")
     print_table(["config", "batch", "step", "ms", "/ fp32 (range)"], rows)
     print(f"peak RSS {peak_rss_mib():.0f} MiB")

@@ -17,6 +17,7 @@ import click
 
 from gpt_train.errors import TrainError
 from gpt_train.guard import exit_origin
+from gpt_train.heap import keep_freed_memory
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -132,6 +133,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The `gpt-train` program: the command group, with warnings shown as one line each."""
+    """The `gpt-train` program: the command group, with warnings shown as one line each, on a heap that keeps
+    what a step frees for the next (`gpt_train.heap`)."""
     warnings.showwarning = _show_warning
+    keep_freed_memory()
     cli.main(args=argv, prog_name="gpt-train")

@@ -1,0 +1,47 @@
+"""Keeping the memory a training step frees for the next step, under glibc's malloc (Linux).
+
+A step on the CPU allocates and frees the same activations and gradients every time. glibc gives
+memory back to the kernel as soon as more than M_TRIM_THRESHOLD lies free at the top of its heap,
+and maps each block above M_MMAP_THRESHOLD fresh from the kernel and unmaps it on free (both start
+at 128 KiB and rise a little with use). The next step then takes a page fault on every page of those
+buffers again, and the kernel zeroes each page before handing it over: system time, not arithmetic.
+Raising both thresholds keeps freed memory in the process for the next allocation. The arithmetic is
+untouched (PyTorch aligns every CPU buffer to 64 bytes wherever it lies), so a run trains to the same
+bits; the cost is that the process keeps up to the trim threshold of free memory instead of returning it.
+
+glibc's own variables (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TOP_PAD_`) win:
+with any of them set, the heap is left as they say.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+M_TRIM_THRESHOLD = -1  # mallopt's parameter numbers, from glibc's <malloc.h>
+M_MMAP_THRESHOLD = -3
+TRIM_THRESHOLD = 1 << 30  # free memory the heap may hold at its top before giving any back
+MMAP_THRESHOLD = 32 << 20  # the largest block glibc lets the heap serve (DEFAULT_MMAP_THRESHOLD_MAX)
+GLIBC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def _on_glibc() -> bool:
+    try:
+        return sys.platform == "linux" and os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+    except (ValueError, OSError, AttributeError):  # no such name here, or another C library
+        return False
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's trim and mmap thresholds for this process; True when they were set.
+
+    Nothing is changed off glibc (macOS, Windows, musl), or when the user set glibc's own variables."""
+    if not _on_glibc():
+        return False
+    if any(name in os.environ for name in GLIBC_VARIABLES):
+        return False
+    libc = ctypes.CDLL(None)  # the process's own C library, already loaded
+    trim_set = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    mmap_set = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    return trim_set and mmap_set
