@@ -12,6 +12,8 @@ the median time of each side and the median ratio with its spread. Every tree ge
 (XDG_CACHE_HOME), filled before the first round by building the sort task once, so a run's start-up is
 timed as on every run after a user's first. A run's own clock (final.json's `elapsed`: the steps and
 the evaluations) is printed beside the process's wall time; the difference is start-up and the pictures.
+The last two columns are the kernel's counts for each process, medians over rounds: the page faults it took
+and the seconds of system time it cost (much of it zeroing the pages those faults hand over).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 PACKAGES = ("gpt-core", "gpt-tasks", "gpt-train", "gpt-viz")
 FILL_CACHE = "from gpt_tasks import get_task; get_task('sort')"
@@ -51,15 +55,26 @@ def environment(tree: Path, cache: Path) -> dict[str, str]:
     return os.environ | env | {"PYTHONDONTWRITEBYTECODE": ""}
 
 
-def timed(args: list[str], env: dict[str, str], workdir: Path) -> tuple[float, float | None]:
-    """Wall seconds of `python ARGS`, and the run's own clock when it finished a run directory."""
+class Timing(NamedTuple):
+    wall: float  # seconds
+    clock: float | None  # the run's own clock (final.json's elapsed), when it finished a run directory
+    faults: int  # page faults the process took (minor and major)
+    system: float  # seconds the kernel spent on its behalf
+
+
+def timed(args: list[str], env: dict[str, str], workdir: Path) -> Timing:
+    """`python ARGS` in a fresh process, timed, with the page faults and system time the kernel counted for it."""
     out = workdir / f"run-{time.monotonic_ns()}"
     command = [sys.executable, *args, *(["--out", str(out)] if "run" in args else [])]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    faults = after.ru_minflt + after.ru_majflt - children.ru_minflt - children.ru_majflt
     final = out / "final.json"
-    return wall, json.loads(final.read_text())["elapsed"] if final.is_file() else None
+    clock = json.loads(final.read_text())["elapsed"] if final.is_file() else None
+    return Timing(wall, clock, faults, after.ru_stime - children.ru_stime)
 
 
 def main() -> None:
@@ -76,23 +91,26 @@ def main() -> None:
         for env in envs.values():  # fill each tree's split cache, as a user's first run does
             subprocess.run([sys.executable, "-c", FILL_CACHE], env=env, check=True)
         print(f"python {sys.version.split()[0]}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
-        print("| wait | before: wall (run's clock) | after: wall (run's clock) | after / before, median (spread) |")
-        print("|---|---|---|---|")
+        print("| wait | before: wall (run's clock) | after: wall (run's clock) | after / before, median (spread) "
+              "| page faults, before -> after | system s, before -> after |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
         for wait in args.waits.split(","):
-            times: dict[str, list[tuple[float, float | None]]] = {"before": [], "after": []}
+            times: dict[str, list[Timing]] = {"before": [], "after": []}
             for r in range(args.rounds):
                 for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
                     times[side].append(timed(WAITS[wait], envs[side], workdir))
-                    print(f"  {wait} round {r + 1} {side}: {times[side][-1][0]:.2f} s", file=sys.stderr)
-            ratios = [a[0] / b[0] for a, b in zip(times["after"], times["before"], strict=True)]
+                    print(f"  {wait} round {r + 1} {side}: {times[side][-1].wall:.2f} s", file=sys.stderr)
+            ratios = [a.wall / b.wall for a, b in zip(times["after"], times["before"], strict=True)]
             cells = [_cell(times[side]) for side in ("before", "after")]
             spread = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
-            print(f"| {wait} | {cells[0]} | {cells[1]} | {spread} |")
+            faults = " -> ".join(f"{statistics.median(t.faults for t in times[side]):,.0f}" for side in times)
+            system = " -> ".join(f"{statistics.median(t.system for t in times[side]):.2f}" for side in times)
+            print(f"| {wait} | {cells[0]} | {cells[1]} | {spread} | {faults} | {system} |")
 
 
-def _cell(runs: list[tuple[float, float | None]]) -> str:
-    wall = statistics.median(w for w, _ in runs)
-    clocks = [c for _, c in runs if c is not None]
+def _cell(runs: list[Timing]) -> str:
+    wall = statistics.median(run.wall for run in runs)
+    clocks = [run.clock for run in runs if run.clock is not None]
     return f"{wall:.2f} s" + (f" ({statistics.median(clocks):.2f} s)" if clocks else "")
 
 
