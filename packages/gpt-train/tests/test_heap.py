@@ -41,8 +41,12 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+def environment_without_glibc_variables() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name not in GLIBC_VARIABLES}
+
+
 def page_faults(heap: str) -> int:
-    env = {name: value for name, value in os.environ.items() if name not in GLIBC_VARIABLES}
+    env = environment_without_glibc_variables()
     command = [sys.executable, "-c", FAULTS_OF_TEN_STEPS, heap]
     return int(subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout)
 
@@ -73,7 +77,7 @@ def trained_weights(out, env: dict[str, str]) -> dict[str, torch.Tensor]:
 
 @glibc_only
 def test_a_run_trains_to_the_same_bits_on_either_heap(tmp_path):
-    env = {name: value for name, value in os.environ.items() if name not in GLIBC_VARIABLES}
+    env = environment_without_glibc_variables()
     kept = trained_weights(tmp_path / "kept", env)
     glibc_default = trained_weights(tmp_path / "glibc", env | {name: "131072" for name in GLIBC_VARIABLES[:2]})
     assert kept.keys() == glibc_default.keys()
