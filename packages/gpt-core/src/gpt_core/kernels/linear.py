@@ -5,8 +5,8 @@
 Neither needs a hand-written backward: each is one tensor operation, so neither is a slot of the
 kernel table. What is here is the route each takes:
  - a product over the flattened leading dimensions is one fused multiply-add (addmm), a single row
-   included (a KV-cached decoding step at batch 1): MKL's matrix-vector kernel streams the weight
-   faster than splitting it into two half-size batched products does;
+   included (a KV-cached decoding step at batch 1), one call into MKL; splitting the weight into two
+   half-size batched products instead is faster on some CPUs and slower on others;
  - the lookup is `index_select`, whose backward is an index_add, instead of `W[ids]`, whose backward
    is the accumulating index_put behind advanced indexing, a much slower route on CPU for the same
    gradient.
