@@ -9,7 +9,8 @@ of the output,
 intermediate of the softmax. The tricks, each explained where it is used:
  - the softmax in base 2 (`_log2_scores`): exp2 in place of exp, the log2(e) riding on the scale;
  - the mask as an additive bias built once per shape (`_causal_bias`);
- - contiguous copies of k and v made once for the backward (`_Attention.forward`);
+ - contiguous copies of k and v made once for the backward (`_Attention.forward`), and the scaled q
+   written contiguously (`_contiguous_times`), so no matmul copies a strided head;
  - with one query, the backward's two products over the query axis as outer products (`_transposed_times`);
  - the softmax's statistics in float32 for 16-bit inputs (`precision`);
  - without a gradient to record, the forward runs bare, without the Function's bookkeeping.
@@ -64,15 +65,31 @@ def _new_causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: t
 _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
+def _contiguous_times(x: Tensor, factor: float) -> Tensor:
+    """x * factor, laid out contiguously (B, H, T, d).
+
+    q arrives as a strided view into the fused qkv projection, and a product keeps its input's strides:
+    q k^T would copy it into a contiguous batch first, and the backward's dS^T q again. Writing the product
+    straight into a contiguous buffer gives the matmuls those very numbers in that very layout, with no
+    copy. Autograd differentiates no out= product, so a q with a gradient to record (the hooked weights,
+    `attention_weights`) is multiplied, then copied, once.
+    """
+    if x.is_contiguous() or _is_compiling():
+        return x * factor
+    if torch.is_grad_enabled() and x.requires_grad:
+        return (x * factor).contiguous()
+    return torch.mul(x, factor, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
+
+
 def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e).
+    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e), contiguous.
 
     Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs much faster than exp on
     CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so the log2(e)
     factor rides on the scale at no cost. 16-bit scores are widened to float32, so the softmax's max
     and sum are never rounded to 16 bits.
     """
-    q = q * (scale * _LOG2_E)
+    q = _contiguous_times(q, scale * _LOG2_E)
     scores = upcast(q @ k.transpose(-2, -1))  # (B, H, Tq, Tk)
     n_queries, n_keys = scores.shape[-2:]
     if causal and n_queries > 1:
