@@ -66,18 +66,16 @@ _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
 def _contiguous_times(x: Tensor, factor: float) -> Tensor:
-    """x * factor, laid out contiguously (B, H, T, d).
+    """x * factor, laid out contiguously (B, H, T, d) where no gradient is recorded.
 
     q arrives as a strided view into the fused qkv projection, and a product keeps its input's strides:
     q k^T would copy it into a contiguous batch first, and the backward's dS^T q again. Writing the product
     straight into a contiguous buffer gives the matmuls those very numbers in that very layout, with no
-    copy. Autograd differentiates no out= product, so a q with a gradient to record (the hooked weights,
-    `attention_weights`) is multiplied, then copied, once.
+    copy. Autograd differentiates no out= product: a q with a gradient to record (the hooked weights,
+    `attention_weights`) takes the plain product, which q k^T copies once.
     """
-    if x.is_contiguous() or _is_compiling():
+    if x.is_contiguous() or _is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
         return x * factor
-    if torch.is_grad_enabled() and x.requires_grad:
-        return (x * factor).contiguous()
     return torch.mul(x, factor, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
 
 
