@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.image import imread
+from picture_checks import count_colours
 
 from gpt_viz import SAVE_DPI, AttentionSnapshot, RunLayout, save_attention_examples, save_figure
 
@@ -117,16 +118,6 @@ def make_run(tmp_path: Path) -> Callable[..., Path]:
 def run_dir(make_run: Callable[..., Path]) -> Path:
     """A complete run: config, metrics with evaluations, and attention of 2 layers × 4 heads on 3 examples."""
     return make_run()
-
-
-def count_colours(pixels: np.ndarray) -> int:
-    """How many distinct colours an image read by `imread` holds (floats in [0, 1], a byte a channel in the
-    file): each pixel's channels packed into one integer and the integers counted, a sort of one number a pixel
-    where `np.unique(axis=0)` sorts the pixels as records (seconds for a figure)."""
-    codes = np.zeros(pixels.shape[:2], dtype=np.uint32)
-    for channel in np.moveaxis((pixels * 255).round().astype(np.uint32), -1, 0):
-        codes = codes << 8 | channel
-    return len(np.unique(codes))
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import count_colours
 from matplotlib.image import imread
+from picture_checks import count_colours
 
 from gpt_viz import RunLayout, load_attention_examples
 from gpt_viz.explore import write_explorer
