@@ -10,7 +10,8 @@ untouched (PyTorch aligns every CPU buffer to 64 bytes wherever it lies), so a r
 bits; the cost is that the process keeps up to the trim threshold of free memory instead of returning it.
 
 glibc's own variables (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TOP_PAD_`) win:
-with any of them set, the heap is left as they say.
+with any of them set, the heap is left as they say (and glibc, by mallopt(3), stops adapting its mmap
+threshold to the blocks freed, so a step's buffers are mapped and faulted in afresh every time).
 """
 
 from __future__ import annotations
