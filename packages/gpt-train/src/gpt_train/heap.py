@@ -11,7 +11,8 @@ bits; the cost is that the process keeps up to the trim threshold of free memory
 
 glibc's own variables (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TOP_PAD_`) win:
 with any of them set, the heap is left as they say (and glibc, by mallopt(3), stops adapting its mmap
-threshold to the blocks freed, so a step's buffers above 128 KiB are mapped and faulted in afresh each time).
+threshold to the blocks freed: a step's buffers above it, 128 KiB unless that is the variable set, are mapped
+and faulted in afresh each time).
 """
 
 from __future__ import annotations
