@@ -76,7 +76,7 @@ def _contiguous_times(x: Tensor, factor: float) -> Tensor:
     """
     if x.is_contiguous() or _is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
         return x * factor
-    return torch.mul(x, factor, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
+    return torch.mul(x, factor, out=torch.empty_like(x, memory_format=torch.contiguous_format))
 
 
 def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
