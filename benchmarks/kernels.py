@@ -113,30 +113,35 @@ def decode_model():
 
 
 def matvec_rows():
-    """Every Linear of the decode model on one row (42 MB of weights), by addmm and by two half-size products."""
+    """Every Linear of the decode model on one row (42 MB of weights), by the route gpt-core takes on this
+    machine (two half-size batched products on an AMD CPU, one addmm elsewhere) and by the other one."""
     from gpt_core import Linear
+    from gpt_core.kernels.linear import HALVES_MIN_ENTRIES, one_row_by_halves, one_row_products_by_halves
 
     linears = [m for m in decode_model().modules() if isinstance(m, Linear)]
     rows = [torch.randn(1, m.in_features) for m in linears]
 
     @torch.no_grad()
-    def through_linear():
+    def by_addmm():
         for linear, x in zip(linears, rows, strict=True):
-            linear(x)
+            if linear.bias is None:
+                x @ linear.weight.t()
+            else:
+                torch.addmm(linear.bias, x, linear.weight.t())
 
     @torch.no_grad()
-    def through_halves():  # (2, out/2, in) @ (2, in, 1): a batched product over the weight's two halves of rows
+    def by_halves():  # (2, out/2, in) @ (2, in, 1), as gpt-core's route does it
         for linear, x in zip(linears, rows, strict=True):
-            if linear.out_features % 2:  # the tied output head, 65 rows: one product
+            if linear.out_features % 2 or linear.weight.numel() < HALVES_MIN_ENTRIES:  # the tied head: one product
                 x @ linear.weight.t()
-                continue
-            halves = linear.weight.view(2, linear.out_features // 2, linear.in_features)
-            out = torch.bmm(halves, x.t().expand(2, linear.in_features, 1)).view(1, linear.out_features)
-            if linear.bias is not None:
-                out.add_(linear.bias)
+            else:
+                one_row_by_halves(x, linear.weight, linear.bias)
 
-    return ("one-row products, all 6-layer weights", "addmm (MKL gemv)", "two half-size bmm",
-            (through_linear, through_halves))  # fmt: skip
+    routes = [("addmm (MKL gemv)", by_addmm), ("two half-size bmm", by_halves)]
+    if one_row_products_by_halves():
+        routes.reverse()
+    (used, used_fn), (other, other_fn) = routes
+    return ("one-row products, all 6-layer weights", used, other, (used_fn, other_fn))
 
 
 def decode_step(model, mode: Callable[[], object]) -> Callable[[], object]:

@@ -72,4 +72,4 @@ __all__ = [
     "verification_report",
 ]
 
-__version__ = "0.3.7"
+__version__ = "0.3.8"

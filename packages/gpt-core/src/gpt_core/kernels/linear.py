@@ -4,9 +4,10 @@
 
 Neither needs a hand-written backward: each is one tensor operation, so neither is a slot of the
 kernel table. What is here is the route each takes:
- - a product over the flattened leading dimensions is one fused multiply-add (addmm), a single row
-   included (a KV-cached decoding step at batch 1), one call into MKL; splitting the weight into two
-   half-size batched products instead is faster on some CPUs and slower on others;
+ - a product over the flattened leading dimensions is one fused multiply-add (addmm), one call into
+   MKL; a single row (a KV-cached decoding step at batch 1) on an AMD CPU is instead one batched
+   product over the weight's two halves of rows, which there streams the weight faster than MKL's
+   matrix-vector kernel (on Intel's, slower);
  - the lookup is `index_select`, whose backward is an index_add, instead of `W[ids]`, whose backward
    is the accumulating index_put behind advanced indexing, a much slower route on CPU for the same
    gradient.
@@ -15,15 +16,62 @@ kernel table. What is here is the route each takes:
 
 from __future__ import annotations
 
+import functools
+import platform
+
 import torch
 from torch import Tensor
+
+HALVES_MIN_ENTRIES = 1 << 16
+"""Smaller weights stay one addmm on every CPU: there the call's own cost outweighs how fast it streams."""
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (..., in) @ weight^T (in, out) + bias (out,) -> (..., out)."""
     flat = x.reshape(-1, weight.shape[1])  # (N, in)
-    out = flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())  # (N, out)
+    if flat.shape[0] == 1 and _halves_fit(weight):
+        out = one_row_by_halves(flat, weight, bias)  # (1, out)
+    else:
+        out = flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())  # (N, out)
     return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def one_row_by_halves(row: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """row (1, in) @ weight^T + bias as one batched product over the two halves of weight's rows -> (1, out)."""
+    halves = weight.view(2, weight.shape[0] // 2, weight.shape[1])  # (2, out/2, in)
+    column = row.t().expand(2, weight.shape[1], 1)  # (2, in, 1), no copy
+    out = torch.bmm(halves, column) if bias is None else torch.baddbmm(bias.view(2, -1, 1), halves, column)
+    return out.view(1, weight.shape[0])
+
+
+def _halves_fit(weight: Tensor) -> bool:
+    """Whether a one-row product with `weight` takes the two-halves route on this machine."""
+    return (
+        weight.is_cpu
+        and weight.shape[0] % 2 == 0
+        and weight.numel() >= HALVES_MIN_ENTRIES
+        and weight.is_contiguous()
+        and one_row_products_by_halves()
+    )
+
+
+@functools.cache
+def one_row_products_by_halves() -> bool:
+    """True on an AMD CPU with PyTorch's MKL: there MKL's matrix-vector kernel streams a weight more slowly
+    than its batched product does, and the reverse on Intel's (`benchmarks/kernels.py` times both routes)."""
+    return torch.backends.mkl.is_available() and "AuthenticAMD" in cpu_vendor()
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string (GenuineIntel, AuthenticAMD) where the system says it, else ''."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:  # Linux
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()  # Windows: "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD"; elsewhere ''
 
 
 def embedding(ids: Tensor, weight: Tensor) -> Tensor:
