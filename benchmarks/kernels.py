@@ -116,7 +116,7 @@ def matvec_rows():
     """Every Linear of the decode model on one row (42 MB of weights), by the route gpt-core takes on this
     machine (two half-size batched products on an AMD CPU, one addmm elsewhere) and by the other one."""
     from gpt_core import Linear
-    from gpt_core.kernels.linear import HALVES_MIN_ENTRIES, one_row_by_halves, one_row_products_by_halves
+    from gpt_core.kernels.linear import halves_fit, one_row_by_halves, one_row_products_by_halves, rows_by_addmm
 
     linears = [m for m in decode_model().modules() if isinstance(m, Linear)]
     rows = [torch.randn(1, m.in_features) for m in linears]
@@ -124,18 +124,13 @@ def matvec_rows():
     @torch.no_grad()
     def by_addmm():
         for linear, x in zip(linears, rows, strict=True):
-            if linear.bias is None:
-                x @ linear.weight.t()
-            else:
-                torch.addmm(linear.bias, x, linear.weight.t())
+            rows_by_addmm(x, linear.weight, linear.bias)
 
     @torch.no_grad()
-    def by_halves():  # (2, out/2, in) @ (2, in, 1), as gpt-core's route does it
+    def by_halves():  # (2, out/2, in) @ (2, in, 1) wherever gpt-core's route would take it (not the tied head)
         for linear, x in zip(linears, rows, strict=True):
-            if linear.out_features % 2 or linear.weight.numel() < HALVES_MIN_ENTRIES:  # the tied head: one product
-                x @ linear.weight.t()
-            else:
-                one_row_by_halves(x, linear.weight, linear.bias)
+            product = one_row_by_halves if halves_fit(linear.weight) else rows_by_addmm
+            product(x, linear.weight, linear.bias)
 
     routes = [("addmm (MKL gemv)", by_addmm), ("two half-size bmm", by_halves)]
     if one_row_products_by_halves():

@@ -29,11 +29,14 @@ HALVES_MIN_ENTRIES = 1 << 16
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (..., in) @ weight^T (in, out) + bias (out,) -> (..., out)."""
     flat = x.reshape(-1, weight.shape[1])  # (N, in)
-    if flat.shape[0] == 1 and _halves_fit(weight):
-        out = one_row_by_halves(flat, weight, bias)  # (1, out)
-    else:
-        out = flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())  # (N, out)
+    by_halves = flat.shape[0] == 1 and halves_fit(weight) and one_row_products_by_halves()
+    out = one_row_by_halves(flat, weight, bias) if by_halves else rows_by_addmm(flat, weight, bias)  # (N, out)
     return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def rows_by_addmm(flat: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """flat (N, in) @ weight^T + bias in one call -> (N, out)."""
+    return flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())
 
 
 def one_row_by_halves(row: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -44,15 +47,11 @@ def one_row_by_halves(row: Tensor, weight: Tensor, bias: Tensor | None) -> Tenso
     return out.view(1, weight.shape[0])
 
 
-def _halves_fit(weight: Tensor) -> bool:
-    """Whether a one-row product with `weight` takes the two-halves route on this machine."""
-    return (
-        weight.is_cpu
-        and weight.shape[0] % 2 == 0
-        and weight.numel() >= HALVES_MIN_ENTRIES
-        and weight.is_contiguous()
-        and one_row_products_by_halves()
-    )
+def halves_fit(weight: Tensor) -> bool:
+    """Whether `weight` can take the two-halves route: on the CPU, contiguous, an even number of rows, and
+    large enough to gain by it."""
+    large, even = weight.numel() >= HALVES_MIN_ENTRIES, weight.shape[0] % 2 == 0
+    return weight.is_cpu and large and even and weight.is_contiguous()
 
 
 @functools.cache
