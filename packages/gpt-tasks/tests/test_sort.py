@@ -184,3 +184,22 @@ def test_randomized_model_evaluates_past_its_block_the_same_every_time(tiny_mode
     first = longer.evaluate(model, "heldout", "cpu", limit=64)
     assert torch.equal(torch.get_rng_state(), state)
     assert first == longer.evaluate(model, "heldout", "cpu", limit=64) and first["examples"] == 64
+
+
+MIXED = {"length": 5, "min_length": 2, "separator": True}
+
+
+@pytest.mark.parametrize(("options", "lengths"), [({}, (6,)), (MIXED, (3, 4, 5, 6))])
+def test_prompt_lengths_are_those_training_draws_each_answered_by_one_token_per_input_symbol(options, lengths):
+    task = get_task("sort", **options)
+    assert task.prompt_lengths == lengths
+    generator = torch.Generator().manual_seed(0)
+    drawn = set()
+    for _ in range(40):
+        batch = task.batch(8, generator)
+        scored = (batch.targets[0] != IGNORE_INDEX).nonzero().squeeze(1)
+        prompt = int(scored[0]) + 1  # the first answer token is predicted from the prompt's last position
+        drawn.add(prompt)
+        assert task.answer_length_for(prompt) == len(scored)
+    assert drawn == set(lengths)
+    assert task.answer_length_for(4 + task.params.separator) == 4  # an untrained length: still one per symbol

@@ -105,7 +105,16 @@ def test_sample_continues_each_prompt(cli, tiny_run):
     assert result.code == 0, result.err
     lines = result.out.strip().splitlines()
     assert [line.split(" -> ")[0] for line in lines] == ["3141", "2718"]
-    assert all(len(line.split(" -> ")[1]) == 4 for line in lines)  # fills the block: 4 new tokens
+    assert all(len(line.split(" -> ")[1]) == 4 for line in lines)  # the answer: one token a digit
+    assert "note:" not in result.err
+
+
+def test_sample_answers_a_prompt_of_an_untrained_length_one_token_a_digit_and_says_so(cli, tiny_run):
+    result = cli("sample", tiny_run, "--prompt", "314", "--prompt", "3141")
+    assert result.code == 0, result.err
+    assert [len(line.split(" -> ")[1]) for line in result.out.strip().splitlines()] == [3, 4]
+    note = "note: sort trains on prompts of 4 tokens and this one has 3: the model never learned to answer it"
+    assert result.err.strip().splitlines() == [note]
 
 
 def test_sample_with_and_without_cache_agree_when_greedy(cli, tiny_run):

@@ -124,7 +124,7 @@ import gpt_viz
 from gpt_train import load_run
 
 run = load_run("sort")  # a run directory, or a task name: its newest run under ./runs
-ids = run.task.encode("3914")  # a prompt, as the model reads it
+ids = run.task.encode("391482")  # a prompt of 6 digits, as the model reads it
 with torch.no_grad():
     _, cache = run.model.run_with_cache(torch.tensor([ids]), names=["blocks.0.pattern"])
 pattern = cache["blocks.0.pattern"][0, 1]  # layer 0, head 1: (T, T)

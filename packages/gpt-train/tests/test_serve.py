@@ -109,6 +109,14 @@ def test_the_prompt_view_is_samples_answer_and_run_with_caches_attention(run_dir
     expected = [float(probabilities[i, token]) for i, token in enumerate(task.encode(view.answer))]
     assert view.answer_probability == pytest.approx(expected, abs=1e-6)
     assert view.lens_top[-1][len(PROMPT) - 1 :] == list(view.answer)  # the last depth is the model's own
+    assert view.note == ""  # a prompt of the trained length
+
+
+def test_a_prompt_of_a_length_never_trained_on_gets_one_answer_token_a_digit_and_a_note(run_dir, capsys):
+    config, model = load_run(run_dir, CPU)
+    view = explain_prompt(config.build_sampler(), model, CPU, "391")
+    assert len(view.answer_tokens) == 3 and view.answer == sample_answer(run_dir, "391", capsys)
+    assert view.note == "sort trains on prompts of 4 tokens and this one has 3: the model never learned to answer it"
 
 
 @pytest.mark.parametrize(
@@ -274,6 +282,9 @@ def test_a_typed_prompt_shows_samples_answer_and_the_chosen_heads_attention(page
     assert page.locator("#tokens span.prompt").all_inner_texts() == list(prompt)
     assert page.locator("#predictions tr").count() == 1 + len(answer)
     assert page.locator("#lens tr").count() == 1 + 5  # the embeddings, then each layer's attention and MLP
+    assert page.inner_text("#untrained") == ""
+    ask(page, "801")  # a length the model never trained on: the page says so
+    assert "never learned to answer it" in page.inner_text("#untrained")
 
 
 def test_a_bad_prompt_shows_a_message_on_the_page(page):

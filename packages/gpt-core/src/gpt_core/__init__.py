@@ -72,4 +72,4 @@ __all__ = [
     "verification_report",
 ]
 
-__version__ = "0.3.8"
+__version__ = "0.3.9"

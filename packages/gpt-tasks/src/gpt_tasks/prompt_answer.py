@@ -49,6 +49,17 @@ class PromptAnswerTask(Task):
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
         """Example numbers (N,) -> prompt followed by answer, (N, prompt_length + answer_length)."""
 
+    @property
+    def prompt_lengths(self) -> tuple[int, ...]:
+        """The prompt lengths training draws: `prompt_length` alone, unless a subclass trains on several. A
+        prompt of another length asks the model something it never learned (`gpt-train sample` says so)."""
+        return (self.prompt_length,)
+
+    def answer_length_for(self, prompt_length: int) -> int:
+        """Tokens that answer a prompt of `prompt_length` tokens: `answer_length` whatever the prompt, unless a
+        subclass's answer grows with its prompt (sort's: one token per input symbol)."""
+        return self.answer_length
+
     def answer_position_names(self) -> list[str]:
         """Metric name of each answer position, in generation order."""
         return [f"position_{i}" for i in range(self.answer_length)]

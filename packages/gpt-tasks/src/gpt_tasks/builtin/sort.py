@@ -102,6 +102,14 @@ class SortTask(PromptAnswerTask):
     def answer_length(self) -> int:
         return self.params.length
 
+    @property
+    def prompt_lengths(self) -> tuple[int, ...]:
+        return tuple(self.prompt_length_at(length) for length in self.params.lengths)
+
+    def answer_length_for(self, prompt_length: int) -> int:
+        """One token per input symbol: the prompt without its separator."""
+        return max(1, prompt_length - self.params.separator)
+
     def encode(self, text: str) -> list[int]:
         return self.vocab.encode(text)
 

@@ -1,7 +1,7 @@
 """The model on one prompt, as the served explorer shows it: the greedy answer `gpt-train sample` gives,
 the probability of each answer token, every head's attention, and the logit lens at every depth.
 
-The answer is generated as `sample` generates it (greedy, KV cache, as many tokens as fill the block), then
+The answer is generated as `sample` generates it (greedy, KV cache, `answer_tokens` of them), then
 the whole sequence the model reads (prompt and answer but its last token) runs once through
 `run_with_cache`: its attention patterns and residual streams are those of that one forward pass.
 """
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from gpt_core import GPT, block_hook, generate, log_softmax
-from gpt_tasks import evaluating
+from gpt_tasks import PromptAnswerTask, evaluating
 from gpt_train.analysis.logit_lens import decode, depth_labels, residual_names
 from gpt_train.errors import TrainError
 
@@ -38,12 +38,14 @@ class PromptView:
     """`tokens`: labels of what the model reads (prompt, then the answer but its last token);
     `attention[layer][head][query][key]`; `answer_probability[i]`: the model's probability of answer token
     i where it wrote it; `lens_top[depth][position]` and `lens_probability`: the logit lens's most likely next
-    token at each position and depth, and its probability."""
+    token at each position and depth, and its probability; `note`: for a prompt of a length the task never
+    trains on, the sentence saying so ('' otherwise)."""
 
     prompt: str
     answer: str
     tokens: list[str]
     prompt_length: int
+    note: str
     answer_tokens: list[str]
     answer_probability: list[float]
     attention: list[list[list[list[float]]]]
@@ -80,10 +82,35 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
     return ids
 
 
+def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
+    """How many tokens `gpt-train sample` and the explorer write after a prompt of `n_prompt` tokens: a
+    prompt-answer task's answer to a prompt of that length (sort's: one per digit), within the positions the
+    model has; for text, as many as fill the block. At least one."""
+    if not isinstance(vocabulary, PromptAnswerTask):
+        return max(1, model.config.block_size + 1 - n_prompt)
+    n_new = vocabulary.answer_length_for(n_prompt)
+    limit = model.config.position_limit
+    return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
+
+
+def untrained_prompt_note(vocabulary: Vocabulary, n_prompt: int) -> str:
+    """A sentence when a prompt-answer task never trains on prompts of `n_prompt` tokens ('' otherwise): the
+    model's answer to such a prompt is not what the task taught it, and a learner should know."""
+    if not isinstance(vocabulary, PromptAnswerTask) or n_prompt in vocabulary.prompt_lengths:
+        return ""
+    lengths = sorted(vocabulary.prompt_lengths)
+    contiguous = len(lengths) > 2 and lengths == list(range(lengths[0], lengths[-1] + 1))
+    trained = f"{lengths[0]} to {lengths[-1]}" if contiguous else " or ".join(map(str, lengths))
+    return (
+        f"{vocabulary.name} trains on prompts of {trained} tokens and this one has {n_prompt}: "
+        "the model never learned to answer it"
+    )
+
+
 def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:
     """The model's greedy answer to `text` and what it computed on the way (see the module's docstring)."""
     ids = encoded(vocabulary, model, text)
-    n_new = max(1, model.config.block_size + 1 - len(ids))  # `gpt-train sample`'s default: fill the block
+    n_new = answer_tokens(vocabulary, model, len(ids))
     c = model.config
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
@@ -104,6 +131,7 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         answer=vocabulary.decode(answer),
         tokens=labels(vocabulary, out[:-1]),
         prompt_length=len(ids),
+        note=untrained_prompt_note(vocabulary, len(ids)),
         answer_tokens=labels(vocabulary, answer),
         answer_probability=answer_probability,
         attention=attention.cpu().tolist(),

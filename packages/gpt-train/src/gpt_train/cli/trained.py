@@ -11,6 +11,7 @@ import torch
 
 from gpt_core import generate
 from gpt_tasks import SPLITS
+from gpt_train.analysis.prompt import answer_tokens, untrained_prompt_note
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP
@@ -74,7 +75,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
     "--max-new-tokens",
     type=click.IntRange(min=1),
     help="Tokens to generate; past a learned-position model's block, the last half block is the new prompt. "
-    "[default: fill the block]",
+    "[default: a prompt-answer task's answer (sort: one token per digit); text: fill the block]",
 )
 @click.option(
     "--temperature",
@@ -116,7 +117,9 @@ def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no
             ids = torch.tensor([task.encode(text)], device=target)
         except ValueError as error:
             raise CommandError(f"prompt {text!r}: {error}") from None
-        n_new = max_new_tokens or max(1, model.config.block_size + 1 - ids.shape[1])
+        n_new = max_new_tokens or answer_tokens(task, model, ids.shape[1])
+        if note := untrained_prompt_note(task, ids.shape[1]):
+            click.echo(f"note: {note}", err=True)
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
