@@ -113,8 +113,9 @@ def test_sample_answers_a_prompt_of_an_untrained_length_one_token_a_digit_and_sa
     result = cli("sample", tiny_run, "--prompt", "314", "--prompt", "3141")
     assert result.code == 0, result.err
     assert [len(line.split(" -> ")[1]) for line in result.out.strip().splitlines()] == [3, 4]
-    note = "note: sort trains on prompts of 4 tokens and this one has 3: the model never learned to answer it"
-    assert result.err.strip().splitlines() == [note]
+    example = cli("sample", tiny_run).out.split(" -> ")[0]  # the first of the task's example prompts
+    note = f"note: sort trains on prompts of 4 tokens, like {example!r}, and this one has 3: the model never learned"
+    assert result.err.strip().splitlines() == [note + " to answer it"]
 
 
 def test_sample_with_and_without_cache_agree_when_greedy(cli, tiny_run):

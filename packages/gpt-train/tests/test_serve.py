@@ -116,7 +116,11 @@ def test_a_prompt_of_a_length_never_trained_on_gets_one_answer_token_a_digit_and
     config, model = load_run(run_dir, CPU)
     view = explain_prompt(config.build_sampler(), model, CPU, "391")
     assert len(view.answer_tokens) == 3 and view.answer == sample_answer(run_dir, "391", capsys)
-    assert view.note == "sort trains on prompts of 4 tokens and this one has 3: the model never learned to answer it"
+    example = config.build_task().example_prompts()[0]
+    assert view.note == (
+        f"sort trains on prompts of 4 tokens, like {example!r}, and this one has 3: the model never learned to answer"
+        " it"
+    )
 
 
 @pytest.mark.parametrize(

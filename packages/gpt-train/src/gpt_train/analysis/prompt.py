@@ -101,8 +101,9 @@ def untrained_prompt_note(vocabulary: Vocabulary, n_prompt: int) -> str:
     lengths = sorted(vocabulary.prompt_lengths)
     contiguous = len(lengths) > 2 and lengths == list(range(lengths[0], lengths[-1] + 1))
     trained = f"{lengths[0]} to {lengths[-1]}" if contiguous else " or ".join(map(str, lengths))
+    example = vocabulary.example_prompts()[0]
     return (
-        f"{vocabulary.name} trains on prompts of {trained} tokens and this one has {n_prompt}: "
+        f"{vocabulary.name} trains on prompts of {trained} tokens, like {example!r}, and this one has {n_prompt}: "
         "the model never learned to answer it"
     )
 
