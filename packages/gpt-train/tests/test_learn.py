@@ -291,3 +291,11 @@ def test_a_flash_mistake_is_named_at_the_learners_tile_size(tmp_path):
     assert result.output.splitlines()[0] == (
         "flash_attention: the running sum is not rescaled by exp(m_old - m_new) when the max grows"
     )
+
+
+def test_through_gpt_train_a_failing_check_prints_its_verdict_alone_and_exits_1(cli, tmp_path):
+    """The command group reads a SystemExit as a plugin exiting; a failed check must not look like one."""
+    assert cli("learn", "start", "gelu", "--dir", tmp_path).code == 0
+    result = cli("learn", "check", "gelu", "--dir", tmp_path)
+    assert result.code == 1
+    assert "gelu is not written yet" in result.out and result.err == ""

@@ -83,7 +83,7 @@ def check(step_name: str, folder: Path) -> None:
     click.echo(verdict.message)
     if not verdict.passed:
         forget_pass(folder, step)
-        raise SystemExit(1)
+        raise click.exceptions.Exit(1)  # not SystemExit, which the command group reads as a plugin exiting
     record_pass(folder, step)
 
 
