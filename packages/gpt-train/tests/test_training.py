@@ -172,7 +172,7 @@ def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path):
                "-m", "gpt_train", *TINY[:TINY.index("--steps")], "--steps", "20", "--out", str(run_dir),
                *TINY[TINY.index("--batch-size"):]]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[:4000]  # the ranks' own output comes before torchrun's traceback
     assert "detach" not in done.stderr, done.stderr[-3000:]  # PyTorch's warning about our own code
     final = json.loads((run_dir / RunLayout.FINAL).read_text())
     assert final["world_size"] == 2
