@@ -118,6 +118,12 @@ def test_sample_answers_a_prompt_of_an_untrained_length_one_token_a_digit_and_sa
     assert result.err.strip().splitlines() == [note + " to answer it"]
 
 
+def test_sample_refuses_a_prompt_longer_than_a_learned_position_models_block_in_one_line(cli, tiny_run):
+    result = cli("sample", tiny_run, "--prompt", "31415926")  # block 7: 4 digits and 3 of the answer
+    assert result.code == 2 and result.out == ""
+    assert result.err.strip() == "gpt-train: error: prompt '31415926': 8 tokens, and the model reads at most 7"
+
+
 def test_sample_with_and_without_cache_agree_when_greedy(cli, tiny_run):
     cached = cli("sample", tiny_run, "--prompt", "9081").out
     uncached = cli("sample", tiny_run, "--prompt", "9081", "--no-cache").out

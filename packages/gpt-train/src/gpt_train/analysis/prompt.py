@@ -85,11 +85,14 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
 def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     """How many tokens `gpt-train sample` and the explorer write after a prompt of `n_prompt` tokens: a
     prompt-answer task's answer to a prompt of that length (sort's: one per digit), within the positions the
-    model has; for text, as many as fill the block. At least one."""
+    model has; for text, as many as fill the block. At least one. A prompt-answer prompt longer than the model's
+    positions is a PromptError (text slides past the block instead)."""
     if not isinstance(vocabulary, PromptAnswerTask):
         return max(1, model.config.block_size + 1 - n_prompt)
     n_new = vocabulary.answer_length_for(n_prompt)
     limit = model.config.position_limit
+    if limit is not None and n_prompt > limit:
+        raise PromptError(f"{n_prompt} tokens, and the model reads at most {limit}")
     return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
 
 

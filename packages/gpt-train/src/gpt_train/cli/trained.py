@@ -11,7 +11,7 @@ import torch
 
 from gpt_core import generate
 from gpt_tasks import SPLITS
-from gpt_train.analysis.prompt import answer_tokens, untrained_prompt_note
+from gpt_train.analysis.prompt import PromptError, answer_tokens, untrained_prompt_note
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP
@@ -115,9 +115,10 @@ def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no
             raise CommandError("--prompt must not be empty")
         try:
             ids = torch.tensor([task.encode(text)], device=target)
-        except ValueError as error:
+            answer = answer_tokens(task, model, ids.shape[1])  # refuses a prompt-answer prompt past the positions
+        except (ValueError, PromptError) as error:
             raise CommandError(f"prompt {text!r}: {error}") from None
-        n_new = max_new_tokens or answer_tokens(task, model, ids.shape[1])
+        n_new = max_new_tokens or answer
         if note := untrained_prompt_note(task, ids.shape[1]):
             click.echo(f"note: {note}", err=True)
         try:
