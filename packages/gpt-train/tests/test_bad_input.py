@@ -54,6 +54,14 @@ def test_set_value_of_the_wrong_type(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--set", "layernorm=maybe"), "layernorm must be true or false")
 
 
+def test_a_task_parameters_wrong_value_is_quoted_whole(cli, tiny_run):
+    """The task's own message, its closing quote kept (an outer quote strip once ate it)."""
+    for command in (("run", "--task", "sort", "--set", "length=abc"), ("eval", tiny_run, "--set", "length=abc")):
+        result = cli(*command)
+        assert_one_line_error(result, "length must be an integer, got 'abc'")
+        assert result.err.strip().endswith("got 'abc'")
+
+
 @pytest.mark.parametrize(
     ("settings", "fragments"),
     [

@@ -32,7 +32,7 @@ from gpt_tasks import (
     get_task,
 )
 from gpt_tasks.builtin.text import TextParams, TextTask, TextVocabulary
-from gpt_train.errors import TrainError
+from gpt_train.errors import TrainError, message_of
 from gpt_train.files import write_json_atomically
 from gpt_train.hf import pretrained_model_config, tokenizer_params
 from gpt_train.kernels import kernel_versions
@@ -134,14 +134,14 @@ def task_class(name: str) -> type[Task]:
     try:
         return default_registry().info(name).task_class
     except TaskError as error:
-        raise ConfigError(str(error).strip("'\"")) from None
+        raise ConfigError(message_of(error)) from None
 
 
 def make_task(name: str, params: dict[str, Any]) -> Task:
     try:
         return get_task(name, **params)
     except (TaskError, ParamError) as error:
-        raise ConfigError(str(error).strip("'\"")) from None
+        raise ConfigError(message_of(error)) from None
     except (ValueError, OSError) as error:  # the task's own construction: a missing data file, say
         raise ConfigError(f"task {name!r}: {error}") from None
 

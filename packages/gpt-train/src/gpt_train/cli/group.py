@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gpt_train.errors import TrainError
+from gpt_train.errors import TrainError, message_of
 from gpt_train.guard import exit_origin
 from gpt_train.heap import keep_freed_memory
 
@@ -100,8 +100,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except click.UsageError as error:
             raise CommandError(error.format_message()) from None
-        except (TaskError, ParamError) as error:  # a LookupError's text may come quoted
-            raise CommandError(str(error).strip("'\"")) from None
+        except (TaskError, ParamError) as error:
+            raise CommandError(message_of(error)) from None
         except TrainError as error:
             raise CommandError(str(error)) from None
         except KeyboardInterrupt:
