@@ -3,6 +3,8 @@ stopping at block_size for learned positions and running past it otherwise."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -215,6 +217,18 @@ def test_negative_or_non_finite_temperature_raises(gen, temperature):
 def test_top_k_below_one_raises(gen):
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3, top_k=0)
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (3,), (1, 2, 1)])
+def test_a_prompt_that_is_not_b_by_t_tokens_raises_naming_its_shape(shape):
+    message = f"idx must be (B, T) token ids with T >= 1, got shape {shape}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        generate(_model("rope"), torch.zeros(shape, dtype=torch.long), 3)
+
+
+def test_negative_max_new_tokens_raises(gen):
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0, got -1"):
+        generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), -1)
 
 
 def test_generate_does_not_build_a_graph(gen):

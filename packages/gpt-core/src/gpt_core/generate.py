@@ -58,6 +58,10 @@ def generate(
     Runs in inference mode (no autograd bookkeeping at all, which a cached batch-1 step would feel
     even under no_grad) and returns an ordinary tensor, which later training may use.
     """
+    if idx.dim() != 2 or idx.shape[1] == 0:
+        raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
