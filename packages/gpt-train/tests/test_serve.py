@@ -225,6 +225,24 @@ def test_ctrl_c_stops_the_server_cleanly(run_dir, started):
         process.kill()
     assert process.returncode == 0, err
     assert out.strip() == "stopped" and "Traceback" not in err
+    assert "warning" not in err  # loopback: nothing to warn of
+
+
+def test_serving_beyond_loopback_warns_that_other_machines_can_use_the_model(run_dir):
+    command = [sys.executable, "-m", "gpt_train", "serve", str(run_dir), "--host", "0.0.0.0", "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert line.startswith(f"serving {run_dir} at http://0.0.0.0:"), (line, err)
+    port = line.split(":")[-1].split("/")[0]
+    assert err.strip() == (
+        f"gpt-train: warning: listening on 0.0.0.0, beyond this machine's loopback: anyone who can reach it on port "
+        f"{port} can use the model"
+    )
 
 
 def test_serve_listens_on_loopback_unless_told_otherwise():

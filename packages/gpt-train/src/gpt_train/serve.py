@@ -13,6 +13,7 @@ on 127.0.0.1 unless --host names another address.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 from http import HTTPStatus
@@ -234,6 +235,12 @@ def serve(run_dir: Path, port: int, host: str, device: str) -> None:
     except OSError as error:
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     address, bound = server.server_address[:2]
+    if not ipaddress.ip_address(address).is_loopback:
+        click.echo(
+            f"gpt-train: warning: listening on {address}, beyond this machine's loopback: anyone who can reach it "
+            f"on port {bound} can use the model",
+            err=True,
+        )
     try:
         with ctrl_c_interrupts():
             click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")  # Ctrl-C from now on stops
