@@ -8,14 +8,11 @@ import json
 import re
 import shlex
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
-from train_helpers import TINY, assert_one_line_error
+from train_helpers import TINY, assert_one_line_error, serve_then_ctrl_c
 
 import gpt_train
 from gpt_train.cli import cli as group
@@ -102,20 +99,11 @@ def test_every_serve_help_example_serves_when_pasted_and_stops_on_ctrl_c(runs_he
     examples = help_examples(serve, click.Context(serve, info_name="serve", parent=ctx))
     assert examples == ["gpt-train serve sort", "gpt-train serve sort --port 8000"]
     for example in examples:
-        args = shlex.split(example)[1:]
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gpt_train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        try:
-            line = process.stdout.readline()
-            process.send_signal(signal.SIGINT)
-            out, err = process.communicate(timeout=30)
-        finally:
-            process.kill()
+        line, result = serve_then_ctrl_c(*shlex.split(example)[2:])
         assert re.fullmatch(
             r"serving runs/sort-20260102-000000 at http://127\.0\.0\.1:\d+/ \(Ctrl-C stops\)\n", line
-        ), (line, err)
-        assert process.returncode == 0 and out.strip() == "stopped"
+        ), (line, result.err)
+        assert result.code == 0 and result.out.strip() == "stopped"
 
 
 README_EXAMPLE = """

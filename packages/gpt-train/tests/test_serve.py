@@ -8,8 +8,6 @@ import http.client
 import json
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +16,7 @@ from urllib.parse import quote
 
 import pytest
 import torch
+from train_helpers import serve_then_ctrl_c
 
 from gpt_core import block_hook
 from gpt_train.analysis.prompt import PromptError, explain_prompt
@@ -207,39 +206,22 @@ def _ignore_sigint() -> None:
 
 @pytest.mark.parametrize("started", [None, _ignore_sigint], ids=["as usual", "with SIGINT ignored"])
 def test_ctrl_c_stops_the_server_cleanly(run_dir, started):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gpt_train", "serve", str(run_dir), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=started,  # a process started with SIGINT ignored would keep ignoring it, left to Python
-    )
-    try:
-        line = process.stdout.readline()
+    def answers(line: str) -> None:
         assert line.startswith(f"serving {run_dir} at http://127.0.0.1:") and "(Ctrl-C stops)" in line
-        base = line.split(" at ")[1].split("/ ")[0]
-        assert get(base, "/api/run")[0] == 200
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == 0, err
-    assert out.strip() == "stopped" and "Traceback" not in err
-    assert "warning" not in err  # loopback: nothing to warn of
+        assert get(line.split(" at ")[1].split("/ ")[0], "/api/run")[0] == 200
+
+    # a process started with SIGINT ignored would keep ignoring it, left to Python
+    _, result = serve_then_ctrl_c(run_dir, "--port", 0, while_serving=answers, preexec_fn=started)
+    assert result.code == 0, result.err
+    assert result.out.strip() == "stopped" and "Traceback" not in result.err
+    assert "warning" not in result.err  # loopback: nothing to warn of
 
 
 def test_serving_beyond_loopback_warns_that_other_machines_can_use_the_model(run_dir):
-    command = [sys.executable, "-m", "gpt_train", "serve", str(run_dir), "--host", "0.0.0.0", "--port", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert line.startswith(f"serving {run_dir} at http://0.0.0.0:"), (line, err)
+    line, result = serve_then_ctrl_c(run_dir, "--host", "0.0.0.0", "--port", 0)
+    assert line.startswith(f"serving {run_dir} at http://0.0.0.0:"), (line, result.err)
     port = line.split(":")[-1].split("/")[0]
-    assert err.strip() == (
+    assert result.err.strip() == (
         f"gpt-train: warning: listening on 0.0.0.0, beyond this machine's loopback: anyone who can reach it on port "
         f"{port} can use the model"
     )

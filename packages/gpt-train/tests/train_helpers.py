@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,3 +45,23 @@ def assert_one_line_error(result: Result, *fragments: str, code: int = 2) -> Non
     assert "Traceback" not in result.err
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def serve_then_ctrl_c(
+    *args: str, while_serving: Callable[[str], None] | None = None, preexec_fn: Callable[[], None] | None = None
+) -> tuple[str, Result]:
+    """`gpt-train serve ARGS` as a user runs it: its first line (where it serves), then, after `while_serving(line)`
+    if given, Ctrl-C; returns that line and the process's exit code, the rest of its stdout, and its stderr."""
+    command = [sys.executable, "-m", "gpt_train", "serve", *map(str, args)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn
+    )
+    try:
+        line = process.stdout.readline()
+        if while_serving is not None:
+            while_serving(line)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    return line, Result(process.returncode, out, err)
