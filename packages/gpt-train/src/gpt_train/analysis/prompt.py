@@ -89,10 +89,10 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     positions is a PromptError (text slides past the block instead)."""
     if not isinstance(vocabulary, PromptAnswerTask):
         return max(1, model.config.block_size + 1 - n_prompt)
-    n_new = vocabulary.answer_length_for(n_prompt)
     limit = model.config.position_limit
     if limit is not None and n_prompt > limit:
         raise PromptError(f"{n_prompt} tokens, and the model reads at most {limit}")
+    n_new = vocabulary.answer_length_for(n_prompt)
     return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
 
 
