@@ -71,3 +71,15 @@ def layer_norm_backward_drops_a_term(x, weight, bias, eps):
 
 
 not_a_function = 42
+
+
+def layer_norm_wrong_when_compiled(x, weight, bias, eps):
+    """Right eagerly, wrong under torch.compile, as a compiler's bug is: the same output, but a gradient with
+    respect to x that is off by the incoming gradient itself. Verification, which runs eagerly, passes it."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + eps) * weight
+    y = y if bias is None else y + bias
+    if torch.compiler.is_compiling():
+        y = y + (x - x.detach())  # adds 0 to the output, and the identity to its gradient
+    return y

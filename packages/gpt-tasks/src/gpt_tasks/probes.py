@@ -70,7 +70,7 @@ def repeated_random_tokens(vocab_size: int, block_size: int, n: int = REPEATED_S
     """(n, 2 * (block_size // 2)): n fixed sequences of block_size // 2 uniform random tokens, each written twice.
     The second copy can be predicted only by finding the earlier occurrence of each token and copying the next."""
     generator = torch.Generator().manual_seed(REPEATED_SEED)
-    half = torch.randint(vocab_size, (n, block_size // 2), generator=generator)
+    half = torch.randint(vocab_size, (n, block_size // 2), generator=generator, device="cpu")
     return torch.cat((half, half), dim=1)
 
 
@@ -79,13 +79,13 @@ def induction_scores(pattern: Tensor) -> Tensor:
     (T = 2 * half): the mean weight that a query of the second copy, at i, puts on key i - half + 1, the token
     after its earlier occurrence. 1.0 for a head that attends there alone."""
     half = pattern.shape[-1] // 2
-    queries = torch.arange(half, 2 * half)
+    queries = torch.arange(half, 2 * half, device=pattern.device)
     return pattern[:, :, queries, queries - half + 1].mean(dim=(0, 2))
 
 
 def previous_token_scores(pattern: Tensor) -> Tensor:
     """Per head (H,), the mean weight a query at i >= 1 of `pattern` (N, H, T, T) puts on key i - 1."""
-    queries = torch.arange(1, pattern.shape[-1])
+    queries = torch.arange(1, pattern.shape[-1], device=pattern.device)
     return pattern[:, :, queries, queries - 1].mean(dim=(0, 2))
 
 

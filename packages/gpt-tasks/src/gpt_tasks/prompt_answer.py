@@ -82,7 +82,7 @@ class PromptAnswerTask(Task):
         """
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
-        correct = torch.zeros(self.answer_length, dtype=torch.long)
+        correct = torch.zeros(self.answer_length, dtype=torch.long, device="cpu")
         exact = 0
         # Only a model with randomized positions draws anything (its position ids, as generation would draw
         # them): seeded, so every evaluation of a model scores the same.

@@ -55,10 +55,10 @@ def enumerated_mask(
     cache key holds the split's numbers and the encodings of a spread of ids, so a changed encoding is a
     new key; an unreadable or unwritable cache only means the hashes are computed."""
     if size < CACHED_FROM:
-        return heldout_mask(encode(torch.arange(size)), fraction, salt)
+        return heldout_mask(encode(torch.arange(size, device="cpu")), fraction, salt)
     from gpt_tasks.text.cache import key_of, remove_stale_temporaries, temporary_name, user_cache  # it imports us
 
-    spread = torch.linspace(0, size - 1, 257).long()
+    spread = torch.linspace(0, size - 1, 257, device="cpu").long()
     probe = hashlib.sha256(b"".join(encode(spread))).hexdigest()
     key = key_of({"split": "indexed", "size": size, "fraction": fraction, "salt": salt.hex(), "probe": probe})
     path = user_cache() / "splits" / f"{key}.npy"
@@ -68,7 +68,7 @@ def enumerated_mask(
             return torch.from_numpy(np.unpackbits(bits, count=size).astype(bool))
     except (OSError, ValueError, EOFError):
         pass  # damaged or unreadable: computed again below
-    mask = heldout_mask(encode(torch.arange(size)), fraction, salt)
+    mask = heldout_mask(encode(torch.arange(size, device="cpu")), fraction, salt)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(path.parent)
@@ -97,7 +97,7 @@ class IndexedSplit:
         self.salt = salt
         self.enumerated = size <= MAX_ENUMERATED
         if self.enumerated:
-            every = torch.arange(size)
+            every = torch.arange(size, device="cpu")
             mask = enumerated_mask(size, encode, fraction, salt)
             self._ids = {"heldout": every[mask], "train": every[~mask]}
 
@@ -115,12 +115,12 @@ class IndexedSplit:
         """n ids drawn uniformly (with replacement) from `split`."""
         if self.enumerated:
             pool = self._ids[split]
-            return pool[torch.randint(len(pool), (n,), generator=generator)]
+            return pool[torch.randint(len(pool), (n,), generator=generator, device="cpu")]
         want_heldout = split == "heldout"
         kept: list[torch.Tensor] = []
         n_kept = 0
         while n_kept < n:
-            candidates = torch.randint(self.size, (2 * n,), generator=generator)
+            candidates = torch.randint(self.size, (2 * n,), generator=generator, device="cpu")
             mask = heldout_mask(self.encode(candidates), self.fraction, self.salt)
             chosen = candidates[mask if want_heldout else ~mask]
             kept.append(chosen)
@@ -138,5 +138,5 @@ class IndexedSplit:
             pool = self._ids[split]
             if limit is None or limit >= len(pool):
                 return pool
-            return pool[torch.randperm(len(pool), generator=generator)[:limit]]
+            return pool[torch.randperm(len(pool), generator=generator, device="cpu")[:limit]]
         return self.sample(split, SAMPLED_EVALUATION if limit is None else limit, generator)

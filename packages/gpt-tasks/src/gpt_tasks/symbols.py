@@ -47,7 +47,7 @@ class CharVocab:
 
 def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
     """Example numbers (N,) -> their base-`base` digits, most significant first (N, length)."""
-    powers = base ** torch.arange(length - 1, -1, -1)
+    powers = base ** torch.arange(length - 1, -1, -1, device=ids.device)
     return (ids[:, None] // powers) % base
 
 
@@ -56,8 +56,8 @@ def one_digit_changes(ids: torch.Tensor, length: int, base: int) -> torch.Tensor
     digits: (N, length * (base - 1)), digit by digit from the most significant. For a task whose prompt
     tokens are its example number's digits, these are the prompts that differ in one token."""
     digits = digits_of(ids, length, base)  # (N, length)
-    powers = base ** torch.arange(length - 1, -1, -1)  # (length,)
-    values = torch.arange(base)  # (base,)
+    powers = base ** torch.arange(length - 1, -1, -1, device=ids.device)  # (length,)
+    values = torch.arange(base, device=ids.device)  # (base,)
     shifted = ids[:, None, None] + (values[None, None, :] - digits[:, :, None]) * powers[None, :, None]  # (N, L, base)
     keep = values[None, None, :] != digits[:, :, None]
     return shifted[keep].view(len(ids), -1)

@@ -41,7 +41,8 @@ class TrainSettings:
     the weights, the optimiser and the gradients stay float32; fp16 also scales the loss, and needs
     CUDA); evaluation is float32 whatever it is. `grad_accum` N splits each step's `batch_size`
     sequences into N micro-batches of batch_size / N, whose gradients add up to the whole batch's: the
-    same optimisation in less memory, so batch_size must be a multiple of it.
+    same optimisation in less memory, so batch_size must be a multiple of it. `tf32` lets CUDA compute
+    float32 matrix products in TF32 (as nanoGPT does; no effect elsewhere); evaluation never uses it.
 
     `kernels` names the kernel set the model computes with (`gpt_core.KERNEL_SETS`): "fast", the default,
     or "reference", each piece as its plain-autograd definition; a run's `--kernel` choices replace slots of it.
@@ -71,6 +72,7 @@ class TrainSettings:
     dtype: Dtype = "fp32"
     grad_accum: int = 1
     kernels: str = "fast"
+    tf32: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

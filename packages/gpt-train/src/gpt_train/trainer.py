@@ -22,10 +22,17 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from gpt_core import GPT, IGNORE_INDEX
+from gpt_core.compiling import compiled
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_weights
-from gpt_train.compiling import check_compiler, compiler_failures_explained
+from gpt_train.compiling import (
+    COMPILED_STEP_TOLERANCE,
+    CompileError,
+    check_compiled_step,
+    check_compiler,
+    compiler_failures_explained,
+)
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
@@ -33,7 +40,7 @@ from gpt_train.guard import KernelExit, kernel_failure
 from gpt_train.hf import load_weights_into
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
-from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
+from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32, use_tf32
 from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record
 from gpt_train.runs import Run, RunDirError, run_kernels
@@ -95,6 +102,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, self.settings)
         s = self.settings
         self.precision = Precision.for_run(s.dtype, run.device)
+        use_tf32(s.tf32, run.device)
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
@@ -158,8 +166,12 @@ class Trainer:
             module = self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
         if self.settings.compile:
             check_compiler(self.device)
-            module = torch.compile(module)
+            module = compiled(module)
         return module
+
+    def _eager_forward(self) -> torch.nn.Module:
+        """The module a step runs through without the compiler: the model, or its DistributedDataParallel."""
+        return self.ddp if self.ddp is not None else self.model
 
     def _batch_seed(self, step: int) -> int:
         """Each (seed, rank, step) draws its own batch: ranks see different data, and a resumed run
@@ -180,10 +192,10 @@ class Trainer:
             group["lr"] = learning_rate(step, s)
         batch = self.draw_batch(step)
         self.optimizer.zero_grad(set_to_none=True)
-        no_sync = self.ddp.no_sync if self.ddp is not None else None
-        work = lambda: accumulate_gradients(self._loss, batch, s.grad_accum, self.precision, no_sync)
-        compiles = s.compile and step == self.first_step  # compilation happens on a process's first step
-        loss = compiler_failures_explained(work) if compiles else work()
+        if s.compile and step == self.first_step:  # compilation happens on a process's first step
+            loss = compiler_failures_explained(lambda: self._checked_compiled_step(batch))
+        else:
+            loss = self._gradients(batch, self.forward)
         loss_value, stop = self.rank.mean_and_any(loss.item(), self.stop.requested, self.device)
         if not math.isfinite(loss_value):
             return loss_value, stop
@@ -195,22 +207,61 @@ class Trainer:
         self.precision.step(self.optimizer, finite)
         return loss_value, stop
 
-    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _gradients(self, batch, module: torch.nn.Module) -> torch.Tensor:
+        """The batch's loss through `module`, its gradients added to the parameters' .grad (by micro-batch)."""
+        no_sync = self.ddp.no_sync if self.ddp is not None else None
+        loss_of = lambda inputs, targets: self._loss(module, inputs, targets)
+        return accumulate_gradients(loss_of, batch, self.settings.grad_accum, self.precision, no_sync)
+
+    @staticmethod
+    def _loss(module: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The mean loss over the scored targets; the last block and the head compute only from the first
         scored position on, and its MLP and the head only where a target is scored."""
-        return self.forward(inputs, targets, read=targets != IGNORE_INDEX).loss
+        return module(inputs, targets, read=targets != IGNORE_INDEX).loss
+
+    def _checked_compiled_step(self, batch) -> torch.Tensor:
+        """The first compiled step's loss and gradients, after checking them against an eager step on the same
+        batch and weights (`compiling.check_compiled_step`); CompileError if they disagree, before any weight
+        moves. A model that draws at random in training (dropout, randomized positions) is checked in eval mode,
+        where neither draws (the compiler's random numbers are not eager's), and then steps in training mode."""
+        draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
+        self.model.train(not draws)
+        try:
+            eager_loss = float(self._gradients(batch, self._eager_forward()))
+            eager = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self._gradients(batch, self.forward)
+            grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
+            problem = check_compiled_step(
+                eager_loss, eager, float(loss), grads, COMPILED_STEP_TOLERANCE[self.settings.dtype]
+            )
+        finally:
+            self.model.train()
+        _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)
+        if anywhere:
+            raise CompileError(problem or "--compile: another rank's compiled first step disagrees with its eager one")
+        if draws:  # the step itself, with the training mode's draws
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self._gradients(batch, self.forward)
+        return loss
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
-        """Held-out metrics and probes, in float32 whatever the run's dtype: the weights are float32, and
-        `gpt-train eval`, the probes, inspect and the pictures all compute in float32, so final.json's
-        metrics are the numbers anyone scoring the run later gets."""
+        """Held-out metrics and probes, in full float32 whatever the run's dtype and TF32 setting, by the eager
+        model even in a compiled run: the weights are float32, and `gpt-train eval`, the probes, inspect and the
+        pictures all compute in float32, so final.json's metrics are the numbers anyone scoring the run later
+        gets, whatever the compiler does."""
         metrics = {}
         if self.rank.is_main:
-            metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
-            probes = measure_probes(self.task, self.model, self.device)
-            metrics |= {probe_key(name): value for name, value in probes.items()}
+            with full_float32():
+                metrics = self._scores(limit)
         self.rank.barrier()
         return metrics
+
+    def _scores(self, limit: int | None) -> dict[str, float]:
+        """Every split's metrics and the task's probes, by the eager model."""
+        metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
+        probes = measure_probes(self.task, self.model, self.device)
+        return metrics | {probe_key(name): value for name, value in probes.items()}
 
     # the run -------------------------------------------------------------------------------
     def run(self) -> Outcome:

@@ -55,5 +55,11 @@ of several percent. Smaller mistakes in the mathematics, such as GELU's erf form
 (3e-4), are below bf16's resolution: the float64 check is the one that pins the mathematics.
 """
 
+FP32_TOLERANCE = 1e-4
+"""The largest |difference| accepted where the kernels run in float32 (`gpt-train verify --device mps`: MPS has
+no float64), the built-ins beside them in float32 too. float32 keeps 24 significant bits, 6e-8 relative: the
+largest outputs checked (GELU of inputs x 30, up to ~100) round by ~1e-5, so 1e-4 passes a right kernel, and a
+wrong scale, mask or formula is off by far more."""
+
 DTYPES = {"fp64": torch.float64, "bf16": torch.bfloat16}
 """`gpt-train verify --dtype`: the dtype the kernels run in."""

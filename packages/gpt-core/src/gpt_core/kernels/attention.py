@@ -32,7 +32,6 @@ from gpt_core.kernels.precision import upcast
 from gpt_core.reference import dropout
 
 _LOG2_E = math.log2(math.e)
-_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
@@ -52,7 +51,7 @@ def _causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: torch
     Adding it to the scores is one cheap elementwise pass, where masked_fill with a broadcast
     boolean mask is a much slower one on CPU. In eager mode the bias is built once per shape.
     """
-    if _is_compiling():  # in the graph, where the compiler folds it into the kernel
+    if torch.compiler.is_compiling():  # in the graph, where the compiler folds it into the kernel
         return _new_causal_bias(n_queries, n_keys, device, dtype)
     return _cached_causal_bias(n_queries, n_keys, device, dtype)
 
@@ -74,7 +73,7 @@ def _contiguous_times(x: Tensor, factor: float) -> Tensor:
     copy. Autograd differentiates no out= product: a q with a gradient to record (the hooked weights,
     `attention_weights`) takes the plain product, which q k^T copies once.
     """
-    if x.is_contiguous() or _is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
+    if x.is_contiguous() or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
         return x * factor
     return torch.mul(x, factor, out=torch.empty_like(x, memory_format=torch.contiguous_format))
 

@@ -29,7 +29,8 @@ HALVES_MIN_ENTRIES = 1 << 16
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (..., in) @ weight^T (in, out) + bias (out,) -> (..., out)."""
     flat = x.reshape(-1, weight.shape[1])  # (N, in)
-    by_halves = flat.shape[0] == 1 and halves_fit(weight) and one_row_products_by_halves()
+    compiling = torch.compiler.is_compiling()  # one graph for any number of rows: no route by the row count
+    by_halves = not compiling and flat.shape[0] == 1 and halves_fit(weight) and one_row_products_by_halves()
     out = one_row_by_halves(flat, weight, bias) if by_halves else rows_by_addmm(flat, weight, bias)  # (N, out)
     return out.view(*x.shape[:-1], weight.shape[0])
 
@@ -82,14 +83,19 @@ def embedding(ids: Tensor, weight: Tensor) -> Tensor:
 def read_rows(x: Tensor, read: Tensor) -> Tensor:
     """The vectors of `x` (B, T, C) at the True positions of `read` (B, T) -> (N, C), in row-major order:
     `x[read]`, by `index_select`, whose backward is an index_add, not advanced indexing's index_put; when
-    every position is read (a language model's loss), the flattened `x` itself, with no copy."""
+    every position is read (a language model's loss), the flattened `x` itself, with no copy (not under
+    torch.compile, where that test would branch on the data and break the graph)."""
     flat = x.reshape(-1, x.shape[-1])  # (B * T, C)
-    if bool(read.all()):
+    if not torch.compiler.is_compiling() and bool(read.all()):
         return flat
     return flat.index_select(0, read.reshape(-1).nonzero().squeeze(1))
 
 
 def first_read_position(read: Tensor) -> int:
     """The first position that any row of `read` (B, T) reads (0 when none does): the last block needs
-    queries, its MLP and the head only from there on, the positions before it serving only as keys."""
+    queries, its MLP and the head only from there on, the positions before it serving only as keys.
+    Under torch.compile, 0: a start read off the data would make the graph's shapes depend on it (a sync
+    and a graph break), and asking from every position gives the same read rows."""
+    if torch.compiler.is_compiling():
+        return 0
     return int(read.any(dim=0).int().argmax())

@@ -91,11 +91,11 @@ class _Case:
 
 
 def _randn(gen: torch.Generator, dtype: torch.dtype, *shape: int, scale: float = 1.0) -> Tensor:
-    return (torch.randn(*shape, generator=gen, dtype=dtype) * scale).requires_grad_()
+    return (torch.randn(*shape, generator=gen, dtype=dtype, device="cpu") * scale).requires_grad_()
 
 
 def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
-    targets = torch.randint(vocab, (n,), generator=gen)
+    targets = torch.randint(vocab, (n,), generator=gen, device="cpu")
     targets[::3] = IGNORE_INDEX  # every third position unscored
     return targets
 
@@ -134,10 +134,10 @@ def _attention_cases(ref: References) -> list[_Case]:
     ]
 
 
-def _cases(ref: References) -> list[_Case]:
+def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
     """The comparisons, as (inputs, ours, theirs). Shapes follow the seed: (B, H, T, d) = (2, 4, 7, 16)."""
     B, T, C, V = 2, 7, 32, 11
-    ids = torch.tensor([[0, 3, 7, 1], [10, 2, 2, 5]])
+    ids = torch.tensor([[0, 3, 7, 1], [10, 2, 2, 5]], device=device)
 
     def linear_inputs(g, dt):
         return _randn(g, dt, B, T, C), _randn(g, dt, 3 * C, C), _randn(g, dt, 3 * C)
@@ -261,20 +261,28 @@ def _in_float64(x: Tensor) -> Tensor:
     return x.detach().double().requires_grad_(x.requires_grad)
 
 
+def _on(x: Tensor, device: torch.device | str) -> Tensor:
+    """`x` on `device`, a leaf of its own there if `x` wants a gradient (inputs are drawn on the CPU, so a
+    seed gives the same numbers on every device)."""
+    return x.detach().to(device).requires_grad_(x.requires_grad)
+
+
 def _raised(what: str, error: Exception) -> Difference:
     return math.inf, f"{what} raised {type(error).__name__}: {' '.join(str(error).split())}"
 
 
-def _compare(case: _Case, kernels: Kernels, gen: torch.Generator, dtype: torch.dtype, label: str) -> Row:
-    """One case: forward outputs, then the gradients of a random cotangent through both. The kernel
-    under test may fail in any way (raise, return a wrong shape or nan, drop the gradient): each is
+def _compare(
+    case: _Case, kernels: Kernels, gen: torch.Generator, dtype: torch.dtype, label: str, device: torch.device | str
+) -> Row:
+    """One case: forward outputs, then the gradients of a random cotangent through both, each on `device`. The
+    kernel under test may fail in any way (raise, return a wrong shape or nan, drop the gradient): each is
     this row's result, said in its `forward_at` or `grad_at`, not an error. In a 16-bit dtype the reference
     runs on the same values in float64 (see the module's docstring)."""
     relative = is_relative(dtype)
-    inputs = case.inputs(gen, dtype)
+    inputs = [_on(x, device) for x in case.inputs(gen, dtype)]
     reference_inputs = [_in_float64(x) for x in inputs] if relative else inputs
     theirs = case.theirs(*reference_inputs)
-    cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype)
+    cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device)
     try:
         ours = case.ours(kernels, *inputs)
     except Exception as error:
@@ -302,14 +310,17 @@ def kv_cache_row(
     pos: str = "rope",
     randomized: bool = False,
     kernels: Kernels = DEFAULT_KERNELS,
+    device: torch.device | str = "cpu",
 ) -> Row:
-    """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix; a
+    """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix, on `device`; a
     randomized model's sorted random position ids (Ruoss et al. 2023) are drawn once and used by both."""
     shape = {"max_positions": 40, "randomized_positions": True} if randomized else {}
     config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos, **shape)
-    model = GPT(config, kernels).to(dtype).eval()
-    idx = torch.randint(13, (2, 12), generator=gen)
+    with torch.device("cpu"):  # beside the inputs, whatever the default device
+        model = GPT(config, kernels).to(dtype).eval()
+    idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
     drawn = model.sample_positions(2, 12, gen) if randomized else None  # None: the cache's own offsets
+    model, idx, drawn = model.to(device), idx.to(device), None if drawn is None else drawn.to(device)
 
     def ids(start: int, end: int) -> Tensor | None:
         return None if drawn is None else drawn[:, start:end]
@@ -332,11 +343,12 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row
     the loss and every parameter's gradient. It feeds the kernels what a model does (attention on
     strided views of the fused qkv projection, LayerNorm without bias when the config says so)."""
     config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
-    ours = GPT(config, kernels).to(dtype)
-    theirs = GPT(config).to(dtype)
+    with torch.device("cpu"):  # beside the inputs, whatever the default device
+        ours = GPT(config, kernels).to(dtype)
+        theirs = GPT(config).to(dtype)
     theirs.load_state_dict(ours.state_dict())
-    idx = torch.randint(13, (2, 12), generator=gen)
-    targets = torch.randint(13, (2, 12), generator=gen)
+    idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
+    targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
     component, reference = "GPT forward and backward", "GPT (gpt-core's kernels)"
     expected = theirs(idx, targets)
     expected.loss.backward()
@@ -357,6 +369,39 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row
     return _row(component, reference, dtype, forward, grad)
 
 
+def device_model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, device: torch.device | str) -> Row:
+    """A whole GPT computed with `kernels` on `device` in `dtype` vs the same weights on the CPU in float64: the
+    logits, the loss and every parameter's gradient (relative to the CPU's scale, as a 16-bit row is, when
+    `dtype` is not float64). What a kernel check on one device cannot see: a tensor the model makes on another."""
+    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
+    with torch.device("cpu"):
+        theirs = GPT(config, kernels).double()
+        ours = GPT(config, kernels).to(dtype)
+    ours.load_state_dict(theirs.state_dict())
+    idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
+    targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
+    targets[:, :4] = IGNORE_INDEX  # a prompt, unscored, as the tasks' batches have
+    component, reference = f"GPT forward and backward on {device}", "GPT on cpu (float64)"
+    expected = theirs(idx, targets)
+    expected.loss.backward()
+    relative = dtype != torch.float64
+    try:
+        ours.to(device)
+        got = ours(idx.to(device), targets.to(device), read=(targets != IGNORE_INDEX).to(device))
+        got.loss.backward()
+    except Exception as error:
+        return _row(component, reference, dtype, _raised("the model", error))
+    forward = _largest([
+        _difference("logits", got.logits.cpu(), expected.logits[targets != IGNORE_INDEX], relative),
+        _difference("loss", got.loss.cpu(), expected.loss, relative),
+    ])  # fmt: skip
+    grad = _largest([
+        _difference(f"gradient of {name}", None if a.grad is None else a.grad.cpu(), b.grad, relative)
+        for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)
+    ])  # fmt: skip
+    return dataclasses.replace(_row(component, reference, dtype, forward, grad), relative=relative)
+
+
 @contextlib.contextmanager
 def _inputs_from(seed: int | None) -> Iterator[torch.Generator]:
     """A generator for the inputs, seeded or fresh. The models built in a report draw their initial weights
@@ -375,22 +420,30 @@ def verification_report(
     seed: int | None = None,
     labels: Mapping[str, str] | None = None,
     kernels: Kernels = FAST_KERNELS,
+    device: torch.device | str = "cpu",
 ) -> list[Row]:
     """Run every comparison on fresh random inputs and return one Row per component.
 
     `references` maps each name of REFERENCE_SIGNATURES to the implementation to compare with
     (gpt-train's are PyTorch's built-ins); `labels` optionally names them for the table.
     `seed` fixes the inputs; by default they are fresh. `kernels` is the set under test (and the one
-    the KV-cache rows' models compute with): the fast set by default, or `REFERENCE_KERNELS`.
+    the KV-cache rows' models compute with): the fast set by default, or `REFERENCE_KERNELS`. On another
+    `device` than the CPU, kernels, references and the KV-cache rows run there (the inputs are drawn on the
+    CPU and moved), and a last row compares a whole GPT there with the same weights on the CPU.
     """
     _check_references(references)
     with _inputs_from(seed) as gen:
         rows = [
-            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference))
-            for case in _cases(references)
+            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference), device)
+            for case in _cases(references, device)
         ]
-        rows += [kv_cache_row(gen, dtype, pos, kernels=kernels) for pos in ("learned", "rope", "none")]
-        rows += [kv_cache_row(gen, dtype, pos, randomized=True, kernels=kernels) for pos in ("learned", "rope")]
+        rows += [kv_cache_row(gen, dtype, pos, kernels=kernels, device=device) for pos in ("learned", "rope", "none")]
+        rows += [
+            kv_cache_row(gen, dtype, pos, randomized=True, kernels=kernels, device=device)
+            for pos in ("learned", "rope")
+        ]
+        if torch.device(device).type != "cpu":
+            rows.append(device_model_row(gen, dtype, kernels, device))
     return rows
 
 
@@ -414,7 +467,7 @@ def kernel_report(
     kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: kernel})
     with _inputs_from(seed) as gen:
         rows = [
-            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference))
+            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference), "cpu")
             for case in _cases(references)
             if case.slot == slot
         ]

@@ -96,8 +96,8 @@ class AdditionTask(PromptAnswerTask):
         answer = digits_of(total, d + 1, 10)  # most significant first
         if self.params.reverse:
             answer = answer.flip(1)
-        plus = torch.full((len(ids), 1), PLUS, dtype=torch.long)
-        equals = torch.full((len(ids), 1), EQUALS, dtype=torch.long)
+        plus = torch.full((len(ids), 1), PLUS, dtype=torch.long, device=ids.device)
+        equals = torch.full((len(ids), 1), EQUALS, dtype=torch.long, device=ids.device)
         return torch.cat((operands[:, :d], plus, operands[:, d:], equals, answer), dim=1)
 
     def carries(self, inputs: Tensor) -> Tensor:

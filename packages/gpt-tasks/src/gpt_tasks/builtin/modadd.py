@@ -62,7 +62,7 @@ def fourier_spectrum(embedding: torch.Tensor) -> torch.Tensor:
     """
     p = embedding.shape[0]
     power = torch.fft.rfft(embedding.detach().double(), dim=0).abs().square().sum(dim=1)  # (p // 2 + 1,)
-    k = torch.arange(len(power))
+    k = torch.arange(len(power), device=power.device)
     return torch.where((k > 0) & (2 * k < p), 2 * power, power)
 
 
@@ -138,7 +138,7 @@ class ModAddTask(Task):
         without replacement."""
         ids = self.split.ids("train")
         if batch_size < len(ids):
-            ids = ids[torch.randperm(len(ids), generator=generator)[:batch_size]]
+            ids = ids[torch.randperm(len(ids), generator=generator, device="cpu")[:batch_size]]
         return self.examples(ids)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:

@@ -46,13 +46,13 @@ def sum_waves(p: int, frequencies: Sequence[int]) -> Tensor:
     """(p * p, 2 * len(frequencies)) float64: for each frequency k, the unit vectors cos(w_k (a + b)) and
     sin(w_k (a + b)) over the pairs in modadd's order (pair id a * p + b). Distinct frequencies 1 <= k < p / 2
     give orthonormal columns; sin vanishes at k = p / 2 (an even p) and is dropped there."""
-    ids = torch.arange(p * p, dtype=torch.float64)
+    ids = torch.arange(p * p, dtype=torch.float64, device="cpu")
     total = ids.div(p, rounding_mode="floor") + ids.remainder(p)  # a + b
     columns = []
     for k in frequencies:
         angle = 2 * math.pi * k * total / p
         columns += [wave for wave in (torch.cos(angle), torch.sin(angle)) if wave.norm() > 1e-6 * p]
-    basis = torch.stack(columns, dim=1) if columns else torch.zeros(p * p, 0, dtype=torch.float64)
+    basis = torch.stack(columns, dim=1) if columns else torch.zeros(p * p, 0, dtype=torch.float64, device="cpu")
     return basis / basis.norm(dim=0).clamp_min(1e-300)
 
 
@@ -79,7 +79,7 @@ def excluded_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Tenso
 
 def pair_logits(model: GPT, task: ModAddTask, device: torch.device | str = "cpu") -> Tensor:
     """(p * p, vocab) float64: the model's logits at "=" for every pair, in pair-id order (a * p + b)."""
-    ids = torch.arange(task.params.p**2)
+    ids = torch.arange(task.params.p**2, device="cpu")
     rows = []
     with evaluating(model), torch.no_grad():
         for chunk in ids.split(EVAL_BATCH):

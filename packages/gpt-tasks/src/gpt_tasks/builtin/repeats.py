@@ -99,11 +99,12 @@ class RepeatsTask(Task):
         """n sequences, train and held-out alike: random tokens, the last `length` of them a copy of the segment
         at a random earlier start."""
         T = self.params.block_size
-        tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator)
-        length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator)
+        tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator, device="cpu")
+        length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator, device="cpu")
         copy_start = T + 1 - length
-        source = (torch.rand(n, generator=generator) * (copy_start - length + 1)).long()  # the segment ends before it
-        at = torch.arange(T + 1).expand(n, -1)
+        starts = copy_start - length + 1  # places the segment can start at: it ends before the copy
+        source = (torch.rand(n, generator=generator, device="cpu") * starts).long()
+        at = torch.arange(T + 1, device=tokens.device).expand(n, -1)
         read = torch.where(at >= copy_start[:, None], at - copy_start[:, None] + source[:, None], at)
         return Sequences(tokens.gather(1, read), copy_start)
 
@@ -133,7 +134,8 @@ class RepeatsTask(Task):
         """Inputs and next-token targets; with `copyable_only`, only the targets after the copy's first token."""
         inputs, targets = sequences.tokens[:, :-1], sequences.tokens[:, 1:].clone()
         if copyable_only:
-            targets[torch.arange(1, self.block_size + 1) <= sequences.copy_starts[:, None]] = IGNORE_INDEX
+            positions = torch.arange(1, self.block_size + 1, device=targets.device)
+            targets[positions <= sequences.copy_starts[:, None]] = IGNORE_INDEX
         return Batch(inputs, targets)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
@@ -141,7 +143,7 @@ class RepeatsTask(Task):
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
         sequences = self.fixed(split)[:limit]
-        rows = torch.arange(len(sequences))
+        rows = torch.arange(len(sequences), device="cpu")
         copy = score_examples(model, rows, lambda r: self.examples(sequences[r], True), device, EVAL_BATCH)
         every = score_examples(model, rows, lambda r: self.examples(sequences[r]), device, EVAL_BATCH)
         return {

@@ -129,7 +129,7 @@ class SortTask(PromptAnswerTask):
         digits = self.digits(ids, length)
         parts = [digits, digits.sort(dim=1).values]
         if self.params.separator:
-            parts.insert(1, torch.full((len(ids), 1), self.vocab.index[SEPARATOR]))
+            parts.insert(1, torch.full((len(ids), 1), self.vocab.index[SEPARATOR], device=ids.device))
         return torch.cat(parts, dim=1)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
@@ -137,7 +137,7 @@ class SortTask(PromptAnswerTask):
         lengths = self.params.lengths
         if len(lengths) == 1:
             return super().batch(batch_size, generator)
-        length = lengths[int(torch.randint(len(lengths), (1,), generator=generator))]
+        length = lengths[int(torch.randint(len(lengths), (1,), generator=generator, device="cpu"))]
         if length not in self._train_splits:
             self._train_splits[length] = self.split_at(length)
         ids = self._train_splits[length].sample("train", batch_size, generator)

@@ -247,9 +247,10 @@ class TextTask(Task):
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         train = self.chunks("train")
-        chunk = train[torch.randint(len(train), (batch_size,), generator=generator)]
+        chunk = train[torch.randint(len(train), (batch_size,), generator=generator, device="cpu")]
         n_offsets = self.chunk_tokens[chunk] - self.block_size  # windows that fit in each chunk
-        offsets = (torch.rand(batch_size, generator=generator) * n_offsets).long().clamp_(max=n_offsets - 1)
+        draws = torch.rand(batch_size, generator=generator, device="cpu")
+        offsets = (draws * n_offsets).long().clamp_(max=n_offsets - 1)
         seq = self._gather(self.chunk_offsets[chunk] + offsets)
         return Batch(seq[:, :-1], seq[:, 1:])
 
@@ -262,7 +263,7 @@ class TextTask(Task):
         if limit is None or limit >= len(windows):
             return windows
         generator = torch.Generator().manual_seed(seed)
-        return windows[torch.randperm(len(windows), generator=generator)[:limit].sort().values]
+        return windows[torch.randperm(len(windows), generator=generator, device="cpu")[:limit].sort().values]
 
     def _all_windows(self, chunks: torch.Tensor) -> torch.Tensor:
         """Windows that score tokens 1 .. n-1 of each chunk of n tokens once each: at 0, bs, 2 bs, ... and a
@@ -270,9 +271,10 @@ class TextTask(Task):
         bs = self.block_size
         n = self.chunk_tokens[chunks]
         per_chunk = (n - 2) // bs + 1  # ceil((n - 1) / bs)
-        owner = torch.repeat_interleave(torch.arange(len(chunks)), per_chunk)
+        owner = torch.repeat_interleave(torch.arange(len(chunks), device=chunks.device), per_chunk)
         first = torch.cumsum(per_chunk, 0) - per_chunk
-        at = (torch.arange(len(owner)) - first[owner]) * bs  # where each window would start, unshifted
+        windows = torch.arange(len(owner), device=owner.device)
+        at = (windows - first[owner]) * bs  # where each window would start, unshifted
         start = torch.minimum(at, n[owner] - 1 - bs)
         return torch.stack((self.chunk_offsets[chunks][owner] + start, at - start), dim=1)
 
@@ -280,7 +282,7 @@ class TextTask(Task):
         """Inputs and next-token targets of evaluation windows (N, 2); targets already scored are IGNORE_INDEX."""
         seq = self._gather(windows[:, 0])
         targets = seq[:, 1:].clone()
-        targets[torch.arange(self.block_size) < windows[:, 1:]] = IGNORE_INDEX
+        targets[torch.arange(self.block_size, device=windows.device) < windows[:, 1:]] = IGNORE_INDEX
         return Batch(seq[:, :-1], targets)
 
     def scored_text(self, windows: torch.Tensor) -> tuple[int, int]:

@@ -75,7 +75,7 @@ def first_difference(a: Tensor, b: Tensor) -> Tensor:
     """The first index where rows of a and b (..., n) differ; n where they are equal: (...,)."""
     differs = a != b
     n = a.shape[-1]
-    return torch.where(differs.any(dim=-1), differs.int().argmax(dim=-1), torch.full(differs.shape[:-1], n))
+    return torch.where(differs.any(dim=-1), differs.int().argmax(dim=-1), n)
 
 
 def corrupted_pairs(

@@ -125,8 +125,8 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         logits, cache = model.run_with_cache(read, names=patterns + residuals)
         log_probs = log_softmax(logits[0].float())  # (T, V)
         answer = out[len(ids) :]
-        positions = torch.arange(len(ids) - 1, len(out) - 1)
-        answer_probability = log_probs[positions, torch.tensor(answer)].exp().tolist()
+        positions = torch.arange(len(ids) - 1, len(out) - 1, device=log_probs.device)
+        answer_probability = log_probs[positions, torch.tensor(answer, device=log_probs.device)].exp().tolist()
         lens = torch.stack([log_softmax(decode(model, cache[name][0]).float()) for name in residuals])  # (D, T, V)
         top_log_prob, top = lens.max(dim=-1)  # (D, T)
         attention = torch.stack([cache[name][0] for name in patterns]).float()  # (L, H, T, T)

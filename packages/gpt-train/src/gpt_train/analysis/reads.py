@@ -61,11 +61,11 @@ def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> H
             f"task {task.name!r} never writes a token its prompts hold; there is nothing to read by value"
         )
     c, p, V = model.config, task.prompt_length, len(values)
-    index = torch.full((int(sequences.max()) + 1,), -1, dtype=torch.long)
-    index[torch.tensor(values)] = torch.arange(V)
-    totals = torch.zeros(c.n_layer, c.n_head, V, V, dtype=torch.float64)
-    counts = torch.zeros(V, V, dtype=torch.float64)
-    on_answer = torch.zeros(c.n_layer, c.n_head, dtype=torch.float64)
+    index = torch.full((int(sequences.max()) + 1,), -1, dtype=torch.long, device="cpu")
+    index[torch.tensor(values, device="cpu")] = torch.arange(V, device="cpu")
+    totals = torch.zeros(c.n_layer, c.n_head, V, V, dtype=torch.float64, device="cpu")
+    counts = torch.zeros(V, V, dtype=torch.float64, device="cpu")
+    on_answer = torch.zeros(c.n_layer, c.n_head, dtype=torch.float64, device="cpu")
     queries = range(p, p + task.answer_length - 1)  # input positions holding an answer token just written
     names = [block_hook(layer, "pattern") for layer in range(c.n_layer)]
     with evaluating(model):
@@ -81,7 +81,7 @@ def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> H
                     cell = written[seen] * V + read[seen]
                     weights = pattern[:, seen, :, query, key].permute(0, 2, 1).reshape(-1, int(seen.sum()))
                     totals.view(-1, V * V).index_add_(1, cell, weights)
-                    counts.view(-1).index_add_(0, cell, torch.ones(len(cell), dtype=torch.float64))
+                    counts.view(-1).index_add_(0, cell, torch.ones(len(cell), dtype=torch.float64, device="cpu"))
                 on_answer += pattern[:, :, :, query, p : query + 1].sum(-1).sum(1)
     means = p * totals / counts.clamp(min=1)
     return HeadReads(

@@ -39,7 +39,14 @@ EXIT_CODES = {"diverged": 1, "interrupted": 130}
     "--seed", type=int, help="Seed for weights and data; same seed + flags on CPU = same numbers. [default: 1337]"
 )
 @click.option("--out", type=click.Path(path_type=Path), help="Run directory. [default: runs/<task>-<timestamp>]")
-@click.option("--compile", "compile_", is_flag=True, default=None, help="Train through torch.compile.")
+@click.option(
+    "--compile",
+    "compile_",
+    is_flag=True,
+    default=None,
+    help="Train through torch.compile. Its first step is checked against an eager step on the same batch; a "
+    "disagreement stops the run with one line naming the parameter. Evaluation runs eagerly.",
+)
 @click.option(
     "--set",
     "assignments",
@@ -97,6 +104,8 @@ def run(
     state, written atomically every few hundred steps and at the end) and pictures. While a run
     trains, its directory is locked: a second run or --resume on it is refused. Held-out metrics are
     scored in float32 whatever --set dtype (the weights stay float32): the numbers `gpt-train eval` prints.
+    On CUDA, float32 matrix products in training use TF32, as nanoGPT's do (--set tf32=false: full float32);
+    evaluation never does. Run `gpt-train verify --device cuda --compile` first on a new GPU.
 
     Ctrl-C stops cleanly with a checkpoint and prints the --resume command. A run stopped before its
     first checkpoint can be started again with the same command, or with --resume. Under torchrun
@@ -110,6 +119,7 @@ def run(
     Examples:
       gpt-train run --task sort
       gpt-train run --task sort --device cuda --steps 4000
+      gpt-train run --task sort --device cuda --compile --set tf32=false
       gpt-train run --task sort --set pos=rope --set n_layer=4 --out runs/sort-rope
       gpt-train run --task sort --set dtype=bf16 --set grad_accum=4   # bf16 autocast, 4 micro-batches of 32
       gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt

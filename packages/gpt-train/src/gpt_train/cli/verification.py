@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import torch
 
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError
@@ -29,7 +30,23 @@ from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_k
 @click.option(
     "--tolerance", type=float, help=f"Largest difference accepted. [default: {TOLERANCE:.0e} in fp64, 2^-4 in bf16]"
 )
-def verify(kernel_pairs, kernel_set: str, seed: int | None, dtype: str, tolerance: float | None) -> None:
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Run the kernels and PyTorch's built-ins on this device (cpu, cuda, cuda:N, mps), and a whole GPT there "
+    "against the same weights on the CPU.",
+)
+@click.option(
+    "--compile",
+    "compile_",
+    is_flag=True,
+    help="Also run each kernel and a whole GPT's training step through torch.compile against the same call eager, "
+    "float32, on the device.",
+)
+def verify(
+    kernel_pairs, kernel_set: str, seed: int | None, dtype: str, tolerance: float | None, device: str, compile_: bool
+) -> None:
     """Check every hand-written piece against the PyTorch built-in it replaces.
 
     Runs each component (Linear, Embedding, LayerNorm, GELU, softmax, cross-entropy, attention in
@@ -50,41 +67,75 @@ def verify(kernel_pairs, kernel_set: str, seed: int | None, dtype: str, toleranc
     With --dtype bf16, the kernels run on bf16 inputs, as under autocast, and the tolerance is bf16's:
     2^-4 of the reference's scale, 16 roundings to bf16's 8 significant bits.
 
+    With --device, everything runs on that device (float64 there; float32 on mps, which has no float64,
+    with float32's tolerance), plus a whole GPT's logits, loss and gradients there against the same
+    weights on the CPU. With --compile, each kernel a training step calls and a whole GPT's training
+    step are also run through torch.compile and compared with the eager call (float32, tolerance 1e-4 of
+    the eager scale). Run it first on a new GPU, or after upgrading PyTorch.
+
     \b
     Examples:
       gpt-train verify
       gpt-train verify --kernels reference
       gpt-train verify --dtype bf16
+      gpt-train verify --device cuda --compile
       gpt-train verify --kernel attention=flash
       gpt-train verify --kernel layer_norm=mykernels:layer_norm
     """
     from gpt_core import format_report, verification_report
-    from gpt_train.verify import BF16_TOLERANCE, DTYPES, TORCH_LABELS, torch_references
+    from gpt_train.compiling import check_compiler
+    from gpt_train.devices import resolve_device
+    from gpt_train.verify import BF16_TOLERANCE, DTYPES, FP32_TOLERANCE, TORCH_LABELS, torch_references
 
+    target = resolve_device(device)
     torch_dtype = DTYPES[dtype]
+    if torch_dtype == torch.float64 and target.type == "mps":  # MPS has no float64
+        torch_dtype = torch.float32
     if tolerance is None:
-        tolerance = BF16_TOLERANCE if dtype == "bf16" else TOLERANCE
+        tolerance = {torch.bfloat16: BF16_TOLERANCE, torch.float32: FP32_TOLERANCE}.get(torch_dtype, TOLERANCE)
     choices = kernel_choices(kernel_pairs)
     if kernel_pairs and not choices:
         raise CommandError("gpt-core's own kernels are what plain `gpt-train verify` checks; run it without --kernel")
     if choices and kernel_set != "fast":
         raise CommandError("--kernel checks one kernel on its own; drop --kernels, or --kernel to check a whole set")
+    if choices and (target.type != "cpu" or compile_):
+        raise CommandError("--kernel is checked on the CPU; drop --device and --compile, or --kernel")
+    if compile_:
+        check_compiler(target)
     if not choices:
         kernels = KERNEL_SETS[kernel_set]
-        rows = verification_report(torch_references(), torch_dtype, seed=seed, labels=TORCH_LABELS, kernels=kernels)
+        what = "" if kernel_set == "fast" else f"{kernel_set} kernels: "
+        what += "" if target.type == "cpu" else f"on {target}: "
+        rows = verification_report(
+            torch_references(), torch_dtype, seed=seed, labels=TORCH_LABELS, kernels=kernels, device=target
+        )
         click.echo(format_report(rows))
-        _check_rows(rows, tolerance, "" if kernel_set == "fast" else f"{kernel_set} kernels: ")
+        _check_rows(rows, tolerance, what, torch_dtype)
+        if compile_:
+            _check_compiled(kernels, target, seed, what)
         return
     for slot, name in choices.items():
         rows = verify_kernel(slot, guarded(slot, name, resolve_kernel(slot, name)), seed, torch_dtype)
         click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
-        _check_rows(rows, tolerance, f"kernel {slot}={name}: ")
+        _check_rows(rows, tolerance, f"kernel {slot}={name}: ", torch_dtype)
 
 
-def _check_rows(rows, tolerance: float, what: str) -> None:
+def _check_compiled(kernels, device, seed: int | None, what: str) -> None:
+    """torch.compile against eager on `device`: the table, then the verdict."""
+    from gpt_core import format_report
+    from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
+
+    click.echo(f"\ntorch.compile against eager on {device} (float32):")
+    rows = compiled_report(kernels, device, seed)
+    click.echo(format_report(rows))
+    _check_rows(rows, COMPILED_TOLERANCE, what, torch.float32)
+
+
+def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
     """The verdict on a report: the first failure as the one-line error (exit 1), or the all-clear."""
     failure = first_failure(rows, tolerance)
     if failure is not None:
         raise CommandError(f"{what}{failure}", exit_code=1)
     worst = max(max(r.forward, r.grad or 0.0) for r in rows)
-    click.echo(f"\n{what}all {len(rows)} checks within {tolerance:.0e} (largest {worst:.1e})")
+    in_float32 = " in float32" if dtype == torch.float32 else ""  # float64 and bf16 are named by --dtype
+    click.echo(f"\n{what}all {len(rows)} checks within {tolerance:.0e}{in_float32} (largest {worst:.1e})")

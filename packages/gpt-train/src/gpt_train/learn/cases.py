@@ -32,7 +32,7 @@ class Outcome:
 
 
 def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> Tensor:
-    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).requires_grad_()
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64, device="cpu") * scale).requires_grad_()
 
 
 def _attention(gen: torch.Generator) -> list[Case]:
@@ -51,7 +51,7 @@ def _attention(gen: torch.Generator) -> list[Case]:
 
 
 def _cross_entropy(gen: torch.Generator) -> list[Case]:
-    targets = torch.randint(11, (14,), generator=gen)
+    targets = torch.randint(11, (14,), generator=gen, device="cpu")
     targets[::3] = IGNORE_INDEX
     return [Case("ignore_index", (_randn(gen, 14, 11), targets))]
 
@@ -89,6 +89,7 @@ def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcom
     output = kernel(*args)
     if not isinstance(output, Tensor) or not output.requires_grad:
         return Outcome(output, ())
-    cotangent = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed), dtype=output.dtype)
+    generator = torch.Generator().manual_seed(seed)
+    cotangent = torch.randn(output.shape, generator=generator, dtype=output.dtype, device="cpu")
     grads = torch.autograd.grad(output, [fresh[id(a)] for a in leaves], cotangent, allow_unused=True)
     return Outcome(output.detach(), grads)

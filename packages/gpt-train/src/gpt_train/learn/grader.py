@@ -156,7 +156,9 @@ def _forms_square(kernel: Callable[..., Tensor]) -> str | None:
     """Why the kernel is not tiled (it made a tensor the size of the (T, T) scores), or None."""
     n, d = FLASH_POSITIONS, FLASH_HEAD
     gen = torch.Generator().manual_seed(SEED)
-    q, k, v = (torch.randn(1, 1, n, d, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 1, n, d, generator=gen, dtype=torch.float64, device="cpu", requires_grad=True) for _ in range(3)
+    )
     bound = max(LARGEST_TILE**2, n * d)
     with LargestTensor() as forward:
         out = kernel(q, k, v, True)

@@ -83,7 +83,7 @@ def _attention(
         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** scale_power  # (B, H, Tq, Tk)
         n_queries, n_keys = scores.shape[-2:]
         offset = n_keys - n_queries if end_aligned else 0
-        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool).tril(offset + diagonal)
+        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=scores.device).tril(offset + diagonal)
         mask = masked == "always" or (masked == "causal" and causal)
         if mask and not after_softmax:
             scores = scores.masked_fill(~allowed, fill)
@@ -175,7 +175,7 @@ GELU = (
 # cross_entropy -------------------------------------------------------------------------------
 def _per_row_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """logsumexp - the target's logit, each row (N,); a row whose target is -100 picks no logit."""
-    onehot = targets.unsqueeze(-1) == torch.arange(logits.shape[-1])  # (N, V); all False for -100
+    onehot = targets.unsqueeze(-1) == torch.arange(logits.shape[-1], device=logits.device)  # (N, V); all False for -100
     row_max = logits.amax(dim=-1, keepdim=True)
     lse = (logits - row_max).exp().sum(dim=-1).log() + row_max.squeeze(-1)
     return lse - (logits * onehot).sum(dim=-1)
@@ -276,7 +276,7 @@ def _scores(q: Tensor, k: Tensor, causal: bool) -> Tensor:
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
         n_queries, n_keys = scores.shape[-2:]
-        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool).tril(n_keys - n_queries)
+        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=scores.device).tril(n_keys - n_queries)
         scores = scores.masked_fill(~allowed, float("-inf"))
     return scores
 
@@ -305,8 +305,8 @@ def _flash(rescale_sum: bool = True, rescale_output: bool = True) -> Callable[..
             for j in range(0, n_keys, tile):
                 scores = q_tile @ k[..., j : j + tile, :].transpose(-2, -1)  # (B, H, tq, tk)
                 if causal:
-                    query = offset + i + torch.arange(scores.shape[-2])
-                    key = j + torch.arange(scores.shape[-1])
+                    query = offset + i + torch.arange(scores.shape[-2], device=scores.device)
+                    key = j + torch.arange(scores.shape[-1], device=scores.device)
                     scores = scores.masked_fill(key[None, :] > query[:, None], float("-inf"))
                 new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
                 probs = (scores - new_max).exp().nan_to_num(0.0)  # a fully masked tile adds nothing

@@ -22,8 +22,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
         for j in range(0, last_query + 1 if causal else n_keys, TILE):  # key 0 first: m is finite after it
             scores = q_tile @ k[..., j : j + TILE, :].transpose(-2, -1)  # (B, H, tq, tk)
             if causal:
-                query = offset + i + torch.arange(scores.shape[-2])
-                key = j + torch.arange(scores.shape[-1])
+                query = offset + i + torch.arange(scores.shape[-2], device=scores.device)
+                key = j + torch.arange(scores.shape[-1], device=scores.device)
                 scores = scores.masked_fill(key[None, :] > query[:, None], float("-inf"))
             new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
             probs = (scores - new_max).exp()

@@ -17,7 +17,7 @@ import torch
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d), Tq <= Tk -> output (B, H, Tq, d).
 
-    Hints: torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal) keeps the entries on and below a diagonal
-    (diagonal > 0 moves it right); scores.masked_fill(~allowed, float("-inf")). Try Tq = 1 on paper.
+    Hints: torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal) keeps entries on and below a
+    diagonal (diagonal > 0 moves it right); scores.masked_fill(~allowed, float("-inf")). Try Tq = 1 on paper.
     """
     raise NotImplementedError

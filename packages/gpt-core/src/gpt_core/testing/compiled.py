@@ -1,0 +1,126 @@
+"""torch.compile against eager: each kernel slot, and a whole GPT's training step, on a device, in float32.
+
+A compiler can compute a model wrong where no eager check looks: Inductor on CUDA compiled the fast LayerNorm's
+hand-written backward into gradients off by ~64, and a compiled run trained to nothing. So each kernel, and
+a training step of a whole GPT (forward with `read`, as the trainer calls it, then backward), runs compiled
+and eagerly on the same inputs, and the outputs and every gradient are compared. float32, the dtype a run
+trains in; differences over max(1, the eager value's largest |value|), as a 16-bit row's are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from gpt_core.compiling import compiled
+from gpt_core.kernels import Kernels
+from gpt_core.model import GPT, GPTConfig
+from gpt_core.reference import IGNORE_INDEX
+from gpt_core.testing.verification import Row, _difference, _inputs_from, _largest, _raised
+
+COMPILED_TOLERANCE = 1e-4
+"""The largest difference accepted between compiled and eager float32 results, over max(1, |eager|): float32
+keeps 24 significant bits (6e-8 relative), and a fused kernel that sums in another order moves a result by a
+few of those per term summed; the wrong compiled LayerNorm was off by ~64."""
+
+
+class _Counted:
+    """Inductor, counting the graphs it compiles: a row whose function was never compiled must not pass."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        self.graphs += 1
+        return compile_fx(graph_module, example_inputs)
+
+
+def _slot_cases(gen: torch.Generator) -> list[tuple[str, Callable[..., Tensor], Sequence[Tensor]]]:
+    """(component, fn(kernels, *inputs), inputs drawn on the CPU) for each slot a training step calls."""
+
+    def randn(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen, device="cpu").requires_grad_()
+
+    targets = torch.randint(11, (28,), generator=gen, device="cpu")
+    targets[::3] = IGNORE_INDEX
+    return [
+        ("attention (causal)", lambda kernels, q, k, v: kernels.attention(q, k, v, True),
+         (randn(2, 4, 7, 16), randn(2, 4, 7, 16), randn(2, 4, 7, 16))),
+        ("LayerNorm", lambda kernels, x, w, b: kernels.layer_norm(x, w, b, 1e-5),
+         (randn(4, 16, 64), randn(64), randn(64))),
+        ("GELU (tanh)", lambda kernels, x: kernels.gelu(x), (randn(2, 7, 32),)),
+        ("cross_entropy (ignore_index)", lambda kernels, x, t: kernels.cross_entropy(x, t),
+         (randn(28, 11), targets)),
+    ]  # fmt: skip
+
+
+def _kernel_row(component: str, fn, inputs: Sequence[Tensor], kernels: Kernels, gen, device) -> Row:
+    inputs = [x.detach().to(device).requires_grad_(x.requires_grad) for x in inputs]
+    leaves = [x for x in inputs if x.requires_grad]
+    label = "the same call, eager"
+    eager = fn(kernels, *inputs)
+    cotangent = torch.randn(eager.shape, generator=gen, device="cpu").to(device)
+    eager_grads = torch.autograd.grad(eager, leaves, cotangent)
+    torch._dynamo.reset()
+    counter = _Counted()
+    try:
+        got = compiled(lambda *xs: fn(kernels, *xs), backend=counter)(*inputs)
+        grads = torch.autograd.grad(got, leaves, cotangent, allow_unused=True)
+    except Exception as error:
+        return Row(f"compiled {component}", label, math.inf, None, _raised("torch.compile", error)[1], relative=True)
+    gradients = [(f"gradient {i}", a, b) for i, (a, b) in enumerate(zip(grads, eager_grads, strict=True))]
+    return _compared(f"compiled {component}", label, counter, [("output", got, eager)], gradients)
+
+
+def _compared(component: str, label: str, counter: _Counted, outputs, gradients) -> Row:
+    if counter.graphs == 0:
+        return Row(component, label, math.inf, None, "nothing was compiled", relative=True)
+    forward = _largest([_difference(name, a.cpu(), b.cpu(), True) for name, a, b in outputs])
+    grad = _largest([_difference(name, None if a is None else a.cpu(), b.cpu(), True) for name, a, b in gradients])
+    return Row(component, label, forward[0], grad[0], forward[1], grad[1], relative=True)
+
+
+def _model_step_row(kernels: Kernels, gen: torch.Generator, device) -> Row:
+    """A training step of a 3-layer GPT, compiled (a copy with the same weights) against eager."""
+    config = GPTConfig(vocab_size=11, block_size=13, n_layer=3, n_head=4, n_embd=64)
+    with torch.device("cpu"):
+        eager = GPT(config, kernels)
+        model = GPT(config, kernels)
+    model.load_state_dict(eager.state_dict())
+    eager, model = eager.to(device), model.to(device)
+    idx = torch.randint(10, (16, 13), generator=gen, device="cpu").to(device)
+    targets = torch.randint(10, (16, 13), generator=gen, device="cpu")
+    targets[:, :6] = IGNORE_INDEX  # a prompt, as the tasks' batches have
+    targets = targets.to(device)
+    read = targets != IGNORE_INDEX
+    expected = eager(idx, targets, read=read)
+    expected.loss.backward()
+    torch._dynamo.reset()
+    counter = _Counted()
+    component, label = "compiled GPT training step", "the same step, eager"
+    try:
+        got = compiled(model, backend=counter)(idx, targets, read=read)
+        got.loss.backward()
+    except Exception as error:
+        return Row(component, label, math.inf, None, _raised("torch.compile", error)[1], relative=True)
+    gradients = [
+        (f"gradient of {name}", p.grad, q.grad)
+        for (name, p), q in zip(model.named_parameters(), eager.parameters(), strict=True)
+    ]
+    outputs = [("logits", got.logits, expected.logits), ("loss", got.loss, expected.loss)]
+    return _compared(component, label, counter, outputs, gradients)
+
+
+def compiled_report(kernels: Kernels, device: torch.device | str = "cpu", seed: int | None = None) -> list[Row]:
+    """Each kernel of `kernels` that a training step calls, and a whole GPT's training step, compiled by
+    torch.compile (Inductor) against the same call eager, float32, on `device`; `Row.failure` with
+    COMPILED_TOLERANCE says what differs. Each compilation starts from an empty compiler cache."""
+    with _inputs_from(seed) as gen:
+        rows = [_kernel_row(name, fn, inputs, kernels, gen, device) for name, fn, inputs in _slot_cases(gen)]
+        rows.append(_model_step_row(kernels, gen, device))
+    return rows

@@ -1,0 +1,104 @@
+"""--compile: the compiled step checks itself against an eager one, the trainer's step and evaluation compile as
+one graph each with no recompilation, and a compiled run trains the model an eager run does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from train_helpers import TINY, assert_one_line_error
+
+from gpt_core.compiling import compiled
+from gpt_train.compiling import check_compiled_step
+from gpt_train.config import resolve_run_config
+from gpt_train.distributed import Rank
+from gpt_train.runs import Run
+from gpt_train.trainer import Trainer, evaluate_splits
+from gpt_viz import RunLayout
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the compiler's own, on importing it
+
+WRONG_WHEN_COMPILED = "layer_norm=kernel_examples:layer_norm_wrong_when_compiled"
+
+
+def test_a_compiled_run_whose_gradients_are_wrong_stops_at_its_first_step_naming_the_parameter(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    result = cli(*TINY, "--compile", "--kernel", WRONG_WHEN_COMPILED, "--out", run_dir)
+    assert_one_line_error(
+        result, "compiled first step disagrees with the eager one", "the gradient of ", "drop --compile"
+    )
+    assert not (run_dir / RunLayout.CHECKPOINT).exists()
+    assert not (run_dir / RunLayout.FINAL).exists()
+
+
+def test_the_same_kernel_trains_eagerly(cli, tmp_path):
+    """The kernel above is right without the compiler: the check is what stops the compiled run."""
+    result = cli(*TINY, "--kernel", WRONG_WHEN_COMPILED, "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+
+
+def test_a_compiled_run_learns_what_the_eager_run_learns(cli, tmp_path):
+    for name, extra in (("eager", ()), ("compiled", ("--compile",))):
+        assert cli(*TINY, *extra, "--steps", "60", "--out", tmp_path / name).code == 0
+    eager, compiled_ = (json.loads((tmp_path / name / RunLayout.FINAL).read_text()) for name in ("eager", "compiled"))
+    # float32 on the CPU: the compiled step rounds differently, so the runs drift apart, but not in what they learn
+    assert abs(compiled_["loss"] - eager["loss"]) < 0.05 * eager["loss"]
+    assert abs(compiled_["heldout_token_accuracy"] - eager["heldout_token_accuracy"]) < 0.05
+
+
+def gradients(loss: float, **grads: list[float]) -> tuple[float, dict[str, torch.Tensor]]:
+    return loss, {name: torch.tensor(values) for name, values in grads.items()}
+
+
+@pytest.mark.parametrize(
+    ("compiled_step", "named"),
+    [
+        (gradients(2.0, w=[1.0, 2.0], b=[0.5]), None),
+        (gradients(2.0, w=[1.0, 2.0000001], b=[0.5]), None),  # rounding
+        (gradients(2.0, w=[1.0, 2.5], b=[0.5]), "the gradient of w differs by 0.22"),
+        (gradients(2.0, w=[1.0, 2.0], b=[0.0]), "the gradient of b differs by 1"),
+        (gradients(2.5, w=[1.0, 2.0], b=[0.5]), "the loss differs by 0.25 relative (2.5 against 2)"),
+        (gradients(2.0, w=[1.0, float("inf")], b=[0.5]), "the gradient of w differs by inf"),
+    ],
+)
+def test_the_compiled_step_check_names_the_loss_or_the_parameter_that_differs_most(compiled_step, named):
+    eager_loss, eager = gradients(2.0, w=[1.0, 2.0], b=[0.5])
+    problem = check_compiled_step(eager_loss, eager, *compiled_step, tolerance=1e-2)
+    assert problem is None if named is None else named in problem
+
+
+def test_gradients_that_overflow_alike_in_both_steps_agree():
+    """fp16's first scaled gradients may be inf in both: the check compares what is finite."""
+    eager_loss, eager = gradients(2.0, w=[float("inf"), 2.0])
+    assert check_compiled_step(eager_loss, eager, *gradients(2.0, w=[float("inf"), 2.0]), tolerance=1e-2) is None
+
+
+class GraphCounter:
+    """A torch.compile backend that runs each graph as traced and counts the graphs it was given."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return graph_module.forward
+
+
+@pytest.mark.parametrize("n_layer", [2, 12])
+def test_the_trainers_step_and_evaluation_compile_whole_with_no_recompilation(tmp_path, n_layer):
+    """fullgraph=True: a graph break is an error. Three training steps (forward with `read`, backward) are one
+    graph; two evaluations (eval mode, no gradient) are one more. At 12 layers no block is compiled on its own
+    (which a graph break inside the block's forward would do, once per block, into dynamo's recompile limit)."""
+    settings = {"length": 4, "n_layer": n_layer, "n_embd": 32, "n_head": 2, "batch_size": 32, "eval_limit": 256}
+    config, task = resolve_run_config("sort", settings)
+    trainer = Trainer(Run(config, task, RunLayout(tmp_path), torch.device("cpu"), Rank(), resume=False), quiet=True)
+    torch._dynamo.reset()
+    counter = GraphCounter()
+    trainer.forward = compiled(trainer.model, fullgraph=True, backend=counter)
+    for step in range(3):
+        trainer.train_step(step)
+    assert counter.graphs == 1
+    for _ in range(2):
+        evaluate_splits(task, trainer.forward, torch.device("cpu"), ["heldout"], limit=256)
+    assert counter.graphs == 2
