@@ -1,30 +1,54 @@
 #!/usr/bin/env bash
-# The CUDA check behind the README's GPU figures: install the four packages into the machine's own PyTorch
-# (no downloads), run the accelerator tests, the default sort run on CUDA (eager and --compile), the KV-cache
-# benchmark on the GPU and the grokking task on CUDA. Writes a log and the runs' final.json files to $OUT.
+# The CUDA check, one call on a GPU machine (under ten minutes on an H200): install the four packages and both
+# example plugins into the machine's own PyTorch (no downloads), then
+#   1. gpt-train verify --device cuda --compile, for the fast and the reference set;
+#   2. the accelerator tests (every task and command on CUDA) and gpt-core's compile tests on CUDA;
+#   3. the default sort run on CUDA, eager and --compile: the compiled run must reach the eager run's held-out
+#      exact match (at least 0.9995);
+#   4. the default modadd run (the grokking task) on CUDA.
+# Writes the log and the runs' final.json files to $OUT; exits non-zero if any step failed. DEVICE and PYTHON
+# rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped).
+#
+#   OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
+DEVICE=${DEVICE:-cuda}
+PYTHON=${PYTHON:-python3}
 RUNS=/tmp/gpu-runs
 mkdir -p "$OUT" "$RUNS"
 export PYTHONUNBUFFERED=1
 TIMEFORMAT='  -> %R s wall'
+failed=()
+step() {  # step NAME COMMAND...: run it, timed, and remember a failure
+  echo "== $1"
+  local name=$1
+  shift
+  time "$@" || failed+=("$name")
+}
 {
-  python3 -m pip install -q --no-deps --no-build-isolation \
-    ./packages/gpt-core ./packages/gpt-tasks ./packages/gpt-viz ./packages/gpt-train 2>&1 | grep -v WARNING
+  $PYTHON -m pip install -q --no-deps --no-build-isolation ./packages/gpt-core ./packages/gpt-tasks \
+    ./packages/gpt-viz ./packages/gpt-train ./examples/gpt-task-reverse ./examples/gpt-kernel-flash 2>&1 | grep -v WARNING
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-  python3 -m gpt_train verify --seed 0
-  python3 -m pytest -q -p no:cacheprovider packages/gpt-train/tests/test_accelerators.py \
-    packages/gpt-core/tests/test_kv_cache_and_generate.py -k "cuda or accelerator"
+  $PYTHON -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+  step "verify fast" $PYTHON -m gpt_train verify --device $DEVICE --compile --seed 0
+  step "verify reference" $PYTHON -m gpt_train verify --device $DEVICE --compile --kernels reference --seed 0
+  step "accelerator tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-train/tests/test_accelerators.py \
+    packages/gpt-core/tests/test_compile.py packages/gpt-core/tests/test_kv_cache_and_generate.py -k "cuda or accelerator"
   for mode in eager compiled; do
     flag=$([ $mode = compiled ] && echo --compile)
-    echo "sort on cuda ($mode):"
-    time python3 -m gpt_train run --task sort --device cuda $flag --quiet --out $RUNS/sort-$mode
+    step "sort on $DEVICE ($mode)" $PYTHON -m gpt_train run --task sort --device $DEVICE $flag --force --out $RUNS/sort-$mode
     cp $RUNS/sort-$mode/final.json "$OUT/sort-cuda-$mode-final.json"
   done
-  python3 benchmarks/kv_cache.py --device cuda
-  echo "modadd (grokking defaults) on cuda:"
-  time python3 -m gpt_train run --task modadd --device cuda --quiet --out $RUNS/modadd
+  step "compiled sort reaches the eager run" $PYTHON - "$OUT" <<'EOF'
+import json, sys
+eager, compiled = (json.load(open(f"{sys.argv[1]}/sort-cuda-{mode}-final.json")) for mode in ("eager", "compiled"))
+e, c = eager["heldout_exact_match"], compiled["heldout_exact_match"]
+print(f"held-out exact match: eager {e:.6f}, compiled {c:.6f}")
+sys.exit(0 if c >= 0.9995 else 1)
+EOF
+  step "modadd on $DEVICE" $PYTHON -m gpt_train run --task modadd --device $DEVICE --quiet --force --out $RUNS/modadd
   cp $RUNS/modadd/final.json "$OUT/modadd-cuda-final.json"
   cp $RUNS/modadd/grokking.png "$OUT/modadd-cuda-grokking.png" 2>/dev/null
+  if [ ${#failed[@]} -eq 0 ]; then echo "gpu_check: every step passed"; else echo "gpu_check: FAILED: ${failed[*]}"; fi
 } 2>&1 | tee "$OUT/gpu_check.log"
+grep -q "every step passed" "$OUT/gpu_check.log"

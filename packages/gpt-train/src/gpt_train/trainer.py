@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,6 +30,7 @@ from gpt_train.checkpoint import TrainingState, load_weights
 from gpt_train.compiling import (
     COMPILED_STEP_TOLERANCE,
     CompileError,
+    Step,
     check_compiled_step,
     check_compiler,
     compiler_failures_explained,
@@ -221,20 +223,20 @@ class Trainer:
 
     def _checked_compiled_step(self, batch) -> torch.Tensor:
         """The first compiled step's loss and gradients, after checking them against an eager step on the same
-        batch and weights (`compiling.check_compiled_step`); CompileError if they disagree, before any weight
-        moves. A model that draws at random in training (dropout, randomized positions) is checked in eval mode,
-        where neither draws (the compiler's random numbers are not eager's), and then steps in training mode."""
+        batch and weights (`compiling.check_compiled_step`), and the eager step against the same in float64 for
+        its own rounding; CompileError if compiled and eager disagree, before any weight moves. A model that draws
+        at random in training (dropout, randomized positions) is checked in eval mode, where neither draws (the
+        compiler's random numbers are not eager's), and then steps in training mode."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         self.model.train(not draws)
         try:
-            eager_loss = float(self._gradients(batch, self._eager_forward()))
-            eager = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
+            exact = self._float64_step(batch)
+            eager = self._step(batch, self._eager_forward())
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._gradients(batch, self.forward)
             grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
-            problem = check_compiled_step(
-                eager_loss, eager, float(loss), grads, COMPILED_STEP_TOLERANCE[self.settings.dtype]
-            )
+            tolerance = COMPILED_STEP_TOLERANCE[self.settings.dtype]
+            problem = check_compiled_step(eager, Step(float(loss), grads), tolerance, exact)
         finally:
             self.model.train()
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)
@@ -244,6 +246,30 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._gradients(batch, self.forward)
         return loss
+
+    def _step(self, batch, module: torch.nn.Module) -> Step:
+        """The batch's loss and gradients through `module`, the gradients cloned and the parameters' .grad cleared."""
+        loss = float(self._gradients(batch, module))
+        grads = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
+        self.optimizer.zero_grad(set_to_none=True)
+        return Step(loss, grads)
+
+    def _float64_step(self, batch) -> Step | None:
+        """The eager step's loss and gradients computed in float64 on a copy of the model (on this device, with no
+        autocast), in the eager step's units (times fp16's loss scale); None where there is no float64 to compute
+        in (MPS, a kernel that takes no float64) or the eager step's gradients are averaged over ranks, which a
+        local copy's are not."""
+        if self.rank.distributed or self.device.type == "mps":
+            return None
+        wide = deepcopy(self.model).double()
+        loss_of = lambda inputs, targets: self._loss(wide, inputs, targets)
+        try:
+            loss = accumulate_gradients(loss_of, batch, self.settings.grad_accum, Precision("fp32", self.device))
+        except Exception:  # the check then holds the compiled step to the tolerance alone
+            return None
+        scale = self.precision.scale or 1.0
+        grads = {name: p.grad * scale for name, p in wide.named_parameters() if p.grad is not None}
+        return Step(float(loss), grads)
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         """Held-out metrics and probes, in full float32 whatever the run's dtype and TF32 setting, by the eager
