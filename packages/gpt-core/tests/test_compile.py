@@ -11,7 +11,7 @@ import torch
 from gpt_core import FAST_KERNELS, GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig, format_report
 from gpt_core.compiling import compiled
 from gpt_core.kernels import layer_norm as fast_layer_norm_module
-from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
+from gpt_core.testing.compiled import COMPILED_TOLERANCE, GraphCounter, compiled_report
 from gpt_core.testing.verification import device_model_row
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the compiler's own, on importing it
@@ -75,24 +75,13 @@ def test_under_the_compiler_the_fast_layer_norm_is_the_plain_formula_not_the_han
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-class GraphCounter:
-    """A torch.compile backend that runs each graph as traced and counts the graphs it was given."""
-
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return graph_module.forward
-
-
 @pytest.mark.parametrize("n_layer", [2, 12])
 def test_a_training_step_with_read_and_an_evaluation_compile_whole_with_no_recompilation(n_layer):
     """fullgraph=True makes a graph break an error; a recompilation would be a third graph. `read` (the scored
     positions) shapes the last block by the data, which the model must not branch on under the compiler."""
     model = GPT(GPTConfig(vocab_size=13, block_size=16, n_layer=n_layer, n_head=2, n_embd=32))
     torch._dynamo.reset()
-    counter = GraphCounter()
+    counter = GraphCounter(inductor=False)
     forward = compiled(model, fullgraph=True, backend=counter)
     for step in range(3):
         idx, targets = torch.randint(13, (4, 16)), torch.randint(13, (4, 16))

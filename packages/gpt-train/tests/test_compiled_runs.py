@@ -10,6 +10,7 @@ import torch
 from train_helpers import TINY, assert_one_line_error
 
 from gpt_core.compiling import compiled
+from gpt_core.testing.compiled import GraphCounter
 from gpt_train.compiling import Step, check_compiled_step
 from gpt_train.config import resolve_run_config
 from gpt_train.distributed import Rank
@@ -87,17 +88,6 @@ def test_a_step_whose_own_rounding_is_large_accepts_as_much_from_the_compiler_an
     assert "the gradient of w differs by 0.95 relative, beyond the 0.5 accepted" in problem
 
 
-class GraphCounter:
-    """A torch.compile backend that runs each graph as traced and counts the graphs it was given."""
-
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return graph_module.forward
-
-
 @pytest.mark.parametrize("n_layer", [2, 12])
 def test_the_trainers_step_and_evaluation_compile_whole_with_no_recompilation(tmp_path, n_layer):
     """fullgraph=True: a graph break is an error. Three training steps (forward with `read`, backward) are one
@@ -107,7 +97,7 @@ def test_the_trainers_step_and_evaluation_compile_whole_with_no_recompilation(tm
     config, task = resolve_run_config("sort", settings)
     trainer = Trainer(Run(config, task, RunLayout(tmp_path), torch.device("cpu"), Rank(), resume=False), quiet=True)
     torch._dynamo.reset()
-    counter = GraphCounter()
+    counter = GraphCounter(inductor=False)
     trainer.forward = compiled(trainer.model, fullgraph=True, backend=counter)
     for step in range(3):
         trainer.train_step(step)
