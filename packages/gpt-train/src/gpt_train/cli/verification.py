@@ -89,7 +89,9 @@ def verify(
 
     target = resolve_device(device)
     torch_dtype = DTYPES[dtype]
-    if torch_dtype == torch.float64 and target.type == "mps":  # MPS has no float64
+    if target.type == "mps":  # MPS has no float64: the kernels run in float32, against the built-ins in float32
+        if torch_dtype != torch.float64:
+            raise CommandError("--dtype bf16 compares with the built-ins in float64, which MPS lacks; use --device cpu")
         torch_dtype = torch.float32
     if tolerance is None:
         tolerance = {torch.bfloat16: BF16_TOLERANCE, torch.float32: FP32_TOLERANCE}.get(torch_dtype, TOLERANCE)
