@@ -231,6 +231,45 @@ def test_the_end_of_run_line_says_how_many_held_out_examples_were_wrong(cli, tmp
     assert f"heldout_exact_match {shown} ({wrong:,} of {n:,.0f} wrong)" in result.out
 
 
+@pytest.mark.parametrize(
+    ("heldout", "said"),
+    [
+        ([0.01, 0.02, 0.5], ", never at or above 0.99;"),
+        ([0.01, 0.995, 1.0], ", at or above 0.99 since step 40;"),
+        (
+            [0.995, 0.4, 1.0, 1.0],
+            ", at or above 0.99 since step 60 (first reached at step 20; fell below it once since);",
+        ),
+        (
+            [0.995, 0.4, 1.0, 0.48],
+            ", below 0.99 from step 80 to the end (first reached at step 20; fell below it 2 times since);",
+        ),
+    ],
+)
+def test_a_grokking_runs_end_line_says_since_when_held_out_accuracy_stayed_at_099(tmp_path, heldout, said):
+    """The slingshot's collapses can come after the jump: a run may end inside one, and its line says so."""
+    from gpt_train.cli.run import summary
+    from gpt_train.config import resolve_run_config
+
+    config, _ = resolve_run_config("modadd", {"p": 13})
+    steps = range(20, 20 * len(heldout) + 1, 20)
+    records = [
+        {"step": s, "loss": 0.1, "train_accuracy": 1.0, "heldout_accuracy": h}
+        for s, h in zip(steps, heldout, strict=True)
+    ]
+    (tmp_path / RunLayout.METRICS).write_text("".join(json.dumps(record) + "\n" for record in records))
+    final = records[-1] | {"elapsed": 1.0, "heldout_examples": 127.0}
+    assert said in summary(config, final, tmp_path)
+
+
+def test_a_run_that_scores_only_held_out_says_nothing_of_its_course(tmp_path):
+    from gpt_train.cli.run import held_out_course
+    from gpt_train.config import resolve_run_config
+
+    config, _ = resolve_run_config("sort", {"length": 4})
+    assert held_out_course(config, tmp_path) == ""
+
+
 # a run carries what it needs to decode ---------------------------------------------------
 SMALL_TEXT = (
     "ROMEO: But soft, what light through yonder window breaks?\nJULIET: O Romeo, Romeo, wherefore art thou?\n"

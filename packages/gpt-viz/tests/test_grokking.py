@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpt_viz import VizError, first_crossing, grokking, load_metrics
+from gpt_viz import VizError, collapses, first_crossing, grokking, load_metrics
 
 
 def only_axes(figure):
@@ -149,3 +149,31 @@ def test_a_missing_progress_key_is_named():
 def test_a_loss_given_as_a_key_is_refused_like_the_metric():
     with pytest.raises(VizError, match="grokking needs a metric name without its split"):
         grokking(grokking_records(), loss="heldout_loss")
+
+
+@pytest.mark.parametrize(
+    ("values", "spans"),
+    [
+        ([0.1, 0.5, 0.8], []),  # never reached
+        ([0.1, 0.995, 1.0, 1.0], []),  # reached and held
+        ([0.1, 0.995, 0.5, 0.999, 0.999, 0.4, 0.3], [(30, 40), (60, None)]),  # back once, then ends below
+        ([0.995, 0.2, 0.3, 0.991], [(20, 40)]),
+        ([0.5, 0.99, 0.98999, 0.99], [(30, 40)]),  # the threshold itself counts as reached
+    ],
+)
+def test_collapses_are_the_spans_below_the_threshold_after_first_reaching_it(values, spans):
+    steps = np.arange(10, 10 * len(values) + 1, 10)
+    assert collapses(steps, np.array(values)) == spans
+
+
+def test_each_collapse_after_the_crossing_is_shaded_in_its_splits_colour_and_counted_in_the_legend():
+    """A grokking run's slingshot: train accuracy falls back twice after fitting, held-out once after its jump."""
+    rows = [(10, 0.2, 0.01), (20, 1.0, 0.01), (30, 0.6, 0.01), (40, 1.0, 0.5), (50, 1.0, 0.995),
+            (60, 0.5, 0.7), (70, 1.0, 0.999), (80, 1.0, 1.0)]  # fmt: skip
+    records = [{"step": s, "loss": 1.0, "train_accuracy": t, "heldout_accuracy": h} for s, t, h in rows]
+    ax = only_axes(grokking(records))
+    shaded = sorted((round(patch.get_x()), round(patch.get_x() + patch.get_width())) for patch in ax.patches)
+    assert shaded == [(30, 40), (60, 70), (60, 70)]
+    labels = legend_texts(ax)
+    assert "train below 0.99 again, 2 times (the slingshot)" in labels
+    assert "held-out below 0.99 again, once" in labels

@@ -17,19 +17,21 @@ from matplotlib.figure import Figure
 
 from gpt_viz.canvas import legend_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
-from gpt_viz.run_data import PathLike, Record, load_metrics, metric_series, run_directory
+from gpt_viz.run_data import (
+    THRESHOLD,
+    PathLike,
+    Record,
+    collapses,
+    first_crossing,
+    load_metrics,
+    metric_series,
+    run_directory,
+)
 from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key, parse_metric_key
 
-THRESHOLD = 0.99
 METRIC = "accuracy"
 # Each split's legend prefix and colour.
 _SPLIT_STYLE = ((TRAIN, "train", "tab:blue"), (HELDOUT, "held-out", "tab:red"))
-
-
-def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float = THRESHOLD) -> int | None:
-    """The first step whose value reaches ``threshold``, or None if none does."""
-    reached = np.flatnonzero(values >= threshold)
-    return int(steps[reached[0]]) if reached.size else None
 
 
 def grokking(
@@ -44,7 +46,9 @@ def grokking(
 
     The first step at which each reaches ``threshold`` gets a dashed vertical
     line and a label, so the delay between memorising and generalising can be
-    read off; a series that never reaches it says so in the legend.  ``run``
+    read off; a series that never reaches it says so in the legend. Each span in
+    which a series falls back below it afterwards is shaded in its colour
+    (`collapses`: the slingshot's collapses of train accuracy, and held-out's with them).  ``run``
     is a run directory or records already loaded with ``load_metrics``.
     ``metric`` is the task's name for it (``exact_match``), without a split:
     the keys ``train_<metric>`` and ``heldout_<metric>`` are read.
@@ -73,6 +77,7 @@ def grokking(
     for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
         steps, values = _positive_steps(records, key, source)
         crossings.append((_draw_accuracy(ax, steps, values, f"{prefix} {label}", colour, threshold), colour))
+        _draw_collapses(ax, steps, values, prefix, colour, threshold)
     ax.axhline(threshold, color="0.5", linestyle=":", linewidth=0.8)
     ax.set_ylim(-0.02, 1.05)
     ax.set_ylabel(label)
@@ -127,6 +132,20 @@ def _split_keys(metric: str) -> list[str]:
     if not metric:
         raise VizError(f"grokking needs a metric name without its split, such as {METRIC!r}")
     return [metric_key(split, metric) for split, _, _ in _SPLIT_STYLE]
+
+
+def _draw_collapses(
+    ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, colour: str, threshold: float
+) -> None:
+    """Shade each span in which the series fell back below ``threshold`` after reaching it (`collapses`)."""
+    spans = collapses(steps, values, threshold)
+    if not spans:
+        return
+    last = float(steps[-1])
+    times = "once" if len(spans) == 1 else f"{len(spans)} times"
+    label = f"{prefix} below {threshold:g} again, {times}" + (" (the slingshot)" if prefix == "train" else "")
+    for i, (start, end) in enumerate(spans):
+        ax.axvspan(start, last if end is None else end, color=colour, alpha=0.12, label=None if i else label)
 
 
 def _draw_accuracy(

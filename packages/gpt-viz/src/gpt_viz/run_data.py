@@ -179,6 +179,37 @@ def metric_series(records: Iterable[Record], key: str, *, source: str = "the rec
         raise VizError(f"metric {key!r} in {source} has a step or value that is not a number: {error}") from error
 
 
+THRESHOLD = 0.99
+"""Where an accuracy counts as reached: the grokking picture's line, and t_fit and t_gen's."""
+
+
+def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float = THRESHOLD) -> int | None:
+    """The first step whose value reaches ``threshold``, or None if none does."""
+    reached = np.flatnonzero(values >= threshold)
+    return int(steps[reached[0]]) if reached.size else None
+
+
+def collapses(steps: np.ndarray, values: np.ndarray, threshold: float = THRESHOLD) -> list[tuple[int, int | None]]:
+    """Each time the series falls back below ``threshold`` after first reaching it: (the first step below, the
+    first step at or above it again, None if it never comes back), in order. In a grokking run, train accuracy
+    collapses and recovers several times after the fit, with a loss spike each time (the slingshot, Thilak et
+    al. 2022), and held-out accuracy with it: a run that stops inside one ends ungeneralised."""
+    spans: list[tuple[int, int | None]] = []
+    above = values >= threshold
+    if not above.any():
+        return spans
+    start = None
+    for i in range(int(np.flatnonzero(above)[0]), len(values)):
+        if not above[i] and start is None:
+            start = int(steps[i])
+        elif above[i] and start is not None:
+            spans.append((start, int(steps[i])))
+            start = None
+    if start is not None:
+        spans.append((start, None))
+    return spans
+
+
 def load_attention(run_dir: PathLike) -> AttentionSnapshot:
     """The first example of ``attention.npz``: the one a single picture draws."""
     return load_attention_examples(run_dir)[0]

@@ -18,7 +18,18 @@ from gpt_train.distributed import Rank
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import new_run, resumed_run
 from gpt_train.trainer import Outcome, train
-from gpt_viz import EXAMPLES, metric_key, parse_metric_key
+from gpt_viz import (
+    EXAMPLES,
+    THRESHOLD,
+    TRAIN,
+    VizError,
+    collapses,
+    first_crossing,
+    load_metrics,
+    metric_key,
+    metric_series,
+    parse_metric_key,
+)
 
 EXIT_CODES = {"diverged": 1, "interrupted": 130}
 
@@ -194,7 +205,32 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
     wrong = wrong_count(value, examples) if examples and config.higher_is_better else None
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
+    course = held_out_course(config, run_dir)
     return (
         f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
-        f"{primary} {format_value(value, examples)}{over}; final loss {final['loss']:.4f}; run in {run_dir}"
+        f"{primary} {format_value(value, examples)}{over}{course}; final loss {final['loss']:.4f}; run in {run_dir}"
     )
+
+
+def held_out_course(config: RunConfig, run_dir: Path) -> str:
+    """For a run that scores its train split too (grokking): since when the held-out score has stayed at or above
+    0.99, and whether it fell below it again after first reaching it (the slingshot's collapses), from the run's
+    evaluations; "" for any other run."""
+    if TRAIN not in config.eval_splits or not config.higher_is_better:
+        return ""
+    try:
+        steps, values = metric_series(load_metrics(run_dir), config.primary_metric)
+    except VizError:
+        return ""
+    first = first_crossing(steps, values, THRESHOLD)
+    if first is None:
+        return f", never at or above {THRESHOLD:g}"
+    spans = collapses(steps, values, THRESHOLD)
+    if not spans:
+        return f", at or above {THRESHOLD:g} since step {first:,}"
+    times = "once" if len(spans) == 1 else f"{len(spans)} times"
+    start, end = spans[-1]
+    since = f"(first reached at step {first:,}; fell below it {times} since)"
+    if end is None:
+        return f", below {THRESHOLD:g} from step {start:,} to the end {since}"
+    return f", at or above {THRESHOLD:g} since step {end:,} {since}"
