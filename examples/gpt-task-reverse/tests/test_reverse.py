@@ -72,7 +72,7 @@ def test_text_round_trips_and_the_attention_example_is_a_reversal():
     assert task.decode(task.encode("0917")) == "0917"
     with pytest.raises(ValueError, match="not in the vocabulary"):
         task.encode("12a")
-    example = task.attention_example()
+    example = task.attention_examples(1)[0]
     assert len(example) == 7 and example[4:] == example[:4][::-1][:3]
 
 

@@ -4,7 +4,6 @@ default and change nothing; a swapped-in kernel gives the same model when it com
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import pytest
 import torch
@@ -19,8 +18,6 @@ from gpt_core import (
     REFERENCE_KERNELS,
     GPTConfig,
     Kernels,
-    canonical_slot,
-    deprecation,
     generate,
     sdpa,
 )
@@ -145,21 +142,3 @@ def test_the_default_is_the_fast_set_and_both_sets_are_named():
     for slot in ("attention", "layer_norm", "gelu", "cross_entropy"):
         assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
     assert REFERENCE_KERNELS.sampling_softmax is reference.softmax
-
-
-def test_the_softmax_slot_is_named_for_what_it_does_and_the_old_name_warns_once(monkeypatch):
-    """`softmax` was the slot's first name; it stays for one release, warning once, naming the new one."""
-    monkeypatch.setattr(deprecation, "_warned", set())
-    assert canonical_slot("gelu") == "gelu"
-    with pytest.warns(DeprecationWarning, match="'softmax' is deprecated .* use 'sampling_softmax'"):
-        assert canonical_slot("softmax") == "sampling_softmax"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert canonical_slot("softmax") == "sampling_softmax"  # once per process
-    mine = F_ours.softmax.softmax.__call__
-    said = r"Kernels\(softmax=...\) is deprecated .*use Kernels\(sampling_softmax="
-    with pytest.warns(DeprecationWarning, match=said):
-        assert Kernels(softmax=mine).sampling_softmax is mine
-    assert Kernels(softmax=mine).swapped() == ["sampling_softmax"]
-    assert dataclasses.replace(Kernels(softmax=mine), gelu=mine).sampling_softmax is mine
-    assert dataclasses.replace(Kernels(), sampling_softmax=mine).sampling_softmax is mine  # the old name stays unset

@@ -5,7 +5,6 @@ copied in: logits, loss, attention and every parameter gradient, float64."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -206,24 +205,6 @@ def test_gpt_output_has_one_shape_whatever_is_asked_for(gen):
     hooked_logits, recorded = model.run_with_cache(idx, ["blocks.0.pattern", "blocks.1.pattern"])
     assert recorded["blocks.1.pattern"].shape == (2, 4, 9, 9)  # (B, H, T, T_total)
     assert torch.equal(plain.logits, full.logits) and torch.equal(plain.logits, hooked_logits)
-
-
-def test_return_attention_is_deprecated_and_still_gives_the_weights(gen, monkeypatch):
-    """The keyword of the first release: it warns once, naming run_with_cache, and returns the logits, the
-    loss and the weights the pattern hooks record, stacked (L, B, H, T, T_total)."""
-    from gpt_core import deprecation
-
-    monkeypatch.setattr(deprecation, "_warned", set())
-    model = GPT(CONFIGS["learned"])
-    idx = torch.randint(23, (2, 9), generator=gen)
-    with pytest.warns(DeprecationWarning, match="run_with_cache"):
-        out = model(idx, idx, return_attention=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        again = model(idx, return_attention=True)  # once per process: no second warning
-    assert out.attention.shape == (2, 2, 4, 9, 9)
-    assert torch.equal(out.attention, _attention(model, idx)) and torch.equal(again.attention, out.attention)
-    assert torch.equal(out.logits, model(idx).logits) and torch.equal(out.loss, model(idx, idx).loss)
 
 
 def test_gpt_eval_without_dropout_equals_train_mode(gen, close):

@@ -131,7 +131,7 @@ def test_defaults_train_on_the_full_batch(modadd_task):
 def test_prompts_and_attention_examples_are_heldout_inputs(modadd_task):
     heldout = set(modadd_task.split.ids("heldout").tolist())
     examples = modadd_task.attention_examples(4)
-    assert len(set(examples)) == 4 and examples[0] == modadd_task.attention_example()
+    assert len(set(examples)) == 4
     for text in [*modadd_task.example_prompts(), *examples]:
         a, b, equals = modadd_task.encode(text)
         assert equals == 113 and a * 113 + b in heldout

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from importlib.metadata import EntryPoint, version
 
 import pytest
 
-import gpt_tasks
-from gpt_core import deprecation, plugins
+from gpt_core import plugins
 from gpt_tasks import ENTRY_POINT_GROUP, ParamError, PluginWarning, Registry, TaskError, get_task, list_tasks
-from gpt_tasks.builtin.sort import SortTask
 
 BUILTINS = {"sort", "addition", "modadd", "shakespeare", "text", "repeats"}
 
@@ -135,88 +132,11 @@ def test_plugins_without_a_distribution_are_reported_as_unknown(plugin):
     assert (info.plugin, info.distribution, info.version) == ("gt_loose_module", "unknown", "unknown")
 
 
-# the first release's contract ------------------------------------------------------------------------
-@pytest.fixture
-def fresh_deprecations(monkeypatch):
-    """Every deprecated name warns again, as in a new process."""
-    monkeypatch.setattr(deprecation, "_warned", set())
-
-
-def test_the_task_marker_of_gpt_tasks_is_the_one_marker():
-    assert gpt_tasks.hookimpl is plugins.hookimpl
-    assert gpt_tasks.hookspec is plugins.hookspec
-
-
-@pytest.mark.parametrize(
-    "marker",
-    ["from gpt_tasks import hookimpl", "from gpt_tasks.hooks import hookimpl"],
-    ids=["gpt_tasks", "gpt_tasks.hooks"],
-)
-def test_a_plugin_importing_the_first_releases_task_marker_loads(plugin, marker):
-    source = TASK_MODULE.format(cls="Task_", name="old_import", body="register(Task_)")
-    registry = Registry(
-        plugins=[plugin("gt_old_import", source.replace("from gpt_core.plugins import hookimpl", marker))]
-    )
-    assert [info.name for info in registry.tasks()] == ["old_import"]
-
-
-def test_a_hook_marked_with_the_first_releases_project_name_loads_and_warns_once(plugin, fresh_deprecations):
-    old_marker = "import pluggy\nhookimpl = pluggy.HookimplMarker('gpt_tasks')"
-    source = TASK_MODULE.format(cls="Task_", name="old_project", body="register(Task_)")
-    old = plugin("gt_old_project", source.replace("from gpt_core.plugins import hookimpl", old_marker))
-    with pytest.warns(DeprecationWarning, match=r"HookimplMarker\('gpt_tasks'\).*use gpt_core.plugins.hookimpl"):
-        registry = Registry(plugins=[old])
-    assert [info.name for info in registry.tasks()] == ["old_project"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        Registry(plugins=[old])  # the same plugin loaded again: no second warning
-
-
-def test_train_defaults_warns_once_naming_defaults(fresh_deprecations):
-    with pytest.warns(DeprecationWarning, match=r"gpt_tasks.TrainDefaults is deprecated.*use gpt_tasks.Defaults"):
-        first = gpt_tasks.TrainDefaults
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert gpt_tasks.TrainDefaults is first
-    with pytest.warns(DeprecationWarning, match=r"gpt_tasks.task.TrainDefaults is deprecated"):
-        from gpt_tasks.task import TrainDefaults
-    assert TrainDefaults is first
-
-
-def test_a_task_returning_train_defaults_gets_the_defaults_it_stands_for(fresh_deprecations):
-    with pytest.warns(DeprecationWarning):
-        TrainDefaults = gpt_tasks.TrainDefaults
-
-    class FirstReleaseSort(SortTask):
-        def defaults(self):
-            model = {"n_layer": 3, "n_head": 2, "n_embd": 32, "dropout": 0.0, "pos": "rope", "vocab_size": 99}
-            return TrainDefaults(model=model, steps=400, lr=3e-3, min_lr=3e-4, betas=(0.8, 0.95), eval_limit=500)
-
-    task = FirstReleaseSort(SortTask.Params(length=4))
-    defaults = task.defaults()
-    assert isinstance(defaults, gpt_tasks.Defaults)
-    model = defaults.model
-    assert (model.n_layer, model.n_head, model.n_embd, model.pos) == (3, 2, 32, "rope")
-    assert (model.vocab_size, model.block_size) == (task.vocab_size, task.block_size)  # the task's, always
-    train = defaults.train
-    assert (train.steps, train.lr, train.min_lr, train.eval_limit) == (400, 3e-3, 3e-4, 500)
-    assert (train.beta1, train.beta2) == (0.8, 0.95)
-    assert (train.batch_size, train.warmup_steps, train.grad_clip) == (64, 100, 1.0)  # TrainDefaults' own defaults
-
-
-def test_the_first_releases_hook_module_names_warn_naming_gpt_core_plugins(fresh_deprecations):
-    from gpt_tasks import hooks
-
-    with pytest.warns(DeprecationWarning, match=r"gpt_tasks.hooks.TaskSpecs .* use gpt_core.plugins.PluginSpecs"):
-        assert hooks.TaskSpecs is plugins.PluginSpecs
-    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
-        hooks.nothing  # noqa: B018
-
-
+# the contract's version ----------------------------------------------------------------------------
 def test_a_plugin_needing_a_newer_contract_can_refuse_in_one_warning(plugin):
-    needs_3 = "from gpt_core.plugins import API_VERSION\nif API_VERSION < 3:\n    raise ImportError('needs API 3')\n"
+    needs_2 = "from gpt_core.plugins import API_VERSION\nif API_VERSION < 2:\n    raise ImportError('needs API 2')\n"
     good = task_plugin(plugin, "gt_good_d", "good_d")
-    assert plugins.API_VERSION == 2
-    with pytest.warns(PluginWarning, match=r"'gt_needs_3'.*failed to load: ImportError: needs API 3"):
-        registry = Registry(plugins=[plugin("gt_needs_3", needs_3), good])
+    assert plugins.API_VERSION == 1
+    with pytest.warns(PluginWarning, match=r"'gt_needs_2'.*failed to load: ImportError: needs API 2"):
+        registry = Registry(plugins=[plugin("gt_needs_2", needs_2), good])
     assert [info.name for info in registry.tasks()] == ["good_d"]

@@ -136,7 +136,6 @@ def test_prompts_encode_and_attention_examples_open_the_first_heldout_chunks(sha
     chunks = shakespeare_task.chunks("heldout")[:4].tolist()
     assert len(chunks) == 4
     assert shakespeare_task.attention_examples(4) == [text[chunk * 32 : chunk * 32 + 8] for chunk in chunks]
-    assert shakespeare_task.attention_example() == text[chunks[0] * 32 : chunks[0] * 32 + 8]
 
 
 def recorded_params(task) -> dict:
@@ -224,5 +223,5 @@ def test_the_real_corpus_has_65_characters_and_a_tenth_of_its_chunks_held_out():
     assert task.vocab_size == 65 + 1  # every character occurs in a training chunk; and the unknown token
     assert len(task.chunk_offsets) == 1090 and len(task.chunks("heldout")) == 109
     assert len(task.evaluation_windows("heldout", None)) == 1744  # 109 chunks of 1,023 targets, windows of 64
-    assert len(task.attention_example()) == 64
+    assert len(task.attention_examples(1)[0]) == 64
     assert all(set(prompt) <= set(task.params.alphabet) for prompt in task.example_prompts())

@@ -367,8 +367,8 @@ def test_a_chars_heldout_text_may_hold_unknown_characters_which_are_scored_not_d
     ids = np.asarray(task.cache.tokens[task.cache.offsets[chunk] : task.cache.offsets[chunk + 1]])
     assert ids[10] == task.tokenizer.unknown_id  # kept in the held-out text, where the model is scored on it
     assert int(task.chunks("heldout")[0]) == chunk  # the first held-out chunk, yet
-    assert rare not in task.attention_example()  # the pictures' example is one the vocabulary can encode
-    task.encode(task.attention_example())
+    assert rare not in task.attention_examples(1)[0]  # the pictures' example is one the vocabulary can encode
+    task.encode(task.attention_examples(1)[0])
 
 
 def test_attention_examples_pass_over_a_heldout_opening_the_vocabulary_cannot_encode(tmp_path):

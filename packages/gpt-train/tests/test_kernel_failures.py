@@ -160,3 +160,37 @@ def test_a_kernel_failing_mid_training_leaves_the_last_checkpoint_resumable(cli,
     assert resumed.code == 0, resumed.err
     assert [r["step"] for r in read_metrics(run_dir)] == [5, 10, 15, 20, 25, 30]
     assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 30
+
+
+NOT_PLAIN = {
+    "on another device": ("return out.detach().to('meta')", "its output is on device meta, not cpu"),
+    "sparse": ("return out.to_sparse()", "its output is a sparse tensor (torch.sparse_coo)"),
+    "a tensor subclass": ("return Odd(out)", "its output is a Odd, a tensor subclass"),
+}
+NOT_PLAIN_SOURCE = """
+    import torch
+    from gpt_core import DEFAULT_KERNELS
+
+    class Odd(torch.Tensor):
+        pass
+
+    def attention(q, k, v, causal):
+        out = DEFAULT_KERNELS.attention(q, k, v, causal)
+        {returns}
+"""
+
+
+@pytest.mark.parametrize("output", list(NOT_PLAIN))
+def test_a_kernel_whose_output_is_not_a_dense_tensor_on_its_inputs_device_fails_verify_and_run_in_one_line(
+    cli, kernel_module, tmp_path, output
+):
+    returns, said = NOT_PLAIN[output]
+    choice = kernel_module(NOT_PLAIN_SOURCE.replace("{returns}", returns))
+    verified = cli("verify", "--kernel", f"attention={choice}")
+    assert_one_line_error(
+        verified, f"kernel attention={choice}: sdpa causal: the forward raised TypeError: {said}", code=1
+    )
+    run_dir = tmp_path / "run"
+    ran = cli(*TINY, "--steps", "3", "--kernel", f"attention={choice}", "--out", run_dir)
+    assert_one_line_error(ran, f"kernel attention={choice} fails verification", said)
+    assert not run_dir.exists()

@@ -3,15 +3,19 @@ that record their kernels and refuse, in one line, to go on without them, and co
 
 from __future__ import annotations
 
+import itertools
 import json
-import warnings
+import sys
+import textwrap
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 
 import pytest
 from kernel_examples import CALLS
 from train_helpers import TINY, assert_one_line_error
 
-from gpt_core import KERNEL_SLOTS, deprecation, plugins
+import gpt_train
+from gpt_core import KERNEL_SLOTS, plugins
 from gpt_train import kernels as kernels_module
 from gpt_train.kernels import (
     ENTRY_POINT_GROUP,
@@ -134,9 +138,9 @@ def test_a_plugin_that_fails_to_import_is_a_warning_and_the_others_work(plugin):
 def test_a_plugin_that_fails_to_register_is_a_warning_and_registers_nothing(plugin, body, said):
     bad = kernel_plugin(plugin, "kp_bad", body=body)
     with pytest.warns(KernelPluginWarning, match=f"'kp_bad' .* failed to register its kernels: .*{said}"):
-        registry = KernelRegistry([bad, kernel_plugin(plugin, "kp_good", slot="softmax")])
+        registry = KernelRegistry([bad, kernel_plugin(plugin, "kp_good", slot="sampling_softmax")])
     assert [(k.slot, k.name) for k in registry.kernels() if k.plugin == "kp_bad"] == []
-    assert registry.info("softmax", "mine").plugin == "kp_good"
+    assert registry.info("sampling_softmax", "mine").plugin == "kp_good"
 
 
 def test_two_plugins_claiming_one_name_make_it_an_error_naming_both(plugin):
@@ -158,29 +162,6 @@ def test_a_broken_kernel_plugin_leaves_tasks_and_other_kernels_working(cli, plug
     result = cli(*TINY, "--steps", "2", "--kernel", "gelu=mine", "--out", run_dir)
     assert result.code == 0, result.err
     assert json.loads((run_dir / RunLayout.CONFIG).read_text())["kernels"] == {"gelu": "mine"}
-
-
-# the first release's contract -------------------------------------------------------------------
-def test_a_plugin_importing_the_first_releases_kernel_marker_loads_and_warns_once(plugin, monkeypatch):
-    monkeypatch.setattr(deprecation, "_warned", set())  # as in a new process
-    source = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)")
-    old = plugin("kp_old_marker", source.replace("gpt_core.plugins", "gpt_train.kernels"))
-    with pytest.warns(DeprecationWarning, match=r"gpt_train.kernels.hookimpl is deprecated.*gpt_core.plugins.hookimpl"):
-        registry = KernelRegistry([old])
-    assert registry.info("gelu", "mine").plugin == "kp_old_marker"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert kernels_module.hookimpl is plugins.hookimpl  # the one marker, and no second warning
-
-
-def test_a_hook_marked_with_the_first_releases_kernel_project_loads(plugin, monkeypatch):
-    monkeypatch.setattr(deprecation, "_warned", set())
-    source = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)")
-    old_marker = "import pluggy\nhookimpl = pluggy.HookimplMarker('gpt_kernels')"
-    old = plugin("kp_old_project", source.replace("from gpt_core.plugins import hookimpl", old_marker))
-    with pytest.warns(DeprecationWarning, match=r"HookimplMarker\('gpt_kernels'\)"):
-        registry = KernelRegistry([old])
-    assert registry.info("gelu", "mine").plugin == "kp_old_project"
 
 
 # choosing ----------------------------------------------------------------------------------------
@@ -262,7 +243,7 @@ def test_a_run_records_its_kernels_and_eval_sample_and_resume_compute_with_them(
     assert (config["kernels"], config["unverified_kernels"]) == ({"attention": "kernel_examples:attention"}, [])
     for command in (["eval", run_dir, "--limit", "50"], ["sample", run_dir, "--prompt", "3142"]):
         CALLS.clear()
-        assert cli(*command, "--device", "cpu").code == 0
+        assert cli(*command, "--device", "cpu", "--trust-kernels").code == 0
         assert CALLS["attention"] > 0, command
     path.write_text(json.dumps(config | {"train": config["train"] | {"steps": 40}}))  # 10 more steps to resume
     CALLS.clear()
@@ -297,3 +278,125 @@ def test_run_refuses_bad_kernel_choices_in_one_line(cli, tmp_path, extra, said):
 
 def test_resume_takes_no_kernel_choices(cli, tiny_run):
     assert_one_line_error(cli("run", "--resume", tiny_run, "--kernel", RIGHT), "drop --kernel")
+
+
+# opening a run trained with module-path kernels ---------------------------------------------------
+_fresh = itertools.count()
+
+
+@pytest.fixture
+def fresh_module(monkeypatch):
+    """fresh_module(folder, source) -> its name: a module written into `folder` under a name not imported yet in
+    this process (a module stays imported), forgotten again after the test."""
+    written = []
+
+    def write(folder: Path, source: str, name: str | None = None) -> str:
+        name = name or f"saved_kernel_{next(_fresh)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.py").write_text(textwrap.dedent(source))
+        written.append(name)
+        return name
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+
+
+MARKS_ON_IMPORT = """
+    import pathlib
+    pathlib.Path("MARKER").write_text("imported")
+    attention = None
+"""
+RIGHT_ATTENTION = """
+    from gpt_core import DEFAULT_KERNELS
+    CALLS = []
+    def attention(q, k, v, causal):
+        CALLS.append(1)
+        return DEFAULT_KERNELS.attention(q, k, v, causal)
+"""
+UNIFORM_ATTENTION = """
+    def attention(q, k, v, causal):
+        return v.mean(-2, keepdim=True).expand_as(v).clone()
+"""
+RAISING_ATTENTION = """
+    def attention(q, k, v, causal):
+        raise NotImplementedError("rewriting it")
+"""
+OPENING_COMMANDS = [
+    ["eval", "{run}", "--limit", "20"],
+    ["sample", "{run}", "--prompt", "3142"],
+    ["inspect", "{run}", "heads", "--examples", "20"],
+    ["serve", "{run}", "--port", "0"],
+]
+
+
+def opening(command: list[str], run_dir: Path) -> list[str]:
+    return [str(run_dir) if part == "{run}" else part for part in command] + ["--device", "cpu"]
+
+
+def test_opening_a_run_naming_a_module_kernel_imports_nothing_without_trust_kernels(
+    cli, tiny_run, tmp_path, monkeypatch, fresh_module
+):
+    monkeypatch.chdir(tmp_path)
+    module = fresh_module(tmp_path, MARKS_ON_IMPORT)  # what an archive unpacked beside the run could hold
+    path = tiny_run / RunLayout.CONFIG
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"kernels": {"attention": f"{module}:attention"}}))
+    for command in OPENING_COMMANDS:
+        said = f"{tiny_run} was trained with module-path kernels attention={module}:attention"
+        assert_one_line_error(cli(*opening(command, tiny_run)), said, "--trust-kernels")
+    with pytest.raises(KernelError, match="trust_kernels=True"):
+        gpt_train.load_run(tiny_run)
+    assert not (tmp_path / "MARKER").exists()
+    assert module not in sys.modules
+
+
+def test_a_trusted_module_kernel_comes_from_the_folder_the_run_recorded_never_the_working_directory(
+    cli, tmp_path, monkeypatch, fresh_module
+):
+    author, elsewhere, run_dir = tmp_path / "author", tmp_path / "elsewhere", tmp_path / "run"
+    module = fresh_module(author, RIGHT_ATTENTION)
+    monkeypatch.chdir(author)  # `run --kernel` finds a module in the working directory
+    assert cli(*TINY, "--steps", "10", "--kernel", f"attention={module}:attention", "--out", run_dir).code == 0
+    assert json.loads((run_dir / RunLayout.CONFIG).read_text())["kernel_folders"] == {"attention": "../author"}
+    fresh_module(elsewhere, MARKS_ON_IMPORT, name=module)  # the same name, in the folder the run is opened from
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.syspath_prepend(str(elsewhere))  # as `python -m gpt_train` puts it first
+    for command in OPENING_COMMANDS[:3]:
+        sys.modules.pop(module, None)
+        result = cli(*opening(command, run_dir), "--trust-kernels")
+        assert result.code == 0, result.err
+        assert sys.modules[module].CALLS, command  # the author's module, verified and computed with
+    loaded = gpt_train.load_run(run_dir, trust_kernels=True)
+    assert loaded.model.config.n_layer == 1
+    assert not (elsewhere / "MARKER").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (UNIFORM_ATTENTION, "fails verification, sdpa causal: output ["),
+        (RAISING_ATTENTION, "the forward raised NotImplementedError: rewriting it"),
+    ],
+    ids=["computes otherwise", "raises"],
+)
+def test_a_trusted_module_kernel_edited_since_training_is_refused_in_one_line(
+    cli, tmp_path, monkeypatch, fresh_module, edit, said
+):
+    run_dir = tmp_path / "run"
+    module = fresh_module(tmp_path, RIGHT_ATTENTION)
+    monkeypatch.chdir(tmp_path)
+    assert cli(*TINY, "--steps", "10", "--kernel", f"attention={module}:attention", "--out", run_dir).code == 0
+    fresh_module(tmp_path, edit, name=module)  # a learner rewriting the kernel after training
+    for command in OPENING_COMMANDS:
+        sys.modules.pop(module, None)
+        result = cli(*opening(command, run_dir), "--trust-kernels")
+        assert_one_line_error(result, f"{run_dir} was trained with kernels attention={module}:attention", said)
+
+
+def test_a_run_on_an_installed_plugins_kernel_opens_without_trust_kernels(cli, plugin, installed, tmp_path):
+    installed(kernel_plugin(plugin, "kp_opened"))
+    run_dir = tmp_path / "with-plugin-kernel"
+    assert cli(*TINY, "--steps", "10", "--kernel", "gelu=mine", "--out", run_dir).code == 0
+    for command in OPENING_COMMANDS[:3]:
+        result = cli(*opening(command, run_dir))
+        assert result.code == 0, result.err

@@ -299,3 +299,22 @@ def test_through_gpt_train_a_failing_check_prints_its_verdict_alone_and_exits_1(
     result = cli("learn", "check", "gelu", "--dir", tmp_path)
     assert result.code == 1
     assert "gelu is not written yet" in result.out and result.err == ""
+
+
+@pytest.mark.parametrize(
+    ("returns", "said"),
+    [
+        (".detach().to('meta')", "its output is on device meta, not cpu"),
+        (".to_sparse()", "its output is a sparse tensor (torch.sparse_coo)"),
+    ],
+    ids=["on another device", "sparse"],
+)
+def test_a_kernel_whose_output_is_not_a_dense_tensor_on_its_inputs_device_is_one_line(tmp_path, returns, said):
+    body = "    e = (x - x.amax(-1, keepdim=True)).exp()\n"
+    source = f"def softmax(x):\n{body}    return (e / e.sum(-1, keepdim=True)){returns}\n"
+    path = write(tmp_path, "softmax", source)
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.output.strip().splitlines() == [f"{path}: softmax raised TypeError: {said}; a kernel returns a "
+                                                  "dense torch.Tensor on its inputs' device"]  # fmt: skip

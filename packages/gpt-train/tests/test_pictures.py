@@ -59,15 +59,6 @@ class UnevenSort(SortTask):
         return ["3141", "27", "1234567890"][:n]
 
 
-class OneExampleSort(SortTask):
-    """A task written for the one-example contract."""
-
-    name = "one_example_sort"
-
-    def attention_example(self) -> str:
-        return "4321123"
-
-
 def test_examples_of_different_lengths_are_kept_each_at_its_own_length_and_cut_to_the_block(tmp_path):
     task = UnevenSort(get_task("sort", length=4).params)
     torch.manual_seed(0)
@@ -78,14 +69,6 @@ def test_examples_of_different_lengths_are_kept_each_at_its_own_length_and_cut_t
     for example in examples:
         ids = task.encode("".join(example.tokens))
         np.testing.assert_array_equal(example.weights, as_stored(model_attention(model, ids)))
-
-
-def test_a_task_with_only_the_one_example_method_keeps_that_example(tmp_path):
-    task = OneExampleSort(get_task("sort", length=4).params)
-    model = GPT(task.model_config(n_layer=1, n_head=2, n_embd=16))
-    save_attention(task, model, CPU, RunLayout(tmp_path))
-    (example,) = load_attention_examples(tmp_path)
-    assert example.tokens == list("4321123") and example.weights.shape == (1, 2, 7, 7)
 
 
 def test_a_model_too_large_for_every_example_keeps_the_first_ones_that_fit_and_computes_no_other(tmp_path, monkeypatch):

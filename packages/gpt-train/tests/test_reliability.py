@@ -99,6 +99,22 @@ def test_a_half_written_file_left_by_a_kill_is_removed_at_the_next_start(cli, tm
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.parametrize("start", ["--resume", "--force"])
+def test_safetensors_own_temporaries_left_by_a_kill_are_removed_at_the_next_start(cli, tmp_path, start):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    (run_dir / RunLayout.SNAPSHOTS).mkdir(exist_ok=True)
+    leftovers = [run_dir / ".tmpiLLAtK", run_dir / RunLayout.SNAPSHOTS / ".tmp3xQ9z0"]  # safetensors' own names
+    for leftover in leftovers:
+        leftover.write_bytes(b"half a checkpoint")
+    mine = run_dir / ".tmpnotes"  # not a name safetensors gives: the user's, kept
+    mine.write_text("my notes")
+    again = ["run", "--resume", run_dir] if start == "--resume" else [*TINY, "--force", "--out", run_dir]
+    assert cli(*again, "--quiet").code == 0
+    assert [leftover for leftover in leftovers if leftover.exists()] == []
+    assert mine.read_text() == "my notes"
+
+
 def test_an_out_directory_holding_files_of_another_kind_is_refused_and_left_alone(cli, tmp_path):
     project = tmp_path / "project"
     project.mkdir()

@@ -3,9 +3,11 @@ mechanism form; they change nothing about the training, and a resumed or replace
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from train_helpers import TINY, assert_one_line_error, read_metrics
 
 import gpt_train
@@ -88,3 +90,35 @@ def test_replacing_a_run_removes_its_snapshots(cli, tmp_path):
 def test_a_negative_snapshot_interval_is_one_line(cli, tmp_path):
     result = cli(*TINY, "--set", "snapshot_every=-1", "--out", tmp_path / "run")
     assert_one_line_error(result, "snapshot_every must not be negative, got -1")
+
+
+def test_a_file_named_snapshots_stops_the_run_in_one_line_before_anything_is_written(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / RunLayout.SNAPSHOTS).write_text("my notes")
+    result = cli(*TINY, *SNAPSHOTS, "--out", run_dir)
+    assert_one_line_error(result, f"{run_dir / RunLayout.SNAPSHOTS} is a file, where this run keeps its snapshots")
+    assert sorted(path.name for path in run_dir.iterdir()) == [RunLayout.SNAPSHOTS]
+    assert (run_dir / RunLayout.SNAPSHOTS).read_text() == "my notes"
+
+
+def test_a_snapshot_that_cannot_be_written_is_a_warning_naming_it_and_the_run_keeps_its_checkpoints(
+    cli, tmp_path, monkeypatch
+):
+    def disk_full_after_the_first_snapshot(tensors, filename, metadata=None):
+        if RunLayout.SNAPSHOTS in Path(filename).parts and metadata["step"] != "0":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save_file(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr("gpt_train.checkpoint.save_file", disk_full_after_the_first_snapshot)
+    run_dir = tmp_path / "run"
+    result = cli(*TINY, *SNAPSHOTS, "--out", run_dir)
+    assert result.code == 0, result.err
+    snapshot = RunLayout(run_dir).snapshot(10)
+    assert result.err.strip().splitlines() == [
+        f"gpt-train: warning: cannot write snapshot {snapshot} (No space left on device); the run goes on without "
+        "snapshots, keeping those written"
+    ]
+    assert list(RunLayout(run_dir).snapshots()) == [0]
+    assert load_checkpoint(RunLayout(run_dir).checkpoint, "sort").step == 30
+    assert RunLayout(run_dir).final.exists()

@@ -14,7 +14,6 @@ from gpt_core.kernels import (
     KERNEL_SLOTS,
     REFERENCE_KERNELS,
     Kernels,
-    canonical_slot,
 )
 from gpt_core.kernels.attention import attention, attention_weights, causal_mask, sdpa
 from gpt_core.kernels.cross_entropy import cross_entropy
@@ -56,7 +55,6 @@ __all__ = [
     "attention",
     "attention_weights",
     "block_hook",
-    "canonical_slot",
     "causal_mask",
     "cross_entropy",
     "dropout",

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor, nn
 
 from gpt_core import positions as pos
-from gpt_core.deprecation import forward_with_attention
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.attention import hooked_attention
@@ -343,15 +342,12 @@ class GPT(HookPoints, nn.Module):
         return self.kernels.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))  # (N, V), (N,)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | None = None,
-                positions: Tensor | None = None, read: Tensor | None = None,
-                return_attention: bool = False) -> GPTOutput:  # fmt: skip
+                positions: Tensor | None = None, read: Tensor | None = None) -> GPTOutput:  # fmt: skip
         """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, given targets (B, T), the loss over those not
         IGNORE_INDEX. With a `cache`, `idx` holds only the new tokens. `positions` (T,) or (B, T): the tokens'
         ids (default: the next T after the cache's; drawn in training with randomized_positions). `read` (B, T)
         bool: the last block asks from its first True position (no hooks set), its MLP and the head run only where
         True: logits `logits[read]` (N, V), the loss over `targets[read]`, the hooks from that MLP on N rows."""
-        if return_attention:
-            return forward_with_attention(self, idx, targets, cache=cache, positions=positions)
         B, T = idx.shape
         offset = cache.length if cache is not None else None
         if positions is None:

@@ -23,8 +23,8 @@ says what a registration is and checks it; loading is the same for both, here: a
 or whose hook raises (a registration refused by the check included), is one warning naming it, and nothing it
 registered is kept; a name two plugins register is an error naming both; every other plugin keeps working.
 
-The contract is versioned by API_VERSION; a name of an earlier version keeps working for at least one
-release as a deprecated alias that warns once, naming its replacement (`deprecated_aliases`).
+The contract (these hooks, the `Task` members, the kernel slots and their signatures) is version API_VERSION,
+declared in gpt-tasks' README ("The plugin contract"), with the rule for changing it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import importlib
 import sys
 import textwrap
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -42,23 +42,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import pluggy
 
-from gpt_core.deprecation import warn_deprecated
-
-API_VERSION = 2
-"""The version of the plugin contract, for a plugin to check (`if gpt_core.plugins.API_VERSION < 2: raise ...`,
-which the loader reports as that plugin failing to load).
-
-1. The first release (0.1): the task marker `gpt_tasks.hookimpl` and the kernel marker
-   `gpt_train.kernels.hookimpl` (two pluggy projects); `Task.defaults()` returns a `gpt_tasks.TrainDefaults`.
-2. This release (0.2): one marker, `gpt_core.plugins.hookimpl`, for both kinds (the old import paths give the
-   same marker; hooks marked with the first release's project names still load); `Task.defaults()` returns
-   `gpt_tasks.Defaults(model=GPTConfig, train=TrainSettings)` (a TrainDefaults is still turned into one).
-"""
+API_VERSION = 1
+"""The version of the plugin contract: a plugin needing a later one raises on import (`if API_VERSION < 2: raise
+ImportError(...)`), which the loader reports as that plugin failing to load. A change that breaks a plugin raises it."""
 
 PROJECT = "gpt_plugins"
 """The pluggy project of `hookimpl` and `hookspec`."""
-FIRST_RELEASE_PROJECTS = ("gpt_tasks", "gpt_kernels")
-"""The pluggy projects of the first release's two markers: a hook marked for either still loads, with a warning."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -78,42 +67,6 @@ class PluginSpecs:
 
 class PluginWarning(UserWarning):
     """A plugin that could not be loaded or could not register, or a name that two plugins register."""
-
-
-def deprecated_aliases(module: str, aliases: Mapping[str, tuple[Any, str]]) -> Callable[[str], Any]:
-    """A module's `__getattr__` (PEP 562) serving each old name of `aliases` (old name -> (value, what to use
-    instead)) with a one-time warning; any other missing name is the usual AttributeError."""
-
-    def __getattr__(name: str) -> Any:
-        if name not in aliases:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        value, replacement = aliases[name]
-        warn_deprecated(f"{module}.{name}", replacement)
-        return value
-
-    return __getattr__
-
-
-class _Manager(pluggy.PluginManager):
-    """pluggy's manager of PROJECT that also takes a hook marked for one of FIRST_RELEASE_PROJECTS: pluggy finds
-    hooks by the marker's project name, so without this a plugin built on its own first-release marker
-    (`pluggy.HookimplMarker("gpt_tasks")`) would load and register nothing."""
-
-    def __init__(self) -> None:
-        super().__init__(PROJECT)
-        self.add_hookspecs(PluginSpecs)
-        self._first_release = [pluggy.PluginManager(project) for project in FIRST_RELEASE_PROJECTS]
-
-    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        found = super().parse_hookimpl_opts(plugin, name)
-        if found is not None:
-            return found
-        for old in self._first_release:
-            found = old.parse_hookimpl_opts(plugin, name)
-            if found is not None:
-                warn_deprecated(f"pluggy.HookimplMarker({old.project_name!r})", "gpt_core.plugins.hookimpl")
-                return found
-        return None
 
 
 @dataclass(frozen=True)
@@ -171,7 +124,8 @@ class PluginTable(Generic[Item]):
         self, kind: PluginKind[Item], plugins: Iterable[EntryPoint] | None = None, builtins: Iterable[Item] = ()
     ):
         self.kind = kind
-        self._manager = _Manager()
+        self._manager = pluggy.PluginManager(PROJECT)
+        self._manager.add_hookspecs(PluginSpecs)
         self._items: dict[Hashable, Item] = {item.key: item for item in builtins}
         self._clashes: dict[Hashable, list[Item]] = {}
         for entry_point in entry_points(group=kind.group) if plugins is None else plugins:

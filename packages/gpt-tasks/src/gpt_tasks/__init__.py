@@ -3,12 +3,12 @@
 Everything a trainer or a plugin needs is exported here: the task contract (`Task`, `PromptAnswerTask`,
 `Batch`, `Defaults`, `TrainSettings`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
 parameters (`build_params`, `field_types`, `coerce`), splits, teacher-forced scoring (`score_examples`),
-task probes (`measure_probes`, `ProbeCache`), and the toolkit of `gpt_tasks.symbols`. `hookimpl` is
-gpt_core.plugins' one marker, the same object; the contract's version is `gpt_core.plugins.API_VERSION`.
+task probes (`measure_probes`, `ProbeCache`), and the toolkit of `gpt_tasks.symbols`. A plugin marks its
+hook with `gpt_core.plugins.hookimpl`; the contract is version `gpt_core.plugins.API_VERSION` (this package's
+README, "The plugin contract").
 """
 
-from gpt_core.plugins import deprecated_aliases
-from gpt_tasks.hooks import ENTRY_POINT_GROUP, hookimpl, hookspec
+from gpt_tasks.hooks import ENTRY_POINT_GROUP
 from gpt_tasks.params import ParamError, build_params, coerce, field_types
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, measure_probes
 from gpt_tasks.prompt_answer import PromptAnswerTask
@@ -17,7 +17,7 @@ from gpt_tasks.scoring import Scores, score_examples
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes
 from gpt_tasks.task import SPLITS, Batch, Task, evaluating
-from gpt_tasks.training import FIRST_RELEASE_ALIASES, Defaults, TrainSettings
+from gpt_tasks.training import Defaults, TrainSettings
 
 __all__ = [
     "DIGITS",
@@ -46,8 +46,6 @@ __all__ = [
     "evaluating",
     "field_types",
     "get_task",
-    "hookimpl",
-    "hookspec",
     "is_heldout",
     "list_tasks",
     "measure_probes",
@@ -55,6 +53,3 @@ __all__ = [
     "score_examples",
     "unit_hash",
 ]
-
-# Names of the first release's contract that have a replacement: each still works, and warns once.
-__getattr__ = deprecated_aliases(__name__, FIRST_RELEASE_ALIASES)

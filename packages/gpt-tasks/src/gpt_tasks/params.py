@@ -12,8 +12,6 @@ import types
 import typing
 from typing import Any, Literal, TypeVar
 
-from gpt_core.plugins import deprecated_aliases
-
 T = TypeVar("T")
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -87,6 +85,3 @@ def build_params(cls: type[T], overrides: dict[str, Any], what: str = "parameter
         return cls(**values)
     except (TypeError, ValueError) as error:
         raise ParamError(str(error)) from None
-
-
-__getattr__ = deprecated_aliases(__name__, {"build": (build_params, "gpt_tasks.build_params")})

@@ -7,18 +7,15 @@ model on token ids (forward) and `gpt_core.generate`.
 
 from __future__ import annotations
 
-import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_core.plugins import deprecated_aliases
-from gpt_tasks.training import FIRST_RELEASE_ALIASES, Defaults
-from gpt_tasks.training import TrainDefaults as FirstReleaseDefaults
+from gpt_tasks.training import Defaults
 
 if TYPE_CHECKING:
     from gpt_tasks.probes import ProbeCache
@@ -129,45 +126,7 @@ class Task(ABC):
     def attention_examples(self, n: int) -> list[str]:
         """At most `n` held-out examples (each as text, at most block_size tokens) whose attention a run keeps
         for its pictures and explorer page, in a fixed order, so that every run shows the same ones; the first
-        is the one a single picture draws.
-
-        A task written for the one-example contract defines `attention_example` alone: its one example is
-        then the list (see __init_subclass__)."""
-
-    def attention_example(self) -> str:
-        """The first of `attention_examples`, for callers written for the one-example contract."""
-        return self.attention_examples(1)[0]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Keep tasks written for the first release's contract working: a class that defines
-        `attention_example` but not `attention_examples` shows that one example, even where a base class
-        (PromptAnswerTask) lists its own; a `defaults` returning a TrainDefaults gives the Defaults it stands
-        for. This runs before ABCMeta counts the abstract methods, so such a class is complete."""
-        super().__init_subclass__(**kwargs)
-        if "attention_example" in vars(cls) and "attention_examples" not in vars(cls):
-            cls.attention_examples = _the_one_attention_example
-        if "defaults" in vars(cls):
-            cls.defaults = _resolving_first_release_defaults(vars(cls)["defaults"])
-
-
-def _the_one_attention_example(task: Task, n: int) -> list[str]:
-    """`attention_examples` of a task that defines only `attention_example`."""
-    return [task.attention_example()]
-
-
-def _resolving_first_release_defaults(defaults: Callable[[Task], Any]) -> Callable[[Task], Defaults]:
-    """A task class's own `defaults`, giving the Defaults that a first-release TrainDefaults stands for and
-    anything else unchanged."""
-
-    @functools.wraps(defaults)
-    def resolved(task: Task) -> Defaults:
-        found = defaults(task)
-        return found.resolve(task.model_config) if isinstance(found, FirstReleaseDefaults) else found
-
-    return resolved
-
-
-__getattr__ = deprecated_aliases(__name__, FIRST_RELEASE_ALIASES)  # the first release defined TrainDefaults here
+        is the one a single picture draws."""
 
 
 class evaluating:

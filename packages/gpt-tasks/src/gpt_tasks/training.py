@@ -4,17 +4,13 @@ A task's `defaults()` returns a `Defaults`: the model (a gpt_core.GPTConfig) and
 settings (a TrainSettings) of a good CPU run. gpt-train lays the user's flags and `--set` values
 over them with `dataclasses.replace`, so every value is checked once, here or in GPTConfig, by the
 type that owns the field.
-
-`TrainDefaults` is what `defaults()` returned in the first release of the plugin contract, kept so that a
-task written then still trains (gpt_tasks.Task turns it into a `Defaults`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from gpt_core import KERNEL_SETS, GPTConfig
 
@@ -113,25 +109,3 @@ class Defaults:
 
     model: GPTConfig
     train: TrainSettings = TrainSettings()
-
-
-class TrainDefaults:
-    """The first release's `defaults()` value, deprecated (`gpt_tasks.TrainDefaults` warns once): the model
-    fields but vocab_size and block_size as a dict, then the training settings as keywords, the betas as a
-    pair. Its defaults were TrainSettings' own, so every setting it leaves out takes TrainSettings' default."""
-
-    def __init__(self, model: dict[str, Any] | None = None, betas: tuple[float, float] = (0.9, 0.99), **train: Any):
-        self.model = dict(model or {})
-        self.train = TrainSettings(**train, beta1=betas[0], beta2=betas[1])
-
-    def resolve(self, model_config: Callable[..., GPTConfig]) -> Defaults:
-        """The Defaults this stands for, the model built by the task's `model_config` (which fixes vocab_size
-        and block_size, as the trainer did when it read a TrainDefaults)."""
-        shape = {key: value for key, value in self.model.items() if key not in ("vocab_size", "block_size")}
-        return Defaults(model=model_config(**shape), train=self.train)
-
-
-FIRST_RELEASE_ALIASES = {
-    "TrainDefaults": (TrainDefaults, "gpt_tasks.Defaults(model=self.model_config(...), train=TrainSettings(...))")
-}
-"""The first release's names of this contract that have a replacement, for `gpt_core.plugins.deprecated_aliases`."""

@@ -19,8 +19,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from gpt_core import GPTConfig
 from gpt_train.errors import TrainError
-from gpt_train.files import write_atomically
+from gpt_train.files import WriteError, write_atomically
 
 
 class CheckpointError(TrainError):
@@ -67,11 +68,11 @@ def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, s
     return tensors, meta
 
 
-def save_checkpoint(path: Path, state: TrainingState) -> None:
+def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") -> None:
     """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
     tensors, meta = _flatten(state)
     write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
-    write_atomically(path, write, what="checkpoint", failures=(OSError, SafetensorError))
+    write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -118,9 +119,57 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:
-    """The weights alone at `step`, in the checkpoint format (checksummed, written atomically)."""
-    path.parent.mkdir(exist_ok=True)
-    save_checkpoint(path, TrainingState(task, step, 0.0, weights, {"state": {}, "param_groups": []}, {}))
+    """The weights alone at `step`, in the checkpoint format (checksummed, written atomically); a WriteError
+    naming the snapshot if it, or its folder, cannot be written."""
+    try:
+        path.parent.mkdir(exist_ok=True)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise WriteError(f"cannot create {path.parent} ({reason})", reason) from None
+    state = TrainingState(task, step, 0.0, weights, {"state": {}, "param_groups": []}, {})
+    save_checkpoint(path, state, what="snapshot")
+
+
+WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
+"""safetensors' names of the dtypes a model's weights are saved in."""
+
+
+def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each tensor's dtype (safetensors' name: F32, BOOL, ...) and shape, from the file's header alone."""
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        with safe_open(str(path), framework="pt") as archive:
+            slices = {name: archive.get_slice(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
+            return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({error})") from None
+
+
+def check_fits_checkpoint(config: GPTConfig, path: Path) -> None:
+    """A run's model settings (config.json) against its checkpoint's header, read without loading a tensor:
+    every weight a float, and the sizes that bound the model (its layers, the token table vocab_size x n_embd,
+    the learned position table) as the checkpoint holds them. So a config.json whose model the checkpoint does
+    not hold (a billion-wide embedding, a million layers) is one line, never built or allocated; the model then
+    built is the checkpoint's size, and `load_weights` compares every other shape."""
+    weights = {name.removeprefix("model/"): slot for name, slot in read_header(path).items() if name[:6] == "model/"}
+    for name, (dtype, _) in weights.items():
+        if dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(f"checkpoint {path}: weight {name} is {dtype}, not a float")
+    layers = {name.split(".")[1] for name in weights if name.startswith("blocks.")}
+    if len(layers) != config.n_layer:
+        raise CheckpointError(
+            f"config.json has n_layer={config.n_layer}, but checkpoint {path} holds {len(layers)} layers"
+        )
+    tables = {"wte.weight": (config.vocab_size, "vocab_size")}
+    if config.pos == "learned":
+        tables["wpe.weight"] = (config.position_limit, "max_positions" if config.max_positions else "block_size")
+    for name, (rows, key) in tables.items():
+        wanted, held = (rows, config.n_embd), weights.get(name, (None, None))[1]
+        if held != wanted:
+            raise CheckpointError(
+                f"config.json's {key} x n_embd is {wanted}, but checkpoint {path} holds {name} of shape {held}"
+            )
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:

@@ -15,11 +15,11 @@ import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import torch
 
-from gpt_core import GPTConfig, canonical_slot
+from gpt_core import GPTConfig
 from gpt_tasks import (
     ParamError,
     Task,
@@ -71,9 +71,13 @@ class RunConfig:
     config.json names the kept file, and `load` points the parameter at it wherever the directory now is."""
     kernels: dict[str, str] = field(default_factory=dict)
     """The kernel slots the model computes with something other than gpt-core's own: slot -> a registered
-    name or module:function (`gpt_train.kernels`); `eval`, `sample` and `--resume` need them installed."""
+    name or module:function (`gpt_train.kernels`); `eval`, `sample` and `--resume` need them installed, and opening
+    a run with a module:function one takes --trust-kernels (`gpt_train.runs.saved_kernels`)."""
     unverified_kernels: tuple[str, ...] = ()
     """The swapped slots trained without verification against PyTorch (`run --unverified`)."""
+    kernel_folders: dict[str, str] = field(default_factory=dict)
+    """For each module-path kernel, the folder its module was found in when the run was made, relative to the
+    run directory: where opening the run with --trust-kernels imports it from (never the working directory)."""
     init_from: str = ""
     """A Hugging Face GPT-2 directory whose weights the run started from (`run --init-from`), or empty."""
 
@@ -94,6 +98,7 @@ class RunConfig:
             raise ConfigError(f"{run_dir} is not a run directory (no {path.name})")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            _check_json_types(data)
             task_files = tuple(data.get("task_files", ()))
             kept = {name: str(RunLayout(run_dir).task_file(name)) for name in task_files}
             return cls(
@@ -106,15 +111,26 @@ class RunConfig:
                 eval_splits=tuple(data["eval_splits"]),
                 versions=data.get("versions", {}),
                 task_files=task_files,
-                kernels={canonical_slot(slot): name for slot, name in data.get("kernels", {}).items()},
-                unverified_kernels=tuple(canonical_slot(slot) for slot in data.get("unverified_kernels", ())),
+                kernels=dict(data.get("kernels", {})),
+                unverified_kernels=tuple(data.get("unverified_kernels", ())),
+                kernel_folders={slot: str(folder) for slot, folder in data.get("kernel_folders", {}).items()},
                 init_from=data.get("init_from", ""),
             )
         except (ValueError, KeyError, TypeError, OSError) as error:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
 
     def build_task(self, overrides: dict[str, Any] | None = None) -> Task:
-        return make_task(self.task, self.task_params | (overrides or {}))
+        """The run's task, or with `overrides` another of its kind (`eval --set length=8`). The run's own must be the
+        size its model was made for: task parameters edited in config.json are one line, not a task of any size."""
+        task = make_task(self.task, self.task_params | (overrides or {}))
+        made = {key: getattr(self.model, key) for key in TASK_FIXED_MODEL_FIELDS}
+        found = {key: getattr(task, key) for key in TASK_FIXED_MODEL_FIELDS}
+        if not overrides and found != made:
+            raise ConfigError(
+                f"config.json's task parameters make a {self.task} task of {_sizes(found)}, but its model was made "
+                f"for {_sizes(made)}"
+            )
+        return task
 
     def build_sampler(self) -> Task | TextVocabulary:
         """What `sample` encodes prompts and decodes tokens with: the task, or for a text run whose corpus file
@@ -191,6 +207,58 @@ def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
     if "data" not in field_types(task_class(task_name).Params):
         raise ConfigError(f"task {task_name!r} reads no data file; drop --data")
     return {"task.data": str(data.absolute())}  # eval and sample may run from another directory
+
+
+def _sizes(values: dict[str, int]) -> str:
+    return ", ".join(f"{key} {value:,}" for key, value in values.items())
+
+
+JSON_TYPES: dict[str, tuple[type, type | None]] = {
+    "task": (str, None),
+    "task_params": (dict, None),
+    "model": (dict, None),
+    "train": (dict, None),
+    "primary_metric": (str, None),
+    "higher_is_better": (bool, None),
+    "eval_splits": (list, str),
+    "versions": (dict, str),
+    "task_files": (list, str),
+    "kernels": (dict, str),
+    "unverified_kernels": (list, str),
+    "kernel_folders": (dict, str),
+    "init_from": (str, None),
+}
+"""config.json's fields by JSON type, and the type of each item (each value of a mapping) where it is fixed."""
+JSON_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
+
+
+def _check_json_types(data: Any) -> None:
+    """Each field of config.json of its JSON type, and the model's settings of theirs (a list where a mapping
+    belongs, a string where a number does: one line, not a traceback or a model built from it)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"it holds {type(data).__name__}, not a mapping")
+    for key, (kind, item) in JSON_TYPES.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if not isinstance(value, kind):
+            raise ValueError(f"{key} must be {JSON_NAMES[kind]}, got {json.dumps(value)[:40]}")
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        if item is not None and not all(isinstance(each, item) for each in items):
+            raise ValueError(f"{key} must hold {JSON_NAMES[item]}s, got {json.dumps(value)[:60]}")
+    types = field_types(GPTConfig)
+    for key, value in data.get("model", {}).items():
+        kind = types.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if (
+            (kind is bool and not isinstance(value, bool))
+            or (kind is int and not (number and isinstance(value, int)))
+            or (kind is float and not number)
+            or (get_origin(kind) is Literal and value not in get_args(kind))
+        ):
+            raise ValueError(
+                f"model setting {key} must be {getattr(kind, '__name__', kind)}, got {json.dumps(value)[:40]}"
+            )
 
 
 def override(instance: T, values: dict[str, Any], what: str) -> T:

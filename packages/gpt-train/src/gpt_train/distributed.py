@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from gpt_train.errors import TrainError
+
+LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+"""What torchrun sets for each process, read by `Rank.from_env`."""
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
+"""Where the processes of a distributed run meet (torchrun sets them too); init_process_group needs both."""
+
+
+class DistributedError(TrainError):
+    """torchrun's variables left in the environment, or set to what torchrun never sets."""
 
 
 @dataclass(frozen=True)
@@ -27,9 +39,30 @@ class Rank:
 
     @classmethod
     def from_env(cls) -> Rank:
-        if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        """This process's rank as torchrun's variables say: one line for values torchrun never sets, or for a
+        distributed run whose processes have nowhere to meet (variables left in a shell inside a job)."""
+        given = {name: os.environ[name] for name in LAUNCH if name in os.environ}
+        for name, value in given.items():
+            least = 1 if name == "WORLD_SIZE" else 0
+            if not re.fullmatch(r"\s*[0-9]+\s*", value) or int(value) < least:
+                raise DistributedError(
+                    f"{name}={value!r} is not what torchrun sets (a whole number, {least} or more): start with "
+                    f"torchrun, or unset {name}"
+                )
+        rank, world_size = int(given.get("RANK", "0")), int(given.get("WORLD_SIZE", "1"))
+        if "RANK" not in given or world_size <= 1:
             return cls()
-        return cls(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), int(os.environ["WORLD_SIZE"]))
+        if rank >= world_size:
+            raise DistributedError(
+                f"RANK={rank} is not below WORLD_SIZE={world_size}: start with torchrun, or unset them"
+            )
+        missing = " and ".join(name for name in RENDEZVOUS if not os.environ.get(name))
+        if missing:
+            raise DistributedError(
+                f"RANK={rank} and WORLD_SIZE={world_size} are set but {missing} not: start with torchrun, or unset "
+                f"{', '.join(given)}"
+            )
+        return cls(rank, int(given.get("LOCAL_RANK", "0")), world_size)
 
     def device_for(self, device: torch.device) -> torch.device:
         """Under torchrun each rank takes its own GPU (cuda:LOCAL_RANK)."""

@@ -1,7 +1,8 @@
 """Atomic writes: every file of a run is written to a temporary name beside it, then renamed over it.
 
 A crash (or a full disk) mid-write leaves the previous file whole and, at worst, a temporary
-`.<name>.tmp-<pid>`, which the next process to use the directory removes (`stale_temporaries`).
+`.<name>.tmp-<pid>`, or safetensors' own `.tmpXXXXXX` (it writes through one too), which the next process to use
+the directory removes (`stale_temporaries`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,9 +32,19 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def stale_temporaries(directory: Path) -> list[Path]:
-    """Temporary files that a process killed mid-write left in `directory`."""
-    return sorted(directory.glob(".*.tmp-*"))
+LIBRARY_TEMPORARY = re.compile(r"\.tmp[A-Za-z0-9]{6}")
+"""The temporary safetensors writes a file through, beside it, before renaming it into place (Rust's `tempfile`:
+`.tmp` and six letters or digits); a process killed mid-write leaves it, as large as the file."""
+
+
+def stale_temporaries(*directories: Path) -> list[Path]:
+    """Temporary files that a process killed mid-write left in `directories`: ours and safetensors'."""
+    found = []
+    for directory in directories:
+        ours = directory.glob(".*.tmp-*")
+        theirs = (path for path in directory.glob(".tmp*") if LIBRARY_TEMPORARY.fullmatch(path.name))
+        found += sorted(path for path in {*ours, *theirs} if path.is_file())
+    return found
 
 
 def write_atomically(

@@ -41,6 +41,7 @@ from gpt_train.analysis.findings import (
     patching_findings,
     reads_findings,
 )
+from gpt_train.cli.options import TRUST_KERNELS_OPTION
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_json_atomically
 from gpt_train.pictures import draw_attention_picture
@@ -97,11 +98,11 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
     ctx.obj = run_dir
 
 
-def loaded(run_dir: Path, device: str) -> tuple[Task, GPT, torch.device, int]:
+def loaded(run_dir: Path, device: str, trust_kernels: bool) -> tuple[Task, GPT, torch.device, int]:
     """The run's task, its model on the device, the device, and the step of the checkpoint read (which a
     run still training moves on from: every record says which model it describes)."""
     target = resolve_device(device)
-    saved = open_run(run_dir, target)
+    saved = open_run(run_dir, target, trust_kernels=trust_kernels)
     click.echo(f"inspecting the checkpoint of step {saved.step:,}")
     return saved.config.build_task(), saved.model, target, saved.step
 
@@ -190,8 +191,9 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
     help="Score with these heads removed together (repeatable; `all` is every head) instead of each alone.",
 )
 @DEVICE_OPTION
+@TRUST_KERNELS_OPTION
 @click.pass_obj
-def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) -> None:
+def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str, trust_kernels: bool) -> None:
     """Remove each attention head in turn (zero and mean ablation), then each layer's heads together, and
     score the task's primary metric.
 
@@ -205,7 +207,7 @@ def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str) ->
       gpt-train inspect sort heads --examples 2000
       gpt-train inspect sort heads --ablate all
     """
-    task, model, target, step = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device, trust_kernels)
     check_examples(task, examples)
     if ablate:
         ablate_together(task, model, target, parse_heads(ablate, model), examples)
@@ -253,8 +255,9 @@ def inspect_heads(
 @inspect_command.command("logit-lens")
 @examples_option(10_000, "Held-out sequences decoded")
 @DEVICE_OPTION
+@TRUST_KERNELS_OPTION
 @click.pass_obj
-def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
+def logit_lens_command(run_dir: Path, examples: int, device: str, trust_kernels: bool) -> None:
     """Decode the residual stream after each layer through the final LayerNorm and the head.
 
     Prints exact match and loss per depth and the accuracy at each answer position (teacher-forced;
@@ -265,7 +268,7 @@ def logit_lens_command(run_dir: Path, examples: int, device: str) -> None:
     Examples:
       gpt-train inspect sort logit-lens
     """
-    task, model, target, step = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device, trust_kernels)
     check_examples(task, examples)
     inspect_logit_lens(task, model, target, step, RunLayout(run_dir), examples)
 
@@ -305,9 +308,16 @@ def inspect_logit_lens(
 )
 @examples_option(1_000, "Clean/corrupted pairs")
 @DEVICE_OPTION
+@TRUST_KERNELS_OPTION
 @click.pass_obj
 def patch_command(
-    run_dir: Path, point: str, corrupt: int, answer_position: int | None, examples: int, device: str
+    run_dir: Path,
+    point: str,
+    corrupt: int,
+    answer_position: int | None,
+    examples: int,
+    device: str,
+    trust_kernels: bool,
 ) -> None:
     """Copy one activation from a clean run into a corrupted one, at each layer and position.
 
@@ -322,7 +332,7 @@ def patch_command(
       gpt-train inspect sort patch
       gpt-train inspect sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
-    task, model, target, step = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device, trust_kernels)
     check_examples(task, examples)
     inspect_patch(task, model, target, step, RunLayout(run_dir), point, examples, corrupt, answer_position)
 
@@ -355,8 +365,9 @@ def inspect_patch(
 @inspect_command.command("reads")
 @examples_option(10_000, "Held-out sequences read")
 @DEVICE_OPTION
+@TRUST_KERNELS_OPTION
 @click.pass_obj
-def reads_command(run_dir: Path, examples: int, device: str) -> None:
+def reads_command(run_dir: Path, examples: int, device: str, trust_kernels: bool) -> None:
     """What each head reads: its mean attention from the answer positions onto each prompt token, by that
     token's value (columns) and the value of the answer token just written (rows).
 
@@ -367,7 +378,7 @@ def reads_command(run_dir: Path, examples: int, device: str) -> None:
     Examples:
       gpt-train inspect sort reads
     """
-    task, model, target, step = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device, trust_kernels)
     check_examples(task, examples)
     inspect_reads(task, model, target, step, RunLayout(run_dir), examples)
 
@@ -409,8 +420,9 @@ def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
     "--pairs", type=click.IntRange(min=1), default=1_000, show_default=True, help="Clean/corrupted pairs patched."
 )
 @DEVICE_OPTION
+@TRUST_KERNELS_OPTION
 @click.pass_obj
-def report_command(run_dir: Path, examples: int, pairs: int, device: str) -> None:
+def report_command(run_dir: Path, examples: int, pairs: int, device: str, trust_kernels: bool) -> None:
     """Run heads, logit-lens, patch (resid_pre, attn_out, mlp_out) and reads, and write report.html into
     the run: the findings first, then each picture with its table and what it means.
 
@@ -423,7 +435,7 @@ def report_command(run_dir: Path, examples: int, pairs: int, device: str) -> Non
     """
     from gpt_train.report import REPORT_POINTS, write_report
 
-    task, model, target, step = loaded(run_dir, device)
+    task, model, target, step = loaded(run_dir, device, trust_kernels)
     prompt_answer_task(task, "report")  # refused before the ablations, not after them
     check_examples(task, examples)
     layout = RunLayout(run_dir)

@@ -17,7 +17,9 @@ A plugin is a module with a `register_kernels` hook, declared in the entry-point
         register("attention", "flash", flash_attention)
 
 A kernel not packaged yet is named by module path instead, `--kernel attention=mymodule:attention`,
-looked up from the current directory as `python -m` would.
+looked up from the current directory as `python -m` would. A saved run's module-path kernel is code that opening
+the run would run: it is imported only when the user trusts the run (`--trust-kernels`), from the folder the run
+recorded (`kernel_folder`), never from the working directory (`resolve_saved_kernel`).
 """
 
 from __future__ import annotations
@@ -28,15 +30,16 @@ import importlib
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from importlib.metadata import EntryPoint, version
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, canonical_slot, kernel_report
+from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
 from gpt_core import plugins as core_plugins
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
@@ -97,8 +100,7 @@ def _builtins() -> list[KernelInfo]:
 
 
 def _accept(origin: core_plugins.Origin, slot: Any, name: Any, function: Any) -> KernelInfo:
-    """One `register(slot, name, kernel)` call of a plugin, checked (a slot's deprecated name accepted)."""
-    slot = canonical_slot(slot) if isinstance(slot, str) else slot
+    """One `register(slot, name, kernel)` call of a plugin, checked."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"register() takes a slot among {', '.join(KERNEL_SLOTS)}, got {slot!r}")
     if not isinstance(name, str) or not name or any(c in name for c in ":= ") or name == BUILTIN:
@@ -123,7 +125,6 @@ class KernelRegistry:
         return sorted(self._table.items(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
 
     def info(self, slot: str, name: str) -> KernelInfo:
-        slot = canonical_slot(slot)
         installed = ", ".join(sorted(i.name for i in self._table.items() if i.slot == slot))
         where = "a module path is module:function"
         unknown = f"no kernel {name!r} for {slot} is installed (installed: {installed}; {where})"
@@ -141,7 +142,6 @@ def parse_kernel_choices(pairs: Iterable[str]) -> dict[str, str]:
     choices: dict[str, str] = {}
     for pair in pairs:
         slot, sep, name = (part.strip() for part in pair.partition("="))
-        slot = canonical_slot(slot)
         if not sep or not name:
             raise KernelError(f"--kernel expects SLOT=NAME, got {pair!r}; slots: {', '.join(KERNEL_SLOTS)}")
         if slot not in KERNEL_SLOTS:
@@ -152,14 +152,40 @@ def parse_kernel_choices(pairs: Iterable[str]) -> dict[str, str]:
     return {slot: name for slot, name in choices.items() if name != BUILTIN}
 
 
+def is_module_path(name: str) -> bool:
+    """Whether a kernel name is `module:function` (code to import) rather than a registered plugin's name."""
+    return ":" in name
+
+
 def resolve_kernel(slot: str, name: str) -> Callable[..., Any]:
-    """The kernel NAME for `slot`: a registered one, or `module:function` imported from the current directory."""
-    if ":" not in name:
+    """The kernel NAME for `slot`, as the command line names it: a registered one, or `module:function` imported
+    from the current directory."""
+    if not is_module_path(name):
         return default_kernel_registry().info(slot, name).function
-    module_name, _, attribute = name.partition(":")
     cwd = os.getcwd()
     if cwd not in sys.path:  # what `python -m` does, so a kernel in the working directory imports the same way
         sys.path.insert(0, cwd)
+    return _import_kernel(slot, name)
+
+
+def resolve_saved_kernel(slot: str, name: str, folder: Path | None) -> Callable[..., Any]:
+    """The kernel NAME for `slot` as a saved run names it: a registered one, or `module:function` imported from
+    `folder` (where the run recorded it was found) or the installed modules, never from the working directory,
+    which is taken off sys.path while it imports (`python -m` puts it there)."""
+    if not is_module_path(name):
+        return default_kernel_registry().info(slot, name).function
+    cwd = os.getcwd()
+    saved = sys.path[:]
+    sys.path[:] = [str(folder)] * (folder is not None) + [p for p in saved if os.path.abspath(p or os.curdir) != cwd]
+    importlib.invalidate_caches()
+    try:
+        return _import_kernel(slot, name)
+    finally:
+        sys.path[:] = saved
+
+
+def _import_kernel(slot: str, name: str) -> Callable[..., Any]:
+    module_name, _, attribute = name.partition(":")
     try:
         found: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
@@ -169,6 +195,17 @@ def resolve_kernel(slot: str, name: str) -> Callable[..., Any]:
     if not callable(found):
         raise KernelError(f"kernel {slot}={name} is not a function (it is {found!r:.60})")
     return found
+
+
+def kernel_folder(name: str) -> Path | None:
+    """The folder an imported module-path kernel's module was found in (for a package, the folder holding it),
+    or None for a registered kernel or a module with no file."""
+    if not is_module_path(name):
+        return None
+    top = sys.modules.get(name.partition(":")[0].split(".")[0])
+    package = list(getattr(top, "__path__", None) or [])
+    where = package[0] if package else getattr(top, "__file__", None)
+    return Path(where).resolve().parent if where else None
 
 
 def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
@@ -183,18 +220,55 @@ def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def build_kernels(choices: Mapping[str, str], base: Kernels = DEFAULT_KERNELS) -> Kernels:
+def build_kernels(
+    choices: Mapping[str, str], base: Kernels = DEFAULT_KERNELS, saved: Mapping[str, Path] | None = None
+) -> Kernels:
     """The kernel table `base` with each chosen slot replaced, each guarded so that a kernel calling sys.exit
-    fails as that kernel; KernelError if one cannot be found."""
-    chosen = {slot: guarded(slot, name, resolve_kernel(slot, name)) for slot, name in choices.items()}
+    fails as that kernel; KernelError if one cannot be found. With `saved` (slot -> folder), the choices are a
+    saved run's, found by `resolve_saved_kernel`."""
+    chosen = {
+        slot: guarded(slot, name, resolve_kernel(slot, name) if saved is None else
+                      resolve_saved_kernel(slot, name, saved.get(slot)))
+        for slot, name in choices.items()
+    }  # fmt: skip
     return dataclasses.replace(base, **chosen)
+
+
+def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, raising a TypeError from its own call when its output is not a plain dense tensor on its inputs'
+    device: what is compared with PyTorch's output must be one, and a tensor on another device (a learner's
+    `.cuda()`), a sparse one or a tensor subclass would otherwise fail the comparison, not the kernel."""
+
+    @wraps(kernel)
+    def checked_kernel(*args: Any, **kwargs: Any) -> Any:
+        output = kernel(*args, **kwargs)
+        device = next((arg.device for arg in args if isinstance(arg, torch.Tensor)), None)
+        problem = _not_plain(output, device)
+        if problem is not None:
+            raise TypeError(f"its output {problem}; a kernel returns a dense torch.Tensor on its inputs' device")
+        return output
+
+    return checked_kernel
+
+
+def _not_plain(output: Any, device: torch.device | None) -> str | None:
+    if not isinstance(output, torch.Tensor):
+        return f"is a {type(output).__name__}, not a tensor"
+    if type(output) not in (torch.Tensor, torch.nn.Parameter):
+        return f"is a {type(output).__name__}, a tensor subclass"
+    if output.layout != torch.strided:
+        return f"is a sparse tensor ({output.layout})"
+    if device is not None and output.device != device:
+        return f"is on device {output.device}, not {device}"
+    return None
 
 
 def verify_kernel(
     slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
 ) -> list[Row]:
-    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, in `dtype` (float64)."""
-    return kernel_report(slot, kernel, torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
+    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, in `dtype` (float64); an
+    output that is not a dense tensor on the inputs' device fails the case (`output_checked`)."""
+    return kernel_report(slot, output_checked(kernel), torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
 
 
 def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | None:
@@ -205,43 +279,41 @@ def checked_kernels(
     choices: Mapping[str, str],
     dropout: float,
     seed: int,
-    verify: bool = True,
+    verify: bool | Collection[str] = True,
     unverified: Iterable[str] = (),
     base: Kernels = DEFAULT_KERNELS,
+    saved: Mapping[str, Path] | None = None,
 ) -> Kernels:
-    """The kernels a model computes with: the set `base` with each chosen one found and, with `verify`, pinned
-    against PyTorch.
+    """The kernels a model computes with: the set `base` with each chosen one found and, with `verify` (True:
+    every chosen slot, or a collection of slots), pinned against PyTorch. With `saved` they are a saved run's,
+    opened rather than trained (`build_kernels`).
 
     Raises KernelError naming the kernel and its first failing case (case, output, difference, index), or
     the reason it cannot be used with this model; for a slot in `unverified` a failure is only a warning.
     """
-    kernels = build_kernels(choices, base)
+    kernels = build_kernels(choices, base, saved)
     try:
         kernels.check_dropout(dropout)
     except ValueError as error:
         raise KernelError(f"kernel attention={choices['attention']}: {error}") from None
-    for slot, name in choices.items() if verify else ():
-        failure = first_failure(verify_kernel(slot, getattr(kernels, slot), seed))
+    checked = set(choices) if verify is True else set(verify or ())
+    for slot, name in choices.items():
+        failure = first_failure(verify_kernel(slot, getattr(kernels, slot), seed)) if slot in checked else None
         if failure is None:
             continue
         if slot in unverified:
-            warnings.warn(f"kernel {slot}={name} fails verification, {failure}; training with it anyway (--unverified)",
+            anyway = "using it anyway (trained with --unverified)" if saved is not None else (
+                "training with it anyway (--unverified)")  # fmt: skip
+            warnings.warn(f"kernel {slot}={name} fails verification, {failure}; {anyway}",
                           UnverifiedKernelWarning, stacklevel=2)  # fmt: skip
             continue
+        if saved is not None:
+            raise KernelError(
+                f"kernel {slot}={name} fails verification, {failure}: it does not compute what the run was trained "
+                "with (edited since?)"
+            )
         raise KernelError(
             f"kernel {slot}={name} fails verification, {failure}; see `gpt-train verify --kernel {slot}={name}`, "
             "or train anyway with --unverified"
         )
     return kernels
-
-
-# The first release's kernel marker, hookspec marker, pluggy project and hookspec class: gpt_core.plugins' one of each.
-__getattr__ = core_plugins.deprecated_aliases(
-    __name__,
-    {
-        "hookimpl": (core_plugins.hookimpl, "gpt_core.plugins.hookimpl"),
-        "hookspec": (core_plugins.hookspec, "gpt_core.plugins.hookspec"),
-        "PROJECT": (core_plugins.PROJECT, "gpt_core.plugins.PROJECT"),
-        "KernelSpecs": (core_plugins.PluginSpecs, "gpt_core.plugins.PluginSpecs"),
-    },
-)

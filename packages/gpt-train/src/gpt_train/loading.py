@@ -33,18 +33,21 @@ class LoadedRun:
     run_dir: Path
 
 
-def load_run(run: str | Path, device: torch.device | str = "cpu") -> LoadedRun:
+def load_run(run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False) -> LoadedRun:
     """The run in directory `run`, or, given a task name, that task's newest run under ./runs; its model on
-    `device`, computing with the kernels it was trained with."""
+    `device`, computing with the kernels it was trained with. A run trained with module-path kernels
+    (module:function) needs `trust_kernels`: importing them runs their code (`gpt_train.runs.saved_kernels`)."""
     run_dir, _ = resolve_run_dir(run)
-    saved = open_run(run_dir, device)
+    saved = open_run(run_dir, device, trust_kernels=trust_kernels)
     return LoadedRun(saved.model, saved.config.build_task(), saved.config, saved.step, run_dir)
 
 
-def load_snapshots(run: str | Path, device: torch.device | str = "cpu") -> Iterator[tuple[int, GPT]]:
+def load_snapshots(
+    run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False
+) -> Iterator[tuple[int, GPT]]:
     """(step, model) for each snapshot the run kept (`--set snapshot_every=N`), in step order: one model in eval
     mode whose weights are replaced at each step, so a long run's snapshots are read one at a time."""
-    loaded = load_run(run, device)
+    loaded = load_run(run, device, trust_kernels)
     for step, path in RunLayout(loaded.run_dir).snapshots().items():
         load_weights(loaded.model, load_checkpoint(path, loaded.config.task).model)
         yield step, loaded.model

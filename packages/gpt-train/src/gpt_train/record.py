@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint, save_snapshot
-from gpt_train.files import write_json_atomically
-from gpt_train.runs import MetricsLog, Run
+from gpt_train.files import WriteError, write_json_atomically
+from gpt_train.runs import MetricsLog, Run, RunWarning
 
 
 class Record:
@@ -20,6 +21,7 @@ class Record:
         self.task_name = run.config.task
         self.active = run.rank.is_main
         self.metrics = MetricsLog(run.layout.metrics)
+        self.snapshots_kept = True  # until one cannot be written
 
     def restore(self) -> TrainingState:
         """The checkpoint a resumed run continues from."""
@@ -41,8 +43,22 @@ class Record:
             save_checkpoint(self.layout.checkpoint, state())
 
     def snapshot(self, step: int, weights: dict[str, torch.Tensor]) -> None:
-        if self.active:
-            save_snapshot(self.layout.snapshot(step), self.task_name, step, weights)
+        """The weights at `step`, kept beside the checkpoints. A snapshot is optional: one that cannot be written
+        (a full disk) is a warning, and the run goes on, keeping those written and no more, to its checkpoints
+        (which stop it, in one line, if they cannot be written either)."""
+        if not (self.active and self.snapshots_kept):
+            return
+        path = self.layout.snapshot(step)
+        try:
+            save_snapshot(path, self.task_name, step, weights)
+        except WriteError as error:
+            self.snapshots_kept = False
+            warnings.warn(
+                f"cannot write snapshot {path} ({error.reason or error}); the run goes on without snapshots, keeping "
+                "those written",
+                RunWarning,
+                stacklevel=2,
+            )
 
     def finish(self, final: dict[str, Any]) -> None:
         if self.active:

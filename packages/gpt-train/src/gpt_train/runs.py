@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,12 +23,12 @@ import torch
 
 from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SETS, Kernels
 from gpt_tasks import Task
-from gpt_train.checkpoint import load_checkpoint, load_weights
+from gpt_train.checkpoint import check_fits_checkpoint, load_checkpoint, load_weights
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
-from gpt_train.kernels import KernelError, checked_kernels
+from gpt_train.kernels import KernelError, checked_kernels, is_module_path, kernel_folder
 from gpt_train.precision import check_precision
 from gpt_viz import RunLayout
 
@@ -120,6 +121,7 @@ def new_run(
     run_kernels(config, verify=True)
     check_precision(config.train.dtype, device)
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
+    config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
     lock = None
     if rank.is_main:
         lock = _prepare_directory(layout, config, force)
@@ -155,8 +157,9 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> Run
                 f"{root} already holds a run ({existing[0].name}); continue it with --resume {root} "
                 "or replace it with --force"
             )
-        for path in existing + stale_temporaries(root):
+        for path in existing + stale_temporaries(root, root / RunLayout.SNAPSHOTS):
             path.unlink()
+        _make_snapshots_folder(layout, config)
     except OSError as error:
         lock.release()
         raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
@@ -164,6 +167,20 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> Run
         lock.release()
         raise
     return lock
+
+
+def _make_snapshots_folder(layout: RunLayout, config: RunConfig) -> None:
+    """snapshots/, made as the run starts when it keeps snapshots (`snapshot_every`), so that a file of that name or
+    a disk too full for a folder stops it before its first step, in one line."""
+    folder = layout.root / RunLayout.SNAPSHOTS
+    if not config.train.snapshot_every:
+        return
+    if folder.exists() and not folder.is_dir():
+        raise RunDirError(f"{folder} is a file, where this run keeps its snapshots (snapshot_every): move it")
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"cannot create {folder} ({describe(error)})") from None
 
 
 def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
@@ -185,6 +202,8 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
     config = RunConfig.load(run_dir)
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
+    if layout.checkpoint.exists():
+        check_fits_checkpoint(config.model, layout.checkpoint)  # before the trainer builds the model
     run_kernels(config, verify=True, run_dir=run_dir)
     check_precision(config.train.dtype, device)
     lock = RunLock(layout.root).acquire() if rank.is_main else None
@@ -193,8 +212,9 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
         if not has_checkpoint and layout.final.exists():
             raise RunDirError(f"cannot resume: no checkpoint at {layout.checkpoint}")
         if rank.is_main:
-            for path in stale_temporaries(run_dir):
+            for path in stale_temporaries(run_dir, run_dir / RunLayout.SNAPSHOTS):
                 path.unlink(missing_ok=True)
+            _make_snapshots_folder(layout, config)
         if not has_checkpoint:
             warnings.warn(
                 f"{run_dir} stopped before its first checkpoint; starting it again from step 0 with its saved "
@@ -219,34 +239,76 @@ class SavedRun:
     step: int
 
 
-def open_run(run_dir: Path, device: torch.device | str, with_kernels: bool = True) -> SavedRun:
+def open_run(
+    run_dir: Path, device: torch.device | str, with_kernels: bool = True, trust_kernels: bool = False
+) -> SavedRun:
     """The configuration and trained model of a run directory, on `device`. Without `with_kernels` the model
     computes with gpt-core's own kernels whatever it was trained with: for what needs only its weights
-    (`export`), which then works where the run's kernel module is not installed."""
+    (`export`), which then works where the run's kernel module is not installed. A run trained with
+    module-path kernels is opened with them only when `trust_kernels` (`saved_kernels`)."""
     if not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} does not exist")
     config = RunConfig.load(run_dir)
-    kernels = run_kernels(config, run_dir=run_dir) if with_kernels else DEFAULT_KERNELS
+    check_fits_checkpoint(config.model, RunLayout(run_dir).checkpoint)  # before a kernel is imported or a model built
+    kernels = saved_kernels(config, run_dir, trust_kernels) if with_kernels else DEFAULT_KERNELS
     state = load_checkpoint(RunLayout(run_dir).checkpoint, config.task)
     model = GPT(config.model, kernels)
     load_weights(model, state.model)
     return SavedRun(config, model.to(device).eval(), state.step)
 
 
-def load_run(run_dir: Path, device: torch.device | str) -> tuple[RunConfig, GPT]:
+def load_run(run_dir: Path, device: torch.device | str, trust_kernels: bool = False) -> tuple[RunConfig, GPT]:
     """The configuration and trained model of a run directory, on `device`, computing with its kernels."""
-    saved = open_run(run_dir, device)
+    saved = open_run(run_dir, device, trust_kernels=trust_kernels)
     return saved.config, saved.model
 
 
-def run_kernels(config: RunConfig, verify: bool = False, run_dir: Path | None = None) -> Kernels:
-    """The kernels a run's model computes with (config.json's `kernels`), each found, and with `verify`
-    pinned against PyTorch (a failure of one recorded as unverified is a warning). For a saved run, a missing
-    or failing kernel is one line naming the run."""
+def saved_kernels(config: RunConfig, run_dir: Path, trust: bool) -> Kernels:
+    """The kernels a saved run's model computes with, for opening it (eval, sample, serve, inspect, load_run).
+
+    A registered kernel is looked up as always. A module-path kernel is code that importing would run, named by
+    a file anyone can edit: it is refused unless `trust`, then imported from the folder the run recorded (never
+    the working directory) and pinned against PyTorch, so that one edited since training is refused, not used.
+    """
+    modules = {slot: name for slot, name in config.kernels.items() if is_module_path(name)}
+    if modules and not trust:
+        raise KernelError(
+            f"{run_dir} was trained with module-path kernels {_named(modules)}; opening it would import and run "
+            "that code: pass --trust-kernels if you trust it (load_run(..., trust_kernels=True) in Python), "
+            "and they are verified against PyTorch first"
+        )
+    folders = {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
+    return run_kernels(config, verify=set(modules), run_dir=run_dir, saved=folders)
+
+
+def recorded_folders(kernels: dict[str, str], run_dir: Path) -> dict[str, str]:
+    """For each module-path kernel (imported by now), the folder its module was found in, relative to the run
+    directory: what config.json records for `saved_kernels`."""
+    found = {slot: kernel_folder(name) for slot, name in kernels.items()}
+    return {slot: _relative(folder, run_dir.resolve()) for slot, folder in found.items() if folder is not None}
+
+
+def _relative(folder: Path, start: Path) -> str:
+    try:
+        return os.path.relpath(folder, start)
+    except ValueError:  # Windows: another drive
+        return str(folder)
+
+
+def run_kernels(
+    config: RunConfig,
+    verify: bool | Collection[str] = False,
+    run_dir: Path | None = None,
+    saved: dict[str, Path] | None = None,
+) -> Kernels:
+    """The kernels a run's model computes with (config.json's `kernels`), each found, and with `verify` (True, or
+    the slots to check) pinned against PyTorch (a failure of one recorded as unverified is a warning). With `saved`,
+    a saved run's being opened (`saved_kernels`). For a saved run, a missing or failing kernel is one line naming
+    the run."""
     try:
         base = KERNEL_SETS[config.train.kernels]
         return checked_kernels(
-            config.kernels, config.model.dropout, config.train.seed, verify, config.unverified_kernels, base
+            config.kernels, config.model.dropout, config.train.seed, verify, config.unverified_kernels, base, saved
         )
     except KernelError as error:
         if run_dir is None:

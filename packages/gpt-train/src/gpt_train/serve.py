@@ -35,6 +35,7 @@ from gpt_train.analysis.findings import (
     reads_findings,
 )
 from gpt_train.analysis.prompt import PromptError, Vocabulary, explain_prompt
+from gpt_train.cli.options import TRUST_KERNELS_OPTION
 from gpt_train.config import RunConfig
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
@@ -67,9 +68,8 @@ def saved_records(layout: RunLayout, model: GPT) -> dict[str, Any]:
             records[key] = load_inspection(path)
         except VizError:
             continue
-    heads = records.get("heads")
-    if heads is not None and (len(heads.get("zero", [])) != c.n_layer or "layer_zero" not in heads):
-        del records["heads"]  # another model's, or from before whole layers were ablated
+    if "heads" in records and not _usable_heads(records["heads"], c.n_layer):
+        del records["heads"]  # unreadable, another model's, or from before whole layers were ablated
     for path in sorted(layout.root.glob(f"{RunLayout.PATCHING_PREFIX}*.json")):
         try:
             record = load_inspection(path)
@@ -78,6 +78,16 @@ def saved_records(layout: RunLayout, model: GPT) -> dict[str, Any]:
         if isinstance(record.get("point"), str):
             records["patching"][record["point"]] = record
     return records
+
+
+def _usable_heads(record: dict[str, Any], n_layer: int) -> bool:
+    """Whether a head-ablation record is one the explorer can open on: its grids of numbers (`most_needed_head`
+    reads them), one row per layer of this model, with whole layers ablated."""
+    try:
+        most_needed_head(record)
+    except VizError:
+        return False
+    return len(record["zero"]) == n_layer and "layer_zero" in record
 
 
 def findings_of(records: dict[str, Any]) -> list[str]:
@@ -104,8 +114,8 @@ class ServeError(TrainError):
 class Explorer:
     """What the server answers with: the run's summary, and the model on a prompt (one at a time)."""
 
-    def __init__(self, run_dir: Path, device: torch.device):
-        saved = open_run(run_dir, device)
+    def __init__(self, run_dir: Path, device: torch.device, trust_kernels: bool = False):
+        saved = open_run(run_dir, device, trust_kernels=trust_kernels)
         self.config: RunConfig = saved.config
         self.model = saved.model
         self.device = device
@@ -217,7 +227,8 @@ def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PO
     help="The address to listen on. Anything but 127.0.0.1 lets other machines use the model.",
 )
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N, mps or auto.")
-def serve(run_dir: Path, port: int, host: str, device: str) -> None:
+@TRUST_KERNELS_OPTION
+def serve(run_dir: Path, port: int, host: str, device: str, trust_kernels: bool) -> None:
     """Serve the explorer on your own prompts: type one, see the model's answer, the probability of each
     answer token, every head's attention, the logit lens, where prompt and answer meet, and the inspect
     results the run holds. Ctrl-C stops it.
@@ -229,7 +240,7 @@ def serve(run_dir: Path, port: int, host: str, device: str) -> None:
       gpt-train serve sort
       gpt-train serve sort --port 8000
     """
-    explorer = Explorer(run_dir, resolve_device(device))
+    explorer = Explorer(run_dir, resolve_device(device), trust_kernels)
     try:
         server = make_server(explorer, host, port)
     except OSError as error:

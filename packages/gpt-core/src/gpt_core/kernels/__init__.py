@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass, fields
+from dataclasses import dataclass, fields
 
 from torch import Tensor
 
 from gpt_core import reference
-from gpt_core.deprecation import warn_deprecated
 from gpt_core.kernels.attention import attention as fast_attention
 from gpt_core.kernels.cross_entropy import cross_entropy as fast_cross_entropy
 from gpt_core.kernels.gelu import gelu as fast_gelu
@@ -46,7 +45,6 @@ KERNEL_SIGNATURES = {
 """Each slot of `Kernels`, with the signature a kernel for it must have."""
 
 AttentionKernel = Callable[..., Tensor]
-_RENAMED = {"softmax": "sampling_softmax"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class Kernels:
     """The functions a model calls for attention, LayerNorm, GELU, the loss, and sampling's softmax.
 
     Linear and Embedding are not slots: each is one tensor operation, with nothing to write by hand
-    (`kernels/linear.py`). `softmax=` is the deprecated keyword for `sampling_softmax=`.
+    (`kernels/linear.py`).
     """
 
     attention: AttentionKernel = fast_attention
@@ -62,12 +60,6 @@ class Kernels:
     layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = fast_layer_norm
     gelu: Callable[[Tensor], Tensor] = fast_gelu
     cross_entropy: Callable[[Tensor, Tensor], Tensor] = fast_cross_entropy
-    softmax: InitVar[Callable[[Tensor], Tensor] | None] = None
-
-    def __post_init__(self, softmax: Callable[[Tensor], Tensor] | None) -> None:
-        if softmax is not None:
-            warn_deprecated("Kernels(softmax=...)", "Kernels(sampling_softmax=...)")
-            object.__setattr__(self, "sampling_softmax", softmax)
 
     def swapped(self) -> list[str]:
         """The slots whose kernel is not the fast set's."""
@@ -88,14 +80,6 @@ def _takes_dropout(kernel: Callable[..., Tensor]) -> bool:
         return "dropout_p" in inspect.signature(kernel).parameters
     except (TypeError, ValueError):  # a callable without a signature to read
         return False
-
-
-def canonical_slot(name: str) -> str:
-    """The slot `name` stands for: a deprecated name ("softmax") warns once and gives its replacement."""
-    if name in _RENAMED:
-        warn_deprecated(f"the kernel slot {name!r}", repr(_RENAMED[name]))
-        return _RENAMED[name]
-    return name
 
 
 KERNEL_SLOTS = tuple(f.name for f in fields(Kernels))

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from gpt_core.kernels import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, Kernels, canonical_slot
+from gpt_core.kernels import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, Kernels
 from gpt_core.kernels.softmax import log_softmax
 from gpt_core.model import GPT, Embedding, GPTConfig, Linear
 from gpt_core.reference import IGNORE_INDEX
@@ -458,9 +458,7 @@ def kernel_report(
     """Pin `kernel`, a replacement for `slot` of `Kernels`, to the references on every case of that slot,
     forward and backward (the cases `verification_report` runs gpt-core's own kernel on); then the whole
     model computed with it against gpt-core's kernels, and, for attention, cached decoding against the
-    full forward. `Row.failure` says what differs and where. (`slot` "softmax" is the deprecated name of
-    "sampling_softmax".)"""
-    slot = canonical_slot(slot)
+    full forward. `Row.failure` says what differs and where."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"unknown kernel slot {slot!r}; slots: {', '.join(KERNEL_SLOTS)}")
     _check_references(references)

@@ -47,7 +47,7 @@ class SortParams:
             raise ValueError(f"vocab must be between 2 and {len(DIGITS)}, got {self.vocab}")
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        if self.vocab**self.length >= 2**62:
+        if self.length >= 62 or self.vocab**self.length >= 2**62:  # vocab >= 2: no huge power is computed
             raise ValueError(
                 f"vocab ** length must stay below 2**62 (int64 example numbers), got {self.vocab}**{self.length}"
             )

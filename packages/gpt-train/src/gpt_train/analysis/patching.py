@@ -10,6 +10,7 @@ logit difference that comes back says how much of what distinguishes the answers
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -132,6 +133,22 @@ def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tenso
     return float((last.gather(1, clean_token[:, None]) - last.gather(1, corrupted_token[:, None])).mean())
 
 
+def check_restorable(clean: float, corrupted: float) -> None:
+    """Patching measures the share of (clean - corrupted) restored: refuse, in words, a model for which that
+    difference is not a finite non-zero number (weights that are not finite, or a model whose answer does not
+    depend on the corrupted token at all), before anything is written."""
+    if not math.isfinite(clean) or not math.isfinite(corrupted):
+        raise InspectError(
+            f"the model's logit differences are not finite (clean {clean}, corrupted {corrupted}): its weights "
+            "hold NaN or inf, so there is nothing to patch"
+        )
+    if clean == corrupted:
+        raise InspectError(
+            f"the model's logit difference is {clean:.3g} on clean and corrupted inputs alike: its answer does not "
+            "depend on the corrupted token, so there is nothing to restore"
+        )
+
+
 def patch(
     task: Task,
     model: GPT,
@@ -156,6 +173,7 @@ def patch(
         corrupted_logits = model(corrupted_in).logits
         clean_diff = logit_difference(clean_logits, clean_token, corrupted_token)
         corrupted_diff = logit_difference(corrupted_logits, clean_token, corrupted_token)
+        check_restorable(clean_diff, corrupted_diff)
         restored = []
         for name in names:
             row = []

@@ -1,9 +1,10 @@
 """The command group, and the one place where errors become what a user sees.
 
-Every layer below raises its own domain error (a TrainError subclass, or gpt-tasks' TaskError and
-ParamError) and knows nothing of exit codes; the group turns each into `gpt-train: error: <one line>`
-and a non-zero exit, the click way, as a ClickException. A `sys.exit` inside a command (a kernel or a
-plugin calling it) is such an error too, naming where it was called, never a silent exit 0.
+Every layer below raises its own domain error (a TrainError subclass, gpt-tasks' TaskError and
+ParamError, or gpt-viz's VizError) and knows nothing of exit codes; the group turns each into
+`gpt-train: error: <one line>` and a non-zero exit, the click way, as a ClickException. A `sys.exit` inside
+a command (a kernel or a plugin calling it) is such an error too, naming where it was called, never a silent
+exit 0.
 """
 
 from __future__ import annotations
@@ -92,15 +93,14 @@ class _Group(click.Group):
             raise CommandError(error.format_message()) from None
 
     def invoke(self, ctx: click.Context) -> Any:
-        from gpt_core.deprecation import DeprecatedNameWarning  # a command runs: torch is needed now
-        from gpt_tasks import ParamError, TaskError
+        from gpt_tasks import ParamError, TaskError  # a command runs: torch is needed now
+        from gpt_viz import VizError
 
-        warnings.simplefilter("default", DeprecatedNameWarning)  # Python hides DeprecationWarning outside __main__
         try:
             return super().invoke(ctx)
         except click.UsageError as error:
             raise CommandError(error.format_message()) from None
-        except (TaskError, ParamError) as error:
+        except (TaskError, ParamError, VizError) as error:
             raise CommandError(message_of(error)) from None
         except TrainError as error:
             raise CommandError(str(error)) from None

@@ -14,7 +14,7 @@ from gpt_tasks import SPLITS
 from gpt_train.analysis.prompt import PromptError, answer_tokens, untrained_prompt_note
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP
+from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION
 from gpt_train.config import parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import Pretrained
@@ -36,7 +36,8 @@ from gpt_viz import metric_key
 @click.option("--limit", type=click.IntRange(min=1), help="Score a fixed sample of this many examples. [default: all]")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> None:
+@TRUST_KERNELS_OPTION
+def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, trust_kernels) -> None:
     """Evaluate a saved run on a split (the whole split unless --limit), in float32, as the run's own
     evaluations were, whatever dtype it trained in.
 
@@ -47,7 +48,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
       gpt-train eval runs/modadd --split train --json
     """
     target = resolve_device(device)
-    config, model = load_run(run_dir, target)
+    config, model = load_run(run_dir, target, trust_kernels)
     routed = route(parse_assignments(assignments), task_class(config.task))
     if routed.model or routed.train:
         raise CommandError(
@@ -88,7 +89,10 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json) -> 
 @click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no_cache, seed, device) -> None:
+@TRUST_KERNELS_OPTION
+def sample(
+    run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no_cache, seed, device, trust_kernels
+) -> None:
     """Generate text from a saved run, or with --hf from a GPT-2 directory and its tokenizer.json, one
     line per prompt.
 
@@ -107,7 +111,7 @@ def sample(run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no
         task = Pretrained(hf_dir, target)
         model = task.model
     else:
-        config, model = load_run(run_dir, target)
+        config, model = load_run(run_dir, target, trust_kernels)
         task = config.build_sampler()
     generator = torch.Generator(device=target).manual_seed(seed)
     for text in prompt or task.example_prompts():

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from gpt_core import Row
 from gpt_core.testing import LargestTensor
-from gpt_train.kernels import first_failure, verify_kernel
+from gpt_train.kernels import first_failure, output_checked, verify_kernel
 from gpt_train.learn.cases import Outcome, cases_for, run_case
 from gpt_train.learn.loading import LearnerError, describe, guarded, is_stub, learner_function, load_module, where
 from gpt_train.learn.steps import Step
@@ -61,6 +61,7 @@ def check_file(step: Step, path: Path) -> Verdict:
 
 def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, tile: int = DEFAULT_TILE) -> Verdict:
     """Grade `kernel` as the answer to `step`; `path` is its file, named in what the verdict says."""
+    kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
     try:
         outcomes = [run_case(kernel, case, SEED) for case in cases_for(step.function, SEED)]
     except KeyboardInterrupt:

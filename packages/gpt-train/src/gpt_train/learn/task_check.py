@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from gpt_core import GPT
-from gpt_tasks import PromptAnswerTask, Registry, hookimpl
+from gpt_core.plugins import hookimpl
+from gpt_tasks import PromptAnswerTask, Registry
 from gpt_train.learn.grader import Verdict
 from gpt_train.learn.loading import LearnerError, describe, is_stub, load_module, where
 
