@@ -134,15 +134,25 @@ WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
 """safetensors' names of the dtypes a model's weights are saved in."""
 
 
+HEADER_ERRORS = (SafetensorError, OSError, ValueError)
+"""What `safetensors_header` raises on a file that is not a readable safetensors file."""
+
+
+def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each tensor's dtype (safetensors' name: F32, BOOL, ...) and shape, from the file's header alone (one of
+    HEADER_ERRORS where the file cannot be read as safetensors)."""
+    with safe_open(str(path), framework="pt") as archive:
+        slices = {name: archive.get_slice(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
+        return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
+
+
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Each tensor's dtype (safetensors' name: F32, BOOL, ...) and shape, from the file's header alone."""
+    """A checkpoint's `safetensors_header`, or a CheckpointError saying it is missing or damaged."""
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
-        with safe_open(str(path), framework="pt") as archive:
-            slices = {name: archive.get_slice(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
-            return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
-    except (SafetensorError, OSError, ValueError) as error:
+        return safetensors_header(path)
+    except HEADER_ERRORS as error:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({error})") from None
 
 

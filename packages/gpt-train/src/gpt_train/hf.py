@@ -35,6 +35,7 @@ from gpt_core import GPT, GPTConfig
 from gpt_core.gpt2 import IGNORED_BUFFERS, PREFIX, config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
 from gpt_tasks import field_types
 from gpt_tasks.text import BpeTokenizer
+from gpt_train.checkpoint import HEADER_ERRORS, safetensors_header
 from gpt_train.errors import TrainError
 from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically
 
@@ -91,12 +92,10 @@ def _check_types(hf: dict[str, Any]) -> None:
 
 
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Each tensor's dtype (safetensors' name: F32, BOOL, ...) and shape, from the file's header alone."""
+    """model.safetensors' `safetensors_header`, or an HFError saying it cannot be read."""
     try:
-        with safe_open(str(path), framework="pt") as archive:
-            slices = {name: archive.get_slice(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
-            return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
-    except (SafetensorError, OSError, ValueError) as error:
+        return safetensors_header(path)
+    except HEADER_ERRORS as error:
         raise HFError(f"{path} is not a readable safetensors file ({error})") from None
 
 
