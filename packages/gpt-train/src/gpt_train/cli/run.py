@@ -133,7 +133,7 @@ def run(
       gpt-train run --task sort --device cuda --compile --set tf32=false
       gpt-train run --task sort --set pos=rope --set n_layer=4 --out runs/sort-rope
       gpt-train run --task sort --set dtype=bf16 --set grad_accum=4   # bf16 autocast, 4 micro-batches of 32
-      gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt
+      gpt-train run --task shakespeare --data tinyshakespeare.txt
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
       gpt-train run --task sort --kernels reference                  # the plain-autograd definitions
       gpt-train run --task sort --kernel attention=flash
