@@ -1,7 +1,7 @@
 """nanoGPT's CPU recipe for tiny-shakespeare against `gpt-train run --task shakespeare`, the same model and
 hyperparameters, each run whole as a user runs it, in fresh processes taking turns.
 
-    python benchmarks/nanogpt_wall.py --nanogpt ../nanoGPT --data ../shared/data/tinyshakespeare.txt --rounds 3
+    python benchmarks/nanogpt_wall.py --nanogpt ../nanoGPT --data tinyshakespeare.txt --rounds 3
 
 NANOGPT is a clone of karpathy/nanoGPT with its character data prepared
 (`python data/shakespeare_char/prepare.py`, which reads data/shakespeare_char/input.txt when it is there).

@@ -5,9 +5,10 @@ what training reads from the memmap costs against the same tokens held in memory
     python benchmarks/text_prepare.py --parts speed memory   # only the second and third tables
     python benchmarks/text_prepare.py --quick                # 1 and 4 MB: a smoke test of the machinery
 
-The corpora are copies of tiny-shakespeare (../shared/data/tinyshakespeare.txt, 1,115,394 bytes)
-concatenated whole until the size is reached (9 copies: 10.0 MB; 90 copies: 100.4 MB), written under
---workdir (default /tmp/gpt-text-bench), never into the repository. Each measurement that needs its
+The corpora are copies of tiny-shakespeare (char-rnn's input.txt, 1,115,394 bytes: --data PATH, else the file
+$GPT_DATA names, else the shakespeare task's downloaded copy in the user cache) concatenated whole until the
+size is reached (9 copies: 10.0 MB; 90 copies: 100.4 MB), written under --workdir (default
+/tmp/gpt-text-bench), never into the repository. Each measurement that needs its
 own memory figures runs in a fresh child process of this script.
 
 1. Preparation, per tokenizer (char, byte, BPE of 1,024 tokens): a child builds the text task on a
@@ -46,16 +47,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import Spread, interleaved_rounds, peak_rss_mib, print_table, progress, ratio_spread  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 TOKENIZERS = {"char": {}, "byte": {}, "bpe 1024": {"tokenizer": "bpe", "vocab_size": 1024}}
 MB = 1e6
 PARTS = ("prepare", "speed", "memory")
 
 
 # corpora -------------------------------------------------------------------------------------------
-def build_corpus(workdir: Path, megabytes: float) -> Path:
+def default_source() -> Path:
+    """tiny-shakespeare: the file $GPT_DATA names, else the shakespeare task's copy in the user cache."""
+    from gpt_tasks.builtin.shakespeare import cache_path
+
+    return Path(os.environ.get("GPT_DATA") or cache_path())
+
+
+def build_corpus(workdir: Path, megabytes: float, source_path: Path) -> Path:
     """Copies of tiny-shakespeare, concatenated whole until `megabytes` is reached (reused if present)."""
-    source = SOURCE.read_bytes()
+    source = source_path.read_bytes()
     copies = max(1, -(-int(megabytes * MB) // len(source)))
     path = workdir / f"corpus-{copies}x.txt"
     if not path.is_file() or path.stat().st_size != copies * len(source):
@@ -104,13 +111,15 @@ def training_setup(corpus: Path, cache_dir: Path, in_memory: bool):
 
     from gpt_core import GPT
     from gpt_tasks import get_task
+    from gpt_train.config import train_settings
     from gpt_train.trainer import make_optimizer
 
     task = get_task("text", data=str(corpus), cache_dir=str(cache_dir), in_memory=in_memory)
     defaults = task.defaults()
+    train = train_settings(task.name, defaults.train)
     torch.manual_seed(0)
     model = GPT(defaults.model)
-    return task, model, make_optimizer(model, defaults.train), defaults.train.batch_size
+    return task, model, make_optimizer(model, train), train.batch_size
 
 
 def make_step(task, model, optimizer, batch_size: int, seed: int):
@@ -229,6 +238,7 @@ def memory_table(corpora: dict[float, Path], workdir: Path, steps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[10, 100], help="corpus sizes in MB")
+    parser.add_argument("--data", type=Path, help="tiny-shakespeare [default: $GPT_DATA, else the task's cached copy]")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpt-text-bench"), help="corpora and caches")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds of the speed comparison")
     parser.add_argument("--calls", type=int, default=10, help="training steps per side per round")
@@ -247,14 +257,18 @@ def main() -> None:
         return
     if args.quick:
         args.sizes, args.rounds, args.calls, args.steps = [1, 4], 2, 2, 20
-    if not SOURCE.is_file():
-        sys.exit(f"text_prepare: needs {SOURCE} (see ../shared/data/README.md)")
+    source = args.data or default_source()
+    if not source.is_file():
+        sys.exit(
+            f"text_prepare: no corpus at {source}: pass --data PATH (char-rnn's tiny-shakespeare input.txt), "
+            "or train `gpt-train run --task shakespeare` once to download it"
+        )
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # for the children
     import torch
 
     torch.set_num_threads(args.threads)
-    corpora = {size: build_corpus(args.workdir, size) for size in sorted(args.sizes)}
-    print(f"torch {torch.__version__}, {args.threads} threads; corpora: copies of {SOURCE.name} in {args.workdir}")
+    corpora = {size: build_corpus(args.workdir, size, source) for size in sorted(args.sizes)}
+    print(f"torch {torch.__version__}, {args.threads} threads; corpora: copies of {source.name} in {args.workdir}")
     if "prepare" in args.parts:
         preparation_table(corpora, args.workdir)
     if "speed" in args.parts:

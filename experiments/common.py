@@ -22,7 +22,8 @@ import gpt_core
 from gpt_viz import RunLayout
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+DATA_VARIABLE = "GPT_DATA"
+"""The environment variable naming tiny-shakespeare (char-rnn's input.txt) for the experiments that read it."""
 
 
 @dataclass
@@ -144,11 +145,23 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def shakespeare_path(ctx: Context) -> Path:
-    """The corpus from ../shared/data; quick mode falls back to a small generated text so CI needs no corpus."""
-    if SHAKESPEARE.is_file():
-        return SHAKESPEARE
+    """tiny-shakespeare: the file $GPT_DATA names, else the shakespeare task's downloaded copy in the user cache
+    (a full run downloads it there where the network allows); quick mode without either falls back to a small
+    generated text, so CI needs no corpus."""
+    from gpt_tasks.builtin.shakespeare import cache_path, download
+
+    if named := os.environ.get(DATA_VARIABLE):
+        if not Path(named).is_file():
+            raise FileNotFoundError(f"{DATA_VARIABLE}={named}: no such file")
+        return Path(named)
+    cached = cache_path()
+    if cached.is_file():
+        return cached
     if not ctx.quick:
-        raise FileNotFoundError(f"the language experiment needs {SHAKESPEARE} (see ../shared/data/README.md)")
+        try:
+            return download(cached)
+        except ValueError as error:
+            raise FileNotFoundError(f"{error}; the experiments take it as {DATA_VARIABLE}=PATH") from error
     text = ctx.runs / "generated.txt"
     ctx.runs.mkdir(parents=True, exist_ok=True)
     speakers = ["ROMEO", "JULIET", "NURSE"]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import torch
 from common import ROOT, Context, context_from_args, kept_section, markdown_table, report, span
 
 KEPT = "<!-- kept by exp_kv_cache.py: the comparison with 0.1.0's source, measured in both trees -->"
@@ -105,7 +106,8 @@ def run(ctx: Context):
         f"round); the large model generates {first[LARGE]['new tokens']} new tokens, the sort model "
         f"{first[SORT]['new tokens']}. The speedup is the median of the per-round ratios, the lowest and highest "
         f"round's in brackets. {runs} separate run{'s' if runs > 1 else ''} "
-        f"with one thread:\n\n{summary}\n\nThe first run's whole table:\n\n```\n{tables[0].strip()}\n```\n\n"
+        f"with one thread:\n\n{summary}\n\nThe first run's whole table (torch's version, named above, left out):\n\n"
+        f"```\n{tables[0].strip().removeprefix(f'torch {torch.__version__}, ')}\n```\n\n"
         f"With two threads:\n\n```\n{two_rows}\n```\n\n"
         "At batch 1 a cached step must read every weight once per token (42 MB for the 6-layer model). 'memory pass' "
         "is one plain sum over those weights: how fast this machine reads them at all. 'weights floor' is the model's "

@@ -1,6 +1,6 @@
 """4. Language: character-level tiny-shakespeare with the small CPU configuration.
 
-python experiments/exp_language.py       # needs ../shared/data/tinyshakespeare.txt
+GPT_DATA=tinyshakespeare.txt python experiments/exp_language.py   # else the shakespeare task's download
 python experiments/exp_language.py --quick
 """
 
@@ -63,7 +63,7 @@ def run(ctx: Context):
     body = markdown_table(["measure", "value"], rows)
     body += "\n\nSamples (temperature 0.8, top-k 20, seed 0):\n\n```\n" + samples.strip() + "\n```\n\n"
     body += copy_picture(ctx, result.layout.curves_picture, "shakespeare_curves.png")
-    train_command = "gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt"
+    train_command = "gpt-train run --task shakespeare --data tinyshakespeare.txt"
     sample_command = "gpt-train sample RUN_DIR --prompt ROMEO: --prompt JULIET: --max-new-tokens 300"
     commands = [
         " ".join([train_command, *(quick if ctx.quick else [])]),

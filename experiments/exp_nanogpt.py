@@ -1,6 +1,6 @@
 """Ours against nanoGPT's CPU recipe for tiny-shakespeare, both scored on the same held-out characters.
 
-    python experiments/exp_nanogpt.py --nanogpt NANOGPT --data ../shared/data/tinyshakespeare.txt --out /tmp/nanogpt-cmp
+    python experiments/exp_nanogpt.py --nanogpt NANOGPT --data tinyshakespeare.txt --out /tmp/nanogpt-cmp
 
 NANOGPT is a clone of karpathy/nanoGPT with its character data prepared (`python data/shakespeare_char/prepare.py`,
 which reads data/shakespeare_char/input.txt when it is there). Three models are trained once each, 2,000 steps

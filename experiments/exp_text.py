@@ -1,7 +1,7 @@
 """8. Tokenizers on tiny-shakespeare: characters vs bytes vs byte-level BPE of a few vocabulary sizes, at the
 same compute, ranked by bits per character on the same held-out chunks.
 
-    python experiments/exp_text.py          # needs ../shared/data/tinyshakespeare.txt
+    GPT_DATA=tinyshakespeare.txt python experiments/exp_text.py   # else the shakespeare task's download
     python experiments/exp_text.py --quick
 
 Every run is `gpt-train run --task shakespeare --set tokenizer=...`: the shakespeare task's chunks and
@@ -111,7 +111,7 @@ def run(ctx: Context):
     body += "![held-out bits per character by step](text_bits_per_char.png)\n\n"
     body += f"Samples (prompt `ROMEO:`, about {SAMPLE_CHARS} characters, temperature 0.8, top-k 20, seed 0):\n\n"
     body += "\n\n".join(samples)
-    commands = [f"gpt-train run --task shakespeare --data ../shared/data/tinyshakespeare.txt {' '.join(flags)}"
+    commands = [f"gpt-train run --task shakespeare --data tinyshakespeare.txt {' '.join(flags)}"
                 + (" " + " ".join(settings) if settings else "") for flags in tokenizers.values()]  # fmt: skip
     commands.append("gpt-train sample RUN_DIR --prompt ROMEO: --max-new-tokens N " + " ".join(SAMPLING))
     wall = time.perf_counter() - start

@@ -1,13 +1,22 @@
-"""The house rule for prose: the docs say what the product does, never how its numbers were produced.
+"""The house rule for prose: the docs say what the product does now, and name the versions measured once.
 
     python tools/check_prose.py              # check the repository's markdown
     python tools/check_prose.py FILE...      # check these files (any path, markdown or not)
 
 Checked: README.md, packages/*/README.md, examples/*/README.md and every docs/**/*.md. Each finding is one
-line, `file:line: what`, and any finding makes the exit status 1. A page fails when it tells the story of a
-measurement instead of its result:
+line, `file:line: what`, and any finding makes the exit status 1.
 
-- the words "session" or "agent" (whole words, any case);
+One provenance line a page. A page (README.md, each docs/**/*.md, any file given by name outside packages/ and
+examples/) names versions on one line at most: the line that says what its figures were measured with. A line
+names a version when it holds a three-part version number (`0.3.7`, `2.13.0+cpu`, `v1.2.3`; not part of a longer
+dotted number such as the address 127.0.0.1) or a torch version written `torch 2.13`/`torch==2.13`; a range a
+package asks for (`torch>=2.4`) is a requirement, not a version measured. Fenced code counts as prose here:
+a table copied from a benchmark gives its setting without the versions the provenance line already names. The
+history of versions belongs in CHANGELOG.md, which is not checked. Package and example READMEs are exempt:
+they document installs and plugin listings that print their own version numbers.
+
+On every file, a page fails when it points at how the work went instead of at the product:
+
 - an issue number ("issue 13", "#13");
 - something shaped like a commit hash: 7 to 40 lowercase hex characters, word-bounded, with at least one digit
   and at least one letter a-f (so "decade" and "1000000" pass, "537e266" does not). A content digest the product
@@ -30,8 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 README_MAX_LINES = 200
 
 RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\bsessions?\b", re.IGNORECASE), "says 'session': describe the product, not how the work went"),
-    (re.compile(r"\bagents?\b", re.IGNORECASE), "says 'agent': describe the product, not how the work went"),
     (re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE), "names an issue number"),
     (re.compile(r"(?<![\w&/#])#\d+\b"), "names an issue number"),
     (re.compile(r"\bload\s+averages?\b", re.IGNORECASE), "gives a load average"),
@@ -39,6 +46,9 @@ RULES: list[tuple[re.Pattern[str], str]] = [
 ]
 HEX_WORD = re.compile(r"(?<![\w.-])[0-9a-f]{7,40}(?![\w-])")
 DIGEST_BEFORE = re.compile(r"sha256[\s:=`'\"]*$", re.IGNORECASE)
+VERSION = re.compile(r"(?<![\d.])\d+\.\d+\.\d+(?!\.?\d)|\btorch(?:\s+|==)\d+\.\d+", re.IGNORECASE)
+ONCE = "name the versions once, on the page's provenance line, and the history in CHANGELOG.md"
+VERSION_EXEMPT = ("packages/", "examples/")  # package and example READMEs: installs and plugin listings
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -55,6 +65,21 @@ def line_findings(line: str) -> Iterator[str]:
         if looks_like_commit(match.group(0)) and not DIGEST_BEFORE.search(line[: match.start()]):
             yield f"names what looks like a commit hash ({match.group(0)!r})"
             break
+
+
+def names_versions(line: str) -> bool:
+    """Whether a line names a version: a three-part version number, or torch's written `torch 2.13`."""
+    return VERSION.search(line) is not None
+
+
+def repeated_versions(lines: list[str]) -> Iterator[tuple[int, str]]:
+    """(line number, finding) for each line after the first that names a version: one provenance line a page."""
+    first = 0
+    for number, line in enumerate(lines, start=1):
+        if (match := VERSION.search(line)) and first:
+            yield number, f"names a version again ({match.group(0)!r}; first on line {first}): {ONCE}"
+        elif match:
+            first = number
 
 
 def anchors(path: Path) -> set[str]:
@@ -95,10 +120,11 @@ def check_file(path: Path, root: Path = ROOT) -> list[str]:
     except ValueError:
         name = path
     lines = path.read_text(encoding="utf-8").splitlines()
-    findings = []
-    for number, line in enumerate(lines, start=1):
-        for what in [*line_findings(line), *broken_links(path, line)]:
-            findings.append(f"{name}:{number}: {what}")
+    numbered = [(n, what) for n, line in enumerate(lines, start=1) for what in line_findings(line)]
+    numbered += [(n, what) for n, line in enumerate(lines, start=1) for what in broken_links(path, line)]
+    if not name.as_posix().startswith(VERSION_EXEMPT):
+        numbered += list(repeated_versions(lines))
+    findings = [f"{name}:{number}: {what}" for number, what in sorted(numbered, key=lambda found: found[0])]
     if path.resolve() == (root / "README.md").resolve() and len(lines) > README_MAX_LINES:
         findings.append(f"{name}:{len(lines)}: {len(lines)} lines, more than the front door's {README_MAX_LINES}")
     return findings
