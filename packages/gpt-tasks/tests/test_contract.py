@@ -31,3 +31,10 @@ def test_the_page_gives_every_kernel_slot_with_its_signature():
 def test_the_page_names_every_member_a_task_must_implement():
     for member in Task.__abstractmethods__ | PromptAnswerTask.__abstractmethods__:
         assert f"`{member}" in contract_page(), member
+
+
+def test_the_page_says_which_members_the_base_class_derives_from_self_vocab():
+    for member in ("vocab_size", "encode", "decode", "token_labels"):
+        assert not getattr(getattr(Task, member), "__isabstractmethod__", False), member
+        assert f"`{member}" in contract_page(), member
+    assert "`self.vocab`" in contract_page()

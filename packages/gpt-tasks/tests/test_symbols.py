@@ -11,7 +11,7 @@ from gpt_tasks import DIGITS, CharVocab, as_bytes, digits_of, get_task, one_digi
 
 def test_what_plugins_and_trainers_need_is_exported_from_the_package():
     needed = {"CharVocab", "DIGITS", "digits_of", "as_bytes", "build_params", "field_types", "coerce"}
-    assert needed | {"default_registry", "Defaults", "TrainSettings"} <= set(gpt_tasks.__all__)
+    assert needed | {"default_registry", "Defaults"} <= set(gpt_tasks.__all__)
     assert all(hasattr(gpt_tasks, name) for name in gpt_tasks.__all__)
     assert gpt_tasks.default_registry() is gpt_tasks.default_registry()  # discovered once
 
@@ -54,3 +54,12 @@ def test_char_vocab_round_trips_and_names_unknown_characters():
         vocab.encode("zac")
     with pytest.raises(ValueError, match="distinct"):
         CharVocab("aba")
+
+
+def test_a_task_takes_vocab_size_encode_decode_and_token_labels_from_its_vocab():
+    task = get_task("repeats", vocab=5)  # tokens "abcde"
+    assert task.vocab.alphabet == "abcde" and task.vocab_size == 5
+    assert task.encode("ebb") == [4, 1, 1] and task.decode([4, 1, 1]) == "ebb"
+    assert task.token_labels([0, 4]) == ["a", "e"]
+    with pytest.raises(ValueError, match=r"characters not in the vocabulary: 'f' \(vocabulary: 'abcde'\)"):
+        task.encode("abf")

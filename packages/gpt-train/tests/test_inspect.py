@@ -226,17 +226,10 @@ class OutsideSort(PromptAnswerTask):
     primary_metric = "exact_match"
     vocab = CharVocab(DIGITS[:10])
     prompt_length = answer_length = 4
-    vocab_size = 10
 
     def __init__(self, params: OutsideSortParams):
         super().__init__(params)
         self.split = IndexedSplit(10**4, lambda ids: as_bytes(digits_of(ids, 4, 10)), 0.25, salt=b"outside")
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
 
     def defaults(self) -> Defaults:
         return Defaults(model=self.model_config(n_layer=2, n_head=2, n_embd=32))

@@ -2,10 +2,11 @@
 
 Built only on gpt-tasks' public interface, as any third-party task would be. It subclasses
 PromptAnswerTask, which supplies training batches (scored on the answer only), exact-match
-evaluation by greedy generation with the KV cache, example prompts and the attention examples;
-the task itself says how its examples are numbered and split and what their tokens are. An
-example is its run of digits, numbered 0 .. 10^length - 1: the run is the prompt, its reverse the
-answer.
+evaluation (greedy generation's exact match, computed in one teacher-forced forward pass: every
+answer token the argmax given the true prefix), example prompts and the attention examples; the
+task itself says what its tokens are (`self.vocab`, from which the base class derives vocab_size,
+encode and decode) and how its examples are numbered and split. An example is its run of digits,
+numbered 0 .. 10^length - 1: the run is the prompt, its reverse the answer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from gpt_tasks import (
     Defaults,
     IndexedSplit,
     PromptAnswerTask,
-    TrainSettings,
     as_bytes,
     digits_of,
     one_digit_changes,
@@ -62,22 +62,12 @@ class ReverseTask(PromptAnswerTask):
         )
 
     @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
     def prompt_length(self) -> int:
         return self.params.length
 
     @property
     def answer_length(self) -> int:
         return self.params.length
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
 
     def digits(self, ids: torch.Tensor) -> torch.Tensor:
         """Example numbers (N,) -> their digits, most significant first (N, length)."""
@@ -96,5 +86,5 @@ class ReverseTask(PromptAnswerTask):
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=2, n_head=2, n_embd=32),
-            train=TrainSettings(steps=400, lr=3e-3, min_lr=3e-4, warmup_steps=20, eval_every=100, eval_limit=1000),
+            train={"steps": 400, "lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 20, "eval_every": 100, "eval_limit": 1000},
         )

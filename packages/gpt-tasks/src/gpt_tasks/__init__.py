@@ -1,7 +1,7 @@
 """gpt_tasks: the task registry (a pluggy project, entry-point group `gpt_tasks`) and the built-in tasks.
 
 Everything a trainer or a plugin needs is exported here: the task contract (`Task`, `PromptAnswerTask`,
-`Batch`, `Defaults`, `TrainSettings`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
+`Batch`, `Defaults`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
 parameters (`build_params`, `field_types`, `coerce`), splits, teacher-forced scoring (`score_examples`),
 task probes (`measure_probes`, `ProbeCache`), and the toolkit of `gpt_tasks.symbols`. A plugin marks its
 hook with `gpt_core.plugins.hookimpl`; the contract is version `gpt_core.plugins.API_VERSION` (this package's
@@ -16,8 +16,7 @@ from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, def
 from gpt_tasks.scoring import Scores, score_examples
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes
-from gpt_tasks.task import SPLITS, Batch, Task, evaluating
-from gpt_tasks.training import Defaults, TrainSettings
+from gpt_tasks.task import SPLITS, Batch, Defaults, Task, evaluating
 
 __all__ = [
     "DIGITS",
@@ -37,7 +36,6 @@ __all__ = [
     "Task",
     "TaskError",
     "TaskInfo",
-    "TrainSettings",
     "as_bytes",
     "build_params",
     "coerce",

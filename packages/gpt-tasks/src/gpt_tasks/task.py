@@ -1,21 +1,21 @@
 """The task contract: what a task must tell the trainer, and nothing about how training works.
 
-A task owns its vocabulary, its examples and their split, how to draw a training batch, and how
-to score a model. It talks to the model only through gpt_core's public interface: calling the
-model on token ids (forward) and `gpt_core.generate`.
+A task is its vocabulary and its data: its tokens, its examples and their split, how to draw a
+training batch, and how to score a model. It talks to the model only through gpt_core's public
+interface: calling the model on token ids (forward) and `gpt_core.generate`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_tasks.training import Defaults
+from gpt_tasks.symbols import CharVocab
 
 if TYPE_CHECKING:
     from gpt_tasks.probes import ProbeCache
@@ -34,8 +34,22 @@ class Batch:
         return Batch(self.inputs.to(device, non_blocking=True), self.targets.to(device, non_blocking=True))
 
 
+@dataclass(frozen=True)
+class Defaults:
+    """What `gpt-train run --task NAME` uses when the user sets nothing: the model, and the training settings
+    in which a good CPU run of the task differs from the trainer's own defaults, by name (`{"lr": 3e-3}`).
+    The trainer owns the training settings and checks each name and value (gpt-train's TrainSettings)."""
+
+    model: GPTConfig
+    train: dict[str, Any] = field(default_factory=dict)
+
+
 class Task(ABC):
     """Base class of every task. Subclasses set the class attributes and implement the methods.
+
+    The vocabulary is `self.vocab`, set in __init__ (a `gpt_tasks.CharVocab` for a task whose tokens are
+    characters): `vocab_size`, `encode`, `decode` and `token_labels` come from it. A task whose tokens are
+    not one character each (words, a trained tokenizer) overrides those four instead.
 
     Class attributes:
         name: the registry name (`gpt-train run --task NAME`).
@@ -53,27 +67,29 @@ class Task(ABC):
     higher_is_better: ClassVar[bool] = True
     eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)
 
+    vocab: CharVocab
+
     def __init__(self, params: Any):
         self.params = params
 
     # vocabulary -----------------------------------------------------------------------------
     @property
-    @abstractmethod
     def vocab_size(self) -> int:
         """Number of distinct token ids."""
+        return len(self.vocab)
 
     @property
     @abstractmethod
     def block_size(self) -> int:
         """Length of the model's input sequences."""
 
-    @abstractmethod
     def encode(self, text: str) -> list[int]:
         """Text to token ids; raises ValueError on a character outside the vocabulary."""
+        return self.vocab.encode(text)
 
-    @abstractmethod
     def decode(self, ids: Sequence[int]) -> str:
         """Token ids to text."""
+        return self.vocab.decode(ids)
 
     def token_labels(self, ids: Sequence[int]) -> list[str]:
         """One printable label per token, for the tick labels of attention pictures."""
@@ -93,7 +109,8 @@ class Task(ABC):
 
     @abstractmethod
     def defaults(self) -> Defaults:
-        """The model and training settings of a good CPU run of this task with these parameters."""
+        """The model of a good CPU run of this task with these parameters, and the training settings in which
+        that run differs from the trainer's defaults."""
 
     def model_config(self, **shape: Any) -> GPTConfig:
         """A GPTConfig with vocab_size and block_size from this task and the rest from `shape`

@@ -1,9 +1,10 @@
 """The resolved configuration of a run: the task's defaults with the user's values laid over them.
 
 The user's values (flags such as --steps and every --set KEY=VALUE) are routed to the task's
-parameters, the model (gpt_core.GPTConfig) or the training settings (gpt_tasks.TrainSettings) in
-one place, `route`, which alone refuses unknown keys; each value is then checked by the type that
-owns its field. Everything a run depends on ends up in a RunConfig and in the run directory's
+parameters, the model (gpt_core.GPTConfig) or the training settings (gpt_train.settings.TrainSettings)
+in one place, `route`, which alone refuses unknown keys; each value is then checked by the type that
+owns its field. A task's own training overrides (`Task.defaults().train`) are checked the same way, and
+an unknown one names the task. Everything a run depends on ends up in a RunConfig and in the run directory's
 config.json, so that `eval`, `sample` and `--resume` rebuild exactly the same task and model.
 """
 
@@ -24,7 +25,6 @@ from gpt_tasks import (
     ParamError,
     Task,
     TaskError,
-    TrainSettings,
     build_params,
     coerce,
     default_registry,
@@ -36,6 +36,7 @@ from gpt_train.errors import TrainError, message_of
 from gpt_train.files import write_json_atomically
 from gpt_train.hf import pretrained_model_config, tokenizer_params
 from gpt_train.kernels import kernel_versions
+from gpt_train.settings import TrainSettings
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
 TASK_FIXED_MODEL_FIELDS = ("vocab_size", "block_size")  # decided by the task, not settable
@@ -290,17 +291,16 @@ def resolve_run_config(
         routed.task.update(tokenizer_params(init_from, task_class(task_name).Params, routed.task))
     task = make_task(task_name, routed.task)
     defaults = task.defaults()
+    model = defaults.model
     shape = {"vocab_size": task.vocab_size, "block_size": task.block_size}  # the task's, whatever defaults say
     if init_from is not None:
-        defaults = dataclasses.replace(
-            defaults, model=pretrained_model_config(init_from, task.vocab_size, task.block_size, routed.model)
-        )
+        model = pretrained_model_config(init_from, task.vocab_size, task.block_size, routed.model)
     task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
         task_params=dataclasses.asdict(task.params) | {name: RunLayout.task_file_name(name) for name in task_files},
-        model=override(defaults.model, routed.model | shape, "model shape"),
-        train=override(defaults.train, routed.train, "training setting"),
+        model=override(model, routed.model | shape, "model shape"),
+        train=override(train_settings(task_name, defaults.train), routed.train, "training setting"),
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
         eval_splits=tuple(task.eval_splits),
@@ -312,6 +312,15 @@ def resolve_run_config(
     )
     check_float_range(config)
     return config, task
+
+
+def train_settings(task_name: str, overrides: dict[str, Any]) -> TrainSettings:
+    """TrainSettings with a task's overrides (its `defaults().train`, by name) laid over its own defaults; a name
+    TrainSettings does not have, or a value it refuses, is a ConfigError naming the task."""
+    try:
+        return build_params(TrainSettings, overrides, what="training setting")
+    except ParamError as error:
+        raise ConfigError(f"task {task_name!r}, in its defaults().train: {error}") from None
 
 
 def check_float_range(config: RunConfig) -> None:

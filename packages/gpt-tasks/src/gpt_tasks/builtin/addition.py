@@ -21,7 +21,7 @@ from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import CharVocab, as_bytes, digits_of, one_digit_changes
-from gpt_tasks.training import Defaults, TrainSettings
+from gpt_tasks.task import Defaults
 
 ALPHABET = "0123456789+="
 PLUS, EQUALS = ALPHABET.index("+"), ALPHABET.index("=")
@@ -60,10 +60,6 @@ class AdditionTask(PromptAnswerTask):
         )
 
     @property
-    def vocab_size(self) -> int:
-        return len(ALPHABET)
-
-    @property
     def prompt_length(self) -> int:
         """Tokens up to and including "=": the part generation starts from."""
         return 2 * self.params.digits + 2
@@ -81,12 +77,6 @@ class AdditionTask(PromptAnswerTask):
         """Named by place value whatever the order: digit_0 is always the units digit."""
         places = [f"digit_{place}" for place in range(self.answer_length)]
         return places if self.params.reverse else places[::-1]
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
 
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
         """Pair numbers (N,) -> token ids of "a+b=sum" (N, 3 * digits + 3)."""
@@ -127,5 +117,5 @@ class AdditionTask(PromptAnswerTask):
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=2, n_head=4, n_embd=64),
-            train=TrainSettings(batch_size=128, lr=3e-3, min_lr=3e-4),
+            train={"batch_size": 128, "lr": 3e-3, "min_lr": 3e-4},
         )

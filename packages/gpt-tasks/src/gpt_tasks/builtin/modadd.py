@@ -14,6 +14,7 @@ embedding's power in its top frequencies (`fourier_top5_share`) as a progress me
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +24,7 @@ from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.probes import ProbeCache
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
-from gpt_tasks.task import SPLITS, Batch, Task
-from gpt_tasks.training import Defaults, TrainSettings
+from gpt_tasks.task import SPLITS, Batch, Defaults, Task
 
 EVAL_BATCH = 4096
 MAX_P = int(MAX_ENUMERATED**0.5)  # every one of the p^2 pairs is listed: 1414
@@ -163,22 +163,33 @@ class ModAddTask(Task):
         on ten others: docs/results/grokking.md."""
         return Defaults(
             model=self.model_config(n_layer=1, n_head=4, n_embd=64, tie_weights=False, layernorm=False, init_scale=8.0),
-            train=TrainSettings(
-                steps=2400,
-                batch_size=self.train_size,  # full batch
-                lr=1.2e-2,
-                warmup_steps=10,
-                schedule="constant",
-                weight_decay=0.7,
-                beta2=0.98,
-                grad_clip=0.0,
-                eval_every=20,  # the whole of both splits, often enough to see the jump's shape
-                eval_limit=self.params.p**2,  # every pair of the split
-            ),
+            train={
+                "steps": 2400,
+                "batch_size": self.train_size,  # full batch
+                "lr": 1.2e-2,
+                "warmup_steps": 10,
+                "schedule": "constant",
+                "weight_decay": 0.7,
+                "beta2": 0.98,
+                "grad_clip": 0.0,
+                "eval_every": 20,  # the whole of both splits, often enough to see the jump's shape
+                "eval_limit": self.params.p**2,  # every pair of the split
+            },
         )
 
     def example_prompts(self) -> list[str]:
         return self.attention_examples(3)
+
+    def prompt_note(self, ids: Sequence[int]) -> str:
+        """A sentence when `ids` is not a prompt the task trains on, two numbers then "=" ('' when it is): what
+        `gpt-train sample` and the explorer say beside the model's answer to any other sequence of its tokens."""
+        numbers = [int(i) for i in ids[:2]]
+        if len(ids) == 3 and all(0 <= n < self.params.p for n in numbers) and int(ids[2]) == self.equals:
+            return ""
+        return (
+            f"modadd trains on prompts of two numbers then '=', like {self.example_prompts()[0]!r}, and this one is "
+            f"{self.decode(ids)!r}: the model never learned to answer it"
+        )
 
     def attention_examples(self, n: int) -> list[str]:
         """Model inputs of a fixed sample of held-out pairs (the same first pairs whatever `n`)."""

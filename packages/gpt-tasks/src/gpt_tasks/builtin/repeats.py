@@ -17,7 +17,6 @@ for the language-model view, every target (`loss`).
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,8 +26,8 @@ from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import heldout_mask
-from gpt_tasks.task import SPLITS, Batch, Task
-from gpt_tasks.training import Defaults, TrainSettings
+from gpt_tasks.symbols import CharVocab
+from gpt_tasks.task import SPLITS, Batch, Defaults, Task
 
 SYMBOLS = string.ascii_letters + string.digits
 """Token i is written as SYMBOLS[i]."""
@@ -74,25 +73,12 @@ class RepeatsTask(Task):
 
     def __init__(self, params: RepeatsParams):
         super().__init__(params)
+        self.vocab = CharVocab(SYMBOLS[: params.vocab])
         self._fixed: dict[str, Sequences] = {}
-
-    @property
-    def vocab_size(self) -> int:
-        return self.params.vocab
 
     @property
     def block_size(self) -> int:
         return self.params.block_size
-
-    def encode(self, text: str) -> list[int]:
-        symbols = SYMBOLS[: self.params.vocab]
-        unknown = sorted(set(text) - set(symbols))
-        if unknown:
-            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r} (the tokens are {symbols!r})")
-        return [symbols.index(ch) for ch in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(SYMBOLS[int(i)] for i in ids)
 
     # sequences and their split ------------------------------------------------------------------
     def draw(self, n: int, generator: torch.Generator) -> Sequences:
@@ -165,7 +151,14 @@ class RepeatsTask(Task):
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=2, n_head=2, n_embd=64, mlp=False, pos="rope"),
-            train=TrainSettings(steps=1000, lr=3e-3, weight_decay=0.0, eval_every=25, eval_limit=512, warmup_steps=50),
+            train={
+                "steps": 1000,
+                "lr": 3e-3,
+                "weight_decay": 0.0,
+                "eval_every": 25,
+                "eval_limit": 512,
+                "warmup_steps": 50,
+            },
         )
 
     def example_prompts(self) -> list[str]:

@@ -26,8 +26,7 @@ from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask, answer_batch
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes
-from gpt_tasks.task import Batch
-from gpt_tasks.training import Defaults, TrainSettings
+from gpt_tasks.task import Batch, Defaults
 
 SEPARATOR = "="
 
@@ -87,10 +86,6 @@ class SortTask(PromptAnswerTask):
         )
 
     @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
     def prompt_length(self) -> int:
         return self.prompt_length_at(self.params.length)
 
@@ -109,12 +104,6 @@ class SortTask(PromptAnswerTask):
     def answer_length_for(self, prompt_length: int) -> int:
         """One token per input symbol: the prompt without its separator."""
         return max(1, prompt_length - self.params.separator)
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
 
     def digits(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
         """Run numbers (N,) -> their symbols (N, length), at the task's length unless told."""
@@ -155,7 +144,7 @@ class SortTask(PromptAnswerTask):
         # and 2 (the gpt-tasks README has their figures).
         return Defaults(
             model=self.model_config(n_layer=2, n_head=4, n_embd=64),
-            train=TrainSettings(steps=1200, batch_size=128, lr=3e-3),
+            train={"steps": 1200, "batch_size": 128, "lr": 3e-3},
         )
 
 

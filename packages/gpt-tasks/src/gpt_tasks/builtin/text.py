@@ -40,7 +40,7 @@ from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
-from gpt_tasks.task import SPLITS, Batch, Task
+from gpt_tasks.task import SPLITS, Batch, Defaults, Task
 from gpt_tasks.text.cache import cache_root, cached_tokenizer, changed_while_read, key_of, prepare, say
 from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
@@ -54,7 +54,6 @@ from gpt_tasks.text.tokenizer import (
     token_sizes,
     train_bpe,
 )
-from gpt_tasks.training import Defaults, TrainSettings
 
 DEFAULT_BPE_VOCAB = 1024
 EVAL_BATCH = 256  # windows per forward pass
@@ -346,7 +345,7 @@ class TextTask(Task):
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=4, n_head=4, n_embd=128),
-            train=TrainSettings(batch_size=12, eval_limit=200, final_eval_limit=self.FINAL_EVAL_LIMIT),
+            train={"batch_size": 12, "eval_limit": 200, "final_eval_limit": self.FINAL_EVAL_LIMIT},
         )
 
     def heldout_texts(self, n_tokens: int, n: int) -> list[str]:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks import DIGITS, CharVocab, Defaults, IndexedSplit, PromptAnswerTask, TrainSettings, as_bytes, digits_of
+from gpt_tasks import DIGITS, CharVocab, Defaults, IndexedSplit, PromptAnswerTask, as_bytes, digits_of
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,6 @@ class ShiftTask(PromptAnswerTask):
         )
 
     @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
     def prompt_length(self) -> int:
         return self.params.length
 
@@ -41,16 +37,10 @@ class ShiftTask(PromptAnswerTask):
     def answer_length(self) -> int:
         return self.params.length
 
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
-
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
         """The digits, then each plus one modulo 10: (N, 2 * length)."""
         digits = digits_of(ids, self.params.length, 10)  # (N, length)
         return torch.cat((digits, (digits + 1) % 10), dim=1)
 
     def defaults(self) -> Defaults:
-        return Defaults(model=self.model_config(n_layer=2, n_head=2, n_embd=32), train=TrainSettings(lr=3e-3))
+        return Defaults(model=self.model_config(n_layer=2, n_head=2, n_embd=32), train={"lr": 3e-3})

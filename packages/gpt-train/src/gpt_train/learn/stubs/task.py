@@ -3,7 +3,8 @@
 A PromptAnswerTask numbers its examples 0 .. size-1 and says how a number becomes tokens: prompt_length
 tokens of question, then answer_length of answer. The model is trained on the answer only and scored by
 exact match of greedy generation on the held-out side of a hash split (IndexedSplit: blake2b of each
-example's bytes, so the same examples are held out on every machine). This one, as written, copies its
+example's bytes, so the same examples are held out on every machine). Its tokens are `self.vocab`, the
+ten digits: the base class derives vocab_size, encode and decode from it. This one, as written, copies its
 digits: change `sequences` to make it your own (reverse them, add one to each, count the nines ...).
 
 Check it with `gpt-train learn check task`: it registers the class, trains a small model briefly and
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_tasks import DIGITS, CharVocab, Defaults, IndexedSplit, PromptAnswerTask, TrainSettings, as_bytes, digits_of
+from gpt_tasks import DIGITS, CharVocab, Defaults, IndexedSplit, PromptAnswerTask, as_bytes, digits_of
 
 
 @dataclass(frozen=True)
@@ -40,22 +41,12 @@ class MyTask(PromptAnswerTask):
         )
 
     @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
-
-    @property
     def prompt_length(self) -> int:
         return self.params.length
 
     @property
     def answer_length(self) -> int:
         return self.params.length
-
-    def encode(self, text: str) -> list[int]:
-        return self.vocab.encode(text)
-
-    def decode(self, ids) -> str:
-        return self.vocab.decode(ids)
 
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
         """Example numbers (N,) -> prompt then answer, (N, prompt_length + answer_length).
@@ -66,4 +57,4 @@ class MyTask(PromptAnswerTask):
         raise NotImplementedError
 
     def defaults(self) -> Defaults:
-        return Defaults(model=self.model_config(n_layer=2, n_head=2, n_embd=32), train=TrainSettings(lr=3e-3))
+        return Defaults(model=self.model_config(n_layer=2, n_head=2, n_embd=32), train={"lr": 3e-3})

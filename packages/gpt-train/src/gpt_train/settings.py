@@ -1,9 +1,8 @@
-"""The training settings a task recommends and a run is resolved to: one typed, validated object.
+"""The training settings of a run: one typed, validated object.
 
-A task's `defaults()` returns a `Defaults`: the model (a gpt_core.GPTConfig) and the training
-settings (a TrainSettings) of a good CPU run. gpt-train lays the user's flags and `--set` values
-over them with `dataclasses.replace`, so every value is checked once, here or in GPTConfig, by the
-type that owns the field.
+A run's settings are TrainSettings' own defaults, then the task's overrides (`Task.defaults().train`, a
+mapping by name), then the user's flags and `--set` values (`gpt_train.config`); every value is checked
+once, here, by the type that owns the field.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
-from gpt_core import KERNEL_SETS, GPTConfig
+from gpt_core import KERNEL_SETS
 
 Schedule = Literal["cosine", "constant"]
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -22,7 +21,7 @@ PRECISIONS: tuple[Dtype, ...] = get_args(Dtype)
 @dataclass(frozen=True)
 class TrainSettings:
     """Optimisation and bookkeeping of a run. The defaults suit a small model on a CPU; a task
-    overrides what it needs.
+    overrides what it needs by name.
 
     lr rises linearly over `warmup_steps`, then follows `schedule` (cosine decay to `min_lr` at the
     last step, or constant). AdamW's weight decay applies to weight matrices only (the position
@@ -101,11 +100,3 @@ class TrainSettings:
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
-
-
-@dataclass(frozen=True)
-class Defaults:
-    """What `gpt-train run --task NAME` uses when the user sets nothing: the model and its training."""
-
-    model: GPTConfig
-    train: TrainSettings = TrainSettings()
