@@ -112,33 +112,6 @@ def decode_model():
     return GPT(config).eval()
 
 
-def matvec_rows():
-    """Every Linear of the decode model on one row (42 MB of weights), by the route gpt-core takes on this
-    machine (two half-size batched products on an AMD CPU, one addmm elsewhere) and by the other one."""
-    from gpt_core import Linear
-    from gpt_core.kernels.linear import halves_fit, one_row_by_halves, one_row_products_by_halves, rows_by_addmm
-
-    linears = [m for m in decode_model().modules() if isinstance(m, Linear)]
-    rows = [torch.randn(1, m.in_features) for m in linears]
-
-    @torch.no_grad()
-    def by_addmm():
-        for linear, x in zip(linears, rows, strict=True):
-            rows_by_addmm(x, linear.weight, linear.bias)
-
-    @torch.no_grad()
-    def by_halves():  # (2, out/2, in) @ (2, in, 1) wherever gpt-core's route would take it (not the tied head)
-        for linear, x in zip(linears, rows, strict=True):
-            product = one_row_by_halves if halves_fit(linear.weight) else rows_by_addmm
-            product(x, linear.weight, linear.bias)
-
-    routes = [("addmm (MKL gemv)", by_addmm), ("two half-size bmm", by_halves)]
-    if one_row_products_by_halves():
-        routes.reverse()
-    (used, used_fn), (other, other_fn) = routes
-    return ("one-row products, all 6-layer weights", used, other, (used_fn, other_fn))
-
-
 def decode_step(model, mode: Callable[[], object]) -> Callable[[], object]:
     """One KV-cached step of the decode model at position 128, under `mode` (no_grad or inference_mode)."""
     token = torch.zeros(1, 1, dtype=torch.long)
@@ -206,8 +179,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("us: median over rounds; speedup: median of the per-round ratios (lowest-highest round)\n")
     rows = []
-    makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, matvec_rows,
-              inference_mode_rows, function_bypass_rows, evaluation_rows)  # fmt: skip
+    makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, inference_mode_rows,
+              function_bypass_rows, evaluation_rows)  # fmt: skip
     for make in makers:
         measure, ours, other, fns, *most = make()  # a slow row may cap its rounds
         rounds = min(most[0], args.rounds) if most else args.rounds

@@ -1,5 +1,5 @@
-"""sdpa (hand-derived backward) and MultiHeadAttention against F.scaled_dot_product_attention,
-float64, (B, H, T, d) = (2, 4, 7, 16)."""
+"""The fast attention (hand-derived backward), its weights and MultiHeadAttention against
+F.scaled_dot_product_attention, float64, (B, H, T, d) = (2, 4, 7, 16)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck
 
-from gpt_core import MultiHeadAttention, causal_mask, sdpa
+from gpt_core import MultiHeadAttention, attention, attention_weights, causal_mask
 from gpt_core.kernels.attention import _transposed_times
 
 TOL = 1e-12
@@ -27,90 +27,92 @@ def _suffix_mask(n_queries, n_keys):
 
 
 @pytest.mark.parametrize("n_queries", [1, T])
-def test_sdpa_without_grad_equals_its_recorded_forward(randn, n_queries):
+def test_attention_without_grad_equals_its_recorded_forward(randn, n_queries):
     """Without grad the Function is skipped (generation, evaluation); the numbers must be the very same."""
     q, k, v = _qkv(randn, n_queries=n_queries)
-    recorded = sdpa(q, k, v, causal=True)
+    recorded = attention(q, k, v, causal=True)
     with torch.no_grad():
-        direct = sdpa(q, k, v, causal=True)
-    assert all(torch.equal(r.detach(), d) for r, d in zip(recorded, direct, strict=True))
-    assert recorded[0].grad_fn is not None and direct[0].grad_fn is None
+        direct = attention(q, k, v, causal=True)
+    assert torch.equal(recorded.detach(), direct)
+    assert recorded.grad_fn is not None and direct.grad_fn is None
 
 
-def test_sdpa_causal_matches_torch(randn, close, grads_close):
+def test_attention_causal_matches_torch(randn, close, grads_close):
     q, k, v = _qkv(randn)
-    ours, _ = sdpa(q, k, v, causal=True)
+    ours = attention(q, k, v, causal=True)
     theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    close("sdpa causal", ours, theirs, TOL)
-    grads_close("sdpa causal", ours, theirs, [q, k, v], TOL)
+    close("attention causal", ours, theirs, TOL)
+    grads_close("attention causal", ours, theirs, [q, k, v], TOL)
 
 
-def test_sdpa_non_causal_matches_torch(randn, close, grads_close):
+def test_attention_non_causal_matches_torch(randn, close, grads_close):
     q, k, v = _qkv(randn)
-    ours, _ = sdpa(q, k, v, causal=False)
+    ours = attention(q, k, v, causal=False)
     theirs = F.scaled_dot_product_attention(q, k, v)
-    close("sdpa non-causal", ours, theirs, TOL)
-    grads_close("sdpa non-causal", ours, theirs, [q, k, v], TOL)
+    close("attention non-causal", ours, theirs, TOL)
+    grads_close("attention non-causal", ours, theirs, [q, k, v], TOL)
 
 
-def test_sdpa_non_causal_with_more_queries_than_keys_matches_torch(randn, close, grads_close):
+def test_attention_non_causal_with_more_queries_than_keys_matches_torch(randn, close, grads_close):
     q, k, v = _qkv(randn, n_queries=9, n_keys=4)
-    ours, _ = sdpa(q, k, v, causal=False)
+    ours = attention(q, k, v, causal=False)
     theirs = F.scaled_dot_product_attention(q, k, v)
-    close("sdpa non-causal", ours, theirs, TOL)
-    grads_close("sdpa non-causal", ours, theirs, [q, k, v], TOL)
+    close("attention non-causal", ours, theirs, TOL)
+    grads_close("attention non-causal", ours, theirs, [q, k, v], TOL)
 
 
 @pytest.mark.parametrize("n_queries", [1, 3, 6])
-def test_sdpa_causal_with_query_offset_matches_torch_with_explicit_mask(randn, close, grads_close, n_queries):
+def test_attention_causal_with_query_offset_matches_torch_with_explicit_mask(randn, close, grads_close, n_queries):
     q, k, v = _qkv(randn, n_queries=n_queries)
-    ours, _ = sdpa(q, k, v, causal=True)
+    ours = attention(q, k, v, causal=True)
     theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=_suffix_mask(n_queries, T))
-    close("sdpa causal offset", ours, theirs, TOL)
-    grads_close("sdpa causal offset", ours, theirs, [q, k, v], TOL)
-
-
-def test_sdpa_custom_scale_matches_torch(randn, close, grads_close):
-    q, k, v = _qkv(randn)
-    ours, _ = sdpa(q, k, v, causal=True, scale=0.37)
-    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.37)
-    close("sdpa causal", ours, theirs, TOL)
-    grads_close("sdpa causal", ours, theirs, [q, k, v], TOL)
+    close("attention causal offset", ours, theirs, TOL)
+    grads_close("attention causal offset", ours, theirs, [q, k, v], TOL)
 
 
 @pytest.mark.parametrize("n_queries", [T, 3])
-def test_sdpa_weights_are_causal_softmax_of_scaled_scores(randn, close, n_queries):
-    q, k, v = _qkv(randn, n_queries=n_queries)
-    _, weights = sdpa(q, k, v, causal=True)
+def test_attention_weights_are_causal_softmax_of_scaled_scores(randn, close, grads_close, n_queries):
+    q, k, _ = _qkv(randn, n_queries=n_queries)
+    weights = attention_weights(q, k, causal=True)
     assert weights.shape == (B, H, n_queries, T)
-    assert not weights.requires_grad
     allowed = _suffix_mask(n_queries, T)
-    close("sdpa weights rows sum to 1", weights.sum(-1), torch.ones(B, H, n_queries, dtype=torch.float64), TOL)
+    close("weights rows sum to 1", weights.sum(-1), torch.ones(B, H, n_queries, dtype=torch.float64), TOL)
     assert torch.equal(weights[..., ~allowed], torch.zeros_like(weights[..., ~allowed]))
     assert (weights[..., allowed] > 0).all()
     scores = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~allowed, float("-inf"))
-    close("sdpa weights", weights, torch.softmax(scores, dim=-1).detach(), TOL)
+    theirs = torch.softmax(scores, dim=-1)
+    close("attention weights", weights, theirs, TOL)
+    grads_close("attention weights", weights, theirs, [q, k], TOL)
 
 
-def test_sdpa_non_causal_weights_are_full_softmax(randn, close):
-    q, k, v = _qkv(randn)
-    _, weights = sdpa(q, k, v, causal=False)
-    close("sdpa weights", weights, torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1).detach(), TOL)
+def test_attention_non_causal_weights_are_full_softmax(randn, close):
+    q, k, _ = _qkv(randn)
+    weights = attention_weights(q, k, causal=False)
+    close("attention weights", weights, torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1), TOL)
     assert (weights > 0).all()
 
 
-def test_sdpa_with_large_scores_stays_finite(randn, close):
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_is_its_weights_times_v_bit_for_bit(randn, causal):
+    """The fused kernel and `attention_weights` share their arithmetic: a hooked model's attention is the
+    unhooked one's."""
+    q, k, v = _qkv(randn)
+    with torch.no_grad():
+        assert torch.equal(attention(q, k, v, causal), attention_weights(q, k, causal) @ v)
+
+
+def test_attention_with_large_scores_stays_finite(randn, close):
     q, k, v = _qkv(randn)
     q = (q.detach() * 200).requires_grad_()
-    ours, weights = sdpa(q, k, v, causal=True)
+    ours, weights = attention(q, k, v, causal=True), attention_weights(q, k, causal=True)
     assert torch.isfinite(ours).all() and torch.isfinite(weights).all()
-    close("sdpa causal (large scores)", ours, F.scaled_dot_product_attention(q, k, v, is_causal=True), 1e-10)
+    close("attention causal (large scores)", ours, F.scaled_dot_product_attention(q, k, v, is_causal=True), 1e-10)
 
 
-def test_sdpa_causal_rejects_more_queries_than_keys(randn):
+def test_attention_causal_rejects_more_queries_than_keys(randn):
     q, k, v = _qkv(randn, n_queries=5, n_keys=3)
     with pytest.raises(ValueError, match="no more queries than keys"):
-        sdpa(q, k, v, causal=True)
+        attention(q, k, v, causal=True)
 
 
 def test_causal_mask_aligns_queries_to_the_end_of_the_keys():
@@ -139,34 +141,31 @@ def _reference_dropout_attention(q, k, v, keep, p, causal=True):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_sdpa_dropout_matches_autograd_reimplementation_with_same_keep_mask(randn, close, grads_close, causal):
+def test_attention_dropout_matches_autograd_reimplementation_with_same_keep_mask(randn, close, grads_close, causal):
     p = 0.3
     q, k, v = _qkv(randn)
     torch.manual_seed(42)
-    ours, weights = sdpa(q, k, v, causal=causal, dropout_p=p)
-    # sdpa draws its keep mask with one rand_like of the weights: replay the same draw.
+    ours = attention(q, k, v, causal=causal, dropout_p=p)
+    # The kernel draws its keep mask with one rand_like of the (B, H, Tq, Tk) weights: replay the same draw.
     torch.manual_seed(42)
-    keep = torch.rand_like(weights) >= p
+    keep = torch.rand(B, H, T, T, dtype=torch.float64) >= p
     assert 0.5 < keep.double().mean().item() < 0.9
     theirs = _reference_dropout_attention(q, k, v, keep, p, causal)
-    close("sdpa dropout vs autograd", ours, theirs, TOL)
-    grads_close("sdpa dropout vs autograd", ours, theirs, [q, k, v], TOL)
-    # The returned weights are the probabilities before dropout.
-    no_drop_out, no_drop_weights = sdpa(q, k, v, causal=causal)
-    assert torch.equal(weights, no_drop_weights)
-    assert (ours - no_drop_out).abs().max() > 1e-3
+    close("attention dropout vs autograd", ours, theirs, TOL)
+    grads_close("attention dropout vs autograd", ours, theirs, [q, k, v], TOL)
+    assert (ours - attention(q, k, v, causal=causal)).abs().max() > 1e-3
 
 
-def test_sdpa_dropout_p_one_gives_zero_output_not_nan(randn):
+def test_attention_dropout_p_one_gives_zero_output_not_nan(randn):
     q, k, v = _qkv(randn)
-    out, _ = sdpa(q, k, v, causal=True, dropout_p=1.0)
+    out = attention(q, k, v, causal=True, dropout_p=1.0)
     assert torch.equal(out, torch.zeros_like(out))
 
 
-def test_sdpa_rejects_dropout_outside_unit_interval(randn):
+def test_attention_rejects_dropout_outside_unit_interval(randn):
     q, k, v = _qkv(randn)
     with pytest.raises(ValueError, match="dropout_p must be in"):
-        sdpa(q, k, v, dropout_p=1.5)
+        attention(q, k, v, dropout_p=1.5)
 
 
 # ----------------------------------------------------------------------------- gradcheck
@@ -176,12 +175,12 @@ SHAPES = [(True, 4, 4), (True, 2, 5), (True, 1, 5), (False, 4, 4), (False, 3, 5)
 
 
 @pytest.mark.parametrize("causal,n_queries,n_keys", SHAPES, ids=str)
-def test_sdpa_passes_gradcheck(gen, causal, n_queries, n_keys):
+def test_attention_passes_gradcheck(gen, causal, n_queries, n_keys):
     def r(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True)
 
     q, k, v = r(1, 2, n_queries, 3), r(1, 2, n_keys, 3), r(1, 2, n_keys, 3)
-    assert gradcheck(lambda q, k, v: sdpa(q, k, v, causal=causal)[0], (q, k, v), eps=1e-6, atol=1e-8)
+    assert gradcheck(lambda q, k, v: attention(q, k, v, causal=causal), (q, k, v), eps=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)

@@ -15,16 +15,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt_core import BLOCK_POINTS, GPT, GPTConfig, Kernels, block_hook, generate, sdpa
+from gpt_core import BLOCK_POINTS, GPT, KERNEL_SETS, REFERENCE_KERNELS, GPTConfig, Kernels, block_hook, generate
 
 V = 13
 N_LAYER, N_HEAD, N_EMBD = 2, 4, 16
 HEAD_DIM = N_EMBD // N_HEAD
 
 
-def _model(pos: str = "learned", dtype: torch.dtype = torch.float64, **overrides) -> GPT:
+def _model(pos: str = "learned", dtype: torch.dtype = torch.float64, kernels: Kernels = KERNEL_SETS["fast"],
+           **overrides) -> GPT:  # fmt: skip
     config = GPTConfig(vocab_size=V, block_size=16, n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD, pos=pos, **overrides)
-    model = GPT(config).to(dtype).eval()
+    model = GPT(config, kernels).to(dtype).eval()
     _sharpen(model)
     return model
 
@@ -110,10 +111,11 @@ def test_hooks_that_return_the_activation_itself_give_bit_identical_logits(gen):
     assert torch.equal(hooked, model(idx).logits)
 
 
-def test_identity_hooks_keep_every_gradient(gen, close):
-    """The pattern hook's plain attention is differentiated by autograd, not by sdpa's hand-derived
-    backward: the same gradients to rounding."""
-    model = _model()
+@pytest.mark.parametrize("kernels", ["fast", "reference"])
+def test_identity_hooks_keep_every_gradient(gen, close, kernels):
+    """The pattern hook's attention, its weights times v, is differentiated by autograd, not by the fused
+    kernel's hand-derived backward: the same gradients to rounding."""
+    model = _model(kernels=KERNEL_SETS[kernels])
     idx = _tokens(gen)
     model(idx, targets=idx).loss.backward()
     plain = {name: p.grad.clone() for name, p in model.named_parameters()}
@@ -233,16 +235,41 @@ def test_run_with_cache_returns_only_the_names_asked_for_detached_in_forward_ord
     assert cache["blocks.1.z"].shape == (3, N_HEAD, 9, HEAD_DIM)
 
 
-def test_run_with_cache_pattern_equals_the_fused_kernels_own_weights(gen):
-    """The weights a model shows come from `attention_weights`, one place, in the fused kernel's own
-    arithmetic: the probabilities `sdpa` computes from the same q and k, bit for bit."""
-    model = _model("rope")
-    idx = _tokens(gen)
+@pytest.mark.parametrize("kernels", ["fast", "reference"])
+def test_the_pattern_is_the_weights_function_of_the_models_own_kernel_set(gen, kernels):
+    """The weights a model shows come from its kernel set's `attention_weights`, bit for bit, and its z is
+    them times v: the reference set's weights are not the fast set's arithmetic (they differ in the last
+    bits), so a model never shows another set's."""
+    own = KERNEL_SETS[kernels]
+    other = KERNEL_SETS["fast" if kernels == "reference" else "reference"]
+    model = _model("rope", kernels=own)
     with torch.no_grad():
-        _, cache = model.run_with_cache(idx)
+        _, cache = model.run_with_cache(_tokens(gen))
+    differs = []
     for i in range(N_LAYER):
-        q, k, v = (cache[block_hook(i, name)] for name in ("q", "k", "v"))
-        assert torch.equal(cache[block_hook(i, "pattern")], sdpa(q, k, v, causal=True)[1])
+        q, k, v, pattern = (cache[block_hook(i, name)] for name in ("q", "k", "v", "pattern"))
+        assert torch.equal(pattern, own.attention_weights(q, k, True))
+        assert torch.equal(cache[block_hook(i, "z")], pattern @ v)
+        differs.append(not torch.equal(pattern, other.attention_weights(q, k, True)))
+    assert any(differs)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_hooking_the_reference_sets_pattern_changes_not_one_bit(gen, pos, grad):
+    """The reference attention is its weights times v: hooked at `pattern`, the reference model gives its
+    unhooked logits and loss bit for bit, cached or not."""
+    model = _model(pos, kernels=REFERENCE_KERNELS)
+    idx = _tokens(gen)
+    patterns = [name for name in model.hook_names() if name.endswith(".pattern")]
+    with torch.set_grad_enabled(grad):
+        plain = model(idx, targets=idx)
+        plain_steps = _cached_logits(model, idx, [(0, 4), (4, 5), (5, 9)])
+        with model.hooks(dict.fromkeys(patterns, _keep)):
+            hooked = model(idx, targets=idx)
+            hooked_steps = _cached_logits(model, idx, [(0, 4), (4, 5), (5, 9)])
+    assert torch.equal(hooked.logits, plain.logits) and torch.equal(hooked.loss, plain.loss)
+    assert torch.equal(hooked_steps, plain_steps)
 
 
 # ----------------------------------------------------------------------------- the KV cache
@@ -383,8 +410,8 @@ def _builtin_attention(q, k, v, causal):
 
 
 def test_hooks_on_a_swapped_attention_kernel(gen, close):
-    """z is the kernel's output; a pattern hook computes that layer's attention in gpt-core's plain
-    form instead (the kernel gives no weights): the same logits to rounding."""
+    """z is the kernel's output; a pattern hook computes that layer's attention from the `attention_weights`
+    slot instead, the fast set's where the swapped-in kernel brings none: the same logits to rounding."""
     model = _model("rope")
     swapped = GPT(model.config, Kernels(attention=_builtin_attention)).to(torch.float64).eval()
     swapped.load_state_dict(model.state_dict())
@@ -398,6 +425,36 @@ def test_hooks_on_a_swapped_attention_kernel(gen, close):
     assert seen[0].shape == (3, N_HEAD, 9, 9)
     close("swapped kernel: hooked", hooked, expected, 1e-12)
     assert (hooked - plain).abs().max() > 1e-3
+
+
+def test_a_hooked_pattern_is_computed_by_the_kernels_own_weights_function(gen, close):
+    """A kernel table bringing its own weights function: the pattern hook sees what it returns, one call per
+    layer per forward, cached or not, and its replacement reaches the output and the gradients."""
+    model = _model("rope")
+    calls = []
+
+    def recorded_weights(q, k, causal):
+        calls.append(q.shape[-2])
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+            ~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2]), -math.inf
+        )
+        return torch.softmax(scores, dim=-1)
+
+    plugin = GPT(model.config, Kernels(attention=_builtin_attention, attention_weights=recorded_weights))
+    plugin = plugin.to(torch.float64).eval()
+    plugin.load_state_dict(model.state_dict())
+    idx = _tokens(gen)
+    seen = []
+    with plugin.hooks({"blocks.0.pattern": lambda p, n: seen.append(p), "blocks.1.pattern": _keep}):
+        hooked = plugin(idx, targets=idx)
+        assert calls == [9, 9]
+        _cached_logits(plugin, idx, [(0, 4), (4, 5)])
+        assert calls == [9, 9, 4, 4, 1, 1]
+    q, k = (plugin.run_with_cache(idx, ["blocks.0." + name])[1]["blocks.0." + name] for name in ("q", "k"))
+    assert torch.equal(seen[0], recorded_weights(q, k, True))
+    close("own weights function: hooked", hooked.logits, plugin(idx).logits, 1e-12)
+    hooked.loss.backward()
+    assert all(p.grad is not None for p in plugin.parameters())
 
 
 # ----------------------------------------------------------------------------- bad input, cleanup

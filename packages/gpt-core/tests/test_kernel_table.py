@@ -18,8 +18,9 @@ from gpt_core import (
     REFERENCE_KERNELS,
     GPTConfig,
     Kernels,
+    attention,
+    attention_weights,
     generate,
-    sdpa,
 )
 from gpt_core import kernels as F_ours
 
@@ -37,9 +38,10 @@ def counting(kernel, calls: list[str], slot: str):
 
 
 def same_function_swapped(calls: list[str]) -> Kernels:
-    """Every slot filled by a new object computing gpt-core's own function (the attention through sdpa)."""
+    """Every slot filled by a new object computing gpt-core's own function."""
     return Kernels(
-        attention=counting(lambda q, k, v, causal: sdpa(q, k, v, causal)[0], calls, "attention"),
+        attention=counting(lambda q, k, v, causal: attention(q, k, v, causal), calls, "attention"),
+        attention_weights=counting(attention_weights, calls, "attention_weights"),
         sampling_softmax=counting(F_ours.softmax.softmax, calls, "sampling_softmax"),
         layer_norm=counting(F_ours.layer_norm.layer_norm, calls, "layer_norm"),
         gelu=counting(F_ours.gelu.gelu, calls, "gelu"),
@@ -48,7 +50,7 @@ def same_function_swapped(calls: list[str]) -> Kernels:
 
 
 def test_slots_and_signatures_name_the_same_fields():
-    assert KERNEL_SLOTS == ("attention", "sampling_softmax", "layer_norm", "gelu", "cross_entropy")
+    assert KERNEL_SLOTS == ("attention", "attention_weights", "sampling_softmax", "layer_norm", "gelu", "cross_entropy")
     assert set(KERNEL_SIGNATURES) == set(KERNEL_SLOTS)
     assert DEFAULT_KERNELS.swapped() == []
     assert Kernels(gelu=lambda x: x).swapped() == ["gelu"]
@@ -67,12 +69,15 @@ def test_swapped_kernels_compute_the_same_model_and_are_the_ones_called(close):
     close("swapped kernels: logits", b.logits, a.logits, 1e-12)
     for (name, p), q in zip(swapped.named_parameters(), ours.parameters(), strict=True):
         close(f"swapped kernels: grad {name}", p.grad, q.grad, 1e-12)
-    # 2 layers: 2 attention, 5 LayerNorms, 2 GELUs, 1 loss in the forward; softmax only when sampling.
+    # 2 layers: 2 attention, 5 LayerNorms, 2 GELUs, 1 loss in the forward; softmax only when sampling, the
+    # weights only when a hook reads them.
     assert sorted(set(calls)) == ["attention", "cross_entropy", "gelu", "layer_norm"]
     assert (calls.count("attention"), calls.count("layer_norm"), calls.count("gelu")) == (2, 5, 2)
     names = [name for name in ours.hook_names() if name.endswith(".pattern")]
+    calls.clear()
     with torch.no_grad():
         weights_a, weights_b = ours.run_with_cache(idx, names)[1], swapped.run_with_cache(idx, names)[1]
+    assert calls.count("attention_weights") == 2 and "attention" not in calls
     for name in names:
         close("swapped kernels: attention weights", weights_b[name], weights_a[name], 1e-12)
 
@@ -99,7 +104,7 @@ def test_initial_weights_do_not_depend_on_the_kernels():
 
 
 def test_a_swapped_attention_gives_its_output_and_the_hooks_give_the_weights():
-    model = GPT(CONFIG, Kernels(attention=lambda q, k, v, causal: sdpa(q, k, v, causal)[0]))
+    model = GPT(CONFIG, Kernels(attention=lambda q, k, v, causal: attention(q, k, v, causal)))
     assert model.blocks[0].attn(torch.randn(1, 4, 16)).shape == (1, 4, 16)
     assert GPTOutput_fields(model(torch.randint(11, (1, 4)))) == ("logits", "loss")
     _, recorded = model.run_with_cache(torch.randint(11, (1, 4)), ["blocks.0.pattern", "blocks.1.pattern"])
@@ -128,7 +133,7 @@ def test_a_swapped_attention_with_dropout_is_refused():
     config = dataclasses.replace(CONFIG, dropout=0.1)
     GPT(config)  # gpt-core's own attention applies the dropout
     with pytest.raises(ValueError, match="dropout 0.1 needs gpt-core's own attention kernel"):
-        GPT(config, Kernels(attention=lambda q, k, v, causal: sdpa(q, k, v, causal)[0]))
+        GPT(config, Kernels(attention=lambda q, k, v, causal: attention(q, k, v, causal)))
     GPT(config, Kernels(gelu=lambda x: F_ours.gelu.gelu(x)))  # another slot swapped: fine
     GPT(config, REFERENCE_KERNELS)  # the reference attention takes dropout_p: fine
 
@@ -139,6 +144,6 @@ def test_the_default_is_the_fast_set_and_both_sets_are_named():
     assert REFERENCE_KERNELS.swapped() == list(KERNEL_SLOTS)  # every slot is the reference's own
     from gpt_core import reference
 
-    for slot in ("attention", "layer_norm", "gelu", "cross_entropy"):
+    for slot in ("attention", "attention_weights", "layer_norm", "gelu", "cross_entropy"):
         assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
     assert REFERENCE_KERNELS.sampling_softmax is reference.softmax

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from gpt_core import GELU, MLP, Embedding, LayerNorm, Linear
-from gpt_core.kernels import linear as linear_kernels
 
 TOL = 1e-12
 
@@ -29,40 +28,6 @@ def test_linear_matches_f_linear(randn, close, grads_close, bias, shape):
     close(label, ours, theirs, TOL)
     params = [layer.weight] + ([layer.bias] if bias else [])
     grads_close(label, ours, theirs, [x, *params], TOL)
-
-
-@pytest.mark.parametrize("route", ["addmm", "halves"])
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(1, 256), (256,), (1, 1, 256)], ids=["row", "vector", "one-token"])
-def test_linear_single_row_matches_f_linear(randn, close, grads_close, monkeypatch, route, bias, shape):
-    """A one-row product (a KV-cached decoding step at batch 1), forward and backward, by either route
-    whichever CPU runs the test."""
-    monkeypatch.setattr(linear_kernels, "one_row_products_by_halves", lambda: route == "halves")
-    layer = Linear(256, 512, bias=bias).double()
-    if bias:
-        with torch.no_grad():
-            layer.bias.normal_()
-    x = randn(*shape)
-    ours = layer(x)
-    theirs = F.linear(x, layer.weight, layer.bias)
-    label = f"Linear one row {'bias' if bias else 'no bias'}"
-    close(label, ours, theirs, TOL)
-    params = [layer.weight] + ([layer.bias] if bias else [])
-    grads_close(label, ours, theirs, [x, *params], TOL)
-
-
-@pytest.mark.parametrize(
-    ("rows", "features", "n", "halves"),
-    [(512, 256, 1, True), (511, 256, 1, False), (128, 256, 1, False), (512, 256, 2, False)],
-    ids=["one-row", "odd-rows", "small-weight", "two-rows"],
-)
-def test_only_one_row_products_with_large_even_weights_take_the_halves(monkeypatch, rows, features, n, halves):
-    monkeypatch.setattr(linear_kernels, "one_row_products_by_halves", lambda: True)
-    calls = []
-    by_halves = linear_kernels.one_row_by_halves
-    monkeypatch.setattr(linear_kernels, "one_row_by_halves", lambda *a: calls.append(1) or by_halves(*a))
-    Linear(features, rows)(torch.randn(n, features))
-    assert bool(calls) == halves
 
 
 def test_linear_accepts_non_contiguous_input(randn, close):

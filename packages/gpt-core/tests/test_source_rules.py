@@ -158,9 +158,18 @@ def test_default_kernels_are_gpt_cores_own():
     from gpt_core import DEFAULT_KERNELS, REFERENCE_KERNELS, kernels, reference
 
     assert DEFAULT_KERNELS.sampling_softmax is kernels.softmax.softmax
+    assert DEFAULT_KERNELS.attention_weights is kernels.attention.attention_weights
+    assert REFERENCE_KERNELS.attention_weights is reference.attention_weights
     for slot in ("attention", "layer_norm", "gelu", "cross_entropy"):
         assert getattr(DEFAULT_KERNELS, slot) is getattr(getattr(kernels, slot), slot), slot
         assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
+
+
+def test_no_module_asks_which_cpu_it_runs_on():
+    """The model computes the same way on every CPU: no route is chosen by reading the processor's vendor."""
+    for path in SOURCES:
+        text = path.read_text()
+        assert "cpuinfo" not in text and "platform.processor" not in text, path.relative_to(SRC)
 
 
 def test_the_scanner_ignores_docstrings_and_comments():

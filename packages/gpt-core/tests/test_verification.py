@@ -51,6 +51,10 @@ EXPECTED_COMPONENTS = [
     "sdpa causal, 133 positions, head size 5",
     "sdpa non-causal, 133 positions, head size 5",
     "sdpa causal, 70 queries offset by 63",
+    "attention weights causal",
+    "attention weights non-causal",
+    "attention weights causal, queries offset by 4",
+    "attention weights causal, single query",
     "KV-cache decoding (learned positions)",
     "KV-cache decoding (rope positions)",
     "KV-cache decoding (none positions)",
@@ -165,12 +169,30 @@ def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot():
         rows = kernel_report(slot, _own(slot), TORCH, seed=0)
         assert rows and all(row.failure(1e-12) is None for row in rows), (slot, rows)
         names = [row.component for row in rows]
-        assert ("GPT forward and backward" in names) == (slot != "sampling_softmax"), slot
+        model = "GPT forward and backward" + ", pattern hooked" * (slot == "attention_weights")
+        assert (model in names) == (slot != "sampling_softmax"), slot
     attention = [row.component for row in kernel_report("attention", _own("attention"), TORCH, seed=0)]
     assert [name for name in attention if name.startswith("sdpa")] == [
         name for name in EXPECTED_COMPONENTS if name.startswith("sdpa")
     ]
     assert sum(name.startswith("KV-cache") for name in attention) == 3
+    weights = [row.component for row in kernel_report("attention_weights", _own("attention_weights"), TORCH, seed=0)]
+    assert weights == [name for name in EXPECTED_COMPONENTS if name.startswith("attention weights")] + [
+        "GPT forward and backward, pattern hooked"
+    ]
+
+
+def test_a_weights_function_that_differs_fails_its_cases_and_the_hooked_model():
+    """The weights slot is pinned by its own cases and by a model whose `pattern` is hooked, the one place a
+    model calls it: weights off by a small amount fail both."""
+
+    def sharpened(q, k, causal):
+        weights = DEFAULT_KERNELS.attention_weights(q, k, causal) ** 1.01
+        return weights / weights.sum(-1, keepdim=True)
+
+    rows = kernel_report("attention_weights", sharpened, TORCH, seed=0)
+    assert all(row.failure(1e-12) is not None for row in rows)
+    assert rows[0].failure(1e-12).startswith("attention weights causal: output [")
 
 
 def test_a_failure_names_the_case_the_output_the_difference_and_where():

@@ -93,7 +93,7 @@ def test_kernels_lists_every_slot_with_its_signature_and_gpt_cores_own(cli):
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert lines[0].split() == ["SLOT", "SIGNATURE"]
-    assert [field_of(line, 0) for line in lines[1:6]] == list(KERNEL_SLOTS)
+    assert [field_of(line, 0) for line in lines[1 : 1 + len(KERNEL_SLOTS)]] == list(KERNEL_SLOTS)
     providers = lines[lines.index("") + 1 :]
     assert providers[0].split()[:5] == ["SLOT", "KERNEL", "PLUGIN", "DISTRIBUTION", "VERSION"]
     own = [line.split()[:4] for line in providers if field_of(line, 1) == "gpt-core"]
@@ -170,7 +170,7 @@ def test_kernel_choices_are_parsed_and_checked():
     assert parse_kernel_choices(["attention=gpt-core"]) == {}  # gpt-core's own: nothing swapped
     for pairs, said in [
         (["attention"], "--kernel expects SLOT=NAME"),
-        (["attn=flash"], "unknown kernel slot 'attn'; slots: attention, sampling_softmax"),
+        (["attn=flash"], "unknown kernel slot 'attn'; slots: attention, attention_weights, sampling_softmax"),
         (["gelu=a:b", "gelu=c:d"], "names slot gelu twice"),
     ]:
         with pytest.raises(KernelError, match=said):
@@ -247,7 +247,7 @@ def test_a_run_records_its_kernels_and_eval_sample_and_resume_compute_with_them(
         assert CALLS["attention"] > 0, command
     path.write_text(json.dumps(config | {"train": config["train"] | {"steps": 40}}))  # 10 more steps to resume
     CALLS.clear()
-    assert cli("run", "--resume", run_dir, "--device", "cpu", "--quiet").code == 0
+    assert cli("run", "--resume", run_dir, "--device", "cpu", "--quiet", "--trust-kernels").code == 0
     assert CALLS["attention"] >= 10
 
 
@@ -391,6 +391,50 @@ def test_a_trusted_module_kernel_edited_since_training_is_refused_in_one_line(
         sys.modules.pop(module, None)
         result = cli(*opening(command, run_dir), "--trust-kernels")
         assert_one_line_error(result, f"{run_dir} was trained with kernels attention={module}:attention", said)
+
+
+def test_resuming_a_run_naming_a_module_kernel_imports_nothing_without_trust_kernels(
+    cli, tiny_run, tmp_path, monkeypatch, fresh_module
+):
+    monkeypatch.chdir(tmp_path)
+    module = fresh_module(tmp_path, MARKS_ON_IMPORT)  # beside the run, in the working directory
+    path = tiny_run / RunLayout.CONFIG
+    config = json.loads(path.read_text())
+    kernels = {"attention": f"{module}:attention"}
+    path.write_text(json.dumps(config | {"kernels": kernels, "train": config["train"] | {"steps": 40}}))
+    said = f"{tiny_run} was trained with module-path kernels attention={module}:attention"
+    resume = ("run", "--resume", tiny_run, "--device", "cpu", "--quiet")
+    assert_one_line_error(cli(*resume), said, "--trust-kernels")
+    result = cli(*resume, "--trust-kernels")  # never from the working directory
+    assert_one_line_error(result, f"attention={module}:attention: cannot load it (ModuleNotFoundError")
+    assert not (tmp_path / "MARKER").exists() and module not in sys.modules
+    assert str(tmp_path) not in sys.path
+
+
+def test_a_resumed_run_takes_its_module_kernel_from_the_folder_it_recorded_never_the_working_directory(
+    cli, tmp_path, monkeypatch, fresh_module
+):
+    author, elsewhere, run_dir = tmp_path / "author", tmp_path / "elsewhere", tmp_path / "run"
+    module = fresh_module(author, RIGHT_ATTENTION)
+    monkeypatch.chdir(author)
+    assert cli(*TINY, "--steps", "10", "--kernel", f"attention={module}:attention", "--out", run_dir).code == 0
+    path = run_dir / RunLayout.CONFIG
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps(config | {"train": config["train"] | {"steps": 20}}))
+    fresh_module(elsewhere, MARKS_ON_IMPORT, name=module)  # the same name, where the run is resumed from
+    monkeypatch.chdir(elsewhere)
+    sys.modules.pop(module, None)
+    result = cli("run", "--resume", run_dir, "--device", "cpu", "--quiet", "--trust-kernels")
+    assert result.code == 0, result.err
+    assert len(sys.modules[module].CALLS) >= 10  # the author's module trained the resumed steps
+    assert not (elsewhere / "MARKER").exists() and str(elsewhere) not in sys.path
+
+
+def test_trust_kernels_is_for_resuming(cli, tmp_path):
+    assert_one_line_error(
+        cli(*TINY, "--out", tmp_path / "run", "--trust-kernels"), "--trust-kernels applies to --resume"
+    )
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_run_on_an_installed_plugins_kernel_opens_without_trust_kernels(cli, plugin, installed, tmp_path):

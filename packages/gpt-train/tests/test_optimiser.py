@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_tasks import TrainSettings
 from gpt_train.optimisation import FusedAdamW, learning_rate, make_optimizer
+from gpt_train.settings import TrainSettings
 
 SETTINGS = TrainSettings(steps=12, batch_size=4, lr=3e-3, min_lr=3e-4, warmup_steps=3, weight_decay=0.5,
                          beta1=0.9, beta2=0.98)  # fmt: skip
@@ -88,7 +88,7 @@ def test_a_training_step_never_imports_the_compiler():
     code = (
         "import sys, torch\n"
         "from gpt_core import GPT, GPTConfig\n"
-        "from gpt_tasks import TrainSettings\n"
+        "from gpt_train.settings import TrainSettings\n"
         "from gpt_train.optimisation import make_optimizer\n"
         "m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16))\n"
         "o = make_optimizer(m, TrainSettings(steps=1, batch_size=2, lr=1e-3))\n"

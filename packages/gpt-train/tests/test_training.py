@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,11 +17,12 @@ import torch
 from train_helpers import TINY, read_metrics
 
 from gpt_core import GPT, GPTConfig
-from gpt_tasks import TrainSettings
+from gpt_tasks import field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
-from gpt_train.config import RunConfig
+from gpt_train.config import ConfigError, RunConfig, train_settings
 from gpt_train.distributed import Rank
 from gpt_train.runs import Run
+from gpt_train.settings import TrainSettings
 from gpt_train.trainer import Trainer, learning_rate, make_optimizer
 from gpt_viz import RunLayout
 
@@ -41,6 +43,29 @@ def test_learning_rate_warms_up_then_decays_to_min_lr():
 def test_constant_schedule_stays_at_lr_after_warmup():
     s = TrainSettings(**SETTINGS | {"schedule": "constant"})
     assert learning_rate(99, s) == learning_rate(10, s) == 1e-3
+
+
+def test_every_builtin_tasks_training_overrides_resolve_to_a_run_that_warms_up_then_decays(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(random.Random(0).choices("abcdefgh ", k=20_000)), encoding="utf-8")
+    text = {"data": str(corpus), "chunk_size": 64, "block_size": 8}
+    for info in list_tasks():
+        if info.plugin == "builtin":
+            task = get_task(info.name, **(text if "data" in field_types(info.task_class.Params) else {}))
+            s = train_settings(info.name, task.defaults().train)
+            assert s.min_lr > 0 and s.warmup_steps < s.steps, info.name
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"stpes": 400}, "unknown training setting 'stpes'; known: batch_size, beta1"),
+        ({"lr": -1}, "lr must be positive"),
+    ],
+)
+def test_a_task_override_trainsettings_refuses_is_one_line_naming_the_task(overrides, reason):
+    with pytest.raises(ConfigError, match=rf"^task 'reverse', in its defaults\(\)\.train: {reason}"):
+        train_settings("reverse", overrides)
 
 
 def test_weight_decay_only_on_matrices_not_norms_biases_or_positions():

@@ -15,7 +15,7 @@ from gpt_core.kernels import (
     REFERENCE_KERNELS,
     Kernels,
 )
-from gpt_core.kernels.attention import attention, attention_weights, causal_mask, sdpa
+from gpt_core.kernels.attention import attention, attention_weights, causal_mask
 from gpt_core.kernels.cross_entropy import cross_entropy
 from gpt_core.kernels.gelu import gelu
 from gpt_core.kernels.layer_norm import layer_norm
@@ -65,7 +65,6 @@ __all__ = [
     "layer_norm",
     "log_softmax",
     "next_token",
-    "sdpa",
     "softmax",
     "verification_report",
 ]

@@ -19,7 +19,6 @@ from torch import Tensor, nn
 from gpt_core import positions as pos
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
-from gpt_core.kernels.attention import hooked_attention
 from gpt_core.kernels.linear import embedding, first_read_position, linear, read_rows
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import PositionEncoding, RotaryEmbedding
@@ -104,7 +103,7 @@ class GPTOutput(NamedTuple):
 
 
 class Linear(nn.Module):
-    """y = x W^T + b (`kernels/linear.py` gives the product's fast routes)."""
+    """y = x W^T + b (`kernels/linear.py` computes it as one addmm)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
@@ -179,23 +178,23 @@ class MultiHeadAttention(HookPoints, nn.Module):
         self.hook_points(hooks, f"blocks.{layer}.")
 
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
-                first_query: int = 0) -> Tensor:  # fmt: skip
-        """x (B, T, C) -> (B, T - first_query, C): every position is a key, those from `first_query` on ask (the
-        causal kernel aligns queries to the end, as for a cache). RoPE rotates by `positions` (T,) or (B, T)."""
+                first_read: int = 0) -> Tensor:  # fmt: skip
+        """x (B, T, C) -> (B, T - first_read, C): every position is a key, those from the first one read on are
+        queries too (the causal kernel aligns queries to the end, as for a cache). RoPE rotates by `positions`."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
         if self.rope is not None:
             at = positions if positions is not None else (cache.length if cache is not None else 0)
             q, k = self.rope(q, at), self.rope(k, at)
-        q, k, v = self.hook("q", q)[:, :, first_query:], self.hook("k", k), self.hook("v", v)  # q (B, H, T', d)
+        q, k, v = self.hook("q", q)[:, :, first_read:], self.hook("k", k), self.hook("v", v)  # q (B, H, T', d)
         if cache is not None:
             k, v = cache.store(self.layer, k, v)  # (B, H, T_total, d)
         p = self.dropout_p if self.training else 0.0  # only a kernel taking dropout_p is given p > 0
-        if self.hooked("pattern"):  # the weights, for the hook to read or replace: the same bits
-            y = hooked_attention(q, k, v, lambda weights: self.hook("pattern", weights), p)
+        if self.hooked("pattern"):  # the weights (B, H, T', T_total), for the hook to read or replace, times v
+            y = dropout(self.hook("pattern", self.kernels.attention_weights(q, k, True)), p, True) @ v
         else:
             y = self.kernels.attention(q, k, v, True, dropout_p=p) if p else self.kernels.attention(q, k, v, True)
-        y = self.hook("z", y).transpose(1, 2).reshape(B, T - first_query, C)  # (B, T', C)
+        y = self.hook("z", y).transpose(1, 2).reshape(B, T - first_read, C)  # (B, T', C)
         return dropout(self.proj(y), self.dropout_p, self.training)
 
 
@@ -238,10 +237,10 @@ class Block(HookPoints, nn.Module):
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
                 read: Tensor | None = None) -> Tensor:  # fmt: skip
         x = self.hook("resid_pre", x)
-        first = first_read_position(read) if read is not None and not self._hooks else 0  # those before: keys only
-        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions, first))  # (B, T', C)
-        x = self.hook("resid_mid", x[:, first:] + a if self.residual else a)
-        x = x if read is None else read_rows(x, read[:, first:])  # (N, C): the MLP runs only where read
+        first_read = first_read_position(read) if read is not None and not self._hooks else 0  # before: keys only
+        a = self.hook("attn_out", self.attn(self.hook("ln1", self.ln1(x)), cache, positions, first_read))  # (B, T', C)
+        x = self.hook("resid_mid", x[:, first_read:] + a if self.residual else a)
+        x = x if read is None else read_rows(x, read[:, first_read:])  # (N, C): the MLP runs only where read
         if self.mlp is None:  # attention-only
             return self.hook("resid_post", x)
         m = self.hook("mlp_out", self.mlp(self.hook("ln2", self.ln2(x))))

@@ -37,17 +37,22 @@ def softmax(x: Tensor) -> Tensor:
     return exp / exp.sum(dim=-1, keepdim=True)
 
 
-# attention(q, k, v) = softmax(q k^T / sqrt(d) + mask) v, the mask -inf where key j is after query i
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
-    """q (B, H, Tq, d), k and v (B, H, Tk, d) -> (B, H, Tq, d). Causal: the queries are the last Tq of
-    the Tk positions (a KV-cached decoding step), so query i sits at Tk - Tq + i and sees keys up to it."""
+# attention_weights(q, k) = softmax(q k^T / sqrt(d) + mask), the mask -inf where key j is after query i
+def attention_weights(q: Tensor, k: Tensor, causal: bool = True) -> Tensor:
+    """q (B, H, Tq, d), k (B, H, Tk, d) -> (B, H, Tq, Tk), each row summing to 1. Causal: the queries are the
+    last Tq of the Tk positions (a KV-cached decoding step), so query i sits at Tk - Tq + i and sees keys up to it."""
     n_queries, n_keys = q.shape[-2], k.shape[-2]
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if causal:
         allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
         scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = dropout(softmax(scores), dropout_p, training=True)
-    return weights @ v
+    return softmax(scores)
+
+
+# attention(q, k, v) = attention_weights(q, k) v
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
+    """q (B, H, Tq, d), k and v (B, H, Tk, d) -> (B, H, Tq, d), the weights dropped with probability `dropout_p`."""
+    return dropout(attention_weights(q, k, causal), dropout_p, training=True) @ v
 
 
 # layer_norm(x) = (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance of the row

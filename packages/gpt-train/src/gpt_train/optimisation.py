@@ -6,9 +6,10 @@ import math
 from typing import Any
 
 import torch
+from torch.optim.adamw import adamw
 
 from gpt_core import GPT
-from gpt_tasks import TrainSettings
+from gpt_train.settings import TrainSettings
 
 
 def learning_rate(step: int, s: TrainSettings) -> float:
@@ -22,13 +23,13 @@ def learning_rate(step: int, s: TrainSettings) -> float:
 
 
 class FusedAdamW:
-    """AdamW as PyTorch's fused kernel, one call per parameter group and device: the kernel
-    `torch.optim.AdamW(fused=True)` runs, so the same numbers bit for bit, with its `state_dict` layout (a
-    checkpoint written by torch.optim.AdamW resumes here, bit for bit).
+    """AdamW by `torch.optim.adamw.adamw(..., fused=True)`, the function `torch.optim.AdamW(fused=True)` steps
+    with, so the same numbers bit for bit, with its `state_dict` layout (a checkpoint written by
+    torch.optim.AdamW resumes here, bit for bit).
 
-    Why not torch.optim.AdamW itself: the methods of its base class import torch._dynamo, the compiler,
-    the first time one of them runs, which is more than a second of a run's start-up on a 2-core CPU
-    (docs/results/speed.md), and eager training never needs it."""
+    Why not torch.optim.AdamW itself: its constructor and its methods import torch._dynamo, the compiler,
+    which is more than a second of a run's start-up on a 2-core CPU (docs/results/speed.md), and eager
+    training never needs it; the function imports nothing."""
 
     def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float], eps: float = 1e-8):
         self.param_groups = [
@@ -48,20 +49,12 @@ class FusedAdamW:
     def step(self) -> None:
         """One AdamW step for every parameter that has a gradient."""
         for group in self.param_groups:
-            by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-            for param in group["params"]:
-                if param.grad is not None:
-                    by_kind.setdefault((param.device, param.dtype), []).append(param)
-            for params in by_kind.values():
-                states = [self._state(p) for p in params]
-                steps = [s["step"] for s in states]
-                torch._foreach_add_(steps, 1)
-                beta1, beta2 = group["betas"]
-                torch._fused_adamw_(
-                    params, [p.grad for p in params], [s["exp_avg"] for s in states],
-                    [s["exp_avg_sq"] for s in states], [], steps, lr=group["lr"], beta1=beta1, beta2=beta2,
-                    weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False,
-                )  # fmt: skip
+            params = [p for p in group["params"] if p.grad is not None]
+            states = [self._state(p) for p in params]
+            beta1, beta2 = group["betas"]
+            adamw(params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                  [], [s["step"] for s in states], fused=True, amsgrad=False, beta1=beta1, beta2=beta2,
+                  lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)  # fmt: skip
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
@@ -106,9 +99,9 @@ def fused_adamw_runs_on(device: torch.device) -> bool:
     """Whether this PyTorch has the fused AdamW kernel for `device` (CPU from PyTorch 2.4; CUDA and MPS)."""
     param, grad, exp_avg, exp_avg_sq, step = (torch.zeros(1, device=device) for _ in range(5))
     try:
-        torch._fused_adamw_([param], [grad], [exp_avg], [exp_avg_sq], [], [step], lr=0.0, beta1=0.9, beta2=0.99,
-                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)  # fmt: skip
-    except (AttributeError, NotImplementedError, RuntimeError, TypeError):  # missing, or another signature
+        adamw([param], [grad], [exp_avg], [exp_avg_sq], [], [step], fused=True, amsgrad=False, beta1=0.9,
+              beta2=0.99, lr=0.0, weight_decay=0.0, eps=1e-8, maximize=False)  # fmt: skip
+    except (NotImplementedError, RuntimeError):  # no fused kernel for this device
         return False
     return True
 

@@ -9,13 +9,14 @@ of the output,
 intermediate of the softmax. The tricks, each explained where it is used:
  - the softmax in base 2 (`_log2_scores`): exp2 in place of exp, the log2(e) riding on the scale;
  - the mask as an additive bias built once per shape (`_causal_bias`);
- - contiguous copies of k and v made once for the backward (`_Attention.forward`), and the scaled q
-   written contiguously (`_contiguous_times`), so no matmul copies a strided head;
+ - contiguous copies of k and v made once for the backward (`_Attention.forward`), so no matmul of the
+   backward copies a strided head again;
  - with one query, the backward's two products over the query axis as outer products (`_transposed_times`);
  - the softmax's statistics in float32 for 16-bit inputs (`precision`);
  - without a gradient to record, the forward runs bare, without the Function's bookkeeping.
-`attention_weights` computes P by the same arithmetic with plain differentiable operations: it is
-where the weights a model shows (its `pattern` hook, `run_with_cache`, the pictures) come from.
+`attention_weights` computes P by the same arithmetic with plain differentiable operations: the fast
+set's weights function, where the weights a model shows (its `pattern` hook, `run_with_cache`, the
+pictures) come from.
 `benchmarks/kernels.py` times the tricks.
 """
 
@@ -23,13 +24,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from gpt_core.kernels.precision import upcast
-from gpt_core.reference import dropout
 
 _LOG2_E = math.log2(math.e)
 
@@ -64,29 +63,15 @@ def _new_causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: t
 _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
-def _contiguous_times(x: Tensor, factor: float) -> Tensor:
-    """x * factor, laid out contiguously (B, H, T, d) where no gradient is recorded.
-
-    q arrives as a strided view into the fused qkv projection, and a product keeps its input's strides:
-    q k^T would copy it into a contiguous batch first, and the backward's dS^T q again. Writing the product
-    straight into a contiguous buffer gives the matmuls those very numbers in that very layout, with no
-    copy. Autograd differentiates no out= product: a q with a gradient to record (the hooked weights,
-    `attention_weights`) takes the plain product, which q k^T copies once.
-    """
-    if x.is_contiguous() or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
-        return x * factor
-    return torch.mul(x, factor, out=torch.empty_like(x, memory_format=torch.contiguous_format))
-
-
 def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e), contiguous.
+    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e).
 
     Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs much faster than exp on
     CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so the log2(e)
     factor rides on the scale at no cost. 16-bit scores are widened to float32, so the softmax's max
     and sum are never rounded to 16 bits.
     """
-    q = _contiguous_times(q, scale * _LOG2_E)
+    q = q * (scale * _LOG2_E)
     scores = upcast(q @ k.transpose(-2, -1))  # (B, H, Tq, Tk)
     n_queries, n_keys = scores.shape[-2:]
     if causal and n_queries > 1:
@@ -131,11 +116,10 @@ class _Attention(torch.autograd.Function):
         out, probs, keep, q_log2 = _attention_forward(q, k, v, causal, scale, dropout_p)
         ctx.scale = scale
         ctx.save_for_backward(q_log2, k, v, probs, keep, out)
-        ctx.mark_non_differentiable(probs)
-        return out, probs
+        return out
 
     @staticmethod
-    def backward(ctx, d_out: Tensor, _d_probs: Tensor):
+    def backward(ctx, d_out: Tensor):
         q_log2, k, v, probs, keep, out = ctx.saved_tensors  # q_log2 = q * scale * log2(e)
         d_out = d_out.contiguous()
         dropped = probs if keep is None else probs * keep
@@ -153,57 +137,33 @@ class _Attention(torch.autograd.Function):
         return d_q, d_k, d_v, None, None, None
 
 
-def sdpa(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    causal: bool = True,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-) -> tuple[Tensor, Tensor]:
-    """Attention softmax(q k^T * scale) v, returning the output and the attention weights.
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
+    """Attention softmax(q k^T / sqrt(d)) v, fused, with a hand-derived backward.
 
-    q: (B, H, Tq, d); k, v: (B, H, Tk, d) with Tq <= Tk when causal. With `causal`, the
-    queries are aligned to the end of the keys (see `causal_mask`), which is exactly the
-    layout of incremental decoding with a KV cache. Returns the output (B, H, Tq, d) and the
-    attention probabilities (B, H, Tq, Tk) before dropout; the latter carry no gradient.
+    The fast set's `attention` slot. `dropout_p` drops attention weights inside the fused forward (a model
+    in training passes its dropout).
+
+    q: (B, H, Tq, d); k, v: (B, H, Tk, d) with Tq <= Tk when causal. With `causal`, the queries are aligned
+    to the end of the keys (see `causal_mask`), which is exactly the layout of incremental decoding with a
+    KV cache. Returns the output (B, H, Tq, d).
     """
     if causal and q.shape[-2] > k.shape[-2]:
         raise ValueError(f"causal attention needs no more queries than keys, got {q.shape[-2]} > {k.shape[-2]}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scale = 1.0 / math.sqrt(q.shape[-1])
     if not torch.is_grad_enabled():  # no graph to record: skip the Function's bookkeeping
-        return _attention_forward(q, k, v, causal, scale, dropout_p)[:2]
+        return _attention_forward(q, k, v, causal, scale, dropout_p)[0]
     return _Attention.apply(q, k, v, causal, scale, dropout_p)
 
 
-def attention_weights(q: Tensor, k: Tensor, causal: bool = True, scale: float | None = None) -> Tensor:
-    """The attention probabilities softmax(q k^T * scale) (B, H, Tq, Tk), by plain differentiable ops.
+def attention_weights(q: Tensor, k: Tensor, causal: bool = True) -> Tensor:
+    """The attention weights softmax(q k^T / sqrt(d)) (B, H, Tq, Tk), by plain differentiable operations.
 
-    The same numbers as `sdpa`'s weights, in the same arithmetic, but autograd differentiates them:
-    sdpa's fused backward gives its weights no gradient, so a hook that replaces the weights (and
-    wants the replacement to reach the output and the gradients) needs them computed this way.
+    The fast set's `attention_weights` slot: the same numbers as the fused `attention`'s weights, in the same
+    arithmetic, but autograd differentiates them: a hook that replaces the weights (and wants the replacement
+    to reach the output and the gradients) needs them computed this way.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores, _ = _log2_scores(q, k, causal, scale)
+    scores, _ = _log2_scores(q, k, causal, 1.0 / math.sqrt(q.shape[-1]))
     probs = (scores - scores.detach().amax(dim=-1, keepdim=True)).exp2()  # the shift changes no gradient
     return (probs / probs.sum(dim=-1, keepdim=True)).to(q.dtype)
-
-
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
-    """Attention by `sdpa`, with its hand-derived backward: its output alone, as the `attention` slot of
-    `gpt_core.Kernels` takes it. `dropout_p` drops attention weights inside the fused forward (a model
-    in training passes its dropout)."""
-    return sdpa(q, k, v, causal, dropout_p=dropout_p)[0]
-
-
-def hooked_attention(q: Tensor, k: Tensor, v: Tensor, hook: Callable[[Tensor], Tensor], dropout_p: float) -> Tensor:
-    """Causal attention with its weights (`attention_weights`) passed through `hook`, which may read or
-    replace them, gradient flowing: what a model computes while its `pattern` is hooked. Without
-    dropout the same bits as the fused `attention` (the same layouts of k and v, the same arithmetic);
-    its dropout mask is drawn by `dropout`, not the fused kernel's draw."""
-    if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-        k, v = k.contiguous(), v.contiguous()  # as sdpa does then: the same layouts give the same bits
-    weights = hook(attention_weights(q, k))  # (B, H, Tq, Tk)
-    return dropout(weights, dropout_p, True) @ v  # (B, H, Tq, d)

@@ -1,77 +1,27 @@
-"""The two one-operation pieces, Linear's product and Embedding's lookup, by their fast routes.
+"""The two one-operation pieces, Linear's product and Embedding's lookup, and the rows a forward reads.
 
     linear(x, W, b) = x W^T + b        embedding(ids, W) = W[ids]
 
 Neither needs a hand-written backward: each is one tensor operation, so neither is a slot of the
 kernel table. What is here is the route each takes:
- - a product over the flattened leading dimensions is one fused multiply-add (addmm), one call into
-   MKL; a single row (a KV-cached decoding step at batch 1) on an AMD CPU is instead one batched
-   product over the weight's two halves of rows, which there streams the weight faster than MKL's
-   matrix-vector kernel (on Intel's, slower);
+ - a product over the flattened leading dimensions is one fused multiply-add (addmm);
  - the lookup is `index_select`, whose backward is an index_add, instead of `W[ids]`, whose backward
    is the accumulating index_put behind advanced indexing, a much slower route on CPU for the same
-   gradient.
-`benchmarks/kernels.py` times each route against the other.
+   gradient (`benchmarks/kernels.py` times both);
+ - the rows a forward reads (`read_rows`) are taken by `index_select` too.
 """
 
 from __future__ import annotations
 
-import functools
-import platform
-
 import torch
 from torch import Tensor
-
-HALVES_MIN_ENTRIES = 1 << 16
-"""Smaller weights stay one addmm on every CPU: there the call's own cost outweighs how fast it streams."""
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (..., in) @ weight^T (in, out) + bias (out,) -> (..., out)."""
     flat = x.reshape(-1, weight.shape[1])  # (N, in)
-    compiling = torch.compiler.is_compiling()  # one graph for any number of rows: no route by the row count
-    by_halves = not compiling and flat.shape[0] == 1 and halves_fit(weight) and one_row_products_by_halves()
-    out = one_row_by_halves(flat, weight, bias) if by_halves else rows_by_addmm(flat, weight, bias)  # (N, out)
+    out = flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())  # (N, out)
     return out.view(*x.shape[:-1], weight.shape[0])
-
-
-def rows_by_addmm(flat: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """flat (N, in) @ weight^T + bias in one call -> (N, out)."""
-    return flat @ weight.t() if bias is None else torch.addmm(bias, flat, weight.t())
-
-
-def one_row_by_halves(row: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """row (1, in) @ weight^T + bias as one batched product over the two halves of weight's rows -> (1, out)."""
-    halves = weight.view(2, weight.shape[0] // 2, weight.shape[1])  # (2, out/2, in)
-    column = row.t().expand(2, weight.shape[1], 1)  # (2, in, 1), no copy
-    out = torch.bmm(halves, column) if bias is None else torch.baddbmm(bias.view(2, -1, 1), halves, column)
-    return out.view(1, weight.shape[0])
-
-
-def halves_fit(weight: Tensor) -> bool:
-    """Whether `weight` can take the two-halves route: on the CPU, contiguous, an even number of rows, and
-    large enough to gain by it."""
-    large, even = weight.numel() >= HALVES_MIN_ENTRIES, weight.shape[0] % 2 == 0
-    return weight.is_cpu and large and even and weight.is_contiguous()
-
-
-@functools.cache
-def one_row_products_by_halves() -> bool:
-    """True on an AMD CPU with PyTorch's MKL: there MKL's matrix-vector kernel streams a weight more slowly
-    than its batched product does, and the reverse on Intel's (`benchmarks/kernels.py` times both routes)."""
-    return torch.backends.mkl.is_available() and "AuthenticAMD" in cpu_vendor()
-
-
-def cpu_vendor() -> str:
-    """The CPU's vendor string (GenuineIntel, AuthenticAMD) where the system says it, else ''."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:  # Linux
-            for line in info:
-                if line.startswith("vendor_id"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor()  # Windows: "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD"; elsewhere ''
 
 
 def embedding(ids: Tensor, weight: Tensor) -> Tensor:

@@ -71,7 +71,7 @@ def _kernel_row(component: str, fn, inputs: Sequence[Tensor], kernels: Kernels, 
     eager = fn(kernels, *inputs)
     cotangent = torch.randn(eager.shape, generator=gen, device="cpu").to(device)
     eager_grads = torch.autograd.grad(eager, leaves, cotangent)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     counter = GraphCounter()
     try:
         got = compiled(lambda *xs: fn(kernels, *xs), backend=counter)(*inputs)
@@ -105,7 +105,7 @@ def _model_step_row(kernels: Kernels, gen: torch.Generator, device) -> Row:
     read = targets != IGNORE_INDEX
     expected = eager(idx, targets, read=read)
     expected.loss.backward()
-    torch._dynamo.reset()
+    torch.compiler.reset()
     counter = GraphCounter()
     component, label = "compiled GPT training step", "the same step, eager"
     try:

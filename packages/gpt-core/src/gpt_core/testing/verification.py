@@ -103,24 +103,35 @@ def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
 def _attention_cases(ref: References) -> list[_Case]:
     """Attention on the shapes that catch a kernel's mistakes: odd sizes, a single query (a decoding step),
     queries offset as in cached decoding, causal and not, and 133 positions, which a tiled kernel must
-    cover in several tiles and a ragged last one."""
+    cover in several tiles and a ragged last one. Then the attention weights, against the reference's
+    attention with v the identity (P I = P)."""
     B, H, T, d = 2, 4, 7, 16
     long = (1, 3, 133, 5)  # (B, H, T, d)
 
-    def shapes(b: int, h: int, tq: int, tk: int, dh: int):
+    def shapes(b: int, h: int, tq: int, tk: int, dh: int, with_v: bool = True):
         def make(g, dt):
-            return _randn(g, dt, b, h, tq, dh), _randn(g, dt, b, h, tk, dh), _randn(g, dt, b, h, tk, dh)
+            q, k = _randn(g, dt, b, h, tq, dh), _randn(g, dt, b, h, tk, dh)
+            return (q, k, _randn(g, dt, b, h, tk, dh)) if with_v else (q, k)
 
         return make
 
-    def case(component: str, inputs, causal: bool) -> _Case:
-        def theirs(q, k, v):
-            if causal and q.shape[-2] < k.shape[-2]:
-                return _suffix_attention(ref, q, k, v)
-            return ref["sdpa"](q, k, v, causal)
+    def theirs(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+        if causal and q.shape[-2] < k.shape[-2]:
+            return _suffix_attention(ref, q, k, v)
+        return ref["sdpa"](q, k, v, causal)
 
+    def case(component: str, inputs, causal: bool) -> _Case:
         return _Case(component, "sdpa", "attention", ("q", "k", "v"), inputs,
-                     lambda kernels, q, k, v: kernels.attention(q, k, v, causal), theirs)  # fmt: skip
+                     lambda kernels, q, k, v: kernels.attention(q, k, v, causal),
+                     lambda q, k, v: theirs(q, k, v, causal))  # fmt: skip
+
+    def weights_case(component: str, inputs, causal: bool) -> _Case:
+        def weights(q: Tensor, k: Tensor) -> Tensor:
+            identity = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(*k.shape[:-1], k.shape[-2])
+            return theirs(q, k, identity, causal)
+
+        return _Case(component, "sdpa", "attention_weights", ("q", "k"), inputs,
+                     lambda kernels, q, k: kernels.attention_weights(q, k, causal), weights)  # fmt: skip
 
     b, h, t, dh = long
     return [
@@ -131,6 +142,10 @@ def _attention_cases(ref: References) -> list[_Case]:
         case(f"sdpa causal, {t} positions, head size {dh}", shapes(b, h, t, t, dh), True),
         case(f"sdpa non-causal, {t} positions, head size {dh}", shapes(b, h, t, t, dh), False),
         case(f"sdpa causal, {t - 63} queries offset by 63", shapes(b, h, t - 63, t, dh), True),
+        weights_case("attention weights causal", shapes(B, H, T, T, d, with_v=False), True),
+        weights_case("attention weights non-causal", shapes(B, H, T, T, d, with_v=False), False),
+        weights_case("attention weights causal, queries offset by 4", shapes(B, H, T - 4, T, d, with_v=False), True),
+        weights_case("attention weights causal, single query", shapes(B, H, 1, T, d, with_v=False), True),
     ]
 
 
@@ -338,10 +353,12 @@ def kv_cache_row(
     return _row(component, reference, dtype, _difference("logits", torch.cat(steps, 1), full, is_relative(dtype)))
 
 
-def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row:
+def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_pattern: bool = False) -> Row:
     """A whole GPT computed with `kernels` vs the same GPT, same weights, with gpt-core's own: the logits,
     the loss and every parameter's gradient. It feeds the kernels what a model does (attention on
-    strided views of the fused qkv projection, LayerNorm without bias when the config says so)."""
+    strided views of the fused qkv projection, LayerNorm without bias when the config says so). With
+    `hook_pattern`, every block's `pattern` is hooked (a hook keeping the weights), so that the model
+    computes its attention from the `attention_weights` kernel."""
     config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
     with torch.device("cpu"):  # beside the inputs, whatever the default device
         ours = GPT(config, kernels).to(dtype)
@@ -350,10 +367,13 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels) -> Row
     idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
     targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
     component, reference = "GPT forward and backward", "GPT (gpt-core's kernels)"
+    component += ", pattern hooked" if hook_pattern else ""
     expected = theirs(idx, targets)
     expected.loss.backward()
+    patterns = [name for name in ours.hook_names() if name.endswith(".pattern")] if hook_pattern else []
     try:
-        got = ours(idx, targets)
+        with ours.hooks(dict.fromkeys(patterns, lambda weights, name: None)):
+            got = ours(idx, targets)
         got.loss.backward()
     except Exception as error:
         return _row(component, reference, dtype, _raised("the model", error))
@@ -470,7 +490,7 @@ def kernel_report(
             if case.slot == slot
         ]
         if slot != "sampling_softmax":  # a training step never calls it: only generate samples from it
-            rows.append(model_row(gen, dtype, kernels))
+            rows.append(model_row(gen, dtype, kernels, hook_pattern=slot == "attention_weights"))
         if slot == "attention":
             rows += [kv_cache_row(gen, dtype, pos, kernels=kernels) for pos in ("learned", "rope", "none")]
     return rows
