@@ -4,6 +4,7 @@
     nox -s "tests(package='gpt-core')"        # one package
     nox -s plugin                             # the example third-party task plugin, installed as a third party would
     nox -s kernel_plugin                      # the example third-party kernel plugin (flash attention), likewise
+    nox -s triton                             # the Triton set: in its interpreter, and built for sm_80/sm_90
     nox -s gpt2                               # GPT-2 parity with transformers (installed in this session only)
     nox -s experiments                        # the experiments' quick mode (a smoke test of the machinery)
     nox -s lint                               # ruff
@@ -39,7 +40,7 @@ PACKAGES = {
     "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
-nox.options.sessions = ["tests", "plugin", "kernel_plugin", "gpt2", "experiments", "tutorial", "lint", "docs"]
+nox.options.sessions = ["tests", "triton", "plugin", "kernel_plugin", "gpt2", "experiments", "tutorial", "lint", "docs"]
 nox.options.reuse_existing_virtualenvs = False
 nox.options.default_venv_backend = "uv|virtualenv"
 
@@ -90,6 +91,21 @@ def tests(session: nox.Session, package: str) -> None:
     install_packages(session, *PACKAGES[package], package, extras="[test]")
     workers, env = parallel_pytest(session)
     session.run("pytest", "-q", *workers, package_dir(package) + "/tests", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def triton(session: nox.Session) -> None:
+    """The `triton` kernel set without a GPU: Triton installed (gpt-core[triton]), every kernel checked against
+    PyTorch forward and backward in float64 by Triton's interpreter (TRITON_INTERPRET=1 runs the kernels on CPU
+    tensors), `gpt-train verify --kernels triton` likewise, and every kernel compiled ahead of time for sm_80
+    and sm_90 (the compile test needs no interpreter: Triton builds GPU binaries on a CPU)."""
+    install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
+    session.install(*CONSTRAINTS, package_dir("gpt-core") + "[test,triton]")
+    workers, env = parallel_pytest(session, dist="load")
+    tests = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("attention", "kernels", "set")]
+    session.run("pytest", "-q", *workers, *tests, *session.posargs, env=env | {"TRITON_INTERPRET": "1"})
+    session.run("pytest", "-q", *workers, package_dir("gpt-core") + "/tests/test_triton_ahead_of_time.py", env=env)
+    session.run("gpt-train", "verify", "--kernels", "triton", env=env | {"TRITON_INTERPRET": "1"})
 
 
 def run_example_tests(session: nox.Session, name: str) -> None:
@@ -154,7 +170,7 @@ def tutorial(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """The README, package and example READMEs and docs pages say what the product does: the checker's tests,
-    then the checker on the tree (README length, relative links, no account of how a number was produced)."""
+    then the checker on the tree (README length, relative links, at most one line naming versions per page)."""
     session.install(*CONSTRAINTS, "pytest")
     session.run("pytest", "-q", str(ROOT / "tools" / "tests"), *session.posargs)
     session.run("python", str(ROOT / "tools" / "check_prose.py"))

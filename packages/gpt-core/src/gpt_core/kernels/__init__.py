@@ -8,25 +8,27 @@ KERNEL_SIGNATURES, which is what `gpt_core.testing.kernel_report` pins a replace
 Two sets come with gpt-core. REFERENCE_KERNELS is `gpt_core.reference`: each piece as its
 definition in plain autograd. FAST_KERNELS, the default, is the modules of this package, one per
 piece, each opening with the maths it implements and why each of its tricks is there:
-    attention.py      fused attention, hand-derived backward, base-2 softmax, cached mask
+    attention.py      fused attention, hand-derived backward, base-2 softmax, cached mask; its weights
     layer_norm.py     hand-derived backward, variance from one norm, float32 statistics
     gelu.py           hand-derived backward, tanh through sigmoid
     cross_entropy.py  hand-derived backward from the saved log-sum-exp
     softmax.py        softmax and log-softmax, float32 statistics
-    linear.py         Linear's product and Embedding's lookup by their fast routes (not slots)
+    linear.py         Linear's product, Embedding's lookup and the rows a forward reads (not slots)
     precision.py      the float32 statistics for 16-bit inputs
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
 from torch import Tensor
 
 from gpt_core import reference
 from gpt_core.kernels.attention import attention as fast_attention
+from gpt_core.kernels.attention import attention_weights as fast_attention_weights
 from gpt_core.kernels.cross_entropy import cross_entropy as fast_cross_entropy
 from gpt_core.kernels.gelu import gelu as fast_gelu
 from gpt_core.kernels.layer_norm import layer_norm as fast_layer_norm
@@ -37,6 +39,8 @@ KERNEL_SIGNATURES = {
     "attention": "(q, k, v, causal) -> output; q (B, H, Tq, d), k and v (B, H, Tk, d), scale 1/sqrt(d); causal: "
     "query i sits at position Tk - Tq + i and sees keys up to it (the KV-cache layout); a kernel that also takes "
     "dropout_p applies attention dropout, and only such a kernel serves a model with dropout",
+    "attention_weights": "(q, k, causal) -> the weights softmax(q k^T / sqrt(d)) (B, H, Tq, Tk), masked as "
+    "attention's, differentiable; a model hooked at `pattern` computes its attention as these weights times v",
     "sampling_softmax": "(x) -> softmax over the last dim (generate samples from it)",
     "layer_norm": "(x, weight, bias, eps) -> normalised over the last dim, times weight, plus bias (None: none)",
     "gelu": "(x) -> GELU, tanh approximation",
@@ -49,13 +53,15 @@ AttentionKernel = Callable[..., Tensor]
 
 @dataclass(frozen=True)
 class Kernels:
-    """The functions a model calls for attention, LayerNorm, GELU, the loss, and sampling's softmax.
+    """The functions a model calls for attention (and its weights, where a hook reads them), LayerNorm, GELU,
+    the loss, and sampling's softmax.
 
     Linear and Embedding are not slots: each is one tensor operation, with nothing to write by hand
     (`kernels/linear.py`).
     """
 
     attention: AttentionKernel = fast_attention
+    attention_weights: Callable[[Tensor, Tensor, bool], Tensor] = fast_attention_weights
     sampling_softmax: Callable[[Tensor], Tensor] = fast_softmax
     layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = fast_layer_norm
     gelu: Callable[[Tensor], Tensor] = fast_gelu
@@ -87,10 +93,41 @@ FAST_KERNELS = Kernels()
 DEFAULT_KERNELS = FAST_KERNELS
 REFERENCE_KERNELS = Kernels(
     attention=reference.attention,
+    attention_weights=reference.attention_weights,
     sampling_softmax=reference_softmax,
     layer_norm=reference.layer_norm,
     gelu=reference.gelu,
     cross_entropy=reference.cross_entropy,
 )
-KERNEL_SETS = {"fast": FAST_KERNELS, "reference": REFERENCE_KERNELS}
-"""The kernel sets gpt-core ships, by name."""
+
+
+class _KernelSets(Mapping[str, Kernels]):
+    """The kernel sets gpt-core ships, by name: "fast", "reference", and "triton" where Triton is installed
+    (`pip install gpt-core[triton]`), imported on first use so that a process that never asks for it never
+    loads Triton."""
+
+    def __init__(self, **sets: Kernels):
+        self._sets = sets
+
+    def __getitem__(self, name: str) -> Kernels:
+        if name == "triton" and _triton_installed():
+            from gpt_core.kernels.triton import TRITON_KERNELS
+
+            return TRITON_KERNELS
+        return self._sets[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._sets
+        if _triton_installed():
+            yield "triton"
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+KERNEL_SETS: Mapping[str, Kernels] = _KernelSets(fast=FAST_KERNELS, reference=REFERENCE_KERNELS)
+"""The kernel sets gpt-core ships, by name (`_KernelSets`)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 import torch
 
@@ -57,7 +59,9 @@ def verify(
     Exits 1 if any difference exceeds the tolerance.
 
     --kernels reference checks the reference set instead: each piece as its plain-autograd definition
-    (gpt_core.reference), the same cases, the same tolerance.
+    (gpt_core.reference), the same cases, the same tolerance. --kernels triton checks the Triton set (where
+    Triton is installed): on a GPU compiled, on the CPU in Triton's interpreter (TRITON_INTERPRET=1), which runs
+    the same kernel code on CPU tensors in float64.
 
     With --kernel SLOT=NAME, checks that kernel instead, on every case of its slot, forward and
     backward, then a whole GPT computed with it against gpt-core's own kernels (and, for attention,
@@ -77,6 +81,7 @@ def verify(
     Examples:
       gpt-train verify
       gpt-train verify --kernels reference
+      gpt-train verify --kernels triton
       gpt-train verify --dtype bf16
       gpt-train verify --device cuda --compile
       gpt-train verify --kernel attention=flash
@@ -105,6 +110,8 @@ def verify(
     if compile_:
         check_compiler(target)
     if not choices:
+        if kernel_set == "triton" and target.type == "cpu":  # the kernels run on CPU tensors in Triton's interpreter
+            os.environ.setdefault("TRITON_INTERPRET", "1")
         kernels = KERNEL_SETS[kernel_set]
         what = "" if kernel_set == "fast" else f"{kernel_set} kernels: "
         what += "" if target.type == "cpu" else f"on {target}: "

@@ -1,0 +1,58 @@
+"""Every Triton kernel of the `triton` set compiles for the NVIDIA chips it is meant for, from a CPU.
+
+Triton builds a GPU binary without a GPU (its own ptxas): each kernel, at the dtypes and block sizes the set
+launches it with (each module's AOT_SPECS), is compiled for sm_80 (A100) and sm_90 (H100, H200), and must fit
+the chip's shared memory per block. A kernel that asks for more than the chip has fails here, in CI, instead of
+at a user's first launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+MODULES = ("attention", "layer_norm", "cross_entropy", "gelu", "softmax")
+SHARED_MEMORY = {80: 166_912, 90: 232_448}  # bytes of shared memory one block may use (A100: 163 KiB, H100: 227 KiB)
+
+
+def specs():
+    for name in MODULES:
+        module = importlib.import_module(f"gpt_core.kernels.triton.{name}")
+        options = getattr(module, "AOT_OPTIONS", {})  # the warps and pipeline stages the module launches with
+        for kernel, signature, constexprs in module.AOT_SPECS:
+            label = ",".join(f"{k}={v}" for k, v in constexprs.items())
+            dtypes = sorted({t for t in signature.values() if t.startswith("*")})
+            case = f"{name}.{kernel.fn.__name__}[{label};{'/'.join(dtypes)}]"
+            yield pytest.param(kernel, signature, constexprs, options, id=case)
+
+
+SPECS = list(specs())
+
+
+@pytest.mark.parametrize("capability", sorted(SHARED_MEMORY))
+@pytest.mark.parametrize(("kernel", "signature", "constexprs", "options"), SPECS)
+def test_every_triton_kernel_compiles_for_the_chip_within_its_shared_memory(
+    kernel, signature, constexprs, options, capability
+):
+    if not isinstance(kernel, JITFunction):  # imported under TRITON_INTERPRET=1: the interpreter's wrapper
+        kernel = JITFunction(kernel.fn)
+    compiled = triton.compile(
+        ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+        target=GPUTarget("cuda", capability, 32),
+        options=options,
+    )
+    assert compiled.asm["cubin"], "no binary was built"
+    shared = compiled.metadata.shared
+    limit = SHARED_MEMORY[capability]
+    assert shared <= limit, f"needs {shared} bytes of shared memory, sm_{capability} has {limit}"
+
+
+def test_every_module_of_the_set_names_kernels_to_compile():
+    modules = {name: importlib.import_module(f"gpt_core.kernels.triton.{name}") for name in MODULES}
+    assert all(module.AOT_SPECS for module in modules.values())
