@@ -39,11 +39,12 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
         modadd: (
             {"n_layer": 1, "n_embd": 64, "tie_weights": False, "layernorm": False, "init_scale": 8.0},
             {
-                "steps": 2400,
+                "steps": 3000,
                 "batch_size": modadd.split.count("train"),  # full batch
                 "lr": 1.2e-2,
                 "warmup_steps": 10,
                 "schedule": "constant",
+                "cooldown_steps": 600,
                 "weight_decay": 0.7,
                 "beta2": 0.98,
                 "grad_clip": 0.0,

@@ -45,6 +45,24 @@ def test_constant_schedule_stays_at_lr_after_warmup():
     assert learning_rate(99, s) == learning_rate(10, s) == 1e-3
 
 
+def test_a_cool_down_holds_lr_then_falls_linearly_towards_min_lr_over_the_last_steps():
+    s = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_steps": 30})
+    assert learning_rate(69, s) == 1e-3  # the constant part ends at steps - cooldown_steps
+    assert learning_rate(70, s) == pytest.approx(1e-3)
+    assert learning_rate(85, s) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 15 / 30)
+    assert learning_rate(99, s) == pytest.approx(1e-4 + (1e-3 - 1e-4) / 30)  # one step short of min_lr
+    assert all(learning_rate(i, s) > learning_rate(i + 1, s) for i in range(70, 99))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"schedule": "cosine"}, "applies to the constant schedule"), ({"cooldown_steps": 95}, "must be in")],
+)
+def test_a_cool_down_that_cannot_apply_is_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_steps": 30} | change)
+
+
 def test_every_builtin_tasks_training_overrides_resolve_to_a_run_that_warms_up_then_decays(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(random.Random(0).choices("abcdefgh ", k=20_000)), encoding="utf-8")

@@ -13,11 +13,13 @@ from gpt_train.settings import TrainSettings
 
 
 def learning_rate(step: int, s: TrainSettings) -> float:
-    """Linear warmup to lr, then cosine decay to min_lr at the last step (or constant)."""
+    """Linear warmup to lr, then cosine decay to min_lr at the last step, or constant with its last
+    `cooldown_steps` falling linearly towards min_lr."""
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
     if s.schedule == "constant":
-        return s.lr
+        cooling = step - (s.steps - s.cooldown_steps)  # steps into the cool-down (negative before it)
+        return s.lr if cooling < 0 else s.lr + (s.min_lr - s.lr) * cooling / s.cooldown_steps
     progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
     return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
