@@ -32,7 +32,8 @@ QUESTION = (
 )
 SEEDS = (1, 2, 3)  # every variant, the pictures and the spectra
 TUNING_SEEDS = (1, 2, 3, 7, 42)  # the seeds the defaults were chosen on
-UNSEEN_SEEDS = tuple(range(101, 111))  # the default run only: seeds never run while choosing the defaults
+TUNING_COOLDOWN_SEEDS = (201, 202, 203, 204)  # the seeds the cool-down was chosen on
+UNSEEN_SEEDS = tuple(range(301, 321))  # the default run only: named before any was run, never used to choose
 THRESHOLD = 0.99  # train accuracy at t_fit, held-out accuracy at t_gen
 CHANCE_BOUND = 0.10  # held-out accuracy may not exceed this ...
 WINDOW = 5  # ... at any evaluation up to WINDOW x t_fit
@@ -40,13 +41,14 @@ MIN_RATIO = 10  # t_gen / t_fit
 WALL_LIMIT = 15 * 60  # seconds a run may take
 GROKFAST = ("--set", "grokfast_alpha=0.98", "--set", "grokfast_lambda=2")
 VARIANTS = {"default": (), "wd0": ("--weight-decay", "0"), "grokfast": GROKFAST}
-QUICK = ("--set", "p=23", "--set", "eval_every=10")
+QUICK = ("--set", "p=23", "--set", "eval_every=10", "--set", "cooldown_steps=0")
 QUICK_STEPS = 60
 ACCURACY = {split: metric_key(split, "accuracy") for split in (TRAIN, HELDOUT)}
 PROGRESS = metric_key(TRAIN, FOURIER_SHARE)  # a property of the weights: every split reports the same value
 SHARE = f"top-{TOP_FREQUENCIES} Fourier share"
 DEFAULT_HEADER = ["seed", f"t_fit (train acc >= {THRESHOLD})", f"t_gen (held-out acc >= {THRESHOLD})", "t_gen / t_fit",
-                  f"max held-out acc up to {WINDOW} x t_fit", "final train acc", "final held-out acc", f"final {SHARE}",
+                  f"max held-out acc up to {WINDOW} x t_fit", "lowest held-out acc after t_gen",
+                  f"last below {THRESHOLD} (step)", "final train acc", "final held-out acc", f"final {SHARE}",
                   "run's clock", "targets met"]  # fmt: skip
 WD0_HEADER = ["seed", "t_fit", f"first held-out acc >= {CHANCE_BOUND}", "max held-out acc", "final held-out acc",
               "final held-out loss", f"final {SHARE}", "run's clock"]  # fmt: skip
@@ -64,6 +66,7 @@ class Grokking:
     window: list[float]  # held-out accuracy at every evaluation up to WINDOW x t_fit
     window_end: int  # the last evaluation step in the window
     heldout_max: float
+    after_gen: list[tuple[int, float]]  # (step, held-out accuracy) at every evaluation from t_gen on
     final: dict
 
     @classmethod
@@ -71,14 +74,24 @@ class Grokking:
         evaluations = [r for r in run.metrics if ACCURACY[HELDOUT] in r]
         t_fit = run.first_step(ACCURACY[TRAIN], THRESHOLD)
         inside = [r for r in evaluations if t_fit is not None and r["step"] <= WINDOW * t_fit]
+        t_gen = run.first_step(ACCURACY[HELDOUT], THRESHOLD)
         return cls(
             t_fit=t_fit,
-            t_gen=run.first_step(ACCURACY[HELDOUT], THRESHOLD),
+            t_gen=t_gen,
             window=[r[ACCURACY[HELDOUT]] for r in inside],
             window_end=inside[-1]["step"] if inside else 0,
             heldout_max=max(r[ACCURACY[HELDOUT]] for r in evaluations),
+            after_gen=[
+                (r["step"], r[ACCURACY[HELDOUT]]) for r in evaluations if t_gen is not None and r["step"] >= t_gen
+            ],
             final=run.final,
         )
+
+    @property
+    def last_below(self) -> int | None:
+        """The last evaluation after t_gen with held-out accuracy below THRESHOLD (a collapse), if any."""
+        below = [step for step, accuracy in self.after_gen if accuracy < THRESHOLD]
+        return below[-1] if below else None
 
     @property
     def ratio(self) -> float | None:
@@ -98,6 +111,8 @@ class Grokking:
         """The targets this run missed, in words (none: it met them all)."""
         missed = [] if self.stays_at_chance else [f"held-out acc <= {CHANCE_BOUND} up to {WINDOW} x t_fit"]
         missed += [] if self.t_gen is not None else [f"held-out acc >= {THRESHOLD} by the end"]
+        final = self.final[ACCURACY[HELDOUT]]
+        missed += [] if final >= THRESHOLD else [f"final held-out acc >= {THRESHOLD} ({final:.4f})"]
         missed += [] if (self.ratio or 0) >= MIN_RATIO else [f"t_gen / t_fit >= {MIN_RATIO}"]
         return missed + ([] if clock <= WALL_LIMIT else [f"<= {WALL_LIMIT // 60} minutes ({clock:.0f} s)"])
 
@@ -119,8 +134,10 @@ def default_rows(runs: dict[str, Run], seeds: Sequence[int]) -> tuple[list[list]
         misses = g.missed_targets(run.clock)
         missed += [f"seed {seed} missed {', '.join(misses)}"] if misses else []
         window = f"{max(g.window):.4f} ({len(g.window)} evaluations to step {g.window_end})" if g.window else "-"
-        rows.append([seed, step_or_never(g.t_fit), step_or_never(g.t_gen), ratio_text(g.ratio), window,
-                     f"{g.final[ACCURACY[TRAIN]]:.4f}", f"{g.final[ACCURACY[HELDOUT]]:.4f}",
+        lowest = f"{min(a for _, a in g.after_gen):.4f}" if g.after_gen else "-"
+        rows.append([seed, step_or_never(g.t_fit), step_or_never(g.t_gen), ratio_text(g.ratio), window, lowest,
+                     "-" if g.last_below is None else str(g.last_below), f"{g.final[ACCURACY[TRAIN]]:.4f}",
+                     f"{g.final[ACCURACY[HELDOUT]]:.4f}",
                      f"{g.final[PROGRESS]:.3f}", f"{run.clock:.0f} s", "no" if misses else "yes"])  # fmt: skip
     return rows, missed
 
@@ -156,13 +173,18 @@ def recipe(run: Run) -> str:
     return (
         f"`gpt-train run --task modadd` trains a {m.n_layer}-layer, {m.n_head}-head, {m.n_embd}-dim transformer "
         f"{'with' if m.layernorm else 'without'} LayerNorm whose initial weight matrices are {m.init_scale:g}x GPT-2's "
-        f"(`init_scale`), with AdamW (lr {t.lr:g}, {t.schedule}, weight decay {t.weight_decay:g}, betas "
+        f"(`init_scale`), with AdamW (lr {t.lr:g}, {t.schedule}{cooldown(t)}, weight decay {t.weight_decay:g}, betas "
         f"{t.beta1:g}/{t.beta2:g}) on the full batch of {t.batch_size:,} pairs ({task['train_fraction']:.0%} of the "
         f"{task['p']}^2 pairs) for {t.steps:,} steps, scoring every pair of both splits every {t.eval_every} steps "
         f"(chance: 1/{task['p']} = {1 / task['p']:.4f}). t_fit is the first evaluation with train accuracy >= "
         f"{THRESHOLD}, t_gen the first with held-out accuracy >= {THRESHOLD}. Each setting changed one at a time: "
         "`python experiments/exp_grokking_levers.py` (not part of run_all: about ten runs of up to 15 minutes)."
     )
+
+
+def cooldown(t) -> str:
+    """The cool-down in words, or nothing."""
+    return f", its last {t.cooldown_steps:,} steps cooling linearly to {t.min_lr:g}" if t.cooldown_steps else ""
 
 
 def wd0_summary(runs: dict[str, Run], seeds: Sequence[int]) -> str:
@@ -253,7 +275,7 @@ def spectra_section(ctx: Context, main: Run, args: Sequence[str]) -> str:
     g = Grokking.of(main)
     end = main.final["step"]
     fit_step = g.t_fit or end // 2  # a quick run may not fit: its middle stands in
-    rerun_args = [*args, "--steps", str(fit_step)]
+    rerun_args = [*args, "--steps", str(fit_step), "--set", "cooldown_steps=0"]  # the full run's constant lr
     rerun = train(ctx, f"{main.name}-to-step{fit_step}", rerun_args)
     assert same_trajectory(main, rerun, fit_step), "the rerun to t_fit did not follow the run it stands for"
     config, fitted = load_run(rerun.run_dir, torch.device("cpu"))
@@ -307,7 +329,7 @@ def verdict(missed: list[str]) -> str:
 def targets_text() -> str:
     return (
         f"Targets: held-out accuracy <= {CHANCE_BOUND} at every evaluation up to {WINDOW} x t_fit, "
-        f"t_gen / t_fit >= {MIN_RATIO}, held-out accuracy >= {THRESHOLD} by the end, "
+        f"t_gen / t_fit >= {MIN_RATIO}, held-out accuracy >= {THRESHOLD} at the end, "
         f"<= {WALL_LIMIT // 60} minutes a run"
     )
 
@@ -336,8 +358,9 @@ def run(ctx: Context):
     unseen_rows, unseen_missed = default_rows(runs, unseen)
     body += (
         f"\n\n### Seeds never used while choosing the defaults\n\nThe defaults were chosen on seeds "
-        f"{', '.join(map(str, TUNING_SEEDS))}; seeds {unseen[0]}-{unseen[-1]} were run for the first time here, "
-        f"each the default command with its seed.\n\n{markdown_table(DEFAULT_HEADER, unseen_rows)}"
+        f"{', '.join(map(str, TUNING_SEEDS))}, the cool-down on seeds {', '.join(map(str, TUNING_COOLDOWN_SEEDS))}; "
+        f"seeds {unseen[0]}-{unseen[-1]} were named before any was run, and each was run once here, the default "
+        f"command with its seed.\n\n{markdown_table(DEFAULT_HEADER, unseen_rows)}"
         f"\n\n{targets_text()}: **{verdict(unseen_missed)}**."
     )
     body += "\n\n### Weight decay 0, same steps\n\n" + markdown_table(WD0_HEADER, wd0_rows(runs, seeds))

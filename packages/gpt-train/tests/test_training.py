@@ -54,9 +54,16 @@ def test_a_cool_down_holds_lr_then_falls_linearly_towards_min_lr_over_the_last_s
     assert all(learning_rate(i, s) > learning_rate(i + 1, s) for i in range(70, 99))
 
 
+def test_a_run_shorter_than_its_cool_down_cools_from_the_end_of_the_warm_up():
+    s = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_steps": 600})
+    assert learning_rate(9, s) == pytest.approx(1e-3)  # the warm-up's last step
+    assert learning_rate(10, s) == pytest.approx(1e-3)
+    assert learning_rate(55, s) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 45 / 90)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"schedule": "cosine"}, "applies to the constant schedule"), ({"cooldown_steps": 95}, "must be in")],
+    [({"schedule": "cosine"}, "applies to the constant schedule"), ({"cooldown_steps": -1}, "must not be negative")],
 )
 def test_a_cool_down_that_cannot_apply_is_refused(change, message):
     with pytest.raises(ValueError, match=message):

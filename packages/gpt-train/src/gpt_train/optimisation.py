@@ -18,8 +18,9 @@ def learning_rate(step: int, s: TrainSettings) -> float:
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
     if s.schedule == "constant":
-        cooling = step - (s.steps - s.cooldown_steps)  # steps into the cool-down (negative before it)
-        return s.lr if cooling < 0 else s.lr + (s.min_lr - s.lr) * cooling / s.cooldown_steps
+        length = min(s.cooldown_steps, s.steps - s.warmup_steps)  # a shorter run cools from the warm-up's end
+        cooling = step - (s.steps - length)  # steps into the cool-down (negative before it)
+        return s.lr if cooling < 0 else s.lr + (s.min_lr - s.lr) * cooling / length
     progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
     return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
