@@ -106,6 +106,12 @@ def test_eval_of_a_missing_directory(cli, tmp_path):
     assert_one_line_error(cli("eval", tmp_path / "nowhere"), "does not exist")
 
 
+def test_resume_or_eval_of_a_file_says_it_is_not_a_directory(cli, tmp_path):
+    (tmp_path / "a-file").write_text("not a run")
+    assert_one_line_error(cli("run", "--resume", tmp_path / "a-file"), "a-file is not a directory")
+    assert_one_line_error(cli("eval", tmp_path / "a-file"), "a-file is not a directory")
+
+
 def truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])

@@ -118,6 +118,24 @@ def test_sample_answers_a_prompt_of_an_untrained_length_one_token_a_digit_and_sa
     assert result.err.strip().splitlines() == [note + " to answer it"]
 
 
+def test_sample_says_a_modadd_prompt_that_is_not_two_numbers_then_equals_was_never_trained_on(cli, tmp_path):
+    run_dir = tmp_path / "modadd"
+    run = cli("run", "--task", "modadd", "--set", "p=11", "--steps", "2", "--device", "cpu", "--quiet", "--no-pictures",
+              "--out", run_dir)  # fmt: skip
+    assert run.code == 0, run.err
+    prompts = ["3 4 =", "1 2", "1", "= = =", "1 2 3"]
+    result = cli("sample", run_dir, *(part for prompt in prompts for part in ("--prompt", prompt)))
+    assert result.code == 0, result.err
+    assert [line.split(" -> ")[0] for line in result.out.strip().splitlines()] == prompts
+    example = cli("sample", run_dir).out.split(" -> ")[0]
+    notes = result.err.strip().splitlines()
+    assert notes == [
+        f"note: modadd trains on prompts of two numbers then '=', like {example!r}, and this one is {prompt!r}: the "
+        "model never learned to answer it"
+        for prompt in prompts[1:]
+    ]
+
+
 def test_sample_refuses_a_prompt_longer_than_a_learned_position_models_block_in_one_line(cli, tiny_run):
     result = cli("sample", tiny_run, "--prompt", "31415926")  # block 7: 4 digits and 3 of the answer
     assert result.code == 2 and result.out == ""

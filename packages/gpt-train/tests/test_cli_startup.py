@@ -1,5 +1,5 @@
-"""`gpt-train --help` answers without importing torch: the commands are imported when used, and the list it prints
-summarises each exactly as the command's own help would."""
+"""`gpt-train --help` answers without importing torch (or numpy): the commands are imported when used, and the list
+it prints summarises each exactly as the command's own help would; Ctrl-C while a command starts is `aborted`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ try:
     main(["--help"])
 except SystemExit as exit_:
     assert exit_.code in (0, None), exit_.code
-heavy = sorted(name for name in ("torch", "matplotlib", "gpt_core", "gpt_tasks") if name in sys.modules)
+heavy = sorted(name for name in ("torch", "numpy", "matplotlib", "gpt_core", "gpt_tasks", "gpt_viz")
+               if name in sys.modules)
 print("IMPORTED:", ",".join(heavy))
 """
 
@@ -43,3 +44,28 @@ def test_a_command_is_imported_when_it_is_used():
     result = CliRunner().invoke(cli, ["tasks", "--help"])
     assert result.exit_code == 0 and "List every installed task" in result.output
     assert "tasks" in cli.commands
+
+
+CTRL_C_WHILE_TORCH_IMPORTS = """
+import sys
+from gpt_train.cli import main
+
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+        return None
+
+
+sys.meta_path.insert(0, CtrlC())
+main(["run", "--task", "sort", "--steps", "1", "--out", sys.argv[1]])
+"""
+
+
+def test_ctrl_c_while_a_command_starts_is_aborted_with_exit_130(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_TORCH_IMPORTS, str(tmp_path / "run")], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr.strip()) == (130, "gpt-train: aborted")
+    assert not (tmp_path / "run").exists()

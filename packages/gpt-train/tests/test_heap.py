@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import TINY
 
-from gpt_train.heap import GLIBC_VARIABLES, _on_glibc, keep_freed_memory
+from gpt_train.heap import GLIBC_VARIABLES, TUNABLES, _on_glibc, keep_freed_memory
 from gpt_viz import RunLayout
 
 glibc_only = pytest.mark.skipif(not _on_glibc(), reason="the thresholds are glibc's malloc's")
@@ -42,7 +42,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def environment_without_glibc_variables() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if name not in GLIBC_VARIABLES}
+    return {name: value for name, value in os.environ.items() if name not in (*GLIBC_VARIABLES, TUNABLES)}
 
 
 def page_faults(heap: str) -> int:
@@ -60,13 +60,31 @@ def test_memory_a_step_frees_serves_the_next_step_without_page_faults():
 
 @glibc_only
 def test_the_thresholds_are_set_on_glibc_unless_its_own_variables_are(monkeypatch):
-    for name in GLIBC_VARIABLES:
+    for name in (*GLIBC_VARIABLES, TUNABLES):
         monkeypatch.delenv(name, raising=False)
     assert keep_freed_memory()
     for name in GLIBC_VARIABLES:
         with monkeypatch.context() as patched:
             patched.setenv(name, "131072")
             assert not keep_freed_memory()
+
+
+@glibc_only
+@pytest.mark.parametrize(
+    ("tunables", "kept"),
+    [
+        ("glibc.malloc.trim_threshold=131072", False),
+        ("glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=131072", False),
+        ("glibc.malloc.top_pad=0", False),
+        ("glibc.malloc.arena_max=2", True),  # no threshold: ours are set
+        ("glibc.cpu.hwcaps=-AVX512F", True),
+    ],
+)
+def test_the_thresholds_are_left_to_glibc_tunables_that_set_them(monkeypatch, tunables, kept):
+    for name in GLIBC_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(TUNABLES, tunables)
+    assert keep_freed_memory() is kept
 
 
 def trained_weights(out, env: dict[str, str]) -> dict[str, torch.Tensor]:

@@ -7,12 +7,15 @@ right result), and nothing already written is lost."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import re
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from train_helpers import TINY, assert_one_line_error
 
 from gpt_train.analysis.common import InspectError
@@ -124,12 +127,14 @@ def test_config_sizes_the_checkpoint_does_not_hold_are_one_line_and_no_model_is_
         (lambda c: c.update(kernels=["attention"]), "kernels must be a mapping, got [\"attention\"]"),
         (lambda c: c.update(model=[1, 2]), "model must be a mapping"),
         (lambda c: c.update(eval_splits="heldout"), "eval_splits must be a list"),
+        (lambda c: c.update(kernel_folders={"gelu": 5}), 'kernel_folders must hold strings only, got {"gelu": 5}'),
         (lambda c: c["model"].update(bias="yes"), 'model setting bias must be bool, got "yes"'),
         (lambda c: c["model"].update(n_layer=1.5), "model setting n_layer must be int, got 1.5"),
         (lambda c: c["task_params"].update(length=10**9), "vocab ** length must stay below 2**62"),
         (lambda c: c["task_params"].update(length=5), "make a sort task of vocab_size 10, block_size 9"),
     ],
-    ids=["kernels a list", "model a list", "splits a string", "a string for a bool", "a float for an int",
+    ids=["kernels a list", "model a list", "splits a string", "a folder a number", "a string for a bool",
+         "a float for an int",
          "an absurd task size", "a task size not the model's"],
 )  # fmt: skip
 def test_a_config_field_of_the_wrong_type_or_size_is_one_line(cli, tiny_run, change, said):
@@ -146,8 +151,26 @@ def test_a_config_field_of_the_wrong_type_or_size_is_one_line(cli, tiny_run, cha
         ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "gpu0"}, "LOCAL_RANK='gpu0' is not what torchrun sets"),
         ({"RANK": "-1", "WORLD_SIZE": "1"}, "RANK='-1' is not what torchrun sets (a whole number, 0 or more)"),
         ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "1"}, "RANK=2 is not below WORLD_SIZE=2"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "http"},
+            "MASTER_PORT='http' is not what torchrun sets (a port, 1 to 65535)",
+        ),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "70000"}, "MASTER_PORT='70000'"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "9" * 20, "MASTER_ADDR": "x", "MASTER_PORT": "1"},
+            "past what torchrun sets (at most 2,147,483,647)",
+        ),
     ],
-    ids=["no rendezvous", "not a number", "a device for a rank", "negative", "rank past the world"],
+    ids=[
+        "no rendezvous",
+        "not a number",
+        "a device for a rank",
+        "negative",
+        "rank past the world",
+        "a port not a number",
+        "a port past 65535",
+        "a world past a C int",
+    ],
 )
 def test_torchruns_variables_left_or_malformed_are_one_line_and_nothing_is_written(
     cli, tmp_path, monkeypatch, variables, said
@@ -166,6 +189,79 @@ def test_serve_drops_a_head_record_whose_grid_is_not_numbers_and_opens_on_the_fi
     explorer = Explorer(tiny_run, torch.device("cpu"))
     assert "heads" not in explorer.summary["records"]
     assert explorer.summary["open"] == {"layer": 0, "head": 0, "by": "first layer"}
+
+
+def tiny_records() -> dict[str, dict]:
+    """A usable record of each kind for the tiny run's model (1 layer of 2 heads, 4-digit sort), by file name."""
+    return {
+        RunLayout.HEADS_ABLATION: {"metric": "exact_match", "split": "heldout", "examples": 10, "baseline": 0.9,
+                                   "step": 30, "zero": [[0.1, 0.8]], "mean": [[0.2, 0.7]], "layer_zero": [0.1]},
+        RunLayout.LOGIT_LENS: {"examples": 10, "depths": ["embeddings", "0: + attention", "0: + MLP"],
+                               "answer_positions": ["0", "1"], "exact_match": [0.0, 0.5, 0.9], "loss": [2.0, 1.0, 0.5],
+                               "accuracy": [[0.1, 0.1], [0.5, 0.6], [0.9, 0.9]], "position_loss": [[1, 1]] * 3},
+        RunLayout.READS: {"examples": 10, "values": ["1", "2"], "reads": [[[[1.0, 2.0], [0.5, 1.5]]] * 2],
+                          "counts": [[3, 4], [5, 6]], "on_answer": [[0.2, 0.3]], "prompt_length": 4},
+        f"{RunLayout.PATCHING_PREFIX}resid_pre.json": {
+            "point": "resid_pre", "examples": 5, "corrupted_position": 1, "answer_position": 0,
+            "positions": ["p0", "p1"], "clean_difference": 3.0, "corrupted_difference": -1.0,
+            "restored": [[0.1, 0.95]], "example": {"clean": "1234", "corrupted": "1734"}},
+    }  # fmt: skip
+
+
+def write_records(run_dir: Path, records: dict[str, dict]) -> None:
+    for name, record in records.items():
+        (run_dir / name).write_text(json.dumps(record))  # Python's json writes NaN and Infinity as they are
+
+
+def test_serve_keeps_usable_records_of_every_kind(tiny_run):
+    write_records(tiny_run, tiny_records())
+    summary = Explorer(tiny_run, torch.device("cpu")).summary
+    assert {"heads", "logit_lens", "reads"} <= set(summary["records"]) and list(summary["records"]["patching"]) == [
+        "resid_pre"
+    ]
+    assert summary["left_out"] == [] and summary["open"] == {"layer": 0, "head": 0, "by": "ablation"}
+
+
+UNUSABLE = {
+    "a NaN": (RunLayout.HEADS_ABLATION, "baseline", float("nan")),
+    "an infinity in a grid": (RunLayout.HEADS_ABLATION, "zero", [[0.1, float("inf")]]),
+    "a number as text": (RunLayout.HEADS_ABLATION, "baseline", "0.9"),
+    "a bool for a number": (RunLayout.HEADS_ABLATION, "mean", [[True, 0.1]]),
+    "an int past any float": (RunLayout.HEADS_ABLATION, "layer_zero", [10**400]),
+    "a row short": (RunLayout.HEADS_ABLATION, "mean", [[0.1]]),
+    "another model's layers": (RunLayout.HEADS_ABLATION, "layer_zero", [0.1, 0.2]),
+    "a NaN where only the page reads it": (RunLayout.LOGIT_LENS, "accuracy", [[0.1, 0.1], [0.5, float("nan")], [1, 1]]),
+    "a depth too few": (RunLayout.LOGIT_LENS, "exact_match", [0.0, 0.5]),
+    "a label not text": (RunLayout.LOGIT_LENS, "depths", ["embeddings", 1, 2]),
+    "an example not a mapping": (f"{RunLayout.PATCHING_PREFIX}resid_pre.json", "example", "1234 / 1734"),
+    "a point not text": (f"{RunLayout.PATCHING_PREFIX}resid_pre.json", "point", ["resid_pre"]),
+    "a negative count": (RunLayout.READS, "counts", [[3, -4], [5, 6]]),
+    "a head's table missing": (RunLayout.READS, "reads", [[[[1.0, 2.0], [0.5, 1.5]]]]),
+}
+
+
+@pytest.mark.parametrize(("name", "key", "value"), UNUSABLE.values(), ids=UNUSABLE.keys())
+def test_serve_leaves_out_a_record_with_a_field_of_the_wrong_type_value_or_shape_and_says_so(
+    tiny_run, name, key, value
+):
+    records = tiny_records()
+    records[name][key] = value
+    write_records(tiny_run, records)
+    explorer = Explorer(tiny_run, torch.device("cpu"))
+    summary = json.loads(explorer.summary_json)  # strict JSON: what the page parses
+    assert summary["left_out"] == [name]
+    files = {"heads": RunLayout.HEADS_ABLATION, "logit_lens": RunLayout.LOGIT_LENS, "reads": RunLayout.READS}
+    kept = {files[kind] for kind in summary["records"] if kind != "patching"}
+    kept |= {f"{RunLayout.PATCHING_PREFIX}{point}.json" for point in summary["records"]["patching"]}
+    assert kept == set(records) - {name}
+
+
+def test_serve_sends_only_the_fields_it_checked(tiny_run):
+    records = tiny_records()
+    records[RunLayout.LOGIT_LENS]["position_loss"] = [[float("nan")] * 2] * 3  # a field the page never reads
+    write_records(tiny_run, records)
+    summary = json.loads(Explorer(tiny_run, torch.device("cpu")).summary_json)
+    assert "logit_lens" in summary["records"] and "position_loss" not in summary["records"]["logit_lens"]
 
 
 def test_a_viz_error_in_a_command_is_one_line(cli, tiny_run, monkeypatch):
@@ -195,3 +291,66 @@ def test_patching_a_model_with_nothing_to_restore_is_refused_in_words_and_writes
     with pytest.raises(InspectError, match=re.escape(said)):
         inspect_patch(config.build_task(), model, torch.device("cpu"), 30, layout, "resid_pre", 50)
     assert not layout.patching("resid_pre").exists() and not layout.patching_picture("resid_pre").exists()
+
+
+def rewrite_checkpoint(run_dir: Path, change) -> None:
+    """The run's checkpoint as `change(tensors, metadata)` leaves it, its checksum recomputed as anyone can."""
+    path = RunLayout(run_dir).checkpoint
+    with safe_open(str(path), framework="pt") as archive:
+        tensors = {name: archive.get_tensor(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
+        metadata = archive.metadata()
+    change(tensors, metadata)
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(name.encode())
+        digest.update(tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    save_file(tensors, str(path), metadata=metadata | {"sha256": digest.hexdigest()})
+
+
+def _renamed(old: str, new: str):
+    def change(tensors, metadata):
+        name = next(name for name in tensors if name.startswith(old))
+        tensors[new + name.removeprefix(old)] = tensors.pop(name)
+
+    return change
+
+
+def _optimiser_state_reshaped(tensors, metadata):
+    name = next(name for name in tensors if name.endswith("/exp_avg"))
+    tensors[name] = tensors[name].reshape(-1)[:1].clone()
+
+
+TAMPERED = {
+    "optimiser number not a number": (_renamed("optim/0/", "optim/x/"), "'optim/x/"),
+    "optimiser slot unknown": (_renamed("optim/0/exp_avg_sq", "optim/0/momentum"), "'optim/0/momentum'"),
+    "tensor of no kind": (_renamed("rng/cpu", "random/cpu"), "'random/cpu' is of no kind"),
+    "rng state of 3 bytes": (lambda t, m: t.update({"rng/cpu": torch.zeros(3, dtype=torch.uint8)}), "holds 3 bytes"),
+    "rng state of floats": (lambda t, m: t.update({"rng/cpu": torch.zeros(5056)}), "'rng/cpu' is not a random"),
+    "bool weights": (lambda t, m: t.update({k: v > 0 for k, v in t.items() if k.startswith("model/")}), "not a float"),
+    "int optimiser state": (
+        lambda t, m: t.update({k: v.long() for k, v in t.items() if k.endswith("exp_avg")}), "not a float"),
+    "negative step": (lambda t, m: m.update(step="-5"), "step '-5' is not a whole number"),
+    "step not a number": (lambda t, m: m.update(step="ten"), "step 'ten' is not a whole number"),
+    "elapsed not finite": (lambda t, m: m.update(elapsed="nan"), "elapsed nan is not seconds"),
+    "param_groups not groups": (lambda t, m: m.update(param_groups='{"lr": 1}'), "param_groups is not"),
+    "a learning rate as text": (
+        lambda t, m: m.update(param_groups=m["param_groups"].replace('"lr": ', '"lr": "0.1", "x": ', 1)),
+        "param_groups is not"),
+    "an optimiser state of another shape": (_optimiser_state_reshaped, "has shape (1,)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "said"), TAMPERED.values(), ids=TAMPERED.keys())
+def test_a_checkpoint_tampered_with_its_checksum_recomputed_is_one_line_and_the_run_keeps_its_history(
+    cli, tiny_run, change, said
+):
+    config = json.loads((tiny_run / "config.json").read_text())
+    config["train"]["steps"] = 40  # more to train: the resume reads the checkpoint
+    (tiny_run / "config.json").write_text(json.dumps(config))
+    rewrite_checkpoint(tiny_run, change)
+    layout = RunLayout(tiny_run)
+    kept = {path: path.read_bytes() for path in (layout.checkpoint, layout.metrics, layout.final)}
+    assert_one_line_error(cli("run", "--resume", tiny_run, "--quiet"), said)
+    assert {path: path.read_bytes() for path in kept} == kept
+    if "has shape" not in said:  # eval reads no optimiser state
+        assert_one_line_error(cli("eval", tiny_run, "--device", "cpu", "--limit", "10"), said)

@@ -88,6 +88,17 @@ def test_a_damaged_metrics_line_before_the_last_is_an_error(cli, tmp_path):
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.parametrize("line", ["[1, 2]", '{"step": "5", "loss": 1.0}', '{"step": true}', '"a string"'])
+def test_a_metrics_line_that_is_json_but_not_a_record_is_an_error(cli, tmp_path, line):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    lines = (run_dir / RunLayout.METRICS).read_text().splitlines()
+    (run_dir / RunLayout.METRICS).write_text("\n".join([lines[0], line, *lines[1:]]) + "\n")
+    before = snapshot(run_dir)
+    assert_one_line_error(cli("run", "--resume", run_dir), "line 2 is not a metrics record")
+    assert snapshot(run_dir) == before
+
+
 @pytest.mark.parametrize("name", [RunLayout.CHECKPOINT, RunLayout.FINAL, RunLayout.CONFIG])
 def test_a_half_written_file_left_by_a_kill_is_removed_at_the_next_start(cli, tmp_path, name):
     run_dir = tmp_path / "run"

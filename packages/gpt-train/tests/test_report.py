@@ -17,6 +17,8 @@ TWO_LAYER_SORT = (
     "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
 )  # fmt: skip
 PHONE = {"width": 390, "height": 844}
+MARKED_NAME = "sort__SECTIONS____FINDINGS__"
+"""The reported run's name: it holds the page template's own markers, which must come out as the name's text."""
 
 
 def invoke(capsys, *args) -> tuple[int, str]:
@@ -30,7 +32,7 @@ def invoke(capsys, *args) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory) -> tuple[Path, str]:
-    run_dir = tmp_path_factory.mktemp("report") / "sort"
+    run_dir = tmp_path_factory.mktemp("report") / MARKED_NAME
     for args in (
         TWO_LAYER_SORT + ("--out", str(run_dir)),
         ("inspect", str(run_dir), "report", "--examples", "200", "--pairs", "100"),
@@ -53,6 +55,15 @@ def test_the_report_runs_every_analysis_and_writes_each_record_and_picture(repor
     ):
         assert json.loads(path.read_text())["step"] == 300
     assert layout.reads_picture.stat().st_size > 10_000 and layout.heads_picture.is_file()
+
+
+def test_a_run_name_holding_the_templates_markers_is_its_title_and_nothing_more(reported):
+    _, page = reported
+    title = page[page.index("<title>") + len("<title>") : page.index("</title>")]
+    assert title == f"sort — {MARKED_NAME} · gpt-train report"
+    heading = page[page.index("<h1>") + len("<h1>") : page.index("</h1>")]
+    assert heading == f"sort — {MARKED_NAME}"
+    assert page.count("<section") == 7  # the findings, then one per analysis
 
 
 def test_the_report_states_the_findings_first_then_a_section_per_analysis(reported):

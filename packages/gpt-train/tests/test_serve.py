@@ -8,7 +8,9 @@ import http.client
 import json
 import signal
 import socket
+import struct
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +21,7 @@ import torch
 from train_helpers import serve_then_ctrl_c
 
 from gpt_core import block_hook
+from gpt_train import serve as serve_module
 from gpt_train.analysis.prompt import PromptError, explain_prompt
 from gpt_train.cli import main
 from gpt_train.runs import load_run
@@ -122,6 +125,17 @@ def test_a_prompt_of_a_length_never_trained_on_gets_one_answer_token_a_digit_and
     )
 
 
+def test_the_explorer_notes_a_modadd_prompt_that_is_not_two_numbers_then_equals(tmp_path):
+    run_dir = tmp_path / "modadd"
+    assert invoke("run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet",
+                  "--no-pictures", "--out", run_dir) == 0  # fmt: skip
+    config, model = load_run(run_dir, CPU)
+    vocabulary = config.build_sampler()
+    assert explain_prompt(vocabulary, model, CPU, "3 4 =").note == ""
+    view = explain_prompt(vocabulary, model, CPU, "1 2")
+    assert view.note.startswith("modadd trains on prompts of two numbers then '='") and "'1 2'" in view.note
+
+
 @pytest.mark.parametrize(
     ("prompt", "message"),
     [
@@ -198,6 +212,82 @@ def test_many_requests_at_once_all_get_the_same_answer(server):
         replies = list(pool.map(lambda _: get(server, f"/api/prompt?text={PROMPT}"), range(48)))
     assert all(status == 200 for status, _ in replies)
     assert all(json.loads(body) == json.loads(alone) for _, body in replies)
+
+
+@pytest.fixture
+def tiny_server(tiny_run) -> Iterator[tuple[str, int]]:
+    """The explorer of the tiny run served in this process, as `serving` builds it: (host, port)."""
+    yield from serving(tiny_run)
+
+
+def serving(run_dir: Path) -> Iterator[tuple[str, int]]:
+    yield from serving_explorer(Explorer(run_dir, CPU))
+
+
+def serving_explorer(explorer: Explorer) -> Iterator[tuple[str, int]]:
+    httpd = make_server(explorer, LOOPBACK, 0)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield LOOPBACK, httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_clients_that_go_away_before_their_answer_leave_nothing_on_the_terminal(tiny_server, capsys):
+    capsys.readouterr()
+    for path in ("/api/prompt?text=3914", "/api/run", "/"):
+        for _ in range(3):
+            sock = socket.create_connection(tiny_server)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # closed with a reset
+            sock.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+            sock.close()
+    time.sleep(1.0)  # the server answers each into a closed connection
+    base = f"http://{tiny_server[0]}:{tiny_server[1]}"
+    assert get(base, "/api/prompt?text=3914")[0] == 200
+    assert capsys.readouterr().err == ""
+
+
+def test_a_model_answering_nan_is_a_message_and_nothing_on_the_terminal(tiny_run, capsys):
+    explorer = Explorer(tiny_run, CPU)
+    with torch.no_grad():
+        for parameter in explorer.model.parameters():
+            parameter.fill_(float("nan"))
+    for host, port in serving_explorer(explorer):
+        capsys.readouterr()
+        status, body = get(f"http://{host}:{port}", "/api/prompt?text=3914")
+        assert status == 500 and json.loads(body)["error"].startswith("the model failed on this prompt: ")
+        assert capsys.readouterr().err == ""
+
+
+def test_a_client_that_sends_part_of_a_request_is_cut_off_at_the_connection_timeout(tiny_run, monkeypatch):
+    monkeypatch.setattr(serve_module, "CONNECTION_TIMEOUT", 0.5)
+    for address in serving(tiny_run):
+        for partial in (b"GET /api/run HTTP/1.0\r\nX-Slow: ", b"GET /\r\n", b"GE"):
+            with socket.create_connection(address, timeout=20) as sock:
+                sock.sendall(partial)
+                began = time.monotonic()
+                while sock.recv(4096):  # whatever answer comes, then the end of the connection
+                    pass
+                assert time.monotonic() - began < 10, partial
+
+
+def test_connections_past_the_limit_are_answered_busy_and_the_server_serves_again_once_they_close(
+    tiny_run, monkeypatch
+):
+    monkeypatch.setattr(serve_module, "MAX_CONNECTIONS", 2)
+    for address in serving(tiny_run):
+        idle = [socket.create_connection(address, timeout=20) for _ in range(2)]
+        for sock in idle:
+            sock.sendall(b"GET /api/run HTTP/1.0\r\n")  # and never the blank line
+        with socket.create_connection(address, timeout=20) as sock:
+            assert sock.recv(4096).startswith(b"HTTP/1.0 503 Service Unavailable")
+        for sock in idle:
+            sock.close()
+        base = f"http://{address[0]}:{address[1]}"
+        deadline = time.monotonic() + 10
+        while (status := get(base, "/api/run")[0]) == 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status == 200
 
 
 def _ignore_sigint() -> None:
@@ -305,3 +395,21 @@ def test_the_page_opens_on_the_head_the_model_needs_most(page, server):
     opened = json.loads(get(server, "/api/run")[1])["open"]
     assert (page.input_value("#layer"), page.input_value("#head")) == (str(opened["layer"]), str(opened["head"]))
     assert page.locator("#ablation tr").count() == 1 + 4
+
+
+def test_the_page_survives_a_record_it_cannot_draw_and_says_what_was_left_out(browser, tiny_run):
+    explorer = Explorer(tiny_run, CPU)
+    explorer.summary["records"]["heads"] = {  # past the server's checks: the page must not depend on them
+        "metric": "exact_match", "examples": 10, "baseline": "0.9", "zero": [[0.1, 0.2]], "mean": [[0.1, 0.2]],
+        "layer_zero": [0.1], "higher_is_better": True,
+    }  # fmt: skip
+    explorer.summary["left_out"] = ["inspect_reads.json"]
+    explorer.summary_json = json.dumps(explorer.summary).encode()
+    for host, port in serving_explorer(explorer):
+        page = browser.new_page()
+        page.goto(f"http://{host}:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+        assert page.evaluate("document.body.dataset.answered") == "1"  # the form is wired: the example was asked
+        left_out = page.inner_text("#left-out")
+        assert "inspect_reads.json" in left_out and "a record the page could not draw" in left_out
+        page.close()

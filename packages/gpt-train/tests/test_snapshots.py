@@ -6,12 +6,13 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 from train_helpers import TINY, assert_one_line_error, read_metrics
 
 import gpt_train
-from gpt_train.checkpoint import load_checkpoint
+from gpt_train.checkpoint import CheckpointError, load_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.distributed import Rank
 from gpt_train.runs import Run
@@ -55,6 +56,15 @@ def test_load_snapshots_gives_each_steps_model_in_order(cli, tmp_path):
     assert [step for step, _ in seen] == [0, 10, 20, 30]
     for step, embedding in seen:
         assert torch.equal(embedding, weights_at(RunLayout(run_dir).snapshot(step))["wte.weight"])
+
+
+def test_a_snapshot_whose_name_is_not_its_step_is_one_line(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, *SNAPSHOTS, "--out", run_dir).code == 0
+    layout = RunLayout(run_dir)
+    layout.snapshot(50).write_bytes(layout.checkpoint.read_bytes())  # the step-30 checkpoint, named step 50
+    with pytest.raises(CheckpointError, match="holds the weights of step 30, not of step 50"):
+        list(gpt_train.load_snapshots(run_dir))
 
 
 def test_a_resumed_run_writes_again_the_snapshots_past_its_checkpoint(cli, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,11 +90,97 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return tensors, meta
 
 
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+OPTIMISER_SLOTS = ("step", "exp_avg", "exp_avg_sq")
+"""AdamW's state of each parameter, as torch.optim and gpt_train.optimisation keep it."""
+PRECISION_STATE = ("scale", "growth_tracker", "skipped_in_a_row")
+RNG_STATES = ("cpu", "cuda")
+GROUP_NUMBERS = ("lr", "eps", "weight_decay")
+"""The numbers of an optimiser parameter group a resumed run takes from the checkpoint (with `betas`, two)."""
+
+
+def _check_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Every tensor one `save_checkpoint` writes: a known kind and name, and a dtype and shape it can have. The
+    checksum only says the file is as some writer left it, and anyone can recompute it."""
+    for name, tensor in tensors.items():
+        kind, _, rest = name.partition("/")
+        if kind in ("model", "grokfast"):
+            wrong = None if tensor.dtype in FLOATS else f"is {tensor.dtype}, not a float"
+        elif kind == "optim":
+            index, _, slot = rest.partition("/")
+            if not (index.isascii() and index.isdigit()) or slot not in OPTIMISER_SLOTS:
+                wrong = f"is not optim/<parameter number>/<{' or '.join(OPTIMISER_SLOTS)}>"
+            else:
+                wrong = None if tensor.dtype in FLOATS else f"is {tensor.dtype}, not a float"
+        elif kind == "rng":
+            cpu_size = torch.get_rng_state().numel()
+            if rest not in RNG_STATES or tensor.dtype != torch.uint8 or tensor.dim() != 1:
+                wrong = "is not a random generator's state (rng/cpu or rng/cuda, bytes)"
+            elif rest == "cpu" and tensor.numel() != cpu_size:
+                wrong = f"holds {tensor.numel()} bytes, not the {cpu_size} of this PyTorch's generator state"
+            else:
+                wrong = None
+        elif kind == "precision":
+            wrong = None if rest in PRECISION_STATE and tensor.numel() == 1 else "is not a loss-scaling number"
+        else:
+            wrong = "is of no kind a checkpoint holds"
+        if wrong is not None:
+            raise CheckpointError(f"checkpoint {path}: tensor {name!r} {wrong}; the file is not one gpt-train wrote")
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _param_groups(path: Path, text: str) -> list[dict[str, Any]]:
+    """The optimiser's parameter groups from the checkpoint's metadata: each its parameters' numbers, the numbers
+    a resumed run takes (GROUP_NUMBERS, `betas`), and flags (true, false or null) for anything else."""
+    try:
+        groups = json.loads(text)
+    except ValueError:
+        groups = None
+    usable = isinstance(groups, list) and all(
+        isinstance(group, dict)
+        and isinstance(group.get("params"), list)
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in group["params"])
+        and all(_finite_number(group.get(key)) for key in GROUP_NUMBERS)
+        and isinstance(group.get("betas"), list)
+        and len(group["betas"]) == 2
+        and all(_finite_number(beta) for beta in group["betas"])
+        and all(
+            value is None or isinstance(value, bool)
+            for key, value in group.items()
+            if key not in (*GROUP_NUMBERS, "betas", "params")
+        )
+        for group in groups
+    )
+    if not usable:
+        raise CheckpointError(f"checkpoint {path} has unreadable metadata (param_groups is not the optimiser's groups)")
+    return groups
+
+
+def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float]:
+    try:
+        step, elapsed = meta["step"], float(meta["elapsed"])
+    except (KeyError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
+    if not (step.isascii() and step.isdigit()):
+        raise CheckpointError(f"checkpoint {path} has unreadable metadata (step {step!r} is not a whole number >= 0)")
+    if not (math.isfinite(elapsed) and elapsed >= 0):
+        raise CheckpointError(f"checkpoint {path} has unreadable metadata (elapsed {elapsed!r} is not seconds >= 0)")
+    return int(step), elapsed
+
+
 def load_checkpoint(path: Path, task: str) -> TrainingState:
-    """Read and verify a checkpoint written by `save_checkpoint` for a run of `task`."""
+    """Read and verify a checkpoint written by `save_checkpoint` for a run of `task`: its checksum, then every
+    tensor's name, dtype and shape and every metadata field's type (`_check_tensors`, `_param_groups`,
+    `_step_and_elapsed`), so that a file edited with its checksum recomputed is one line, not a traceback."""
     tensors, meta = _read(path)
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
+    _check_tensors(path, tensors)
+    step, elapsed = _step_and_elapsed(path, meta)
+    param_groups = _param_groups(path, meta.get("param_groups", ""))
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
     model, rng, grokfast, precision = {}, {}, {}, {}
     for key, value in tensors.items():
@@ -109,11 +196,6 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
         elif kind == "optim":
             index, _, slot = rest.partition("/")
             optimizer_state.setdefault(int(index), {})[slot] = value
-    try:
-        param_groups = json.loads(meta["param_groups"])
-        step, elapsed = int(meta["step"]), float(meta["elapsed"])
-    except (KeyError, ValueError) as error:
-        raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
     return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast, precision)
 

@@ -231,6 +231,7 @@ JSON_TYPES: dict[str, tuple[type, type | None]] = {
 }
 """config.json's fields by JSON type, and the type of each item (each value of a mapping) where it is fixed."""
 JSON_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
+JSON_PLURALS = {dict: "mappings", list: "lists", str: "strings", bool: "true or false values"}
 
 
 def _check_json_types(data: Any) -> None:
@@ -246,7 +247,7 @@ def _check_json_types(data: Any) -> None:
             raise ValueError(f"{key} must be {JSON_NAMES[kind]}, got {json.dumps(value)[:40]}")
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         if item is not None and not all(isinstance(each, item) for each in items):
-            raise ValueError(f"{key} must hold {JSON_NAMES[item]}s, got {json.dumps(value)[:60]}")
+            raise ValueError(f"{key} must hold {JSON_PLURALS[item]} only, got {json.dumps(value)[:60]}")
     types = field_types(GPTConfig)
     for key, value in data.get("model", {}).items():
         kind = types.get(key)

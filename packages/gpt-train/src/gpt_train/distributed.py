@@ -15,6 +15,8 @@ LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 """What torchrun sets for each process, read by `Rank.from_env`."""
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
 """Where the processes of a distributed run meet (torchrun sets them too); init_process_group needs both."""
+LARGEST = 2**31 - 1
+"""The largest rank or world size PyTorch's process group takes (a C int)."""
 
 
 class DistributedError(TrainError):
@@ -49,6 +51,11 @@ class Rank:
                     f"{name}={value!r} is not what torchrun sets (a whole number, {least} or more): start with "
                     f"torchrun, or unset {name}"
                 )
+            if int(value) > LARGEST:
+                raise DistributedError(
+                    f"{name}={value!r} is past what torchrun sets (at most {LARGEST:,}): start with torchrun, or "
+                    f"unset {name}"
+                )
         rank, world_size = int(given.get("RANK", "0")), int(given.get("WORLD_SIZE", "1"))
         if "RANK" not in given or world_size <= 1:
             return cls()
@@ -61,6 +68,12 @@ class Rank:
             raise DistributedError(
                 f"RANK={rank} and WORLD_SIZE={world_size} are set but {missing} not: start with torchrun, or unset "
                 f"{', '.join(given)}"
+            )
+        port = os.environ["MASTER_PORT"]
+        if not re.fullmatch(r"\s*[0-9]+\s*", port) or not 1 <= int(port) <= 65535:
+            raise DistributedError(
+                f"MASTER_PORT={port!r} is not what torchrun sets (a port, 1 to 65535): start with torchrun, or unset "
+                f"{', '.join([*given, *RENDEZVOUS])}"
             )
         return cls(rank, int(given.get("LOCAL_RANK", "0")), world_size)
 

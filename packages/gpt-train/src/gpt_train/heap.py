@@ -9,10 +9,11 @@ Raising both thresholds keeps freed memory in the process for the next allocatio
 untouched (PyTorch aligns every CPU buffer to 64 bytes wherever it lies), so a run trains to the same
 bits; the cost is that the process keeps up to the trim threshold of free memory instead of returning it.
 
-glibc's own variables (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TOP_PAD_`) win:
-with any of them set, the heap is left as they say (and glibc, by mallopt(3), stops adapting its mmap
-threshold to the blocks freed: a step's buffers above it, 128 KiB unless that is the variable set, are mapped
-and faulted in afresh each time).
+glibc's own settings win, its variables (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TOP_PAD_`) and
+the same thresholds as tunables (`GLIBC_TUNABLES=glibc.malloc.trim_threshold=...:glibc.malloc.mmap_threshold=...`,
+or `glibc.malloc.top_pad`): with any of them set, whatever its value, the heap is left as they say (and glibc, by
+mallopt(3), stops adapting its mmap threshold to the blocks freed: a step's buffers above it, 128 KiB unless that
+is the variable set, are mapped and faulted in afresh each time).
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Mapping
 
 M_TRIM_THRESHOLD = -1  # mallopt's parameter numbers, from glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
 TRIM_THRESHOLD = 1 << 30  # free memory the heap may hold at its top before giving any back
 MMAP_THRESHOLD = 32 << 20  # the largest block glibc lets the heap serve (DEFAULT_MMAP_THRESHOLD_MAX)
 GLIBC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+TUNABLES = "GLIBC_TUNABLES"
+MALLOC_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
+"""The tunables (in GLIBC_TUNABLES, `name=value` joined by ':') that set what GLIBC_VARIABLES set."""
 
 
 def _on_glibc() -> bool:
@@ -38,12 +43,19 @@ def _on_glibc() -> bool:
 def keep_freed_memory() -> bool:
     """Raise glibc's trim and mmap thresholds for this process; True when they were set.
 
-    Nothing is changed off glibc (macOS, Windows, musl), or when the user set glibc's own variables."""
-    if not _on_glibc():
-        return False
-    if any(name in os.environ for name in GLIBC_VARIABLES):
+    Nothing is changed off glibc (macOS, Windows, musl), or when the user set the thresholds themselves."""
+    if not _on_glibc() or user_set_thresholds(os.environ):
         return False
     libc = ctypes.CDLL(None)  # the process's own C library, already loaded
     trim_set = libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     mmap_set = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
     return trim_set and mmap_set
+
+
+def user_set_thresholds(environment: Mapping[str, str]) -> bool:
+    """Whether `environment` sets glibc's heap thresholds: one of GLIBC_VARIABLES, or one of MALLOC_TUNABLES in
+    GLIBC_TUNABLES."""
+    if any(name in environment for name in GLIBC_VARIABLES):
+        return True
+    named = {entry.partition("=")[0].strip() for entry in environment.get(TUNABLES, "").split(":")}
+    return not named.isdisjoint(MALLOC_TUNABLES)

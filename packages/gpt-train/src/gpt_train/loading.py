@@ -14,7 +14,7 @@ import torch
 
 from gpt_core import GPT
 from gpt_tasks import Task
-from gpt_train.checkpoint import load_checkpoint, load_weights
+from gpt_train.checkpoint import CheckpointError, load_checkpoint, load_weights
 from gpt_train.config import RunConfig
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import open_run
@@ -49,5 +49,8 @@ def load_snapshots(
     mode whose weights are replaced at each step, so a long run's snapshots are read one at a time."""
     loaded = load_run(run, device, trust_kernels)
     for step, path in RunLayout(loaded.run_dir).snapshots().items():
-        load_weights(loaded.model, load_checkpoint(path, loaded.config.task).model)
+        state = load_checkpoint(path, loaded.config.task)
+        if state.step != step:  # a file renamed or copied in: its name is not its step
+            raise CheckpointError(f"snapshot {path} holds the weights of step {state.step:,}, not of step {step:,}")
+        load_weights(loaded.model, state.model)
         yield step, loaded.model

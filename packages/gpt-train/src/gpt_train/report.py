@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -34,6 +35,9 @@ REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")
 """The hook points the report patches: where the difference sits entering each layer, then what each
 layer's attention and MLP add."""
 TEMPLATE = "report_template.html"
+MARKER = re.compile(r"__([A-Z]+)__")
+"""Where report_template.html takes a part of the page (__TITLE__, __SUMMARY__, __FINDINGS__, __RULES__ and
+__SECTIONS__)."""
 
 MEANING = {
     "heads": (
@@ -189,13 +193,20 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
     template = resources.files("gpt_train").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    return (
-        template.replace("__TITLE__", html.escape(title))
-        .replace("__SUMMARY__", html.escape(summary))
-        .replace("__FINDINGS__", findings_list(findings))
-        .replace("__RULES__", html.escape(rules))
-        .replace("__SECTIONS__", "".join(sections))
-    )
+    parts = {
+        "TITLE": html.escape(title),
+        "SUMMARY": html.escape(summary),
+        "FINDINGS": findings_list(findings),
+        "RULES": html.escape(rules),
+        "SECTIONS": "".join(sections),
+    }
+    return fill_template(template, parts)
+
+
+def fill_template(template: str, parts: Mapping[str, str]) -> str:
+    """`template` with each marker __NAME__ replaced by parts[NAME], in one pass over the template: a part's own
+    text (a run named `x__SECTIONS__`) is never searched for markers. A marker without a part is kept."""
+    return MARKER.sub(lambda match: parts.get(match.group(1), match.group(0)), template)
 
 
 def write_report(layout: RunLayout, task: str, records: Mapping[str, Any]) -> Path:

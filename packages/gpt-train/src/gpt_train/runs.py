@@ -95,6 +95,7 @@ class Run:
     rank: Rank
     resume: bool
     lock: RunLock | None = None  # held by rank 0 only, which alone writes the directory
+    kernels: Kernels | None = None  # found and verified as the run was built; None: the trainer finds them
 
     def close(self) -> None:
         if self.lock is not None:
@@ -118,7 +119,7 @@ def new_run(
     Nothing is written until the configuration is known to be valid.
     """
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
-    run_kernels(config, verify=True)
+    found = run_kernels(config, verify=True)
     check_precision(config.train.dtype, device)
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
@@ -132,7 +133,7 @@ def new_run(
         except BaseException:
             lock.release()
             raise
-    return Run(config, task, layout, device, rank, resume=False, lock=lock)
+    return Run(config, task, layout, device, rank, resume=False, lock=lock, kernels=found)
 
 
 def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> RunLock:
@@ -194,17 +195,22 @@ def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
     return dataclasses.replace(saved, versions={}) == dataclasses.replace(config, versions={})
 
 
-def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank: Rank) -> Run:
-    """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed."""
+def resumed_run(
+    run_dir: Path, task_name: str | None, device: torch.device, rank: Rank, trust_kernels: bool = False
+) -> Run:
+    """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed. Its
+    kernels are found and verified as opening a run finds them (`saved_kernels`): module-path ones only when
+    `trust_kernels`, from the folder the run recorded, never the working directory."""
     if not run_dir.is_dir():
-        raise RunDirError(f"cannot resume: run directory {run_dir} does not exist")
+        missing = "is not a directory" if run_dir.exists() else "does not exist"
+        raise RunDirError(f"cannot resume: run directory {run_dir} {missing}")
     layout = RunLayout(run_dir)
     config = RunConfig.load(run_dir)
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
     if layout.checkpoint.exists():
         check_fits_checkpoint(config.model, layout.checkpoint)  # before the trainer builds the model
-    run_kernels(config, verify=True, run_dir=run_dir)
+    kernels = saved_kernels(config, run_dir, trust_kernels, verify_all=True)
     check_precision(config.train.dtype, device)
     lock = RunLock(layout.root).acquire() if rank.is_main else None
     try:
@@ -227,7 +233,7 @@ def resumed_run(run_dir: Path, task_name: str | None, device: torch.device, rank
         if lock is not None:
             lock.release()
         raise
-    return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock)
+    return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock, kernels=kernels)
 
 
 @dataclass(frozen=True)
@@ -247,7 +253,7 @@ def open_run(
     (`export`), which then works where the run's kernel module is not installed. A run trained with
     module-path kernels is opened with them only when `trust_kernels` (`saved_kernels`)."""
     if not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} does not exist")
+        raise RunDirError(f"run directory {run_dir} {'is not a directory' if run_dir.exists() else 'does not exist'}")
     config = RunConfig.load(run_dir)
     check_fits_checkpoint(config.model, RunLayout(run_dir).checkpoint)  # before a kernel is imported or a model built
     kernels = saved_kernels(config, run_dir, trust_kernels) if with_kernels else DEFAULT_KERNELS
@@ -263,12 +269,14 @@ def load_run(run_dir: Path, device: torch.device | str, trust_kernels: bool = Fa
     return saved.config, saved.model
 
 
-def saved_kernels(config: RunConfig, run_dir: Path, trust: bool) -> Kernels:
-    """The kernels a saved run's model computes with, for opening it (eval, sample, serve, inspect, load_run).
+def saved_kernels(config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False) -> Kernels:
+    """The kernels a saved run's model computes with, for opening it (eval, sample, serve, inspect, load_run) or
+    resuming it.
 
-    A registered kernel is looked up as always. A module-path kernel is code that importing would run, named by
-    a file anyone can edit: it is refused unless `trust`, then imported from the folder the run recorded (never
-    the working directory) and pinned against PyTorch, so that one edited since training is refused, not used.
+    A registered kernel is looked up as always (and pinned against PyTorch too with `verify_all`, as a resumed run
+    is). A module-path kernel is code that importing would run, named by a file anyone can edit: it is refused
+    unless `trust`, then imported from the folder the run recorded (never the working directory) and pinned
+    against PyTorch, so that one edited since training is refused, not used.
     """
     modules = {slot: name for slot, name in config.kernels.items() if is_module_path(name)}
     if modules and not trust:
@@ -278,7 +286,7 @@ def saved_kernels(config: RunConfig, run_dir: Path, trust: bool) -> Kernels:
             "and they are verified against PyTorch first"
         )
     folders = {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
-    return run_kernels(config, verify=set(modules), run_dir=run_dir, saved=folders)
+    return run_kernels(config, verify=True if verify_all else set(modules), run_dir=run_dir, saved=folders)
 
 
 def recorded_folders(kernels: dict[str, str], run_dir: Path) -> dict[str, str]:
@@ -345,7 +353,13 @@ class MetricsLog:
                     raise RunDirError(f"{self.path} line {number} is not valid JSON; the file is damaged") from None
                 warnings.warn(f"dropped the incomplete last line of {self.path}", RunWarning, stacklevel=2)
                 continue
-            if record.get("step", 0) <= step:
+            logged = record.get("step", 0) if isinstance(record, dict) else None
+            if isinstance(logged, bool) or not isinstance(logged, int):
+                raise RunDirError(
+                    f"{self.path} line {number} is not a metrics record (a JSON object whose step is a whole number); "
+                    "the file is damaged"
+                )
+            if logged <= step:
                 kept.append(line)
         self._write("".join(line + "\n" for line in kept), mode="w")
 

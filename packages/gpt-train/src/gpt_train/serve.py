@@ -13,9 +13,12 @@ on 127.0.0.1 unless --host names another address.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import sys
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -26,7 +29,8 @@ from urllib.parse import parse_qs, urlsplit
 import click
 import torch
 
-from gpt_core import GPT
+from gpt_core import GPT, GPTConfig
+from gpt_train import records as record_checks
 from gpt_train.analysis.findings import (
     head_findings,
     logit_lens_findings,
@@ -50,6 +54,12 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8765
 MAX_REQUEST_LINE = 8_192
 """Longer request lines (a prompt far past any block) are refused with 414 before they are parsed."""
+CONNECTION_TIMEOUT = 30.0
+"""Seconds a connection may wait for the client's next bytes (or for it to take the answer) before it is closed."""
+MAX_CONNECTIONS = 64
+"""Connections served at once; one more is answered 503 and closed, so idle clients cannot pile up threads."""
+QUIET_ERRORS = (ConnectionError, TimeoutError)
+"""A client that went away or went quiet: nothing worth a line on the terminal."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "connect-src 'self'; img-src 'self' data:",
@@ -59,35 +69,38 @@ SECURITY_HEADERS = {
 }
 
 
-def saved_records(layout: RunLayout, model: GPT) -> dict[str, Any]:
-    """The inspect records the run holds, of this model's shape; a missing or unreadable one is left out."""
+def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[str]]:
+    """The inspect records the run holds, each checked against this model (gpt_train.records: types, finite
+    numbers, shapes) and kept as the fields the page and the findings read; and the names of the files left out
+    because they could not be read or used (a record never written is not among them)."""
     c = model.config
     records: dict[str, Any] = {"patching": {}}
-    for key, path in (("heads", layout.heads_ablation), ("logit_lens", layout.logit_lens), ("reads", layout.reads)):
-        try:
-            records[key] = load_inspection(path)
-        except VizError:
+    left_out = []
+    checks = [
+        ("heads", layout.heads_ablation, record_checks.heads),
+        ("logit_lens", layout.logit_lens, record_checks.logit_lens),
+        ("reads", layout.reads, record_checks.reads),
+    ]
+    checks += [("patching", path, record_checks.patching)
+               for path in sorted(layout.root.glob(f"{RunLayout.PATCHING_PREFIX}*.json"))]  # fmt: skip
+    for key, path, check in checks:
+        if not path.is_file():
             continue
-    if "heads" in records and not _usable_heads(records["heads"], c.n_layer):
-        del records["heads"]  # unreadable, another model's, or from before whole layers were ablated
-    for path in sorted(layout.root.glob(f"{RunLayout.PATCHING_PREFIX}*.json")):
-        try:
-            record = load_inspection(path)
-        except VizError:
-            continue
-        if isinstance(record.get("point"), str):
+        record = _read(path, check, c)
+        if record is None:
+            left_out.append(path.name)
+        elif key == "patching":
             records["patching"][record["point"]] = record
-    return records
+        else:
+            records[key] = record
+    return records, left_out
 
 
-def _usable_heads(record: dict[str, Any], n_layer: int) -> bool:
-    """Whether a head-ablation record is one the explorer can open on: its grids of numbers (`most_needed_head`
-    reads them), one row per layer of this model, with whole layers ablated."""
+def _read(path: Path, check: Callable[..., dict[str, Any]], config: GPTConfig) -> dict[str, Any] | None:
     try:
-        most_needed_head(record)
+        return record_checks.usable(load_inspection(path), check, config)
     except VizError:
-        return False
-    return len(record["zero"]) == n_layer and "layer_zero" in record
+        return None
 
 
 def findings_of(records: dict[str, Any]) -> list[str]:
@@ -121,7 +134,7 @@ class Explorer:
         self.device = device
         self.vocabulary: Vocabulary = saved.config.build_sampler()
         self.lock = threading.Lock()
-        records = saved_records(RunLayout(run_dir), self.model)
+        records, left_out = saved_records(RunLayout(run_dir), self.model)
         layer, head = most_needed_head(records["heads"]) if "heads" in records else (0, 0)
         examples = getattr(self.vocabulary, "example_prompts", None)
         self.summary = {
@@ -135,7 +148,9 @@ class Explorer:
             "examples": examples() if callable(examples) else [],
             "findings": findings_of(records),
             "records": records,
+            "left_out": left_out,
         }
+        self.summary_json = json.dumps(self.summary, allow_nan=False).encode("utf-8")
         self.page = resources.files("gpt_train").joinpath(PAGE).read_bytes()
 
     def prompt(self, text: str) -> dict[str, Any]:
@@ -155,7 +170,7 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/":
             self.send(HTTPStatus.OK, self.explorer.page, "text/html; charset=utf-8")
         elif url.path == "/api/run":
-            self.send_json(HTTPStatus.OK, self.explorer.summary)
+            self.send(HTTPStatus.OK, self.explorer.summary_json, "application/json")
         elif url.path == "/api/prompt":
             self.answer_prompt(url.query)
         else:
@@ -171,11 +186,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the request has too many fields"})
             return
         try:
-            self.send_json(HTTPStatus.OK, self.explorer.prompt(fields.get("text", [""])[0]))
+            view = self.explorer.prompt(fields.get("text", [""])[0])
+            body = json.dumps(view, allow_nan=False).encode("utf-8")  # NaN from a model's weights: its failure
         except PromptError as error:
             self.send_json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
         except Exception as error:  # the model failing on one prompt must not take the page down
             self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"the model failed on this prompt: {error}"})
+        else:  # sent outside the try: a client gone meanwhile is not the model failing
+            self.send(HTTPStatus.OK, body, "application/json")
 
     def do_POST(self) -> None:
         self.send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "only GET is served"})
@@ -206,12 +224,48 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class ExplorerServer(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS connections served at once, each in its own thread; a client that disconnects or
+    times out ends its connection without a word."""
+
     daemon_threads = True  # a request still running never keeps Ctrl-C from ending the process
+    busy_reply = (
+        b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+        b'{"error": "the server is busy with other connections; try again"}'
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.settimeout(1.0)
+                request.sendall(self.busy_reply)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: the slot is free again
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], QUIET_ERRORS):
+            return
+        super().handle_error(request, client_address)
 
 
 def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PORT) -> ExplorerServer:
     """A server for `explorer` bound to host:port (port 0: any free one); serve_forever() runs it."""
-    handler = type("ExplorerHandler", (Handler,), {"explorer": explorer})
+    # StreamRequestHandler sets `timeout` on each connection
+    handler = type("ExplorerHandler", (Handler,), {"explorer": explorer, "timeout": CONNECTION_TIMEOUT})
     return ExplorerServer((host, port), handler)
 
 

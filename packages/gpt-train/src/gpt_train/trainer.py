@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT, IGNORE_INDEX
+from gpt_core import GPT, IGNORE_INDEX, Kernels
 from gpt_core.compiling import compiled
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
@@ -40,7 +40,7 @@ from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, kernel_failure
 from gpt_train.hf import load_weights_into
-from gpt_train.optimisation import learning_rate, make_optimizer
+from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32, use_tf32
 from gpt_train.progress import Progress, evaluation_progress
@@ -64,13 +64,16 @@ class Outcome:
     pictures_problem: str | None = None
 
 
-def initial_model(config: RunConfig, device: torch.device | str = "cpu", pretrained: bool = True) -> GPT:
-    """The model a run starts from, computing with the run's kernels (guarded: one that calls sys.exit
-    raises KernelExit instead). Its draws are seeded by the run's
-    settings alone, so step 0 of any run can be rebuilt from its config.json (the experiments read the
-    initial weights this way); a run `init_from` a GPT-2 directory starts from its weights (unless not
+def initial_model(
+    config: RunConfig, device: torch.device | str = "cpu", pretrained: bool = True, kernels: Kernels | None = None
+) -> GPT:
+    """The model a run starts from, computing with the run's kernels (`kernels`, as the run was built with them,
+    else found from config.json; guarded: one that calls sys.exit raises KernelExit instead). Its draws are
+    seeded by the run's settings alone, so step 0 of any run can be rebuilt from its config.json (the experiments
+    read the initial weights this way); a run `init_from` a GPT-2 directory starts from its weights (unless not
     `pretrained`: a resumed run, whose checkpoint replaces them)."""
-    kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
+    if kernels is None:
+        kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
     torch.manual_seed(config.train.seed)
     model = GPT(config.model, kernels)
     if config.init_from and pretrained:
@@ -100,7 +103,7 @@ class Trainer:
         self.on_step = on_step
         self.stop = StopRequest()
         self.record = Record(run)
-        self.model = initial_model(run.config, run.device, pretrained=not run.resume)
+        self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
         self.optimizer = make_optimizer(self.model, self.settings)
         s = self.settings
         self.precision = Precision.for_run(s.dtype, run.device)
@@ -124,6 +127,7 @@ class Trainer:
     # state ---------------------------------------------------------------------------------
     def _restore(self, state: TrainingState) -> None:
         load_weights(self.model, state.model)
+        _check_optimiser_state(state.optimizer, self.optimizer)
         try:
             self.optimizer.load_state_dict(state.optimizer)
         except (ValueError, KeyError) as error:
@@ -137,9 +141,14 @@ class Trainer:
             self.precision.load_state_dict(state.precision)
         except (ValueError, KeyError) as error:
             raise RunDirError(f"checkpoint's loss-scaling state does not match this run ({error})") from None
-        torch.set_rng_state(state.rng["cpu"])
+        if "cpu" not in state.rng:
+            raise RunDirError("checkpoint holds no random generator state (rng/cpu): it cannot be resumed")
+        torch.set_rng_state(state.rng["cpu"])  # its size is checked on load
         if self.device.type == "cuda" and "cuda" in state.rng:
-            torch.cuda.set_rng_state(state.rng["cuda"], self.device)
+            try:
+                torch.cuda.set_rng_state(state.rng["cuda"], self.device)
+            except RuntimeError as error:
+                raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
         self.step, self.elapsed_before = state.step, state.elapsed
 
     def _state(self, elapsed: float) -> TrainingState:
@@ -398,3 +407,22 @@ def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
     finally:
         rank.shutdown()
         run.close()
+
+
+def _check_optimiser_state(saved: dict[str, Any], optimizer: Optimizer) -> None:
+    """The checkpoint's optimiser state against this run's optimiser: each parameter number one of its parameters,
+    each moving average of that parameter's shape, each step count one number (RunDirError otherwise), so that a
+    mismatched state stops the resume here rather than in the first step."""
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    for index, slots in saved["state"].items():
+        if not 0 <= int(index) < len(params):
+            raise RunDirError(
+                f"checkpoint's optimiser state names parameter {index}; this run's model has {len(params)}"
+            )
+        shape = params[int(index)].shape
+        for slot, value in slots.items():
+            wanted = () if slot == "step" else tuple(shape)
+            if value.numel() != math.prod(wanted) or (slot != "step" and value.shape != shape):
+                raise RunDirError(
+                    f"checkpoint's optimiser state {index}/{slot} has shape {tuple(value.shape)}, not {wanted}"
+                )

@@ -38,8 +38,8 @@ class PromptView:
     """`tokens`: labels of what the model reads (prompt, then the answer but its last token);
     `attention[layer][head][query][key]`; `answer_probability[i]`: the model's probability of answer token
     i where it wrote it; `lens_top[depth][position]` and `lens_probability`: the logit lens's most likely next
-    token at each position and depth, and its probability; `note`: for a prompt of a length the task never
-    trains on, the sentence saying so ('' otherwise)."""
+    token at each position and depth, and its probability; `note`: for a prompt the task never trains on (of
+    another length, or another form), the sentence saying so ('' otherwise)."""
 
     prompt: str
     answer: str
@@ -96,9 +96,14 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
 
 
-def untrained_prompt_note(vocabulary: Vocabulary, n_prompt: int) -> str:
-    """A sentence when a prompt-answer task never trains on prompts of `n_prompt` tokens ('' otherwise): the
-    model's answer to such a prompt is not what the task taught it, and a learner should know."""
+def untrained_prompt_note(vocabulary: Vocabulary, ids: Sequence[int]) -> str:
+    """A sentence when the task never trains on a prompt like `ids` ('' otherwise): the model's answer to such a
+    prompt is not what the task taught it, and a learner should know. A task with a `prompt_note(ids)` of its
+    own (modadd: two numbers then '=') says it; a prompt-answer task's prompts are of its `prompt_lengths`."""
+    own = getattr(vocabulary, "prompt_note", None)
+    if callable(own):
+        return own(list(ids))
+    n_prompt = len(ids)
     if not isinstance(vocabulary, PromptAnswerTask) or n_prompt in vocabulary.prompt_lengths:
         return ""
     lengths = sorted(vocabulary.prompt_lengths)
@@ -135,7 +140,7 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         answer=vocabulary.decode(answer),
         tokens=labels(vocabulary, out[:-1]),
         prompt_length=len(ids),
-        note=untrained_prompt_note(vocabulary, len(ids)),
+        note=untrained_prompt_note(vocabulary, ids),
         answer_tokens=labels(vocabulary, answer),
         answer_probability=answer_probability,
         attention=attention.cpu().tolist(),

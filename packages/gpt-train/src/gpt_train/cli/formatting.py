@@ -6,8 +6,6 @@ from typing import Any
 
 import click
 
-from gpt_viz import EXAMPLES, metric_key, parse_metric_key
-
 
 def format_value(value: float, examples: float | None) -> str:
     """A metric with enough digits that a score short of 1 never reads as 1: as many decimals as the
@@ -26,6 +24,8 @@ def wrong_count(fraction: float, examples: float) -> int | None:
 
 def format_metrics(metrics: dict[str, Any]) -> str:
     """Every summary metric (per-position details left out), with the digits its split's example count needs."""
+    from gpt_viz import EXAMPLES, metric_key, parse_metric_key  # numpy: imported by a command, never by --help
+
     parts = []
     for key, value in metrics.items():
         parsed = parse_metric_key(key)

@@ -10,6 +10,7 @@ exit 0.
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -91,11 +92,15 @@ class _Group(click.Group):
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.UsageError as error:
             raise CommandError(error.format_message()) from None
+        except KeyboardInterrupt:
+            raise Aborted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
-        from gpt_tasks import ParamError, TaskError  # a command runs: torch is needed now
-        from gpt_viz import VizError
-
+        try:
+            from gpt_tasks import ParamError, TaskError  # a command runs: torch is needed now
+            from gpt_viz import VizError
+        except KeyboardInterrupt:  # Ctrl-C while torch imports, the first second or two of every command
+            raise Aborted() from None
         try:
             return super().invoke(ctx)
         except click.UsageError as error:
@@ -135,6 +140,10 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: list[str] | None = None) -> None:
     """The `gpt-train` program: the command group, with warnings shown as one line each, on a heap that keeps
     what a step frees for the next (`gpt_train.heap`)."""
-    warnings.showwarning = _show_warning
-    keep_freed_memory()
-    cli.main(args=argv, prog_name="gpt-train")
+    try:
+        warnings.showwarning = _show_warning
+        keep_freed_memory()
+        cli.main(args=argv, prog_name="gpt-train")
+    except KeyboardInterrupt:  # before the command line is read, where click would not see it
+        Aborted().show()
+        sys.exit(Aborted().exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -11,10 +12,9 @@ import click
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
-from gpt_train.learn.grader import check_file
+from gpt_train.learn.isolation import LONGEST_TIME_LIMIT, TIME_LIMIT, grade_in_child
 from gpt_train.learn.progress import forget_pass, record_pass, status
 from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS
-from gpt_train.learn.task_check import check_task
 from gpt_train.learn.training import TASK, finished_figure, kernel_choices, passed_kernels, train_sort
 
 DIR_OPTION = click.option(
@@ -73,18 +73,45 @@ def start(step_name: str, folder: Path) -> None:
 @learn.command(context_settings=CONTEXT)
 @STEP_ARGUMENT
 @DIR_OPTION
-def check(step_name: str, folder: Path) -> None:
-    """Grade DIR/STEP.py in float64, forward and backward, on `gpt-train verify`'s cases."""
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0, min_open=True, max=LONGEST_TIME_LIMIT),
+    callback=lambda ctx, param, value: _a_number(value, param),
+    default=TIME_LIMIT,
+    show_default=True,
+    help="Seconds the check may take before it is stopped and fails.",
+)
+def check(step_name: str, folder: Path, time_limit: float) -> None:
+    """Grade DIR/STEP.py in float64, forward and backward, on `gpt-train verify`'s cases. Your code runs in a
+    process of its own, stopped after --time-limit seconds; the pass recorded is for the file as it was read."""
     step = BY_NAME[step_name]
     path = folder / step.file_name
-    if not path.is_file():
+    if not path.exists():
         raise CommandError(f"no {path}: start it with `gpt-train learn start {step.name}`")
-    verdict = check_task(path) if step.slot is None else check_file(step, path)
+    if not path.is_file():
+        raise CommandError(f"{path} is not a file (a folder, a device or a pipe): the check grades a Python file")
+    try:
+        source = path.read_bytes()
+    except OSError as error:
+        raise CommandError(f"cannot read {path}: {error.strerror or error}") from None
+    verdict = grade_in_child(step.name, path, source, time_limit)
     click.echo(verdict.message)
+    try:
+        if not verdict.passed:
+            forget_pass(folder, step)
+        else:
+            record_pass(folder, step, source)
+    except OSError as error:
+        raise CommandError(f"cannot record the check in {folder}: {error.strerror or error}") from None
     if not verdict.passed:
-        forget_pass(folder, step)
         raise click.exceptions.Exit(1)  # not SystemExit, which the command group reads as a plugin exiting
-    record_pass(folder, step)
+
+
+def _a_number(value: float, param: click.Parameter) -> float:
+    """`value`, refused when it is NaN (which no range check catches)."""
+    if math.isnan(value):
+        raise click.BadParameter("nan is not a number of seconds", param=param)
+    return value
 
 
 @learn.command("train", context_settings=CONTEXT)

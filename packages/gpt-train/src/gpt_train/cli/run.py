@@ -78,6 +78,13 @@ EXIT_CODES = {"diverged": 1, "interrupted": 130}
 @click.option(
     "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
 )
+@click.option(
+    "--trust-kernels",
+    is_flag=True,
+    help="With --resume, continue a run trained with module-path kernels (module:function): import them from the "
+    "folder the run recorded (never the working directory) and verify them. Without it such a run is refused: "
+    "importing a module runs its code.",
+)
 @click.option("--force", is_flag=True, help="Replace a run already in --out.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
 @click.option(
@@ -101,6 +108,7 @@ def run(
     resume,
     kernel_pairs,
     unverified,
+    trust_kernels,
     force,
     quiet,
     no_pictures,
@@ -149,10 +157,12 @@ def run(
     if resume is not None:
         from_dir = {"init_from": init_from} if init_from is not None else {}
         _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
-        handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank)
+        handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank, trust_kernels)
     else:
         if task_name is None:
             raise CommandError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
+        if trust_kernels:
+            raise CommandError("--trust-kernels applies to --resume; a new run's --kernel choices are named already")
         if unverified and not kernel_pairs:
             raise CommandError("--unverified applies to --kernel choices; there are none")
         kernels = kernel_choices(kernel_pairs)

@@ -123,7 +123,7 @@ def sample(
         except (ValueError, PromptError) as error:
             raise CommandError(f"prompt {text!r}: {error}") from None
         n_new = max_new_tokens or answer
-        if note := untrained_prompt_note(task, ids.shape[1]):
+        if note := untrained_prompt_note(task, ids[0].tolist()):
             click.echo(f"note: {note}", err=True)
         try:
             out = generate(

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 
 class LearnerError(Exception):
     """Something in the learner's file that keeps it from being graded, said in one line."""
@@ -24,16 +26,25 @@ def module_name(path: Path) -> str:
     return f"gpt_learn_{path.stem}"
 
 
-def load_module(path: Path) -> types.ModuleType:
-    """Import the learner's file `path` as a fresh module; LearnerError if it cannot be."""
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise LearnerError(f"{path}: cannot read it ({error})") from None
+def load_module(path: Path, source: bytes | None = None) -> types.ModuleType:
+    """Import the learner's file `path` as a fresh module, from `source` (its bytes as read once, so that what is
+    graded is what was read) or else from the file; LearnerError if it cannot be. The bytes are compiled as Python
+    imports a file: a UTF-8 byte-order mark or a coding line is honoured."""
+    if source is None:
+        try:
+            source = path.read_bytes()
+        except OSError as error:
+            raise LearnerError(f"{path}: cannot read it ({error.strerror or error})") from None
+    if b"\0" in source:
+        line = source[: source.index(b"\0")].count(b"\n") + 1
+        raise LearnerError(f"{path}:{line}: a NUL byte (\\x00): a Python file holds text; save it again as text")
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as error:
-        raise LearnerError(f"{path}:{error.lineno}: syntax error: {error.msg}") from None
+        at = f"{path}:{error.lineno}" if error.lineno else str(path)
+        raise LearnerError(f"{at}: syntax error: {error.msg}") from None
+    except ValueError as error:  # what compile raises for bytes no Python file could hold
+        raise LearnerError(f"{path}: cannot compile it ({describe(error)})") from None
     module = types.ModuleType(module_name(path))
     module.__file__ = str(path)
     sys.modules[module.__name__] = module  # dataclasses and pickling look the module up by name
@@ -73,11 +84,22 @@ def where(error: BaseException, path: Path | None) -> str:
 
 
 def describe(error: BaseException) -> str:
-    """`ValueError: message`, on one line; a SystemExit says its code."""
+    """`ValueError: message`, on one line; a SystemExit says its code. An exception whose message cannot be
+    made (its __str__ or __repr__ raises, or returns no string) is named by its type alone."""
+    name = getattr(type(error), "__name__", "an exception")
     if isinstance(error, SystemExit):
-        return f"SystemExit({error.code!r}): sys.exit ends the program; a kernel returns its result"
-    message = " ".join(str(error).split())
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+        return f"SystemExit({_text(repr, error.code)}): sys.exit ends the program; a kernel returns its result"
+    message = " ".join(_text(str, error).split())
+    return f"{name}: {message}" if message else name
+
+
+def _text(show: Callable[[Any], str], value: Any) -> str:
+    """`show(value)`, or '' where the learner's __str__ or __repr__ raises or returns something else."""
+    try:
+        text = show(value)
+    except Exception:
+        return ""
+    return str.__str__(text) if isinstance(text, str) else ""  # a plain str, whatever subclass it was
 
 
 def is_stub(error: BaseException) -> bool:
@@ -95,5 +117,32 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except BaseException as error:
             raise RuntimeError(describe(error)) from error
+
+    return call
+
+
+AUTOGRAD_OFF = "it switched autograd off (torch.set_grad_enabled(False) or no_grad left on): the checks need gradients"
+
+
+def autograd_off_at_import(path: Path) -> str | None:
+    """Why the learner's module, just imported, cannot be graded because it switched autograd off for the whole
+    process (None when it did not); autograd is switched back on."""
+    if torch.is_grad_enabled():
+        return None
+    torch.set_grad_enabled(True)
+    return f"{path}: importing {AUTOGRAD_OFF}; leave it on, and use torch.no_grad() only inside a with block"
+
+
+def autograd_kept(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function`, raising a RuntimeError from its own call when it returns with autograd switched off that was on
+    (switched back on first), so that the checks' own gradients never fail outside the learner's call."""
+
+    def call(*args: Any) -> Any:
+        enabled = torch.is_grad_enabled()
+        result = function(*args)
+        if enabled and not torch.is_grad_enabled():
+            torch.set_grad_enabled(True)
+            raise RuntimeError(f"{AUTOGRAD_OFF}; a kernel leaves it as it found it")
+        return result
 
     return call

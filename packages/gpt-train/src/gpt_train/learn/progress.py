@@ -1,38 +1,75 @@
-"""Which steps the learner's folder passes: each pass is recorded with a hash of the file that passed, so
-editing a file after its check makes it unchecked again."""
+"""Which steps the learner's folder passes: each pass is recorded with a hash of the bytes that were graded, so
+editing a file after (or while) its check makes it unchecked again.
+
+The record is DIR/.learn.json. Checks of several steps may end at once (two terminals), so each change to it is
+a read, change and write made while holding an exclusive lock on the folder (flock, on POSIX; elsewhere there is
+none), and the write is atomic: no pass is lost to another check's write, and a reader never sees half a file.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from gpt_train.files import write_json_atomically
 from gpt_train.learn.steps import Step
 
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks
+    fcntl = None
+
 RECORD = ".learn.json"
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def digest(source: bytes) -> str:
+    return hashlib.sha256(source).hexdigest()
 
 
 def _record(folder: Path) -> dict[str, str]:
+    """Each passed step's digest; a record that is missing, unreadable or not of this shape counts as none."""
     try:
-        return json.loads((folder / RECORD).read_text())["passed"]
+        passed = json.loads((folder / RECORD).read_text(encoding="utf-8"))["passed"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    if not isinstance(passed, dict):
+        return {}
+    return {name: value for name, value in passed.items() if isinstance(value, str)}
 
 
-def record_pass(folder: Path, step: Step) -> None:
-    passed = _record(folder) | {step.name: _digest(folder / step.file_name)}
-    write_json_atomically(folder / RECORD, {"passed": passed})
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on the folder itself (no lock file left behind), held for one change of the record."""
+    if fcntl is None:
+        yield
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def record_pass(folder: Path, step: Step, source: bytes | None = None) -> None:
+    """Record that `step` passes with the file's bytes `source`, the bytes that were graded (None: the file's bytes
+    as they are now)."""
+    if source is None:
+        source = (folder / step.file_name).read_bytes()
+    with _locked(folder):
+        passed = _record(folder) | {step.name: digest(source)}
+        write_json_atomically(folder / RECORD, {"passed": passed})
 
 
 def forget_pass(folder: Path, step: Step) -> None:
-    passed = _record(folder)
-    if passed.pop(step.name, None) is not None:
-        write_json_atomically(folder / RECORD, {"passed": passed})
+    with _locked(folder):
+        passed = _record(folder)
+        if passed.pop(step.name, None) is not None:
+            write_json_atomically(folder / RECORD, {"passed": passed})
 
 
 def status(folder: Path, step: Step) -> str:
@@ -40,4 +77,8 @@ def status(folder: Path, step: Step) -> str:
     path = folder / step.file_name
     if not path.is_file():
         return "not started"
-    return "passed" if _record(folder).get(step.name) == _digest(path) else "not passed"
+    try:
+        source = path.read_bytes()
+    except OSError:
+        return "not passed"
+    return "passed" if _record(folder).get(step.name) == digest(source) else "not passed"

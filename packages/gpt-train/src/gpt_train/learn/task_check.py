@@ -14,7 +14,7 @@ from gpt_core import GPT
 from gpt_core.plugins import hookimpl
 from gpt_tasks import PromptAnswerTask, Registry
 from gpt_train.learn.grader import Verdict
-from gpt_train.learn.loading import LearnerError, describe, is_stub, load_module, where
+from gpt_train.learn.loading import LearnerError, autograd_off_at_import, describe, is_stub, load_module, where
 
 STEPS, BATCH, LR = 120, 64, 3e-3
 EVAL_LIMIT = 500
@@ -57,9 +57,13 @@ def task_class_in(module: types.ModuleType, path: Path) -> type[PromptAnswerTask
     return found[0]
 
 
-def check_task(path: Path) -> Verdict:
+def check_task(path: Path, source: bytes | None = None) -> Verdict:
+    """Load the learner's task file (from `source`, its bytes as read, when given), register its task, train a
+    small model on it and score it."""
     try:
-        module = load_module(path)
+        module = load_module(path, source)
+        if (refusal := autograd_off_at_import(path)) is not None:
+            return Verdict(False, refusal)
         task_class = task_class_in(module, path)
     except LearnerError as error:
         return Verdict(False, str(error))

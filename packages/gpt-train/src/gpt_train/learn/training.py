@@ -61,12 +61,18 @@ def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.d
 
 
 def finished_figure(out: Path) -> Figure | None:
-    """The figure of a finished run already in `out`, if there is one."""
+    """The figure of a finished run already in `out`, if there is one: a final.json holding an exact match in
+    [0, 1] over a whole number of examples (anything else, a damaged or foreign file, is none, and the run is
+    trained again)."""
     try:
         final = json.loads((out / "final.json").read_text())
-        return Figure(final[METRIC], int(final["heldout_examples"]), out)
-    except (OSError, ValueError, KeyError):
+        exact_match, examples = final[METRIC], final["heldout_examples"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    numbers = all(isinstance(n, int | float) and not isinstance(n, bool) for n in (exact_match, examples))
+    if not numbers or not (0.0 <= exact_match <= 1.0 and examples >= 1 and float(examples).is_integer()):
+        return None
+    return Figure(float(exact_match), int(examples), out)
 
 
 class _importable:

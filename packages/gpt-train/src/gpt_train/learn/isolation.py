@@ -1,0 +1,130 @@
+"""Grade a learner's file in a process of its own, with a time limit, and take the verdict from that process.
+
+The learner's code runs in a child Python process (`grade_in_child`): a loop that never ends, an `os._exit`, an
+`atexit` hook or a thread left running cannot hang `learn check` or decide its result. The parent hands the child,
+on its standard input, the bytes it read (so what is graded is exactly what was read, and what a pass records)
+and a one-time token; the child grades them and writes its verdict, with the token, to a file whose name only it
+and the parent know, then ends at once (`os._exit`: no thread or exit hook of the learner's runs after it). The
+verdict is that file's, and only with the right token: an exit status is never read as one, and a child that
+ends without a verdict, or runs past the time limit (its whole process group is killed), fails the check in one
+line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpt_train.learn.grader import Verdict
+
+TIME_LIMIT = 120.0
+"""Seconds a check may take, start of the child process included (a check takes under 10 on a laptop)."""
+LONGEST_TIME_LIMIT = 86_400.0
+"""The longest time limit a check takes: a day."""
+
+CHILD = "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; " \
+        "from gpt_train.learn.isolation import child_main; child_main()"  # fmt: skip
+"""The child's program: the working directory taken off sys.path (`-c` puts it first), so that a file there named
+like a module (torch.py) is not imported in its place; then the grading."""
+
+
+def grade_in_child(step_name: str, path: Path, source: bytes, time_limit: float = TIME_LIMIT) -> Verdict:
+    """The verdict of the check of `step_name` on `source` (the bytes of `path`), graded in a child process that
+    is stopped after `time_limit` seconds. Ctrl-C stops the child too."""
+    token = secrets.token_hex(16)
+    with tempfile.TemporaryDirectory(prefix="gpt-train-learn-") as folder:
+        verdict_path = Path(folder) / "verdict.json"
+        header = {"step": step_name, "path": str(path), "verdict": str(verdict_path), "token": token}
+        process = subprocess.Popen(
+            [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, start_new_session=os.name == "posix"
+        )
+        try:
+            process.communicate(json.dumps(header).encode() + b"\n" + source, timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            return Verdict(False, f"{path}: the check took longer than {time_limit:g} s and was stopped (a loop "
+                                  "that never ends?); `--time-limit` gives it longer")  # fmt: skip
+        finally:
+            _stop(process)
+        verdict = _read_verdict(verdict_path, token)
+    if verdict is None:
+        return Verdict(False, f"{path}: the check ended without a verdict (exit status {process.returncode}): "
+                              "something in the file ended the process (os._exit, a signal, a crash)")  # fmt: skip
+    return verdict
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Kill the child and whatever it started (its process group, on POSIX), and reap it."""
+    try:
+        if os.name == "posix":
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+    except OSError:  # already gone
+        pass
+    process.wait()
+
+
+def _read_verdict(path: Path, token: str) -> Verdict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("token") != token:
+        return None
+    passed, message = data.get("passed"), data.get("message")
+    if not isinstance(passed, bool) or not isinstance(message, str):
+        return None
+    return Verdict(passed, message)
+
+
+def child_main() -> None:
+    """The child: read the header and the source from standard input, grade, write the verdict, end at once."""
+    opened, write, close, end = os.open, os.write, os.close, os._exit  # before the learner's code can replace them
+    dumps, flush = json.dumps, _flush
+    header = json.loads(sys.stdin.buffer.readline())
+    source = sys.stdin.buffer.read()
+    verdict_path, token = header.pop("verdict"), header.pop("token")
+    try:
+        verdict = _grade(header["step"], Path(header["path"]), source)
+        record = {"token": token, "passed": verdict.passed is True, "message": str(verdict.message)}
+    except KeyboardInterrupt:  # no Ctrl-C reaches the child (a session of its own): the learner's code raised it
+        message = (f"{header['path']}: the code in it raised KeyboardInterrupt (Ctrl-C's exception); a kernel "
+                   "fails by raising an ordinary exception")  # fmt: skip
+        record = {"token": token, "passed": False, "message": message}
+    except BaseException as error:  # the grader's own failure (or the learner's, escaping it): a failed check
+        message = f"{header['path']}: the check itself failed ({_described(error)})"
+        record = {"token": token, "passed": False, "message": message}
+    flush()
+    descriptor = opened(verdict_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    write(descriptor, dumps(record).encode("utf-8"))
+    close(descriptor)
+    end(0)
+
+
+def _grade(step_name: str, path: Path, source: bytes) -> Verdict:
+    from gpt_train.learn.grader import check_file
+    from gpt_train.learn.steps import BY_NAME
+    from gpt_train.learn.task_check import check_task
+
+    step = BY_NAME[step_name]
+    return check_task(path, source) if step.kind == "task" else check_file(step, path, source)
+
+
+def _described(error: BaseException) -> str:
+    from gpt_train.learn.loading import describe
+
+    return describe(error)
+
+
+def _flush() -> None:
+    """What the learner's code printed, out before the process ends without Python's own flushing."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a stream the learner's code replaced or closed
+            stream.flush()
