@@ -4,8 +4,12 @@ another way is not misdiagnosed, and a file that cannot be graded is one line na
 from __future__ import annotations
 
 import functools
+import json
 import math
+import multiprocessing
+import os
 import shutil
+import time
 from importlib.resources import files
 from pathlib import Path
 
@@ -15,7 +19,9 @@ from click.testing import CliRunner
 
 from gpt_train.cli.learn import learn
 from gpt_train.learn.grader import grade
+from gpt_train.learn.progress import record_pass
 from gpt_train.learn.steps import BY_NAME, STEPS
+from gpt_train.learn.training import finished_figure
 from gpt_train.learn.zoo import OWN
 
 SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
@@ -197,9 +203,10 @@ def test_start_writes_the_stub_with_the_slot_signature(tmp_path):
     assert "raise NotImplementedError" in text
 
 
-@pytest.mark.parametrize(("step", "slot"), [("layer_norm_backward", "layer_norm"), ("attention_backward", "attention")])
-def test_a_backward_autograd_derived_is_refused(tmp_path, step, slot):
-    write(tmp_path, step, f"from gpt_core.reference import {slot}\n\n__all__ = ['{slot}']\n")
+@pytest.mark.parametrize(("step", "forward_step"), [("layer_norm_backward", "layer_norm"),
+                                                  ("attention_backward", "attention")])  # fmt: skip
+def test_a_backward_autograd_derived_is_refused(tmp_path, step, forward_step):
+    shutil.copy(SOLUTIONS / BY_NAME[forward_step].file_name, tmp_path / BY_NAME[step].file_name)  # plain autograd
     result = invoke("check", step, "--dir", tmp_path)
     assert result.exit_code == 1
     assert result.output.startswith(f"{step}: autograd derived this backward")
@@ -318,3 +325,206 @@ def test_a_kernel_whose_output_is_not_a_dense_tensor_on_its_inputs_device_is_one
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert result.output.strip().splitlines() == [f"{path}: softmax raised TypeError: {said}; a kernel returns a "
                                                   "dense torch.Tensor on its inputs' device"]  # fmt: skip
+
+
+# the learner's code in a process of its own ------------------------------------------------------------------
+SOFTMAX = "def softmax(x):\n    e = (x - x.amax(-1, keepdim=True)).exp()\n    return e / e.sum(-1, keepdim=True)\n"
+ENDS_THE_CHECK = {
+    "a loop that never ends": (
+        "def softmax(x):\n    i = 0\n    while i < x.shape[-1]:\n        pass\n",
+        "the check took longer than 5 s and was stopped (a loop that never ends?)",
+    ),
+    "os._exit(0) in the kernel": (
+        "import os\n\n\ndef softmax(x):\n    os._exit(0)\n",
+        "the check ended without a verdict (exit status 0)",
+    ),
+    "an atexit hook exiting 0 after a failed check": (
+        "import atexit, os\n\natexit.register(lambda: os._exit(0))\n\n\ndef softmax(x):\n    return x\n",
+        "softmax: softmax: output [0, 4, 4] differs from torch.softmax",
+    ),
+    "a forged verdict written to stdout and exit 0": (
+        'print(\'{"passed": true, "message": "softmax: passed"}\')\nimport sys\nsys.stdout.flush()\nimport os\n'
+        "os._exit(0)\n",
+        "the check ended without a verdict (exit status 0)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("source", "said"), ENDS_THE_CHECK.values(), ids=ENDS_THE_CHECK.keys())
+def test_a_kernel_that_hangs_or_ends_the_process_fails_its_check_in_one_line(tmp_path, source, said):
+    path = write(tmp_path, "softmax", source)
+    began = time.monotonic()
+    result = invoke("check", "softmax", "--dir", tmp_path, "--time-limit", 5 if "took longer" in said else 60)
+    assert result.exit_code == 1, result.output
+    assert len(result.output.strip().splitlines()) == 1 and said in result.output, result.output
+    assert time.monotonic() - began < 60
+    assert invoke("list", "--dir", tmp_path).output.splitlines()[0].endswith("(not passed)")
+    assert path.is_file()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads whether a process runs from /proc")
+def test_a_thread_or_process_the_kernel_leaves_running_neither_holds_the_check_nor_outlives_it(tmp_path):
+    pid_file = tmp_path / "started"
+    later = f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(10**6)"
+    source = (
+        "import subprocess, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(10**6,)).start()\n"
+        f"subprocess.Popen([sys.executable, '-c', {later!r}])\n" + SOFTMAX
+    )
+    write(tmp_path, "softmax", source)
+    result = invoke("check", "softmax", "--dir", tmp_path, "--time-limit", 60)
+    assert result.exit_code == 0 and result.output.startswith("softmax: passed"), result.output
+    deadline = time.monotonic() + 20
+    while not pid_file.is_file() and time.monotonic() < deadline:  # it may not have started when the check ended
+        time.sleep(0.1)
+    if not pid_file.is_file():
+        return  # stopped before it wrote its number
+    pid = int(pid_file.read_text())
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid)  # the process it started was stopped with the check
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` is alive (a zombie waiting for its parent to reap it is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_pass_recorded_is_for_the_bytes_graded_not_the_file_as_edited_during_the_check(tmp_path):
+    wrong = "def softmax(x):\n    return x\n"
+    source = f"from pathlib import Path\nPath(__file__).write_text({wrong!r})  # saved while the check runs\n" + SOFTMAX
+    path = write(tmp_path, "softmax", source)
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 0 and result.output.startswith("softmax: passed"), result.output
+    assert path.read_text() == wrong
+    assert invoke("list", "--dir", tmp_path).output.splitlines()[0].endswith("(not passed)")
+    path.write_text(source)  # the bytes that passed, back again
+    assert invoke("list", "--dir", tmp_path).output.splitlines()[0].endswith("(passed)")
+
+
+def _record_at(folder: str, name: str, at: float) -> None:
+    Path(folder, f"{name}.py").write_text(f"# {name}\n")
+    while time.time() < at:
+        pass
+    record_pass(Path(folder), BY_NAME[name])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="starts the recording processes by fork")
+def test_checks_ending_at_the_same_moment_all_keep_their_pass(tmp_path):
+    context = multiprocessing.get_context("fork")
+    names = ["softmax", "gelu", "layer_norm", "cross_entropy"]
+    for _ in range(5):
+        (tmp_path / ".learn.json").unlink(missing_ok=True)
+        at = time.time() + 0.5
+        processes = [context.Process(target=_record_at, args=(str(tmp_path), name, at)) for name in names]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+        assert sorted(json.loads((tmp_path / ".learn.json").read_text())["passed"]) == sorted(names)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [b"\xef\xbb\xbf", b"# -*- coding: latin-1 -*-\n# caf\xe9\n"],
+    ids=["a UTF-8 byte-order mark", "a latin-1 coding line"],
+)
+def test_a_file_python_imports_passes_with_a_byte_order_mark_or_a_coding_line(tmp_path, prefix):
+    (tmp_path / "softmax.py").write_bytes(prefix + SOFTMAX.encode())
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 0 and result.output.startswith("softmax: passed"), result.output
+
+
+def test_a_nul_byte_is_one_line_naming_its_line(tmp_path):
+    path = tmp_path / "softmax.py"
+    path.write_bytes(SOFTMAX.encode() + b"# \x00\n")
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"{path}:4: a NUL byte (\\x00): a Python file holds text; save it again as text"
+
+
+ODD = {
+    "an exception whose str() raises": (
+        "class Odd(Exception):\n    def __str__(self):\n        raise ValueError('no message')\n\n\n"
+        "def softmax(x):\n    raise Odd()\n",
+        "{path}:7: softmax raised Odd",
+    ),
+    "a SystemExit whose code's repr raises": (
+        "import sys\n\n\nclass Code:\n    def __repr__(self):\n        raise ValueError\n\n\n"
+        "def softmax(x):\n    sys.exit(Code())\n",
+        "{path}:10: softmax raised SystemExit(): sys.exit ends the program",
+    ),
+    "autograd switched off at import": (
+        "import torch\n\ntorch.set_grad_enabled(False)\n" + SOFTMAX,
+        "{path}: importing it switched autograd off",
+    ),
+    "autograd switched off by the kernel": (
+        "import torch\n\n\ndef softmax(x):\n    torch.set_grad_enabled(False)\n    return x.softmax(-1)\n",
+        "{path}: softmax raised RuntimeError: it switched autograd off",
+    ),
+}
+
+
+@pytest.mark.parametrize(("source", "said"), ODD.values(), ids=ODD.keys())
+def test_odd_exceptions_and_autograd_switched_off_are_one_line(tmp_path, source, said):
+    path = write(tmp_path, "softmax", source)
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 1, result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(said.format(path=path))
+
+
+def test_a_step_file_that_is_not_a_file_is_one_line(tmp_path):
+    (tmp_path / "softmax.py").mkdir()
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 2
+    assert result.output == (
+        f"gpt-train: error: {tmp_path}/softmax.py is not a file (a folder, a device or a pipe): the check grades a "
+        "Python file\n"
+    )
+
+
+def test_the_check_of_a_task_file_runs_in_its_own_process_too(tmp_path):
+    write(tmp_path, "task", "import os\nos._exit(0)\n")
+    result = invoke("check", "task", "--dir", tmp_path)
+    assert result.exit_code == 1 and "the check ended without a verdict" in result.output
+
+
+@pytest.mark.parametrize(
+    "final",
+    ["[]", '{"heldout_exact_match": "0.9", "heldout_examples": 10}',
+     '{"heldout_exact_match": 0.9, "heldout_examples": [1]}', '{"heldout_exact_match": NaN, "heldout_examples": 10}',
+     '{"heldout_exact_match": 0.9, "heldout_examples": 0.5}'],
+    ids=["a list", "a number as text", "a list of examples", "NaN", "half an example"],
+)  # fmt: skip
+def test_a_damaged_gpt_core_run_is_trained_again_not_read(tmp_path, final):
+    (tmp_path / "final.json").write_text(final)
+    assert finished_figure(tmp_path) is None
+
+
+@pytest.mark.parametrize("record", ['{"passed": [1, 2]}', '{"passed": {"gelu": 3}}', "[]", "not json"])
+def test_a_damaged_progress_record_is_read_as_no_passes_and_written_anew(tmp_path, record):
+    (tmp_path / ".learn.json").write_text(record)
+    write(tmp_path, "softmax", SOFTMAX)
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert list(json.loads((tmp_path / ".learn.json").read_text())["passed"]) == ["softmax"]
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "1e308", "0", "-1"])
+def test_a_time_limit_that_is_not_a_number_of_seconds_is_one_line(cli, tmp_path, limit):
+    write(tmp_path, "softmax", SOFTMAX)
+    result = cli("learn", "check", "softmax", "--dir", tmp_path, "--time-limit", limit)
+    assert result.code == 2 and result.err.startswith("gpt-train: error: Invalid value for '--time-limit'")
+    assert len(result.err.splitlines()) == 1 and "Traceback" not in result.err
+
+
+def test_a_kernel_raising_keyboard_interrupt_fails_its_check_in_one_line(tmp_path):
+    path = write(tmp_path, "softmax", "def softmax(x):\n    raise KeyboardInterrupt\n")
+    result = invoke("check", "softmax", "--dir", tmp_path)
+    assert result.exit_code == 1
+    said = "raised KeyboardInterrupt (Ctrl-C's exception); a kernel fails by raising an ordinary exception"
+    assert result.output == f"{path}: the code in it {said}\n"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gpt_core import IGNORE_INDEX
@@ -25,10 +26,13 @@ class Case:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a kernel gave on a case: the output and the gradient of each float input, for one fixed cotangent."""
+    """What a kernel gave on a case: the output and the gradient of each float input, for one fixed cotangent; or
+    the exception it raised (`error`), in the forward or in the backward."""
 
-    output: Tensor
+    output: Tensor | None
     grads: tuple[Tensor | None, ...]
+    error: BaseException | None = None
+    connected: bool = True  # the output carries a gradient back to the inputs (it requires grad)
 
 
 def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> Tensor:
@@ -51,9 +55,15 @@ def _attention(gen: torch.Generator) -> list[Case]:
 
 
 def _cross_entropy(gen: torch.Generator) -> list[Case]:
-    targets = torch.randint(11, (14,), generator=gen, device="cpu")
-    targets[::3] = IGNORE_INDEX
-    return [Case("ignore_index", (_randn(gen, 14, 11), targets))]
+    def targets() -> Tensor:
+        drawn = torch.randint(11, (14,), generator=gen, device="cpu")
+        drawn[::3] = IGNORE_INDEX
+        return drawn
+
+    return [
+        Case("ignore_index", (_randn(gen, 14, 11), targets())),
+        Case("ignore_index, logits x 1000", (_randn(gen, 14, 11, scale=1e3), targets())),
+    ]
 
 
 CASES: dict[str, Callable[[torch.Generator], list[Case]]] = {
@@ -80,6 +90,27 @@ def cases_for(kind: str, seed: int = 0) -> list[Case]:
     return CASES[kind](torch.Generator().manual_seed(seed))
 
 
+def _end_aligned_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    """PyTorch's attention with the queries the last Tq of the Tk positions (query i sits at Tk - Tq + i)."""
+    if not causal:
+        return F.scaled_dot_product_attention(q, k, v)
+    n_queries, n_keys = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+REFERENCES: dict[str, tuple[str, Callable[..., Tensor]]] = {
+    "softmax": ("torch.softmax", lambda x: torch.softmax(x, dim=-1)),
+    "attention": ("F.scaled_dot_product_attention", _end_aligned_attention),
+    "layer_norm": ("F.layer_norm", lambda x, weight, bias, eps: F.layer_norm(x, x.shape[-1:], weight, bias, eps)),
+    "gelu": ("F.gelu(approximate='tanh')", lambda x: F.gelu(x, approximate="tanh")),
+    "cross_entropy": ("F.cross_entropy", lambda logits, targets: F.cross_entropy(logits, targets,
+                                                                                  ignore_index=IGNORE_INDEX)),
+}  # fmt: skip
+"""Each kind's PyTorch built-in, with the kernel's signature, and how a message names it: what the cases' right
+answers are."""
+
+
 def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcome:
     """Call `kernel` on the case, then backpropagate a fixed random cotangent to every float input.
     Whatever the kernel raises is the caller's to report."""
@@ -88,8 +119,42 @@ def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcom
     args = [fresh.get(id(arg), arg) for arg in case.args]
     output = kernel(*args)
     if not isinstance(output, Tensor) or not output.requires_grad:
-        return Outcome(output, ())
+        return Outcome(output, (), connected=False)
     generator = torch.Generator().manual_seed(seed)
     cotangent = torch.randn(output.shape, generator=generator, dtype=output.dtype, device="cpu")
     grads = torch.autograd.grad(output, [fresh[id(a)] for a in leaves], cotangent, allow_unused=True)
     return Outcome(output.detach(), grads)
+
+
+MATCH = {"rtol": 1e-7, "atol": 1e-9}
+"""How close a kernel's results must be to a mistake's to be called that mistake: far looser than a pass
+(1e-12), since a learner writes the same mistake in another order, and far tighter than any two mistakes."""
+
+
+def close(a: object, b: object) -> bool:
+    """Equal within MATCH where finite, and nan and inf (of the same sign) in the same places."""
+    if a is None or b is None:
+        return a is b
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor) or a.shape != b.shape:
+        return False
+    a, b = a.detach().double(), b.detach().double()
+    finite = a.isfinite()
+    if not (torch.equal(finite, b.isfinite()) and torch.equal(a.isnan(), b.isnan())):
+        return False
+    infinite = a.isinf()
+    return torch.equal(a[infinite], b[infinite]) and torch.allclose(a[finite], b[finite], **MATCH)
+
+
+def index_of(flat: int, shape: torch.Size) -> list[int]:
+    """The multi-index of a flat position in a tensor of `shape` ([] for a scalar)."""
+    return [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if len(shape) else []
+
+
+def try_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcome:
+    """`run_case`, with whatever the kernel raises (but Ctrl-C) kept in the outcome's `error`."""
+    try:
+        return run_case(kernel, case, seed)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # a learner's SystemExit too: their code's result
+        return Outcome(None, (), error)

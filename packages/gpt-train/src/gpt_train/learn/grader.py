@@ -1,37 +1,52 @@
-"""Grade a learner's kernel: in float64, forward and backward, on `gpt-train verify`'s cases, and when it
-fails, say what is wrong by naming the classic mistake its results agree with.
+"""Grade a learner's kernel: in float64, forward and backward, on `gpt-train verify`'s cases and the course's own,
+and when it fails, say what is wrong by naming the classic mistake its results agree with.
 
-The order: run it on the diagnosis cases (an unwritten stub or an exception is one line naming the file and
-line), pin it against PyTorch with `gpt_train.kernels.verify_kernel` (the check `run --kernel` makes), name
-the mistake it matches or else the first failing case, output and index; then what the step asks beyond
-the numbers: a backward of the learner's own, or no (T, T) tensor.
+The order: run it on the course's cases (gpt_train.learn.cases) with a `Watch` on (an unwritten stub or an
+exception is one line naming the file and line, or the mistake that raises the same way); then its output's
+structure before any value: None, the dtype, the shape, an output detached from its inputs, a hand-written backward
+returning None; then the values: pinned against PyTorch with `gpt_train.kernels.verify_kernel` (the check
+`run --kernel` makes) and on the course's cases (large logits among them), naming the mistake it matches or else
+the first failing case, output and index; then what it called that the course has the learner write (a built-in
+the step is graded against, gpt-core's own code, a shipped solution, autograd in a hand-written backward); then what
+the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from gpt_core import Row
 from gpt_core.testing import LargestTensor
-from gpt_train.kernels import first_failure, output_checked, verify_kernel
-from gpt_train.learn.cases import Outcome, cases_for, run_case
-from gpt_train.learn.loading import LearnerError, describe, guarded, is_stub, learner_function, load_module, where
+from gpt_train.kernels import TOLERANCE, first_failure, output_checked, verify_kernel
+from gpt_train.learn.assembly import grade_module
+from gpt_train.learn.cases import REFERENCES, Case, Outcome, cases_for, close, index_of, run_case, try_case
+from gpt_train.learn.loading import (
+    LearnerError,
+    autograd_kept,
+    autograd_off_at_import,
+    describe,
+    guarded,
+    is_stub,
+    learner_function,
+    load_module,
+    where,
+)
 from gpt_train.learn.steps import Step
+from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
 
 SEED = 0
 """The verification inputs' seed: a check gives the same verdict every time it is run."""
-
-MATCH = {"rtol": 1e-7, "atol": 1e-9}
-"""How close a kernel's results must be to a mistake's to be called that mistake: far looser than a pass
-(1e-12), since a learner writes the same mistake in another order, and far tighter than any two mistakes."""
 
 FLASH_POSITIONS, FLASH_HEAD = 512, 16
 LARGEST_TILE = 128
@@ -49,81 +64,204 @@ class Verdict:
     message: str
 
 
-def check_file(step: Step, path: Path) -> Verdict:
-    """Load the learner's file for `step` and grade the function it defines."""
+class Malformed(Exception):
+    """The learner's function returned something no value check can be made on, said in one line."""
+
+
+CHECK_MODULES = (
+    "gpt_train.learn.grader", "gpt_train.learn.assembly", "gpt_train.learn.cases", "gpt_train.learn.zoo",
+    "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.kernels", "gpt_train.verify",
+    "gpt_core.testing.verification",
+)  # fmt: skip
+"""The modules whose functions grade the learner's code: a name in one of them replaced by the learner's code
+(`grader.first_failure = ...`) fails the check."""
+
+
+def check_file(step: Step, path: Path, source: bytes | None = None) -> Verdict:
+    """Load the learner's file for `step` (from `source`, its bytes as read, when given) and grade the function
+    it defines."""
+    parts = _check_parts()
     try:
-        module = load_module(path)
+        module = load_module(path, source)
+        if (refusal := autograd_off_at_import(path)) is not None:
+            return Verdict(False, refusal)
         kernel = learner_function(module, path, step.function, step.parameters)
     except LearnerError as error:
         return Verdict(False, str(error))
-    return grade(step, kernel, path, tile=getattr(module, "TILE", DEFAULT_TILE))
+    verdict = grade(step, kernel, path, tile=getattr(module, "TILE", DEFAULT_TILE))
+    replaced = next((name for name, value in _check_parts().items() if parts.get(name, value) is not value), None)
+    if replaced is not None:
+        return Verdict(False, f"{path}: it replaced {replaced}, a part of the check: leave the grader alone")
+    return verdict
+
+
+def _check_parts() -> dict[str, object]:
+    """Every name in CHECK_MODULES, and what it holds now."""
+    return {f"{name}.{attribute}": value for name in CHECK_MODULES if name in sys.modules
+            for attribute, value in vars(sys.modules[name]).items()}  # fmt: skip
 
 
 def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, tile: int = DEFAULT_TILE) -> Verdict:
-    """Grade `kernel` as the answer to `step`; `path` is its file, named in what the verdict says."""
+    """Grade `kernel` as the answer to `step` (for a module step, the class; `tile` is the tiled step's); `path` is
+    its file, named in what the verdict says."""
+    if step.kind == "module":
+        return Verdict(*grade_module(step, kernel, path))
+    watch = Watch(step.forbidden)
+    kernel = _returns_something(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
-    try:
-        outcomes = [run_case(kernel, case, SEED) for case in cases_for(step.function, SEED)]
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:
-        if is_stub(error):
-            return Verdict(False, f"{where(error, path)}: {step.function} is not written yet (it raises "
-                                  "NotImplementedError): write its body in place of the raise")  # fmt: skip
-        return Verdict(False, f"{where(error, path)}: {step.function} raised {describe(error)}")
+    kernel = autograd_kept(kernel)  # autograd left off: the kernel's failure, not the checks'
+    cases = cases_for(step.function, SEED)
+    label, reference = REFERENCES[step.function]
+    with watch.on():  # the backward of the learner's output is the learner's too
+        outcomes = [try_case(kernel, case, SEED) for case in cases]
+    expected = [run_case(reference, case, SEED) for case in cases]
+    raised = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
+    if raised is not None:
+        return _raised(step, raised, path, diagnose(step, outcomes, expected, tile))
+    problem = _malformed(step, cases, outcomes, expected)
+    if problem is not None:
+        return Verdict(False, f"{step.name}: {problem}")
     kernel = guarded(kernel)  # from here a SystemExit is the kernel failing a check, as any exception is
     rows = verify_kernel(step.slot, kernel, seed=SEED)
-    failure = first_failure(rows)
+    failure = first_failure(rows) or _first_difference(step, cases, outcomes, expected, label)
+    refusal = watch.refusal(step.function, step.graded_against, step.handwritten_backward)
     if failure is not None:
-        mistake = diagnose(step, outcomes, tile)
+        mistake = diagnose(step, outcomes, expected, tile)
         lines = [f"{step.name}: {mistake.message}"] if mistake else []
         lines.append(f"{step.name}: {failure}" if mistake is None else f"  first difference: {failure}")
+        lines += [f"  and {refusal}"] if refusal else []
         return Verdict(False, "\n".join(lines))
-    refusal = _requirement_unmet(step, kernel)
+    refusal = refusal or _requirement_unmet(step, kernel) or watch.refusal(
+        step.function, step.graded_against, step.handwritten_backward)  # fmt: skip
     if refusal is not None:
         return Verdict(False, f"{step.name}: {refusal}")
-    return Verdict(True, f"{step.name}: passed, {len(rows)} checks forward and backward in float64, largest "
-                         f"difference {largest_difference(rows):.1e}")  # fmt: skip
+    return Verdict(True, f"{step.name}: passed, {len(rows) + len(cases)} checks forward and backward in float64, "
+                         f"largest difference {largest_difference(rows):.1e}")  # fmt: skip
 
 
 def largest_difference(rows: list[Row]) -> float:
     return max(max(row.forward, row.grad or 0.0) for row in rows)
 
 
+def _returns_something(kernel: Callable[..., Any], function: str) -> Callable[..., Any]:
+    """`kernel`, raising Malformed from its own call when it returns None (a body that computes and never returns)."""
+
+    @functools.wraps(kernel)
+    def call(*args: Any) -> Any:
+        output = kernel(*args)
+        if output is None:
+            raise Malformed(f"your {function} returns None: `return` the result")
+        return output
+
+    return call
+
+
+def _raised(step: Step, error: BaseException, path: Path | None, mistake: Mistake | None) -> Verdict:
+    if is_stub(error):
+        return Verdict(False, f"{where(error, path)}: {step.function} is not written yet (it raises "
+                              "NotImplementedError): write its body in place of the raise")  # fmt: skip
+    if isinstance(error, Malformed):
+        return Verdict(False, f"{step.name}: {error}")
+    said = f"{where(error, path)}: {step.function} raised {describe(error)}"
+    return Verdict(False, said if mistake is None else f"{step.name}: {mistake.message}\n  {said}")
+
+
+# structure, then values ----------------------------------------------------------------------------------------------
+def _dtype(tensor: Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _leaf_names(step: Step, case: Case) -> list[str]:
+    return [name for name, arg in zip(step.parameters, case.args, strict=False)
+            if isinstance(arg, Tensor) and arg.requires_grad]  # fmt: skip
+
+
+def _malformed(step: Step, cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    """What is wrong with the learner's outputs before their values are looked at, or None: the dtype, the shape, an
+    output detached from its inputs, and in a hand-written backward a gradient returned as None."""
+    fn = step.function
+    for case, got, want in zip(cases, outcomes, expected, strict=True):
+        output, right = got.output, want.output
+        if output.dtype != right.dtype:
+            return (f"your {fn} returns {_dtype(output)} for {_dtype(right)} inputs: keep the inputs' dtype (no "
+                    ".float(); dtype=x.dtype for a tensor you make)")  # fmt: skip
+        if output.shape != right.shape:
+            return f"your {fn} returns shape {tuple(output.shape)} where {tuple(right.shape)} is expected ({case.name})"
+        if not got.connected:
+            return ("your output is detached from its inputs, so no gradient can flow (a .detach(), .item(), "
+                    "torch.no_grad() or torch.tensor() of a result on the way)")  # fmt: skip
+    for case, got, want in zip(cases, outcomes, expected, strict=True):
+        for name, grad, right in zip(_leaf_names(step, case), got.grads, want.grads, strict=True):
+            if step.handwritten_backward and grad is None and right is not None:
+                return f"your backward returns None for the gradient of {name}: return one gradient per input"
+    return None
+
+
+def _first_difference(
+    step: Step, cases: list[Case], outcomes: list[Outcome], expected: list[Outcome], label: str
+) -> str | None:
+    """Where the learner's results on the course's own cases first differ from PyTorch's by more than the
+    tolerance (relative to the reference's scale, when that is above 1), or None."""
+    for case, got, want in zip(cases, outcomes, expected, strict=True):
+        pairs = [("output", got.output, want.output)]
+        names = _leaf_names(step, case)
+        pairs += [(f"gradient of {name}", g, r) for name, g, r in zip(names, got.grads, want.grads, strict=True)]
+        for what, ours, theirs in pairs:
+            if theirs is None:
+                continue
+            if ours is None:
+                return f"{case.name}: {what} is missing: the kernel gave no gradient"
+            difference = (ours.detach().double() - theirs.detach().double()).abs().nan_to_num(nan=math.inf)
+            flat = int(difference.argmax()) if difference.numel() else 0
+            if not difference.numel() or difference.flatten()[flat] <= TOLERANCE * max(1.0, theirs.abs().max()):
+                continue
+            index = index_of(flat, difference.shape)
+            got_value, right_value = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
+            if not math.isfinite(got_value):
+                return f"{step.function}, {case.name}: {what} {index} is {got_value}, expected {right_value:.6g}"
+            by = difference.flatten()[flat].item()
+            return (f"{step.function}, {case.name}: {what} {index} differs from {label} by {by:.1e}, which exceeds "
+                    f"the tolerance {TOLERANCE:.0e}")  # fmt: skip
+    return None
+
+
 # diagnosis -----------------------------------------------------------------------------------
-def diagnose(step: Step, outcomes: list[Outcome], tile: int = DEFAULT_TILE) -> Mistake | None:
-    """The first of the step's mistakes whose results the kernel's agree with on every case, if any."""
+def diagnose(step: Step, outcomes: list[Outcome], expected: list[Outcome], tile: int = DEFAULT_TILE) -> Mistake | None:
+    """The first of the step's mistakes the kernel's results show: agreeing with one of its kernels on every case
+    (raising on the same cases), or, for a mistake recognised by its `matches`, what that says."""
     cases = cases_for(step.function, SEED)
     for mistake in MISTAKES.get(step.name, ()):
+        if mistake.matches is not None:
+            if mistake.matches(cases, outcomes, expected):
+                return mistake
+            continue
         for variant in mistake.kernels:
             made = functools.partial(variant, tile=tile) if mistake.tiled else variant
-            if all(_agree(got, run_case(made, case, SEED), mistake.backward)
+            if all(_agree(got, try_case(made, case, SEED), mistake.backward)
                    for got, case in zip(outcomes, cases, strict=True)):  # fmt: skip
                 return mistake
     return None
 
 
 def _agree(got: Outcome, mistaken: Outcome, with_gradients: bool) -> bool:
+    if got.error is not None or mistaken.error is not None:
+        return _same_error(got.error, mistaken.error)
     pairs = [(got.output, mistaken.output)]
     if with_gradients:
         if len(got.grads) != len(mistaken.grads):
             return False
         pairs += list(zip(got.grads, mistaken.grads, strict=True))
-    return all(_close(a, b) for a, b in pairs)
+    return all(close(a, b) for a, b in pairs)
 
 
-def _close(a: Tensor | None, b: Tensor | None) -> bool:
-    """Equal within MATCH where finite, and nan and inf (of the same sign) in the same places."""
-    if a is None or b is None:
-        return a is b
-    if not isinstance(a, Tensor) or not isinstance(b, Tensor) or a.shape != b.shape:
+def _same_error(a: BaseException | None, b: BaseException | None) -> bool:
+    """Both raised, the same exception with the same message (but for the name of a learner's autograd.Function)."""
+    if a is None or b is None or type(a) is not type(b):
         return False
-    a, b = a.detach().double(), b.detach().double()
-    finite = a.isfinite()
-    if not (torch.equal(finite, b.isfinite()) and torch.equal(a.isnan(), b.isnan())):
-        return False
-    infinite = a.isinf()
-    return torch.equal(a[infinite], b[infinite]) and torch.allclose(a[finite], b[finite], **MATCH)
+    return _FUNCTION_NAME.sub("Function", describe(a)) == _FUNCTION_NAME.sub("Function", describe(b))
+
+
+_FUNCTION_NAME = re.compile(r"Function \w+")
 
 
 # what a step asks beyond the numbers ---------------------------------------------------------

@@ -14,7 +14,8 @@ DEFAULT_DIR = Path("my-gpt")
 
 @dataclass(frozen=True)
 class Step:
-    """One exercise: DIR/`name`.py defines `function` with `parameters`, a kernel for `slot` (None: not a kernel)."""
+    """One exercise: DIR/`name`.py defines `function` (a function, or a class for a module step) with `parameters`,
+    a kernel for `slot` (None: not a kernel)."""
 
     name: str
     teaches: str
@@ -23,6 +24,14 @@ class Step:
     parameters: tuple[str, ...]
     handwritten_backward: bool = False  # the check refuses a gradient autograd derived
     tiled: bool = False  # the check refuses a (T, T) tensor
+    forbidden: tuple[str, ...] = ()  # built-in families it may not call (gpt_train.learn.watch)
+    kind: str = "kernel"  # "kernel": a function; "module": an nn.Module beside gpt-core's (assembly); "task"
+
+    @property
+    def graded_against(self) -> str | None:
+        """The built-in family a kernel step is graded against: the first it may not call (a module step is graded
+        against gpt-core's module)."""
+        return self.forbidden[0] if self.forbidden and self.kind == "kernel" else None
 
     @property
     def file_name(self) -> str:
@@ -33,23 +42,34 @@ class Step:
         return f"{self.function}({', '.join(self.parameters)})"
 
 
+SOFTMAX, ATTENTION, LAYER_NORM, GELU, CROSS_ENTROPY = (("softmax",), ("attention", "softmax"), ("layer_norm",),
+                                                      ("gelu",), ("cross_entropy", "softmax"))  # fmt: skip
+MODEL = ("attention", "softmax", "layer_norm", "gelu", "cross_entropy")
+
 STEPS: tuple[Step, ...] = (
-    Step("softmax", "exponentiate and normalise, stable on large logits", SAMPLING_SOFTMAX_SLOT, "softmax", ("x",)),
+    Step("softmax", "exponentiate and normalise, stable on large logits", SAMPLING_SOFTMAX_SLOT, "softmax", ("x",),
+         forbidden=SOFTMAX),
     Step("attention", "scaled dot-product attention with the causal mask of cached decoding", "attention",
-         "attention", ("q", "k", "v", "causal")),
+         "attention", ("q", "k", "v", "causal"), forbidden=ATTENTION),
     Step("layer_norm", "normalise each row: mean, biased variance, epsilon under the root", "layer_norm",
-         "layer_norm", ("x", "weight", "bias", "eps")),
-    Step("gelu", "GPT-2's activation, the tanh approximation of GELU", "gelu", "gelu", ("x",)),
+         "layer_norm", ("x", "weight", "bias", "eps"), forbidden=LAYER_NORM),
+    Step("gelu", "GPT-2's activation, the tanh approximation of GELU", "gelu", "gelu", ("x",), forbidden=GELU),
     Step("cross_entropy", "the loss: log-sum-exp minus the target's logit, ignoring -100", "cross_entropy",
-         "cross_entropy", ("logits", "targets")),
+         "cross_entropy", ("logits", "targets"), forbidden=CROSS_ENTROPY),
     Step("layer_norm_backward", "derive LayerNorm's gradient by hand in a torch.autograd.Function", "layer_norm",
-         "layer_norm", ("x", "weight", "bias", "eps"), handwritten_backward=True),
+         "layer_norm", ("x", "weight", "bias", "eps"), handwritten_backward=True, forbidden=LAYER_NORM),
     Step("attention_backward", "derive attention's gradient by hand: dV, dP, the softmax's Jacobian, dQ, dK",
-         "attention", "attention", ("q", "k", "v", "causal"), handwritten_backward=True),
+         "attention", "attention", ("q", "k", "v", "causal"), handwritten_backward=True, forbidden=ATTENTION),
     Step("flash_attention", "attention in tiles with an online softmax: no T x T matrix", "attention",
-         "attention", ("q", "k", "v", "causal"), tiled=True),
+         "attention", ("q", "k", "v", "causal"), tiled=True, forbidden=ATTENTION),
+    Step("multi_head_attention", "the module: fused qkv projection, heads split and merged, output projection",
+         None, "MultiHeadAttention", ("n_embd", "n_head", "attention"), forbidden=MODEL, kind="module"),
+    Step("block", "the pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x))", None, "Block",
+         ("n_embd", "n_head", "kernels"), forbidden=MODEL, kind="module"),
+    Step("model", "the GPT: token and position embeddings, blocks, final norm, tied head, the loss", None, "GPT",
+         ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "kernels"), forbidden=MODEL, kind="module"),
     Step("task", "a task plugin of your own: a PromptAnswerTask, trained and scored on its hash split", None,
-         "Task", ()),
+         "Task", (), kind="task"),
 )  # fmt: skip
 
 BY_NAME = {step.name: step for step in STEPS}

@@ -1,8 +1,10 @@
 """The classic mistakes of each step, each written out as the function that makes it.
 
 A failing kernel is run on the same inputs as every mistake of its step (`cases`); the first mistake it
-agrees with is named. A forward mistake is matched on the outputs alone (what is wrong is already in
-the forward); a backward mistake, whose forward is right, on the outputs and every gradient.
+agrees with is named (raising on the same cases counts as agreeing there: a gradient of the wrong shape). A forward
+mistake is matched on the outputs alone (what is wrong is already in the forward); a backward mistake, whose
+forward is right, on the outputs and every gradient. A mistake that many different kernels make (an overflow, a
+mistyped constant) is recognised by what its results show (`matches`) instead; its kernels are examples of it.
 
 One short function per mistake: the module's length is the list of mistakes.
 """
@@ -12,14 +14,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from gpt_core import IGNORE_INDEX
-from gpt_core import reference as ref
+from gpt_train.learn.cases import Case, Outcome, close
 
 _GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+Matcher = Callable[[list[Case], list[Outcome], list[Outcome]], bool]
+"""(cases, the kernel's outcomes, the right outcomes) -> whether the kernel makes the mistake."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,22 @@ class Mistake:
     kernels: tuple[Callable[..., Tensor], ...]
     backward: bool = False  # matched on the gradients too
     tiled: bool = False  # its kernels take the learner's tile size, `tile=`
+    matches: Matcher | None = None  # how it is recognised, when not by agreeing with one of its kernels
+
+
+def _overflows(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
+    """Right wherever its output is finite, and inf or nan on some case where the right output is finite: a
+    formula that is exact on paper and overflows on large inputs."""
+    overflowed = False
+    for got, want in zip(outcomes, expected, strict=True):
+        if got.error is not None or got.output is None or got.output.shape != want.output.shape:
+            return False
+        if bool(got.output.isfinite().all()):
+            if not close(got.output, want.output):
+                return False
+        elif bool(want.output.isfinite().all()):
+            overflowed = True
+    return overflowed
 
 
 # softmax -------------------------------------------------------------------------------------
@@ -57,7 +80,7 @@ def _log_softmax(x: Tensor) -> Tensor:
 
 SOFTMAX = (
     Mistake("no_max_shift", "softmax without subtracting the max overflows on large logits: exp(1000) is inf",
-            (_softmax_without_max,)),
+            (_softmax_without_max,), matches=_overflows),
     Mistake("wrong_axis", "softmax over the wrong axis: each row of the last dim must sum to 1",
             (_softmax_over(0), _softmax_over(1))),
     Mistake("not_normalised", "exp(x - max) is never divided by its sum: the weights must sum to 1",
@@ -75,12 +98,15 @@ def _attention(
     fill: float = float("-inf"),
     after_softmax: bool = False,
     softmax_dim: int = -1,
+    scale_after_softmax: bool = False,
 ) -> Callable[..., Tensor]:
-    """Attention with one thing done wrong: the scale d^-scale_power, the mask's diagonal and alignment, when it
-    masks, what it fills, whether it masks the weights after the softmax, and the softmax's axis."""
+    """Attention with one thing done wrong: the scale d^-scale_power (or applied to the weights after the softmax),
+    the mask's diagonal and alignment, when it masks, what it fills, whether it masks the weights after the
+    softmax, and the softmax's axis."""
 
     def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** scale_power  # (B, H, Tq, Tk)
+        scale = q.shape[-1] ** scale_power
+        scores = q @ k.transpose(-2, -1) / (1.0 if scale_after_softmax else scale)  # (B, H, Tq, Tk)
         n_queries, n_keys = scores.shape[-2:]
         offset = n_keys - n_queries if end_aligned else 0
         allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=scores.device).tril(offset + diagonal)
@@ -90,6 +116,8 @@ def _attention(
         weights = _softmax_over(softmax_dim)(scores)
         if mask and after_softmax:
             weights = weights * allowed
+        if scale_after_softmax:
+            weights = weights / scale
         return weights @ v
 
     return attention
@@ -112,16 +140,25 @@ ATTENTION = (
             (_attention(after_softmax=True),)),
     Mistake("softmax_over_queries", "softmax over the wrong axis: each query's weights over the keys (the last "
             "dim) must sum to 1", (_attention(softmax_dim=-2),)),
+    Mistake("scale_after_softmax", "the scale is applied after the softmax: divide the scores q k^T by sqrt(d) "
+            "before it, so that it shapes the weights", (_attention(scale_after_softmax=True),)),
 )  # fmt: skip
 
 
 # layer_norm ----------------------------------------------------------------------------------
 def _layer_norm(
-    ddof: int = 0, eps_inside: bool = True, use_eps: bool = True, root: bool = True, use_bias: bool = True
+    ddof: int = 0,
+    eps_inside: bool = True,
+    use_eps: bool = True,
+    root: bool = True,
+    use_bias: bool = True,
+    dims: tuple[int, ...] | None = (-1,),  # None: every dimension
 ) -> Callable[..., Tensor]:
     def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
-        centred = x - x.mean(dim=-1, keepdim=True)
-        var = centred.square().sum(dim=-1, keepdim=True) / (x.shape[-1] - ddof)
+        over = tuple(range(x.dim())) if dims is None else dims
+        centred = x - x.mean(dim=over, keepdim=True)
+        count = math.prod(x.shape[d] for d in over)
+        var = centred.square().sum(dim=over, keepdim=True) / (count - ddof)
         eps = eps if use_eps else 0.0
         if not root:
             spread = var + eps
@@ -140,11 +177,14 @@ LAYER_NORM = (
     Mistake("no_eps", "epsilon is missing: divide by sqrt(var + eps)", (_layer_norm(use_eps=False),)),
     Mistake("no_root", "divided by the variance, not its square root", (_layer_norm(root=False),)),
     Mistake("no_bias", "the bias is never added", (_layer_norm(use_bias=False),)),
+    Mistake("wrong_axis", "LayerNorm over the wrong axis: normalise each position's features, the last dimension "
+            "(dim=-1, keepdim=True)", (_layer_norm(dims=(0,)), _layer_norm(dims=(1,)), _layer_norm(dims=None),
+                                        _layer_norm(dims=(-2, -1)))),
 )  # fmt: skip
 
 
 # gelu ----------------------------------------------------------------------------------------
-def _gelu_tanh_form(c: float = _GELU_C, a: float = 0.044715, half: float = 0.5) -> Callable[[Tensor], Tensor]:
+def _gelu_tanh_form(c: float = _GELU_C, a: float = _GELU_A, half: float = 0.5) -> Callable[[Tensor], Tensor]:
     return lambda x: half * x * (1.0 + torch.tanh(c * (x + a * x**3)))
 
 
@@ -157,8 +197,47 @@ def _gelu_sigmoid(x: Tensor) -> Tensor:
 
 
 def _gelu_tanh_by_exp(x: Tensor) -> Tensor:
-    e = (2.0 * _GELU_C * (x + 0.044715 * x**3)).exp()
+    e = (2.0 * _GELU_C * (x + _GELU_A * x**3)).exp()
     return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0))
+
+
+def _gelu_tanh_by_exp_pair(x: Tensor) -> Tensor:
+    """tanh(u) = (e^u - e^-u) / (e^u + e^-u): exact, and inf / inf once |u| > 710."""
+    u = _GELU_C * (x + _GELU_A * x**3)
+    return 0.5 * x * (1.0 + (u.exp() - (-u).exp()) / (u.exp() + (-u).exp()))
+
+
+def _gelu_constants(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> tuple[float, float] | None:
+    """The constants (c, a) of 0.5 x (1 + tanh(c (x + a x^3))) that the kernel's output on the first case fits,
+    by least squares on atanh(2 y / x - 1) = c x + c a x^3 where tanh is far from saturating; None when the output
+    is not of that form."""
+    if outcomes[0].error is not None or outcomes[0].output is None:
+        return None
+    x, y = cases[0].args[0].detach(), outcomes[0].output.detach().double()
+    if y.shape != x.shape:
+        return None
+    t = 2.0 * y / x - 1.0
+    usable = (x.abs() > 0.1) & (t.abs() < 0.9)
+    if int(usable.sum()) < 8:
+        return None
+    x, u = x[usable], torch.atanh(t[usable])
+    design = torch.stack((x, x**3), dim=-1)
+    fitted = torch.linalg.lstsq(design, u[:, None]).solution[:, 0]
+    if not bool(((design @ fitted - u).abs() <= 1e-9 * (1.0 + u.abs())).all()):
+        return None
+    c, ca = float(fitted[0]), float(fitted[1])
+    return c, ca / c
+
+
+def _gelu_constant_mistyped(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
+    """The tanh form with sqrt(2/pi) or 0.044715 near the right value but not it (a rounded or mistyped digit)."""
+    fitted = _gelu_constants(cases, outcomes, expected)
+    if fitted is None:
+        return False
+    c, a = fitted
+    near = 0.5 < c / _GELU_C < 2.0 and 0.05 < a / _GELU_A < 20.0
+    exact = math.isclose(c, _GELU_C, rel_tol=1e-12) and math.isclose(a, _GELU_A, rel_tol=1e-12)
+    return near and not exact
 
 
 GELU = (
@@ -168,7 +247,11 @@ GELU = (
     Mistake("sqrt_2pi", "the constant is sqrt(2/pi), not sqrt(2 pi)", (_gelu_tanh_form(c=math.sqrt(2 * math.pi)),)),
     Mistake("no_half", "the factor 0.5 is missing", (_gelu_tanh_form(half=1.0),)),
     Mistake("tanh_by_exp", "tanh written with exp overflows on large inputs (inf / inf): use torch.tanh",
-            (_gelu_tanh_by_exp,)),
+            (_gelu_tanh_by_exp, _gelu_tanh_by_exp_pair), matches=_overflows),
+    Mistake("constant_mistyped", "a constant is mistyped or rounded: sqrt(2/pi) = 0.7978845608028654 (write "
+            "math.sqrt(2 / math.pi)) and 0.044715 exactly",
+            (_gelu_tanh_form(c=0.7978), _gelu_tanh_form(a=0.04715), _gelu_tanh_form(c=0.79788456)),
+            matches=_gelu_constant_mistyped),
 )  # fmt: skip
 
 
@@ -181,11 +264,36 @@ def _per_row_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return lse - (logits * onehot).sum(dim=-1)
 
 
-def _scored_rows_over(denominator: str) -> Callable[[Tensor, Tensor], Tensor]:
+def _scored_rows_over(denominator: str, sign: float = 1.0) -> Callable[[Tensor, Tensor], Tensor]:
     def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
         scored = targets != IGNORE_INDEX
-        total = (_per_row_loss(logits, targets) * scored).sum()
-        return {"all": total / len(targets), "none": total}[denominator]
+        total = sign * (_per_row_loss(logits, targets) * scored).sum()
+        return {"all": total / len(targets), "none": total, "scored": total / scored.sum()}[denominator]
+
+    return cross_entropy
+
+
+def _clamped_to_class_0(denominator: str) -> Callable[[Tensor, Tensor], Tensor]:
+    """-100 turned into class 0 (targets.clamp(min=0), so that gather does not fail) and scored as class 0."""
+
+    def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+        losses = _per_row_loss(logits, targets.clamp(min=0))
+        count = len(targets) if denominator == "all" else (targets != IGNORE_INDEX).sum()
+        return losses.sum() / count
+
+    return cross_entropy
+
+
+def _cross_entropy_without_max(per_row: str) -> Callable[[Tensor, Tensor], Tensor]:
+    """log(sum(exp(logits))) with no max subtracted ("logsumexp"), or -log of exp(logit) / sum exp ("probability")."""
+
+    def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+        scored = targets != IGNORE_INDEX
+        logits, targets = logits[scored], targets[scored]
+        picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+        total = logits.exp().sum(dim=-1)
+        losses = total.log() - picked if per_row == "logsumexp" else -(picked.exp() / total).log()
+        return losses.mean()
 
     return cross_entropy
 
@@ -197,7 +305,13 @@ CROSS_ENTROPY = (
             (_scored_rows_over("all"),)),
     Mistake("summed", "the loss is summed; it is the mean over the scored targets", (_scored_rows_over("none"),)),
     Mistake("sign", "the sign is flipped: the loss is minus the log-probability of the target",
-            (lambda logits, targets: -ref.cross_entropy(logits, targets),)),
+            (_scored_rows_over("scored", sign=-1.0),)),
+    Mistake("ignored_clamped", "targets of -100 were clamped to class 0 and scored: leave those rows out of the "
+            "loss and out of the count", (_clamped_to_class_0("all"), _clamped_to_class_0("scored"))),
+    Mistake("no_max_shift", "no max shift: log(sum(exp(logits))) overflows on large logits (exp(1000) is inf); "
+            "subtract each row's max m first: m + log(sum(exp(logits - m)))",
+            (_cross_entropy_without_max("logsumexp"), _cross_entropy_without_max("probability")),
+            matches=_overflows),
 )  # fmt: skip
 
 
@@ -248,14 +362,16 @@ LAYER_NORM_BACKWARD = (
 
 
 # attention_backward --------------------------------------------------------------------------
-def _attention_backward(rowsum_term: bool = True, scaled: bool = True) -> Callable[..., Tensor]:
+def _attention_backward(
+    rowsum_term: bool = True, scaled: bool = True, dk_transposed: bool = True, dv_transposed: bool = True
+) -> Callable[..., Tensor]:
     """A correct attention forward with a hand-written backward missing one piece of
     dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), dQ = dS K s, dK = dS^T Q s (s = 1/sqrt(d))."""
 
     class Attention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal):
-            probs = ref.softmax(_scores(q, k, causal))
+            probs = _softmax_over(-1)(_scores(q, k, causal))
             ctx.save_for_backward(q, k, v, probs)
             return probs @ v
 
@@ -266,7 +382,9 @@ def _attention_backward(rowsum_term: bool = True, scaled: bool = True) -> Callab
             d_probs = d_out @ v.transpose(-2, -1)
             rowsum = (d_probs * probs).sum(dim=-1, keepdim=True) if rowsum_term else 0.0
             d_scores = probs * (d_probs - rowsum)
-            return d_scores @ k * scale, d_scores.transpose(-2, -1) @ q * scale, probs.transpose(-2, -1) @ d_out, None
+            d_k = (d_scores.transpose(-2, -1) if dk_transposed else d_scores) @ q * scale
+            d_v = (probs.transpose(-2, -1) if dv_transposed else probs) @ d_out
+            return d_scores @ k * scale, d_k, d_v, None
 
     return lambda q, k, v, causal: Attention.apply(q, k, v, causal)
 
@@ -286,6 +404,10 @@ ATTENTION_BACKWARD = (
             "dS = P * (dP - rowsum(dP * P))", (_attention_backward(rowsum_term=False),), backward=True),
     Mistake("misses_scale", "the backward forgets the 1/sqrt(d) scale in dq and dk",
             (_attention_backward(scaled=False),), backward=True),
+    Mistake("dk_not_transposed", "dK = dS Q is missing the transpose: dK = dS^T Q s, (Tk, Tq) @ (Tq, d), one row "
+            "per key", (_attention_backward(dk_transposed=False),), backward=True),
+    Mistake("dv_not_transposed", "dV = P dO is missing the transpose: dV = P^T dO, (Tk, Tq) @ (Tq, d), one row "
+            "per key", (_attention_backward(dv_transposed=False),), backward=True),
 )  # fmt: skip
 
 
@@ -328,6 +450,155 @@ FLASH_ATTENTION = (
 )  # fmt: skip
 
 
+# the model's modules ------------------------------------------------------------------------------------------------
+# Each mistake is a class with the step's constructor, gpt-core's parameter names and one thing done wrong.
+class _LayerNorm(nn.Module):
+    def __init__(self, dim: int, kernel: Callable[..., Tensor]):
+        super().__init__()
+        self.weight, self.bias, self.kernel = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.zeros(dim)), kernel
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.kernel(x, self.weight, self.bias, 1e-5)
+
+
+def _multi_head_attention(split: str = "right", merge: str = "right", causal: bool = True, project: bool = True):
+    """The module with its heads split (`split`) or merged (`merge`) another way, non-causal, or unprojected."""
+
+    class MultiHeadAttention(nn.Module):
+        def __init__(self, n_embd: int, n_head: int, attention: Callable[..., Tensor]):
+            super().__init__()
+            self.n_head, self.attention = n_head, attention
+            self.qkv, self.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+
+        def forward(self, x: Tensor) -> Tensor:
+            B, T, C = x.shape
+            H, d = self.n_head, C // self.n_head
+            fused = self.qkv(x)  # (B, T, 3C)
+            if split == "right":
+                q, k, v = fused.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)
+            elif split == "heads_strided":  # feature j of head h at j * H + h
+                q, k, v = fused.view(B, T, 3, d, H).permute(2, 0, 4, 1, 3)
+            elif split == "qkv_interleaved":  # [q_h k_h v_h] per head
+                q, k, v = fused.view(B, T, H, 3, d).permute(3, 0, 2, 1, 4)
+            elif split == "view":  # (B, T, C) read as (B, H, T, d)
+                q, k, v = (part.reshape(B, H, T, d) for part in fused.split(C, dim=-1))
+            else:  # "view_of_slice": the same by .view, which a slice of the fused output cannot take
+                q, k, v = (part.view(B, H, T, d) for part in fused.split(C, dim=-1))
+            y = self.attention(q, k, v, causal)  # (B, H, T, d)
+            if merge == "right":
+                y = y.transpose(1, 2).reshape(B, T, C)
+            elif merge == "view":
+                y = y.transpose(1, 2).view(B, T, C)
+            else:  # "no_transpose": (B, H, T, d) read as (B, T, C)
+                y = y.reshape(B, T, C)
+            return self.proj(y) if project else y
+
+    return MultiHeadAttention
+
+
+MULTI_HEAD_ATTENTION = (
+    Mistake("heads_strided", "heads split along the wrong axis: head h owns the d features h*d .. (h+1)*d - 1 of "
+            "each of q, k, v: view(B, T, 3, n_head, d), not (B, T, 3, d, n_head)",
+            (_multi_head_attention(split="heads_strided"),)),
+    Mistake("qkv_interleaved", "the fused projection is [q | k | v], C features each, not [q k v] per head: "
+            "view(B, T, 3, n_head, d), not (B, T, n_head, 3, d)", (_multi_head_attention(split="qkv_interleaved"),)),
+    Mistake("view_not_transpose", "a view where a transpose is needed: (B, T, C) -> view(B, T, n_head, d) -> "
+            "transpose(1, 2) is (B, n_head, T, d); view(B, n_head, T, d) mixes positions and heads",
+            (_multi_head_attention(split="view"), _multi_head_attention(split="view_of_slice"))),
+    Mistake("merge_not_transposed", "the merge reads (B, n_head, T, d) straight as (B, T, C), mixing heads and "
+            "positions: y.transpose(1, 2) first, then reshape(B, T, C)",
+            (_multi_head_attention(merge="no_transpose"),)),
+    Mistake("merge_not_contiguous", "the merge calls .view on y.transpose(1, 2), which is not contiguous: use "
+            ".reshape(B, T, C) (or .contiguous().view(B, T, C))", (_multi_head_attention(merge="view"),)),
+    Mistake("not_causal", "attention is called with causal=False: every position sees the future",
+            (_multi_head_attention(causal=False),)),
+    Mistake("no_projection", "the output projection proj is never applied to the merged heads",
+            (_multi_head_attention(project=False),)),
+)  # fmt: skip
+
+
+class _MLP(nn.Module):
+    def __init__(self, n_embd: int, gelu: Callable[..., Tensor]):
+        super().__init__()
+        self.fc, self.gelu, self.proj = nn.Linear(n_embd, 4 * n_embd), gelu, nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.gelu(self.fc(x)))
+
+
+def _block(layout: str = "pre", residual: tuple[bool, bool] = (True, True), gelu: bool = True):
+    """The block with the norms placed another way (`layout`), a residual left out, or the MLP without GELU."""
+
+    class Block(nn.Module):
+        def __init__(self, n_embd: int, n_head: int, kernels: Any):
+            super().__init__()
+            self.ln1 = _LayerNorm(n_embd, kernels.layer_norm)
+            self.attn = _multi_head_attention()(n_embd, n_head, kernels.attention)
+            self.ln2 = _LayerNorm(n_embd, kernels.layer_norm)
+            self.mlp = _MLP(n_embd, kernels.gelu if gelu else lambda h: h)
+
+        def forward(self, x: Tensor) -> Tensor:
+            for norm, layer, kept in ((self.ln1, self.attn, residual[0]), (self.ln2, self.mlp, residual[1])):
+                if layout == "post":
+                    x = norm(x + layer(x) if kept else layer(x))
+                elif layout == "stream":  # the stream itself normalised, then added to
+                    x = norm(x)
+                    x = x + layer(x) if kept else layer(x)
+                else:
+                    x = x + layer(norm(x)) if kept else layer(norm(x))
+            return x
+
+    return Block
+
+
+BLOCK = (
+    Mistake("post_norm", "post-norm: the norm is applied after the residual add; GPT-2 is pre-norm, "
+            "x + attn(ln1(x)), then x + mlp(ln2(x))", (_block(layout="post"),)),
+    Mistake("residual_missing", "a residual is missing: each sub-layer adds to the stream, x = x + attn(ln1(x)) and "
+            "x = x + mlp(ln2(x))", (_block(residual=(False, True)), _block(residual=(True, False)),
+                                    _block(residual=(False, False)))),
+    Mistake("norm_on_stream", "the norm is applied to the residual stream itself: normalise a copy for the "
+            "sub-layer and add to x unnormalised, x = x + attn(ln1(x))", (_block(layout="stream"),)),
+    Mistake("mlp_without_gelu", "the MLP has no GELU between fc and proj: two linear maps in a row are one",
+            (_block(gelu=False),)),
+)  # fmt: skip
+
+
+def _gpt(first_position: int = 0, tied: bool = True, final_norm: bool = True):
+    """The model with positions starting at `first_position`, an untied head, or no final norm."""
+
+    class GPT(nn.Module):
+        def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int, kernels: Any):
+            super().__init__()
+            self.cross_entropy = kernels.cross_entropy
+            self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+            self.blocks = nn.ModuleList(_block()(n_embd, n_head, kernels) for _ in range(n_layer))
+            self.ln_f = _LayerNorm(n_embd, kernels.layer_norm)
+            self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+            if tied:
+                self.lm_head.weight = self.wte.weight
+
+        def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+            T = idx.shape[1]
+            x = self.wte(idx) + self.wpe.weight[first_position : first_position + T]
+            for block in self.blocks:
+                x = block(x)
+            logits = self.lm_head(self.ln_f(x) if final_norm else x)
+            loss = None if targets is None else self.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            return logits, loss
+
+    return GPT
+
+
+MODEL = (
+    Mistake("positions_off_by_one", "the positions are off by one: the first token is at position 0, "
+            "wpe(torch.arange(T))", (_gpt(first_position=1),)),
+    Mistake("head_untied", "the head is untied: lm_head.weight is a parameter of its own; share the token "
+            "embedding, self.lm_head.weight = self.wte.weight", (_gpt(tied=False),)),
+    Mistake("no_final_norm", "the final norm ln_f is never applied before the head", (_gpt(final_norm=False),)),
+)  # fmt: skip
+
+
 OWN: dict[str, tuple[Mistake, ...]] = {
     "softmax": SOFTMAX,
     "attention": ATTENTION,
@@ -337,8 +608,11 @@ OWN: dict[str, tuple[Mistake, ...]] = {
     "layer_norm_backward": LAYER_NORM_BACKWARD,
     "attention_backward": ATTENTION_BACKWARD,
     "flash_attention": FLASH_ATTENTION,
+    "multi_head_attention": MULTI_HEAD_ATTENTION,
+    "block": BLOCK,
+    "model": MODEL,
 }
-"""The mistakes each kernel step is about."""
+"""The mistakes each step is about."""
 
 FORWARD_OF = {"layer_norm_backward": "layer_norm", "attention_backward": "attention", "flash_attention": "attention"}
 

@@ -8,7 +8,8 @@ With causal=True a query may not see keys after it. The queries are the LAST Tq 
 (during cached decoding a single new query attends to every key so far): query i sits at position
 Tk - Tq + i and sees keys 0 .. Tk - Tq + i. Masked scores are -inf, so their weight is exp(-inf) = 0.
 
-Check it with `gpt-train learn check attention`.
+Check it with `gpt-train learn check attention`: it refuses F.scaled_dot_product_attention and torch.softmax
+(write the softmax as in step 1).
 """
 
 import torch
@@ -17,7 +18,8 @@ import torch
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
     """q: (B, H, Tq, d); k, v: (B, H, Tk, d), Tq <= Tk -> output (B, H, Tq, d).
 
-    Hints: torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal) keeps entries on and below a
-    diagonal (diagonal > 0 moves it right); scores.masked_fill(~allowed, float("-inf")). Try Tq = 1 on paper.
+    Hints: the 1/sqrt(d) scales the scores, before the softmax; torch.ones(Tq, Tk, dtype=torch.bool,
+    device=q.device).tril(diagonal) keeps entries on and below a diagonal (diagonal > 0 moves it right);
+    scores.masked_fill(~allowed, float("-inf")). Try Tq = 1 on paper.
     """
     raise NotImplementedError

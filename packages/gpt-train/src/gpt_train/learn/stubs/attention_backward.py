@@ -9,7 +9,9 @@ the output O = P v:
 
 (masked entries have P = 0, so they get no gradient by themselves).
 
-Check it with `gpt-train learn check attention_backward`: the check refuses a gradient autograd derived.
+Check it with `gpt-train learn check attention_backward`: the check refuses a gradient autograd derived,
+including autograd called inside your backward (torch.autograd.grad, .backward(), torch.func). Mind the
+shapes: dV and dK have one row per key, (Tk, d), so each is a transpose times a (Tq, ...) matrix.
 """
 
 import torch

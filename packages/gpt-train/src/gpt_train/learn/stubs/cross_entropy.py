@@ -7,7 +7,8 @@ logsumexp(x) = m + log(sum exp(x - m)), m = max(x), so large logits cannot overf
 (IGNORE_INDEX) marks a position the task does not score, such as the prompt: leave it out of the sum and
 out of the count.
 
-Check it with `gpt-train learn check cross_entropy`.
+Check it with `gpt-train learn check cross_entropy`: it refuses F.cross_entropy, F.nll_loss and log_softmax,
+and tries logits x 1000, where a logsumexp without the max shift is inf.
 """
 
 import torch
@@ -16,7 +17,7 @@ import torch
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """logits: (N, V) floats; targets: (N,) integers in 0 .. V-1 or -100 -> a scalar.
 
-    Hints: scored = targets != -100; logits[scored] keeps those rows; x.gather(-1, t.unsqueeze(-1)) picks
-    one entry per row.
+    Hints: scored = targets != -100; logits[scored] keeps those rows (targets.clamp(min=0) would score them
+    as class 0); x.gather(-1, t.unsqueeze(-1)) picks one entry per row.
     """
     raise NotImplementedError

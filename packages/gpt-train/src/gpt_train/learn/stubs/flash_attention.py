@@ -12,7 +12,8 @@ running sum l and an unnormalised output acc, and visit the key tiles left to ri
 and the tile's output is acc / l (the online softmax). Query i still sits at position Tk - Tq + i.
 
 Check it with `gpt-train learn check flash_attention`: it runs T = 512 and refuses any tensor larger than
-a 128 x 128 tile (or the inputs). Autograd may derive the backward: each operation it records is a tile.
+a 128 x 128 tile (or the inputs), and F.scaled_dot_product_attention and torch.softmax. Autograd may derive
+the backward: each operation it records is a tile.
 """
 
 import torch

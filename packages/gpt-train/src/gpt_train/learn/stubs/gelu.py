@@ -4,7 +4,7 @@
 
 (the exact GELU is x Phi(x) with Phi the normal CDF, written with erf; this is its tanh approximation).
 
-Check it with `gpt-train learn check gelu`.
+Check it with `gpt-train learn check gelu`: it refuses F.gelu and nn.GELU (torch.tanh is yours to use).
 """
 
 import torch

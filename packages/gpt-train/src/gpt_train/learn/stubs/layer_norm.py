@@ -5,7 +5,7 @@
 
 eps sits under the square root, so a constant row gives 0, not 0/0.
 
-Check it with `gpt-train learn check layer_norm`.
+Check it with `gpt-train learn check layer_norm`: it refuses F.layer_norm and nn.LayerNorm.
 """
 
 import torch

@@ -9,7 +9,8 @@ g = dy * weight (the gradient reaching xhat):
 
 (derive it: xhat depends on x directly, through the mean, and through the variance: one term each).
 
-Check it with `gpt-train learn check layer_norm_backward`: the check refuses a gradient autograd derived.
+Check it with `gpt-train learn check layer_norm_backward`: the check refuses a gradient autograd derived,
+including autograd called inside your backward (torch.autograd.grad, .backward(), torch.func).
 """
 
 import torch

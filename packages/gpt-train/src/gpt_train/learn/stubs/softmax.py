@@ -5,7 +5,8 @@
 exp(1000) is inf in float64, so subtract each row's max first: softmax(x) = softmax(x - max(x)), exactly,
 and now the largest exponent is exp(0) = 1.
 
-Check it with `gpt-train learn check softmax`.
+Check it with `gpt-train learn check softmax`: it refuses PyTorch's own softmax (torch.softmax, F.softmax,
+x.softmax, log_softmax) and gpt-core's, and tries logits x 1000.
 """
 
 import torch

@@ -1,0 +1,86 @@
+"""Step 11: the whole GPT, from token ids to logits and the loss.
+
+    x = wte(idx) + wpe(positions)        (B, T, C): a vector per token plus a vector per position, 0 .. T-1
+    x = block(x), for each block         (B, T, C)
+    logits = lm_head(ln_f(x))            (B, T, V): the final norm, then the head
+    loss = cross_entropy(logits, targets)  over (B*T, V) and (B*T,): the mean over targets that are not -100
+
+The head is tied to the token embedding (GPT-2's): one (V, C) matrix reads a token in and scores every token out,
+so lm_head.weight IS wte.weight, not a copy. Paste your Block, MLP and MultiHeadAttention from block.py below. The
+parameters carry gpt-core's names (wte, wpe, blocks.0.ln1 ..., ln_f, lm_head): the check copies gpt_core.GPT's
+weights into yours and compares the logits, the loss and every gradient in float64.
+
+Check it with `gpt-train learn check model`: it hands your model `kernels`, with kernels.attention,
+kernels.layer_norm, kernels.gelu and kernels.cross_entropy(logits, targets) (your kernel steps' signatures).
+"""
+
+import torch
+from torch import nn
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int, kernels):
+        super().__init__()
+        self.cross_entropy = kernels.cross_entropy
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.blocks = nn.ModuleList(Block(n_embd, n_head, kernels) for _ in range(n_layer))
+        self.ln_f = LayerNorm(n_embd, kernels.layer_norm)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)  # to be tied to wte (see above): one line
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """idx: (B, T) token ids; targets: (B, T) or None -> (logits (B, T, V), the loss or None).
+
+        Hints: torch.arange(T, device=idx.device) are the positions; logits.reshape(-1, V) and targets.reshape(-1)
+        are what cross_entropy takes.
+        """
+        raise NotImplementedError
+
+
+class Block(nn.Module):
+    """Paste yours (and MLP and MultiHeadAttention below) from block.py in place of these classes."""
+
+    def __init__(self, n_embd: int, n_head: int, kernels):
+        super().__init__()
+        self.ln1 = LayerNorm(n_embd, kernels.layer_norm)
+        self.attn = MultiHeadAttention(n_embd, n_head, kernels.attention)
+        self.ln2 = LayerNorm(n_embd, kernels.layer_norm)
+        self.mlp = MLP(n_embd, kernels.gelu)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd: int, gelu):
+        super().__init__()
+        self.fc = nn.Linear(n_embd, 4 * n_embd)
+        self.gelu = gelu
+        self.proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int, attention):
+        super().__init__()
+        self.n_head, self.attention = n_head, attention
+        self.qkv = nn.Linear(n_embd, 3 * n_embd)
+        self.proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class LayerNorm(nn.Module):
+    """A LayerNorm module around the layer_norm kernel: its weight and bias are parameters (eps 1e-5)."""
+
+    def __init__(self, dim: int, kernel):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.kernel = kernel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel(x, self.weight, self.bias, 1e-5)

@@ -1,0 +1,276 @@
+"""What a learner's code calls while it is graded: the built-ins the course has them write, gpt-core's own code or
+the shipped solutions, and autograd.
+
+A `Watch` is switched on only around the learner's own calls (`Watch.watched` wraps their function; the grader also
+switches it on around the backward of the learner's output), so the references and gpt-core's model around the
+learner's kernel are never counted. Three instruments, each blind where the next sees:
+
+- a TorchFunctionMode names the public function called (torch.softmax, F.softmax, Tensor.softmax ...), whatever
+  alias it was imported under;
+- a TorchDispatchMode sees the ATen operator behind every route, in the forward and in the backward the autograd
+  engine runs (torch.ops.aten._softmax, a Module, a call inside an autograd.Function), and names its family when the
+  function mode did not;
+- a profile function (sys.setprofile) sees each Python function entered: code in gpt-core's package (its kernels,
+  reference and model) or in gpt_train.learn.solutions, and autograd's entry points (torch.autograd.grad,
+  Tensor.backward, torch.func, forward-mode AD) entered inside the learner's forward or inside a backward the
+  grader's own gradient call runs.
+
+What it cannot see is code that takes the instruments away (sys.setprofile(None), a mode popped off PyTorch's stack)
+or works on another thread: the learner's code runs in the grading process, where a file written to defeat the check
+can; it is there to catch the built-in called in good faith or by habit, under whatever name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.func
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import gpt_core
+import gpt_train.learn.solutions
+
+
+@dataclass(frozen=True)
+class Family:
+    """Built-ins that compute one piece the course has the learner write."""
+
+    key: str
+    functions: dict[Any, str]  # public function -> how the message names it
+    operators: dict[str, str]  # ATen operator name -> the public function that reaches it
+    hint: str  # what to write it from
+
+
+FAMILIES = {
+    family.key: family
+    for family in (
+        Family(
+            "softmax",
+            {torch.softmax: "torch.softmax", F.softmax: "F.softmax", torch.Tensor.softmax: "Tensor.softmax",
+             torch.special.softmax: "torch.special.softmax", F.softmin: "F.softmin",
+             torch.log_softmax: "torch.log_softmax", F.log_softmax: "F.log_softmax",
+             torch.Tensor.log_softmax: "Tensor.log_softmax", torch.special.log_softmax: "torch.special.log_softmax"},
+            {"_softmax": "torch.softmax", "_softmax_backward_data": "torch.softmax", "_safe_softmax": "torch.softmax",
+             "_log_softmax": "torch.log_softmax", "_log_softmax_backward_data": "torch.log_softmax"},
+            "write it from exp and sum",
+        ),
+        Family(
+            "attention",
+            {F.scaled_dot_product_attention: "F.scaled_dot_product_attention",
+             F.multi_head_attention_forward: "F.multi_head_attention_forward"},
+            {"scaled_dot_product_attention": "F.scaled_dot_product_attention",
+             "_scaled_dot_product_": "F.scaled_dot_product_attention"},  # every fused variant and its backward
+            "write the scores, the mask and the softmax yourself",
+        ),
+        Family(
+            "cross_entropy",
+            {F.cross_entropy: "F.cross_entropy", F.nll_loss: "F.nll_loss"},
+            {"nll_loss": "F.nll_loss", "cross_entropy_loss": "F.cross_entropy"},  # nll_loss_forward, 2d, backward
+            "write it from max, exp, sum and log",
+        ),
+        Family(
+            "layer_norm",
+            {F.layer_norm: "F.layer_norm", torch.layer_norm: "torch.layer_norm",
+             torch.native_layer_norm: "torch.native_layer_norm", F.group_norm: "F.group_norm"},
+            {"native_layer_norm": "F.layer_norm", "native_group_norm": "F.group_norm"},
+            "write it from the mean and the variance",
+        ),
+        Family(
+            "gelu",
+            {F.gelu: "F.gelu"},
+            {"gelu": "F.gelu", "gelu_backward": "F.gelu"},
+            "write it from torch.tanh",
+        ),
+    )
+}  # fmt: skip
+"""Each built-in family, by the key a step's `forbidden` names it with."""
+
+
+def _code(function: Callable[..., Any]) -> Any:
+    return getattr(inspect.unwrap(function), "__code__", None)
+
+
+AUTOGRAD_ENTRIES = {
+    code: name
+    for function, name in (
+        (torch.autograd.grad, "torch.autograd.grad"),
+        (torch.autograd.backward, "torch.autograd.backward"),
+        (torch.Tensor.backward, ".backward()"),
+        (torch.func.vjp, "torch.func.vjp"),
+        (torch.func.grad, "torch.func.grad"),
+        (torch.func.grad_and_value, "torch.func.grad_and_value"),
+        (torch.func.jacrev, "torch.func.jacrev"),
+        (torch.func.jacfwd, "torch.func.jacfwd"),
+        (torch.func.hessian, "torch.func.hessian"),
+        (torch.func.jvp, "torch.func.jvp"),
+        (torch.func.linearize, "torch.func.linearize"),
+        (torch.autograd.forward_ad.make_dual, "forward-mode AD (torch.autograd.forward_ad)"),
+    )
+    if (code := _code(function)) is not None
+}  # fmt: skip
+"""autograd's Python entry points, by code object (so an alias is the same entry), and how a message names each."""
+
+ENGINE_CALL = "run_backward"
+"""The name of the C function every backward pass goes through (Variable._execution_engine.run_backward)."""
+
+GPT_CORE = Path(gpt_core.__file__).resolve().parent
+SHIPPED = {
+    GPT_CORE: "gpt-core's own code",
+    Path(gpt_train.learn.solutions.__file__).resolve().parent: "the shipped solution",
+}
+"""Folders whose code a learner's function may not call, and how a message says whose it is."""
+NOT_SHIPPED = (str(GPT_CORE / "testing"),)
+"""gpt-core's test instruments (the tile guard's LargestTensor runs around the learner's code), not its kernels."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One thing the learner's code called that the course has them write: what, and why it is refused."""
+
+    name: str
+    what: str  # the built-in family's key, or whose code it is ("gpt-core's own code")
+
+
+class Watch:
+    """Records, while on, the calls `forbidden` (family keys) names, shipped code entered (but the functions in
+    `allowed`, the kernels the check itself hands the learner's module), and autograd entered in the learner's
+    forward or in a backward. Switch it on with `on()` (nested calls are one) or `watched(function)`."""
+
+    def __init__(self, forbidden: tuple[str, ...] = (), allowed: tuple[Callable[..., Any], ...] = ()):
+        self.families = [FAMILIES[key] for key in forbidden]
+        self._allowed = {code for function in allowed if (code := _code(function)) is not None}  # the check's own
+        self.builtins: list[Call] = []  # first seen first, each name once
+        self.shipped: list[Call] = []
+        self.autograd: list[str] = []
+        self._depth = 0  # nested on()
+        self._forward = 0  # inside the learner's function
+        self._engine = 0  # inside a backward pass
+        self._functions = {fn: (name, fam.key) for fam in self.families for fn, name in fam.functions.items()}
+        self._shipped = {str(folder): whose for folder, whose in SHIPPED.items()}
+
+    # switching on and off ---------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def on(self) -> Iterator[None]:
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        previous = sys.getprofile()
+        self._depth = 1
+        function_mode, dispatch_mode = _Functions(self), _Operators(self)
+        try:
+            with function_mode, dispatch_mode:
+                sys.setprofile(self._profile)
+                try:
+                    yield
+                finally:
+                    sys.setprofile(previous)
+        finally:
+            self._depth = 0
+
+    def watched(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """`function`, called with the watch on and counted as the learner's forward."""
+
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._forward += 1
+            try:
+                with self.on():
+                    return function(*args, **kwargs)
+            finally:
+                self._forward -= 1
+
+        return call
+
+    # recording --------------------------------------------------------------------------------------------------
+    def _builtin(self, name: str, family: str) -> None:
+        if all(call.name != name for call in self.builtins):
+            self.builtins.append(Call(name, family))
+
+    def _operator(self, operator: str) -> None:
+        for family in self.families:
+            for prefix, name in family.operators.items():
+                if operator.startswith(prefix):
+                    if all(call.what != family.key for call in self.builtins):  # the function mode named it
+                        self._builtin(name, family.key)
+                    return
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            entry = AUTOGRAD_ENTRIES.get(code)
+            if entry is not None and (self._forward or self._engine) and entry not in self.autograd:
+                self.autograd.append(entry)
+            whose = None if code in self._allowed else self._whose(code.co_filename)
+            if whose is not None and (frame.f_back is None or self._whose(frame.f_back.f_code.co_filename) is None):
+                name = f"{frame.f_globals.get('__name__', '?')}.{code.co_qualname}"
+                if all(call.name != name for call in self.shipped):
+                    self.shipped.append(Call(name, whose))
+        elif getattr(arg, "__name__", None) == ENGINE_CALL:
+            if event == "c_call":
+                if (self._forward or self._engine) and not self.autograd:
+                    self.autograd.append("the autograd engine")
+                self._engine += 1
+            elif event in ("c_return", "c_exception"):
+                self._engine = max(0, self._engine - 1)
+
+    def _whose(self, filename: str) -> str | None:
+        if filename.startswith(NOT_SHIPPED):
+            return None
+        for folder, whose in self._shipped.items():
+            if filename.startswith(folder):
+                return whose
+        return None
+
+    # what it found ----------------------------------------------------------------------------------------------
+    def refusal(self, function: str, graded_against: str | None, handwritten_backward: bool = False) -> str | None:
+        """One line saying what the learner's `function` called that it may not, or None."""
+        if self.builtins:
+            call = self.builtins[0]
+            family = FAMILIES[call.what]
+            what = "the built-in it is graded against" if call.what == graded_against else (
+                "a built-in this course has you write")  # fmt: skip
+            return f"your {function} calls {call.name}, {what}; {family.hint}"
+        if self.shipped:
+            call = self.shipped[0]
+            return f"your {function} calls {call.name}, {call.what}; write it yourself in your file"
+        if handwritten_backward and self.autograd:
+            return (f"your {function} calls {self.autograd[0]}, so autograd derives its gradient: write the backward "
+                    "by hand from the saved tensors, with no autograd inside it")  # fmt: skip
+        return None
+
+
+class _Functions(TorchFunctionMode):
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        found = self.watch._functions.get(func)
+        if found is not None:
+            self.watch._builtin(*found)
+        return func(*args, **(kwargs or {}))
+
+
+class _Operators(TorchDispatchMode):
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.watch._operator(func.__name__.partition(".")[0])
+        return func(*args, **(kwargs or {}))
