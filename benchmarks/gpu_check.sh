@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The CUDA check, one call on a GPU machine (under ten minutes on an H200): install the four packages and both
 # example plugins into the machine's own PyTorch (no downloads), then
-#   1. gpt-train verify --device cuda --compile, for the fast and the reference set;
+#   1. gpt-train verify --device cuda --compile, for the fast and the reference set, and the triton set compiled
+#      for this GPU (verify --kernels triton) with its tests;
 #   2. the accelerator tests (every task and command on CUDA) and gpt-core's compile tests on CUDA;
 #   3. the default sort run on CUDA, eager and --compile: the compiled run must reach the eager run's held-out
 #      exact match (at least 0.9995);
-#   4. the default modadd run (the grokking task) on CUDA.
+#   4. the default modadd run (the grokking task) on CUDA;
+#   5. with NANOGPT set to a clone of karpathy/nanoGPT (its model.py only), benchmarks/gpu_step.py's table.
 # Writes the log and the runs' final.json files to $OUT; exits non-zero if any step failed. DEVICE and PYTHON
 # rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped).
 #
@@ -32,6 +34,9 @@ step() {  # step NAME COMMAND...: run it, timed, and remember a failure
   $PYTHON -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
   step "verify fast" $PYTHON -m gpt_train verify --device $DEVICE --compile --seed 0
   step "verify reference" $PYTHON -m gpt_train verify --device $DEVICE --compile --kernels reference --seed 0
+  step "verify triton" $PYTHON -m gpt_train verify --device $DEVICE --kernels triton --seed 0
+  step "triton tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-core/tests/test_triton_set.py \
+    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py
   step "accelerator tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-train/tests/test_accelerators.py \
     packages/gpt-core/tests/test_compile.py packages/gpt-core/tests/test_kv_cache_and_generate.py -k "cuda or accelerator"
   for mode in eager compiled; do
@@ -49,6 +54,9 @@ EOF
   step "modadd on $DEVICE" $PYTHON -m gpt_train run --task modadd --device $DEVICE --quiet --force --out $RUNS/modadd
   cp $RUNS/modadd/final.json "$OUT/modadd-cuda-final.json"
   cp $RUNS/modadd/grokking.png "$OUT/modadd-cuda-grokking.png" 2>/dev/null
+  if [ -n "${NANOGPT:-}" ]; then
+    step "gpu_step against nanoGPT" $PYTHON benchmarks/gpu_step.py --nanogpt "$NANOGPT" --device $DEVICE
+  fi
   if [ ${#failed[@]} -eq 0 ]; then echo "gpu_check: every step passed"; else echo "gpu_check: FAILED: ${failed[*]}"; fi
 } 2>&1 | tee "$OUT/gpu_check.log"
 grep -q "every step passed" "$OUT/gpu_check.log"

@@ -84,8 +84,22 @@ def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
 
 def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: Step | None = None) -> str | None:
     """None if the compiled step's loss and every gradient agree with the eager step's, else one line naming the
-    loss or the parameter that differs most. Each may differ by `tolerance` (relative, `COMPILED_STEP_TOLERANCE`),
-    or, given `exact` (the same step in float64), by ROUNDING_MARGIN times the eager step's own distance from it."""
+    loss or the parameter that differs most (`step_disagreement`)."""
+    found = step_disagreement(eager, compiled, tolerance, exact)
+    if found is None:
+        return None
+    return (
+        f"--compile: the compiled first step disagrees with the eager one on the same batch and weights: {found}; "
+        "the compiler computes this model wrong here, so the run stopped before training (drop --compile, or try "
+        "--kernels reference)"
+    )
+
+
+def step_disagreement(reference: Step, checked: Step, tolerance: float, exact: Step | None = None) -> str | None:
+    """None if `checked`'s loss and every gradient agree with `reference`'s, else the loss or the parameter that
+    differs most, in words. Each may differ by `tolerance` (relative, `COMPILED_STEP_TOLERANCE`), or, given `exact`
+    (the reference step in float64), by ROUNDING_MARGIN times the reference step's own distance from it."""
+    eager, compiled = reference, checked
 
     def bound(difference_from_exact: float) -> float:
         return max(tolerance, ROUNDING_MARGIN * difference_from_exact)
@@ -100,11 +114,7 @@ def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: St
     if difference <= limit:
         return None
     loss_values = f" ({compiled.loss:.6g} against {eager.loss:.6g})" if worst == "the loss" else ""
-    return (
-        f"--compile: the compiled first step disagrees with the eager one on the same batch and weights: {worst} "
-        f"differs by {difference:.2g} relative{loss_values}, beyond the {limit:.2g} accepted; the compiler computes "
-        "this model wrong here, so the run stopped before training (drop --compile, or try --kernels reference)"
-    )
+    return f"{worst} differs by {difference:.2g} relative{loss_values}, beyond the {limit:.2g} accepted"
 
 
 def relative_loss_difference(loss: float, reference: float) -> float:

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, KERNEL_SLOTS, Kernels, Row, kernel_report
+from gpt_core import DEFAULT_KERNELS, KERNEL_SETS, KERNEL_SLOTS, Kernels, Row, kernel_report
 from gpt_core import plugins as core_plugins
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
@@ -135,6 +135,33 @@ class KernelRegistry:
 def default_kernel_registry() -> KernelRegistry:
     """The registry of every installed kernel plugin, discovered once per process."""
     return KernelRegistry()
+
+
+def default_kernel_set(device: torch.device) -> str:
+    """The kernel set a run computes with unless told: the triton set on CUDA where Triton is installed (its
+    hand-written GPU kernels), the fast set everywhere else."""
+    return "triton" if device.type == "cuda" and "triton" in KERNEL_SETS else "fast"
+
+
+def _triton_runs_on(device: torch.device) -> bool:
+    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def check_kernel_set(name: str, device: torch.device) -> None:
+    """KernelError, in one line, if a new run asks for a kernel set that cannot run on its device."""
+    if name == "triton" and not _triton_runs_on(device):
+        raise KernelError(
+            f"--kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not {device.type}; use the "
+            "fast set there (the default), or TRITON_INTERPRET=1 to run the kernels in Triton's interpreter"
+        )
+
+
+def kernel_set_for(name: str, device: torch.device | str | None) -> Kernels:
+    """The set `name` as a model on `device` computes with it: a run trained with the triton set is evaluated,
+    sampled or resumed with the fast set where Triton cannot run (the same functions, both pinned to PyTorch)."""
+    if name == "triton" and device is not None and not _triton_runs_on(torch.device(device)):
+        return KERNEL_SETS["fast"]
+    return KERNEL_SETS[name]
 
 
 def parse_kernel_choices(pairs: Iterable[str]) -> dict[str, str]:

@@ -21,14 +21,21 @@ from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SETS, Kernels
+from gpt_core import DEFAULT_KERNELS, GPT, Kernels
 from gpt_tasks import Task
 from gpt_train.checkpoint import check_fits_checkpoint, load_checkpoint, load_weights
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
-from gpt_train.kernels import KernelError, checked_kernels, is_module_path, kernel_folder
+from gpt_train.kernels import (
+    KernelError,
+    check_kernel_set,
+    checked_kernels,
+    is_module_path,
+    kernel_folder,
+    kernel_set_for,
+)
 from gpt_train.precision import check_precision
 from gpt_viz import RunLayout
 
@@ -119,7 +126,8 @@ def new_run(
     Nothing is written until the configuration is known to be valid.
     """
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
-    found = run_kernels(config, verify=True)
+    check_kernel_set(config.train.kernels, device)
+    found = run_kernels(config, verify=True, device=device)
     check_precision(config.train.dtype, device)
     layout = RunLayout(out if out is not None else default_run_dir(task_name))
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
@@ -210,7 +218,7 @@ def resumed_run(
         raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
     if layout.checkpoint.exists():
         check_fits_checkpoint(config.model, layout.checkpoint)  # before the trainer builds the model
-    kernels = saved_kernels(config, run_dir, trust_kernels, verify_all=True)
+    kernels = saved_kernels(config, run_dir, trust_kernels, verify_all=True, device=device)
     check_precision(config.train.dtype, device)
     lock = RunLock(layout.root).acquire() if rank.is_main else None
     try:
@@ -256,7 +264,7 @@ def open_run(
         raise RunDirError(f"run directory {run_dir} {'is not a directory' if run_dir.exists() else 'does not exist'}")
     config = RunConfig.load(run_dir)
     check_fits_checkpoint(config.model, RunLayout(run_dir).checkpoint)  # before a kernel is imported or a model built
-    kernels = saved_kernels(config, run_dir, trust_kernels) if with_kernels else DEFAULT_KERNELS
+    kernels = saved_kernels(config, run_dir, trust_kernels, device=device) if with_kernels else DEFAULT_KERNELS
     state = load_checkpoint(RunLayout(run_dir).checkpoint, config.task)
     model = GPT(config.model, kernels)
     load_weights(model, state.model)
@@ -269,7 +277,9 @@ def load_run(run_dir: Path, device: torch.device | str, trust_kernels: bool = Fa
     return saved.config, saved.model
 
 
-def saved_kernels(config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False) -> Kernels:
+def saved_kernels(
+    config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False, device: torch.device | str | None = None
+) -> Kernels:
     """The kernels a saved run's model computes with, for opening it (eval, sample, serve, inspect, load_run) or
     resuming it.
 
@@ -286,7 +296,8 @@ def saved_kernels(config: RunConfig, run_dir: Path, trust: bool, verify_all: boo
             "and they are verified against PyTorch first"
         )
     folders = {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
-    return run_kernels(config, verify=True if verify_all else set(modules), run_dir=run_dir, saved=folders)
+    verify = True if verify_all else set(modules)
+    return run_kernels(config, verify=verify, run_dir=run_dir, saved=folders, device=device)
 
 
 def recorded_folders(kernels: dict[str, str], run_dir: Path) -> dict[str, str]:
@@ -308,13 +319,15 @@ def run_kernels(
     verify: bool | Collection[str] = False,
     run_dir: Path | None = None,
     saved: dict[str, Path] | None = None,
+    device: torch.device | str | None = None,
 ) -> Kernels:
     """The kernels a run's model computes with (config.json's `kernels`), each found, and with `verify` (True, or
     the slots to check) pinned against PyTorch (a failure of one recorded as unverified is a warning). With `saved`,
     a saved run's being opened (`saved_kernels`). For a saved run, a missing or failing kernel is one line naming
-    the run."""
+    the run. On `device` (`kernel_set_for`): a run trained with the triton set computes with the fast set where
+    Triton cannot run."""
     try:
-        base = KERNEL_SETS[config.train.kernels]
+        base = kernel_set_for(config.train.kernels, device)
         return checked_kernels(
             config.kernels, config.model.dropout, config.train.seed, verify, config.unverified_kernels, base, saved
         )

@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT, IGNORE_INDEX, Kernels
+from gpt_core import GPT, IGNORE_INDEX, KERNEL_SETS, Kernels
 from gpt_core.compiling import compiled
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
@@ -34,12 +34,14 @@ from gpt_train.compiling import (
     check_compiled_step,
     check_compiler,
     compiler_failures_explained,
+    step_disagreement,
 )
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, kernel_failure
 from gpt_train.hf import load_weights_into
+from gpt_train.kernels import KernelError
 from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32, use_tf32
@@ -203,6 +205,8 @@ class Trainer:
             group["lr"] = learning_rate(step, s)
         batch = self.draw_batch(step)
         self.optimizer.zero_grad(set_to_none=True)
+        if s.kernels == "triton" and step == self.first_step and self.model.kernels is not KERNEL_SETS["fast"]:
+            self._check_triton_step(batch)
         if s.compile and step == self.first_step:  # compilation happens on a process's first step
             loss = compiler_failures_explained(lambda: self._checked_compiled_step(batch))
         else:
@@ -255,6 +259,31 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._gradients(batch, self.forward)
         return loss
+
+    def _check_triton_step(self, batch) -> None:
+        """The triton set's first step (eager) against the fast set's on the same batch and weights, before any
+        weight moves: its kernels are compiled by Triton for this very GPU, which no test here has run, so the
+        run trusts them only once they agree (`step_disagreement`, at the --compile check's tolerance); KernelError
+        if they do not. A model that draws at random in training is checked in eval mode, where neither draws."""
+        draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
+        fast = GPT(self.config.model, KERNEL_SETS["fast"]).to(self.device)
+        fast.load_state_dict(self.model.state_dict())
+        fast.train(not draws)
+        self.model.train(not draws)
+        try:
+            ours = self._step(batch, self.model)
+            loss = float(self._gradients(batch, fast))
+            theirs = Step(loss, {name: p.grad for name, p in fast.named_parameters() if p.grad is not None})
+        finally:
+            self.model.train()
+        problem = step_disagreement(theirs, ours, COMPILED_STEP_TOLERANCE[self.settings.dtype])
+        _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)
+        if anywhere:
+            raise KernelError(
+                f"--kernels triton: the first step disagrees with the fast set's on the same batch and weights: "
+                f"{problem or 'on another rank'}; Triton's kernels compute this model wrong on this GPU, so the run "
+                "stopped before training (use --kernels fast, and please report it)"
+            )
 
     def _step(self, batch, module: torch.nn.Module) -> Step:
         """The batch's loss and gradients through `module`, the gradients cloned and the parameters' .grad cleared."""

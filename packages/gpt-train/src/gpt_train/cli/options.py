@@ -17,8 +17,9 @@ from gpt_train.kernels import parse_kernel_choices
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
 KERNEL_HELP = "Compute SLOT with kernel NAME: installed (see `gpt-train kernels`) or module:function. Repeatable."
 KERNEL_SET_HELP = (
-    "The kernel set: fast (hand-derived backward passes, the default) or reference (each piece as its "
-    "plain-autograd definition); --kernel replaces slots of it."
+    "The kernel set: fast (hand-derived backward passes), reference (each piece as its plain-autograd "
+    "definition) or triton (hand-written GPU kernels, CUDA only, from gpt-core[triton]); --kernel replaces "
+    "slots of it."
 )
 
 TRUST_KERNELS_OPTION = click.option(

@@ -15,6 +15,7 @@ from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
+from gpt_train.kernels import default_kernel_set
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import new_run, resumed_run
 from gpt_train.trainer import Outcome, train
@@ -73,7 +74,8 @@ EXIT_CODES = {"diverged": 1, "interrupted": 130}
 @click.option(
     "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
 )
-@click.option("--kernels", type=click.Choice(list(KERNEL_SETS)), help=KERNEL_SET_HELP + " [default: fast]")
+@click.option("--kernels", type=click.Choice(list(KERNEL_SETS)),
+              help=KERNEL_SET_HELP + " [default: triton on CUDA where Triton is installed, else fast]")  # fmt: skip
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)
 @click.option(
     "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
@@ -144,6 +146,7 @@ def run(
       gpt-train run --task shakespeare --data tinyshakespeare.txt
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
       gpt-train run --task sort --kernels reference                  # the plain-autograd definitions
+      gpt-train run --task sort --device cuda --kernels fast         # not the triton set, CUDA's default
       gpt-train run --task sort --kernel attention=flash
       gpt-train run --task text --data novel.txt --init-from gpt2/ --set block_size=256
       gpt-train run --resume runs/sort-rope
@@ -168,6 +171,8 @@ def run(
         kernels = kernel_choices(kernel_pairs)
         values = parse_assignments(assignments) | route_data(task_name, data)
         values |= {f"train.{name}": value for name, value in given.items()}
+        if not {"kernels", "train.kernels"} & values.keys():
+            values["train.kernels"] = default_kernel_set(target)
         if given.get("compile"):
             check_compiler(target)  # before anything is written
         handed = new_run(task_name, values, out, force, target, rank, kernels, unverified, init_from)
