@@ -23,8 +23,7 @@ from gpt_tasks import get_task
 from gpt_train.analysis import ablate_each_head, head_reads, logit_lens, patch
 from gpt_train.analysis.findings import head_findings, logit_lens_findings, patching_findings, reads_findings
 from gpt_train.analysis.prompt import explain_prompt
-from gpt_train.learn.cases import cases_for, run_case, try_case
-from gpt_train.learn.cases import REFERENCES
+from gpt_train.learn.cases import REFERENCES, cases_for, run_case, try_case
 from gpt_train.learn.grader import SEED, check_file, diagnose
 from gpt_train.learn.steps import BY_NAME, STEPS
 from gpt_train.learn.zoo import OWN
