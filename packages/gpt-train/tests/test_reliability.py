@@ -163,6 +163,26 @@ def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(cli, t
     assert cli(*TINY, "--out", run_dir).code == 0  # the same command again, no --force needed
 
 
+def test_a_run_killed_during_its_final_evaluation_resumes_and_finishes_as_the_uninterrupted_run(
+    cli, tmp_path, monkeypatch
+):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert cli(*TINY, "--set", "checkpoint_every=10", "--out", whole).code == 0
+
+    def killed(self, loss, elapsed):
+        raise SystemExit(137)  # as kill -9 leaves it: whatever was written before the final evaluation
+
+    with monkeypatch.context() as patch:
+        patch.setattr("gpt_train.trainer.Trainer._finish", killed)
+        cli(*TINY, "--set", "checkpoint_every=10", "--out", cut)
+    assert not (cut / RunLayout.FINAL).exists()
+    assert load_checkpoint(cut / RunLayout.CHECKPOINT, "sort").step < 30  # the last step's checkpoint comes last
+    result = cli("run", "--resume", cut, "--quiet")
+    assert result.code == 0, result.err
+    strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
+    assert strip(read_metrics(cut)) == strip(read_metrics(whole))
+
+
 # a full disk -------------------------------------------------------------------------------
 def fill_the_disk(monkeypatch) -> None:
     def no_space(tensors, filename, metadata=None):

@@ -359,7 +359,7 @@ class Trainer:
                     if evaluated or (self.step % s.log_every == 0 and self.step < s.steps):
                         self.record.log(self._line(loss, elapsed()) | (latest if evaluated else {}))
                     progress.update(loss, latest)
-                    if self.step % s.checkpoint_every == 0:
+                    if self.step % s.checkpoint_every == 0 and self.step < s.steps:  # the last: with final.json
                         self.save(elapsed())
                     if (stop_requested or self.stop.requested) and self.step < s.steps:
                         self.save(elapsed())
