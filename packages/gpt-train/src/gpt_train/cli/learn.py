@@ -44,10 +44,10 @@ def learn(ctx: click.Context) -> None:
 @DIR_OPTION
 def list_steps(folder: Path) -> None:
     """The steps in order, what each teaches, and whether your folder passes it."""
-    width = max(len(step.name) for step in STEPS)
+    width, digits = max(len(step.name) for step in STEPS), len(str(len(STEPS)))
     for number, step in enumerate(STEPS, 1):
         state = status(folder, step)
-        click.echo(f"{MARK[state]} {number}. {step.name.ljust(width)}  {step.teaches}  ({state})")
+        click.echo(f"{MARK[state]} {f'{number}.':<{digits + 1}} {step.name.ljust(width)}  {step.teaches}  ({state})")
 
 
 @learn.command(context_settings=CONTEXT)
