@@ -246,7 +246,7 @@ class ExplorerServer(ThreadingHTTPServer):
             return
         try:
             super().process_request(request, client_address)
-        except BaseException:  # no thread started: the slot is free again
+        except Exception:  # no thread started (Ctrl-C is not this: it may come after the thread took the slot)
             self.slots.release()
             raise
 

@@ -109,11 +109,11 @@ def _transposed_times(a: Tensor, b: Tensor) -> Tensor:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
+        out, probs, keep, q_log2 = _attention_forward(q, k, v, causal, scale, dropout_p)  # the no-grad path's bits
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             # The backward multiplies by k and v again: contiguous copies made once here, where every
             # matmul would otherwise copy the strided heads (views into the fused qkv projection).
             k, v = k.contiguous(), v.contiguous()
-        out, probs, keep, q_log2 = _attention_forward(q, k, v, causal, scale, dropout_p)
         ctx.scale = scale
         ctx.save_for_backward(q_log2, k, v, probs, keep, out)
         return out
