@@ -312,14 +312,21 @@ def meaning(runs: dict[str, Run], seeds: Sequence[int], unseen: Sequence[int]) -
     if not all(g.t_fit and g.t_gen for g in every):
         return "Not every seed both memorised and generalised within the default run; the tables say which."
     clocks = [runs[f"grokking-default-seed{s}"].clock for s in (*seeds, *unseen)]
-    return (
-        f"On all {len(every)} seeds the default run memorises its training pairs by step "
-        f"{span([g.t_fit for g in every])}, stays near chance on the held-out pairs for at least {WINDOW} times as "
-        f"long, and generalises at step {span([g.t_gen for g in every])} ({span([g.ratio for g in every], '{:.1f}')} "
-        f"times t_fit), each run taking {span(clocks, '{:.0f}')} s on the run's clock: the delay is a property of "
-        "the recipe, not of a lucky seed. What weight decay and Grokfast do to it, and what the embedding does "
-        "meanwhile, are the sections above."
+    n = len(every)
+    finals = [g.final[ACCURACY[HELDOUT]] for g in every]
+    settled = sum(final >= THRESHOLD for final in finals)
+    waited = sum(g.stays_at_chance and (g.ratio or 0) >= MIN_RATIO for g in every)
+    collapsed = sum(g.last_below is not None for g in every)
+    text = (
+        f"On all {n} seeds the default run memorises its training pairs by step {span([g.t_fit for g in every])} "
+        f"and generalises at step {span([g.t_gen for g in every])} ({span([g.ratio for g in every], '{:.1f}')} "
+        f"times t_fit), each run taking {span(clocks, '{:.0f}')} s on the run's clock. On {waited} of {n} it stays "
+        f"near chance on the held-out pairs to {WINDOW} x t_fit and jumps at least {MIN_RATIO} times later than it "
+        f"fits; the others leave chance early, and the tables name them. After the jump, {collapsed} of {n} fall "
+        f"back below {THRESHOLD} at least once (the slingshot), and {settled} of {n} end at or above it "
+        f"(final held-out accuracy {span(finals, '{:.4f}')}): the cool-down of the last steps ends each run settled."
     )
+    return text + " What weight decay and Grokfast do, and what the embedding does meanwhile, are the sections above."
 
 
 def verdict(missed: list[str]) -> str:
