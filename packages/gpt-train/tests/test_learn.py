@@ -223,9 +223,16 @@ def test_a_pass_is_forgotten_when_the_file_changes(tmp_path):
     solved(tmp_path, "gelu")
     assert invoke("check", "gelu", "--dir", tmp_path).exit_code == 0
     listing = invoke("list", "--dir", tmp_path).output.splitlines()
-    assert listing[3].startswith("[x] 4. gelu") and listing[3].endswith("(passed)")
+    assert listing[3].split()[:3] == ["[x]", "4.", "gelu"] and listing[3].endswith("(passed)")
     (tmp_path / "gelu.py").write_text((tmp_path / "gelu.py").read_text() + "\n# edited\n")
     assert invoke("list", "--dir", tmp_path).output.splitlines()[3].endswith("(not passed)")
+
+
+def test_the_step_list_keeps_its_columns_past_step_nine(tmp_path):
+    listing = invoke("list", "--dir", tmp_path).output.splitlines()
+    rows = list(zip(listing, STEPS, strict=True))
+    assert len({line.index(f" {step.name} ") for line, step in rows}) == 1  # every name starts in one column
+    assert len({line.index(step.teaches) for line, step in rows}) == 1
 
 
 def test_learn_alone_lists_the_steps_in_order(tmp_path):
