@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -166,7 +167,13 @@ def shakespeare_path(ctx: Context) -> Path:
     ctx.runs.mkdir(parents=True, exist_ok=True)
     speakers = ["ROMEO", "JULIET", "NURSE"]
     lines = [f"{speakers[i % 3]}:\nthe night is young and so are we, line {i}.\n\n" for i in range(3000)]
-    text.write_text("".join(lines))
+    content = "".join(lines)
+    if not text.is_file() or text.read_text() != content:
+        # Experiments run in parallel and each asks for this file: it is written whole (a temporary file renamed
+        # over it), so a run reading it never sees it half written.
+        partial = text.with_name(f"{text.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_text(content)
+        os.replace(partial, text)
     return text
 
 
