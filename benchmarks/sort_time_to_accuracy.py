@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import peak_rss_mib, print_table  # noqa: E402
 
 from gpt_tasks import get_task  # noqa: E402
-from gpt_train.runs import load_run  # noqa: E402
+from gpt_train.loading import load_run  # noqa: E402
 from gpt_viz import HELDOUT, RunLayout, metric_key  # noqa: E402
 
 EXACT = metric_key(HELDOUT, "exact_match")
@@ -51,7 +51,7 @@ def main() -> None:
         records = [json.loads(line) for line in layout.metrics.read_text().splitlines()]
         reached = next((r for r in records if r.get(EXACT, 0) >= TARGET and r is not records[-1]), None)
 
-        _, model = load_run(run_dir, torch.device("cpu"))
+        model = load_run(run_dir).model
         task = get_task("sort")
         t0 = time.perf_counter()
         metrics = task.evaluate(model, "heldout", "cpu")

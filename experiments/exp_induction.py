@@ -18,7 +18,7 @@ from common import ROOT, Context, Run, context_from_args, markdown_table, shakes
 import gpt_core
 from gpt_tasks import get_task
 from gpt_tasks.probes import icl_positions, position_losses
-from gpt_train.runs import open_run
+from gpt_train.loading import load_run
 from gpt_viz import induction_formation, phase_change, save_figure
 from gpt_viz.induction import Move, head_keys, previous_token_step, sharpest_move
 from gpt_viz.run_data import metric_series
@@ -47,7 +47,7 @@ def specs(ctx: Context) -> dict[str, list[str]]:
 def ablated_gap(run: Run, heads: list[tuple[int, int]]) -> tuple[float, float]:
     """The held-out late-minus-early loss of the trained model on its task's probe batch, with `heads`
     ((layer, head) pairs) zero-ablated (their z set to 0)."""
-    saved = open_run(run.run_dir, "cpu")
+    saved = load_run(run.run_dir)
     task = get_task(saved.config.task, **saved.config.task_params)
     batch = task.probe_batch()
     early, late = icl_positions(task.block_size)

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 import gpt_core
 from gpt_core import IGNORE_INDEX
 from gpt_tasks import get_task
-from gpt_train.runs import load_run
+from gpt_train.loading import load_run
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -100,9 +100,10 @@ def nanogpt_model(nanogpt: Path, out: Path) -> tuple[Logits, dict]:
 def our_model(run_dir: Path, data: Path) -> tuple[Logits, list[str]]:
     """A finished run's model as a logits function, and the character each of its ids stands for; refused
     unless the run was trained on `data` (its recorded corpus_sha256)."""
-    config, model = load_run(run_dir, torch.device("cpu"))
+    loaded = load_run(run_dir)
+    model = loaded.model
     try:
-        task = get_task("shakespeare", **(config.task_params | {"data": str(data)}))
+        task = get_task("shakespeare", **(loaded.config.task_params | {"data": str(data)}))
     except ValueError as error:
         fail(f"{run_dir} was not trained on {data} ({error}); remove it to train it again")
     return (lambda ids: model(ids).logits), [task.decode([i]) for i in range(task.vocab_size)]

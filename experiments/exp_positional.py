@@ -16,13 +16,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
 from common import Context, Run, context_from_args, evaluate, markdown_table, mean_std, report, train_all
 
 import gpt_viz
 from gpt_core import GPT
 from gpt_train.config import RunConfig
-from gpt_train.runs import load_run
+from gpt_train.loading import load_run
 from gpt_viz import HELDOUT, metric_key
 
 
@@ -134,11 +133,12 @@ def score_at(ctx: Context, run: Run, length: int) -> float | None:
 def score_consecutive(setup: Setup, run: Run) -> Scores:
     """A randomized run's weights read at positions 0 .. T-1 at test time, instead of the sorted random ids the
     paper samples: the same weights in the model without `randomized_positions` (learned keeps its table)."""
-    config, model = load_run(run.run_dir, torch.device("cpu"))
+    loaded = load_run(run.run_dir)
+    model = loaded.model
     table = model.config.max_positions if model.config.pos == "learned" else 0
     plain = GPT(dataclasses.replace(model.config, randomized_positions=False, max_positions=table))
     plain.load_state_dict(model.state_dict())
-    tasks = {n: config.build_task({"length": n}) for n in setup.eval_lengths}
+    tasks = {n: loaded.config.build_task({"length": n}) for n in setup.eval_lengths}
     return {n: task.evaluate(plain, HELDOUT, "cpu")["exact_match"] for n, task in tasks.items()}
 
 

@@ -14,6 +14,7 @@ from waves import waves
 from gpt_core import GPTOutput
 from gpt_tasks.builtin.progress_measures import (
     ProgressMeasures,
+    answer_accuracy,
     answer_loss,
     excluded_logits,
     key_frequencies,
@@ -117,8 +118,16 @@ def test_pair_logits_are_the_logits_at_equals_in_pair_order(modadd_task, tiny_mo
 def test_an_untrained_models_losses_are_the_evaluations(modadd_task, tiny_model):
     model = tiny_model(modadd_task)
     measures = ProgressMeasures.of(model, modadd_task, [1, 2])
-    assert measures.train_loss == pytest.approx(modadd_task.evaluate(model, "train", "cpu")["loss"], abs=1e-5)
-    assert measures.heldout_loss == pytest.approx(modadd_task.evaluate(model, "heldout", "cpu")["loss"], abs=1e-5)
+    for split in ("train", "heldout"):
+        evaluation = modadd_task.evaluate(model, split, "cpu")
+        assert getattr(measures, f"{split}_loss") == pytest.approx(evaluation["loss"], abs=1e-5)
+        assert getattr(measures, f"{split}_accuracy") == pytest.approx(evaluation["accuracy"], abs=1e-12)
+
+
+def test_a_fourier_circuit_answers_every_pair():
+    logits, ids = fourier_logits(P, KEYS), torch.arange(P * P)
+    assert answer_accuracy(logits, P, ids) == 1.0
+    assert answer_accuracy(-logits, P, ids) == 0.0  # its answer's logit is then the smallest
 
 
 def test_the_weight_norm_is_the_norm_of_every_parameter_together():

@@ -20,7 +20,7 @@ import torch
 from train_helpers import TINY, is_count_of, read_metrics
 
 from gpt_tasks import get_task
-from gpt_train.serve import LOOPBACK, Explorer, make_server
+from gpt_train.lab.serve import LOOPBACK, Explorer, make_server
 from gpt_viz import RunLayout
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the compiler's own, on importing it

@@ -1,4 +1,4 @@
-"""Findings in words: each rule of gpt_train.analysis.findings on records built to sit either side of it, on
+"""Findings in words: each rule of gpt_train.lab.findings on records built to sit either side of it, on
 planted models whose right finding is known (a layer whose attention writes nothing, a head zeroed), and on
 the default sort model, whose story (layer 1's attention hardly used, the answer appearing only after layer
 1's MLP, carried at the position that writes it, layer 0's heads comparing) the findings must tell."""
@@ -10,8 +10,9 @@ import copy
 import pytest
 import torch
 
-from gpt_train.analysis import ablate_each_head, head_reads, logit_lens, patch
-from gpt_train.analysis.findings import (
+from gpt_train.cli import main
+from gpt_train.lab import ablate_each_head, head_reads, logit_lens, patch
+from gpt_train.lab.findings import (
     APPEARS_SHARE,
     CARRIES_SHARE,
     COMPARES_RATIO,
@@ -28,9 +29,8 @@ from gpt_train.analysis.findings import (
     reads_findings,
     unused_layers,
 )
-from gpt_train.analysis.logit_lens import answer_sequences
-from gpt_train.cli import main
-from gpt_train.runs import load_run
+from gpt_train.lab.logit_lens import answer_sequences
+from gpt_train.loading import load_run
 from gpt_viz.inspect_pictures import most_needed_head
 
 CPU = torch.device("cpu")
@@ -144,13 +144,13 @@ def trained(tmp_path_factory):
         main([*TWO_LAYER_SORT, "--out", str(run_dir)])
     except SystemExit as exit_:
         assert not exit_.code
-    config, model = load_run(run_dir, CPU)
-    return config.build_task(), model
+    run = load_run(run_dir, CPU)
+    return run.task, run.model
 
 
 def test_a_layer_whose_attention_writes_nothing_is_found_unused_and_its_heads_not_needed(default_sort_run):
-    config, model = load_run(default_sort_run, CPU)  # a model that still sorts without layer 1's attention
-    task = config.build_task()
+    run = load_run(default_sort_run, CPU)  # a model that still sorts without layer 1's attention
+    task, model = run.task, run.model
     planted = copy.deepcopy(model)
     with torch.no_grad():
         planted.blocks[1].attn.proj.weight.zero_()  # layer 1's heads now add only the projection's bias
@@ -200,8 +200,8 @@ def test_reads_are_each_heads_mean_weight_by_value_pair_as_counted_by_hand(train
 
 # the default sort model ----------------------------------------------------------------------
 def test_the_default_sort_model_sorts_with_layer_0s_heads_and_answers_only_after_layer_1s_mlp(default_sort_run):
-    config, model = load_run(default_sort_run, CPU)
-    task = config.build_task()
+    run = load_run(default_sort_run, CPU)
+    task, model = run.task, run.model
     heads = ablate_each_head(task, model, CPU, 2000).to_json()
     assert heads["layer_zero"][0] < 0.05  # layer 0's attention is what the model sorts with ...
     assert heads["layer_zero"][1] > 0.5  # ... layer 1's helps, though no head of it is needed alone (below)

@@ -21,7 +21,7 @@ from gpt_core import generate
 from gpt_train.cli import main
 from gpt_train.config import RunConfig
 from gpt_train.hf import load_model, read_weights
-from gpt_train.runs import load_run
+from gpt_train.loading import load_run
 from gpt_train.trainer import initial_model
 
 
@@ -120,9 +120,9 @@ def sort_run(tmp_path_factory) -> Path:
 def test_exported_sort_model_answers_held_out_prompts_in_transformers_as_in_gpt_core(sort_run, tmp_path):
     out = tmp_path / "hf"
     gpt_train("export", sort_run, "--format", "hf", out)
-    config, ours = load_run(sort_run, torch.device("cpu"))
+    run = load_run(sort_run, torch.device("cpu"))
+    ours, task = run.model, run.task
     hf = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
-    task = config.build_task()
     ids = task.split.evaluation_ids("heldout", HELD_OUT_PROMPTS)
     sequences = task.sequences(ids)
     assert len(sequences) == HELD_OUT_PROMPTS
@@ -139,7 +139,7 @@ def test_round_trip_ours_to_transformers_to_ours_is_bit_identical(sort_run, tmp_
     gpt_train("export", sort_run, "--format", "hf", tmp_path / "ours")
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours")
     back = load_model(save(hf, tmp_path / "theirs"))
-    _, trained = load_run(sort_run, torch.device("cpu"))
+    trained = load_run(sort_run, torch.device("cpu")).model
     params = dict(back.named_parameters())
     for name, param in trained.named_parameters():
         assert torch.equal(param, params[name]), name
@@ -152,7 +152,7 @@ def test_untied_head_exports_and_runs_in_transformers(tmp_path):
         "--set", "tie_weights=false", "--set", "eval_every=2", "--set", "final_eval_limit=8", "--out", run_dir,
     )  # fmt: skip
     gpt_train("export", run_dir, "--format", "hf", tmp_path / "hf")
-    _, ours = load_run(run_dir, torch.device("cpu"))
+    ours = load_run(run_dir, torch.device("cpu")).model
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     assert not torch.equal(hf.lm_head.weight, hf.transformer.wte.weight)
     tokens = torch.randint(0, ours.config.vocab_size, (4, ours.config.block_size))

@@ -16,7 +16,7 @@ from train_helpers import TINY, assert_one_line_error
 
 from gpt_train.config import RunConfig
 from gpt_train.hf import load_model
-from gpt_train.runs import load_run
+from gpt_train.loading import load_run
 from gpt_train.trainer import initial_model
 from gpt_viz import RunLayout
 
@@ -41,7 +41,7 @@ def test_export_writes_config_and_safetensors_that_load_back_bit_identical(cli, 
         "gpt2", ["GPT2LMHeadModel"], "gelu_new",
     )  # fmt: skip
     assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors"]  # no tokenizer for sort
-    _, trained = load_run(tiny_run, torch.device("cpu"))
+    trained = load_run(tiny_run, torch.device("cpu")).model
     loaded = load_model(exported)
     assert loaded.config == trained.config
     for name, param in trained.named_parameters():
@@ -113,7 +113,7 @@ def test_init_from_starts_from_the_directorys_weights_and_tokenizer(cli, bpe_exp
     assert RunLayout(run_dir).task_file("tokenizer_file").read_bytes() == (out / "tokenizer.json").read_bytes()
     # The model keeps the source's 16 positions while training on windows of 8, and the dropout asked for.
     assert (config.model.block_size, config.model.max_positions, config.model.dropout) == (8, 16, 0.1)
-    _, source = load_run(source_run, torch.device("cpu"))
+    source = load_run(source_run, torch.device("cpu")).model
     start = initial_model(config)
     for name, param in source.named_parameters():
         assert torch.equal(param, dict(start.named_parameters())[name]), name
@@ -149,7 +149,7 @@ def test_init_from_an_exported_sort_model_continues_training_it(cli, tiny_run, e
         "run", "--task", "sort", "--quiet", "--set", "length=4", *ONE_STEP, "--init-from", exported, "--out", run_dir
     )
     assert result.code == 0, result.err
-    _, source = load_run(tiny_run, torch.device("cpu"))
+    source = load_run(tiny_run, torch.device("cpu")).model
     start = dict(initial_model(RunConfig.load(run_dir)).named_parameters())
     assert all(torch.equal(param, start[name]) for name, param in source.named_parameters())
 

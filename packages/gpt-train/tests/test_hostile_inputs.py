@@ -18,12 +18,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from train_helpers import TINY, assert_one_line_error
 
-from gpt_train.analysis.common import InspectError
 from gpt_train.config import RunConfig
 from gpt_train.files import WriteError, write_atomically
-from gpt_train.inspect_cli import inspect_patch
-from gpt_train.runs import load_run
-from gpt_train.serve import Explorer
+from gpt_train.lab.common import InspectError
+from gpt_train.lab.inspect import inspect_patch
+from gpt_train.lab.serve import Explorer
+from gpt_train.loading import load_run
 from gpt_viz import RunLayout, VizError
 
 
@@ -116,7 +116,7 @@ def test_config_sizes_the_checkpoint_does_not_hold_are_one_line_and_no_model_is_
     def never(*args, **kwargs):
         raise AssertionError("a model was built from config.json before its checkpoint was compared")
 
-    monkeypatch.setattr("gpt_train.runs.GPT", never)
+    monkeypatch.setattr("gpt_train.loading.GPT", never)
     for command in (["eval", tiny_run], ["sample", tiny_run], ["run", "--resume", tiny_run]):
         assert_one_line_error(cli(*command, "--device", "cpu"), said, f"{RunLayout(tiny_run).checkpoint}")
 
@@ -268,7 +268,7 @@ def test_a_viz_error_in_a_command_is_one_line(cli, tiny_run, monkeypatch):
     def bad_grid(*args, **kwargs):
         raise VizError("'zero' must be rows of numbers of equal length")
 
-    monkeypatch.setattr("gpt_train.inspect_cli.save", bad_grid)
+    monkeypatch.setattr("gpt_train.lab.inspect.save", bad_grid)
     result = cli("inspect", tiny_run, "heads", "--examples", "20", "--device", "cpu")
     assert result.code == 2 and "Traceback" not in result.err, result.err
     assert result.err.endswith("gpt-train: error: 'zero' must be rows of numbers of equal length\n")  # after the bar
@@ -283,13 +283,14 @@ def test_a_viz_error_in_a_command_is_one_line(cli, tiny_run, monkeypatch):
     ids=["zero weights", "nan weights"],
 )
 def test_patching_a_model_with_nothing_to_restore_is_refused_in_words_and_writes_nothing(tiny_run, fill, said):
-    config, model = load_run(tiny_run, "cpu")
+    run = load_run(tiny_run, "cpu")
+    model = run.model
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.fill_(fill)
     layout = RunLayout(tiny_run)
     with pytest.raises(InspectError, match=re.escape(said)):
-        inspect_patch(config.build_task(), model, torch.device("cpu"), 30, layout, "resid_pre", 50)
+        inspect_patch(run.task, model, torch.device("cpu"), 30, layout, "resid_pre", 50)
     assert not layout.patching("resid_pre").exists() and not layout.patching_picture("resid_pre").exists()
 
 

@@ -8,7 +8,7 @@ import torch
 from train_helpers import TINY, assert_one_line_error
 
 from gpt_core import FAST_KERNELS, REFERENCE_KERNELS
-from gpt_train.runs import load_run
+from gpt_train.loading import load_run
 from gpt_viz import RunLayout
 
 
@@ -23,7 +23,7 @@ def test_a_run_on_the_reference_kernels_records_them_and_is_loaded_with_them(cli
     result = cli(*TINY, "--kernels", "reference", "--out", run_dir)
     assert result.code == 0, result.err
     assert json.loads(RunLayout(run_dir).config.read_text())["train"]["kernels"] == "reference"
-    _, model = load_run(run_dir, torch.device("cpu"))
+    model = load_run(run_dir, torch.device("cpu")).model
     assert model.kernels == REFERENCE_KERNELS
 
 
@@ -32,7 +32,7 @@ def test_a_run_written_before_kernel_sets_loads_with_the_fast_set(cli, tiny_run)
     config = json.loads(path.read_text())
     del config["train"]["kernels"]  # as config.json was written before the option existed
     path.write_text(json.dumps(config))
-    _, model = load_run(tiny_run, torch.device("cpu"))
+    model = load_run(tiny_run, torch.device("cpu")).model
     assert model.kernels == FAST_KERNELS
 
 

@@ -252,7 +252,9 @@ def test_a_task_that_cannot_be_learned_fails(tmp_path):
 def test_train_without_a_passed_step_says_so(tmp_path):
     result = invoke("train", "--dir", tmp_path)
     assert result.exit_code == 2
-    assert result.output == f"gpt-train: error: no kernel step passed in {tmp_path} yet: see `gpt-train learn list`\n"
+    assert result.output == (
+        f"gpt-train: error: no kernel step and no model step passed in {tmp_path} yet: see `gpt-train learn list`\n"
+    )
 
 
 def test_check_before_start_says_how_to_start(tmp_path):

@@ -9,8 +9,8 @@ import torch
 from gpt_core import GPT
 from gpt_tasks import get_task
 from gpt_tasks.builtin.sort import SortTask
-from gpt_train.pictures import ATTENTION_EXAMPLES, save_attention
-from gpt_train.runs import load_run
+from gpt_train.loading import load_run
+from gpt_train.pictures import ATTENTION_EXAMPLES, prompt_tokens, save_attention
 from gpt_viz import RunLayout, load_attention_examples, run_data
 
 CPU = torch.device("cpu")
@@ -39,8 +39,8 @@ def recording_lengths(model: GPT) -> list[int]:
 
 
 def test_a_finished_run_keeps_the_models_attention_on_the_tasks_first_examples(tiny_run):
-    config, model = load_run(tiny_run, CPU)
-    task = config.build_task()
+    run = load_run(tiny_run, CPU)
+    task, model = run.task, run.model
     texts = task.attention_examples(ATTENTION_EXAMPLES)
     examples = load_attention_examples(tiny_run)
     assert len(examples) == ATTENTION_EXAMPLES == 4
@@ -100,3 +100,17 @@ def test_a_first_example_too_long_for_the_budget_keeps_its_last_tokens_and_the_m
     (example,) = load_attention_examples(tmp_path)
     assert example.tokens == list("141")  # the last three of "3141"
     np.testing.assert_array_equal(example.weights, as_stored(model_attention(model, task.encode("141"))))
+
+
+def test_each_kept_example_records_where_its_prompt_ends(tiny_run):
+    """A sort example of 4 digits is its 4 prompt digits, then its answer: the pictures mark the line between."""
+    examples = load_attention_examples(tiny_run)
+    assert [len(example.tokens) for example in examples] == [7] * ATTENTION_EXAMPLES
+    assert [example.prompt_length for example in examples] == [4] * ATTENTION_EXAMPLES
+
+
+def test_an_example_cut_for_the_budget_keeps_the_prompt_tokens_left_and_other_tasks_record_none():
+    sort, modadd = get_task("sort", length=4), get_task("modadd", p=11)
+    cuts = ((0, 7), (1, 6), (3, 4), (4, 3), (0, 2))  # (tokens dropped from the front, tokens kept)
+    assert [prompt_tokens(sort, dropped, kept) for dropped, kept in cuts] == [4, 3, 1, None, 2]
+    assert prompt_tokens(modadd, 0, 3) is None  # modadd is read whole by its own rule, not as a prompt and answer

@@ -20,8 +20,9 @@ from train_helpers import TINY, assert_one_line_error
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.config import RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
+from gpt_train.loading import load_run
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision
-from gpt_train.runs import Run, load_run
+from gpt_train.runs import Run
 from gpt_train.trainer import Trainer
 from gpt_viz import RunLayout
 
@@ -159,9 +160,9 @@ def test_a_bf16_runs_final_metrics_are_scored_in_float32_as_eval_scores_them(cli
     final = json.loads(RunLayout(run_dir).final.read_text())
     printed = json.loads(cli("eval", run_dir, "--json").out)
     assert printed["loss"] == final["heldout_loss"]
-    config, model = load_run(run_dir, "cpu")
+    run = load_run(run_dir, "cpu")
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        in_bf16 = config.build_task().evaluate(model, "heldout", torch.device("cpu"))
+        in_bf16 = run.task.evaluate(run.model, "heldout", torch.device("cpu"))
     assert in_bf16["examples"] == printed["examples"]
     assert in_bf16["loss"] != printed["loss"]
 

@@ -109,7 +109,9 @@ def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that
     monkeypatch.setattr(
         pictures.gpt_viz,
         "attention_grid",
-        lambda weights, tokens, layer: drawn.append(layer) or real(weights, tokens, layer=layer),
+        lambda weights, tokens, layer, prompt_length: (
+            drawn.append((layer, prompt_length)) or real(weights, tokens, layer=layer, prompt_length=prompt_length)
+        ),
     )
     run_dir = tmp_path / "sort"
     for args in (TWO_LAYER_SORT + ("--out", str(run_dir)), ("inspect", str(run_dir), "heads", "--examples", "200")):
@@ -120,7 +122,8 @@ def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that
     record = json.loads(RunLayout(run_dir).heads_ablation.read_text())
     from gpt_viz.inspect_pictures import most_needed_head
 
-    assert drawn == [0, most_needed_head(record)[0]]
+    prompt = 4  # the example's 4 prompt digits: the line between prompt and answer is drawn both times
+    assert drawn == [(0, prompt), (most_needed_head(record)[0], prompt)]
 
 
 def test_a_task_without_prompt_answer_shape_is_refused_before_anything_runs(tmp_path, capsys):

@@ -8,6 +8,7 @@ import json
 import re
 import shlex
 import shutil
+import textwrap
 from pathlib import Path
 
 import click
@@ -21,11 +22,14 @@ from gpt_train.run_names import newest_run_of, resolve_run_dir
 from gpt_train.runs import RunDirError
 
 TWO_LAYER = ("--set", "n_layer=2", "--set", "n_head=4", "--steps", "60")  # the default layout: 2 layers of 4 heads
+SMALL_MODADD = ("run", "--task", "modadd", "--device", "cpu", "--quiet", "--no-pictures", "--steps", "40",
+                "--set", "p=23", "--set", "eval_every=10", "--set", "snapshot_every=10")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def two_tiny_runs(tmp_path_factory) -> Path:
-    """runs/ with an older and a newer tiny sort run (and one that never started), trained once for the module."""
+    """runs/ with an older and a newer tiny sort run (and one that never started), and a small modadd run with
+    snapshots, trained once for the module."""
     folder = tmp_path_factory.mktemp("two-tiny-runs")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
@@ -35,6 +39,10 @@ def two_tiny_runs(tmp_path_factory) -> Path:
                 main([*TINY, *TWO_LAYER, "--out", str(Path("runs") / name)])
             except SystemExit as exit_:
                 assert not exit_.code
+        try:  # a small grokking run that keeps snapshots, for `inspect modadd phases`
+            main([*SMALL_MODADD, "--out", str(Path("runs") / "modadd-20260101-000000")])
+        except SystemExit as exit_:
+            assert not exit_.code
     (folder / "runs" / "sort-20991231-000000").mkdir()  # no config.json: not a run
     return folder / "runs"
 
@@ -106,24 +114,30 @@ def test_every_serve_help_example_serves_when_pasted_and_stops_on_ctrl_c(runs_he
         assert result.code == 0 and result.out.strip() == "stopped"
 
 
-README_EXAMPLE = """
-import torch
-import gpt_viz
-from gpt_train import load_run
-
-run = load_run("sort")  # a run directory, or a task name: its newest run under ./runs
-ids = run.task.encode("391482")  # a prompt of 6 digits, as the model reads it
-with torch.no_grad():
-    _, cache = run.model.run_with_cache(torch.tensor([ids]), names=["blocks.0.pattern"])
-pattern = cache["blocks.0.pattern"][0, 1]  # layer 0, head 1: (T, T)
-gpt_viz.save_figure(gpt_viz.attention_map(pattern.numpy(), run.task.token_labels(ids), "layer 0 head 1"), "head.png")
-"""
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_the_readme_example_loads_a_run_and_draws_one_head(runs_here):
-    assert len(README_EXAMPLE.strip().splitlines()) == 10
-    exec(compile(README_EXAMPLE, "README example", "exec"), {})
-    assert (runs_here / "head.png").stat().st_size > 5_000
+def readme_example(readme: Path) -> str:
+    """The Python block of a README that draws one head's attention, as a reader pastes it."""
+    blocks = re.findall(r"^ *```python\n(.*?)^ *```", readme.read_text(), flags=re.MULTILINE | re.DOTALL)
+    (block,) = [textwrap.dedent(code) for code in blocks if "attention_map" in code]
+    return block
+
+
+def test_the_readme_example_draws_one_head_on_the_prompt_and_its_answer(cli, tmp_path, monkeypatch):
+    """The example of the README's "Start here" path, pasted (gpt-train's README holds the same), on a sort run of
+    6 digits like the default one: it reads the 6 prompt digits and 5 answer digits, and marks where they meet."""
+    example = readme_example(ROOT / "README.md")
+    assert example == readme_example(ROOT / "packages" / "gpt-train" / "README.md")
+    run = tmp_path / "runs" / "sort-20260101-000000"
+    assert cli(*TINY, *TWO_LAYER, "--set", "length=6", "--out", run).code == 0
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(example, "README example", "exec"), namespace)
+    assert len(namespace["ids"]) == 6 + 5
+    (heatmap,) = [ax for ax in namespace["figure"].axes if ax.get_images()]
+    assert {tuple(line.get_xdata()) for line in heatmap.get_lines()} >= {(5.5, 5.5)}  # the prompt ends after 6
+    assert (tmp_path / "head.png").stat().st_size > 5_000
 
 
 def test_load_run_returns_the_model_its_task_and_its_config(runs_here):

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import gpt_tasks
-import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import get_task
 from gpt_viz import EXAMPLES, metric_key, parse_metric_key
@@ -27,10 +26,6 @@ def per_position_metrics(task: gpt_tasks.Task) -> set[str]:
     if not isinstance(task, gpt_tasks.PromptAnswerTask):
         return set()
     return {f"{position}_accuracy" for position in task.answer_position_names()}
-
-
-def test_both_packages_name_the_same_splits():
-    assert gpt_tasks.SPLITS == gpt_viz.SPLITS
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

@@ -21,11 +21,12 @@ import torch
 from train_helpers import serve_then_ctrl_c
 
 from gpt_core import block_hook
-from gpt_train import serve as serve_module
-from gpt_train.analysis.prompt import PromptError, explain_prompt
 from gpt_train.cli import main
-from gpt_train.runs import load_run
-from gpt_train.serve import LOOPBACK, Explorer, make_server
+from gpt_train.lab import serve as serve_module
+from gpt_train.lab.explain import explain_prompt
+from gpt_train.lab.serve import LOOPBACK, Explorer, make_server
+from gpt_train.loading import load_run
+from gpt_train.prompts import PromptError
 
 CPU = torch.device("cpu")
 # 4-digit sort, 2 layers of 2 heads: learned in 300 steps, a few seconds.
@@ -96,10 +97,10 @@ def sample_answer(run_dir: Path, prompt: str, capsys) -> str:
 
 # the model on a prompt -----------------------------------------------------------------------
 def test_the_prompt_view_is_samples_answer_and_run_with_caches_attention(run_dir, capsys):
-    config, model = load_run(run_dir, CPU)
-    view = explain_prompt(config.build_sampler(), model, CPU, PROMPT)
+    run = load_run(run_dir, CPU)
+    model, task = run.model, run.task
+    view = explain_prompt(run.config.build_sampler(), model, CPU, PROMPT)
     assert view.answer == sample_answer(run_dir, PROMPT, capsys)
-    task = config.build_task()
     read = torch.tensor([task.encode(PROMPT + view.answer)[:-1]])
     names = [block_hook(layer, "pattern") for layer in range(2)]
     with torch.no_grad():
@@ -115,10 +116,10 @@ def test_the_prompt_view_is_samples_answer_and_run_with_caches_attention(run_dir
 
 
 def test_a_prompt_of_a_length_never_trained_on_gets_one_answer_token_a_digit_and_a_note(run_dir, capsys):
-    config, model = load_run(run_dir, CPU)
-    view = explain_prompt(config.build_sampler(), model, CPU, "391")
+    run = load_run(run_dir, CPU)
+    view = explain_prompt(run.config.build_sampler(), run.model, CPU, "391")
     assert len(view.answer_tokens) == 3 and view.answer == sample_answer(run_dir, "391", capsys)
-    example = config.build_task().example_prompts()[0]
+    example = run.task.example_prompts()[0]
     assert view.note == (
         f"sort trains on prompts of 4 tokens, like {example!r}, and this one has 3: the model never learned to answer"
         " it"
@@ -129,8 +130,8 @@ def test_the_explorer_notes_a_modadd_prompt_that_is_not_two_numbers_then_equals(
     run_dir = tmp_path / "modadd"
     assert invoke("run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet",
                   "--no-pictures", "--out", run_dir) == 0  # fmt: skip
-    config, model = load_run(run_dir, CPU)
-    vocabulary = config.build_sampler()
+    run = load_run(run_dir, CPU)
+    vocabulary, model = run.config.build_sampler(), run.model
     assert explain_prompt(vocabulary, model, CPU, "3 4 =").note == ""
     view = explain_prompt(vocabulary, model, CPU, "1 2")
     assert view.note.startswith("modadd trains on prompts of two numbers then '='") and "'1 2'" in view.note
@@ -146,9 +147,9 @@ def test_the_explorer_notes_a_modadd_prompt_that_is_not_two_numbers_then_equals(
     ],
 )
 def test_a_prompt_the_model_cannot_read_is_one_line(run_dir, prompt, message):
-    config, model = load_run(run_dir, CPU)
+    run = load_run(run_dir, CPU)
     with pytest.raises(PromptError, match=message):
-        explain_prompt(config.build_sampler(), model, CPU, prompt)
+        explain_prompt(run.config.build_sampler(), run.model, CPU, prompt)
 
 
 # the server ----------------------------------------------------------------------------------
@@ -318,7 +319,7 @@ def test_serving_beyond_loopback_warns_that_other_machines_can_use_the_model(run
 
 
 def test_serve_listens_on_loopback_unless_told_otherwise():
-    from gpt_train.serve import serve
+    from gpt_train.lab.serve import serve
 
     host = next(param for param in serve.params if param.name == "host")
     assert host.default == "127.0.0.1"
@@ -358,8 +359,8 @@ def test_a_typed_prompt_shows_samples_answer_and_the_chosen_heads_attention(page
     ask(page, prompt)
     answer = sample_answer(run_dir, prompt, capsys)
     assert page.inner_text("#answer") == answer
-    config, model = load_run(run_dir, CPU)
-    read = torch.tensor([config.build_task().encode(prompt + answer)[:-1]])
+    run = load_run(run_dir, CPU)
+    model, read = run.model, torch.tensor([run.task.encode(prompt + answer)[:-1]])
     page.select_option("#layer", "1")
     page.select_option("#head", "0")
     with torch.no_grad():

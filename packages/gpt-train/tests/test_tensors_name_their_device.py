@@ -20,9 +20,9 @@ import torch
 import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import get_task
-from gpt_train.analysis import ablate_each_head, head_reads, logit_lens, patch
-from gpt_train.analysis.findings import head_findings, logit_lens_findings, patching_findings, reads_findings
-from gpt_train.analysis.prompt import explain_prompt
+from gpt_train.lab import ablate_each_head, head_reads, logit_lens, patch
+from gpt_train.lab.explain import explain_prompt
+from gpt_train.lab.findings import head_findings, logit_lens_findings, patching_findings, reads_findings
 from gpt_train.learn.cases import REFERENCES, cases_for, run_case, try_case
 from gpt_train.learn.grader import SEED, check_file, diagnose
 from gpt_train.learn.steps import BY_NAME, STEPS
@@ -77,7 +77,7 @@ def test_the_learn_grader_makes_no_tensor_without_naming_its_device(step, tmp_pa
     assert verdict.passed, verdict.message
 
 
-@pytest.mark.parametrize("step", [name for name in OWN if BY_NAME[name].kind != "module"])
+@pytest.mark.parametrize("step", [name for name in OWN if BY_NAME[name].kind == "kernel"])
 def test_every_classic_mistake_is_named_whatever_the_default_device(step):
     for mistake in OWN[step]:
         kernel = functools.partial(mistake.kernels[0], tile=64) if mistake.tiled else mistake.kernels[0]

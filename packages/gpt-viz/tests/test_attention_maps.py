@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpt_viz import VizError, attention_grid, attention_map
-from gpt_viz.attention import MAX_TICK_LABELS, display_token
+from gpt_viz.attention import BOUNDARY, MAX_TICK_LABELS, READING, display_token
 
 
 def heatmap_axes(figure):
@@ -97,3 +97,48 @@ def test_attention_map_rejects_a_stack_of_heads(layer_weights, tokens):
 def test_attention_grid_rejects_a_single_matrix(layer_weights, tokens):
     with pytest.raises(VizError, match=r"must have shape \(n_head, T, T\)"):
         attention_grid(layer_weights[0], tokens)
+
+
+# what the picture says to look at ------------------------------------------------------------
+def boundary_lines(ax):
+    """The prompt/answer lines of a heatmap: the x of each vertical one, the y of each horizontal one."""
+    lines = [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+    vertical = sorted(xs[0] for xs, _ in lines if xs[0] == xs[1])
+    horizontal = sorted(ys[0] for _, ys in lines if ys[0] == ys[1])
+    return vertical, horizontal
+
+
+def caption_of(figure) -> str:
+    return figure.get_supxlabel()
+
+
+def test_the_prompt_answer_boundary_is_a_line_on_both_axes_between_the_prompt_and_the_answer(layer_weights, tokens):
+    (ax,) = heatmap_axes(attention_map(layer_weights[0], tokens, prompt_length=3))
+    assert boundary_lines(ax) == ([2.5], [2.5])  # after the third token, position 2
+
+
+def test_a_map_without_a_prompt_length_or_all_prompt_draws_no_boundary(layer_weights, tokens):
+    for prompt_length in (None, len(tokens)):
+        (ax,) = heatmap_axes(attention_map(layer_weights[0], tokens, prompt_length=prompt_length))
+        assert ax.get_lines() == []
+
+
+def test_the_caption_says_what_a_row_and_a_bright_cell_are_and_what_the_lines_mark(layer_weights, tokens):
+    plain = caption_of(attention_map(layer_weights[0], tokens))
+    assert plain.splitlines() == [READING]
+    assert "row: the position that reads" in READING and "bright cell: the position it reads" in READING
+    marked = caption_of(attention_map(layer_weights[0], tokens, prompt_length=3))
+    assert marked.splitlines() == [READING, BOUNDARY]
+
+
+def test_every_head_of_a_grid_marks_the_boundary_under_one_caption(layer_weights, tokens, assert_real_picture):
+    figure = attention_grid(layer_weights, tokens, layer=0, prompt_length=4)
+    assert [boundary_lines(ax) for ax in heatmap_axes(figure)] == [([3.5], [3.5])] * 4
+    assert caption_of(figure).splitlines() == [READING, BOUNDARY]
+    assert_real_picture(figure)
+
+
+@pytest.mark.parametrize("prompt_length", [0, 11, 2.5, True])
+def test_a_prompt_length_outside_the_positions_is_one_line(layer_weights, tokens, prompt_length):
+    with pytest.raises(VizError, match="prompt_length must be"):
+        attention_map(layer_weights[0], tokens, prompt_length=prompt_length)

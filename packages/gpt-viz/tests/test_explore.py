@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from gpt_viz import AttentionSnapshot, RunLayout, VizError, load_attention_examples, save_attention_examples
 from gpt_viz.cli import main
-from gpt_viz.explore import explorer_page, write_explorer
+from gpt_viz.explore import attention_data, explorer_page, write_explorer
 
 DATA_ELEMENT = re.compile(r'<script type="application/json" id="run-data">(.*?)</script>', re.S)
 ABLATION = {
@@ -95,6 +95,30 @@ def test_an_attention_file_from_before_several_examples_were_kept_gives_one(make
     (example,) = embedded(explorer_page(run))["attention"]
     assert example["tokens"] == tokens and example["shape"] == [2, 3, len(tokens), len(tokens)]
     assert_quantised_from(example, weights)
+
+
+def test_the_page_carries_each_examples_prompt_length_and_none_for_a_text_window(make_run, attention_examples):
+    run = make_run(attention=False)
+    addition, text, whole_prompt = attention_examples  # "12+34=" then "46 $"; a text window; all of it prompt
+    save_attention_examples(
+        run, [addition._replace(prompt_length=6), text, whole_prompt._replace(prompt_length=len(whole_prompt.tokens))]
+    )
+    examples = embedded(explorer_page(run))["attention"]
+    assert [example["prompt_length"] for example in examples] == [6, None, 10]
+
+
+def test_an_attention_file_without_prompt_lengths_gives_none(run_dir, make_run, tokens):
+    assert [example["prompt_length"] for example in embedded(explorer_page(run_dir))["attention"]] == [None] * 3
+    run = make_run("old", attention=False)
+    np.savez(RunLayout(run).attention, weights=uniform_causal(1, 1, len(tokens)), tokens=np.array(tokens))
+    assert embedded(explorer_page(run))["attention"][0]["prompt_length"] is None
+
+
+@pytest.mark.parametrize("prompt_length", ["3", 3.0, True, 0, -1, 11, [3], {"x": 3}])
+def test_a_prompt_length_that_is_not_a_whole_number_of_the_examples_tokens_is_left_out(tokens, prompt_length):
+    snapshot = AttentionSnapshot(uniform_causal(1, 1, len(tokens)), tokens, prompt_length)
+    assert attention_data(snapshot)["prompt_length"] is None
+    assert attention_data(snapshot._replace(prompt_length=np.int64(4)))["prompt_length"] == 4
 
 
 def test_page_embeds_the_training_loss_and_summary_metrics_with_the_primary_one_chosen(make_run, run_dir):

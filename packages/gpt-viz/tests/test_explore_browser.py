@@ -20,7 +20,7 @@ import pytest
 from matplotlib.image import imread
 from picture_checks import count_colours
 
-from gpt_viz import RunLayout, load_attention_examples
+from gpt_viz import RunLayout, load_attention_examples, save_attention_examples
 from gpt_viz.explore import write_explorer
 
 playwright_api = pytest.importorskip(
@@ -219,3 +219,83 @@ def test_clicking_a_head_ablation_cell_shows_that_heads_attention(page):
     assert (page.input_value("#layer"), page.input_value("#head")) == ("0", "2")
     assert page.locator("#attention").evaluate("c => [c.dataset.layer, c.dataset.head]") == ["0", "2"]
     assert page.inner_text("#ablation-readout") == "layer 0 head 2 zero-ablated: exact_match 0.9 (+0 from 0.9)"
+
+
+def red(image: np.ndarray) -> np.ndarray:
+    """Where an (H, W, 3) picture is the prompt/answer line's red: no viridis colour is red without green."""
+    return (image[..., 0] > 0.6) & (image[..., 1] < 0.3) & (image[..., 2] < 0.3)
+
+
+def thumbnails_red(page: Page) -> list[bool]:
+    """Whether each overview thumbnail shows red inside the 2-pixel border that marks the selected head (cut 3 pixels
+    deep: a thumbnail may sit between pixels)."""
+    return [
+        bool(red(pixels(canvas.screenshot())[3:-3, 3:-3]).any()) for canvas in page.locator("#overview canvas").all()
+    ]
+
+
+def near(at: float) -> slice:
+    """The pixels within 2 of ``at``: a 2-pixel line drawn there, wherever it falls between pixels."""
+    return slice(int(at) - 2, int(at) + 3)
+
+
+@pytest.fixture
+def prompt_page(browser: Browser, run_dir: Path) -> Iterator[Page]:
+    """The fixture run's page with examples 0 and 2 a prompt of 6 tokens then its answer, example 1 a text window."""
+    first, text, third = load_attention_examples(run_dir)
+    save_attention_examples(run_dir, [first._replace(prompt_length=6), text, third._replace(prompt_length=6)])
+    errors: list[str] = []
+    page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(write_explorer(run_dir).as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    yield page
+    page.close()
+    assert errors == []
+
+
+def test_a_red_line_on_every_heatmap_splits_the_prompt_from_the_answer(prompt_page):
+    page = prompt_page
+    assert page.locator("#attention").evaluate("c => c.dataset.answer") == "6"
+    geometry = heatmap_geometry(page)
+    left, top, cell = geometry["left"], geometry["top"], geometry["cell"]
+    lines = red(pixels(page.locator("#attention").screenshot()))
+    centres = [int(left + (i + 0.5) * cell) for i in range(10)]
+    x, y = left + 6 * cell, top + 6 * cell  # before key 6 and before query 6, the first answer position
+    assert lines[[int(top + (i + 0.5) * cell) for i in range(10)], near(x)].any(axis=1).all()  # down every row
+    assert lines[near(y), centres].any(axis=0).all()  # across every column
+    away = lines[int(top) : int(top + 10 * cell), int(left) : int(left + 10 * cell)].copy()
+    away[:, near(x - left)] = away[near(y - top), :] = False
+    assert not away.any()
+    assert all(thumbnails_red(page))
+    caption = page.inner_text("#attention-caption")
+    assert "Each row is the position that reads" in caption and "bright cell" in caption
+    assert "prompt ends and the answer begins" in caption
+
+
+def test_a_text_window_has_no_line_and_its_caption_mentions_none(prompt_page):
+    page = prompt_page
+    page.select_option("#example", "1")
+    assert page.locator("#attention").evaluate("c => c.dataset.answer") == ""
+    assert not red(pixels(page.locator("#attention").screenshot())).any()
+    assert not any(thumbnails_red(page))
+    caption = page.inner_text("#attention-caption")
+    assert "Each row is the position that reads" in caption and "prompt" not in caption
+    page.select_option("#example", "2")
+    assert page.locator("#attention").evaluate("c => c.dataset.answer") == "6" and all(thumbnails_red(page))
+
+
+def test_a_prompt_length_the_page_cannot_trust_draws_no_line(browser, run_dir):
+    first, text, third = load_attention_examples(run_dir)
+    save_attention_examples(run_dir, [first._replace(prompt_length=6), text, third])
+    path = write_explorer(run_dir)
+    html = path.read_text(encoding="utf-8")
+    assert html.count('"prompt_length":6,') == 1
+    path.write_text(html.replace('"prompt_length":6,', '"prompt_length":"6\\u003cimg src=x onerror=alert(1)\\u003e",'))
+    page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    assert page.locator("#attention").evaluate("c => c.dataset.answer") == ""
+    assert not red(pixels(page.locator("#attention").screenshot())).any()
+    assert page.locator("img").count() == 0 and page.inner_text("#error") == ""
+    page.close()

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpt_viz import RunLayout
+import gpt_viz.cli
+from gpt_viz import RunLayout, save_attention_examples
 from gpt_viz.cli import main
 
 
@@ -105,6 +106,16 @@ def test_attention_layer_and_out_options(runner, make_run, tmp_path):
     result = runner.invoke(main, ["attention", str(make_run()), "--layer", "0", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert written(result) == [out]
+
+
+def test_attention_marks_the_prompt_the_file_records(runner, make_run, attention_examples, monkeypatch):
+    run = make_run(attention=False)
+    save_attention_examples(run, [attention_examples[0]._replace(prompt_length=4)])
+    drawn = {}
+    monkeypatch.setattr(gpt_viz.cli, "_save_and_report", lambda figure, out, svg: drawn.setdefault("figure", figure))
+    assert runner.invoke(main, ["attention", str(run)]).exit_code == 0
+    heatmaps = [ax for ax in drawn["figure"].axes if ax.get_images()]
+    assert all(sorted(line.get_xdata()[0] for line in ax.get_lines()) == [0.0, 3.5] for ax in heatmaps)
 
 
 def test_attention_layer_out_of_range_is_a_one_line_error(runner, make_run):

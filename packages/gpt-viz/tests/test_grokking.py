@@ -177,3 +177,20 @@ def test_each_collapse_after_the_crossing_is_shaded_in_its_splits_colour_and_cou
     labels = legend_texts(ax)
     assert "train below 0.99 again, 2 times (the slingshot)" in labels
     assert "held-out below 0.99 again, once" in labels
+
+
+def test_the_caption_points_at_the_delay_and_names_the_collapses():
+    rows = [(10, 0.2, 0.01), (20, 1.0, 0.01), (30, 0.6, 0.01), (40, 1.0, 0.5), (50, 1.0, 0.995), (60, 1.0, 1.0)]
+    records = [{"step": s, "train_accuracy": t, "heldout_accuracy": h, "train_loss": 1.0, "heldout_loss": 1.0}
+               for s, t, h in rows]  # fmt: skip
+    assert grokking(records, loss="loss").get_supxlabel().splitlines() == [
+        "Look at the gap between the dashed lines: train accuracy reaches 0.99 at step 20, held-out only at step 50 "
+        "(2.5x later).",
+        "Shaded: after the fit, train accuracy dips and recovers with a training-loss spike (bottom): the slingshot "
+        "(Thilak et al. 2022).",
+    ]
+
+
+def test_a_run_that_never_generalises_has_no_gap_to_point_at(run_dir):
+    records = [r | {"heldout_accuracy": 0.01} for r in load_metrics(run_dir) if "heldout_accuracy" in r]
+    assert grokking(records).get_supxlabel() == ""

@@ -8,7 +8,7 @@ import pytest
 
 from gpt_viz import induction_formation, phase_change
 from gpt_viz.errors import VizError
-from gpt_viz.induction import Move, sharpest_move
+from gpt_viz.induction import LOOK_AT, Move, sharpest_move
 
 STEPS = np.arange(0, 1001, 50)  # 21 evaluations; a tenth of the run is 100 steps, two intervals
 
@@ -71,3 +71,9 @@ def test_the_picture_draws_the_four_panels_and_refuses_records_without_the_probe
     assert len(figure.axes[2].lines) == 4 + 1  # four heads' induction scores and the phase line
     with pytest.raises(VizError, match="no induction probes"):
         induction_formation([{"step": 0, "heldout_loss": 1.0}])
+
+
+def test_the_picture_says_what_to_look_for():
+    caption = induction_formation(records(500, 500, 450), phase_step=500).get_supxlabel()
+    assert caption.splitlines() == list(LOOK_AT)
+    assert "induction score jumps" in caption and "previous-token head" in caption

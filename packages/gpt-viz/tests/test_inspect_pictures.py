@@ -125,6 +125,8 @@ def test_inspect_files_have_fixed_names_or_one_per_patched_point_and_are_what_a_
         "logit_lens_picture": "inspect_logit_lens.png",
         "reads": "inspect_reads.json",
         "reads_picture": "inspect_reads.png",
+        "phases": "inspect_phases.json",
+        "phases_picture": "inspect_phases.png",
         "report": "report.html",
     }
     assert {prop: getattr(layout, prop).name for prop in names} == names

@@ -20,10 +20,19 @@ def test_a_picture_function_imports_matplotlib_when_first_named():
 
 
 def test_grokking_is_the_function_even_after_its_module_was_imported_first():
-    code = "import gpt_viz.grokking, gpt_viz.cli, gpt_viz; from gpt_viz import grokking; print(callable(grokking))"
+    code = "import gpt_viz.grokking_curves, gpt_viz.cli; from gpt_viz import grokking; print(callable(grokking))"
     assert _run(code) == ["True"]
     code = "import gpt_viz.cli, gpt_viz; print(gpt_viz.grokking.__module__, gpt_viz.first_crossing.__name__)"
-    assert _run(code) == ["gpt_viz.grokking", "first_crossing"]
+    assert _run(code) == ["gpt_viz.grokking_curves", "first_crossing"]
+
+
+def test_no_picture_function_shares_its_name_with_a_module_of_gpt_viz():
+    import pkgutil
+
+    import gpt_viz
+
+    modules = {module.name for module in pkgutil.iter_modules(gpt_viz.__path__)}
+    assert modules & set(gpt_viz.__all__) == set()  # importing such a module would put it in the name's place
 
 
 def test_an_unknown_name_is_an_attribute_error():

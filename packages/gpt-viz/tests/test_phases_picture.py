@@ -7,7 +7,7 @@ import pytest
 
 from gpt_viz import grokking_phases, progress_measures
 from gpt_viz.errors import VizError
-from gpt_viz.phases import Phases, first_below, value_at
+from gpt_viz.phases import LOOK_AT, Phases, first_below, value_at
 
 
 def records(fit: int = 100, leaves_chance: int = 600, generalised: int = 800, last: int = 1000) -> list[dict]:
@@ -51,7 +51,8 @@ def test_first_below_and_value_at_read_the_records():
 def test_the_picture_draws_three_panels_with_the_phases_in_the_title():
     figure = progress_measures(records(), title="constructed")
     assert len(figure.axes) == 3
-    assert figure.axes[0].get_title() == "constructed (t_fit 100, cleanup from 600, t_gen 800)"
+    assert figure.axes[0].get_title() == "constructed\nt_fit 100, cleanup from 600, t_gen 800"
+    assert figure.get_supxlabel().replace("\n", " ") == LOOK_AT
     labels = [line.get_label() for line in figure.axes[1].get_lines()]
     assert labels == ["train loss", "held-out loss", "restricted loss (held-out, key frequencies only)",
                       "excluded loss (train, key frequencies removed)"]  # fmt: skip

@@ -327,3 +327,37 @@ def test_attention_saved_as_a_bare_npy_array_is_no_npz_archive(run_dir):
         np.save(file, np.zeros((1, 1, 3, 3)))
     with pytest.raises(VizError, match=r"attention\.npz is not a readable \.npz archive"):
         load_attention(run_dir)
+
+
+def test_each_examples_prompt_length_is_kept_and_read_back(make_run, attention_examples):
+    run = make_run(attention=False)
+    first, second, third = attention_examples
+    save_attention_examples(run, [first._replace(prompt_length=3), second, third._replace(prompt_length=10)])
+    assert [example.prompt_length for example in load_attention_examples(run)] == [3, None, 10]
+    assert load_attention(run).prompt_length == 3
+
+
+def test_an_attention_file_without_prompt_lengths_reads_as_not_knowing_them(run_dir, attention_examples):
+    weights = np.zeros((1, 2, 4, 10, 10), dtype=np.float16)
+    weights[0] = attention_examples[0].weights
+    tokens = np.array([attention_examples[0].tokens])
+    np.savez_compressed(RunLayout(run_dir).attention, weights=weights, tokens=tokens, lengths=np.array([10]))
+    assert [example.prompt_length for example in load_attention_examples(run_dir)] == [None]
+
+
+@pytest.mark.parametrize(
+    "prompt_lengths", [np.array([11, 0, 0]), np.array([-1, 0, 0]), np.array([1.5, 0, 0]), np.array([1])]
+)
+def test_prompt_lengths_outside_their_examples_are_one_line(run_dir, prompt_lengths):
+    with np.load(RunLayout(run_dir).attention) as archive:
+        arrays = {name: archive[name] for name in ("weights", "tokens", "lengths")}
+    np.savez_compressed(RunLayout(run_dir).attention, prompt_lengths=prompt_lengths, **arrays)
+    with pytest.raises(VizError, match="prompt_lengths must be one whole number from 0 to its example's length"):
+        load_attention_examples(run_dir)
+
+
+@pytest.mark.parametrize("prompt_length", [0, 11, 2.5])
+def test_saving_a_prompt_length_outside_its_example_is_refused(run_dir, attention_examples, prompt_length):
+    example = attention_examples[0]._replace(prompt_length=prompt_length)
+    with pytest.raises(VizError, match=f"prompt length {prompt_length} is not a whole number from 1 to the 10 tokens"):
+        save_attention_examples(run_dir, [example])

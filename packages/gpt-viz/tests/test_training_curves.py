@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from gpt_viz import VizError, load_attention, training_curves
-from gpt_viz.attention import display_token
+from gpt_viz import VizError, load_attention, save_attention_examples, training_curves
+from gpt_viz.attention import BOUNDARY, READING, display_token
 
 
 def axes_with_xlabel(figure, label):
@@ -87,3 +87,12 @@ def test_log_axis_is_labelled_with_plain_numbers(run_dir):
     (loss_ax,) = axes_with_xlabel(figure, "step")
     labels = {label.get_text() for label in loss_ax.get_yticklabels()}
     assert {"0.1", "1"} <= labels
+
+
+def test_the_attention_panel_marks_the_prompt_and_says_how_to_read_it(make_run, attention_examples):
+    run = make_run(attention=False)
+    save_attention_examples(run, [attention_examples[0]._replace(prompt_length=3)])
+    (attention_ax,) = axes_with_xlabel(training_curves(run), "key position")
+    assert sorted(line.get_xdata()[0] for line in attention_ax.get_lines()) == [0.0, 2.5]  # the x of hline, vline
+    (caption,) = [text.get_text() for text in attention_ax.texts]
+    assert caption.splitlines() == [READING, BOUNDARY]

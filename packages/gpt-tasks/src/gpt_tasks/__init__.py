@@ -16,12 +16,11 @@ from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, def
 from gpt_tasks.scoring import Scores, score_examples
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes
-from gpt_tasks.task import SPLITS, Batch, Defaults, Task, evaluating
+from gpt_tasks.task import Batch, Defaults, Task, evaluating
 
 __all__ = [
     "DIGITS",
     "ENTRY_POINT_GROUP",
-    "SPLITS",
     "Batch",
     "CharVocab",
     "Defaults",

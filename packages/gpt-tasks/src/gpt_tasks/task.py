@@ -20,8 +20,6 @@ from gpt_tasks.symbols import CharVocab
 if TYPE_CHECKING:
     from gpt_tasks.probes import ProbeCache
 
-SPLITS = ("train", "heldout")
-
 
 @dataclass(frozen=True)
 class Batch:
@@ -57,7 +55,8 @@ class Task(ABC):
         Params: a frozen dataclass of the task's parameters, with defaults; validated in __post_init__.
         primary_metric: the metric shown in progress bars and pictures (a key of `evaluate`'s dict).
         higher_is_better: whether a larger primary metric is better.
-        eval_splits: the splits evaluated during training.
+        eval_splits: the splits evaluated during training, of "train" and "heldout" (the names a run keys its
+            metrics by, gpt_viz.SPLITS).
     """
 
     name: ClassVar[str]

@@ -15,8 +15,8 @@ from gpt_tasks.text import BpeTokenizer
 from gpt_train.cli.group import CONTEXT
 from gpt_train.config import RunConfig
 from gpt_train.hf import HFError, write_directory
+from gpt_train.loading import load_run
 from gpt_train.run_names import RUN
-from gpt_train.runs import open_run
 
 FORMATS = ("hf",)
 
@@ -58,7 +58,7 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
       gpt-train export sort --format hf exported/sort
       gpt-train export runs/text-bpe --format hf exported/text
     """
-    saved = open_run(run_dir, "cpu", with_kernels=False)  # the weights are all an export needs
+    saved = load_run(run_dir, "cpu", with_kernels=False)  # the weights are all an export needs
     tokenizer = run_tokenizer(saved.config)
     written = write_directory(saved.model, out, tokenizer)
     click.echo(f"wrote {', '.join(path.name for path in written)} to {out}")

@@ -1,45 +1,59 @@
-"""`gpt_train.load_run`: a trained run in Python, in one call.
-
-What the commands do after reading a run (build its task, put its model on a device, in eval mode),
-for a notebook or a script: `load_run("sort").model.run_with_cache(...)`.
+"""`gpt_train.load_run`: a trained run in one call, for every command that reads one (eval, sample, serve,
+inspect, export) and for a notebook or a script: `load_run("sort").model.run_with_cache(...)`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
 
-from gpt_core import GPT
+from gpt_core import DEFAULT_KERNELS, GPT
 from gpt_tasks import Task
-from gpt_train.checkpoint import CheckpointError, load_checkpoint, load_weights
+from gpt_train.checkpoint import CheckpointError, check_fits_checkpoint, load_checkpoint, load_weights
 from gpt_train.config import RunConfig
 from gpt_train.run_names import resolve_run_dir
-from gpt_train.runs import open_run
+from gpt_train.runs import RunDirError, saved_kernels
 from gpt_viz import RunLayout
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoadedRun:
-    """A run's trained model (eval mode), the task it was trained on, its configuration, the step of its
-    checkpoint and the directory it was read from."""
+    """A run's trained model (eval mode), its configuration, the step of its checkpoint and the directory it was
+    read from; `task`, the task it was trained on, is built when first asked for (a text task reads its corpus)."""
 
     model: GPT
-    task: Task
     config: RunConfig
     step: int
     run_dir: Path
 
+    @cached_property
+    def task(self) -> Task:
+        return self.config.build_task()
 
-def load_run(run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False) -> LoadedRun:
+
+def load_run(
+    run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False, with_kernels: bool = True
+) -> LoadedRun:
     """The run in directory `run`, or, given a task name, that task's newest run under ./runs; its model on
     `device`, computing with the kernels it was trained with. A run trained with module-path kernels
-    (module:function) needs `trust_kernels`: importing them runs their code (`gpt_train.runs.saved_kernels`)."""
+    (module:function) needs `trust_kernels`: importing them runs their code (`gpt_train.runs.saved_kernels`).
+    Without `with_kernels` the model computes with gpt-core's own kernels whatever it was trained with: for what
+    needs only its weights (`export`), which then works where the run's kernel module is not installed."""
     run_dir, _ = resolve_run_dir(run)
-    saved = open_run(run_dir, device, trust_kernels=trust_kernels)
-    return LoadedRun(saved.model, saved.config.build_task(), saved.config, saved.step, run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} is not a directory")
+    config = RunConfig.load(run_dir)
+    checkpoint = RunLayout(run_dir).checkpoint
+    check_fits_checkpoint(config.model, checkpoint)  # before a kernel is imported or a model built
+    kernels = saved_kernels(config, run_dir, trust_kernels, device=device) if with_kernels else DEFAULT_KERNELS
+    state = load_checkpoint(checkpoint, config.task)
+    model = GPT(config.model, kernels)
+    load_weights(model, state.model)
+    return LoadedRun(model.to(device).eval(), config, state.step, run_dir)
 
 
 def load_snapshots(

@@ -11,7 +11,7 @@ import torch
 
 import gpt_viz
 from gpt_core import GPT, block_hook
-from gpt_tasks import Task, evaluating
+from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_viz import TRAIN, AttentionSnapshot, RunLayout
 
 ATTENTION_EXAMPLES = 4
@@ -34,27 +34,42 @@ def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayo
     )
     with evaluating(model):
         examples = [
-            attention_on(task, model, device, ids[len(ids) - length :])
+            attention_on(task, model, device, ids[len(ids) - length :], prompt_tokens(task, len(ids) - length, length))
             for ids, length in zip(encoded[: len(kept)], kept, strict=True)
         ]
     gpt_viz.save_attention_examples(layout.root, examples)
 
 
-def attention_on(task: Task, model: GPT, device: torch.device, ids: list[int]) -> AttentionSnapshot:
-    """Every layer's attention (n_layer, n_head, T, T) on the tokens `ids`, and their labels."""
+def attention_on(
+    task: Task, model: GPT, device: torch.device, ids: list[int], prompt_length: int | None = None
+) -> AttentionSnapshot:
+    """Every layer's attention (n_layer, n_head, T, T) on the tokens `ids`, their labels, and how many of them
+    are the prompt (None: not a prompt then its answer)."""
     names = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
     _, cache = model.run_with_cache(torch.tensor([ids], device=device), names=names)
     attention = torch.stack([cache[name][0] for name in names])  # (L, H, T, T)
-    return AttentionSnapshot(weights=attention.float().cpu().numpy(), tokens=task.token_labels(ids))
+    weights = attention.float().cpu().numpy()
+    return AttentionSnapshot(weights=weights, tokens=task.token_labels(ids), prompt_length=prompt_length)
+
+
+def prompt_tokens(task: Task, dropped: int, kept: int) -> int | None:
+    """How many of an attention example's `kept` tokens are its prompt, once its first `dropped` tokens are cut
+    for the file's budget: a prompt-answer task's prompt length, less those cut; None for another task, or when
+    the prompt is cut away entirely."""
+    if not isinstance(task, PromptAnswerTask):
+        return None
+    left = min(task.prompt_length - dropped, kept)
+    return left if left >= 1 else None
 
 
 def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
-    """attention.png: every head of `layer` (the first, until head ablation says which layer matters most)."""
+    """attention.png: every head of `layer` (the first, until head ablation says which layer matters most), the
+    prompt/answer boundary marked when the example has one."""
     snapshot = gpt_viz.load_attention(layout.root)
     layer = min(layer, snapshot.weights.shape[0] - 1)
-    gpt_viz.save_figure(
-        gpt_viz.attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer), layout.attention_picture
-    )
+    prompt = snapshot.prompt_length
+    figure = gpt_viz.attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer, prompt_length=prompt)
+    gpt_viz.save_figure(figure, layout.attention_picture)
 
 
 def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:

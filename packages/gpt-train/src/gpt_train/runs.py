@@ -1,4 +1,4 @@
-"""Run directories: building a run once (new or resumed), guarding its directory, and loading it back.
+"""Run directories: building a run once (new or resumed), guarding its directory, and a saved run's kernels.
 
 A directory holds one run, laid out as gpt_viz.RunLayout says. While a process trains in it, that
 process holds an exclusive lock on the directory, so a second `run --out` or `run --resume` on
@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, GPT, Kernels
+from gpt_core import Kernels
 from gpt_tasks import Task
-from gpt_train.checkpoint import check_fits_checkpoint, load_checkpoint, load_weights
+from gpt_train.checkpoint import check_fits_checkpoint
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
@@ -242,39 +242,6 @@ def resumed_run(
             lock.release()
         raise
     return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock, kernels=kernels)
-
-
-@dataclass(frozen=True)
-class SavedRun:
-    """A run directory's configuration, its trained model, and the step of the checkpoint it was read from."""
-
-    config: RunConfig
-    model: GPT
-    step: int
-
-
-def open_run(
-    run_dir: Path, device: torch.device | str, with_kernels: bool = True, trust_kernels: bool = False
-) -> SavedRun:
-    """The configuration and trained model of a run directory, on `device`. Without `with_kernels` the model
-    computes with gpt-core's own kernels whatever it was trained with: for what needs only its weights
-    (`export`), which then works where the run's kernel module is not installed. A run trained with
-    module-path kernels is opened with them only when `trust_kernels` (`saved_kernels`)."""
-    if not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} {'is not a directory' if run_dir.exists() else 'does not exist'}")
-    config = RunConfig.load(run_dir)
-    check_fits_checkpoint(config.model, RunLayout(run_dir).checkpoint)  # before a kernel is imported or a model built
-    kernels = saved_kernels(config, run_dir, trust_kernels, device=device) if with_kernels else DEFAULT_KERNELS
-    state = load_checkpoint(RunLayout(run_dir).checkpoint, config.task)
-    model = GPT(config.model, kernels)
-    load_weights(model, state.model)
-    return SavedRun(config, model.to(device).eval(), state.step)
-
-
-def load_run(run_dir: Path, device: torch.device | str, trust_kernels: bool = False) -> tuple[RunConfig, GPT]:
-    """The configuration and trained model of a run directory, on `device`, computing with its kernels."""
-    saved = open_run(run_dir, device, trust_kernels=trust_kernels)
-    return saved.config, saved.model
 
 
 def saved_kernels(

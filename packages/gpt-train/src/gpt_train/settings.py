@@ -30,6 +30,10 @@ class TrainSettings:
     its last large step left it. AdamW's weight decay applies to weight matrices only (the position
     table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
     `final_eval_limit` None scores the whole held-out split at the end.
+    The run evaluates every `eval_every` steps and, with `early_eval_every` N > 0 smaller than it, also every N
+    steps up to step `early_eval_until`, so that the curve shows a task learnt in its first few hundred steps
+    being learnt (`evaluates_at`); an evaluation never draws from the training's random numbers, so it changes
+    nothing the run trains.
     `snapshot_every` N > 0 keeps the weights alone at step 0 and every N steps (the run directory's
     snapshots/), to measure how a mechanism forms after the run; 0 keeps none.
     `grokfast_lambda` > 0 turns on Grokfast (Lee et al. 2024): each gradient gets `grokfast_lambda` times its
@@ -58,6 +62,8 @@ class TrainSettings:
     beta2: float = 0.99
     grad_clip: float = 1.0
     eval_every: int = 250
+    early_eval_every: int = 0
+    early_eval_until: int = 0
     eval_limit: int = 2000
     seed: int = 1337
     log_every: int = 10
@@ -80,7 +86,9 @@ class TrainSettings:
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
         for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every", "grad_accum"):
             _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda", "snapshot_every"):
+        never_negative = ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda", "snapshot_every",
+                          "early_eval_every", "early_eval_until")  # fmt: skip
+        for name in never_negative:
             _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
         limit = self.final_eval_limit
         _require(limit is None or limit > 0, f"final_eval_limit must be positive, got {limit}")
@@ -104,6 +112,15 @@ class TrainSettings:
             f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum}): "
             "each step's batch is split into grad_accum equal micro-batches",
         )
+
+    def evaluates_at(self, step: int) -> bool:
+        """Whether the run evaluates after training step `step` (the final evaluation, after the last step, aside):
+        every `eval_every` steps, and every `early_eval_every` steps up to `early_eval_until` when that is more
+        often."""
+        if step >= self.steps:
+            return False
+        early = 0 < self.early_eval_every < self.eval_every and step <= self.early_eval_until
+        return step % self.eval_every == 0 or (early and step % self.early_eval_every == 0)
 
 
 def _require(condition: bool, message: str) -> None:

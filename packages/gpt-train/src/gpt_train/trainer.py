@@ -351,7 +351,7 @@ class Trainer:
                     if self.on_step is not None:
                         self.on_step(self.step)
                     self.keep_snapshot()
-                    evaluated = self.step % s.eval_every == 0 and self.step < s.steps
+                    evaluated = s.evaluates_at(self.step)
                     if evaluated:
                         latest = self._computing(
                             f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit)

@@ -12,8 +12,6 @@ a run's layout or metrics, which every command does, does not import matplotlib.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 from gpt_viz.errors import VizError
@@ -54,13 +52,14 @@ _DRAWN_BY = {
     "training_curves": "curves",
     "fourier_spectra": "fourier",
     "length_generalisation": "generalisation",
-    "grokking": "grokking",
+    "grokking": "grokking_curves",
     "induction_formation": "induction",
     "phase_change": "induction",
     "grokking_phases": "phases",
     "progress_measures": "phases",
 }
-"""Each name that needs matplotlib, and the module of gpt_viz that defines it."""
+"""Each name that needs matplotlib, and the module of gpt_viz that defines it: never a module of the same name,
+which importing would put in the function's place."""
 
 
 def __getattr__(name: str) -> Any:
@@ -70,17 +69,6 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f"gpt_viz.{_DRAWN_BY[name]}"), name)
     globals()[name] = value
     return value
-
-
-class _Package(types.ModuleType):
-    """gpt_viz itself: importing its submodule `grokking` does not put the module where the function is."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not (name in _DRAWN_BY and isinstance(value, types.ModuleType)):
-            super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [

@@ -3,6 +3,11 @@
 With the query on the y axis and position 0 at the top, a causal model's
 weights form a lower triangle (nothing above the diagonal), so a broken mask
 is visible at a glance.
+
+Each picture says under it how to read it (`caption`): a row is the position
+that reads, a bright cell the position it reads. Given the prompt's length, a
+line on both axes splits the prompt from the answer (`mark_prompt_end`), so the
+rows that write the answer, and what they read in the prompt, stand out.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from gpt_viz.canvas import new_figure
+from gpt_viz.canvas import CAPTION_SIZE, caption_below, new_figure
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import check_attention_shape
 
@@ -24,6 +29,10 @@ CMAP = "viridis"
 MAX_TICK_LABELS = 48
 # Characters that would be invisible or break mathtext as tick labels.
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "$": r"\$"}
+BOUNDARY_COLOUR = "red"
+"""The prompt/answer line: red stands out on viridis's dark purple, green and yellow alike."""
+READING = "Each row: the position that reads (query). A bright cell: the position it reads (key)."
+BOUNDARY = "Red lines: the prompt ends and the answer begins; below them, what each answer position reads."
 
 
 def display_token(token: str) -> str:
@@ -31,11 +40,19 @@ def display_token(token: str) -> str:
     return "".join(_VISIBLE.get(char, char) for char in token)
 
 
-def draw_attention(ax: Axes, weights_2d: np.ndarray, tokens: Sequence[str], vmax: float | None = None) -> AxesImage:
+def draw_attention(
+    ax: Axes,
+    weights_2d: np.ndarray,
+    tokens: Sequence[str],
+    vmax: float | None = None,
+    prompt_length: int | None = None,
+) -> AxesImage:
     """Draw one query × key heatmap on ``ax`` with the tokens as tick labels.
 
     The colour scale starts at 0 so that masked (future) positions are the
     darkest colour; ``vmax`` lets several heads share one scale.
+    ``prompt_length``, the number of prompt tokens the sequence starts with,
+    draws the prompt/answer boundary (`mark_prompt_end`).
     """
     weights_2d = np.asarray(weights_2d)
     if weights_2d.ndim != 2:
@@ -51,7 +68,53 @@ def draw_attention(ax: Axes, weights_2d: np.ndarray, tokens: Sequence[str], vmax
     _label_positions(ax, tokens)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
+    if prompt_length is not None:
+        mark_prompt_end(ax, prompt_length, len(tokens))
     return image
+
+
+def check_prompt_length(prompt_length: int | None, positions: int) -> None:
+    """Fail unless ``prompt_length`` is None or a whole number of prompt tokens from 1 to ``positions``."""
+    if prompt_length is None:
+        return
+    if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
+        raise VizError(f"prompt_length must be a whole number of tokens, got {prompt_length!r}")
+    if not 1 <= prompt_length <= positions:
+        raise VizError(f"prompt_length must be between 1 and the {positions} positions shown, got {prompt_length}")
+
+
+def mark_prompt_end(ax: Axes, prompt_length: int, positions: int) -> None:
+    """A line on both axes between the prompt's last position and the first answer position; none when the
+    whole sequence is prompt (``prompt_length`` == ``positions``)."""
+    check_prompt_length(prompt_length, positions)
+    if prompt_length < positions:
+        for draw in (ax.axvline, ax.axhline):
+            draw(prompt_length - 0.5, color=BOUNDARY_COLOUR, linewidth=1.3)
+
+
+def caption(prompt_length: int | None = None, positions: int | None = None) -> str:
+    """What a row and a bright cell mean, and, when the boundary is drawn, what its lines are."""
+    marked = prompt_length is not None and (positions is None or prompt_length < positions)
+    return READING + (f"\n{BOUNDARY}" if marked else "")
+
+
+def caption_figure(figure: Figure, prompt_length: int | None, positions: int) -> None:
+    """The caption under the whole figure (the layout makes room for it)."""
+    caption_below(figure, caption(prompt_length, positions))
+
+
+def caption_axes(ax: Axes, prompt_length: int | None, positions: int) -> None:
+    """The caption under one heatmap's x label, when the heatmap shares its figure with other panels."""
+    ax.annotate(
+        caption(prompt_length, positions),
+        xy=(0.5, 0.0),
+        xycoords=ax.xaxis.label,
+        xytext=(0, -4),
+        textcoords="offset points",
+        ha="center",
+        va="top",
+        fontsize=CAPTION_SIZE,
+    )
 
 
 def _label_positions(ax: Axes, tokens: Sequence[str]) -> None:
@@ -68,22 +131,29 @@ def _tick_fontsize(label_count: int) -> float:
     return max(5.0, min(9.0, 180 / max(label_count, 1)))
 
 
-def attention_map(weights_2d: np.ndarray, tokens: Sequence[str], title: str = "attention") -> Figure:
-    """One attention matrix ``(T, T)`` as a heatmap with a colorbar."""
-    figure = new_figure(6.0, 5.4)
+def attention_map(
+    weights_2d: np.ndarray, tokens: Sequence[str], title: str = "attention", prompt_length: int | None = None
+) -> Figure:
+    """One attention matrix ``(T, T)`` as a heatmap with a colorbar and the caption that says how to read it.
+    ``prompt_length`` (the prompt's token count) marks where the prompt ends and the answer begins."""
+    figure = new_figure(6.4, 5.8)
     ax = figure.add_subplot()
-    image = draw_attention(ax, weights_2d, tokens)
+    image = draw_attention(ax, weights_2d, tokens, prompt_length=prompt_length)
     ax.set_title(title)
     figure.colorbar(image, ax=ax, label="attention weight", shrink=0.85)
+    caption_figure(figure, prompt_length, len(tokens))
     return figure
 
 
-def attention_grid(weights_layer: np.ndarray, tokens: Sequence[str], layer: int | None = None) -> Figure:
-    """Every head of one layer side by side, sharing one colour scale.
+def attention_grid(
+    weights_layer: np.ndarray, tokens: Sequence[str], layer: int | None = None, prompt_length: int | None = None
+) -> Figure:
+    """Every head of one layer side by side, sharing one colour scale, with the caption under them.
 
     ``weights_layer`` has shape ``(n_head, T, T)``.  A shared scale makes heads
     comparable: a sharp head really is brighter than a diffuse one.
-    ``layer`` only labels the figure.
+    ``layer`` only labels the figure; ``prompt_length`` marks the prompt/answer
+    boundary on every head.
     """
     weights_layer = np.asarray(weights_layer)
     if weights_layer.ndim != 3 or weights_layer.shape[0] == 0:
@@ -91,12 +161,13 @@ def attention_grid(weights_layer: np.ndarray, tokens: Sequence[str], layer: int 
     n_head = weights_layer.shape[0]
     columns = math.ceil(math.sqrt(n_head))
     rows = math.ceil(n_head / columns)
-    figure = new_figure(3.6 * columns + 1.0, 3.5 * rows + 0.5)
+    figure = new_figure(max(3.6 * columns + 1.0, 6.4), 3.5 * rows + 0.9)
     vmax = float(weights_layer.max())
     axes = [figure.add_subplot(rows, columns, head + 1) for head in range(n_head)]
     for head, ax in enumerate(axes):
-        image = draw_attention(ax, weights_layer[head], tokens, vmax=vmax)
+        image = draw_attention(ax, weights_layer[head], tokens, vmax=vmax, prompt_length=prompt_length)
         ax.set_title(f"head {head}")
     figure.colorbar(image, ax=axes, label="attention weight", shrink=0.85)
     figure.suptitle("attention by head" if layer is None else f"layer {layer} attention by head")
+    caption_figure(figure, prompt_length, len(tokens))
     return figure

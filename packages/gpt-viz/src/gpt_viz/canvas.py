@@ -7,6 +7,7 @@ and a figure is freed as soon as the caller drops it.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
@@ -28,6 +29,20 @@ def new_figure(width: float, height: float) -> Figure:
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure
+
+
+CAPTION_SIZE = 8.5
+CAPTION_CHARACTERS_PER_INCH = 16
+"""About how many characters of the caption's font fit in an inch: a longer line is wrapped."""
+
+
+def caption_below(figure: Figure, *lines: str) -> None:
+    """What to look at, in a line or two under the whole figure (the layout makes room for it), each line wrapped
+    to the figure's width; no lines, no caption."""
+    width = int(figure.get_figwidth() * CAPTION_CHARACTERS_PER_INCH)
+    text = "\n".join(textwrap.fill(part, width) for line in lines for part in line.splitlines() if part)
+    if text:
+        figure.supxlabel(text, fontsize=CAPTION_SIZE)
 
 
 def legend_below(ax: Axes, handles: list | None = None) -> None:

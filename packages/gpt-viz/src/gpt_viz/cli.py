@@ -18,7 +18,7 @@ from gpt_viz.canvas import save_figure
 from gpt_viz.curves import compare_runs, training_curves
 from gpt_viz.errors import VizError
 from gpt_viz.explore import write_explorer
-from gpt_viz.grokking import METRIC, grokking
+from gpt_viz.grokking_curves import METRIC, grokking
 from gpt_viz.run_data import load_attention, run_directory
 from gpt_viz.run_layout import RunLayout
 from gpt_viz.run_names import RUN
@@ -135,7 +135,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
     layer = n_layer - 1 if layer is None else layer
     if not 0 <= layer < n_layer:
         raise VizError(f"layer {layer} is out of range; {RunLayout.ATTENTION} has layers 0 to {n_layer - 1}")
-    figure = attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer)
+    figure = attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer, prompt_length=snapshot.prompt_length)
     _save_and_report(figure, out or run_dir / f"attention-layer{layer}", svg)
 
 

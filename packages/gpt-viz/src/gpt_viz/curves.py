@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpt_viz.attention import draw_attention
+from gpt_viz.attention import caption_axes, draw_attention
 from gpt_viz.canvas import legend_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import (
@@ -59,7 +59,8 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     read beside when its metric moved.
     Right, when ``attention.npz`` exists: the last layer's attention on the
     held-out example, averaged over heads, since the mean shows what the layer
-    as a whole reads without singling out one arbitrary head.
+    as a whole reads without singling out one arbitrary head; the prompt/answer
+    boundary marked when the file records it, and the caption saying how to read it.
     """
     run = run_directory(run_dir)
     records = load_metrics(run)
@@ -152,9 +153,11 @@ def _draw_last_layer_attention(figure: Figure, ax: Axes, run: Path) -> None:
     snapshot = load_attention(run)
     last_layer = snapshot.weights.shape[0] - 1
     n_head = snapshot.weights.shape[1]
-    image = draw_attention(ax, snapshot.weights[last_layer].mean(axis=0), snapshot.tokens)
+    weights, prompt = snapshot.weights[last_layer].mean(axis=0), snapshot.prompt_length
+    image = draw_attention(ax, weights, snapshot.tokens, prompt_length=prompt)
     ax.set_title(f"layer {last_layer} attention, mean of {n_head} heads (held-out example)")
     figure.colorbar(image, ax=ax, label="attention weight", shrink=0.85)
+    caption_axes(ax, prompt, len(snapshot.tokens))
 
 
 def compare_runs(

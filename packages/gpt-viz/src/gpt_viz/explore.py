@@ -142,9 +142,10 @@ def _attention_examples(run: Path) -> list[AttentionSnapshot]:
 
 
 def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
-    """One example: its tokens, and its weights (n_layer, n_head, T, T) as base64 bytes, row-major, each the
-    weight as a fraction 0..255 of its row's largest, with those row maxima (n_layer, n_head, T) as base64
-    float32; the page multiplies them back.
+    """One example: its tokens, its prompt length (`prompt_boundary`: where the page draws the prompt/answer
+    line), and its weights (n_layer, n_head, T, T) as base64 bytes, row-major, each the weight as a fraction
+    0..255 of its row's largest, with those row maxima (n_layer, n_head, T) as base64 float32; the page
+    multiplies them back.
 
     One byte a weight keeps the page at a quarter of float32's size. Scaling by the row's own maximum,
     not 1, keeps a diffuse row (all of it small) as finely resolved as a sharp one: every weight comes back
@@ -157,10 +158,19 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
     levels = np.rint(weights / scale * 255).astype(np.uint8)
     return {
         "tokens": list(snapshot.tokens),
+        "prompt_length": prompt_boundary(snapshot.prompt_length, len(snapshot.tokens)),
         "shape": list(weights.shape),
         "weights": base64.b64encode(levels.tobytes()).decode("ascii"),
         "row_max": base64.b64encode(row_max.astype("<f4").tobytes()).decode("ascii"),
     }
+
+
+def prompt_boundary(prompt_length: Any, positions: int) -> int | None:
+    """Where the page draws the prompt/answer line: the prompt's token count when the example is a prompt then
+    an answer (a whole number from 1 to ``positions``), else None (a text window, or an older file without it)."""
+    if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
+        return None
+    return int(prompt_length) if 1 <= prompt_length <= positions else None
 
 
 def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.figure import Figure
 
-from gpt_viz.canvas import new_figure
+from gpt_viz.canvas import caption_below, new_figure
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike, Record, available_metrics, load_metrics, metric_series, run_directory
 from gpt_viz.run_layout import HELDOUT, metric_key, probe_key
@@ -39,7 +39,8 @@ def induction_formation(
 ) -> Figure:
     """Held-out `loss`, the ICL score, and each head's induction score (the last layer's heads in colour, the
     others grey) and the first layer's previous-token scores, on one linear step axis. `phase_step`, when given,
-    is drawn as a dashed line through every panel: where the phase change was found."""
+    is drawn as a dashed line through every panel: where the phase change was found. The caption (LOOK_AT) says
+    what to look for."""
     if isinstance(run, (str, os.PathLike)):
         source, records = str(run_directory(run)), load_metrics(run)
     else:
@@ -48,7 +49,7 @@ def induction_formation(
     if not induction:
         raise VizError(f"{source} logs no induction probes (heldout_probe_induction_l<layer>h<head>)")
     last = max(layer for layer, _ in induction)
-    figure = new_figure(8.0, 9.0)
+    figure = new_figure(8.0, 9.6)  # 0.6 of it for the caption
     axes = list(figure.subplots(4, 1, sharex=True, height_ratios=[2, 2, 3, 2], squeeze=False)[:, 0])
     steps, values = metric_series(records, metric_key(HELDOUT, loss), source=source)
     axes[0].plot(steps, values, color="tab:red", linewidth=1.4, label=f"held-out {loss.replace('_', ' ')}")
@@ -79,7 +80,16 @@ def induction_formation(
         ax.legend(loc="best", frameon=False, fontsize=8)
     phase = f"; phase change at step {phase_step}" if phase_step is not None else ""
     axes[0].set_title((title or "induction heads forming") + phase)
+    caption_below(figure, *LOOK_AT)
     return figure
+
+
+LOOK_AT = (
+    "Look for one step where the loss and the ICL score fall together as a last-layer head's induction score jumps:",
+    "an induction head forming. It copies the token that followed the current token's earlier occurrence,",
+    "finding it through a layer-0 previous-token head (bottom), whose score rises with it.",
+)
+"""The induction picture's caption: what moves together at the phase change (Olsson et al. 2022)."""
 
 
 SPAN = 0.1

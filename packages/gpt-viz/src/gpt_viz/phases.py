@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.figure import Figure
 
-from gpt_viz.canvas import new_figure, use_log_scale
+from gpt_viz.canvas import caption_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import Record, metric_series
 from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key
@@ -69,7 +69,8 @@ _PHASE_SHADES = (("memorisation", "tab:blue"), ("circuit formation", "tab:orange
 
 def progress_measures(records: Sequence[Record], *, title: str = "") -> Figure:
     """Accuracy, the four losses (train, held-out, restricted, excluded; log scale) and the weight norm against
-    the step, each phase shaded. `records` hold the split metrics and the three MEASURES at every step drawn."""
+    the step, each phase shaded, the phases' boundaries under the title and what to look at (LOOK_AT) under the
+    picture. `records` hold the split metrics and the three MEASURES at every step drawn."""
     missing = [key for key in MEASURES if not any(key in r for r in records)]
     if missing:
         raise VizError(f"the records hold no {', '.join(missing)} (grokking's progress measures)")
@@ -110,5 +111,14 @@ def progress_measures(records: Sequence[Record], *, title: str = "") -> Figure:
     bounds = ", ".join(
         f"{n} {'-' if b is None else b}" for n, b in zip(("t_fit", "cleanup from", "t_gen"), found, strict=True)
     )
-    axes[0].set_title((title or "grokking's phases") + f" ({bounds})")
+    heading = title or "grokking's phases"
+    axes[0].set_title(f"{heading}\n{bounds}")
+    caption_below(figure, LOOK_AT)
     return figure
+
+
+LOOK_AT = (
+    "Look at circuit formation (orange): the restricted loss (purple) falls while the held-out loss (red) stays high, "
+    "and the excluded loss (dashed) rises; in cleanup (green) the held-out loss and the weight norm fall."
+)
+"""The phases picture's caption: what Nanda et al. (2023) read off each phase."""

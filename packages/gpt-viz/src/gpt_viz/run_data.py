@@ -15,7 +15,9 @@ the longest, T:
 - ``weights`` (N, n_layer, n_head, T, T) float16, query × key, zero outside each
   example's own (length × length) corner; read back as float32;
 - ``tokens`` (N, T) strings, ``""`` after each example's last token;
-- ``lengths`` (N,) integers, each example's token count.
+- ``lengths`` (N,) integers, each example's token count;
+- ``prompt_lengths`` (N,) integers, optional: how many of each example's tokens are its prompt (the rest
+  is its answer), 0 where it has none (a text task's window); pictures mark the boundary.
 
 float16 keeps a weight in [0, 1] to within 2**-12 (half its spacing below 1), far
 finer than a picture shows, at half float32's bytes.  The file holds at most
@@ -23,7 +25,7 @@ finer than a picture shows, at half float32's bytes.  The file holds at most
 size and the memory that computes it stay bounded for any model and block size;
 :func:`attention_lengths_within_budget` says which examples fit, at what length.
 
-Older files (float32 weights, uncompressed) read the same way; one from before
+Older files (float32 weights, uncompressed, no ``prompt_lengths``) read the same way; one from before
 runs kept several examples holds ``weights`` (n_layer, n_head, T, T) and
 ``tokens`` (T,) only, and reads as one example.
 
@@ -79,11 +81,14 @@ class AttentionSnapshot(NamedTuple):
     """Attention of every layer and head on one example.
 
     ``weights`` has shape ``(n_layer, n_head, T, T)`` (query × key);
-    ``tokens`` holds the T token labels.
+    ``tokens`` holds the T token labels; ``prompt_length``, when the example is
+    a prompt then its answer, how many of the T tokens are the prompt (None: not
+    known, or not such an example).
     """
 
     weights: np.ndarray
     tokens: list[str]
+    prompt_length: int | None = None
 
 
 def run_directory(run_dir: PathLike) -> Path:
@@ -220,7 +225,7 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
     path = RunLayout(run_directory(run_dir)).attention
     if not path.is_file():
         raise VizError(f"{path} is missing")
-    arrays = _read_npz_arrays(path, ("weights", "tokens"), optional=("lengths",))
+    arrays = _read_npz_arrays(path, ("weights", "tokens"), optional=("lengths", "prompt_lengths"))
     weights, tokens = _as_float32(arrays["weights"], path), arrays["tokens"]
     if weights.ndim == 4:  # one example, as runs wrote it before they kept several
         return [_checked_snapshot(weights, np.asarray(tokens).ravel())]
@@ -233,9 +238,10 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
     expected = (len(weights), weights.shape[-1])
     if tokens.shape != expected:
         raise VizError(f"{path}: tokens have shape {tokens.shape}; expected {expected}, one row per example")
+    prompts = _checked_prompt_lengths(arrays.get("prompt_lengths"), lengths, path)
     return [
-        _checked_snapshot(example[:, :, :length, :length], labels[:length])
-        for example, labels, length in zip(weights, tokens, lengths.tolist(), strict=True)
+        _checked_snapshot(example[:, :, :length, :length], labels[:length], prompt)
+        for example, labels, length, prompt in zip(weights, tokens, lengths.tolist(), prompts, strict=True)
     ]
 
 
@@ -265,10 +271,26 @@ def _checked_lengths(lengths: np.ndarray | None, shape: tuple[int, ...], path: P
     return lengths
 
 
-def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray) -> AttentionSnapshot:
+def _checked_prompt_lengths(prompt_lengths: np.ndarray | None, lengths: np.ndarray, path: Path) -> list[int | None]:
+    """Each example's prompt length (None where the file says 0, or holds none): from 0 to its own length."""
+    if prompt_lengths is None:
+        return [None] * len(lengths)
+    if (
+        prompt_lengths.shape != lengths.shape
+        or prompt_lengths.dtype.kind not in "iu"
+        or not np.all((prompt_lengths >= 0) & (prompt_lengths <= lengths))
+    ):
+        raise VizError(
+            f"{path}: prompt_lengths must be one whole number from 0 to its example's length per example, "
+            f"got {prompt_lengths.tolist()}"
+        )
+    return [int(prompt) or None for prompt in prompt_lengths.tolist()]
+
+
+def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray, prompt_length: int | None = None) -> AttentionSnapshot:
     labels = [str(token) for token in tokens.astype(str)]
     check_attention_shape(weights, labels)
-    return AttentionSnapshot(weights=weights, tokens=labels)
+    return AttentionSnapshot(weights=weights, tokens=labels, prompt_length=prompt_length)
 
 
 def attention_lengths_within_budget(lengths: Sequence[int], n_layer: int, n_head: int) -> list[int]:
@@ -301,6 +323,9 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
         if example.weights.ndim != 4:
             raise VizError(f"attention weights of shape {example.weights.shape} are not (n_layer, n_head, T, T)")
         check_attention_shape(example.weights, example.tokens)
+        prompt = example.prompt_length
+        if prompt is not None and not (isinstance(prompt, (int, np.integer)) and 1 <= prompt <= len(example.tokens)):
+            raise VizError(f"prompt length {prompt!r} is not a whole number from 1 to the {len(example.tokens)} tokens")
     heads = {example.weights.shape[:2] for example in examples}
     if len(heads) != 1:
         raise VizError(f"attention examples disagree on (n_layer, n_head): {sorted(heads)}")
@@ -315,8 +340,9 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
     tokens = np.array(
         [list(example.tokens) + [""] * (longest - len(example.tokens)) for example in examples], dtype=str
     )
+    prompts = np.array([example.prompt_length or 0 for example in examples], dtype=np.int64)
     path = RunLayout(run_directory(run_dir)).attention
-    np.savez_compressed(path, weights=weights, tokens=tokens, lengths=lengths)
+    np.savez_compressed(path, weights=weights, tokens=tokens, lengths=lengths, prompt_lengths=prompts)
     return path
 
 

@@ -2,7 +2,7 @@
 
 gpt-train writes through this module; gpt-viz, the experiments and the benchmarks read through it,
 so each name is defined once. It is plain Python (no torch, no numpy). gpt-tasks, which depends on no
-sibling but gpt-core, names its metrics by the grammar below without importing it; gpt-train's
+sibling but gpt-core, names its splits and metrics by the grammar below without importing it; gpt-train's
 tests hold the two together (tests/test_run_schema.py).
 
 Metric keys. A task's evaluation returns metrics by *name* (``exact_match``, ``loss``,
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 SPLITS = ("train", "heldout")
+"""The splits a task evaluates on (gpt-tasks' `Task.evaluate`), which start a metric key."""
 TRAIN, HELDOUT = SPLITS
 EXAMPLES = "examples"
 """The metric every evaluation reports: how many examples it scored."""
@@ -120,9 +121,14 @@ class RunLayout:
     """`gpt-train inspect RUN reads`: each head's mean attention from the answer positions onto each prompt
     token, by that token's value and the value just written."""
     READS_PICTURE = "inspect_reads.png"
+    PHASES = "inspect_phases.json"
+    """`gpt-train inspect RUN phases`: the key frequencies, the phases' boundaries and, at every snapshot, the
+    accuracies, the losses, the restricted and excluded losses and the weight norm."""
+    PHASES_PICTURE = "inspect_phases.png"
     REPORT = "report.html"
     """`gpt-train inspect RUN report`: the findings, pictures and tables of every analysis, in one page."""
-    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, REPORT)
+    INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, PHASES,
+                   PHASES_PICTURE, REPORT)  # fmt: skip
     """What `gpt-train inspect` writes beside a finished run under a fixed name (and the patching files):
     its model's, so a replaced run drops them."""
     SNAPSHOTS = "snapshots"
@@ -149,6 +155,8 @@ class RunLayout:
     logit_lens_picture = _path_of(LOGIT_LENS_PICTURE)
     reads = _path_of(READS)
     reads_picture = _path_of(READS_PICTURE)
+    phases = _path_of(PHASES)
+    phases_picture = _path_of(PHASES_PICTURE)
     report = _path_of(REPORT)
 
     def patching(self, point: str) -> Path:

@@ -88,11 +88,20 @@ def pair_logits(model: GPT, task: ModAddTask, device: torch.device | str = "cpu"
     return torch.cat(rows)
 
 
+def pair_answers(p: int, ids: Tensor) -> Tensor:
+    """c = (a + b) mod p of each pair id a * p + b."""
+    return (ids.div(p, rounding_mode="floor") + ids.remainder(p)) % p
+
+
 def answer_loss(logits: Tensor, p: int, ids: Tensor) -> float:
     """Mean cross-entropy (nats) of the logits (p * p, vocab) at the pairs `ids` against c = (a + b) mod p."""
-    answers = (ids.div(p, rounding_mode="floor") + ids.remainder(p)) % p
     log_probs = torch.log_softmax(logits[ids], dim=-1)
-    return float(-log_probs.gather(1, answers[:, None]).mean())
+    return float(-log_probs.gather(1, pair_answers(p, ids)[:, None]).mean())
+
+
+def answer_accuracy(logits: Tensor, p: int, ids: Tensor) -> float:
+    """The share of the pairs `ids` whose largest logit (p * p, vocab) is the answer c = (a + b) mod p."""
+    return float((logits[ids].argmax(dim=-1) == pair_answers(p, ids)).double().mean())
 
 
 def weight_norm(model: torch.nn.Module) -> float:
@@ -102,8 +111,11 @@ def weight_norm(model: torch.nn.Module) -> float:
 
 @dataclass(frozen=True)
 class ProgressMeasures:
-    """The measures of one model, with the key frequencies read from the trained one."""
+    """The measures of one model, with the key frequencies read from the trained one, and its accuracy and loss
+    on each split (all of its pairs), which bound the phases."""
 
+    train_accuracy: float
+    heldout_accuracy: float
     train_loss: float
     heldout_loss: float
     restricted_loss: float  # held-out pairs, key directions only
@@ -116,6 +128,8 @@ class ProgressMeasures:
         logits = pair_logits(model, task, device)
         train, heldout = task.split.ids("train"), task.split.ids("heldout")
         return cls(
+            train_accuracy=answer_accuracy(logits, p, train),
+            heldout_accuracy=answer_accuracy(logits, p, heldout),
             train_loss=answer_loss(logits, p, train),
             heldout_loss=answer_loss(logits, p, heldout),
             restricted_loss=answer_loss(restricted_logits(logits, p, frequencies), p, heldout),

@@ -40,7 +40,7 @@ from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
-from gpt_tasks.task import SPLITS, Batch, Defaults, Task
+from gpt_tasks.task import Batch, Defaults, Task
 from gpt_tasks.text.cache import cache_root, cached_tokenizer, changed_while_read, key_of, prepare, say
 from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
@@ -226,8 +226,8 @@ class TextTask(Task):
                 f"no chunk of {self.params.chunk_size} characters holds a window of {window} tokens "
                 "(block_size + 1); raise chunk_size or lower block_size"
             )
-        for split in SPLITS:
-            if not len(self._chunks[split]):
+        for split, numbers in self._chunks.items():
+            if not len(numbers):
                 raise ValueError(
                     f"the corpus ({size}, {len(lengths):,} chunks of {self.params.chunk_size} characters) has no "
                     f"{split} chunk holding a window; use a longer text or a smaller chunk_size"
@@ -235,8 +235,8 @@ class TextTask(Task):
 
     def chunks(self, split: str) -> torch.Tensor:
         """Numbers of the chunks in `split` that hold a window."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        if split not in self._chunks:
+            raise ValueError(f"split must be one of {', '.join(self._chunks)}, got {split!r}")
         return self._chunks[split]
 
     def _gather(self, starts: torch.Tensor) -> torch.Tensor:

@@ -2,9 +2,9 @@
 
 One module per command group, each defining its commands: `run` trains, `trained` holds eval and sample,
 `listing` the installed tasks and kernels, `verification` verify, `learn` the graded exercises of
-gpt_train.learn; export, inspect and serve come from their own modules. The group in `gpt_train.cli.group`
-(which also turns every error into one line and an exit status) imports each only when it is used, so that
-`gpt-train --help` answers without importing torch.
+gpt_train.learn; export comes from its own module, inspect and serve from the lab (gpt_train.lab). The group in
+`gpt_train.cli.group` (which also turns every error into one line and an exit status) imports each only when it
+is used, so that `gpt-train --help` answers without importing torch.
 """
 
 from gpt_train.cli.formatting import format_value, wrong_count
@@ -21,7 +21,7 @@ cli.lazy = {
         "gpt_train.export", "export", "Write a trained run as a Hugging Face GPT-2 model directory OUT (new or empty)."
     ),
     "inspect": LazyCommand(
-        "gpt_train.inspect_cli",
+        "gpt_train.lab.inspect",
         "inspect_command",
         "Look inside a trained model: which heads it needs, where its answer appears, what it depends on.",
     ),
@@ -34,7 +34,8 @@ cli.lazy = {
     "learn": LazyCommand(
         "gpt_train.cli.learn",
         "learn",
-        "Rebuild gpt-core's kernels one graded exercise at a time, then train a GPT on your own kernels.",
+        "Rebuild gpt-core's kernels, then its GPT, its training step and its generation, one graded exercise at a "
+        "time, then train your GPT on your own kernels.",
     ),
     "run": LazyCommand("gpt_train.cli.run", "run", "Train a model on a task and write a run directory."),
     "sample": LazyCommand(
@@ -44,7 +45,7 @@ cli.lazy = {
         "prompt.",
     ),
     "serve": LazyCommand(
-        "gpt_train.serve",
+        "gpt_train.lab.serve",
         "serve",
         "Serve the explorer on your own prompts: type one, see the model's answer, the probability of each answer "
         "token, every head's attention, the logit lens, where prompt and answer meet, and the inspect results the "

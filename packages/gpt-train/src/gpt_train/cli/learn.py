@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from importlib.resources import files
 from pathlib import Path
 
@@ -15,7 +14,17 @@ from gpt_train.errors import TrainError
 from gpt_train.learn.isolation import LONGEST_TIME_LIMIT, TIME_LIMIT, grade_in_child
 from gpt_train.learn.progress import forget_pass, record_pass, status
 from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS
-from gpt_train.learn.training import TASK, finished_figure, kernel_choices, passed_kernels, train_sort
+from gpt_train.learn.training import (
+    TASK,
+    compare_picture,
+    finished_figure,
+    kernel_choices,
+    learners_model_class,
+    passed_kernels,
+    passed_model,
+    train_sort,
+)
+from gpt_viz import VizError
 
 DIR_OPTION = click.option(
     "--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR, show_default=True,
@@ -28,13 +37,14 @@ MARK = {"passed": "[x]", "not passed": "[ ]", "not started": "[ ]"}
 @click.group(invoke_without_command=True, context_settings=CONTEXT)
 @click.pass_context
 def learn(ctx: click.Context) -> None:
-    """Rebuild gpt-core's kernels one graded exercise at a time, then train a GPT on your own kernels.
+    """Rebuild gpt-core's kernels, then its GPT, its training step and its generation, one graded exercise at a
+    time, then train your GPT on your own kernels.
 
     \b
     Start with:
       gpt-train learn start softmax      # writes my-gpt/softmax.py, a stub to fill in
       gpt-train learn check softmax      # grades it and says what is wrong
-      gpt-train learn train              # sorts digits with every kernel you have passed
+      gpt-train learn train              # sorts digits with your GPT and every kernel you have passed
     """
     if ctx.invoked_subcommand is None:
         ctx.invoke(list_steps)
@@ -118,28 +128,43 @@ def _a_number(value: float, param: click.Parameter) -> float:
 @DIR_OPTION
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, mps or auto.")
 def train_command(folder: Path, device: str) -> None:
-    """Train the seed task (sort) with every kernel you have passed, and score the whole held-out split beside
-    the same run with gpt-core's own kernels. Your run goes to DIR/runs/mine (replaced each time); gpt-core's
-    to DIR/runs/gpt-core, trained once and reused."""
-    steps = passed_kernels(folder)
-    if not steps:
-        raise CommandError(f"no kernel step passed in {folder} yet: see `gpt-train learn list`")
+    """Train the seed task (sort) on your GPT (once the model step passes) with every kernel you have passed, say
+    how it goes at each evaluation, score the whole held-out split beside the same run on gpt-core's GPT and
+    kernels, and draw the two loss curves on one picture. Your run goes to DIR/runs/mine (replaced each time);
+    gpt-core's to DIR/runs/gpt-core, trained once and reused; the picture to DIR/runs/compare-loss.png."""
+    steps, model_file = passed_kernels(folder), passed_model(folder)
+    if not steps and model_file is None:
+        raise CommandError(f"no kernel step and no model step passed in {folder} yet: see `gpt-train learn list`")
     target = resolve_device(device)
     kernels = kernel_choices(steps)
     yours = ", ".join(f"{slot}={step.name}" for slot, step in steps.items())
-    click.echo(f"training {TASK} with your kernels: {yours}")
+    with_kernels = f"your kernels: {yours}" if steps else "gpt-core's kernels (no kernel step passed yet)"
+    runs = folder / "runs"
     try:
-        began = time.monotonic()
-        mine = train_sort(folder, kernels, folder / "runs" / "mine", target, quiet=True)
-        click.echo(f"  trained and scored in {time.monotonic() - began:.0f} s")
-        theirs = finished_figure(folder / "runs" / "gpt-core")
-        if theirs is None:
-            click.echo("training the same run with gpt-core's kernels")
-            theirs = train_sort(folder, {}, folder / "runs" / "gpt-core", target, quiet=True)
+        if model_file is not None:
+            model_class = learners_model_class(model_file)
+            click.echo(f"training {TASK} on your GPT ({model_file.name}) with {with_kernels}")
         else:
-            click.echo(f"gpt-core's kernels: the finished run in {theirs.run_dir}")
+            model_class = None
+            click.echo(f"training {TASK} on gpt-core's GPT with {with_kernels} (pass the model step to train yours)")
+        mine = train_sort(folder, kernels, runs / "mine", target, click.echo, model_class)
+        theirs = finished_figure(runs / "gpt-core")
+        if theirs is None:
+            click.echo("training the same run on gpt-core's GPT and kernels")
+            theirs = train_sort(folder, {}, runs / "gpt-core", target, click.echo)
+        else:
+            click.echo(f"gpt-core's GPT and kernels: the finished run in {theirs.run_dir}")
     except TrainError as error:
         raise CommandError(str(error)) from None
+    who_mine = "your GPT and kernels" if model_class is not None else "your kernels"
     click.echo(f"{TASK} held-out exact match, every one of the {mine.examples:,} held-out examples, same seed:")
-    for who, figure in (("your kernels", mine), ("gpt-core's kernels", theirs)):
-        click.echo(f"  {who:<18}  {figure.exact_match:.5f}  ({figure.wrong} wrong)  {figure.run_dir}")
+    width = max(len(who_mine), len("gpt-core's"))
+    for who, figure in ((who_mine, mine), ("gpt-core's", theirs)):
+        click.echo(f"  {who:<{width}}  {figure.exact_match:.5f}  ({figure.wrong} wrong)  {figure.run_dir}")
+    try:
+        picture = compare_picture(mine.run_dir, theirs.run_dir, runs / "compare-loss.png")
+    except (VizError, OSError) as error:
+        click.echo(f"no comparison picture: {error}")
+        return
+    click.echo(f"wrote {picture}: your training loss and gpt-core's, step by step "
+               f"(gpt-viz compare {mine.run_dir} {theirs.run_dir} --metric loss)")  # fmt: skip

@@ -10,17 +10,16 @@ import click
 import torch
 
 from gpt_core import generate
-from gpt_tasks import SPLITS
-from gpt_train.analysis.prompt import PromptError, answer_tokens, untrained_prompt_note
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION
 from gpt_train.config import parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import Pretrained
+from gpt_train.loading import load_run
+from gpt_train.prompts import PromptError, answer_tokens, untrained_prompt_note
 from gpt_train.run_names import RUN
-from gpt_train.runs import load_run
-from gpt_viz import metric_key
+from gpt_viz import SPLITS, metric_key
 
 
 @click.command("eval", context_settings=CONTEXT)
@@ -48,7 +47,8 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
       gpt-train eval runs/modadd --split train --json
     """
     target = resolve_device(device)
-    config, model = load_run(run_dir, target, trust_kernels)
+    loaded = load_run(run_dir, target, trust_kernels)
+    config, model = loaded.config, loaded.model
     routed = route(parse_assignments(assignments), task_class(config.task))
     if routed.model or routed.train:
         raise CommandError(
@@ -111,8 +111,8 @@ def sample(
         task = Pretrained(hf_dir, target)
         model = task.model
     else:
-        config, model = load_run(run_dir, target, trust_kernels)
-        task = config.build_sampler()
+        loaded = load_run(run_dir, target, trust_kernels)
+        task, model = loaded.config.build_sampler(), loaded.model
     generator = torch.Generator(device=target).manual_seed(seed)
     for text in prompt or task.example_prompts():
         if not text:

@@ -30,6 +30,7 @@ from gpt_core.testing import LargestTensor
 from gpt_train.kernels import TOLERANCE, first_failure, output_checked, verify_kernel
 from gpt_train.learn.assembly import grade_module
 from gpt_train.learn.cases import REFERENCES, Case, Outcome, cases_for, close, index_of, run_case, try_case
+from gpt_train.learn.generation_check import grade_generation
 from gpt_train.learn.loading import (
     LearnerError,
     autograd_kept,
@@ -42,6 +43,7 @@ from gpt_train.learn.loading import (
     where,
 )
 from gpt_train.learn.steps import Step
+from gpt_train.learn.training_step_check import grade_training_step
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
 
@@ -69,9 +71,10 @@ class Malformed(Exception):
 
 
 CHECK_MODULES = (
-    "gpt_train.learn.grader", "gpt_train.learn.assembly", "gpt_train.learn.cases", "gpt_train.learn.zoo",
+    "gpt_train.learn.grader", "gpt_train.learn.assembly", "gpt_train.learn.training_step_check",
+    "gpt_train.learn.generation_check", "gpt_train.learn.cases", "gpt_train.learn.zoo",
     "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.kernels", "gpt_train.verify",
-    "gpt_core.testing.verification",
+    "gpt_train.optimisation", "gpt_core.generate", "gpt_core.testing.verification",
 )  # fmt: skip
 """The modules whose functions grade the learner's code: a name in one of them replaced by the learner's code
 (`grader.first_failure = ...`) fails the check."""
@@ -106,6 +109,10 @@ def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, t
     its file, named in what the verdict says."""
     if step.kind == "module":
         return Verdict(*grade_module(step, kernel, path))
+    if step.kind == "training":
+        return Verdict(*grade_training_step(step, kernel, path))
+    if step.kind == "generation":
+        return Verdict(*grade_generation(step, kernel, path))
     watch = Watch(step.forbidden)
     kernel = _returns_something(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure

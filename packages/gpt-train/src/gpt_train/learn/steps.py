@@ -25,13 +25,15 @@ class Step:
     handwritten_backward: bool = False  # the check refuses a gradient autograd derived
     tiled: bool = False  # the check refuses a (T, T) tensor
     forbidden: tuple[str, ...] = ()  # built-in families it may not call (gpt_train.learn.watch)
-    kind: str = "kernel"  # "kernel": a function; "module": an nn.Module beside gpt-core's (assembly); "task"
+    kind: str = "kernel"
+    """"kernel": a function; "module": an nn.Module beside gpt-core's (assembly); "training": a training step beside
+    gpt-train's (training_step_check); "generation": decoding beside gpt-core's generate (generation_check); "task"."""
 
     @property
     def graded_against(self) -> str | None:
-        """The built-in family a kernel step is graded against: the first it may not call (a module step is graded
-        against gpt-core's module)."""
-        return self.forbidden[0] if self.forbidden and self.kind == "kernel" else None
+        """The built-in family a kernel or training step is graded against: the first it may not call (a module step
+        is graded against gpt-core's module, the generation step against gpt-core's generate)."""
+        return self.forbidden[0] if self.forbidden and self.kind in ("kernel", "training") else None
 
     @property
     def file_name(self) -> str:
@@ -45,6 +47,7 @@ class Step:
 SOFTMAX, ATTENTION, LAYER_NORM, GELU, CROSS_ENTROPY = (("softmax",), ("attention", "softmax"), ("layer_norm",),
                                                       ("gelu",), ("cross_entropy", "softmax"))  # fmt: skip
 MODEL = ("attention", "softmax", "layer_norm", "gelu", "cross_entropy")
+OPTIMISER = ("optimiser",)
 
 STEPS: tuple[Step, ...] = (
     Step("softmax", "exponentiate and normalise, stable on large logits", SAMPLING_SOFTMAX_SLOT, "softmax", ("x",),
@@ -68,6 +71,12 @@ STEPS: tuple[Step, ...] = (
          ("n_embd", "n_head", "kernels"), forbidden=MODEL, kind="module"),
     Step("model", "the GPT: token and position embeddings, blocks, final norm, tied head, the loss", None, "GPT",
          ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "kernels"), forbidden=MODEL, kind="module"),
+    Step("training_step", "one training step: clipping by the global norm, AdamW decaying matrices, warm-up and cosine",
+         None, "training_step", ("model", "state", "inputs", "targets", "step", "settings"), forbidden=OPTIMISER,
+         kind="training"),
+    Step("generation", "greedy, temperature and top-k sampling, then decoding with the KV cache", None, "generate",
+         ("model", "idx", "max_new_tokens", "temperature", "top_k", "use_cache", "generator"), forbidden=SOFTMAX,
+         kind="generation"),
     Step("task", "a task plugin of your own: a PromptAnswerTask, trained and scored on its hash split", None,
          "Task", (), kind="task"),
 )  # fmt: skip

@@ -1,27 +1,48 @@
-"""`learn train`: the seed task trained with every kernel the learner has passed, beside gpt-core's own.
+"""`learn train`: the seed task trained on the learner's own GPT (their model step's class) and every kernel they
+have passed, beside the same run on gpt-core's.
 
-The learner's kernels go in as `--kernel SLOT=module:function` would give them (the module is the step's
-file in the learner's folder), so the run verifies them, records them in config.json and trains exactly
-as `gpt-train run --kernel` does; gpt-core's run has the same task, settings and seed.
+The learner's kernels go in as `--kernel SLOT=module:function` would give them (the module is the step's file in
+the learner's folder), so the run verifies them, records them in config.json and trains exactly as `gpt-train run
+--kernel` does. The learner's GPT, once the model step passes, computes every training step's forward and loss
+(and so, through autograd, its backward) and every evaluation's logits, on the run's own parameters: gpt-core's GPT
+holds them (built with the same seed, so both runs start from the same weights), and draws from them what needs
+its hooks (the probes, the attention pictures), and the checkpoint is gpt-core's layout, which `gpt-train eval`,
+`sample` and `inspect` read. gpt-core's run has the same task, settings and seed.
+
+Each evaluation is one line (`report`): the step, the loss, the held-out exact match and the time so far, so that a
+run of minutes is never silent.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import Tensor, nn
 
+from gpt_core import GPT, GPTOutput
+from gpt_tasks import measure_probes
 from gpt_train.distributed import Rank
+from gpt_train.errors import TrainError
+from gpt_train.learn.loading import LearnerError, learner_function, load_module
 from gpt_train.learn.progress import status
-from gpt_train.learn.steps import STEPS, Step
-from gpt_train.runs import new_run
-from gpt_train.trainer import train
+from gpt_train.learn.steps import BY_NAME, STEPS, Step
+from gpt_train.pictures import write_pictures
+from gpt_train.runs import Run, new_run
+from gpt_train.trainer import Outcome, Trainer, evaluate_splits
+from gpt_viz import probe_key
 
 TASK = "sort"
 METRIC = "heldout_exact_match"
+EXAMPLES = "heldout_examples"
+MODEL_STEP = BY_NAME["model"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +72,32 @@ def kernel_choices(steps: dict[str, Step]) -> dict[str, str]:
     return {slot: f"{step.name}:{step.function}" for slot, step in steps.items()}
 
 
-def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.device, quiet: bool) -> Figure:
-    """One run of the seed task at its defaults with `kernels`, into `out` (replaced); its final held-out figure."""
+def passed_model(folder: Path) -> Path | None:
+    """The learner's model file, when the folder passes the model step."""
+    return folder / MODEL_STEP.file_name if status(folder, MODEL_STEP) == "passed" else None
+
+
+def learners_model_class(path: Path) -> type[nn.Module]:
+    """The GPT class of the learner's model file; TrainError (one line) if it cannot be loaded."""
+    try:
+        return learner_function(load_module(path), path, MODEL_STEP.function, MODEL_STEP.parameters)
+    except LearnerError as error:
+        raise TrainError(str(error)) from None
+
+
+def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.device,
+               report: Callable[[str], None] = lambda line: None, model_class: type[nn.Module] | None = None,
+               values: dict[str, Any] | None = None) -> Figure:  # fmt: skip
+    """One run of the seed task at its defaults (or with the `--set` `values`) with `kernels` (and, given
+    `model_class`, the learner's GPT), into `out` (replaced); its final held-out figure. Each evaluation is a line to
+    `report`."""
     with _importable(folder, [choice.partition(":")[0] for choice in kernels.values()]):
-        handed = new_run(TASK, {}, out, force=True, device=device, rank=Rank(), kernels=kernels)
-        outcome = train(handed, quiet=quiet)
+        handed = new_run(TASK, values or {}, out, force=True, device=device, rank=Rank(), kernels=kernels)
+        outcome = _train(handed, report, model_class)
+    if outcome.reason != "finished":
+        raise TrainError(f"the run in {out} {outcome.reason} at step {outcome.step}: {outcome.detail}")
     final = outcome.final
-    return Figure(final[METRIC], int(final["heldout_examples"]), out)
+    return Figure(final[METRIC], int(final[EXAMPLES]), out)
 
 
 def finished_figure(out: Path) -> Figure | None:
@@ -66,13 +106,127 @@ def finished_figure(out: Path) -> Figure | None:
     trained again)."""
     try:
         final = json.loads((out / "final.json").read_text())
-        exact_match, examples = final[METRIC], final["heldout_examples"]
+        exact_match, examples = final[METRIC], final[EXAMPLES]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     numbers = all(isinstance(n, int | float) and not isinstance(n, bool) for n in (exact_match, examples))
     if not numbers or not (0.0 <= exact_match <= 1.0 and examples >= 1 and float(examples).is_integer()):
         return None
     return Figure(float(exact_match), int(examples), out)
+
+
+def compare_picture(mine: Path, theirs: Path, out: Path) -> Path:
+    """The two runs' training loss, step by step, on one picture (`gpt-viz compare MINE THEIRS --metric loss`)."""
+    import gpt_viz  # its pictures import matplotlib: only when drawing
+
+    figure = gpt_viz.compare_runs([mine, theirs], "loss", labels=["yours", "gpt-core's"])
+    ax = figure.axes[0]
+    yours, gpt_core = ax.get_lines()[:2]
+    yours.set(linewidth=4.0, alpha=0.5)  # wide and pale beneath gpt-core's dashes: two curves that agree stay visible
+    gpt_core.set(linestyle="--")
+    ax.legend()
+    ax.set_title(f"{TASK}: training loss, yours and gpt-core's (same seed, same batches)")
+    return gpt_viz.save_figure(figure, out)[0]
+
+
+# the learner's GPT in a run ------------------------------------------------------------------------------------------
+class LearnersGPT(nn.Module):
+    """The learner's GPT computing on `model`'s own parameters, called as gpt-core's GPT is by training and scoring:
+    (idx, targets, read=...) -> GPTOutput. `read` picks the rows of the logits the caller scores (the loss is the
+    learner's own, over every target that is not -100, which is what `read` marks)."""
+
+    def __init__(self, model: GPT, model_class: type[nn.Module]):
+        super().__init__()
+        c = model.config
+        parts = c.bias and c.layernorm and c.residual and c.mlp and c.tie_weights and c.dropout == 0
+        plain = parts and c.pos == "learned" and not c.randomized_positions and c.max_positions in (0, c.block_size)
+        if not plain:
+            raise TrainError(f"{TASK}'s model is not the plain GPT your model step builds (learned positions, biases, "
+                             "LayerNorm, residuals, the MLP, a tied head, no dropout)")  # fmt: skip
+        self.config = c
+        self.learner = model_class(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, model.kernels)
+        _share_parameters(self.learner, model)
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, read: Tensor | None = None,
+                **unused: Any) -> GPTOutput:  # fmt: skip
+        if any(value is not None for value in unused.values()):
+            raise TrainError(f"your GPT takes no {', '.join(unused)}: learn train calls it with idx and targets alone")
+        logits, loss = self.learner(idx, targets)
+        return GPTOutput(logits if read is None else logits[read], loss)
+
+
+def _share_parameters(learner: nn.Module, model: GPT) -> None:
+    """Put `model`'s parameters into `learner` by name, the same tensors: a step of either moves both."""
+    theirs = dict(model.named_parameters(remove_duplicate=False))
+    mine = dict(learner.named_parameters(remove_duplicate=False))
+    if set(mine) != set(theirs):
+        raise TrainError(f"your GPT's parameters are not gpt-core's: {sorted(set(mine) ^ set(theirs))[0]}")
+    for name in mine:
+        owner, _, attribute = name.rpartition(".")
+        setattr(learner.get_submodule(owner), attribute, theirs[name])
+    learner.to(model.wte.weight.device)  # anything else it holds (a buffer) beside the parameters
+
+
+class CourseTrainer(Trainer):
+    """gpt-train's Trainer, with the learner's GPT (when given) as the module each step's loss and each evaluation's
+    logits come from, and a line to `report` at each evaluation."""
+
+    def __init__(self, run: Run, report: Callable[[str], None], model_class: type[nn.Module] | None = None):
+        self._report, self._model_class = report, model_class
+        self._last_loss, self._began = math.nan, time.monotonic()
+        self.learners: LearnersGPT | None = None
+        super().__init__(run, quiet=True)
+
+    def _training_forward(self) -> nn.Module:
+        if self._model_class is None:
+            return super()._training_forward()
+        self.learners = LearnersGPT(self.model, self._model_class)
+        return self.learners
+
+    def train_step(self, step: int) -> tuple[float, bool]:
+        loss, stop = super().train_step(step)
+        self._last_loss = loss
+        return loss, stop
+
+    def _scores(self, limit: int | None) -> dict[str, float]:
+        if self.learners is None:
+            return super()._scores(limit)
+        metrics = evaluate_splits(self.task, self.learners, self.device, self.config.eval_splits, limit)
+        probes = measure_probes(self.task, self.model, self.device)  # they read attention through gpt-core's hooks
+        return metrics | {probe_key(name): value for name, value in probes.items()}
+
+    def evaluate(self, limit: int | None) -> dict[str, float]:
+        s = self.settings
+        head = f"  step {self.step:,} of {s.steps:,}: loss {self._last_loss:.4f}"
+        final = self.step >= s.steps
+        if final:
+            self._report(f"{head}; scoring every held-out example")
+        metrics = super().evaluate(limit)
+        seconds = time.monotonic() - self._began
+        if METRIC in metrics and EXAMPLES in metrics:
+            score, examples = metrics[METRIC], int(metrics[EXAMPLES])
+            if final:
+                wrong = round((1.0 - score) * examples)
+                self._report(f"  held-out exact match {score:.5f} on {examples:,} examples ({wrong:,} wrong), "
+                             f"trained and scored in {seconds:.0f} s")  # fmt: skip
+            else:
+                self._report(f"{head}, held-out exact match {score:.4f} on {examples:,} examples ({seconds:.0f} s)")
+        return metrics
+
+
+def _train(run: Run, report: Callable[[str], None], model_class: type[nn.Module] | None) -> Outcome:
+    """`gpt_train.trainer.train` for one process, with the CourseTrainer: train, draw the pictures, release."""
+    try:
+        run.rank.init(run.device)
+        trainer = CourseTrainer(run, report, model_class)
+        outcome = trainer.run()
+        if outcome.reason == "finished":
+            problem = write_pictures(run.task, trainer.model, run.device, run.layout)
+            outcome = Outcome(outcome.reason, outcome.step, outcome.final, pictures_problem=problem)
+        return outcome
+    finally:
+        run.rank.shutdown()
+        run.close()
 
 
 class _importable:

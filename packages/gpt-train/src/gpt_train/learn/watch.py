@@ -11,9 +11,10 @@ learner's kernel are never counted. Three instruments, each blind where the next
   engine runs (torch.ops.aten._softmax, a Module, a call inside an autograd.Function), and names its family when the
   function mode did not;
 - a profile function (sys.setprofile) sees each Python function entered: code in gpt-core's package (its kernels,
-  reference and model) or in gpt_train.learn.solutions, and autograd's entry points (torch.autograd.grad,
-  Tensor.backward, torch.func, forward-mode AD) entered inside the learner's forward or inside a backward the
-  grader's own gradient call runs.
+  reference and model) or in gpt_train.learn.solutions, a family's Python entry points (torch.optim's optimisers and
+  schedulers, clip_grad_norm_, gpt-train's own optimiser and schedule), and autograd's entry points
+  (torch.autograd.grad, Tensor.backward, torch.func, forward-mode AD) entered inside the learner's forward or inside
+  a backward the grader's own gradient call runs.
 
 What it cannot see is code that takes the instruments away (sys.setprofile(None), a mode popped off PyTorch's stack)
 or works on another thread: the learner's code runs in the grading process, where a file written to defeat the check
@@ -27,7 +28,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -35,11 +36,16 @@ from typing import Any
 import torch
 import torch.func
 import torch.nn.functional as F
+import torch.nn.utils
+import torch.optim.lr_scheduler
+from torch.optim.adam import adam
+from torch.optim.adamw import adamw
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpt_core
 import gpt_train.learn.solutions
+import gpt_train.optimisation
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,13 @@ class Family:
     functions: dict[Any, str]  # public function -> how the message names it
     operators: dict[str, str]  # ATen operator name -> the public function that reaches it
     hint: str  # what to write it from
+    entries: dict[Any, str] = field(default_factory=dict)  # Python function -> its name, seen when entered
 
+
+_CLIPPING = {getattr(torch.nn.utils, name): f"torch.nn.utils.{name}"
+             for name in ("clip_grad_norm_", "clip_grads_with_norm_", "get_total_norm")
+             if hasattr(torch.nn.utils, name)}  # fmt: skip
+"""PyTorch's gradient clipping, by each function it is done with (the last two from PyTorch 2.6)."""
 
 FAMILIES = {
     family.key: family
@@ -91,6 +103,19 @@ FAMILIES = {
             {F.gelu: "F.gelu"},
             {"gelu": "F.gelu", "gelu_backward": "F.gelu"},
             "write it from torch.tanh",
+        ),
+        Family(
+            "optimiser",
+            {},
+            {"_fused_adamw": "torch.optim.AdamW(fused=True)", "_fused_adam": "torch.optim.Adam(fused=True)"},
+            "write the schedule, the clipping and AdamW's update from their formulas",
+            {torch.optim.Optimizer.__init__: "a torch.optim optimiser",
+             adamw: "torch.optim.adamw.adamw", adam: "torch.optim.adam.adam",
+             torch.optim.lr_scheduler.LRScheduler.__init__: "a torch.optim.lr_scheduler",
+             **_CLIPPING,
+             gpt_train.optimisation.learning_rate: "gpt_train.optimisation.learning_rate",
+             gpt_train.optimisation.make_optimizer: "gpt_train.optimisation.make_optimizer",
+             gpt_train.optimisation.FusedAdamW.__init__: "gpt_train.optimisation.FusedAdamW"},
         ),
     )
 }  # fmt: skip
@@ -157,6 +182,8 @@ class Watch:
         self._forward = 0  # inside the learner's function
         self._engine = 0  # inside a backward pass
         self._functions = {fn: (name, fam.key) for fam in self.families for fn, name in fam.functions.items()}
+        self._entries = {code: (name, fam.key) for fam in self.families for fn, name in fam.entries.items()
+                         if (code := _code(fn)) is not None}  # fmt: skip
         self._shipped = {str(folder): whose for folder, whose in SHIPPED.items()}
 
     # switching on and off ---------------------------------------------------------------------------------------
@@ -212,6 +239,8 @@ class Watch:
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             code = frame.f_code
+            if (found := self._entries.get(code)) is not None:
+                self._builtin(*found)
             entry = AUTOGRAD_ENTRIES.get(code)
             if entry is not None and (self._forward or self._engine) and entry not in self.autograd:
                 self.autograd.append(entry)

@@ -599,6 +599,211 @@ MODEL = (
 )  # fmt: skip
 
 
+# training_step ------------------------------------------------------------------------------------------------------
+# Each mistake is a training_step(model, state, inputs, targets, step, settings) with one thing done wrong.
+_DECAYS: dict[str, Callable[[str, Tensor], bool]] = {
+    "matrices": lambda name, param: param.dim() >= 2 and not name.startswith("wpe."),
+    "everything": lambda name, param: True,
+    "named_weight": lambda name, param: name.endswith("weight"),  # the norms' weights too, and the position table
+    "all_but_positions": lambda name, param: not name.startswith("wpe."),
+    "every_matrix": lambda name, param: param.dim() >= 2,  # the position table too
+    "nothing": lambda name, param: False,
+}
+"""Which parameters a step decays: gpt-train's rule ("matrices") and the ways it is got wrong."""
+
+
+def _schedule(step: int, s: Any, how: str = "right") -> float:
+    """gpt-train's warm-up and cosine (`how` "right"), or one of its off-by-one forms, or no schedule at all."""
+    if how == "constant":
+        return s.lr
+    warming = step <= s.warmup_steps if how == "warmup_one_long" else step < s.warmup_steps
+    if warming:
+        return s.lr * (step if how == "warmup_from_zero" else step + 1) / s.warmup_steps
+    late = 1 if how == "cosine_one_late" else 0
+    progress = min(1.0, (step + late - s.warmup_steps) / max(1, s.steps - s.warmup_steps))
+    return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+@torch.no_grad()
+def _clip(model: nn.Module, max_norm: float, how: str) -> None:
+    """Clip the gradients by their global norm (`how` "right"), each by its own, or without clip_grad_norm_'s 1e-6."""
+    grads = [param.grad for param in model.parameters() if param.grad is not None]
+    if how == "per_parameter":
+        for grad in grads:
+            grad.mul_((max_norm / (grad.norm() + 1e-6)).clamp(max=1.0))
+        return
+    total = torch.stack([grad.norm() for grad in grads]).norm()
+    scale = (max_norm / (total + (0.0 if how == "no_eps" else 1e-6))).clamp(max=1.0)
+    for grad in grads:
+        grad.mul_(scale)
+
+
+@torch.no_grad()
+def _adamw(model: nn.Module, state: dict, lr: float, s: Any, decays: Callable[[str, Tensor], bool],
+           decoupled: bool = True, bias_corrected: bool = True, eps: str = "outside") -> None:  # fmt: skip
+    """AdamW (decoupled decay, bias-corrected moments, eps outside the root) or Adam with L2, no bias correction,
+    or eps under the root ("inside") or before the correction ("uncorrected")."""
+    t = state["t"] = state.get("t", 0) + 1
+    for name, param in model.named_parameters():
+        if param.grad is None:
+            continue
+        grad = param.grad
+        if decays(name, param):
+            if decoupled:
+                param.mul_(1.0 - lr * s.weight_decay)
+            else:
+                grad = grad + s.weight_decay * param
+        m, v = state.setdefault(name, (torch.zeros_like(param), torch.zeros_like(param)))
+        m.mul_(s.beta1).add_(grad, alpha=1.0 - s.beta1)
+        v.mul_(s.beta2).addcmul_(grad, grad, value=1.0 - s.beta2)
+        c1, c2 = (1.0 - s.beta1**t, 1.0 - s.beta2**t) if bias_corrected else (1.0, 1.0)
+        if eps == "inside":
+            denominator = (v / c2 + 1e-8).sqrt()
+        elif eps == "uncorrected":
+            denominator = (v.sqrt() + 1e-8) / math.sqrt(c2)
+        else:
+            denominator = (v / c2).sqrt() + 1e-8
+        param.sub_(lr * (m / c1) / denominator)
+
+
+def _training_step(decay: str = "matrices", clip: str = "before", schedule: str = "right", decoupled: bool = True,
+                   bias_corrected: bool = True, eps: str = "outside") -> Callable[..., Any]:  # fmt: skip
+    """gpt-train's step with one thing done another way: which parameters decay, where (and how) it clips, the
+    schedule, or AdamW's update."""
+
+    def training_step(model: nn.Module, state: dict, inputs: Tensor, targets: Tensor, step: int, s: Any) -> Tensor:
+        lr = _schedule(step, s, schedule)
+        for param in model.parameters():
+            param.grad = None
+        _, loss = model(inputs, targets)
+        loss.backward()
+        clipping = s.grad_clip > 0 or clip == "when_off"
+        if clipping and clip in ("before", "per_parameter", "no_eps", "when_off"):
+            _clip(model, s.grad_clip, "right" if clip == "when_off" else clip)
+        _adamw(model, state, lr, s, _DECAYS[decay], decoupled, bias_corrected, eps)
+        if clipping and clip == "after":
+            _clip(model, s.grad_clip, "right")
+        return loss.detach()
+
+    return training_step
+
+
+TRAINING_STEP = (
+    Mistake("decay_on_vectors", "weight decay is applied to biases and norms: AdamW's decay goes on the weight "
+            "matrices alone (param.dim() >= 2), never on a bias or a LayerNorm's weight and bias",
+            (_training_step(decay="everything"), _training_step(decay="named_weight"),
+             _training_step(decay="all_but_positions"))),
+    Mistake("position_table_decayed", "the position table wpe is decayed: gpt-train decays every weight matrix but "
+            "wpe (shrinking it erases where each token sits); leave out the names that start with wpe.",
+            (_training_step(decay="every_matrix"),)),
+    Mistake("no_decay", "nothing is decayed: AdamW shrinks each weight matrix (but wpe) by lr * weight_decay of "
+            "itself at every step, p -= lr * weight_decay * p", (_training_step(decay="nothing"),)),
+    Mistake("clip_after_step", "the gradients are clipped after the optimiser step (or not at all), so the step took "
+            "them unclipped: clip between backward() and the update", (_training_step(clip="after"),
+                                                                          _training_step(clip="never"))),
+    Mistake("clip_per_parameter", "each gradient is clipped by its own norm: clip by the global norm, the square "
+            "root of the sum of every gradient's squared norm, one scale for all",
+            (_training_step(clip="per_parameter"),)),
+    Mistake("clip_without_eps", "the clip scale is grad_clip / total: gpt-train's (PyTorch's clip_grad_norm_) is "
+            "grad_clip / (total + 1e-6)", (_training_step(clip="no_eps"),)),
+    Mistake("clip_when_off", "grad_clip 0 turns clipping off: clip only when settings.grad_clip > 0 (a scale of "
+            "0 / total wipes every gradient)", (_training_step(clip="when_off"),)),
+    Mistake("schedule_off_by_one", "the learning-rate schedule is off by one: steps count from 0, the first step's "
+            "rate is lr / warmup_steps (not 0), step warmup_steps - 1 ends the warm-up at lr, and the cosine starts "
+            "at step warmup_steps, at lr", (_training_step(schedule="warmup_from_zero"),
+                                            _training_step(schedule="warmup_one_long"),
+                                            _training_step(schedule="cosine_one_late"))),
+    Mistake("no_schedule", "the learning rate is settings.lr at every step: set it from the warm-up and the cosine, "
+            "step by step", (_training_step(schedule="constant"),)),
+    Mistake("decay_not_decoupled", "the weight decay is added to the gradient (Adam with L2), not decoupled: AdamW "
+            "shrinks the weight itself, p -= lr * weight_decay * p, and the moments never see it",
+            (_training_step(decoupled=False),)),
+    Mistake("no_bias_correction", "the moments are not bias-corrected: divide m by 1 - beta1^t and v by "
+            "1 - beta2^t, t = 1 at the first step", (_training_step(bias_corrected=False),)),
+    Mistake("eps_misplaced", "epsilon is not where AdamW puts it: m_hat / (sqrt(v_hat) + 1e-8), outside the square "
+            "root and after the bias correction", (_training_step(eps="inside"), _training_step(eps="uncorrected"))),
+)  # fmt: skip
+
+
+# generation ---------------------------------------------------------------------------------------------------------
+# Each mistake is a generate(model, idx, max_new_tokens, temperature, top_k, use_cache, generator) with one thing done
+# wrong; the model is the model step's GPT (wte, wpe, blocks, ln_f, lm_head).
+def _next_token(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None,
+                how_hot: str, how_top: str) -> Tensor:  # fmt: skip
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    if how_hot == "before":
+        logits = logits / temperature
+    elif how_hot == "multiplied":
+        logits = logits * temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k + (how_top == "k_plus_1"), dim=-1).values[:, -1:]  # (B, 1)
+        dropped = logits <= kth if how_top == "k_minus_1" else logits < kth
+        logits = logits.masked_fill(dropped, 0.0 if how_top == "zero_fill" else float("-inf"))
+    exp = (logits - logits.amax(dim=-1, keepdim=True)).exp()
+    probs = exp / exp.sum(dim=-1, keepdim=True)
+    if how_hot == "after":
+        probs = probs / temperature
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _forward(model: nn.Module, idx: Tensor, cache: list | None, offset: bool) -> Tensor:
+    """The GPT's forward on the new tokens, each block's keys and values appended to `cache`; the new tokens'
+    positions after the cached ones (`offset`) or from 0."""
+    B, T = idx.shape
+    start = cache[0][0].shape[2] if cache and offset else 0
+    x = model.wte(idx) + model.wpe(torch.arange(start, start + T, device=idx.device))
+    for i, block in enumerate(model.blocks):
+        attn = block.attn
+        q, k, v = attn.qkv(block.ln1(x)).view(B, T, 3, attn.n_head, -1).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            if i < len(cache):
+                k, v = torch.cat((cache[i][0], k), dim=2), torch.cat((cache[i][1], v), dim=2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+        x = x + attn.proj(attn.attention(q, k, v, True).transpose(1, 2).reshape(B, T, -1))
+        x = x + block.mlp(block.ln2(x))
+    return model.lm_head(model.ln_f(x))
+
+
+def _generate(temperature: str = "before", top_k: str = "right", offset: bool = True) -> Callable[..., Tensor]:
+    """gpt-core's generate with the temperature applied another way, top-k keeping another number of tokens (or
+    filling with 0), or the cached tokens' positions not offset."""
+
+    @torch.no_grad()
+    def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, temp: float, k: int | None, use_cache: bool,
+                 generator: torch.Generator | None) -> Tensor:  # fmt: skip
+        cache = [] if use_cache else None
+        logits, out = _forward(model, idx, cache, offset), idx
+        for i in range(max_new_tokens):
+            token = _next_token(logits[:, -1, :], temp, k, generator, temperature, top_k)
+            out = torch.cat((out, token[:, None]), dim=1)
+            if i < max_new_tokens - 1:
+                fed = token[:, None] if use_cache else out
+                logits = _forward(model, fed, cache, offset)
+        return out
+
+    return generate
+
+
+GENERATION = (
+    Mistake("temperature_after_softmax", "the temperature changes nothing: applied after the softmax (probs / T), it "
+            "is undone when the draw normalises the probabilities; divide the logits by T before the softmax",
+            (_generate(temperature="after"), _generate(temperature="ignored"))),
+    Mistake("temperature_multiplied", "the logits are multiplied by the temperature: divide them, logits / T, so that "
+            "T < 1 sharpens the distribution and T > 1 flattens it", (_generate(temperature="multiplied"),)),
+    Mistake("top_k_keeps_k_plus_1", "top-k keeps k + 1 tokens: the k-th best is logits.topk(k).values[:, -1:] (index "
+            "k - 1 of the sorted logits), and every logit below it is masked", (_generate(top_k="k_plus_1"),)),
+    Mistake("top_k_keeps_k_minus_1", "top-k keeps k - 1 tokens: mask the logits strictly below the k-th best (<), "
+            "not the k-th best itself (<=)", (_generate(top_k="k_minus_1"),)),
+    Mistake("top_k_fills_zero", "the logits outside the top k are set to 0, not -inf: exp(0) still gives them "
+            "weight", (_generate(top_k="zero_fill"),)),
+    Mistake("cache_positions_not_offset", "the cache's positions are not offset: a token fed after n cached "
+            "positions sits at position n, wpe(torch.arange(n, n + T)), not at 0", (_generate(offset=False),)),
+)  # fmt: skip
+
+
 OWN: dict[str, tuple[Mistake, ...]] = {
     "softmax": SOFTMAX,
     "attention": ATTENTION,
@@ -611,6 +816,8 @@ OWN: dict[str, tuple[Mistake, ...]] = {
     "multi_head_attention": MULTI_HEAD_ATTENTION,
     "block": BLOCK,
     "model": MODEL,
+    "training_step": TRAINING_STEP,
+    "generation": GENERATION,
 }
 """The mistakes each step is about."""
 

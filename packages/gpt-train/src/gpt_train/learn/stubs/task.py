@@ -1,4 +1,4 @@
-"""Step 12: a task of your own, as a gpt-tasks plugin would define it.
+"""Step 14: a task of your own, as a gpt-tasks plugin would define it.
 
 A PromptAnswerTask numbers its examples 0 .. size-1 and says how a number becomes tokens: prompt_length
 tokens of question, then answer_length of answer. The model is trained on the answer only and scored by

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from gpt_core import GPT, HookFn
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.analysis.common import InspectError, block_points, prompt_answer_task
+from gpt_train.lab.common import InspectError, block_points, prompt_answer_task
 from gpt_viz import HELDOUT
 
 HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})

@@ -10,27 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from gpt_core import GPT, block_hook, generate, log_softmax
-from gpt_tasks import PromptAnswerTask, evaluating
-from gpt_train.analysis.logit_lens import decode, depth_labels, residual_names
-from gpt_train.errors import TrainError
-
-MAX_PROMPT_CHARACTERS = 2_000
-"""Longer text is refused before it is encoded: no prompt a block can hold is longer."""
-
-
-class PromptError(TrainError):
-    """A prompt the model cannot read: empty, too long, or holding what the task cannot encode."""
-
-
-class Vocabulary(Protocol):
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
+from gpt_tasks import evaluating
+from gpt_train.lab.logit_lens import decode, depth_labels, residual_names
+from gpt_train.prompts import Vocabulary, answer_tokens, encoded, untrained_prompt_note
 
 
 @dataclass(frozen=True)
@@ -60,60 +47,6 @@ class PromptView:
 def labels(vocabulary: Vocabulary, ids: Sequence[int]) -> list[str]:
     token_labels = getattr(vocabulary, "token_labels", None)
     return token_labels(ids) if callable(token_labels) else [vocabulary.decode([i]) for i in ids]
-
-
-def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
-    """The prompt's token ids, or a one-line PromptError saying what is wrong with it."""
-    if not text:
-        raise PromptError("type a prompt: it is empty")
-    if len(text) > MAX_PROMPT_CHARACTERS:
-        raise PromptError(f"the prompt is {len(text):,} characters long; at most {model.config.block_size} tokens fit")
-    try:
-        ids = vocabulary.encode(text)
-    except ValueError as error:
-        raise PromptError(f"the task cannot encode {text!r}: {error}") from None
-    if not ids:
-        raise PromptError(f"{text!r} encodes to no tokens")
-    if len(ids) >= model.config.block_size + 1:
-        raise PromptError(
-            f"the prompt is {len(ids)} tokens long; the model reads at most {model.config.block_size}, and needs room "
-            "for its answer"
-        )
-    return ids
-
-
-def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
-    """How many tokens `gpt-train sample` and the explorer write after a prompt of `n_prompt` tokens: a
-    prompt-answer task's answer to a prompt of that length (sort's: one per digit), within the positions the
-    model has; for text, as many as fill the block. At least one. A prompt-answer prompt longer than the model's
-    positions is a PromptError (text slides past the block instead)."""
-    if not isinstance(vocabulary, PromptAnswerTask):
-        return max(1, model.config.block_size + 1 - n_prompt)
-    limit = model.config.position_limit
-    if limit is not None and n_prompt > limit:
-        raise PromptError(f"{n_prompt} tokens, and the model reads at most {limit}")
-    n_new = vocabulary.answer_length_for(n_prompt)
-    return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
-
-
-def untrained_prompt_note(vocabulary: Vocabulary, ids: Sequence[int]) -> str:
-    """A sentence when the task never trains on a prompt like `ids` ('' otherwise): the model's answer to such a
-    prompt is not what the task taught it, and a learner should know. A task with a `prompt_note(ids)` of its
-    own (modadd: two numbers then '=') says it; a prompt-answer task's prompts are of its `prompt_lengths`."""
-    own = getattr(vocabulary, "prompt_note", None)
-    if callable(own):
-        return own(list(ids))
-    n_prompt = len(ids)
-    if not isinstance(vocabulary, PromptAnswerTask) or n_prompt in vocabulary.prompt_lengths:
-        return ""
-    lengths = sorted(vocabulary.prompt_lengths)
-    contiguous = len(lengths) > 2 and lengths == list(range(lengths[0], lengths[-1] + 1))
-    trained = f"{lengths[0]} to {lengths[-1]}" if contiguous else " or ".join(map(str, lengths))
-    example = vocabulary.example_prompts()[0]
-    return (
-        f"{vocabulary.name} trains on prompts of {trained} tokens, like {example!r}, and this one has {n_prompt}: "
-        "the model never learned to answer it"
-    )
 
 
 def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from gpt_core import GPT, HookFn, block_hook
 from gpt_tasks import Task
-from gpt_train.analysis.common import check_head, check_layer
+from gpt_train.lab.common import check_head, check_layer
 from gpt_viz import HELDOUT
 
 Ablation = Literal["zero", "mean"]

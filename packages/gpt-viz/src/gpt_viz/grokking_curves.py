@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpt_viz.canvas import legend_below, new_figure, use_log_scale
+from gpt_viz.canvas import caption_below, legend_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import (
     THRESHOLD,
@@ -73,11 +73,11 @@ def grokking(
     axes = list(figure.subplots(len(heights), 1, sharex=True, height_ratios=heights, squeeze=False)[:, 0])
     ax = axes[0]
     label = metric.replace("_", " ")
-    crossings = []
+    crossings, collapsed = [], []
     for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
         steps, values = _positive_steps(records, key, source)
         crossings.append((_draw_accuracy(ax, steps, values, f"{prefix} {label}", colour, threshold), colour))
-        _draw_collapses(ax, steps, values, prefix, colour, threshold)
+        collapsed.append(_draw_collapses(ax, steps, values, prefix, colour, threshold))
     ax.axhline(threshold, color="0.5", linestyle=":", linewidth=0.8)
     ax.set_ylim(-0.02, 1.05)
     ax.set_ylabel(label)
@@ -96,7 +96,27 @@ def grokking(
         panel.grid(alpha=0.3, which="both")
     use_log_scale(axes[-1], "x")
     axes[-1].set_xlabel("step (log scale)")
+    caption_below(figure, *_what_to_look_at(label, threshold, [c for c, _ in crossings], collapsed[0], loss_keys))
     return figure
+
+
+def _what_to_look_at(
+    label: str, threshold: float, crossings: list[int | None], train_collapses: int, losses: list[str] | None
+) -> list[str]:
+    """The caption: the delay between the two dashed lines, and what the shaded collapses are."""
+    lines = []
+    fitted, generalised = crossings
+    if fitted is not None and generalised is not None and generalised > fitted:
+        lines.append(
+            f"Look at the gap between the dashed lines: train {label} reaches {threshold:g} at step {fitted}, "
+            f"held-out only at step {generalised} ({generalised / fitted:.2g}x later)."
+        )
+    if train_collapses:
+        spike = " with a training-loss spike (bottom)" if losses is not None else ""
+        lines.append(
+            f"Shaded: after the fit, train {label} dips and recovers{spike}: the slingshot (Thilak et al. 2022)."
+        )
+    return lines
 
 
 def _positive_steps(records: Sequence[Record], key: str, source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -134,18 +154,18 @@ def _split_keys(metric: str) -> list[str]:
     return [metric_key(split, metric) for split, _, _ in _SPLIT_STYLE]
 
 
-def _draw_collapses(
-    ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, colour: str, threshold: float
-) -> None:
-    """Shade each span in which the series fell back below ``threshold`` after reaching it (`collapses`)."""
+def _draw_collapses(ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, colour: str, threshold: float) -> int:
+    """Shade each span in which the series fell back below ``threshold`` after reaching it (`collapses`); returns
+    how many there are."""
     spans = collapses(steps, values, threshold)
     if not spans:
-        return
+        return 0
     last = float(steps[-1])
     times = "once" if len(spans) == 1 else f"{len(spans)} times"
     label = f"{prefix} below {threshold:g} again, {times}" + (" (the slingshot)" if prefix == "train" else "")
     for i, (start, end) in enumerate(spans):
         ax.axvspan(start, last if end is None else end, color=colour, alpha=0.12, label=None if i else label)
+    return len(spans)
 
 
 def _draw_accuracy(

@@ -1,7 +1,7 @@
-"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report`: the analyses of gpt_train.analysis on a
+"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report|phases`: the analyses of gpt_train.lab on a
 saved run.
 
-Each command prints its table and the findings its numbers show (gpt_train.analysis.findings states the
+Each command prints its table and the findings its numbers show (gpt_train.lab.findings states the
 rules), and writes its record (JSON) and picture into the run directory under the names gpt_viz.RunLayout
 gives them; `report` runs them all and writes report.html. Errors are the analyses' InspectError (a
 TrainError), which the command group turns into one line.
@@ -23,7 +23,10 @@ from tqdm.auto import tqdm
 import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask, Task
-from gpt_train.analysis import (
+from gpt_train.cli.options import TRUST_KERNELS_OPTION
+from gpt_train.devices import resolve_device
+from gpt_train.files import write_json_atomically
+from gpt_train.lab import (
     ABLATIONS,
     InspectError,
     ablate_each_head,
@@ -33,20 +36,17 @@ from gpt_train.analysis import (
     logit_lens,
     patch,
 )
-from gpt_train.analysis.common import prompt_answer_task
-from gpt_train.analysis.findings import (
+from gpt_train.lab.common import prompt_answer_task
+from gpt_train.lab.findings import (
     head_findings,
     logit_lens_findings,
     minor_layers,
     patching_findings,
     reads_findings,
 )
-from gpt_train.cli.options import TRUST_KERNELS_OPTION
-from gpt_train.devices import resolve_device
-from gpt_train.files import write_json_atomically
+from gpt_train.loading import load_run
 from gpt_train.pictures import draw_attention_picture
 from gpt_train.run_names import RUN
-from gpt_train.runs import open_run
 from gpt_viz import HELDOUT, RunLayout
 from gpt_viz.inspect_pictures import (
     head_ablation_heatmap,
@@ -84,7 +84,7 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
     RUN is a run directory, or a task name for that task's newest run under ./runs. Each analysis
     prints a table and what it shows in words, and writes a JSON record and a picture into the run
     (inspect_heads.*, inspect_logit_lens.*, inspect_patch_<hook>.*, inspect_reads.*); `report` runs
-    them all and writes report.html.
+    them all and writes report.html. `phases` measures grokking's phases on a modadd run from its snapshots.
 
     \b
     Examples:
@@ -94,6 +94,7 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
       gpt-train inspect sort logit-lens
       gpt-train inspect sort patch --hook resid_pre --corrupt 0
       gpt-train inspect sort reads
+      gpt-train inspect modadd phases
     """
     ctx.obj = run_dir
 
@@ -102,7 +103,7 @@ def loaded(run_dir: Path, device: str, trust_kernels: bool) -> tuple[Task, GPT, 
     """The run's task, its model on the device, the device, and the step of the checkpoint read (which a
     run still training moves on from: every record says which model it describes)."""
     target = resolve_device(device)
-    saved = open_run(run_dir, target, trust_kernels=trust_kernels)
+    saved = load_run(run_dir, target, trust_kernels)
     click.echo(f"inspecting the checkpoint of step {saved.step:,}")
     return saved.config.build_task(), saved.model, target, saved.step
 
@@ -141,7 +142,7 @@ def save(
 
 
 def echo_findings(findings: Sequence[str]) -> None:
-    """The findings under the table, one per line (the rules: gpt_train.analysis.findings)."""
+    """The findings under the table, one per line (the rules: gpt_train.lab.findings)."""
     click.echo("findings:")
     for finding in findings:
         click.echo(f"  - {finding}")
@@ -413,6 +414,52 @@ def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
     return minor_layers(record) if shape_ok else []
 
 
+# phases --------------------------------------------------------------------------------------
+@inspect_command.command("phases")
+@DEVICE_OPTION
+@TRUST_KERNELS_OPTION
+@click.pass_obj
+def phases_command(run_dir: Path, device: str, trust_kernels: bool) -> None:
+    """Grokking's progress measures (Nanda et al. 2023) on a modadd run, from the snapshots it kept: the
+    phases memorisation, circuit formation and cleanup, and what separates them.
+
+    The key frequencies are those holding at least 5% of the trained model's number-embedding Fourier
+    power. At each snapshot: the restricted loss (held-out loss of the logits' key-frequency part alone:
+    the Fourier circuit), the excluded loss (training loss with that part removed) and the weight norm,
+    beside each split's accuracy and loss. The table shows the phase boundaries; inspect_phases.json holds
+    every snapshot and inspect_phases.png draws them, each phase shaded. The run must keep snapshots:
+    train it with `gpt-train run --task modadd --set snapshot_every=20` (a minute or two on a CPU).
+
+    \b
+    Examples:
+      gpt-train inspect modadd phases
+    """
+    from gpt_train.lab.phases import (
+        PHASES_PICTURE,
+        PHASES_RECORD,
+        TABLE_HEADER,
+        measure_progress,
+        measured_steps,
+        open_snapshot_run,
+        phases_findings,
+        phases_picture_title,
+        table_rows,
+    )
+
+    run = open_snapshot_run(run_dir, resolve_device(device), trust_kernels)
+    click.echo(
+        f"measuring {len(run.snapshots)} snapshots with the key frequencies of the checkpoint of step {run.step:,}"
+    )
+    with tqdm(total=len(run.snapshots), desc="snapshots", leave=False) as bar:
+        result = measure_progress(run, progress=bar.update)
+    click.echo(f"grokking's progress measures of {run.run_dir} ({measured_steps(result.records)}; losses in nats)")
+    click.echo(format_table(TABLE_HEADER, table_rows(result)))
+    title = phases_picture_title(run.run_dir, result)
+    draw = lambda record: gpt_viz.progress_measures(record["records"], title=title)
+    save(result.to_json(), run.step, draw, run.run_dir / PHASES_RECORD, run.run_dir / PHASES_PICTURE)
+    echo_findings(phases_findings(result))
+
+
 # report --------------------------------------------------------------------------------------
 @inspect_command.command("report")
 @examples_option(10_000, "Held-out examples scored per ablation, decoded by the logit lens, and read")
@@ -433,7 +480,7 @@ def report_command(run_dir: Path, examples: int, pairs: int, device: str, trust_
       gpt-train inspect sort report
       gpt-train inspect sort report --examples 2000
     """
-    from gpt_train.report import REPORT_POINTS, write_report
+    from gpt_train.lab.report import REPORT_POINTS, write_report
 
     task, model, target, step = loaded(run_dir, device, trust_kernels)
     prompt_answer_task(task, "report")  # refused before the ablations, not after them

@@ -16,8 +16,8 @@ import torch
 
 from gpt_core import GPT, block_hook
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.analysis.common import InspectError, prompt_answer_task
-from gpt_train.analysis.logit_lens import CHUNK, answer_sequences
+from gpt_train.lab.common import InspectError, prompt_answer_task
+from gpt_train.lab.logit_lens import CHUNK, answer_sequences
 from gpt_viz import HELDOUT
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from gpt_core import GPT, block_hook, log_softmax
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.analysis.common import prompt_answer_task
+from gpt_train.lab.common import prompt_answer_task
 from gpt_viz import HELDOUT
 
 CHUNK = 1024

@@ -1,7 +1,7 @@
 """report.html: one page per run that explains the trained model, findings first.
 
 `gpt-train inspect RUN report` runs the analyses and hands their records here. The page states the
-findings (gpt_train.analysis.findings, each with its figure), then each analysis's picture, its table and
+findings (gpt_train.lab.findings, each with its figure), then each analysis's picture, its table and
 a paragraph on how to read it. Pictures are inline PNGs (base64) and the styles are inline, so the file
 opens offline, from an e-mail or a phone, and never fetches anything; every text is HTML-escaped.
 """
@@ -16,7 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpt_train.analysis.findings import (
+from gpt_train.files import write_bytes_atomically
+from gpt_train.lab.findings import (
     APPEARS_SHARE,
     CARRIES_SHARE,
     COMPARES_RATIO,
@@ -28,7 +29,6 @@ from gpt_train.analysis.findings import (
     patching_findings,
     reads_findings,
 )
-from gpt_train.files import write_bytes_atomically
 from gpt_viz import RunLayout
 
 REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")
@@ -192,7 +192,7 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         f"The {task} model of {layout.root.name}, checkpoint of step {step:,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
-    template = resources.files("gpt_train").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    template = resources.files("gpt_train.lab").joinpath(TEMPLATE).read_text(encoding="utf-8")
     parts = {
         "TITLE": html.escape(title),
         "SUMMARY": html.escape(summary),

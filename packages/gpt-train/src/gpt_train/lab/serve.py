@@ -2,7 +2,7 @@
 
 The page (serve_page.html, its script and styles inline) asks the server for two things only: the run's
 summary (`/api/run`: its shape, the head to open on, the findings and the inspect records it holds) and
-the model on a prompt (`/api/prompt?text=...`, gpt_train.analysis.prompt). Nothing else is served, no
+the model on a prompt (`/api/prompt?text=...`, gpt_train.lab.explain). Nothing else is served, no
 file is read on request, and the page fetches nothing from anywhere else.
 
 The server is the standard library's ThreadingHTTPServer: one learner's browser on loopback needs no
@@ -30,21 +30,22 @@ import click
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_train import records as record_checks
-from gpt_train.analysis.findings import (
+from gpt_train.cli.options import TRUST_KERNELS_OPTION
+from gpt_train.config import RunConfig
+from gpt_train.devices import resolve_device
+from gpt_train.errors import TrainError
+from gpt_train.lab import records as record_checks
+from gpt_train.lab.explain import explain_prompt
+from gpt_train.lab.findings import (
     head_findings,
     logit_lens_findings,
     minor_layers,
     patching_findings,
     reads_findings,
 )
-from gpt_train.analysis.prompt import PromptError, Vocabulary, explain_prompt
-from gpt_train.cli.options import TRUST_KERNELS_OPTION
-from gpt_train.config import RunConfig
-from gpt_train.devices import resolve_device
-from gpt_train.errors import TrainError
+from gpt_train.loading import load_run
+from gpt_train.prompts import PromptError, Vocabulary
 from gpt_train.run_names import RUN
-from gpt_train.runs import open_run
 from gpt_train.signals import ctrl_c_interrupts
 from gpt_viz import RunLayout, VizError
 from gpt_viz.inspect_pictures import load_inspection, most_needed_head
@@ -70,7 +71,7 @@ SECURITY_HEADERS = {
 
 
 def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[str]]:
-    """The inspect records the run holds, each checked against this model (gpt_train.records: types, finite
+    """The inspect records the run holds, each checked against this model (gpt_train.lab.records: types, finite
     numbers, shapes) and kept as the fields the page and the findings read; and the names of the files left out
     because they could not be read or used (a record never written is not among them)."""
     c = model.config
@@ -104,7 +105,7 @@ def _read(path: Path, check: Callable[..., dict[str, Any]], config: GPTConfig) -
 
 
 def findings_of(records: dict[str, Any]) -> list[str]:
-    """The findings the saved records show (gpt_train.analysis.findings' rules)."""
+    """The findings the saved records show (gpt_train.lab.findings' rules)."""
     found = []
     try:
         if "heads" in records:
@@ -128,7 +129,7 @@ class Explorer:
     """What the server answers with: the run's summary, and the model on a prompt (one at a time)."""
 
     def __init__(self, run_dir: Path, device: torch.device, trust_kernels: bool = False):
-        saved = open_run(run_dir, device, trust_kernels=trust_kernels)
+        saved = load_run(run_dir, device, trust_kernels)
         self.config: RunConfig = saved.config
         self.model = saved.model
         self.device = device
@@ -151,7 +152,7 @@ class Explorer:
             "left_out": left_out,
         }
         self.summary_json = json.dumps(self.summary, allow_nan=False).encode("utf-8")
-        self.page = resources.files("gpt_train").joinpath(PAGE).read_bytes()
+        self.page = resources.files("gpt_train.lab").joinpath(PAGE).read_bytes()
 
     def prompt(self, text: str) -> dict[str, Any]:
         with self.lock:

@@ -1,0 +1,273 @@
+"""Grokking's progress measures on a modadd run's own snapshots (Nanda et al. 2023, section 5):
+`gpt-train inspect RUN phases`.
+
+The run keeps its weights every N steps (`--set snapshot_every=N`). The key frequencies are read from the
+trained model (the run's checkpoint): those holding at least 5% of its number embedding's non-constant Fourier
+power. Then, from each snapshot's weights, over every pair of each split (gpt_tasks.builtin.progress_measures
+has the definitions):
+
+- the accuracy and loss on the training and on the held-out pairs, which bound the phases;
+- the *restricted loss*: the held-out loss of the logits cut down to their key-frequency part (and each
+  answer's mean), the Fourier circuit alone. It falls while the circuit forms, long before the held-out loss
+  does, because memorisation hides the circuit from the whole model's loss;
+- the *excluded loss*: the training loss of the logits with their key-frequency part removed. It rises once the
+  training pairs are answered through the circuit rather than memorised;
+- the weight norm, which weight decay shrinks as the memorisation is cleaned up.
+
+The phases' boundaries come from the accuracies alone (gpt_viz.phases): memorisation until the training set is
+fitted, circuit formation until held-out accuracy leaves chance, cleanup until it is near perfect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpt_tasks.builtin.modadd import ModAddTask
+from gpt_tasks.builtin.progress_measures import KEY_SHARE, ProgressMeasures, key_frequencies
+from gpt_train.lab.common import InspectError
+from gpt_viz import HELDOUT, TRAIN, RunLayout, metric_key
+from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, grokking_phases
+
+PHASES_RECORD = RunLayout.PHASES
+PHASES_PICTURE = RunLayout.PHASES_PICTURE
+SNAPSHOT_EVERY = 20
+"""The snapshot interval the error for a run without snapshots suggests: modadd's evaluation interval."""
+SPIKE = 0.05
+"""Nats: a training loss above it after the fit is a spike (a fitted modadd model's is below 0.01)."""
+
+TRAIN_ACCURACY, HELDOUT_ACCURACY = metric_key(TRAIN, "accuracy"), metric_key(HELDOUT, "accuracy")
+TRAIN_LOSS, HELDOUT_LOSS = metric_key(TRAIN, "loss"), metric_key(HELDOUT, "loss")
+
+
+@dataclass(frozen=True)
+class GrokkingProgress:
+    """A modadd run's progress measures: its p, the key frequencies of its trained model, and one record per
+    snapshot (step, the accuracy and loss of each split, restricted_loss, excluded_loss, weight_norm), in step
+    order."""
+
+    p: int
+    keys: list[int]
+    records: list[dict[str, float]]
+
+    @property
+    def phases(self) -> Phases:
+        return grokking_phases(self.records)
+
+    @property
+    def chance(self) -> float:
+        """The loss of a uniform guess among the p answers: ln p."""
+        return math.log(self.p)
+
+    def at(self, key: str, step: int | None) -> float | None:
+        """`key` at snapshot `step` (None for no step)."""
+        if step is None:
+            return None
+        return next(float(r[key]) for r in self.records if r["step"] == step)
+
+    def spike_steps(self) -> list[int]:
+        """The snapshots after the fit whose training loss is above SPIKE while the one before was not: the
+        slingshot's spikes (Thilak et al. 2022)."""
+        fit = self.phases.fit
+        after = [r for r in self.records if fit is not None and r["step"] > fit]
+        pairs = zip(after, after[1:], strict=False)
+        return [int(now["step"]) for before, now in pairs if before[TRAIN_LOSS] <= SPIKE < now[TRAIN_LOSS]]
+
+    def to_json(self) -> dict[str, Any]:
+        phases = self.phases
+        return {
+            "task": "modadd",
+            "p": self.p,
+            "key_frequencies": self.keys,
+            "key_share": KEY_SHARE,
+            "phases": {"fit": phases.fit, "cleanup": phases.cleanup, "generalised": phases.generalised},
+            "spikes": self.spike_steps(),
+            "records": self.records,
+        }
+
+
+def modadd_task(task: Any, run_dir: Path) -> ModAddTask:
+    """The run's task, if it is modadd (the progress measures are of its Fourier circuit); else one line."""
+    if not isinstance(task, ModAddTask):
+        raise InspectError(
+            f"phases measures grokking on a modadd run; {run_dir} is a {task.name} run "
+            f"(train one with gpt-train run --task modadd --set snapshot_every={SNAPSHOT_EVERY})"
+        )
+    return task
+
+
+def check_snapshots(run_dir: Path) -> dict[int, Path]:
+    """The run's snapshots, by step; a run that kept none is one line saying how to keep them."""
+    snapshots = RunLayout(run_dir).snapshots()
+    if not snapshots:
+        raise InspectError(
+            f"{run_dir} kept no snapshots, and the phases are measured from them; train the run with "
+            f"--set snapshot_every={SNAPSHOT_EVERY} (gpt-train run --task modadd --set snapshot_every={SNAPSHOT_EVERY})"
+        )
+    return snapshots
+
+
+@dataclass(frozen=True)
+class SnapshotRun:
+    """A modadd run with snapshots, checked, and the key frequencies of its checkpoint's model."""
+
+    run_dir: Path
+    task: ModAddTask
+    keys: list[int]
+    snapshots: dict[int, Path]
+    step: int
+    device: torch.device | str
+    trust_kernels: bool
+
+
+def open_snapshot_run(run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False) -> SnapshotRun:
+    """The modadd run `run` (a directory, or a task name for its newest run) and its key frequencies; a run of
+    another task, or one without snapshots, is one line (InspectError)."""
+    from gpt_train.loading import load_run  # the loading of runs, imported with the command that reads one
+
+    loaded = load_run(run, device, trust_kernels)
+    task = modadd_task(loaded.task, loaded.run_dir)
+    snapshots = check_snapshots(loaded.run_dir)
+    keys = key_frequencies(loaded.model.wte.weight[: task.params.p])
+    return SnapshotRun(loaded.run_dir, task, keys, snapshots, loaded.step, device, trust_kernels)
+
+
+def measure_progress(
+    run: SnapshotRun | str | Path,
+    device: torch.device | str = "cpu",
+    trust_kernels: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> GrokkingProgress:
+    """The progress measures of a modadd run at each of its snapshots, with the key frequencies of its
+    checkpoint's model: `run` opened (`open_snapshot_run`), or a directory or task name to open on `device`.
+    `progress(1)` is called after each snapshot."""
+    from gpt_train.loading import load_snapshots
+
+    if not isinstance(run, SnapshotRun):
+        run = open_snapshot_run(run, device, trust_kernels)
+    records = []
+    for step, model in load_snapshots(run.run_dir, run.device, run.trust_kernels):
+        measures = ProgressMeasures.of(model, run.task, run.keys, run.device)
+        records.append(
+            {
+                "step": step,
+                TRAIN_ACCURACY: measures.train_accuracy,
+                HELDOUT_ACCURACY: measures.heldout_accuracy,
+                TRAIN_LOSS: measures.train_loss,
+                HELDOUT_LOSS: measures.heldout_loss,
+                "restricted_loss": measures.restricted_loss,
+                "excluded_loss": measures.excluded_loss,
+                "weight_norm": measures.weight_norm,
+            }
+        )
+        if progress is not None:
+            progress(1)
+    return GrokkingProgress(run.task.params.p, run.keys, records)
+
+
+TABLE_HEADER = ("at", "step", "train acc", "held-out acc", "train loss", "held-out loss", "restricted loss",
+                "excluded loss", "weight norm")  # fmt: skip
+
+
+def boundary_rows(result: GrokkingProgress) -> list[tuple[str, int]]:
+    """The snapshots the table shows: the first, each phase boundary the run reached, and the last."""
+    phases = result.phases
+    named = [
+        ("first snapshot", result.records[0]["step"]),
+        (f"t_fit (train acc >= {FITTED:g})", phases.fit),
+        (f"cleanup from (held-out acc >= {LEFT_CHANCE:g})", phases.cleanup),
+        (f"t_gen (held-out acc >= {GENERALISED:g})", phases.generalised),
+        ("last snapshot", result.records[-1]["step"]),
+    ]
+    return [(name, int(step)) for name, step in named if step is not None]
+
+
+def table_rows(result: GrokkingProgress) -> list[tuple[str, ...]]:
+    keys = (TRAIN_ACCURACY, HELDOUT_ACCURACY, TRAIN_LOSS, HELDOUT_LOSS, "restricted_loss", "excluded_loss")
+    rows = []
+    for name, step in boundary_rows(result):
+        values = [f"{result.at(key, step):.4f}" for key in keys]
+        rows.append((name, f"{step:,}", *values, f"{result.at('weight_norm', step):.1f}"))
+    return rows
+
+
+def _moves(before: float, after: float, digits: int = 2) -> str:
+    """The change in words, with the verb the numbers say: "falls from 5.04 to 1.40", "rises from ..."."""
+    verb = "falls" if after < before else "rises" if after > before else "stays at"
+    if verb == "stays at":
+        return f"stays at {before:.{digits}f}"
+    return f"{verb} from {before:.{digits}f} to {after:.{digits}f}"
+
+
+def phases_findings(result: GrokkingProgress) -> list[str]:
+    """What the measures show, phase by phase, in words: each sentence built from the run's own numbers."""
+    f, at = result.phases, result.at
+    keys = ", ".join(map(str, result.keys)) or "none"
+    found = [
+        f"key frequencies of the trained model: {keys} (each holding at least {KEY_SHARE:.0%} of its number "
+        "embedding's non-constant Fourier power); the restricted loss keeps only their part of the logits, the "
+        "excluded loss removes it"
+    ]
+    first, last = result.records[0]["step"], result.records[-1]["step"]
+    if f.fit is None:
+        found.append(
+            f"memorisation: train accuracy never reaches {FITTED:g} by step {last:,}; the run never fitted its "
+            "training set, so no later phase can be told apart"
+        )
+        return found
+    found.append(
+        f"memorisation, steps {first:,}-{f.fit:,}: train accuracy reaches {FITTED:g} at step {f.fit:,} while held-out "
+        f"accuracy is {at(HELDOUT_ACCURACY, f.fit):.2f}, and the excluded loss is {at('excluded_loss', f.fit):.2f} "
+        "nats"
+    )
+    end = f.cleanup if f.cleanup is not None else last
+    formation = (
+        f"the restricted loss {_moves(at('restricted_loss', f.fit), at('restricted_loss', end))} nats while the "
+        f"held-out loss is {at(HELDOUT_LOSS, end):.2f} (chance ln {result.p} = {result.chance:.2f}), and the "
+        f"excluded loss {_moves(at('excluded_loss', f.fit), at('excluded_loss', end))}"
+    )
+    if f.cleanup is None:
+        found.append(
+            f"circuit formation from step {f.fit:,}: held-out accuracy never reaches {LEFT_CHANCE:g} by step "
+            f"{last:,}; so far {formation}; train longer to see it generalise"
+        )
+        return found
+    found.append(f"circuit formation, steps {f.fit:,}-{f.cleanup:,}: {formation}")
+    end = f.generalised if f.generalised is not None else last
+    cleanup = (
+        f"the weight norm {_moves(at('weight_norm', f.cleanup), at('weight_norm', end), 1)} and the held-out loss "
+        f"{_moves(at(HELDOUT_LOSS, f.cleanup), at(HELDOUT_LOSS, end))} nats"
+    )
+    if f.generalised is None:
+        found.append(
+            f"cleanup from step {f.cleanup:,}: held-out accuracy never reaches {GENERALISED:g} by step {last:,}; "
+            f"so far {cleanup}"
+        )
+    else:
+        found.append(
+            f"cleanup, steps {f.cleanup:,}-{f.generalised:,}: held-out accuracy reaches {GENERALISED:g} at step "
+            f"{f.generalised:,}; {cleanup}"
+        )
+    spikes = result.spike_steps()
+    if spikes:
+        steps = ", ".join(f"{step:,}" for step in spikes)
+        found.append(
+            f"the training loss spikes above {SPIKE:g} nats {len(spikes)} time{'s' * (len(spikes) > 1)} after the "
+            f"fit (at steps {steps}): the slingshot (Thilak et al. 2022)"
+        )
+    return found
+
+
+def phases_picture_title(run_dir: Path, result: GrokkingProgress) -> str:
+    keys = ", ".join(map(str, result.keys)) or "none"
+    return f"{Path(run_dir).name}: grokking's phases (key frequencies {keys})"
+
+
+def measured_steps(records: Sequence[dict[str, float]]) -> str:
+    """'151 snapshots, steps 0-3,000'."""
+    return f"{len(records)} snapshot{'s' * (len(records) > 1)}, steps {records[0]['step']:,}-{records[-1]['step']:,}"

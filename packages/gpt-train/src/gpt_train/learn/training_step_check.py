@@ -1,0 +1,265 @@
+"""Grade the training_step step: the learner's step, run for a few steps on a small GPT, beside gpt-train's own step
+(its schedule, its clipping and its AdamW, in the order `Trainer.train_step` takes them) on a copy of the same
+weights and the same batches, in float64; every parameter is compared after every step, and when the two part, the
+classic mistake is named.
+
+Both runs drive the same model, the model step's answer built with the course's kernels and gpt-core's weights, so
+that their gradients are computed by the same code and only the step itself differs. One slice is held looser: the
+key bias, whose gradient is 0 in exact arithmetic (the softmax ignores a constant added to all of a query's scores),
+so that what AdamW sees of it is rounding, which it divides by sqrt(v) + 1e-8: gpt-train's own step moves it by
+lr x rounding / 1e-8, about 1e-11 after a few steps, and another correct order of the same sums moves it by as much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import gpt_core
+from gpt_train.kernels import TOLERANCE
+from gpt_train.learn.assembly import KERNELS, _randomised
+from gpt_train.learn.cases import close, index_of
+from gpt_train.learn.loading import describe, is_stub, where
+from gpt_train.learn.solutions import model as minimal
+from gpt_train.learn.steps import Step
+from gpt_train.learn.watch import Watch
+from gpt_train.learn.zoo import MISTAKES, Mistake
+from gpt_train.optimisation import learning_rate, make_optimizer
+from gpt_train.settings import TrainSettings
+
+SEED = 0
+KEY_BIAS_TOLERANCE = 1e-9
+"""The key bias's tolerance (the module docstring says why it is not TOLERANCE)."""
+
+SIZES = {"vocab_size": 11, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}
+BATCH = 4
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run: the settings it trains with, for all of its `settings.steps` steps."""
+
+    name: str
+    settings: TrainSettings
+
+
+CASES = (
+    Case("8 steps, 3 of warm-up, clipped at 1.5",
+         TrainSettings(steps=8, warmup_steps=3, lr=3e-2, min_lr=3e-3, weight_decay=0.1, grad_clip=1.5)),
+    Case("5 steps, no warm-up, no clipping",
+         TrainSettings(steps=5, warmup_steps=0, lr=2e-2, min_lr=2e-3, weight_decay=0.2, grad_clip=0.0)),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Every parameter by name after each step of a run, or the exception it raised (and after how many steps)."""
+
+    snapshots: list[dict[str, Tensor]]
+    error: BaseException | None = None
+
+
+def _model(seed: int) -> nn.Module:
+    """The model step's GPT with the course's kernels and gpt-core's (randomised) weights, in float64."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        theirs = _randomised(gpt_core.GPT(gpt_core.GPTConfig(**SIZES)), torch.Generator().manual_seed(seed))
+        model = minimal.GPT(**SIZES, kernels=KERNELS).double()
+    model.load_state_dict(theirs.state_dict())
+    return model
+
+
+def _batches(case: Case, seed: int) -> list[tuple[Tensor, Tensor]]:
+    generator = torch.Generator().manual_seed(seed + 1)
+    batches = []
+    for _ in range(case.settings.steps):
+        shape = (BATCH, SIZES["block_size"])
+        inputs = torch.randint(SIZES["vocab_size"], shape, generator=generator, device="cpu")
+        targets = torch.randint(SIZES["vocab_size"], shape, generator=generator, device="cpu")
+        targets[:, : shape[1] // 2] = gpt_core.IGNORE_INDEX  # a prompt, unscored
+        batches.append((inputs, targets))
+    return batches
+
+
+def _parameters(model: nn.Module) -> dict[str, Tensor]:
+    return {name: param.detach().clone() for name, param in model.named_parameters()}
+
+
+def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Tensor, step: int, s: TrainSettings):
+    """gpt-train's step on one batch, as `Trainer.train_step` takes it (one micro-batch, float32 precision's no-op
+    scaling and no Grokfast left out): the scheduled rate, the gradients, clipping by the global norm, AdamW."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, s)
+    optimizer.zero_grad(set_to_none=True)
+    _, loss = model(inputs, targets)
+    loss.backward()
+    if s.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+    optimizer.step()
+
+
+def reference_outcomes() -> list[Outcome]:
+    """gpt-train's own step, run on each case."""
+    outcomes = []
+    for i, case in enumerate(CASES):
+        model, snapshots = _model(SEED + i), []
+        optimizer = make_optimizer(model, case.settings)
+        for step, (inputs, targets) in enumerate(_batches(case, SEED + i)):
+            gpt_train_step(model, optimizer, inputs, targets, step, case.settings)
+            snapshots.append(_parameters(model))
+        outcomes.append(Outcome(snapshots))
+    return outcomes
+
+
+def step_outcomes(function: Callable[..., Any], watch: Watch | None = None) -> list[Outcome]:
+    """What the step `function` does on each case, run for the case's steps on a fresh model, its `state` one dict
+    kept from step to step; with a watch, every call watched, the backward inside it too. Whatever it raises (but
+    Ctrl-C) ends the run and is kept in the outcome."""
+    call = function if watch is None else watch.watched(function)
+    outcomes = []
+    for i, case in enumerate(CASES):
+        model, state, snapshots = _model(SEED + i), {}, []
+        try:
+            for step, (inputs, targets) in enumerate(_batches(case, SEED + i)):
+                settings = dataclasses.replace(case.settings)  # a copy of its own, to change as it likes
+                call(model, state, inputs, targets, step, settings)
+                snapshots.append(_parameters(model))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a learner's SystemExit too: their code's result
+            outcomes.append(Outcome(snapshots, error))
+            continue
+        outcomes.append(Outcome(snapshots))
+    return outcomes
+
+
+# grading -------------------------------------------------------------------------------------------------------------
+def grade_training_step(step: Step, function: Callable[..., Any], path: Path | None = None) -> tuple[bool, str]:
+    """Whether the learner's `training_step` passes, and the line (or lines) that say so or what is wrong."""
+    watch = Watch(step.forbidden, allowed=handed_code())
+    outcomes = step_outcomes(function, watch)
+    expected = reference_outcomes()
+    raised = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
+    if raised is not None:
+        if is_stub(raised):
+            return False, (f"{where(raised, path)}: {raising_function(raised, path, step.function)} is not written "
+                           "yet (it raises NotImplementedError): write its body in place of the raise")  # fmt: skip
+        mistake = diagnose_training_step(outcomes)
+        said = f"{where(raised, path)}: {step.function} raised {describe(raised)}"
+        return False, said if mistake is None else f"{step.name}: {mistake.message}\n  {said}"
+    problem = _malformed(step, outcomes, expected)
+    if problem is not None:
+        return False, f"{step.name}: {problem}"
+    failure = _first_difference(outcomes, expected)
+    refusal = watch.refusal(step.function, step.graded_against)
+    if failure is not None:
+        mistake = diagnose_training_step(outcomes)
+        lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else [
+            f"{step.name}: {failure}"]  # fmt: skip
+        lines += [f"  and {refusal}"] if refusal else []
+        return False, "\n".join(lines)
+    if refusal is not None:
+        return False, f"{step.name}: {refusal}"
+    steps = sum(case.settings.steps for case in CASES)
+    largest = max(_largest(got, want) for got, want in zip(outcomes, expected, strict=True))
+    return True, (f"{step.name}: passed, {steps} steps on {len(CASES)} runs beside gpt-train's own step in float64, "
+                  f"every parameter after every step within {TOLERANCE:.0e} (the key bias {KEY_BIAS_TOLERANCE:.0e}), "
+                  f"largest difference {largest:.1e}")  # fmt: skip
+
+
+def handed_code() -> tuple[Callable[..., Any], ...]:
+    """What the learner's code may call of the shipped code: the model it is handed (the model step's answer), and
+    the kernels it computes with."""
+    modules = (minimal.GPT, minimal.Block, minimal.MLP, minimal.MultiHeadAttention, minimal.LayerNorm)
+    return (*(module.forward for module in modules), *vars(KERNELS).values())
+
+
+def raising_function(error: BaseException, path: Path | None, default: str) -> str:
+    """The name of the learner's function the error came from (a helper still a stub), or `default`."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if path is not None
+              and frame.filename == str(path)]  # fmt: skip
+    return frames[-1].name if frames else default
+
+
+def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    """What is wrong before any value: a parameter gone, reshaped or of another dtype, or none of them moved."""
+    fn = step.function
+    for got, want in zip(outcomes, expected, strict=True):
+        for after, right in zip(got.snapshots, want.snapshots, strict=True):
+            for name, value in right.items():
+                mine = after.get(name)
+                if mine is None:
+                    return f"after your {fn}, the model has no parameter {name}: update each parameter in place"
+                if mine.shape != value.shape or mine.dtype != value.dtype:
+                    return (f"after your {fn}, {name} is {str(mine.dtype).removeprefix('torch.')} of shape "
+                            f"{tuple(mine.shape)} where {str(value.dtype).removeprefix('torch.')} of shape "
+                            f"{tuple(value.shape)} is expected: update each parameter in place")  # fmt: skip
+    first = _model(SEED)
+    if all(torch.equal(value, param) for (_, value), param in zip(outcomes[0].snapshots[-1].items(),
+                                                                   first.parameters(), strict=True)):  # fmt: skip
+        return (f"your {fn} leaves every parameter as it was: change them in place (param.sub_(...) or "
+                "param -= ... under torch.no_grad()), not a new tensor bound to a name")  # fmt: skip
+    return None
+
+
+def _tolerances(name: str, like: Tensor, scale: float) -> Tensor:
+    """Each element's tolerance: TOLERANCE (relative to the parameter's scale, when that is above 1), and
+    KEY_BIAS_TOLERANCE for the key third of a fused qkv bias."""
+    tolerance = torch.full_like(like, TOLERANCE * max(1.0, scale))
+    if name.endswith("attn.qkv.bias"):
+        width = like.shape[0] // 3
+        tolerance[width : 2 * width] = KEY_BIAS_TOLERANCE
+    return tolerance
+
+
+def _first_difference(outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    for case, got, want in zip(CASES, outcomes, expected, strict=True):
+        for number, (after, right) in enumerate(zip(got.snapshots, want.snapshots, strict=True), 1):
+            for name, value in right.items():
+                difference = (after[name] - value).abs().nan_to_num(nan=math.inf)
+                excess = difference - _tolerances(name, value, float(value.abs().max()))
+                if not bool((excess > 0).any()):
+                    continue
+                flat = int(excess.argmax())
+                by = float(difference.flatten()[flat])
+                tolerance = float(_tolerances(name, value, float(value.abs().max())).flatten()[flat])
+                return (f"{case.name}: after step {number} of {case.settings.steps}, {name} "
+                        f"{index_of(flat, difference.shape)} differs from gpt-train's step by {by:.1e}, which "
+                        f"exceeds the tolerance {tolerance:.0e}")  # fmt: skip
+    return None
+
+
+def _largest(got: Outcome, want: Outcome) -> float:
+    """The largest difference held to TOLERANCE (the key bias's aside)."""
+    largest = 0.0
+    for after, right in zip(got.snapshots, want.snapshots, strict=True):
+        for name, value in right.items():
+            held = _tolerances(name, value, 1.0) < KEY_BIAS_TOLERANCE
+            largest = max(largest, float((after[name] - value).abs()[held].max()))
+    return largest
+
+
+def diagnose_training_step(outcomes: list[Outcome]) -> Mistake | None:
+    """The first of the step's mistakes whose step gives the learner's parameters after every step of every case
+    (or raises the same exception after as many steps)."""
+    for mistake in MISTAKES.get("training_step", ()):
+        for variant in mistake.kernels:
+            if all(_agree(got, made) for got, made in zip(outcomes, step_outcomes(variant), strict=True)):
+                return mistake
+    return None
+
+
+def _agree(got: Outcome, made: Outcome) -> bool:
+    if got.error is not None or made.error is not None:
+        same = got.error is not None and made.error is not None and type(got.error) is type(made.error)
+        return same and describe(got.error) == describe(made.error) and len(got.snapshots) == len(made.snapshots)
+    return all(close(after.get(name), value) for after, right in zip(got.snapshots, made.snapshots, strict=True)
+               for name, value in right.items())  # fmt: skip
