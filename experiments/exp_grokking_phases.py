@@ -1,13 +1,13 @@
 """Grokking's three phases, measured while the model trains (Nanda et al. 2023, "Progress measures for grokking
 via mechanistic interpretability", section 5).
 
-The default modadd run, with the weights kept at every evaluation (`--set snapshot_every=20`) and run on past
-its 2,400 steps to 3,200 (the learning rate is constant, so the first 2,400 are the default run's). The key
-frequencies are read from the trained model's number embedding; at every evaluation the restricted loss
-(held-out loss of the logits' key-frequency part alone), the excluded loss (training loss with that part
-removed) and the weight norm are computed from that step's weights. The phases' boundaries come from the
-accuracies alone: memorisation until the training set is fitted, circuit formation until held-out accuracy
-leaves chance, cleanup until it is near perfect.
+The default modadd run, with the weights kept at every evaluation (`--set snapshot_every=20`): the same run as
+`gpt-train run --task modadd --seed SEED`, step for step. The measures are `gpt-train inspect RUN phases`'s
+(gpt_train.lab.phases): the key frequencies are read from the trained model's number embedding; at every snapshot
+the restricted loss (held-out loss of the logits' key-frequency part alone), the excluded loss (training loss with
+that part removed), the weight norm and each split's accuracy and loss are computed from that step's weights. The
+phases' boundaries come from the accuracies alone: memorisation until the training set is fitted, circuit
+formation until held-out accuracy leaves chance, cleanup until it is near perfect.
 
     python experiments/exp_grokking_phases.py
     python experiments/exp_grokking_phases.py --quick
@@ -24,20 +24,18 @@ from common import Context, Run, context_from_args, markdown_table, report, span
 
 import gpt_train
 import gpt_viz
-from gpt_tasks.builtin.progress_measures import KEY_SHARE, ProgressMeasures, key_frequencies
+from gpt_tasks.builtin.progress_measures import KEY_SHARE
 from gpt_train.config import RunConfig
-from gpt_viz import HELDOUT, TRAIN, metric_key
-from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, MEASURES, Phases, first_below, grokking_phases, value_at
+from gpt_train.lab.phases import HELDOUT_LOSS, SPIKE, GrokkingProgress, measure_progress
+from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, first_below
 
 PUBLISHED_SEEDS = (1, 2, 3)  # the seeds of docs/results/grokking.md
 NEW_SEEDS = (7, 42)
-STEPS, EVERY = 3200, 20
+EVERY = 20
 NANDA_LR = 1e-3  # Nanda et al.'s learning rate
 QUICK = ("--set", "p=23", "--set", "eval_every=10", "--steps", "60")
 QUICK_EVERY = 10
 PICTURED = (1, 42)
-TRAIN_LOSS, HELDOUT_LOSS = metric_key(TRAIN, "loss"), metric_key(HELDOUT, "loss")
-SPIKE = 0.05  # nats: a training loss above it after the fit is a spike (the fitted loss is below 0.01)
 HEADER = ["seed", "key frequencies", "t_fit", "cleanup from", "t_gen",
           "restricted loss at t_fit / cleanup", "held-out loss at t_fit / cleanup",
           "restricted / held-out loss first <= ln(p)/2", "excluded loss at t_fit / cleanup / t_gen",
@@ -46,49 +44,46 @@ HEADER = ["seed", "key frequencies", "t_fit", "cleanup from", "t_gen",
 
 @dataclass(frozen=True)
 class Measured:
-    """One seed's run, its key frequencies, its evaluations with the progress measures, and its phases."""
+    """One seed's run and its progress measures at every snapshot (`gpt-train inspect RUN phases`'s): its key
+    frequencies, its records and its phases."""
 
     seed: int
     run: Run
-    keys: list[int]
-    records: list[dict]
-    phases: Phases
-    initial_norm: float
+    progress: GrokkingProgress
+
+    @property
+    def keys(self) -> list[int]:
+        return self.progress.keys
+
+    @property
+    def records(self) -> list[dict]:
+        return self.progress.records
+
+    @property
+    def phases(self) -> Phases:
+        return self.progress.phases
+
+    @property
+    def initial_norm(self) -> float:
+        return self.progress.at("weight_norm", 0)
 
     def at(self, key: str, step: int | None) -> float | None:
-        return None if step is None else value_at(self.records, key, step)
-
-    def spike_steps(self) -> list[int]:
-        """Evaluations after t_fit whose training loss rose above SPIKE from below it."""
-        after = [r for r in self.records if self.phases.fit is not None and r["step"] > self.phases.fit]
-        pairs = zip(after, after[1:], strict=False)
-        return [now["step"] for before, now in pairs if before[TRAIN_LOSS] <= SPIKE < now[TRAIN_LOSS]]
+        return self.progress.at(key, step)
 
     def spikes(self) -> int:
-        return len(self.spike_steps())
+        return len(self.progress.spike_steps())
 
     def spikes_shrinking_the_norm(self) -> int:
-        """Spikes at which the weight norm is below the previous evaluation's."""
+        """Spikes at which the weight norm is below the previous snapshot's."""
         norms = {r["step"]: r["weight_norm"] for r in self.records}
         steps = sorted(norms)
         previous = dict(zip(steps[1:], steps, strict=False))
-        return sum(1 for step in self.spike_steps() if norms[step] < norms[previous[step]])
+        return sum(1 for step in self.progress.spike_steps() if norms[step] < norms[previous[step]])
 
 
 def measure(seed: int, run: Run) -> Measured:
-    """The key frequencies of the trained model, and the progress measures at every evaluation."""
-    loaded = gpt_train.load_run(run.run_dir)
-    p = loaded.task.params.p
-    keys = key_frequencies(loaded.model.wte.weight[:p])
-    evaluations = {r["step"]: r for r in run.metrics if metric_key(HELDOUT, "accuracy") in r}
-    records, initial_norm = [], float("nan")
-    for step, model in gpt_train.load_snapshots(run.run_dir):
-        measures = ProgressMeasures.of(model, loaded.task, keys)
-        if step == 0:
-            initial_norm = measures.weight_norm
-        if step in evaluations:
-            records.append(evaluations[step] | {k: getattr(measures, k) for k in MEASURES})
-    return Measured(seed, run, keys, records, grokking_phases(records), initial_norm)
+    """The progress measures of the run at every snapshot, with the key frequencies of its trained model."""
+    return Measured(seed, run, measure_progress(run.run_dir))
 
 
 def text(value: float | None, form: str = "{:.2f}") -> str:
@@ -192,7 +187,7 @@ def run(ctx: Context):
     start = time.perf_counter()
     seeds = PUBLISHED_SEEDS[:1] if ctx.quick else PUBLISHED_SEEDS + NEW_SEEDS
     every = QUICK_EVERY if ctx.quick else EVERY
-    extra = list(QUICK) if ctx.quick else ["--steps", str(STEPS)]
+    extra = list(QUICK) if ctx.quick else []
     args = {s: ["--task", "modadd", "--seed", str(s), *extra, "--set", f"snapshot_every={every}"] for s in seeds}
     runs = train_all(ctx, {f"grokking-phases-seed{s}": a for s, a in args.items()})
     measured = [measure(s, runs[f"grokking-phases-seed{s}"]) for s in seeds]
@@ -223,10 +218,21 @@ def run(ctx: Context):
         + "\n\n"
         + "\n\n".join(pictures)
     )
-    commands = [" ".join(["gpt-train run --task modadd --seed SEED", *extra, "--set", f"snapshot_every={every}"])]
+    commands = [
+        " ".join(["gpt-train run --task modadd --seed SEED", *extra, "--set", f"snapshot_every={every}"]),
+        "gpt-train inspect RUN phases",
+    ]
     question = (
         "Does our grokking run go through the three phases Nanda et al. (2023) read off theirs (memorisation, "
-        "circuit formation, cleanup), told apart by their progress measures computed at every evaluation?"
+        "circuit formation, cleanup), told apart by their progress measures computed at every evaluation? The "
+        "measures: the *key frequencies* are the few frequencies k at which the trained model writes each number a "
+        f"into its embedding, as the waves cos(2πka/p) and sin(2πka/p): those holding at least {KEY_SHARE:.0%} of "
+        "the embedding's non-constant Fourier power. The *restricted loss* is the held-out loss of the logits cut "
+        "down to their key-frequency part (and each answer's mean over the pairs): the Fourier circuit alone, "
+        "without what memorising adds; it falls as the circuit forms. The *excluded loss* is the training loss of "
+        "the logits with that part removed: the training pairs answered without the circuit; it rises as the "
+        "circuit takes over from memorisation. `gpt-train inspect RUN phases` measures them on your own modadd "
+        "run from its snapshots."
     )
     wall = time.perf_counter() - start
     return report(ctx, "grokking-phases", "3c. Grokking's three phases", commands, body, wall, question)
