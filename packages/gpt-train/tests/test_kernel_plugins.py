@@ -393,6 +393,31 @@ def test_a_trusted_module_kernel_edited_since_training_is_refused_in_one_line(
         assert_one_line_error(result, f"{run_dir} was trained with kernels attention={module}:attention", said)
 
 
+BATCH_LIMITED_ATTENTION = """
+    from gpt_core import DEFAULT_KERNELS
+    def attention(q, k, v, causal):
+        if q.shape[0] > 8:  # passes the check at open, fails on an evaluation's batch
+            raise RuntimeError("batch too large for my tile buffer")
+        return DEFAULT_KERNELS.attention(q, k, v, causal)
+"""
+
+
+def test_a_trusted_module_kernel_that_fails_after_its_check_is_one_line_naming_it(
+    cli, tmp_path, monkeypatch, fresh_module
+):
+    run_dir = tmp_path / "run"
+    module = fresh_module(tmp_path, RIGHT_ATTENTION)
+    monkeypatch.chdir(tmp_path)
+    assert cli(*TINY, "--steps", "10", "--kernel", f"attention={module}:attention", "--out", run_dir).code == 0
+    fresh_module(tmp_path, BATCH_LIMITED_ATTENTION, name=module)
+    said = f"gpt-train: error: kernel attention={module}:attention failed: RuntimeError: batch too large"
+    for command in (OPENING_COMMANDS[0], OPENING_COMMANDS[2]):
+        sys.modules.pop(module, None)
+        result = cli(*opening(command, run_dir), "--trust-kernels")
+        assert result.code == 2 and "Traceback" not in result.err, result.err
+        assert result.err.split("\r")[-1].strip().startswith(said), result.err  # after inspect's progress bar
+
+
 def test_resuming_a_run_naming_a_module_kernel_imports_nothing_without_trust_kernels(
     cli, tiny_run, tmp_path, monkeypatch, fresh_module
 ):

@@ -9,6 +9,9 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -392,6 +395,31 @@ def test_a_thread_or_process_the_kernel_leaves_running_neither_holds_the_check_n
     while _running(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _running(pid)  # the process it started was stopped with the check
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads whether a process runs from /proc")
+def test_sigterm_to_a_check_stops_the_grading_child_and_ends_the_check_by_that_signal(tmp_path):
+    pid_file = tmp_path / "grading"
+    source = (
+        f"import os, pathlib\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n\n\n"
+        "def softmax(x):\n    while True:\n        pass\n"
+    )
+    write(tmp_path, "softmax", source)
+    command = [sys.executable, "-m", "gpt_train", "learn", "check", "softmax", "--dir", str(tmp_path),
+               "--time-limit", "600"]  # fmt: skip
+    check = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not pid_file.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid_file.is_file(), check.communicate(timeout=5)
+    time.sleep(0.5)  # the loop has begun
+    check.send_signal(signal.SIGTERM)  # what `timeout` sends
+    check.communicate(timeout=30)
+    assert check.returncode == -signal.SIGTERM
+    child = int(pid_file.read_text())
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(child)  # not left spinning in its own session
 
 
 def _running(pid: int) -> bool:

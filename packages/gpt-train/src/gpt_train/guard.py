@@ -4,7 +4,9 @@ The verification harness and the training loop treat an exception from a kernel 
 failure, but `SystemExit` is no `Exception`: it would pass both and end the process with the kernel's
 exit status, 0 for `sys.exit(0)`, with nothing checked or trained. `guarded` turns it into a KernelExit,
 an ordinary exception naming the kernel. Ctrl-C (KeyboardInterrupt) is left alone: it is the user's.
-An error while a run computes with chosen kernels becomes a KernelFailure naming them (`kernel_failure`).
+An error while a run computes with chosen kernels becomes a KernelFailure naming them (`kernel_failure`), and so
+does one from a module-path kernel of an opened run, which passed its check at open but meets other inputs after
+(`failures_named`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,23 @@ def guarded(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., A
             raise KernelExit(f"kernel {slot}={name} called sys.exit({exit_.code!r})") from None
 
     return guarded_kernel
+
+
+def failures_named(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, computing the same, with an exception it raises turned into a KernelFailure naming it."""
+
+    @functools.wraps(kernel)
+    def named_kernel(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return kernel(*args, **kwargs)
+        except TrainError:
+            raise
+        except Exception as error:
+            raise KernelFailure(
+                f"kernel {slot}={name} failed: {type(error).__name__}: {' '.join(str(error).split())}"
+            ) from None
+
+    return named_kernel
 
 
 def exit_origin(exit_: SystemExit) -> str:

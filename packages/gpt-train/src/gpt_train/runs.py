@@ -28,6 +28,7 @@ from gpt_train.config import ConfigError, RunConfig, resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
+from gpt_train.guard import failures_named
 from gpt_train.kernels import (
     KernelError,
     check_kernel_set,
@@ -264,7 +265,11 @@ def saved_kernels(
         )
     folders = {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
     verify = True if verify_all else set(modules)
-    return run_kernels(config, verify=verify, run_dir=run_dir, saved=folders, device=device)
+    kernels = run_kernels(config, verify=verify, run_dir=run_dir, saved=folders, device=device)
+    if verify_all:  # resuming: the trainer names a failing kernel itself
+        return kernels
+    named = {slot: failures_named(slot, name, getattr(kernels, slot)) for slot, name in modules.items()}
+    return dataclasses.replace(kernels, **named)
 
 
 def recorded_folders(kernels: dict[str, str], run_dir: Path) -> dict[str, str]:

@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from gpt_train.learn.grader import Verdict
@@ -37,7 +39,20 @@ like a module (torch.py) is not imported in its place; then the grading."""
 
 def grade_in_child(step_name: str, path: Path, source: bytes, time_limit: float = TIME_LIMIT) -> Verdict:
     """The verdict of the check of `step_name` on `source` (the bytes of `path`), graded in a child process that
-    is stopped after `time_limit` seconds. Ctrl-C stops the child too."""
+    is stopped after `time_limit` seconds. Ctrl-C stops the child too, and so do SIGTERM and SIGHUP (`timeout`,
+    `kill`, a closed terminal), which then end this process as they would have."""
+    restore = _catch_termination()
+    try:
+        return _graded(step_name, path, source, time_limit)
+    except Terminated as terminated:  # the child is stopped and the folder removed by now
+        restore()
+        signal.raise_signal(terminated.number)
+        raise
+    finally:
+        restore()
+
+
+def _graded(step_name: str, path: Path, source: bytes, time_limit: float) -> Verdict:
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="gpt-train-learn-") as folder:
         verdict_path = Path(folder) / "verdict.json"
@@ -57,6 +72,33 @@ def grade_in_child(step_name: str, path: Path, source: bytes, time_limit: float 
         return Verdict(False, f"{path}: the check ended without a verdict (exit status {process.returncode}): "
                               "something in the file ended the process (os._exit, a signal, a crash)")  # fmt: skip
     return verdict
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived while a check ran (a BaseException, so that nothing on the way catches it)."""
+
+    def __init__(self, number: int):
+        super().__init__(number)
+        self.number = number
+
+
+def _catch_termination() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM and SIGHUP raise Terminated in this process (its main
+    thread), so that the way out stops the child, which runs in a session of its own."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    numbers = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {number: signal.signal(number, _raise_terminated) for number in numbers}
+
+    def restore() -> None:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+    return restore
+
+
+def _raise_terminated(number: int, _frame: object) -> None:
+    raise Terminated(number)
 
 
 def _stop(process: subprocess.Popen) -> None:
