@@ -37,7 +37,7 @@ FOURIER_SHARE = f"fourier_top{TOP_FREQUENCIES}_share"
 @dataclass(frozen=True)
 class ModAddParams:
     p: int = 113
-    train_fraction: float = 0.2
+    train_fraction: float = 0.25
 
     def __post_init__(self) -> None:
         if not 2 <= self.p <= MAX_P:
@@ -157,25 +157,23 @@ class ModAddTask(Task):
     def defaults(self) -> Defaults:
         """Nanda et al.'s recipe (1 layer, no LayerNorm, AdamW with betas 0.9/0.98, full batch) at half their
         width, with the initial weights 8x GPT-2's (Omnigrok's lever: a large initial weight norm memorises fast
-        and generalises only once weight decay has shrunk it), a 12x larger learning rate, weight decay 1.0 and
-        20% of the pairs instead of 30%: memorised in under a hundred steps, generalised one to three thousand
-        steps later, in a few minutes of a 2-core CPU. The last 600 of its 4,500 steps cool the learning rate
-        down to min_lr: at a constant rate the generalised model keeps collapsing and recovering (the slingshot),
-        and a run could end inside a collapse. The model and optimiser were chosen on seeds 1, 2, 3, 7 and 42, the
-        cool-down on seeds 201-204, and the split, the weight decay and the length on seeds 306, 307, 308 and
-        315: with a quarter of the pairs, 307 generalises partly while it memorises and 306 and 315 jump before
-        10x the step that fits; 308 jumps last. The measured result on twenty other seeds:
-        docs/results/grokking.md."""
+        and generalises only once weight decay has shrunk it), a 12x larger learning rate, weight decay 0.7 and
+        25% of the pairs instead of 30%: memorised in under a hundred steps, generalised about a thousand later,
+        the whole delay in about a minute of a 2-core CPU. Chosen on seeds 1, 2, 3, 7 and 42. The last 600 of its
+        3,000 steps cool the learning rate down to min_lr: at a constant rate the generalised model keeps
+        collapsing and recovering (the slingshot), and a run may end inside a collapse (seeds 203 and 204 ended at
+        0.98 and 1.00 held-out accuracy after falling to 0.85 and 0.67 late in the run; the cool-down, chosen on
+        those, ends seed 203 at 0.9996). The measured result on twenty other seeds: docs/results/grokking.md."""
         return Defaults(
             model=self.model_config(n_layer=1, n_head=4, n_embd=64, tie_weights=False, layernorm=False, init_scale=8.0),
             train={
-                "steps": 4500,
+                "steps": 3000,
                 "batch_size": self.train_size,  # full batch
                 "lr": 1.2e-2,
                 "warmup_steps": 10,
                 "schedule": "constant",
                 "cooldown_steps": 600,  # the last 600: lr falls linearly to min_lr, and the run ends settled
-                "weight_decay": 1.0,
+                "weight_decay": 0.7,
                 "beta2": 0.98,
                 "grad_clip": 0.0,
                 "eval_every": 20,  # the whole of both splits, often enough to see the jump's shape
