@@ -240,6 +240,15 @@ def _counted(kernels: SimpleNamespace) -> tuple[SimpleNamespace, list[int]]:
     return SimpleNamespace(**{name: counting(kernel) for name, kernel in vars(kernels).items()}), calls
 
 
+def difference_verdict(step: Step, failure: str, mistake: Mistake | None, refusal: str | None) -> tuple[bool, str]:
+    """The failed verdict of a step whose results differ from the reference's: the named mistake when one
+    matches, the first difference, and a refused call if the step also made one."""
+    lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else [
+        f"{step.name}: {failure}"]  # fmt: skip
+    lines += [f"  and {refusal}"] if refusal else []
+    return False, "\n".join(lines)
+
+
 # grading -------------------------------------------------------------------------------------------------------------
 def grade_module(step: Step, cls: Callable[..., nn.Module], path: Path | None = None) -> tuple[bool, str]:
     """Whether the learner's class `cls` passes `step`, and the line (or lines) that say so or what is wrong."""
@@ -263,11 +272,7 @@ def grade_module(step: Step, cls: Callable[..., nn.Module], path: Path | None = 
     failure = _first_difference(step, cases, outcomes, expected)
     refusal = watch.refusal(step.function, step.graded_against)
     if failure is not None:
-        mistake = diagnose_module(step, outcomes)
-        lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else [
-            f"{step.name}: {failure}"]  # fmt: skip
-        lines += [f"  and {refusal}"] if refusal else []
-        return False, "\n".join(lines)
+        return difference_verdict(step, failure, diagnose_module(step, outcomes), refusal)
     if refusal is not None:
         return False, f"{step.name}: {refusal}"
     checks = sum(len(o.outputs) + len(o.grads) for o in expected)

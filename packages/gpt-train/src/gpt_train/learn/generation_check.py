@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 import gpt_core
 from gpt_core.generate import generate as gpt_core_generate
-from gpt_train.learn.assembly import KERNELS, _randomised
+from gpt_train.learn.assembly import KERNELS, _randomised, difference_verdict
 from gpt_train.learn.loading import describe, is_stub, where
 from gpt_train.learn.solutions import model as minimal
 from gpt_train.learn.steps import Step
@@ -152,11 +152,7 @@ def grade_generation(step: Step, function: Callable[..., Any], path: Path | None
     failure = _first_difference(outcomes, expected)
     refusal = watch.refusal(step.function, step.graded_against)
     if failure is not None:
-        mistake = diagnose_generation(outcomes)
-        lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else [
-            f"{step.name}: {failure}"]  # fmt: skip
-        lines += [f"  and {refusal}"] if refusal else []
-        return False, "\n".join(lines)
+        return difference_verdict(step, failure, diagnose_generation(outcomes), refusal)
     refusal = refusal or _cache_unused(outcomes)
     if refusal is not None:
         return False, f"{step.name}: {refusal}"

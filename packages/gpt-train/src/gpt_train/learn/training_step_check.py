@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 import gpt_core
 from gpt_train.kernels import TOLERANCE
-from gpt_train.learn.assembly import KERNELS, _randomised
+from gpt_train.learn.assembly import KERNELS, _randomised, difference_verdict
 from gpt_train.learn.cases import close, index_of
 from gpt_train.learn.loading import describe, is_stub, where
 from gpt_train.learn.solutions import model as minimal
@@ -161,11 +161,7 @@ def grade_training_step(step: Step, function: Callable[..., Any], path: Path | N
     failure = _first_difference(outcomes, expected)
     refusal = watch.refusal(step.function, step.graded_against)
     if failure is not None:
-        mistake = diagnose_training_step(outcomes)
-        lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else [
-            f"{step.name}: {failure}"]  # fmt: skip
-        lines += [f"  and {refusal}"] if refusal else []
-        return False, "\n".join(lines)
+        return difference_verdict(step, failure, diagnose_training_step(outcomes), refusal)
     if refusal is not None:
         return False, f"{step.name}: {refusal}"
     steps = sum(case.settings.steps for case in CASES)
