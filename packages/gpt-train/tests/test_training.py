@@ -61,10 +61,23 @@ def test_a_run_shorter_than_its_cool_down_cools_from_the_end_of_the_warm_up():
     assert learning_rate(55, s) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 45 / 90)
 
 
+def test_a_triggered_cool_down_starts_at_the_step_that_reached_it_and_ends_the_run_its_length_later():
+    s = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_steps": 30, "cooldown_trigger": 0.99})
+    assert s.cooldown_span() == (70, 100)  # not reached: the last 30 steps, as without a trigger
+    assert s.cooldown_span(triggered=40) == (40, 70)
+    assert s.cooldown_span(triggered=80) == (70, 100)  # reached too late for a whole cool-down: the last 30 steps
+    assert learning_rate(39, s, triggered=40) == learning_rate(40, s, triggered=40) == 1e-3
+    assert learning_rate(55, s, triggered=40) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 15 / 30)
+    assert learning_rate(55, s) == 1e-3
+    off = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_trigger": 0.99})  # cooldown_steps 0: no cool-down
+    assert off.cooldown_span(triggered=40) == (100, 100) and learning_rate(99, off, triggered=40) == 1e-3
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"schedule": "cosine"}, "applies to the constant schedule"), ({"cooldown_steps": -1}, "must not be negative")],
-)
+    [({"schedule": "cosine"}, "applies to the constant schedule"), ({"cooldown_steps": -1}, "must not be negative"),
+     ({"cooldown_trigger": -0.5}, "must not be negative")],
+)  # fmt: skip
 def test_a_cool_down_that_cannot_apply_is_refused(change, message):
     with pytest.raises(ValueError, match=message):
         TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_steps": 30} | change)
@@ -142,12 +155,30 @@ def interrupt_at(trainer: Trainer, step: int):
 
 
 GROKFAST = ["--set", "grokfast_lambda=2", "--set", "grokfast_alpha=0.9"]
+# A cool-down of 20 steps from the first evaluation whose held-out exact match reaches 0.05 (step 20 of this run).
+TRIGGERED = ["--steps", "200", "--lr", "1e-2", "--set", "warmup_steps=5", "--set", "schedule=constant",
+             "--set", "cooldown_steps=20", "--set", "cooldown_trigger=0.05"]  # fmt: skip
 
 
-@pytest.mark.parametrize("extra", [[], GROKFAST, RANDOMIZED], ids=["plain", "grokfast", "randomized"])
-def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, extra):
+def test_a_run_with_a_cool_down_trigger_ends_its_cool_down_after_the_first_evaluation_that_reached_it(cli, tmp_path):
+    assert cli(*TINY, *TRIGGERED, "--out", tmp_path).code == 0
+    records = read_metrics(tmp_path)
+    evaluations = [r for r in records if "heldout_exact_match" in r]
+    reached = next(r["step"] for r in evaluations if r["heldout_exact_match"] >= 0.05)
+    assert 5 < reached < 180  # the trigger fired, early enough to end the run before `steps`
+    assert records[-1]["step"] == reached + 20
+    assert all(r["lr"] == 1e-2 for r in records if 5 <= r["step"] <= reached)  # the full lr up to it
+    assert records[-1]["lr"] == pytest.approx(1e-2 + (1e-4 - 1e-2) * 19 / 20)
+
+
+@pytest.mark.parametrize(
+    ("extra", "stop_at"), [([], 17), (GROKFAST, 17), (RANDOMIZED, 17), (TRIGGERED, 25)],
+    ids=["plain", "grokfast", "randomized", "triggered"],
+)  # fmt: skip
+def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, extra, stop_at):
     """With Grokfast on, its gradient averages travel in the checkpoint: restarting them would change the weights.
-    Randomized positions continue the checkpointed global RNG stream."""
+    Randomized positions continue the checkpointed global RNG stream. A cool-down started by its trigger before
+    the stop continues from where it started, and the resumed run ends where the whole one did."""
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert cli(*TINY, *extra, "--out", whole).code == 0
     assert cli(*TINY, *extra, "--out", split, "--steps", "1").code == 0  # lay out the run directory and config
@@ -156,11 +187,12 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, 
     (split / RunLayout.CHECKPOINT).unlink()
     (split / RunLayout.METRICS).unlink()
     trainer = trainer_for(config, split)
-    trainer.on_step = interrupt_at(trainer, 17)
+    trainer.on_step = interrupt_at(trainer, stop_at)
     outcome = trainer.run()
-    assert (outcome.reason, outcome.step) == ("interrupted", 17)
+    assert (outcome.reason, outcome.step) == ("interrupted", stop_at)
     interrupted = load_checkpoint(split / RunLayout.CHECKPOINT, "sort")
-    assert interrupted.step == 17
+    assert interrupted.step == stop_at
+    assert interrupted.cooldown_from == (20 if extra == TRIGGERED else None)
     assert set(interrupted.grokfast) == (set(interrupted.model) if extra == GROKFAST else set())
 
     assert cli("run", "--resume", split, "--quiet").code == 0

@@ -41,6 +41,7 @@ class TrainingState:
     rng: dict[str, torch.Tensor]
     grokfast: dict[str, torch.Tensor] = field(default_factory=dict)  # Grokfast's gradient averages, by parameter
     precision: dict[str, torch.Tensor] = field(default_factory=dict)  # fp16's loss scale (gpt_train.precision)
+    cooldown_from: int | None = None  # the step that reached `cooldown_trigger`, once one has
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -66,6 +67,8 @@ def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, s
         "param_groups": json.dumps(state.optimizer["param_groups"]),
         "sha256": _digest(tensors),
     }
+    if state.cooldown_from is not None:
+        meta["cooldown_from"] = str(state.cooldown_from)
     return tensors, meta
 
 
@@ -159,16 +162,21 @@ def _param_groups(path: Path, text: str) -> list[dict[str, Any]]:
     return groups
 
 
-def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float]:
+def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float, int | None]:
+    """The step, the seconds trained, and the step whose evaluation started the cool-down (None before one has)."""
     try:
         step, elapsed = meta["step"], float(meta["elapsed"])
     except (KeyError, ValueError) as error:
         raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
-    if not (step.isascii() and step.isdigit()):
-        raise CheckpointError(f"checkpoint {path} has unreadable metadata (step {step!r} is not a whole number >= 0)")
+    cooldown_from = meta.get("cooldown_from")
+    for name, number in (("step", step), ("cooldown_from", cooldown_from)):
+        if number is not None and not (number.isascii() and number.isdigit()):
+            raise CheckpointError(
+                f"checkpoint {path} has unreadable metadata ({name} {number!r} is not a whole number >= 0)"
+            )
     if not (math.isfinite(elapsed) and elapsed >= 0):
         raise CheckpointError(f"checkpoint {path} has unreadable metadata (elapsed {elapsed!r} is not seconds >= 0)")
-    return int(step), elapsed
+    return int(step), elapsed, None if cooldown_from is None else int(cooldown_from)
 
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:
@@ -179,7 +187,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
     _check_tensors(path, tensors)
-    step, elapsed = _step_and_elapsed(path, meta)
+    step, elapsed, cooldown_from = _step_and_elapsed(path, meta)
     param_groups = _param_groups(path, meta.get("param_groups", ""))
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
     model, rng, grokfast, precision = {}, {}, {}, {}
@@ -197,7 +205,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
             index, _, slot = rest.partition("/")
             optimizer_state.setdefault(int(index), {})[slot] = value
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
-    return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast, precision)
+    return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast, precision, cooldown_from)
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:

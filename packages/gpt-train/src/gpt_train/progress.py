@@ -28,6 +28,11 @@ class Progress:
         self.bar.set_postfix(shown, refresh=False)
         self.bar.update(1)
 
+    def ends_at(self, step: int) -> None:
+        """The run now stops at `step` (its cool-down started early)."""
+        self.bar.total = step
+        self.bar.refresh()
+
     def close(self) -> None:
         self.bar.close()
 

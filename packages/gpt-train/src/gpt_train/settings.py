@@ -27,7 +27,11 @@ class TrainSettings:
     last step, or constant). With the constant schedule, `cooldown_steps` N > 0 makes the last N steps (every
     step after the warm-up, in a shorter run) a cool-down: lr falls linearly from `lr` towards `min_lr`, which
     the step after the last would reach, so the run ends at a small learning rate, settled rather than wherever
-    its last large step left it. AdamW's weight decay applies to weight matrices only (the position
+    its last large step left it. `cooldown_trigger` x > 0 starts the cool-down early instead: at the first
+    evaluation whose primary held-out metric reaches x, so that the run ends `cooldown_steps` after it (`steps`
+    is then the longest it may train; a run that never reaches x cools over its last N steps as before;
+    `cooldown_steps` 0 turns both off).
+    AdamW's weight decay applies to weight matrices only (the position
     table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
     `final_eval_limit` None scores the whole held-out split at the end.
     The run evaluates every `eval_every` steps and, with `early_eval_every` N > 0 smaller than it, also every N
@@ -57,6 +61,7 @@ class TrainSettings:
     warmup_steps: int = 100
     schedule: Schedule = "cosine"
     cooldown_steps: int = 0
+    cooldown_trigger: float = 0.0
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
@@ -104,6 +109,7 @@ class TrainSettings:
             self.cooldown_steps == 0 or self.schedule == "constant",
             "cooldown_steps applies to the constant schedule (cosine already decays to min_lr); set schedule=constant",
         )
+        _require(self.cooldown_trigger >= 0, f"cooldown_trigger must not be negative, got {self.cooldown_trigger}")
         _require(self.dtype in PRECISIONS, f"dtype must be one of {', '.join(PRECISIONS)}, got {self.dtype!r}")
         sets = ", ".join(KERNEL_SETS)
         _require(self.kernels in KERNEL_SETS, f"kernels must be one of {sets}, got {self.kernels!r}")
@@ -112,6 +118,16 @@ class TrainSettings:
             f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum}): "
             "each step's batch is split into grad_accum equal micro-batches",
         )
+
+    def cooldown_span(self, triggered: int | None = None) -> tuple[int, int]:
+        """The steps [start, end) of the constant schedule's cool-down, `end` being where the run stops: the last
+        `cooldown_steps` of `steps`, or the `cooldown_steps` after step `triggered` (where `cooldown_trigger` was
+        reached) when that comes earlier. Without a cool-down, (steps, steps)."""
+        length = min(self.cooldown_steps, self.steps - self.warmup_steps)
+        start = self.steps - length
+        if triggered is not None:
+            start = min(start, max(triggered, self.warmup_steps))
+        return start, start + length
 
     def evaluates_at(self, step: int) -> bool:
         """Whether the run evaluates after training step `step` (the final evaluation, after the last step, aside):

@@ -113,12 +113,11 @@ class Trainer:
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
+        self.cooldown_from: int | None = None  # the step whose evaluation reached `cooldown_trigger`
         if run.resume:
             self._restore(self.record.restore())
-        if self.step >= self.settings.steps:
-            raise RunDirError(
-                f"the run in {run.layout.root} already finished ({self.step} of {self.settings.steps} steps)"
-            )
+        if self.step >= self.last_step:
+            raise RunDirError(f"the run in {run.layout.root} already finished ({self.step} of {self.last_step} steps)")
         self.record.start_at(self.step)
         if self.step == 0:
             self.keep_snapshot()
@@ -151,7 +150,12 @@ class Trainer:
                 torch.cuda.set_rng_state(state.rng["cuda"], self.device)
             except RuntimeError as error:
                 raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
-        self.step, self.elapsed_before = state.step, state.elapsed
+        self.step, self.elapsed_before, self.cooldown_from = state.step, state.elapsed, state.cooldown_from
+
+    @property
+    def last_step(self) -> int:
+        """Where the run stops: `steps`, or earlier once an evaluation has reached `cooldown_trigger`."""
+        return self.settings.cooldown_span(self.cooldown_from)[1]
 
     def _state(self, elapsed: float) -> TrainingState:
         rng = {"cpu": torch.get_rng_state()}
@@ -160,7 +164,9 @@ class Trainer:
         model = {name: p for name, p in self.model.named_parameters()}
         grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
         optimizer, precision = self.optimizer.state_dict(), self.precision.state_dict()
-        return TrainingState(self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision)
+        return TrainingState(
+            self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from
+        )
 
     def save(self, elapsed: float) -> None:
         self.record.checkpoint(lambda: self._state(elapsed))
@@ -202,7 +208,7 @@ class Trainer:
         gradients the scaler skips the step."""
         s = self.settings
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(step, s)
+            group["lr"] = learning_rate(step, s, self.cooldown_from)
         batch = self.draw_batch(step)
         self.optimizer.zero_grad(set_to_none=True)
         if s.kernels == "triton" and step == self.first_step and self.model.kernels is not KERNEL_SETS["fast"]:
@@ -334,11 +340,13 @@ class Trainer:
         start = time.perf_counter()
         elapsed = lambda: self.elapsed_before + time.perf_counter() - start
         progress = Progress(self.config, self.step, self.quiet)
+        if self.last_step != s.steps:  # a resumed run whose cool-down has started
+            progress.ends_at(self.last_step)
         latest: dict[str, float] = {}
         self.model.train()
         try:
             with self.stop.installed():
-                while self.step < s.steps:
+                while self.step < self.last_step:
                     loss, stop_requested = self._computing(f"step {self.step + 1}", lambda: self.train_step(self.step))
                     if not math.isfinite(loss):
                         return self._diverged(f"loss became {loss}")
@@ -351,22 +359,31 @@ class Trainer:
                     if self.on_step is not None:
                         self.on_step(self.step)
                     self.keep_snapshot()
-                    evaluated = s.evaluates_at(self.step)
+                    evaluated = s.evaluates_at(self.step) and self.step < self.last_step
                     if evaluated:
                         latest = self._computing(
                             f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit)
                         )
-                    if evaluated or (self.step % s.log_every == 0 and self.step < s.steps):
+                        self._maybe_start_cooldown(latest, progress)
+                    if evaluated or (self.step % s.log_every == 0 and self.step < self.last_step):
                         self.record.log(self._line(loss, elapsed()) | (latest if evaluated else {}))
                     progress.update(loss, latest)
-                    if self.step % s.checkpoint_every == 0 and self.step < s.steps:  # the last: with final.json
+                    if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
                         self.save(elapsed())
-                    if (stop_requested or self.stop.requested) and self.step < s.steps:
+                    if (stop_requested or self.stop.requested) and self.step < self.last_step:
                         self.save(elapsed())
                         return Outcome("interrupted", self.step, detail="checkpoint written")
         finally:
             progress.close()
         return self._finish(loss, elapsed)
+
+    def _maybe_start_cooldown(self, metrics: dict[str, float], progress: Progress) -> None:
+        """The first evaluation whose primary held-out metric reaches `cooldown_trigger` starts the cool-down: the
+        run now ends `cooldown_steps` later."""
+        trigger, primary = self.settings.cooldown_trigger, self.config.primary_metric
+        if trigger > 0 and self.cooldown_from is None and metrics.get(primary, -math.inf) >= trigger:
+            self.cooldown_from = self.step
+            progress.ends_at(self.last_step)
 
     def _line(self, loss: float, elapsed: float) -> dict[str, Any]:
         return {
