@@ -69,7 +69,7 @@ def test_a_triggered_cool_down_starts_at_the_step_that_reached_it_and_ends_the_r
     assert learning_rate(39, s, triggered=40) == learning_rate(40, s, triggered=40) == 1e-3
     assert learning_rate(55, s, triggered=40) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 15 / 30)
     assert learning_rate(55, s) == 1e-3
-    off = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_trigger": 0.99})  # cooldown_steps 0: no cool-down
+    off = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_trigger": 0.99})  # no cooldown_steps: none
     assert off.cooldown_span(triggered=40) == (100, 100) and learning_rate(99, off, triggered=40) == 1e-3
 
 
