@@ -42,13 +42,15 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
         modadd: (
             {"n_layer": 1, "n_embd": 64, "tie_weights": False, "layernorm": False, "init_scale": 8.0},
             {
-                "steps": 3000,
+                "steps": 6000,
                 "batch_size": modadd.split.count("train"),  # full batch
                 "lr": 1.2e-2,
                 "warmup_steps": 10,
                 "schedule": "constant",
+                "min_lr": 1.2e-3,
                 "cooldown_steps": 600,
-                "weight_decay": 0.7,
+                "cooldown_trigger": 0.99,
+                "weight_decay": 1.0,
                 "beta2": 0.98,
                 "grad_clip": 0.0,
                 "eval_every": 20,
@@ -67,7 +69,7 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
         shape = _differences(defaults.model, base_model)
         assert {k: v for k, v in shape.items() if k not in ("vocab_size", "block_size")} == model, task.name
         assert defaults.train == train, task.name
-    assert (modadd.params.p, modadd.params.train_fraction) == (113, 0.25)  # the data the grokking recipe is for
+    assert (modadd.params.p, modadd.params.train_fraction) == (113, 0.2)  # the data the grokking recipe is for
 
 
 def test_primary_metric_is_among_the_metrics_evaluate_returns(builtin_tasks, tiny_model):

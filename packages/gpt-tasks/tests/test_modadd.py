@@ -125,7 +125,7 @@ def test_defaults_train_on_the_full_batch(modadd_task):
     train = modadd_task.defaults().train
     assert train["batch_size"] == modadd_task.split.count("train")
     assert train["eval_limit"] >= modadd_task.split.size
-    assert (train["weight_decay"], train["schedule"], train["beta2"]) == (0.7, "constant", 0.98)
+    assert (train["weight_decay"], train["schedule"], train["beta2"]) == (1.0, "constant", 0.98)
 
 
 def test_prompts_and_attention_examples_are_heldout_inputs(modadd_task):

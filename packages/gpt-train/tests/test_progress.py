@@ -20,7 +20,7 @@ def test_an_evaluation_within_evaluation_progress_shows_a_bar_on_stderr(capsys):
     with evaluation_progress(quiet=False):
         _evaluate_modadd()
     captured = capsys.readouterr()
-    assert "evaluating heldout" in captured.err and "/404" in captured.err  # the held-out 75% of the 23 * 23 pairs
+    assert "evaluating heldout" in captured.err and "/432" in captured.err  # the held-out 80% of the 23 * 23 pairs
     assert captured.out == ""
 
 

@@ -21,6 +21,7 @@ from gpt_tasks import field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.config import ConfigError, RunConfig, train_settings
 from gpt_train.distributed import Rank
+from gpt_train.progress import Progress
 from gpt_train.runs import Run
 from gpt_train.settings import TrainSettings
 from gpt_train.trainer import Trainer, learning_rate, make_optimizer
@@ -61,16 +62,15 @@ def test_a_run_shorter_than_its_cool_down_cools_from_the_end_of_the_warm_up():
     assert learning_rate(55, s) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 45 / 90)
 
 
-def test_a_triggered_cool_down_starts_at_the_step_that_reached_it_and_ends_the_run_its_length_later():
+def test_a_reached_trigger_drops_lr_to_min_lr_at_once_and_ends_the_run_a_cool_down_later():
     s = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_steps": 30, "cooldown_trigger": 0.99})
-    assert s.cooldown_span() == (70, 100)  # not reached: the last 30 steps, as without a trigger
-    assert s.cooldown_span(triggered=40) == (40, 70)
-    assert s.cooldown_span(triggered=80) == (70, 100)  # reached too late for a whole cool-down: the last 30 steps
-    assert learning_rate(39, s, triggered=40) == learning_rate(40, s, triggered=40) == 1e-3
-    assert learning_rate(55, s, triggered=40) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 15 / 30)
-    assert learning_rate(55, s) == 1e-3
+    assert s.last_step() == 100 and learning_rate(85, s) == pytest.approx(1e-3 + (1e-4 - 1e-3) * 15 / 30)
+    assert s.last_step(triggered=40) == 70
+    assert learning_rate(39, s, triggered=40) == 1e-3 and learning_rate(40, s, triggered=40) == 1e-4
+    assert learning_rate(69, s, triggered=40) == 1e-4
+    assert s.last_step(triggered=80) == 100  # reached too late for a whole cool-down: the run still ends at steps
     off = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_trigger": 0.99})  # no cooldown_steps: none
-    assert off.cooldown_span(triggered=40) == (100, 100) and learning_rate(99, off, triggered=40) == 1e-3
+    assert off.last_step(triggered=40) == 100 and learning_rate(99, off, triggered=40) == 1e-3
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def interrupt_at(trainer: Trainer, step: int):
 
 
 GROKFAST = ["--set", "grokfast_lambda=2", "--set", "grokfast_alpha=0.9"]
-# A cool-down of 20 steps from the first evaluation whose held-out exact match reaches 0.05 (step 20 of this run).
+# 20 steps at min_lr from the first evaluation whose held-out exact match reaches 0.05 (step 20 of this run).
 TRIGGERED = ["--steps", "200", "--lr", "1e-2", "--set", "warmup_steps=5", "--set", "schedule=constant",
              "--set", "cooldown_steps=20", "--set", "cooldown_trigger=0.05"]  # fmt: skip
 
@@ -166,9 +166,27 @@ def test_a_run_with_a_cool_down_trigger_ends_its_cool_down_after_the_first_evalu
     evaluations = [r for r in records if "heldout_exact_match" in r]
     reached = next(r["step"] for r in evaluations if r["heldout_exact_match"] >= 0.05)
     assert 5 < reached < 180  # the trigger fired, early enough to end the run before `steps`
+    assert all(r["heldout_exact_match"] >= 0.05 for r in evaluations if r["step"] >= reached)  # nothing reset it
     assert records[-1]["step"] == reached + 20
     assert all(r["lr"] == 1e-2 for r in records if 5 <= r["step"] <= reached)  # the full lr up to it
-    assert records[-1]["lr"] == pytest.approx(1e-2 + (1e-4 - 1e-2) * 19 / 20)
+    assert all(r["lr"] == 1e-4 for r in records if r["step"] > reached)  # then min_lr
+
+
+def test_an_evaluation_below_the_trigger_stops_the_cool_down_until_the_trigger_is_reached_again(cli, tmp_path):
+    """A collapse during the cool-down would otherwise be frozen by the low learning rate: the run goes back to
+    the full rate, and ends only after a whole cool-down at or above the trigger."""
+    assert cli(*TINY, *TRIGGERED, "--out", tmp_path, "--steps", "1").code == 0
+    config = RunConfig.load(tmp_path)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=200))
+    trainer, key = trainer_for(config, tmp_path), config.primary_metric
+    progress = Progress(config, 0, quiet=True)
+    for step, metric, expected in [(40, 0.01, None), (60, 0.06, 60), (70, 0.5, 60), (80, 0.01, None), (90, 0.05, 90)]:
+        trainer.step = step
+        trainer._follow_cooldown_trigger({key: metric}, progress)
+        assert trainer.cooldown_from == expected, step
+        assert trainer.last_step == (200 if expected is None else expected + 20)
+    assert learning_rate(89, config.train, trainer.cooldown_from) == 1e-2
+    assert learning_rate(90, config.train, trainer.cooldown_from) == 1e-4
 
 
 @pytest.mark.parametrize(

@@ -13,14 +13,17 @@ from gpt_train.settings import TrainSettings
 
 
 def learning_rate(step: int, s: TrainSettings, triggered: int | None = None) -> float:
-    """Linear warmup to lr, then cosine decay to min_lr at the last step, or constant with a cool-down of
-    `cooldown_steps` falling linearly towards min_lr: the last ones, or those after step `triggered`, where the
-    run reached `cooldown_trigger` (`TrainSettings.cooldown_span`)."""
+    """Linear warmup to lr, then cosine decay to min_lr at the last step, or constant with its last
+    `cooldown_steps` falling linearly towards min_lr; from step `triggered`, where the run reached
+    `cooldown_trigger`, min_lr at once (`TrainSettings.last_step`)."""
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
     if s.schedule == "constant":
-        start, end = s.cooldown_span(triggered)
-        return s.lr if step < start else s.lr + (s.min_lr - s.lr) * (step - start) / (end - start)
+        if triggered is not None and s.cooldown_steps and step >= triggered:
+            return s.min_lr
+        length = min(s.cooldown_steps, s.steps - s.warmup_steps)  # a shorter run cools from the warm-up's end
+        cooling = step - (s.steps - length)  # steps into the cool-down (negative before it)
+        return s.lr if cooling < 0 else s.lr + (s.min_lr - s.lr) * cooling / length
     progress = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
     return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + math.cos(math.pi * min(1.0, progress)))
 

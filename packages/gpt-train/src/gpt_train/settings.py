@@ -27,10 +27,12 @@ class TrainSettings:
     last step, or constant). With the constant schedule, `cooldown_steps` N > 0 makes the last N steps (every
     step after the warm-up, in a shorter run) a cool-down: lr falls linearly from `lr` towards `min_lr`, which
     the step after the last would reach, so the run ends at a small learning rate, settled rather than wherever
-    its last large step left it. `cooldown_trigger` x > 0 starts the cool-down early instead: at the first
-    evaluation whose primary held-out metric reaches x, so that the run ends `cooldown_steps` after it (`steps`
-    is then the longest it may train; a run that never reaches x cools over its last N steps as before;
-    `cooldown_steps` 0 turns both off).
+    its last large step left it. `cooldown_trigger` x > 0 ends the run by the trigger instead: at the first
+    evaluation whose primary held-out metric reaches x, lr drops to `min_lr` at once, and the run ends
+    `cooldown_steps` later; an evaluation below x meanwhile (a collapse) puts lr back to `lr` until x is reached
+    again, so the run ends only after `cooldown_steps` at min_lr with every evaluation at or above x. `steps` is
+    then the longest it may train: a run that never reaches x cools over its last N steps as before.
+    `cooldown_steps` 0 turns both off.
     AdamW's weight decay applies to weight matrices only (the position
     table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
     `final_eval_limit` None scores the whole held-out split at the end.
@@ -119,15 +121,12 @@ class TrainSettings:
             "each step's batch is split into grad_accum equal micro-batches",
         )
 
-    def cooldown_span(self, triggered: int | None = None) -> tuple[int, int]:
-        """The steps [start, end) of the constant schedule's cool-down, `end` being where the run stops: the last
-        `cooldown_steps` of `steps`, or the `cooldown_steps` after step `triggered` (where `cooldown_trigger` was
-        reached) when that comes earlier. Without a cool-down, (steps, steps)."""
-        length = min(self.cooldown_steps, self.steps - self.warmup_steps)
-        start = self.steps - length
-        if triggered is not None:
-            start = min(start, max(triggered, self.warmup_steps))
-        return start, start + length
+    def last_step(self, triggered: int | None = None) -> int:
+        """Where the run stops: `steps`, or `cooldown_steps` after step `triggered` (where `cooldown_trigger` was
+        reached) when that comes earlier."""
+        if triggered is None or not self.cooldown_steps:
+            return self.steps
+        return min(self.steps, triggered + self.cooldown_steps)
 
     def evaluates_at(self, step: int) -> bool:
         """Whether the run evaluates after training step `step` (the final evaluation, after the last step, aside):

@@ -155,7 +155,7 @@ class Trainer:
     @property
     def last_step(self) -> int:
         """Where the run stops: `steps`, or earlier once an evaluation has reached `cooldown_trigger`."""
-        return self.settings.cooldown_span(self.cooldown_from)[1]
+        return self.settings.last_step(self.cooldown_from)
 
     def _state(self, elapsed: float) -> TrainingState:
         rng = {"cpu": torch.get_rng_state()}
@@ -364,7 +364,7 @@ class Trainer:
                         latest = self._computing(
                             f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit)
                         )
-                        self._maybe_start_cooldown(latest, progress)
+                        self._follow_cooldown_trigger(latest, progress)
                     if evaluated or (self.step % s.log_every == 0 and self.step < self.last_step):
                         self.record.log(self._line(loss, elapsed()) | (latest if evaluated else {}))
                     progress.update(loss, latest)
@@ -377,12 +377,16 @@ class Trainer:
             progress.close()
         return self._finish(loss, elapsed)
 
-    def _maybe_start_cooldown(self, metrics: dict[str, float], progress: Progress) -> None:
-        """The first evaluation whose primary held-out metric reaches `cooldown_trigger` starts the cool-down: the
-        run now ends `cooldown_steps` later."""
-        trigger, primary = self.settings.cooldown_trigger, self.config.primary_metric
-        if trigger > 0 and self.cooldown_from is None and metrics.get(primary, -math.inf) >= trigger:
-            self.cooldown_from = self.step
+    def _follow_cooldown_trigger(self, metrics: dict[str, float], progress: Progress) -> None:
+        """The first evaluation whose primary held-out metric reaches `cooldown_trigger` drops lr to min_lr, and
+        the run now ends `cooldown_steps` later; an evaluation below it meanwhile (a collapse) puts lr back to the
+        full rate until the metric reaches the trigger again."""
+        trigger = self.settings.cooldown_trigger
+        if trigger <= 0:
+            return
+        reached = metrics.get(self.config.primary_metric, -math.inf) >= trigger
+        if (self.cooldown_from is None) == reached:
+            self.cooldown_from = self.step if reached else None
             progress.ends_at(self.last_step)
 
     def _line(self, loss: float, elapsed: float) -> dict[str, Any]:
