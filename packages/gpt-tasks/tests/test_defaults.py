@@ -42,7 +42,7 @@ def test_defaults_resolve_to_the_recorded_recipes(builtin_tasks):
         modadd: (
             {"n_layer": 1, "n_embd": 64, "tie_weights": False, "layernorm": False, "init_scale": 8.0},
             {
-                "steps": 6000,
+                "steps": 10000,
                 "batch_size": modadd.split.count("train"),  # full batch
                 "lr": 1.2e-2,
                 "warmup_steps": 10,
