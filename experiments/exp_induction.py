@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import torch
-from common import ROOT, Context, Run, context_from_args, markdown_table, shakespeare_path, train_all
+from common import Context, Run, context_from_args, markdown_table, shakespeare_path, train_all
 
 import gpt_core
 from gpt_tasks import get_task
@@ -124,10 +124,11 @@ def run(ctx: Context):
     header = ["run", "held-out loss", "phase change: step (ICL move, induction move)", "induction rise (steps)",
               "layer-0 previous-token rise", "previous-token ≥ 0.5 from", "induction heads (final ≥ 0.5)",
               "late − early loss (ICL score)", "… with them zero-ablated"]  # fmt: skip
+    data = shakespeare_path(ctx)  # the page names the file, never where it lies on the measuring machine
     commands = "\n".join(
         [
             "python experiments/exp_induction.py  # trains:",
-            *(f"gpt-train run {' '.join(a)}".replace(f"{ROOT.parent}/", "../") for a in specs(ctx).values()),
+            *(f"gpt-train run {' '.join(a)}".replace(str(data), data.name) for a in specs(ctx).values()),
         ]
     )
     text = (
