@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from common import Context, Run, context_from_args, markdown_table, report, span, train, train_all
 
@@ -28,7 +29,7 @@ from gpt_viz import HELDOUT, TRAIN, metric_key
 
 QUESTION = (
     "Does a one-layer transformer trained on a + b mod 113 memorise its training pairs first and generalise to the "
-    "held-out pairs only much later (grokking), on seeds its defaults were never chosen on, in a couple of minutes "
+    "held-out pairs only much later (grokking), on seeds its defaults were never chosen on, in a few minutes "
     "on a 2-core CPU? What do weight decay and Grokfast do to the delay, and what changes in the embedding?"
 )
 SEEDS = (1, 2, 3)  # every variant, the pictures and the spectra
@@ -339,23 +340,41 @@ def meaning(runs: dict[str, Run], seeds: Sequence[int], unseen: Sequence[int]) -
     settled = sum(final >= THRESHOLD for final in finals)
     waited = sum(g.stays_at_chance and (g.ratio or 0) >= MIN_RATIO for g in every)
     collapsed = sum(g.last_below is not None for g in every)
+    others = "" if waited == n else "; the others leave chance early, and the tables name them"
+    fell = (
+        f"{collapsed} of {n} fall back below {THRESHOLD} at least once"
+        if collapsed
+        else f"none falls below {THRESHOLD}"
+    )
     text = (
         f"On all {n} seeds the default run memorises its training pairs by step {span([g.t_fit for g in every])} "
         f"and generalises at step {span([g.t_gen for g in every])} ({span([g.ratio for g in every], '{:.1f}')} "
         f"times t_fit), each run taking {span(clocks, '{:.0f}')} s on the run's clock. On {waited} of {n} it stays "
         f"near chance on the held-out pairs to {WINDOW} x t_fit and jumps at least {MIN_RATIO} times later than it "
-        f"fits; the others leave chance early, and the tables name them. After the jump, {collapsed} of {n} fall "
-        f"back below {THRESHOLD} at least once (the slingshot), and {settled} of {n} end at or above it "
-        f"(final held-out accuracy {span(finals, '{:.4f}')}): the cool-down from t_gen ends each run settled, "
-        f"{span([g.final['step'] - g.t_gen for g in every])} steps after t_gen."
+        f"fits{others}. After the jump, with the learning rate dropped at t_gen, {fell}, and {settled} of {n} end at "
+        f"or above {THRESHOLD} (final held-out accuracy {span(finals, '{:.4f}')}), "
+        f"{span([g.final['step'] - g.t_gen for g in every])} steps after t_gen; at the full rate seed "
+        f"{COLLAPSE_SEED} does not (the section above)."
     )
     return text + " What weight decay and Grokfast do, and what the embedding does meanwhile, are the sections above."
 
 
+def times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 def collapses_after(g: Grokking) -> int:
-    """How many times held-out accuracy fell below THRESHOLD after t_gen (each a slingshot collapse)."""
+    """How many times held-out accuracy fell below THRESHOLD after t_gen."""
     above = [accuracy >= THRESHOLD for _, accuracy in g.after_gen]
     return sum(before and not now for before, now in zip(above, above[1:], strict=False))
+
+
+def train_collapses_after(run: Run, t_gen: int) -> int:
+    """How many times train accuracy fell below THRESHOLD after t_gen (the slingshot's collapses, the shaded spans
+    of the grokking picture)."""
+    records = [r for r in run.metrics if ACCURACY[TRAIN] in r and r["step"] >= t_gen]
+    steps = np.array([r["step"] for r in records])
+    return len(gpt_viz.collapses(steps, np.array([r[ACCURACY[TRAIN]] for r in records]), THRESHOLD))
 
 
 def collapse_section(ctx: Context, runs: dict[str, Run], seeds: Sequence[int]) -> str:
@@ -374,16 +393,17 @@ def collapse_section(ctx: Context, runs: dict[str, Run], seeds: Sequence[int]) -
     command = f"gpt-train run --task modadd --seed {COLLAPSE_SEED} {' '.join(CONSTANT)}"
     sentences = [
         f"Seed {COLLAPSE_SEED} at the full learning rate to step {COLLAPSE_STEPS:,} (`{command}`, "
-        f"{constant.clock:.0f} s): held-out accuracy first reaches {THRESHOLD} at step {c.t_gen:,}, then falls below "
-        f"it {collapses_after(c)} times (to {min(a for _, a in c.after_gen):.4f} at its lowest, last below it at "
-        f"step {c.last_below or c.t_gen:,}), and the run ends at {c.final[ACCURACY[HELDOUT]]:.4f} held out.",
+        f"{constant.clock:.0f} s): held-out accuracy first reaches {THRESHOLD} at step {c.t_gen:,}; after it, train "
+        f"accuracy collapses {times(train_collapses_after(constant, c.t_gen))}, held-out accuracy falls below "
+        f"{THRESHOLD} {times(collapses_after(c))}, down to {min(a for _, a in c.after_gen):.4f}, and the run ends at "
+        f"{c.final[ACCURACY[HELDOUT]]:.4f} held out.",
         "The shaded spans are its collapses, train accuracy's with held-out's (the slingshot, Thilak et al. 2022), "
         "each with a spike of both losses: at a constant rate nothing stops the next one, so a run that stops at a "
         "fixed step can end inside one.",
         f"The default run of the same seed drops the rate to {config.min_lr:g} at step {d.t_gen:,} and ends "
         f"{config.cooldown_steps:,} steps later at {d.final[ACCURACY[HELDOUT]]:.4f} held out ({default.clock:.0f} s).",
-        f"Of the {len(seeds)} default runs above, {fallen} fell below {THRESHOLD} after t_gen; the lowest held-out "
-        f"accuracy any reached after it is {lowest[0]:.4f} (seed {lowest[1]}).",
+        f"Of the {len(seeds)} default runs above, {fallen or 'none'} fell below {THRESHOLD} after t_gen; the lowest "
+        f"held-out accuracy any reached after it is {lowest[0]:.4f} (seed {lowest[1]}).",
         "The split is 20% of the pairs, not 25%: with a quarter, some seeds (307) generalise partly while they "
         f"memorise and others (306, 315) jump before {MIN_RATIO} x t_fit; with a fifth their held-out accuracy stays "
         f"at 0.02-0.03 to {WINDOW} x t_fit, and weight decay 1.0 (not 0.7) keeps the slower jump within a few "
