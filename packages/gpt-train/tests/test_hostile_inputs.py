@@ -333,6 +333,7 @@ TAMPERED = {
     "negative step": (lambda t, m: m.update(step="-5"), "step '-5' is not a whole number"),
     "step not a number": (lambda t, m: m.update(step="ten"), "step 'ten' is not a whole number"),
     "elapsed not finite": (lambda t, m: m.update(elapsed="nan"), "elapsed nan is not seconds"),
+    "cool-down start not a number": (lambda t, m: m.update(cooldown_from="x"), "cooldown_from 'x' is not a whole"),
     "param_groups not groups": (lambda t, m: m.update(param_groups='{"lr": 1}'), "param_groups is not"),
     "a learning rate as text": (
         lambda t, m: m.update(param_groups=m["param_groups"].replace('"lr": ', '"lr": "0.1", "x": ', 1)),
