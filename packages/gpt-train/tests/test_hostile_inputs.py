@@ -334,6 +334,7 @@ TAMPERED = {
     "step not a number": (lambda t, m: m.update(step="ten"), "step 'ten' is not a whole number"),
     "elapsed not finite": (lambda t, m: m.update(elapsed="nan"), "elapsed nan is not seconds"),
     "cool-down start not a number": (lambda t, m: m.update(cooldown_from="x"), "cooldown_from 'x' is not a whole"),
+    "cool-down start after the step": (lambda t, m: m.update(cooldown_from="99"), "cooldown_from 99 is after step"),
     "param_groups not groups": (lambda t, m: m.update(param_groups='{"lr": 1}'), "param_groups is not"),
     "a learning rate as text": (
         lambda t, m: m.update(param_groups=m["param_groups"].replace('"lr": ', '"lr": "0.1", "x": ', 1)),

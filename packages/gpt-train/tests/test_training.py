@@ -265,12 +265,16 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path
     assert all(torch.isfinite(t).all() for t in state.model.values())
 
 
-def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path):
+@pytest.mark.parametrize("extra", [[], TRIGGERED], ids=["plain", "triggered"])
+def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path, extra):
+    """Triggered: only rank 0 evaluates, and both ranks still drop the rate and stop at the same step (a rank
+    that did not would wait for the other in the next all-reduce until the timeout)."""
     run_dir = tmp_path / "ddp"
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    port = "29518" if extra else "29517"  # each case its own, should both run at once
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
                "-m", "gpt_train", *TINY[:TINY.index("--steps")], "--steps", "20", "--out", str(run_dir),
-               *TINY[TINY.index("--batch-size"):]]  # fmt: skip
+               *TINY[TINY.index("--batch-size"):], *extra]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[:4000]  # the ranks' own output comes before torchrun's traceback
     assert "detach" not in done.stderr, done.stderr[-3000:]  # PyTorch's warning about our own code
@@ -278,5 +282,9 @@ def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path):
     assert final["world_size"] == 2
     first, second = final["rank_weight_checksums"]
     assert first == second
-    losses = [r["loss"] for r in read_metrics(run_dir)]
+    records = read_metrics(run_dir)
+    losses = [r["loss"] for r in records]
     assert losses[-1] < losses[0]
+    if extra:
+        reached = next(r["step"] for r in records if r.get("heldout_exact_match", 0) >= 0.05)
+        assert reached < 180 and records[-1]["step"] == reached + 20

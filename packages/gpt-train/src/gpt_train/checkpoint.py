@@ -176,6 +176,10 @@ def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float, int
             )
     if not (math.isfinite(elapsed) and elapsed >= 0):
         raise CheckpointError(f"checkpoint {path} has unreadable metadata (elapsed {elapsed!r} is not seconds >= 0)")
+    if cooldown_from is not None and int(cooldown_from) > int(step):
+        raise CheckpointError(
+            f"checkpoint {path} has unreadable metadata (cooldown_from {cooldown_from} is after step {step})"
+        )
     return int(step), elapsed, None if cooldown_from is None else int(cooldown_from)
 
 

@@ -29,7 +29,7 @@ class Progress:
         self.bar.update(1)
 
     def ends_at(self, step: int) -> None:
-        """The run now stops at `step` (its cool-down started early)."""
+        """The run now stops at `step` (`cooldown_trigger` moved its end)."""
         self.bar.total = step
         self.bar.refresh()
 

@@ -380,11 +380,13 @@ class Trainer:
     def _follow_cooldown_trigger(self, metrics: dict[str, float], progress: Progress) -> None:
         """The first evaluation whose primary held-out metric reaches `cooldown_trigger` drops lr to min_lr, and
         the run now ends `cooldown_steps` later; an evaluation below it meanwhile (a collapse) puts lr back to the
-        full rate until the metric reaches the trigger again."""
+        full rate until the metric reaches the trigger again. Only rank 0 evaluates: under torchrun every rank
+        takes its verdict, so that all of them change the learning rate and stop at the same step."""
         trigger = self.settings.cooldown_trigger
         if trigger <= 0:
             return
         reached = metrics.get(self.config.primary_metric, -math.inf) >= trigger
+        _, reached = self.rank.mean_and_any(0.0, reached, self.device)  # the other ranks have no metrics: False
         if (self.cooldown_from is None) == reached:
             self.cooldown_from = self.step if reached else None
             progress.ends_at(self.last_step)
