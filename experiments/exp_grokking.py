@@ -363,18 +363,12 @@ def times(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
-def collapses_after(g: Grokking) -> int:
-    """How many times held-out accuracy fell below THRESHOLD after t_gen."""
-    above = [accuracy >= THRESHOLD for _, accuracy in g.after_gen]
-    return sum(before and not now for before, now in zip(above, above[1:], strict=False))
-
-
-def train_collapses_after(run: Run, t_gen: int) -> int:
-    """How many times train accuracy fell below THRESHOLD after t_gen (the slingshot's collapses, the shaded spans
-    of the grokking picture)."""
-    records = [r for r in run.metrics if ACCURACY[TRAIN] in r and r["step"] >= t_gen]
-    steps = np.array([r["step"] for r in records])
-    return len(gpt_viz.collapses(steps, np.array([r[ACCURACY[TRAIN]] for r in records]), THRESHOLD))
+def collapses(run: Run, split: str, since: int) -> int:
+    """How many times `split`'s accuracy fell below THRESHOLD again from step `since` on (`gpt_viz.collapses`, the
+    grokking picture's shaded spans)."""
+    records = [r for r in run.metrics if ACCURACY[split] in r and r["step"] >= since]
+    steps, values = (np.array([r[key] for r in records]) for key in ("step", ACCURACY[split]))
+    return len(gpt_viz.collapses(steps, values, THRESHOLD))
 
 
 def collapse_section(ctx: Context, runs: dict[str, Run], seeds: Sequence[int]) -> str:
@@ -388,15 +382,15 @@ def collapse_section(ctx: Context, runs: dict[str, Run], seeds: Sequence[int]) -
     if c.t_gen is None or d.t_gen is None or not all(g.after_gen for _, g in plain):
         return f"Seed {COLLAPSE_SEED} or a default run did not generalise; the tables and the commands are above."
     lowest = min((min(a for _, a in g.after_gen), s) for s, g in plain)
-    fallen = sum(collapses_after(g) > 0 for _, g in plain)
+    fallen = sum(g.last_below is not None for _, g in plain)
     config = RunConfig.load(default.run_dir).train
     command = f"gpt-train run --task modadd --seed {COLLAPSE_SEED} {' '.join(CONSTANT)}"
     sentences = [
         f"Seed {COLLAPSE_SEED} at the full learning rate to step {COLLAPSE_STEPS:,} (`{command}`, "
         f"{constant.clock:.0f} s): held-out accuracy first reaches {THRESHOLD} at step {c.t_gen:,}; after it, train "
-        f"accuracy collapses {times(train_collapses_after(constant, c.t_gen))}, held-out accuracy falls below "
-        f"{THRESHOLD} {times(collapses_after(c))}, down to {min(a for _, a in c.after_gen):.4f}, and the run ends at "
-        f"{c.final[ACCURACY[HELDOUT]]:.4f} held out.",
+        f"accuracy collapses {times(collapses(constant, TRAIN, c.t_gen))}, held-out accuracy falls below "
+        f"{THRESHOLD} {times(collapses(constant, HELDOUT, c.t_gen))}, down to "
+        f"{min(a for _, a in c.after_gen):.4f}, and the run ends at {c.final[ACCURACY[HELDOUT]]:.4f} held out.",
         "The shaded spans are its collapses, train accuracy's with held-out's (the slingshot, Thilak et al. 2022), "
         "each with a spike of both losses: at a constant rate nothing stops the next one, so a run that stops at a "
         "fixed step can end inside one.",
