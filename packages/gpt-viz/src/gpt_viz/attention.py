@@ -1,14 +1,6 @@
-"""Attention heatmaps: query positions down the y axis, key positions across.
-
-With the query on the y axis and position 0 at the top, a causal model's
-weights form a lower triangle (nothing above the diagonal), so a broken mask
-is visible at a glance.
-
-Each picture says under it how to read it (`caption`): a row is the position
-that reads, a bright cell the position it reads. Given the prompt's length, a
-line on both axes splits the prompt from the answer (`mark_prompt_end`), so the
-rows that write the answer, and what they read in the prompt, stand out.
-"""
+"""Attention heatmaps: query positions down, key positions across, so a causal model's weights form a lower
+triangle and a broken mask shows at a glance. Each picture says under it how to read it, and given the prompt's
+length a line on both axes splits the prompt from the answer."""
 
 from __future__ import annotations
 
@@ -36,7 +28,6 @@ BOUNDARY = "Red lines: the prompt ends and the answer begins; below them, what e
 
 
 def display_token(token: str) -> str:
-    """A token as a tick label: whitespace made visible, ``$`` kept out of mathtext."""
     return "".join(_VISIBLE.get(char, char) for char in token)
 
 
@@ -47,25 +38,21 @@ def draw_attention(
     vmax: float | None = None,
     prompt_length: int | None = None,
 ) -> AxesImage:
-    """Draw one query × key heatmap on ``ax`` with the tokens as tick labels.
-
-    The colour scale starts at 0 so that masked (future) positions are the
-    darkest colour; ``vmax`` lets several heads share one scale.
-    ``prompt_length``, the number of prompt tokens the sequence starts with,
-    draws the prompt/answer boundary (`mark_prompt_end`).
-    """
+    """One query × key heatmap with the tokens as tick labels, its colours from 0 (so masked positions are the
+    darkest) to ``vmax`` (several heads may share one), and the prompt/answer boundary after ``prompt_length``."""
     weights_2d = np.asarray(weights_2d)
     if weights_2d.ndim != 2:
         raise VizError(f"attention map must be 2-D (query × key), got shape {weights_2d.shape}")
     check_attention_shape(weights_2d, tokens)
-    image = ax.imshow(
-        weights_2d,
-        cmap=CMAP,
-        vmin=0.0,
-        vmax=vmax if vmax is not None else float(weights_2d.max()),
-        interpolation="nearest",
-    )
-    _label_positions(ax, tokens)
+    top = vmax if vmax is not None else float(weights_2d.max())
+    image = ax.imshow(weights_2d, cmap=CMAP, vmin=0.0, vmax=top, interpolation="nearest")
+    stride = math.ceil(len(tokens) / MAX_TICK_LABELS)
+    positions = range(0, len(tokens), stride)
+    labels = [display_token(tokens[i]) for i in positions]
+    size = max(5.0, min(9.0, 180 / max(len(positions), 1)))
+    ax.set_xticks(positions, labels, rotation=90, fontsize=size)
+    ax.set_yticks(positions, labels, fontsize=size)
+    ax.tick_params(length=2, pad=1)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     if prompt_length is not None:
@@ -73,34 +60,21 @@ def draw_attention(
     return image
 
 
-def check_prompt_length(prompt_length: int | None, positions: int) -> None:
-    """Fail unless ``prompt_length`` is None or a whole number of prompt tokens from 1 to ``positions``."""
-    if prompt_length is None:
-        return
+def mark_prompt_end(ax: Axes, prompt_length: int, positions: int) -> None:
+    """A line on both axes between the prompt's last position and the first answer position; none when the
+    whole sequence is prompt."""
     if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
         raise VizError(f"prompt_length must be a whole number of tokens, got {prompt_length!r}")
     if not 1 <= prompt_length <= positions:
         raise VizError(f"prompt_length must be between 1 and the {positions} positions shown, got {prompt_length}")
-
-
-def mark_prompt_end(ax: Axes, prompt_length: int, positions: int) -> None:
-    """A line on both axes between the prompt's last position and the first answer position; none when the
-    whole sequence is prompt (``prompt_length`` == ``positions``)."""
-    check_prompt_length(prompt_length, positions)
     if prompt_length < positions:
         for draw in (ax.axvline, ax.axhline):
             draw(prompt_length - 0.5, color=BOUNDARY_COLOUR, linewidth=1.3)
 
 
-def caption(prompt_length: int | None = None, positions: int | None = None) -> str:
+def caption(prompt_length: int | None, positions: int) -> str:
     """What a row and a bright cell mean, and, when the boundary is drawn, what its lines are."""
-    marked = prompt_length is not None and (positions is None or prompt_length < positions)
-    return READING + (f"\n{BOUNDARY}" if marked else "")
-
-
-def caption_figure(figure: Figure, prompt_length: int | None, positions: int) -> None:
-    """The caption under the whole figure (the layout makes room for it)."""
-    caption_below(figure, caption(prompt_length, positions))
+    return READING + (f"\n{BOUNDARY}" if prompt_length is not None and prompt_length < positions else "")
 
 
 def caption_axes(ax: Axes, prompt_length: int | None, positions: int) -> None:
@@ -117,44 +91,24 @@ def caption_axes(ax: Axes, prompt_length: int | None, positions: int) -> None:
     )
 
 
-def _label_positions(ax: Axes, tokens: Sequence[str]) -> None:
-    stride = math.ceil(len(tokens) / MAX_TICK_LABELS)
-    positions = range(0, len(tokens), stride)
-    labels = [display_token(tokens[i]) for i in positions]
-    size = _tick_fontsize(len(positions))
-    ax.set_xticks(positions, labels, rotation=90, fontsize=size)
-    ax.set_yticks(positions, labels, fontsize=size)
-    ax.tick_params(length=2, pad=1)
-
-
-def _tick_fontsize(label_count: int) -> float:
-    return max(5.0, min(9.0, 180 / max(label_count, 1)))
-
-
 def attention_map(
     weights_2d: np.ndarray, tokens: Sequence[str], title: str = "attention", prompt_length: int | None = None
 ) -> Figure:
-    """One attention matrix ``(T, T)`` as a heatmap with a colorbar and the caption that says how to read it.
-    ``prompt_length`` (the prompt's token count) marks where the prompt ends and the answer begins."""
+    """One attention matrix (T, T) as a heatmap with a colorbar and its caption."""
     figure = new_figure(6.4, 5.8)
     ax = figure.add_subplot()
     image = draw_attention(ax, weights_2d, tokens, prompt_length=prompt_length)
     ax.set_title(title)
     figure.colorbar(image, ax=ax, label="attention weight", shrink=0.85)
-    caption_figure(figure, prompt_length, len(tokens))
+    caption_below(figure, caption(prompt_length, len(tokens)))
     return figure
 
 
 def attention_grid(
     weights_layer: np.ndarray, tokens: Sequence[str], layer: int | None = None, prompt_length: int | None = None
 ) -> Figure:
-    """Every head of one layer side by side, sharing one colour scale, with the caption under them.
-
-    ``weights_layer`` has shape ``(n_head, T, T)``.  A shared scale makes heads
-    comparable: a sharp head really is brighter than a diffuse one.
-    ``layer`` only labels the figure; ``prompt_length`` marks the prompt/answer
-    boundary on every head.
-    """
+    """Every head of one layer (``weights_layer``: (n_head, T, T)) side by side on one colour scale, so a sharp
+    head really is brighter than a diffuse one; ``layer`` only labels the figure."""
     weights_layer = np.asarray(weights_layer)
     if weights_layer.ndim != 3 or weights_layer.shape[0] == 0:
         raise VizError(f"layer attention must have shape (n_head, T, T) with n_head >= 1, got {weights_layer.shape}")
@@ -169,5 +123,5 @@ def attention_grid(
         ax.set_title(f"head {head}")
     figure.colorbar(image, ax=axes, label="attention weight", shrink=0.85)
     figure.suptitle("attention by head" if layer is None else f"layer {layer} attention by head")
-    caption_figure(figure, prompt_length, len(tokens))
+    caption_below(figure, caption(prompt_length, len(tokens)))
     return figure

@@ -1,13 +1,8 @@
-"""The ``gpt-viz`` command: one subcommand per picture, each printing the files it wrote.
-
-Bad input ends with a single line ``gpt-viz: error: ...`` on stderr and exit
-status 2, never a traceback: the messages of :class:`VizError` already name
-the file, metric or shape at fault.
-"""
+"""The ``gpt-viz`` command: one subcommand per picture, each printing the files it wrote. Bad input ends with one
+line ``gpt-viz: error: ...`` on stderr and exit status 2, never a traceback."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -23,13 +18,10 @@ from gpt_viz.run_data import load_attention, run_directory
 from gpt_viz.run_layout import RunLayout
 from gpt_viz.run_names import RUN
 
-RUN_DIR = RUN  # a run directory, or a task name for its newest run under ./runs
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each PNG.")
 
 
 class BadInput(click.ClickException):
-    """A VizError as the CLI reports it: one line on stderr, exit status 2."""
-
     exit_code = 2
 
     def show(self, file: object = None) -> None:
@@ -38,8 +30,6 @@ class BadInput(click.ClickException):
 
 
 class _VizGroup(click.Group):
-    """Turns a VizError raised by any subcommand into :class:`BadInput`."""
-
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -58,7 +48,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=RUN_DIR)
+@click.argument("run_dirs", nargs=-1, required=True, type=RUN)
 @click.option("--metric", help="Held-out metric for the twin axis [default: config's primary_metric].")
 @click.option(
     "--out",
@@ -74,36 +64,27 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
       gpt-viz curves runs/addition runs/sorting --metric heldout_exact_match
       gpt-viz curves sort                       # a task name: its newest run under ./runs
     """
-    targets = _curves_targets(run_dirs, out)
+    if out is None:
+        targets = [RunLayout(run_directory(run_dir)).curves_picture for run_dir in run_dirs]
+    else:
+        names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise VizError(f"runs share the name {repeated[0]!r}, so their pictures in {out} would collide")
+        targets = [out / f"{name}-curves" for name in names]
     for run_dir, target in zip(run_dirs, targets, strict=True):
         _save_and_report(training_curves(run_dir, metric=metric), target, svg)
 
 
-def _curves_targets(run_dirs: Sequence[Path], out: Path | None) -> list[Path]:
-    """Where each run's curves go; refuses two runs that would overwrite one picture."""
-    if out is None:
-        return [RunLayout(run_directory(run_dir)).curves_picture for run_dir in run_dirs]
-    names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise VizError(f"runs share the name {repeated[0]!r}, so their pictures in {out} would collide")
-    return [out / f"{name}-curves" for name in names]
-
-
 @main.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=RUN_DIR)
+@click.argument("run_dirs", nargs=-1, required=True, type=RUN)
 @click.option("--metric", required=True, help="'loss' or any metric key, e.g. heldout_accuracy.")
 @click.option("--label", "labels", multiple=True, help="Legend label, once per run, in order.")
 @click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: compare-METRIC.png].")
 @click.option("--log-y/--linear-y", default=None, help="Y axis scale [default: log for losses].")
 @SVG_OPTION
 def compare(
-    run_dirs: tuple[Path, ...],
-    metric: str,
-    labels: tuple[str, ...],
-    out: Path | None,
-    log_y: bool | None,
-    svg: bool,
+    run_dirs: tuple[Path, ...], metric: str, labels: tuple[str, ...], out: Path | None, log_y: bool | None, svg: bool
 ) -> None:
     """Overlay one metric of several runs, as for an ablation.
 
@@ -118,7 +99,7 @@ def compare(
 
 
 @main.command()
-@click.argument("run_dir", type=RUN_DIR)
+@click.argument("run_dir", type=RUN)
 @click.option("--layer", type=int, help="Layer to show, counted from 0 [default: the last].")
 @click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/attention-layerN.png].")
 @SVG_OPTION
@@ -140,7 +121,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
 
 
 @main.command("grokking")
-@click.argument("run_dir", type=RUN_DIR)
+@click.argument("run_dir", type=RUN)
 @click.option(
     "--metric",
     default=METRIC,
@@ -167,7 +148,7 @@ def grokking_command(
 
 
 @main.command()
-@click.argument("run_dir", type=RUN_DIR)
+@click.argument("run_dir", type=RUN)
 @click.option("--out", type=click.Path(path_type=Path), help="Page path [default: RUN_DIR/explore.html].")
 def explore(run_dir: Path, out: Path | None) -> None:
     """One self-contained HTML page to explore a run in a browser.

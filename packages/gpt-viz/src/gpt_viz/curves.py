@@ -13,25 +13,12 @@ from matplotlib.figure import Figure
 from gpt_viz.attention import caption_axes, draw_attention
 from gpt_viz.canvas import legend_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
-from gpt_viz.run_data import (
-    PathLike,
-    Record,
-    load_attention,
-    load_config,
-    load_metrics,
-    metric_series,
-    run_directory,
-)
+from gpt_viz.run_data import PathLike, Record, load_attention, load_config, load_metrics, metric_series, run_directory
 from gpt_viz.run_layout import RunLayout, parse_metric_key
 
 LOSS_COLOUR = "tab:blue"
 METRIC_COLOUR = "tab:orange"
 MAX_MARKED_POINTS = 60
-
-
-def axis_label(metric: str) -> str:
-    """``loss`` in metrics.jsonl is the training loss; every other key names itself."""
-    return "training loss" if metric == "loss" else metric
 
 
 def is_loss(metric: str) -> bool:
@@ -40,28 +27,15 @@ def is_loss(metric: str) -> bool:
 
 
 def point_marker(metric: str, steps: np.ndarray) -> str | None:
-    """Dots on sparse evaluation series show where the data is; per-step logs would turn to smudge.
-
-    Evaluation keys are the ones that name a split (``heldout_loss``); ``loss`` and ``lr`` of each step do not.
-    """
-    is_evaluation = parse_metric_key(metric) is not None
-    return "o" if is_evaluation and len(steps) <= MAX_MARKED_POINTS else None
+    """Dots on a sparse evaluation series (a key naming a split) show where the data is; per-step logs would smudge."""
+    return "o" if parse_metric_key(metric) is not None and len(steps) <= MAX_MARKED_POINTS else None
 
 
 def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
-    """The headline figure of a run: what it learned, and where it looks.
-
-    Left: training loss (log scale) against step, with the held-out metric on
-    a twin y axis.  The metric is ``metric`` if given, else the config's
-    ``primary_metric``; runs that name neither show the loss alone.
-    Under it, when the run logged task probes (``heldout_probe_*``): each
-    probe against the same steps, so what the model computes inside can be
-    read beside when its metric moved.
-    Right, when ``attention.npz`` exists: the last layer's attention on the
-    held-out example, averaged over heads, since the mean shows what the layer
-    as a whole reads without singling out one arbitrary head; the prompt/answer
-    boundary marked when the file records it, and the caption saying how to read it.
-    """
+    """The headline figure of a run. Left: training loss (log scale) against step, with ``metric`` (default: the
+    config's ``primary_metric``) on a twin axis, and under it the task probes the run logged. Right, when
+    ``attention.npz`` exists: the last layer's attention on the held-out example, averaged over heads (what the
+    layer as a whole reads, without singling out one head), with the prompt/answer boundary and a caption."""
     run = run_directory(run_dir)
     records = load_metrics(run)
     config = load_config(run)
@@ -117,8 +91,7 @@ def _draw_metric_on_twin(ax: Axes, records: Sequence[Record], metric: str, sourc
 
 
 PER_HEAD_PROBE = re.compile(r"_l\d+h\d+$")
-"""A probe measured per head (``heldout_probe_induction_l1h0``): one curve per head is the induction picture's
-(`gpt_viz.induction`), not the curves panel's."""
+"""A probe measured per head (``heldout_probe_induction_l1h0``): the induction picture's, not the curves panel's."""
 
 
 def probe_keys(records: Sequence[Record]) -> list[str]:
@@ -129,7 +102,6 @@ def probe_keys(records: Sequence[Record]) -> list[str]:
 
 
 def _draw_probes(ax: Axes, records: Sequence[Record], keys: Sequence[str], source: str) -> None:
-    """Each probe's curve, on a 0-1 axis when every value is a fraction."""
     values = []
     for key in keys:
         steps, series = metric_series(records, key, source=source)
@@ -151,11 +123,10 @@ def _all_fractions(values: np.ndarray) -> bool:
 
 def _draw_last_layer_attention(figure: Figure, ax: Axes, run: Path) -> None:
     snapshot = load_attention(run)
-    last_layer = snapshot.weights.shape[0] - 1
-    n_head = snapshot.weights.shape[1]
-    weights, prompt = snapshot.weights[last_layer].mean(axis=0), snapshot.prompt_length
-    image = draw_attention(ax, weights, snapshot.tokens, prompt_length=prompt)
-    ax.set_title(f"layer {last_layer} attention, mean of {n_head} heads (held-out example)")
+    n_layer, n_head = snapshot.weights.shape[:2]
+    prompt = snapshot.prompt_length
+    image = draw_attention(ax, snapshot.weights[-1].mean(axis=0), snapshot.tokens, prompt_length=prompt)
+    ax.set_title(f"layer {n_layer - 1} attention, mean of {n_head} heads (held-out example)")
     figure.colorbar(image, ax=ax, label="attention weight", shrink=0.85)
     caption_axes(ax, prompt, len(snapshot.tokens))
 
@@ -166,12 +137,8 @@ def compare_runs(
     labels: Sequence[str] | None = None,
     log_y: bool | None = None,
 ) -> Figure:
-    """Several runs' ``metric`` against step on one axis, one legend entry per run.
-
-    Meant for ablations (baseline, no LayerNorm, no residual, neither).
-    ``metric`` is ``"loss"`` or any logged metric key.  ``labels`` default to
-    the run directory names.  ``log_y`` defaults to a log axis for losses only.
-    """
+    """Several runs' ``metric`` (``"loss"`` or any logged key) against step on one axis, as for an ablation;
+    ``labels`` default to the directory names, ``log_y`` to a log axis for losses only."""
     runs = [run_directory(run_dir) for run_dir in run_dirs]
     if not runs:
         raise VizError("compare needs at least one run directory")
@@ -184,12 +151,12 @@ def compare_runs(
     for run, label in zip(runs, labels, strict=True):
         steps, values = metric_series(load_metrics(run), metric, source=str(run))
         ax.plot(steps, values, linewidth=1.3, marker=point_marker(metric, steps), markersize=3, label=label)
-    use_log_y = is_loss(metric) if log_y is None else log_y
-    if use_log_y:
+    if is_loss(metric) if log_y is None else log_y:
         use_log_scale(ax, "y")
+    label = "training loss" if metric == "loss" else metric
     ax.set_xlabel("step")
-    ax.set_ylabel(axis_label(metric))
-    ax.set_title(f"{axis_label(metric)} by run")
+    ax.set_ylabel(label)
+    ax.set_title(f"{label} by run")
     ax.grid(alpha=0.3)
     ax.legend()
     return figure

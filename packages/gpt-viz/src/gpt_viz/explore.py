@@ -1,14 +1,9 @@
-"""The explorer page: one self-contained HTML file for looking around a run in a browser.
+"""The explorer page: one self-contained HTML file with every head of every layer, the run's curves and, once
+`gpt-train inspect RUN heads` has written it, the head-ablation table. Data, script and styles are inline, so the
+file opens offline and never fetches anything.
 
-A PNG shows one layer on one example; the page carries every head of every layer, the run's
-curves and, once `gpt-train inspect RUN heads` has written it, the head-ablation table, and lets the
-reader choose what to look at. Data, script and styles are inline (the drawing is a small
-hand-written script on canvas), so the file opens offline, from a CI artefact or an e-mail, and
-never fetches anything.
-
-The data travels as JSON in a ``<script type="application/json">`` element with ``<``, ``>`` and
-``&`` written as ``\\u`` escapes, so no token text (``</script>`` included) can end the element or
-become markup; the script puts token text on the page as text, never as HTML.
+The data travels as JSON in a ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` escaped, so
+no token text can end the element or become markup; the script puts token text on the page as text, never HTML.
 """
 
 from __future__ import annotations
@@ -39,28 +34,21 @@ from gpt_viz.run_data import (
 from gpt_viz.run_layout import RunLayout, parse_metric_key
 
 PAGE_NAME = "explore.html"
-"""The page's default name inside the run directory."""
 TEMPLATE = "explore_template.html"
-"""The page's markup, styles and script: package data beside this module."""
-_TITLE_MARK = "__TITLE__"
-_DATA_MARK = "__RUN_DATA__"
 # Characters that could close the data's <script> element or open markup inside it, as JSON escapes.
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def explorer_page(run_dir: PathLike) -> str:
-    """The whole HTML page for the run in ``run_dir``."""
-    run = run_directory(run_dir)
-    data = page_data(run)
+    data = page_data(run_directory(run_dir))
     template = resources.files("gpt_viz").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    return template.replace(_TITLE_MARK, html.escape(data["title"])).replace(_DATA_MARK, script_json(data))
+    return template.replace("__TITLE__", html.escape(data["title"])).replace("__RUN_DATA__", script_json(data))
 
 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
     """Write the page to ``target`` (default ``RUN_DIR/explore.html``) and return its path."""
-    run = run_directory(run_dir)
-    page = explorer_page(run)
-    path = Path(target) if target is not None else run / PAGE_NAME
+    page = explorer_page(run_dir)
+    path = Path(target) if target is not None else run_directory(run_dir) / PAGE_NAME
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
@@ -70,42 +58,35 @@ def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
 
 
 def page_data(run: Path) -> dict[str, Any]:
-    """Everything the page draws, as plain JSON-ready values."""
+    """Everything the page draws, as plain JSON-ready values. The page opens on the head the model needs most by
+    the head-ablation table, else on the first layer's first (a small model often leaves its last layer unused)."""
     config = load_config(run)
-    records = load_metrics(run)
     attention = _attention_examples(run)
     task = config.get("task")
     ablation = heads_ablation_data(run, attention[0].weights.shape[:2] if attention else None)
+    layer, head = most_needed_head(ablation) if ablation else (0, 0)
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
     return {
         "title": f"{task} — {run.name}" if task else run.name,
-        "model": _model_summary(config),
-        "curves": curves_data(records, config.get("primary_metric")),
+        "model": {key: model[key] for key in ("n_layer", "n_head", "n_embd", "pos") if _is_setting(model.get(key))},
+        "curves": curves_data(load_metrics(run), config.get("primary_metric")),
         "attention": [attention_data(snapshot) for snapshot in attention],
         "ablation": ablation,
-        "open": opening_head(ablation),
+        "open": {"layer": layer, "head": head, "by": "ablation" if ablation else "first layer"},
     }
 
 
-def opening_head(ablation: dict[str, Any] | None) -> dict[str, Any]:
-    """The head the page opens on: the one the model needs most by the head-ablation table, else the first
-    layer's first head (the last layer of a small model is often the one it does not use)."""
-    if ablation is None:
-        return {"layer": 0, "head": 0, "by": "first layer"}
-    layer, head = most_needed_head(ablation)
-    return {"layer": layer, "head": head, "by": "ablation"}
-
-
-def _model_summary(config: dict[str, Any]) -> dict[str, Any]:
-    """The few settings the page's header names, where config.json has them."""
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    keys = ("n_layer", "n_head", "n_embd", "pos")
-    return {key: model[key] for key in keys if isinstance(model.get(key), (int, float, str))}
+def _is_setting(value: Any) -> bool:
+    return isinstance(value, (int, float, str))
 
 
 def curves_data(records: list[Record], primary_metric: str | None) -> dict[str, Any]:
     """Every summary metric's (steps, values); non-finite values become gaps (JSON has no NaN)."""
-    keys = [key for key in available_metrics(records) if not _is_position_detail(key)]
-    series = {key: _series(records, key) for key in keys}
+    series = {
+        key: _series(records, key)
+        for key in available_metrics(records)
+        if not ((parsed := parse_metric_key(key)) and parsed.is_position_detail)
+    }
     series = {key: points for key, points in series.items() if any(value is not None for value in points[1])}
     if "loss" not in series:
         raise VizError("metrics.jsonl has no training loss (no line carries a finite number under 'loss')")
@@ -113,13 +94,7 @@ def curves_data(records: list[Record], primary_metric: str | None) -> dict[str, 
     return {"primary": primary, "series": series}
 
 
-def _is_position_detail(key: str) -> bool:
-    parsed = parse_metric_key(key)
-    return parsed is not None and parsed.is_position_detail
-
-
 def _series(records: list[Record], key: str) -> tuple[list[int], list[float | None]]:
-    """The steps and values of the lines that carry a number under ``key``."""
     points = [
         (record["step"], record[key])
         for record in records
@@ -129,7 +104,7 @@ def _series(records: list[Record], key: str) -> tuple[list[int], list[float | No
 
 
 def _attention_examples(run: Path) -> list[AttentionSnapshot]:
-    """The attention file's examples; none while a run has not written it yet (it comes at the end)."""
+    """The attention file's examples; none before the run writes it at its end."""
     path = RunLayout(run).attention
     if not path.is_file():
         return []
@@ -142,15 +117,12 @@ def _attention_examples(run: Path) -> list[AttentionSnapshot]:
 
 
 def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
-    """One example: its tokens, its prompt length (`prompt_boundary`: where the page draws the prompt/answer
-    line), and its weights (n_layer, n_head, T, T) as base64 bytes, row-major, each the weight as a fraction
-    0..255 of its row's largest, with those row maxima (n_layer, n_head, T) as base64 float32; the page
-    multiplies them back.
+    """One example: its tokens, its prompt length, and its weights (n_layer, n_head, T, T) as base64 bytes, each the
+    weight as a fraction 0..255 of its row's largest, with those row maxima as base64 float32.
 
-    One byte a weight keeps the page at a quarter of float32's size. Scaling by the row's own maximum,
-    not 1, keeps a diffuse row (all of it small) as finely resolved as a sharp one: every weight comes back
-    within 1/510 of its row's maximum, so within 0.002, finer than the page's 256 colours, which run from 0 to
-    the head's largest weight, and than the three decimals its readout shows.
+    One byte a weight keeps the page at a quarter of float32's size; scaling by the row's own maximum keeps a
+    diffuse row as finely resolved as a sharp one: every weight comes back within 0.002, finer than the page's
+    256 colours and the three decimals its readout shows.
     """
     weights = np.asarray(snapshot.weights, dtype=np.float64)  # (L, H, T, T)
     row_max = weights.max(axis=-1)  # (L, H, T)
@@ -166,8 +138,8 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
 
 
 def prompt_boundary(prompt_length: Any, positions: int) -> int | None:
-    """Where the page draws the prompt/answer line: the prompt's token count when the example is a prompt then
-    an answer (a whole number from 1 to ``positions``), else None (a text window, or an older file without it)."""
+    """The prompt's token count when it is a whole number from 1 to ``positions``, else None: where the page
+    draws the prompt/answer line."""
     if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
         return None
     return int(prompt_length) if 1 <= prompt_length <= positions else None
@@ -184,7 +156,6 @@ def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, A
 
 
 def _final_step(layout: RunLayout) -> int | None:
-    """The step of the run's final checkpoint (final.json's), or None while the run has not finished."""
     if not layout.final.is_file():
         return None
     step = read_json_object(layout.final).get("step")
@@ -232,5 +203,4 @@ def _is_number(value: Any) -> bool:
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that can sit inside a ``<script>`` element: nothing in it can close the element."""
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).translate(_SCRIPT_SAFE)

@@ -1,35 +1,18 @@
-"""Reading what the trainer writes into a run directory.
+"""Reading what the trainer writes into a run directory (names: :mod:`gpt_viz.run_layout`), and writing
+``attention.npz``, so that its format is spelled once, beside its reader. Malformed input (unreadable, not UTF-8,
+not JSON, not an archive) is a one-line :class:`~gpt_viz.errors.VizError` naming the file, never a traceback.
 
-A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per
-logged step) and, optionally, ``attention.npz`` (attention weights of every
-layer and head on a few held-out examples); :mod:`gpt_viz.run_layout` owns those
-names.  Everything here turns malformed input (unreadable, not UTF-8, not JSON,
-not an archive) into a one-line :class:`~gpt_viz.errors.VizError` naming the
-file instead of a traceback.
+``attention.npz`` (``np.savez_compressed``) holds N examples padded to the longest, T:
 
-``attention.npz`` is also written here (:func:`save_attention_examples`), so that
-its format is spelled once, beside its reader.  It is a compressed archive
-(``np.savez_compressed``) of N examples of possibly different lengths, padded to
-the longest, T:
-
-- ``weights`` (N, n_layer, n_head, T, T) float16, query × key, zero outside each
-  example's own (length × length) corner; read back as float32;
+- ``weights`` (N, n_layer, n_head, T, T) float16, query × key, zero outside each example's own corner (float16
+  keeps a weight in [0, 1] to within 2**-12, finer than any picture, at half float32's bytes);
 - ``tokens`` (N, T) strings, ``""`` after each example's last token;
 - ``lengths`` (N,) integers, each example's token count;
-- ``prompt_lengths`` (N,) integers, optional: how many of each example's tokens are its prompt (the rest
-  is its answer), 0 where it has none (a text task's window); pictures mark the boundary.
+- ``prompt_lengths`` (N,) integers, optional: each example's prompt token count, 0 where it has none.
 
-float16 keeps a weight in [0, 1] to within 2**-12 (half its spacing below 1), far
-finer than a picture shows, at half float32's bytes.  The file holds at most
-:data:`ATTENTION_BUDGET` weights (N · n_layer · n_head · T², padding included), so its
-size and the memory that computes it stay bounded for any model and block size;
-:func:`attention_lengths_within_budget` says which examples fit, at what length.
-
-Older files (float32 weights, uncompressed, no ``prompt_lengths``) read the same way; one from before
-runs kept several examples holds ``weights`` (n_layer, n_head, T, T) and
-``tokens`` (T,) only, and reads as one example.
-
-Each file's reader is here with its one-line errors, so the module is as long as the list of files.
+At most :data:`ATTENTION_BUDGET` weights, padding included, so the file and the memory that computes it stay
+bounded for any model. Older files (float32, uncompressed, no ``prompt_lengths``) read the same way; one from
+before runs kept several examples holds ``weights`` (n_layer, n_head, T, T) and ``tokens`` (T,) and reads as one.
 """
 
 from __future__ import annotations
@@ -52,9 +35,8 @@ from gpt_viz.run_layout import AXIS_KEYS, RunLayout
 PathLike = Union[str, "os.PathLike[str]"]
 Record = Mapping[str, Any]
 
-# Reading an archive member can fail in any of these ways when the bytes are damaged (numpy parses a
-# garbled .npy header with ast and tokenize, whose errors it lets through; a garbled shape may ask for terabytes;
-# zipfile meets a flipped flag as encryption or a feature it does not implement, both RuntimeErrors).
+# How reading damaged archive bytes fails: numpy parses a garbled .npy header with ast and tokenize and lets their
+# errors through, a garbled shape may ask for terabytes, and zipfile meets a flipped flag as a RuntimeError.
 _DAMAGED_ARCHIVE = (
     OSError,
     RuntimeError,
@@ -71,20 +53,13 @@ _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 ATTENTION_BUDGET = 4 * 2**20
-"""Most attention weights one attention.npz holds (examples x n_layer x n_head x T x T, T the longest kept
-example's length): 8 MiB as float16 before compression, whatever the model. The default sort model's four
-examples use 3,872 of them; one 6-layer, 6-head example at T = 256 uses 2,359,296, so such a model keeps one,
-and a 12-layer, 12-head one at T = 1,024 keeps the last 170 tokens of its first."""
+"""Most weights one attention.npz holds (examples x n_layer x n_head x T x T): 8 MiB as float16. The default sort
+model's four examples use 3,872; a 12-layer, 12-head model at T = 1,024 keeps the last 170 tokens of one."""
 
 
 class AttentionSnapshot(NamedTuple):
-    """Attention of every layer and head on one example.
-
-    ``weights`` has shape ``(n_layer, n_head, T, T)`` (query × key);
-    ``tokens`` holds the T token labels; ``prompt_length``, when the example is
-    a prompt then its answer, how many of the T tokens are the prompt (None: not
-    known, or not such an example).
-    """
+    """Attention of every layer and head on one example: ``weights`` (n_layer, n_head, T, T), query × key, the T
+    ``tokens``, and how many of them are the prompt when the example is a prompt then its answer (else None)."""
 
     weights: np.ndarray
     tokens: list[str]
@@ -92,7 +67,6 @@ class AttentionSnapshot(NamedTuple):
 
 
 def run_directory(run_dir: PathLike) -> Path:
-    """Return ``run_dir`` as a Path, failing early with a clear message if it is absent."""
     path = Path(run_dir)
     if not path.is_dir():
         raise VizError(f"run directory {path} does not exist")
@@ -132,11 +106,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
-    """Read ``metrics.jsonl`` into one dict per logged step, in file order.
-
-    Blank lines are skipped (a trailing newline is normal); anything else that
-    is not a JSON object with a ``"step"`` is reported with its line number.
-    """
+    """``metrics.jsonl``, one dict per logged step; blank lines skipped, any other line not a JSON object with a
+    ``"step"`` reported with its number."""
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
@@ -166,12 +137,7 @@ def available_metrics(records: Iterable[Record]) -> list[str]:
 
 
 def metric_series(records: Iterable[Record], key: str, *, source: str = "the records") -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(steps, values)`` for the lines that carry ``key``.
-
-    Evaluation metrics appear only on evaluation lines, so a metric series is
-    usually shorter than the loss series.  ``source`` names the run in the
-    error raised when no line carries ``key``.
-    """
+    """``(steps, values)`` of the lines that carry ``key``; ``source`` names the run in the error when none does."""
     records = list(records)
     points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
     if not points:
@@ -246,40 +212,39 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
 
 
 def _as_float32(weights: np.ndarray, path: Path) -> np.ndarray:
-    """The stored weights (float16 since files were compressed, float32 before) as float32."""
     try:
         return weights.astype(np.float32)
     except (TypeError, ValueError) as error:
         raise VizError(f"{path}: weights are not numbers ({weights.dtype})") from error
 
 
+def _whole_numbers(values: np.ndarray | None, low: int | np.ndarray, high: int | np.ndarray, shape: tuple) -> bool:
+    """Whether ``values`` are whole numbers of ``shape``, each from ``low`` to ``high``."""
+    return (
+        values is not None
+        and values.shape == shape
+        and values.dtype.kind in "iu"
+        and bool(np.all((values >= low) & (values <= high)))
+    )
+
+
 def _checked_lengths(lengths: np.ndarray | None, shape: tuple[int, ...], path: Path) -> np.ndarray:
-    """The examples' token counts: one whole number from 1 to T per example."""
     if lengths is None:
         raise VizError(f"{path} lacks the array 'lengths', which weights of five axes need")
     if shape[0] == 0:
         raise VizError(f"{path} holds no examples")
-    positions = shape[-1]
-    if (
-        lengths.shape != shape[:1]
-        or lengths.dtype.kind not in "iu"
-        or not np.all((lengths >= 1) & (lengths <= positions))
-    ):
+    if not _whole_numbers(lengths, 1, shape[-1], shape[:1]):
         raise VizError(
-            f"{path}: lengths must be one whole number from 1 to {positions} per example, got {lengths.tolist()}"
+            f"{path}: lengths must be one whole number from 1 to {shape[-1]} per example, got {lengths.tolist()}"
         )
     return lengths
 
 
 def _checked_prompt_lengths(prompt_lengths: np.ndarray | None, lengths: np.ndarray, path: Path) -> list[int | None]:
-    """Each example's prompt length (None where the file says 0, or holds none): from 0 to its own length."""
+    """Each example's prompt length, None where the file says 0 or holds none."""
     if prompt_lengths is None:
         return [None] * len(lengths)
-    if (
-        prompt_lengths.shape != lengths.shape
-        or prompt_lengths.dtype.kind not in "iu"
-        or not np.all((prompt_lengths >= 0) & (prompt_lengths <= lengths))
-    ):
+    if not _whole_numbers(prompt_lengths, 0, lengths, lengths.shape):
         raise VizError(
             f"{path}: prompt_lengths must be one whole number from 0 to its example's length per example, "
             f"got {prompt_lengths.tolist()}"
@@ -294,13 +259,9 @@ def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray, prompt_length: in
 
 
 def attention_lengths_within_budget(lengths: Sequence[int], n_layer: int, n_head: int) -> list[int]:
-    """How many tokens to keep of each example whose attention fits the budget, for examples of ``lengths``
-    tokens (in order): the first examples while their padded total fits, never fewer than one.
-
-    When even the first example is too long, it is cut to the most tokens that fit (its last ones, by the
-    caller's choice): a run then still has a picture and a page, of a shorter text, rather than none.
-    Everything else is kept whole, so the attention shown is always the model's own on the tokens shown.
-    """
+    """How many tokens to keep of each of the first examples (of ``lengths`` tokens) while their padded attention
+    fits the budget, never fewer than one example. A first example too long is cut to the most tokens that fit, so a
+    run still has a picture of a shorter text; every other is kept whole or left out."""
     heads, budget = n_layer * n_head, ATTENTION_BUDGET
     kept: list[int] = []
     for length in lengths:
@@ -314,9 +275,8 @@ def attention_lengths_within_budget(lengths: Sequence[int], n_layer: int, n_head
 
 
 def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnapshot]) -> Path:
-    """Write ``attention.npz`` for ``examples`` (each of weights (n_layer, n_head, T_i, T_i) and T_i tokens) in
-    the format of this module's docstring, and return its path. More than :data:`ATTENTION_BUDGET` weights
-    are refused: choose the examples with :func:`attention_lengths_within_budget` before computing them."""
+    """Write ``attention.npz`` for ``examples`` and return its path; more than :data:`ATTENTION_BUDGET` weights are
+    refused (choose the examples with :func:`attention_lengths_within_budget`)."""
     if not examples:
         raise VizError("no attention examples to save")
     for example in examples:
@@ -347,12 +307,9 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
 
 
 def _read_npz_arrays(path: Path, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """The named arrays of an .npz archive, and those of ``optional`` that it holds; pickled (object) arrays are
-    refused, not executed.
-
-    Anything that is not a zip archive is said to be so up front: left to ``np.load``, random bytes
-    or text would be "pickled data", a bare .npy an array without a context manager, an empty file EOF.
-    """
+    """The named arrays of an .npz archive, and those of ``optional`` it holds; pickled arrays are refused, not
+    executed. A file that does not start like a zip is refused up front: ``np.load`` would call random bytes
+    "pickled data" and an empty file EOF."""
     if not _starts_like_a_zip(path):
         raise VizError(f"{path} is not a readable .npz archive (not a zip of numpy arrays)")
     try:
@@ -365,7 +322,6 @@ def _read_npz_arrays(path: Path, names: tuple[str, ...], optional: tuple[str, ..
 
 
 def _starts_like_a_zip(path: Path) -> bool:
-    """Whether np.load would open the file as a zip, judged by the same first four bytes it reads."""
     try:
         with path.open("rb") as file:
             start = file.read(4)
@@ -375,8 +331,7 @@ def _starts_like_a_zip(path: Path) -> bool:
 
 
 def _check_members(archive: Any, path: Path, names: tuple[str, ...], present: tuple[str, ...]) -> None:
-    """Fail unless each of ``names`` is stored and each of ``present`` is an .npy array of plain values: object
-    arrays would need unpickling."""
+    """Fail unless each of ``names`` is stored and none of ``present`` would need unpickling."""
     members = set(archive.zip.namelist())
     missing = [name for name in names if f"{name}.npy" not in members]
     if missing:
@@ -390,7 +345,7 @@ def _check_members(archive: Any, path: Path, names: tuple[str, ...], present: tu
 
 
 def _stored_dtype(archive: Any, name: str) -> np.dtype:
-    """The dtype in a member's .npy header, read without loading (or unpickling) the data."""
+    """The dtype in a member's .npy header, read without loading the data."""
     with archive.zip.open(f"{name}.npy") as member:
         version = np.lib.format.read_magic(member)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0

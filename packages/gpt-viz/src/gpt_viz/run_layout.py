@@ -1,18 +1,13 @@
 """The schema of a run directory: the name of every file a run leaves, and the grammar of metric keys.
 
-gpt-train writes through this module; gpt-viz, the experiments and the benchmarks read through it,
-so each name is defined once. It is plain Python (no torch, no numpy). gpt-tasks, which depends on no
-sibling but gpt-core, names its splits and metrics by the grammar below without importing it; gpt-train's
-tests hold the two together (tests/test_run_schema.py).
+gpt-train writes through this module and gpt-viz, the experiments and the benchmarks read through it, so each name
+is defined once; it is plain Python (no torch, no numpy). gpt-tasks, which imports no sibling but gpt-core, follows
+the grammar without importing it; gpt-train's tests/test_run_schema.py holds the two together.
 
-Metric keys. A task's evaluation returns metrics by *name* (``exact_match``, ``loss``,
-``position_3_accuracy``); a run logs each under a *key* that also names the split it was measured
-on: ``<split>_<name>`` (``heldout_exact_match``). A name of the form ``<label>_<index>_<measure>``
-(``position_3_accuracy``, ``digit_0_accuracy``) is a per-position detail of the answer: summaries
-leave those out. ``loss``, ``lr``, ``step`` and ``elapsed`` carry no split: the training loss and
-learning rate of the step, and the axes. A name starting ``probe_`` (``heldout_probe_source_attention``)
-is a task probe (gpt-tasks' ``Task.probes``): a scalar about how the model computes, measured on held-out
-examples at every evaluation; pictures draw probes under the metric curve.
+A run logs each metric a task's evaluation returns (``exact_match``, ``position_3_accuracy``) under a *key* naming
+the split too: ``<split>_<name>`` (``heldout_exact_match``). A name ``<label>_<index>_<measure>`` is a per-position
+detail that summaries leave out; a name starting ``probe_`` is a task probe (gpt-tasks' ``Task.probes``), measured
+on held-out examples at every evaluation. ``loss``, ``lr``, ``step`` and ``elapsed`` carry no split.
 """
 
 from __future__ import annotations
@@ -30,9 +25,7 @@ EXAMPLES = "examples"
 
 AXIS_KEYS = frozenset({"step", "elapsed"})
 """Bookkeeping on every metrics line: axes, not metrics."""
-
 PROBE_PREFIX = "probe_"
-"""What starts the metric name of a task probe."""
 
 _POSITION_NAME = re.compile(r"^(?P<label>[a-z]+)_(?P<index>\d+)_(?P<measure>[a-z_]+)$")
 
@@ -45,17 +38,14 @@ class MetricKey(NamedTuple):
 
     @property
     def is_position_detail(self) -> bool:
-        """Whether the name is a per-answer-position metric (``position_3_accuracy``)."""
         return _POSITION_NAME.match(self.name) is not None
 
     @property
     def is_probe(self) -> bool:
-        """Whether the name is a task probe's (``probe_source_attention``)."""
         return self.name.startswith(PROBE_PREFIX)
 
 
 def metric_key(split: str, name: str) -> str:
-    """The key under which metric `name`, measured on `split`, is logged: ``heldout_exact_match``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if not name:
@@ -64,8 +54,7 @@ def metric_key(split: str, name: str) -> str:
 
 
 def probe_key(name: str) -> str:
-    """The key under which task probe `name`, measured on held-out examples, is logged:
-    ``heldout_probe_source_attention``."""
+    """``heldout_probe_<name>``: task probes are measured on held-out examples."""
     return metric_key(HELDOUT, PROBE_PREFIX + name)
 
 
@@ -78,7 +67,6 @@ def parse_metric_key(key: str) -> MetricKey | None:
 
 
 def _path_of(name: str) -> property:
-    """A RunLayout property: the path of file `name` in the run's directory."""
     return property(lambda layout: layout.root / name, doc=f"The run's {name}.")
 
 
@@ -97,9 +85,7 @@ class RunLayout:
     CHECKPOINT = "checkpoint.safetensors"
     """Weights, optimiser and RNG state (written atomically)."""
     ATTENTION = "attention.npz"
-    """Every layer's attention on a few held-out examples: weights (N, L, H, T, T), token labels
-    (N, T) and lengths (N,), shorter examples padded to the longest (format: gpt_viz.run_data). A run from before
-    several were kept has weights (L, H, T, T) and tokens (T,): one example."""
+    """Every layer's attention on a few held-out examples (format: gpt_viz.run_data)."""
     CURVES_PICTURE = "curves.png"
     ATTENTION_PICTURE = "attention.png"
     GROKKING_PICTURE = "grokking.png"
@@ -114,29 +100,24 @@ class RunLayout:
     """`gpt-train inspect RUN logit-lens`: metric and loss of the residual stream decoded after each layer."""
     LOGIT_LENS_PICTURE = "inspect_logit_lens.png"
     PATCHING_PREFIX = "inspect_patch_"
-    """`gpt-train inspect RUN patch --hook POINT`: the share of the clean answer's logit difference each patch
-    restores, one record and picture per hook point (`inspect_patch_resid_pre.json`, `.png`), so patching
-    another point keeps the first one's."""
+    """`gpt-train inspect RUN patch --hook POINT`: the share of the logit difference each patch restores, one record
+    and picture per hook point (`inspect_patch_resid_pre.json`, `.png`)."""
     READS = "inspect_reads.json"
-    """`gpt-train inspect RUN reads`: each head's mean attention from the answer positions onto each prompt
-    token, by that token's value and the value just written."""
+    """`gpt-train inspect RUN reads`: each head's attention onto prompt tokens by value."""
     READS_PICTURE = "inspect_reads.png"
     PHASES = "inspect_phases.json"
-    """`gpt-train inspect RUN phases`: the key frequencies, the phases' boundaries and, at every snapshot, the
-    accuracies, the losses, the restricted and excluded losses and the weight norm."""
+    """`gpt-train inspect RUN phases`: grokking's phases and progress measures at every snapshot."""
     PHASES_PICTURE = "inspect_phases.png"
     REPORT = "report.html"
-    """`gpt-train inspect RUN report`: the findings, pictures and tables of every analysis, in one page."""
     INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, PHASES,
                    PHASES_PICTURE, REPORT)  # fmt: skip
     """What `gpt-train inspect` writes beside a finished run under a fixed name (and the patching files):
     its model's, so a replaced run drops them."""
     SNAPSHOTS = "snapshots"
-    """With `--set snapshot_every=N`: the weights alone at step 0 and every N steps, one file a step
+    """With `--set snapshot_every=N`: the weights alone at step 0 and every N steps
     (`snapshots/step-0000020.safetensors`, gpt-train's checkpoint format without optimiser or RNG state)."""
     TASK_FILE_PREFIX = "task."
-    """A task's own files (`Task.files()`: a trained tokenizer, say), one per task parameter that points at it,
-    named `task.<parameter>` (`task.tokenizer_file`)."""
+    """A task's own files (`Task.files()`), one per task parameter that points at it: `task.tokenizer_file`."""
 
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))
@@ -160,24 +141,19 @@ class RunLayout:
     report = _path_of(REPORT)
 
     def patching(self, point: str) -> Path:
-        """The record of patching hook point `point` (resid_pre, attn_out, ...)."""
         return self.root / f"{self.PATCHING_PREFIX}{point}.json"
 
     def patching_picture(self, point: str) -> Path:
-        """The picture of patching hook point `point`."""
         return self.root / f"{self.PATCHING_PREFIX}{point}.png"
 
     @classmethod
     def task_file_name(cls, parameter: str) -> str:
-        """The name, in a run directory, of the task file that task parameter `parameter` points at."""
         return cls.TASK_FILE_PREFIX + parameter
 
     def task_file(self, parameter: str) -> Path:
-        """The path of the task file that task parameter `parameter` points at."""
         return self.root / self.task_file_name(parameter)
 
     def snapshot(self, step: int) -> Path:
-        """Where the weights at `step` are kept (`snapshot_every`)."""
         return self.root / self.SNAPSHOTS / f"step-{step:07d}.safetensors"
 
     def snapshots(self) -> dict[int, Path]:
@@ -187,8 +163,7 @@ class RunLayout:
         return dict(sorted(found.items()))
 
     def existing(self) -> list[Path]:
-        """The run files present in the directory, in FILES then INSPECTIONS order, then the patching files, the
-        task files and the snapshots, each sorted by name."""
+        """The run files present: FILES, INSPECTIONS, then the patching files, task files and snapshots by name."""
         named = [self.root / name for name in self.FILES + self.INSPECTIONS if (self.root / name).exists()]
         patched = [*self.root.glob(f"{self.PATCHING_PREFIX}*.json"), *self.root.glob(f"{self.PATCHING_PREFIX}*.png")]
         tasks = sorted(self.root.glob(self.task_file_name("*")))
