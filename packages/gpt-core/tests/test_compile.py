@@ -81,7 +81,7 @@ def test_a_training_step_with_read_and_an_evaluation_compile_whole_with_no_recom
     positions) shapes the last block by the data, which the model must not branch on under the compiler."""
     model = GPT(GPTConfig(vocab_size=13, block_size=16, n_layer=n_layer, n_head=2, n_embd=32))
     torch._dynamo.reset()
-    counter = GraphCounter(inductor=False)
+    counter = GraphCounter()
     forward = compiled(model, fullgraph=True, backend=counter)
     for step in range(3):
         idx, targets = torch.randint(13, (4, 16)), torch.randint(13, (4, 16))

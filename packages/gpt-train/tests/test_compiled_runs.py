@@ -97,7 +97,7 @@ def test_the_trainers_step_and_evaluation_compile_whole_with_no_recompilation(tm
     config, task = resolve_run_config("sort", settings)
     trainer = Trainer(Run(config, task, RunLayout(tmp_path), torch.device("cpu"), Rank(), resume=False), quiet=True)
     torch._dynamo.reset()
-    counter = GraphCounter(inductor=False)
+    counter = GraphCounter()
     trainer.forward = compiled(trainer.model, fullgraph=True, backend=counter)
     for step in range(3):
         trainer.train_step(step)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def compiled(model: F, **options: Any) -> F:
     """torch.compile(model, **options), with `read`'s row count traced rather than a graph break."""
-    import torch._dynamo  # the compiler, imported only when something is compiled
-
-    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch.compiler.config.capture_dynamic_output_shape_ops = True
     return torch.compile(model, **options)

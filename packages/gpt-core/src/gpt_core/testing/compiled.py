@@ -3,8 +3,9 @@
 A compiler can compute a model wrong where no eager check looks: Inductor on CUDA compiled the fast LayerNorm's
 hand-written backward into gradients off by ~64, and a compiled run trained to nothing. So each kernel, and
 a training step of a whole GPT (forward with `read`, as the trainer calls it, then backward), runs compiled
-and eagerly on the same inputs, and the outputs and every gradient are compared. float32, the dtype a run
-trains in; differences over max(1, the eager value's largest |value|), as a 16-bit row's are.
+and eagerly on the same inputs, and the outputs and every gradient are compared. Each is compiled whole
+(`fullgraph`), so a graph break fails its row rather than leaving part of it eager and unchecked. float32,
+the dtype a run trains in; differences over max(1, the eager value's largest |value|), as a 16-bit row's are.
 """
 
 from __future__ import annotations
@@ -28,21 +29,15 @@ few of those per term summed; the wrong compiled LayerNorm was off by ~64."""
 
 
 class GraphCounter:
-    """A torch.compile backend that counts the graphs it is given and compiles each with Inductor, or with
-    `inductor=False` runs it as traced. A row whose function was never compiled must not pass; a test counts
-    graphs to see a recompilation."""
+    """A torch.compile backend that counts the graphs it is given and runs each as traced: a test counts
+    graphs to see a recompilation or a graph break."""
 
-    def __init__(self, inductor: bool = True) -> None:
-        self.inductor = inductor
+    def __init__(self) -> None:
         self.graphs = 0
 
     def __call__(self, graph_module, example_inputs):
         self.graphs += 1
-        if not self.inductor:
-            return graph_module.forward
-        from torch._inductor.compile_fx import compile_fx
-
-        return compile_fx(graph_module, example_inputs)
+        return graph_module.forward
 
 
 def _slot_cases(gen: torch.Generator) -> list[tuple[str, Callable[..., Tensor], Sequence[Tensor]]]:
@@ -72,19 +67,16 @@ def _kernel_row(component: str, fn, inputs: Sequence[Tensor], kernels: Kernels, 
     cotangent = torch.randn(eager.shape, generator=gen, device="cpu").to(device)
     eager_grads = torch.autograd.grad(eager, leaves, cotangent)
     torch.compiler.reset()
-    counter = GraphCounter()
     try:
-        got = compiled(lambda *xs: fn(kernels, *xs), backend=counter)(*inputs)
+        got = compiled(lambda *xs: fn(kernels, *xs), fullgraph=True)(*inputs)
         grads = torch.autograd.grad(got, leaves, cotangent, allow_unused=True)
     except Exception as error:
         return Row(f"compiled {component}", label, math.inf, None, _raised("torch.compile", error)[1], relative=True)
     gradients = [(f"gradient {i}", a, b) for i, (a, b) in enumerate(zip(grads, eager_grads, strict=True))]
-    return _compared(f"compiled {component}", label, counter, [("output", got, eager)], gradients)
+    return _compared(f"compiled {component}", label, [("output", got, eager)], gradients)
 
 
-def _compared(component: str, label: str, counter: GraphCounter, outputs, gradients) -> Row:
-    if counter.graphs == 0:
-        return Row(component, label, math.inf, None, "nothing was compiled", relative=True)
+def _compared(component: str, label: str, outputs, gradients) -> Row:
     forward = _largest([_difference(name, a.cpu(), b.cpu(), True) for name, a, b in outputs])
     grad = _largest([_difference(name, None if a is None else a.cpu(), b.cpu(), True) for name, a, b in gradients])
     return Row(component, label, forward[0], grad[0], forward[1], grad[1], relative=True)
@@ -106,10 +98,9 @@ def _model_step_row(kernels: Kernels, gen: torch.Generator, device) -> Row:
     expected = eager(idx, targets, read=read)
     expected.loss.backward()
     torch.compiler.reset()
-    counter = GraphCounter()
     component, label = "compiled GPT training step", "the same step, eager"
     try:
-        got = compiled(model, backend=counter)(idx, targets, read=read)
+        got = compiled(model, fullgraph=True)(idx, targets, read=read)
         got.loss.backward()
     except Exception as error:
         return Row(component, label, math.inf, None, _raised("torch.compile", error)[1], relative=True)
@@ -118,7 +109,7 @@ def _model_step_row(kernels: Kernels, gen: torch.Generator, device) -> Row:
         for (name, p), q in zip(model.named_parameters(), eager.parameters(), strict=True)
     ]
     outputs = [("logits", got.logits, expected.logits), ("loss", got.loss, expected.loss)]
-    return _compared(component, label, counter, outputs, gradients)
+    return _compared(component, label, outputs, gradients)
 
 
 def compiled_report(kernels: Kernels, device: torch.device | str = "cpu", seed: int | None = None) -> list[Row]:
