@@ -1,11 +1,6 @@
-"""The Fourier spectrum of an embedding of the numbers 0..p-1, at several moments of a run.
-
-A network that has grokked modular addition represents each number a by waves cos(2 pi k a / p)
-and sin(2 pi k a / p) at a handful of frequencies k (Nanda et al. 2023); one that has only
-memorised does not. Seen side by side, the spectra at initialisation, at memorisation and after
-the jump show that change. The spectra themselves are computed where the weights are (gpt-tasks'
-``fourier_spectrum``); this module only draws arrays, so it needs no torch.
-"""
+"""The Fourier spectrum of an embedding of the numbers 0..p-1 at several moments of a run: a network that has grokked
+modular addition represents each number a by waves cos, sin(2 pi k a / p) at a handful of frequencies k (Nanda et al.
+2023), one that has only memorised does not. gpt-tasks' ``fourier_spectrum`` computes them; this only draws arrays."""
 
 from __future__ import annotations
 
@@ -21,13 +16,9 @@ TOP = 5
 
 
 def fourier_spectra(spectra: Mapping[str, Sequence[float]], top: int = TOP) -> Figure:
-    """One panel per labelled spectrum, stacked on a shared frequency axis.
-
-    Each spectrum holds the power at frequencies k = 0 .. p // 2 (index k). Frequency 0 (the mean
-    vector, which says nothing about which number is which) is left out, and each panel shows the
-    share of the remaining power at each k, so spectra of weights of any size compare on one scale.
-    The ``top`` strongest frequencies of each panel are drawn in colour and labelled with their k.
-    """
+    """One panel per labelled spectrum (the power at k = 0 .. p // 2) on a shared frequency axis, each the share of
+    the power at k >= 1 (k = 0, the mean, says nothing about which number is which), so weights of any size compare;
+    the ``top`` strongest frequencies in colour, labelled with their k."""
     if not spectra:
         raise VizError("fourier_spectra needs at least one spectrum, as {label: power per frequency}")
     shares = {label: _share_per_frequency(label, power) for label, power in spectra.items()}
@@ -53,7 +44,6 @@ def fourier_spectra(spectra: Mapping[str, Sequence[float]], top: int = TOP) -> F
 
 
 def _share_per_frequency(label: str, power: Sequence[float]) -> np.ndarray:
-    """Power at k >= 1 as a fraction of its sum."""
     values = np.asarray(power, dtype=np.float64)
     if values.ndim != 1 or values.size < 2:
         raise VizError(

@@ -14,10 +14,8 @@ from gpt_viz.errors import VizError
 Score = Sequence[float] | None
 NOT_APPLICABLE = "n/a"
 TRAINED_MARK = "trained-lengths"  # the gid of the line after the trained lengths
-# Fraction of each length's slot filled by its group of bars.
-_GROUP_WIDTH = 0.8
-# Inches added to the figure for the legend beside the axes.
-_LEGEND_WIDTH = 1.8
+_GROUP_WIDTH = 0.8  # of each length's slot
+_LEGEND_WIDTH = 1.8  # inches beside the axes
 
 
 def length_generalisation(
@@ -28,17 +26,10 @@ def length_generalisation(
     legend_title: str = "position encoding",
     trained_up_to: int | None = None,
 ) -> Figure:
-    """Grouped bars: one group per evaluation length, one bar per position encoding.
-
-    ``results`` maps encoding name to ``{length: (mean, std) or None}``.
-    ``None`` (or a length the encoding lacks) means "not applicable", e.g.
-    learned positions cannot run past their table; it is drawn as an "n/a"
-    label at the bar's place so it cannot be mistaken for an accuracy of 0.
-    Lengths may be ints or numeric strings (JSON object keys). `xlabel` and
-    `legend_title` let the same grouped bars show other sweeps (batch sizes, say).
-    `trained_up_to` draws a dashed line after the last length at or below it, so the lengths
-    seen in training and the extrapolated ones are told apart at a glance.
-    """
+    """Grouped bars, one group per evaluation length, one bar per position encoding: ``results`` maps each to
+    ``{length: (mean, std) or None}``, lengths as ints or numeric strings. None, or a missing length, is "n/a" at
+    the bar's place (learned positions cannot run past their table), never a bar of 0. `trained_up_to` draws a
+    dashed line after the trained lengths."""
     if not results:
         raise VizError("results mapping is empty; expected {encoding: {length: (mean, std) or None}}")
     scores = {name: _normalise(name, by_length) for name, by_length in results.items()}
@@ -68,41 +59,30 @@ def length_generalisation(
 
 
 def _mark_trained(ax: Axes, lengths: Sequence[int], trained_up_to: int, top: float) -> None:
-    """A dashed line between the trained lengths (left) and the longer ones (right)."""
     boundary = sum(length <= trained_up_to for length in lengths) - 0.5
     ax.axvline(boundary, color="0.4", linestyle="--", linewidth=1.0, gid=TRAINED_MARK)
     ax.text(boundary, 0.98 * top, f" trained ≤ {trained_up_to}", ha="left", va="top", fontsize=8, color="0.3")
 
 
 def _normalise(name: str, by_length: Mapping[int, Score]) -> dict[int, tuple[float, float] | None]:
-    return {_as_length(name, length): _as_mean_std(name, length, score) for length, score in by_length.items()}
-
-
-def _as_length(name: str, length: int | str) -> int:
-    try:
-        return int(length)
-    except (TypeError, ValueError):
-        raise VizError(f"length {length!r} of {name!r} is not an integer") from None
-
-
-def _as_mean_std(name: str, length: object, score: Score) -> tuple[float, float] | None:
-    if score is None:
-        return None
-    try:
-        mean, std = score
-        return float(mean), float(std)
-    except (TypeError, ValueError):
-        raise VizError(f"results[{name!r}][{length!r}] must be (mean, std) or None, got {score!r}") from None
+    normalised = {}
+    for length, score in by_length.items():
+        try:
+            normalised[int(length)] = None
+        except (TypeError, ValueError):
+            raise VizError(f"length {length!r} of {name!r} is not an integer") from None
+        if score is not None:
+            try:
+                mean, std = score
+                normalised[int(length)] = float(mean), float(std)
+            except (TypeError, ValueError):
+                raise VizError(f"results[{name!r}][{length!r}] must be (mean, std) or None, got {score!r}") from None
+    return normalised
 
 
 def _axis_top(scores: Mapping[str, Mapping[int, tuple[float, float] | None]]) -> float:
     """At least 1 so accuracies keep their full 0–1 range; taller if error bars need it."""
-    highs = [
-        mean_std[0] + mean_std[1]
-        for by_length in scores.values()
-        for mean_std in by_length.values()
-        if mean_std is not None
-    ]
+    highs = [mean + std for by_length in scores.values() for mean, std in filter(None, by_length.values())]
     return max([1.0, *highs]) * 1.08
 
 

@@ -1,10 +1,5 @@
-"""Grokking: held-out accuracy jumping long after training accuracy saturates.
-
-The two series are one task metric measured on each split, so their keys come from
-:func:`gpt_viz.run_layout.metric_key` rather than being written out for one task. As the papers
-draw it, the picture can also carry the two losses and, under the accuracy, a progress measure
-(a quantity of the weights that moves before the held-out accuracy does), on one log step axis.
-"""
+"""Grokking: held-out accuracy jumping long after training accuracy saturates, drawn as the papers draw it, with
+the two losses and a progress measure (a quantity of the weights that moves first) on one log step axis."""
 
 from __future__ import annotations
 
@@ -42,24 +37,11 @@ def grokking(
     loss: str | None = None,
     progress: str | None = None,
 ) -> Figure:
-    """Train and held-out ``metric`` (a fraction that grows, by default accuracy) against step on a log x axis.
-
-    The first step at which each reaches ``threshold`` gets a dashed vertical
-    line and a label, so the delay between memorising and generalising can be
-    read off; a series that never reaches it says so in the legend. Each span in
-    which a series falls back below it afterwards is shaded in its colour
-    (`collapses`: the slingshot's collapses of train accuracy, and held-out's with them).  ``run``
-    is a run directory or records already loaded with ``load_metrics``.
-    ``metric`` is the task's name for it (``exact_match``), without a split:
-    the keys ``train_<metric>`` and ``heldout_<metric>`` are read.
-    Step 0 is left out because a log axis cannot show it.
-
-    ``progress``, a metric key (``train_fourier_top5_share``), adds its curve in
-    a panel under the accuracy; ``loss``, a task metric name like ``metric``
-    (``loss``), adds the train and held-out loss on a log axis at the bottom.
-    The panels share the step axis, and the crossing lines run through them all,
-    so what the weights did before the jump lines up with the jump.
-    """
+    """Train and held-out ``metric`` (a task metric name without its split) against step on a log axis, without
+    step 0. The first step each reaches ``threshold`` is a dashed line, so the delay between memorising and
+    generalising reads off; each later span back below it is shaded (`collapses`: the slingshot). ``run`` is a
+    run directory or loaded records. ``progress`` (a metric key) adds its curve in a panel under the accuracy,
+    ``loss`` (a metric name) the two losses at the bottom; the crossing lines run through every panel."""
     keys = _split_keys(metric)
     loss_keys = _split_keys(loss) if loss is not None else None
     if isinstance(run, (str, os.PathLike)):
@@ -103,7 +85,6 @@ def grokking(
 def _what_to_look_at(
     label: str, threshold: float, crossings: list[int | None], train_collapses: int, losses: list[str] | None
 ) -> list[str]:
-    """The caption: the delay between the two dashed lines, and what the shaded collapses are."""
     lines = []
     fitted, generalised = crossings
     if fitted is not None and generalised is not None and generalised > fitted:
@@ -120,7 +101,6 @@ def _what_to_look_at(
 
 
 def _positive_steps(records: Sequence[Record], key: str, source: str) -> tuple[np.ndarray, np.ndarray]:
-    """A metric's series without step 0, which a log axis cannot show."""
     steps, values = metric_series(records, key, source=source)
     positive = steps > 0
     return steps[positive], values[positive]
@@ -145,7 +125,6 @@ def _draw_losses(ax: Axes, records: Sequence[Record], keys: list[str], source: s
 
 
 def _split_keys(metric: str) -> list[str]:
-    """The train and held-out keys of ``metric``; a key given in its place would be looked up as ``train_train_…``."""
     parsed = parse_metric_key(metric)
     if parsed is not None:
         raise VizError(f"grokking needs a metric name without its split: {parsed.name!r}, not {metric!r}")
@@ -155,8 +134,7 @@ def _split_keys(metric: str) -> list[str]:
 
 
 def _draw_collapses(ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, colour: str, threshold: float) -> int:
-    """Shade each span in which the series fell back below ``threshold`` after reaching it (`collapses`); returns
-    how many there are."""
+    """Shade each span back below ``threshold`` after reaching it; returns how many there are."""
     spans = collapses(steps, values, threshold)
     if not spans:
         return 0
@@ -173,21 +151,10 @@ def _draw_accuracy(
 ) -> int | None:
     """The curve with its crossing marked; returns the crossing step (None if it never crosses)."""
     crossing = first_crossing(steps, values, threshold)
-    if crossing is None:
-        label = f"{name} (never reaches {threshold:g})"
-    else:
-        label = f"{name} (≥ {threshold:g} at step {crossing})"
-    ax.plot(steps, values, color=colour, linewidth=1.4, label=label)
+    reached = f"never reaches {threshold:g}" if crossing is None else f"≥ {threshold:g} at step {crossing}"
+    ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{name} ({reached})")
     if crossing is not None:
         ax.axvline(crossing, color=colour, linestyle="--", linewidth=1.0)
-        ax.annotate(
-            f"step {crossing}",
-            xy=(crossing, 0.5),
-            xytext=(4, 0),
-            textcoords="offset points",
-            rotation=90,
-            va="center",
-            color=colour,
-            fontsize=9,
-        )
+        text = {"xytext": (4, 0), "textcoords": "offset points", "rotation": 90, "va": "center", "fontsize": 9}
+        ax.annotate(f"step {crossing}", xy=(crossing, 0.5), color=colour, **text)
     return crossing

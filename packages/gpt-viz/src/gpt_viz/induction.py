@@ -1,10 +1,6 @@
-"""Induction heads forming: loss, the in-context-learning score and every head's induction score against the step.
-
-Olsson et al. (2022) draw the phase change as three curves that move at one step: the loss drops, the
-in-context-learning score (loss late in the context minus early) falls, and some second-layer heads start to
-attend from a repeated token to the token after its earlier occurrence. The keys are the induction probes'
-(`heldout_probe_icl_score`, `heldout_probe_induction_l1h0`, ...), so any run of a task that logs them can be drawn.
-"""
+"""Induction heads forming (Olsson et al. 2022): at one step the loss drops, the in-context-learning score (loss late
+in the context minus early) falls, and some second-layer heads start to attend from a repeated token to the token
+after its earlier occurrence. Drawn from the induction probes' keys, for any run of a task that logs them."""
 
 from __future__ import annotations
 
@@ -25,22 +21,15 @@ _HEAD = re.compile(r"^heldout_probe_(?P<kind>induction|previous_token)_l(?P<laye
 
 
 def head_keys(records: Sequence[Record], kind: str) -> dict[tuple[int, int], str]:
-    """The logged per-head probe keys of `kind` ("induction" or "previous_token"), by (layer, head)."""
-    found = {}
-    for key in available_metrics(records):
-        match = _HEAD.match(key)
-        if match and match["kind"] == kind:
-            found[int(match["layer"]), int(match["head"])] = key
-    return dict(sorted(found.items()))
+    matches = [match for key in available_metrics(records) if (match := _HEAD.match(key)) and match["kind"] == kind]
+    return dict(sorted(((int(match["layer"]), int(match["head"])), match[0]) for match in matches))
 
 
 def induction_formation(
     run: PathLike | Sequence[Record], *, loss: str = "loss", phase_step: int | None = None, title: str = ""
 ) -> Figure:
-    """Held-out `loss`, the ICL score, and each head's induction score (the last layer's heads in colour, the
-    others grey) and the first layer's previous-token scores, on one linear step axis. `phase_step`, when given,
-    is drawn as a dashed line through every panel: where the phase change was found. The caption (LOOK_AT) says
-    what to look for."""
+    """Held-out `loss`, the ICL score, each head's induction score (the last layer's in colour) and the first
+    layer's previous-token scores against the step; `phase_step`, where the phase change was found, dashed."""
     if isinstance(run, (str, os.PathLike)):
         source, records = str(run_directory(run)), load_metrics(run)
     else:
@@ -104,8 +93,7 @@ PREVIOUS_TOKEN = INDUCTION = 0.5
 
 @dataclass(frozen=True)
 class Move:
-    """values[end] - values[start] = size, between evaluation steps `start` < `end`; `at`: the first step at
-    which the series is past the middle of the move."""
+    """values[end] - values[start] = size; `at`: the first step past the middle of the move."""
 
     start: int
     end: int
@@ -115,9 +103,8 @@ class Move:
 
 @dataclass(frozen=True)
 class PhaseChange:
-    """The step at which the ICL score falls and head `head`'s induction score rises sharply together, the two
-    moves, the evaluations the induction move runs between (`rise`), and the first step at which a layer-0 head's
-    previous-token score is at least 0.5 (None: never)."""
+    """The step at which the ICL score falls and `head`'s induction score rises sharply together, the two moves,
+    the induction move's evaluations (`rise`), and the first step a layer-0 previous-token head forms."""
 
     step: int
     head: tuple[int, int]
@@ -152,9 +139,8 @@ def sharpest_move(steps: np.ndarray, values: np.ndarray, sign: int, span: float 
 
 
 def phase_change(records: Sequence[Record]) -> PhaseChange | None:
-    """The phase change of a run logging the induction probes: the last layer's head with the largest sharp rise
-    of its induction score, to at least INDUCTION, whose move overlaps a sharp fall of the ICL score; None when
-    there is none."""
+    """The last layer's head with the largest sharp rise of its induction score, to at least INDUCTION, overlapping
+    a sharp fall of the ICL score; None when there is none."""
     icl = sharpest_move(*metric_series(records, probe_key("icl_score")), sign=-1)
     induction = head_keys(records, "induction")
     if icl is None or not induction:
@@ -175,6 +161,5 @@ def phase_change(records: Sequence[Record]) -> PhaseChange | None:
 
 
 def previous_token_step(records: Sequence[Record]) -> int | None:
-    """The first evaluation at which a layer-0 head's previous-token score is at least 0.5 (None: never)."""
     keys = [key for (layer, _), key in head_keys(records, "previous_token").items() if layer == 0]
     return next((int(r["step"]) for r in records if any(r.get(key, 0.0) >= PREVIOUS_TOKEN for key in keys)), None)

@@ -1,11 +1,5 @@
-"""Pictures of what `gpt-train inspect` measures inside a trained model: head ablation, the logit lens and
-activation patching.
-
-Each function draws the record `gpt-train inspect` writes into the run directory (the JSON objects
-named in gpt_viz.RunLayout: HEADS_ABLATION, LOGIT_LENS, patching(point)), so a picture can be redrawn from
-the file alone; `load_inspection` reads one back. A record missing what its picture needs is one
-VizError line, not a traceback.
-"""
+"""Pictures of the records `gpt-train inspect` writes into a run (gpt_viz.RunLayout's inspect files), so each can be
+redrawn from the file alone; a record missing what its picture needs is one VizError line."""
 
 from __future__ import annotations
 
@@ -28,7 +22,6 @@ MAX_ANNOTATED_CELLS = 160
 
 
 def load_inspection(path: PathLike) -> dict[str, Any]:
-    """One inspect record (a RunLayout inspect file), as a dict."""
     path = Path(path)
     if not path.is_file():
         raise VizError(f"{path} does not exist; `gpt-train inspect` writes it")
@@ -36,11 +29,8 @@ def load_inspection(path: PathLike) -> dict[str, Any]:
 
 
 def _grid(record: Mapping[str, Any], key: str) -> np.ndarray:
-    """record[key] as a 2-D array of finite numbers (rows of equal length)."""
     try:
-        grid = np.array(record[key], dtype=float)
-    except KeyError:
-        raise VizError(f"the record has no {key!r}") from None
+        grid = np.array(_field(record, key), dtype=float)
     except (TypeError, ValueError):
         raise VizError(f"{key!r} must be rows of numbers of equal length") from None
     if grid.ndim != 2 or grid.size == 0 or not np.all(np.isfinite(grid)):
@@ -70,7 +60,6 @@ def _heatmap(
 
 
 def _at_step(record: Mapping[str, Any]) -> str:
-    """ ", checkpoint of step N" for a record that says which checkpoint it describes."""
     step = record.get("step")
     return f", checkpoint of step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
 
@@ -82,8 +71,8 @@ def _cell_text(value: float, fmt: str) -> str:
 
 
 def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
-    """Layer x head: the metric with that head zero-ablated (left) and mean-ablated (right), on one colour
-    scale, the unablated baseline in the title. A dark cell is a head the model cannot do without."""
+    """Layer x head: the metric with that head zero-ablated (left) and mean-ablated (right) on one colour scale; a
+    dark cell is a head the model cannot do without."""
     zero, mean = _grid(record, "zero"), _grid(record, "mean")
     if zero.shape != mean.shape:
         raise VizError(f"'zero' is {zero.shape} layers x heads but 'mean' is {mean.shape}")
@@ -107,8 +96,8 @@ def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
 
 
 def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
-    """Left: exact match and loss of the residual stream decoded at each depth. Right: accuracy at each
-    answer position by depth: where the answer appears, position by position."""
+    """Left: exact match and loss of the residual stream decoded at each depth. Right: accuracy by depth and
+    answer position."""
     depths = list(_field(record, "depths"))
     positions = list(_field(record, "answer_positions"))
     accuracy = _grid(record, "accuracy")
@@ -141,9 +130,8 @@ def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
 
 
 def patching_picture(record: Mapping[str, Any]) -> Figure:
-    """Layer x position: the share of the clean answer's logit difference restored by copying the clean
-    run's activation there into the corrupted run (1: all of it). The corrupted prompt token and the
-    position that writes the answer token are marked."""
+    """Layer x position: the share of the logit difference restored by patching there, clean into corrupted, with
+    the corrupted prompt token and the position that writes the answer marked."""
     restored = _grid(record, "restored")
     positions = list(_field(record, "positions"))
     if restored.shape[1] != len(positions):
@@ -155,7 +143,7 @@ def patching_picture(record: Mapping[str, Any]) -> Figure:
     rows = [f"layer {layer}" for layer in range(n_layer)]
     image = _heatmap(ax, restored, min(0.0, restored.min()), max(1.0, restored.max()), rows, positions, ".2f")
     for column, colour in ((corrupted, "tab:red"), (n_positions - 1, "white")):
-        ax.add_patch(_column_box(column, n_layer, colour))
+        ax.add_patch(Rectangle((column - 0.5, -0.5), 1.0, n_layer, fill=False, edgecolor=colour, linewidth=2.0))
     ax.set_xlabel(f"position (red: the corrupted token; white: where answer {record.get('answer_position')} is read)")
     figure.colorbar(image, ax=ax, label="share of logit difference restored", shrink=0.9)
     example = record.get("example") or {}
@@ -166,14 +154,9 @@ def patching_picture(record: Mapping[str, Any]) -> Figure:
     return figure
 
 
-def _column_box(column: int, n_rows: int, colour: str) -> Rectangle:
-    return Rectangle((column - 0.5, -0.5), 1.0, n_rows, fill=False, edgecolor=colour, linewidth=2.0)
-
-
 def head_reads_picture(record: Mapping[str, Any]) -> Figure:
-    """One small heatmap per head (rows: layers, columns: heads): its mean attention from the answer
-    positions onto a prompt token, by the value just written (rows) and the prompt token's value (columns),
-    times the prompt length (1.0: even over the prompt), on one colour scale."""
+    """One heatmap per head: its mean attention from the answer positions onto a prompt token, by the value just
+    written (rows) and the prompt token's value (columns), times the prompt length, on one colour scale."""
     values = [str(value) for value in _field(record, "values")]
     shape_error = VizError(f"'reads' must be layers x heads x {len(values)} x {len(values)} finite numbers")
     try:
@@ -205,8 +188,8 @@ def head_reads_picture(record: Mapping[str, Any]) -> Figure:
 
 
 def most_needed_head(record: Mapping[str, Any]) -> tuple[int, int]:
-    """The (layer, head) whose zero ablation alone costs a head-ablation record's metric the most (the first
-    on a tie): the head pictures and the explorer open on once `gpt-train inspect RUN heads` has run."""
+    """The (layer, head) whose zero ablation alone costs the metric most (the first on a tie): the head the
+    pictures and the explorers open on."""
     zero = _grid(record, "zero")
     sign = 1.0 if record.get("higher_is_better", True) else -1.0
     layer, head = np.unravel_index(np.argmin(sign * zero), zero.shape)  # argmin takes the first of equals

@@ -1,17 +1,12 @@
-"""Grokking's three phases (Nanda et al. 2023): memorisation, circuit formation, cleanup, drawn with the progress
-measures that separate them.
-
-The records are a grokking run's evaluations with three more keys per step, computed from the weights kept
-at that step: `restricted_loss` (held-out loss of the logits' key-frequency part alone), `excluded_loss`
-(training loss with that part removed) and `weight_norm`. The boundaries are read off the accuracies alone,
-so the measures can be compared against them: memorisation ends when the training set is fitted, cleanup
-starts when held-out accuracy leaves chance, and ends when it is near perfect.
-"""
+"""Grokking's three phases (Nanda et al. 2023), memorisation, circuit formation and cleanup, drawn with the progress
+measures that separate them: `restricted_loss` (held-out loss of the logits' key-frequency part alone),
+`excluded_loss` (training loss with that part removed) and `weight_norm`, at each kept step. The boundaries come
+from the accuracies alone, so the measures can be compared against them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -45,8 +40,6 @@ def _first_at_least(records: Sequence[Record], key: str, threshold: float, after
 
 
 def grokking_phases(records: Sequence[Record]) -> Phases:
-    """The phase boundaries of a run's evaluations: the first step with train accuracy >= FITTED, then the first
-    after it with held-out accuracy >= LEFT_CHANCE, then the first with held-out accuracy >= GENERALISED."""
     train, heldout = metric_key(TRAIN, "accuracy"), metric_key(HELDOUT, "accuracy")
     fit = _first_at_least(records, train, FITTED)
     cleanup = None if fit is None else _first_at_least(records, heldout, LEFT_CHANCE, after=fit)
@@ -55,12 +48,10 @@ def grokking_phases(records: Sequence[Record]) -> Phases:
 
 
 def value_at(records: Sequence[Record], key: str, step: int) -> float:
-    """`key` at evaluation `step`."""
     return float(next(r[key] for r in records if r["step"] == step and key in r))
 
 
 def first_below(records: Sequence[Record], key: str, threshold: float) -> int | None:
-    """The first evaluation step at which `key` is at or below `threshold` (None: never)."""
     return next((int(r["step"]) for r in records if key in r and r[key] <= threshold), None)
 
 
@@ -68,9 +59,8 @@ _PHASE_SHADES = (("memorisation", "tab:blue"), ("circuit formation", "tab:orange
 
 
 def progress_measures(records: Sequence[Record], *, title: str = "") -> Figure:
-    """Accuracy, the four losses (train, held-out, restricted, excluded; log scale) and the weight norm against
-    the step, each phase shaded, the phases' boundaries under the title and what to look at (LOOK_AT) under the
-    picture. `records` hold the split metrics and the three MEASURES at every step drawn."""
+    """Accuracy, the four losses (log scale) and the weight norm against the step, each phase shaded, the
+    boundaries under the title and what to look at (LOOK_AT) under the picture."""
     missing = [key for key in MEASURES if not any(key in r for r in records)]
     if missing:
         raise VizError(f"the records hold no {', '.join(missing)} (grokking's progress measures)")
@@ -98,21 +88,17 @@ def progress_measures(records: Sequence[Record], *, title: str = "") -> Figure:
     axes[2].set_ylabel("weight norm")
     axes[2].set_xlabel("step")
     last = float(max(r["step"] for r in records))
-    edges = [0.0, *(float(b) if b is not None else last for b in (phases.fit, phases.cleanup, phases.generalised))]
+    edges = [0.0, *(float(b) if b is not None else last for b in astuple(phases))]
     for ax in axes:
         for (name, colour), start, end in zip(_PHASE_SHADES, edges[:-1], edges[1:], strict=True):
             if end > start:
                 ax.axvspan(start, end, color=colour, alpha=0.08, label=name if ax is axes[2] else None)
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="center right", frameon=False, fontsize=8)
-    axes[1].legend(loc="lower left", frameon=False, fontsize=8)
-    axes[2].legend(loc="upper right", frameon=False, fontsize=8)
-    found = (phases.fit, phases.cleanup, phases.generalised)
-    bounds = ", ".join(
-        f"{n} {'-' if b is None else b}" for n, b in zip(("t_fit", "cleanup from", "t_gen"), found, strict=True)
-    )
-    heading = title or "grokking's phases"
-    axes[0].set_title(f"{heading}\n{bounds}")
+    for ax, where in zip(axes, ("center right", "lower left", "upper right"), strict=True):
+        ax.legend(loc=where, frameon=False, fontsize=8)
+    names = ("t_fit", "cleanup from", "t_gen")
+    bounds = ", ".join(f"{n} {'-' if b is None else b}" for n, b in zip(names, astuple(phases), strict=True))
+    axes[0].set_title((title or "grokking's phases") + f"\n{bounds}")
     caption_below(figure, LOOK_AT)
     return figure
 

@@ -1,9 +1,5 @@
-"""Naming a run on the command line: a run directory, or a task name meaning that task's newest run.
-
-`gpt-train run --task sort` writes `runs/sort-<timestamp>`, a name nobody types twice; so wherever a
-gpt-train or gpt-viz command takes a RUN, `sort` stands for the newest `runs/sort-*` directory that holds
-a run, and the command says which one it chose. A path that exists is always read as the path.
-"""
+"""A RUN on the command line: a run directory, or a task name (`sort`) for the newest `runs/sort-*` directory that
+holds a run, since `gpt-train run` names runs by a timestamp nobody types twice. An existing path is the path."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from gpt_viz.run_layout import RunLayout
 
 
 class RunNameError(VizError):
-    """A RUN that is neither an existing run directory nor the name of a task with runs under ./runs."""
+    """A RUN that is neither a run directory nor a task with runs under ./runs."""
 
 
 RUNS = Path("runs")
@@ -24,8 +20,7 @@ RUNS = Path("runs")
 
 
 def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest `runs/<task>-<timestamp>` directory holding a run's config.json, or None. The timestamp
-    sorts as text, so the newest is the last by name."""
+    """The newest `runs/<task>-<timestamp>` directory holding a run's config.json (the last by name), or None."""
     if not runs.is_dir() or "/" in task or task in (".", ".."):
         return None
     candidates = [path for path in runs.glob(f"{task}-*") if RunLayout(path).config.is_file()]
@@ -33,8 +28,7 @@ def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
-    """The run directory `run` names, and whether it was chosen as a task's newest run. An existing path is
-    itself; a task name with runs under `runs` is its newest; anything else is one line saying both."""
+    """The run directory `run` names, and whether it was chosen as a task's newest run."""
     path = Path(run)
     if path.exists():
         return path, False
