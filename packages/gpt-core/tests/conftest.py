@@ -11,6 +11,9 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+import torch.nn.functional as F
+
+from gpt_core import IGNORE_INDEX
 
 _LARGEST: dict[str, float] = {}
 
@@ -20,6 +23,22 @@ def _deterministic_torch():
     """Every test starts from the same global RNG state (model inits use the global RNG)."""
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def torch_references() -> dict:
+    """PyTorch's built-ins in the signatures `verification_report` asks for (REFERENCE_SIGNATURES): what every
+    hand-written piece is pinned against."""
+    return {
+        "linear": F.linear,
+        "embedding": F.embedding,
+        "layer_norm": lambda x, weight, bias: F.layer_norm(x, x.shape[-1:], weight, bias),
+        "gelu": lambda x: F.gelu(x, approximate="tanh"),
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
+        "cross_entropy": lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX),
+        "sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+    }
 
 
 @pytest.fixture

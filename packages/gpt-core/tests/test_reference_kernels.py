@@ -24,16 +24,6 @@ from gpt_core.kernels.linear import embedding, linear
 
 TOL = 1e-12
 
-TORCH = {
-    "linear": F.linear,
-    "embedding": lambda ids, weight: F.embedding(ids, weight),
-    "layer_norm": lambda x, weight, bias: F.layer_norm(x, x.shape[-1:], weight, bias, 1e-5),
-    "gelu": lambda x: F.gelu(x, approximate="tanh"),
-    "softmax": lambda x: torch.softmax(x, dim=-1),
-    "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
-    "cross_entropy": lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX),
-    "sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-}
 
 FAST = {
     "linear": linear,
@@ -53,8 +43,8 @@ def _failures(rows) -> list[str]:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_reference_set_matches_pytorch_in_float64_forward_and_backward(seed):
-    rows = verification_report(TORCH, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
+def test_the_reference_set_matches_pytorch_in_float64_forward_and_backward(seed, torch_references):
+    rows = verification_report(torch_references, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
     assert len(rows) > 20 and all(row.grad is not None for row in rows if not row.component.startswith("KV"))
     assert _failures(rows) == [], format_report(rows)
 

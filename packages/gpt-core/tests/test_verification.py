@@ -10,7 +10,6 @@ import torch.nn.functional as F
 import gpt_core.testing.verification as verification
 from gpt_core import (
     DEFAULT_KERNELS,
-    IGNORE_INDEX,
     KERNEL_SLOTS,
     REFERENCE_SIGNATURES,
     Row,
@@ -21,17 +20,6 @@ from gpt_core import (
 
 _ORIGINAL_RANDN = verification._randn
 
-# PyTorch's built-ins in the signatures verification_report asks for (gpt-train passes the same).
-TORCH = {
-    "linear": F.linear,
-    "embedding": F.embedding,
-    "layer_norm": lambda x, weight, bias: F.layer_norm(x, x.shape[-1:], weight, bias),
-    "gelu": lambda x: F.gelu(x, approximate="tanh"),
-    "softmax": lambda x: torch.softmax(x, dim=-1),
-    "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
-    "cross_entropy": lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX),
-    "sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-}
 
 EXPECTED_COMPONENTS = [
     "Linear",
@@ -63,8 +51,8 @@ EXPECTED_COMPONENTS = [
 ]
 
 
-def test_verification_report_rows_are_all_within_1e_12_in_float64(close):
-    rows = verification_report(TORCH, seed=0)
+def test_verification_report_rows_are_all_within_1e_12_in_float64(close, torch_references):
+    rows = verification_report(torch_references, seed=0)
     assert [r.component for r in rows] == EXPECTED_COMPONENTS
     zero = torch.tensor(0.0, dtype=torch.float64)
     for row in rows:
@@ -78,10 +66,10 @@ def test_verification_report_rows_are_all_within_1e_12_in_float64(close):
     assert all(r.grad is None for r in rows if r.component.startswith("KV-cache"))
 
 
-def test_verification_report_detects_a_wrong_reference():
+def test_verification_report_detects_a_wrong_reference(torch_references):
     """The report is not vacuous: a reference whose gelu is the erf form shows a large diff."""
 
-    erf_gelu = TORCH | {"gelu": lambda x: F.gelu(x)}  # the exact (erf) form, not the tanh one
+    erf_gelu = torch_references | {"gelu": lambda x: F.gelu(x)}  # the exact (erf) form, not the tanh one
     rows = {r.component: r for r in verification_report(erf_gelu, seed=0)}
     assert rows["GELU (tanh)"].forward > 1e-5
     assert rows["softmax"].forward <= 1e-12
@@ -101,15 +89,15 @@ def test_format_report_has_header_rule_and_one_line_per_row():
     assert starts == {lines[0].index("reference")}
 
 
-def test_format_report_of_a_real_report():
-    rows = verification_report(TORCH, seed=1)
+def test_format_report_of_a_real_report(torch_references):
+    rows = verification_report(torch_references, seed=1)
     lines = format_report(rows).splitlines()
     assert len(lines) == len(rows) + 2
     for line, row in zip(lines[2:], rows, strict=True):
         assert line.startswith(row.component)
 
 
-def _first_inputs(monkeypatch, **kwargs) -> list[torch.Tensor]:
+def _first_inputs(monkeypatch, torch_references, **kwargs) -> list[torch.Tensor]:
     """Run a report and return the random tensors its comparisons were fed."""
     seen: list[torch.Tensor] = []
 
@@ -119,42 +107,42 @@ def _first_inputs(monkeypatch, **kwargs) -> list[torch.Tensor]:
         return x
 
     monkeypatch.setattr(verification, "_randn", spy)
-    verification_report(TORCH, **kwargs)
+    verification_report(torch_references, **kwargs)
     return seen
 
 
-def test_two_unseeded_reports_use_different_inputs(monkeypatch):
-    a = _first_inputs(monkeypatch, seed=None)
-    b = _first_inputs(monkeypatch, seed=None)
+def test_two_unseeded_reports_use_different_inputs(monkeypatch, torch_references):
+    a = _first_inputs(monkeypatch, torch_references, seed=None)
+    b = _first_inputs(monkeypatch, torch_references, seed=None)
     assert len(a) == len(b) > 0
     assert not any(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_seeded_reports_use_identical_inputs(monkeypatch):
-    a = _first_inputs(monkeypatch, seed=3)
-    b = _first_inputs(monkeypatch, seed=3)
+def test_seeded_reports_use_identical_inputs(monkeypatch, torch_references):
+    a = _first_inputs(monkeypatch, torch_references, seed=3)
+    b = _first_inputs(monkeypatch, torch_references, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-    c = _first_inputs(monkeypatch, seed=4)
+    c = _first_inputs(monkeypatch, torch_references, seed=4)
     assert not torch.equal(a[0], c[0])
 
 
-def test_seeded_report_is_reproducible_and_leaves_the_global_rng_alone():
+def test_seeded_report_is_reproducible_and_leaves_the_global_rng_alone(torch_references):
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    first = verification_report(TORCH, seed=5)
+    first = verification_report(torch_references, seed=5)
     assert torch.equal(torch.get_rng_state(), before)
-    assert verification_report(TORCH, seed=5) == first
+    assert verification_report(torch_references, seed=5) == first
 
 
-def test_missing_references_are_named():
-    partial = {k: v for k, v in TORCH.items() if k != "sdpa"}
+def test_missing_references_are_named(torch_references):
+    partial = {k: v for k, v in torch_references.items() if k != "sdpa"}
     try:
         verification_report(partial, seed=0)
     except ValueError as error:
         assert "sdpa" in str(error)
     else:
         raise AssertionError("a missing reference must be refused")
-    assert set(TORCH) == set(REFERENCE_SIGNATURES)
+    assert set(torch_references) == set(REFERENCE_SIGNATURES)
 
 
 # kernel_report: a replacement kernel pinned on its slot's cases ------------------------------------
@@ -164,25 +152,26 @@ def _own(slot: str):
     return lambda *args: kernel(*args)
 
 
-def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot():
+def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot(torch_references):
     for slot in KERNEL_SLOTS:
-        rows = kernel_report(slot, _own(slot), TORCH, seed=0)
+        rows = kernel_report(slot, _own(slot), torch_references, seed=0)
         assert rows and all(row.failure(1e-12) is None for row in rows), (slot, rows)
         names = [row.component for row in rows]
         model = "GPT forward and backward" + ", pattern hooked" * (slot == "attention_weights")
         assert (model in names) == (slot != "sampling_softmax"), slot
-    attention = [row.component for row in kernel_report("attention", _own("attention"), TORCH, seed=0)]
+    attention = [row.component for row in kernel_report("attention", _own("attention"), torch_references, seed=0)]
     assert [name for name in attention if name.startswith("sdpa")] == [
         name for name in EXPECTED_COMPONENTS if name.startswith("sdpa")
     ]
     assert sum(name.startswith("KV-cache") for name in attention) == 3
-    weights = [row.component for row in kernel_report("attention_weights", _own("attention_weights"), TORCH, seed=0)]
+    rows = kernel_report("attention_weights", _own("attention_weights"), torch_references, seed=0)
+    weights = [row.component for row in rows]
     assert weights == [name for name in EXPECTED_COMPONENTS if name.startswith("attention weights")] + [
         "GPT forward and backward, pattern hooked"
     ]
 
 
-def test_a_weights_function_that_differs_fails_its_cases_and_the_hooked_model():
+def test_a_weights_function_that_differs_fails_its_cases_and_the_hooked_model(torch_references):
     """The weights slot is pinned by its own cases and by a model whose `pattern` is hooked, the one place a
     model calls it: weights off by a small amount fail both."""
 
@@ -190,25 +179,25 @@ def test_a_weights_function_that_differs_fails_its_cases_and_the_hooked_model():
         weights = DEFAULT_KERNELS.attention_weights(q, k, causal) ** 1.01
         return weights / weights.sum(-1, keepdim=True)
 
-    rows = kernel_report("attention_weights", sharpened, TORCH, seed=0)
+    rows = kernel_report("attention_weights", sharpened, torch_references, seed=0)
     assert all(row.failure(1e-12) is not None for row in rows)
     assert rows[0].failure(1e-12).startswith("attention weights causal: output [")
 
 
-def test_a_failure_names_the_case_the_output_the_difference_and_where():
+def test_a_failure_names_the_case_the_output_the_difference_and_where(torch_references):
     def off_at_one_place(q, k, v, causal):
         out = DEFAULT_KERNELS.attention(q, k, v, causal)
         bump = torch.zeros_like(out)
         bump[1, 2, 0, 3] = 0.5
         return out + bump
 
-    rows = {row.component: row for row in kernel_report("attention", off_at_one_place, TORCH, seed=0)}
+    rows = {row.component: row for row in kernel_report("attention", off_at_one_place, torch_references, seed=0)}
     message = rows["sdpa causal"].failure(1e-12)
     assert message == "sdpa causal: output [1, 2, 0, 3] differs from sdpa by 5.0e-01, which exceeds the tolerance 1e-12"
     assert rows["sdpa causal"].grad <= 1e-12  # adding a constant leaves every gradient alone
 
 
-def test_a_backward_that_differs_is_named_by_its_input():
+def test_a_backward_that_differs_is_named_by_its_input(torch_references):
     class ForgetsV(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
@@ -224,7 +213,7 @@ def test_a_backward_that_differs_is_named_by_its_input():
             d_q, d_k, _ = torch.autograd.grad(out, (q_, k_, v_), d_out)
             return d_q, d_k, torch.zeros_like(v_)
 
-    rows = kernel_report("attention", lambda q, k, v, causal: ForgetsV.apply(q, k, v), TORCH, seed=0)
+    rows = kernel_report("attention", lambda q, k, v, causal: ForgetsV.apply(q, k, v), torch_references, seed=0)
     first = rows[0]
     assert first.forward <= 1e-12
     assert first.failure(1e-12).startswith("sdpa causal: gradient of v [")
@@ -241,19 +230,20 @@ def test_a_backward_that_differs_is_named_by_its_input():
     ],
     ids=["raises", "tuple", "shape", "overflows", "no graph"],
 )
-def test_a_kernel_that_breaks_is_a_failing_row_not_an_error(kernel, said):
-    failures = [row.failure(1e-12) for row in kernel_report("sampling_softmax", kernel, TORCH, seed=0)]
+def test_a_kernel_that_breaks_is_a_failing_row_not_an_error(kernel, said, torch_references):
+    failures = [row.failure(1e-12) for row in kernel_report("sampling_softmax", kernel, torch_references, seed=0)]
     assert any(f is not None and f.startswith(said) for f in failures), failures
 
 
-def test_a_non_finite_output_is_a_failure_saying_so():
-    rows = kernel_report("sampling_softmax", lambda x: x.exp() / x.exp().sum(-1, keepdim=True), TORCH, seed=0)
+def test_a_non_finite_output_is_a_failure_saying_so(torch_references):
+    unshifted = lambda x: x.exp() / x.exp().sum(-1, keepdim=True)
+    rows = kernel_report("sampling_softmax", unshifted, torch_references, seed=0)
     large = next(row for row in rows if row.component == "softmax, logits x 1000")
     assert large.forward == float("inf")
     assert " is nan, expected " in large.failure(1e-12)
     assert rows[0].failure(1e-12) is None  # the naive softmax is right on ordinary logits
 
 
-def test_kernel_report_refuses_an_unknown_slot():
+def test_kernel_report_refuses_an_unknown_slot(torch_references):
     with pytest.raises(ValueError, match="unknown kernel slot 'linear'"):
-        kernel_report("linear", lambda x: x, TORCH)
+        kernel_report("linear", lambda x: x, torch_references)
