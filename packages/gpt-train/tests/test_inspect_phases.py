@@ -17,8 +17,6 @@ from gpt_train.lab import InspectError
 from gpt_train.lab.phases import (
     HELDOUT_ACCURACY,
     HELDOUT_LOSS,
-    PHASES_PICTURE,
-    PHASES_RECORD,
     TRAIN_ACCURACY,
     TRAIN_LOSS,
     GrokkingProgress,
@@ -70,11 +68,11 @@ def test_inspect_phases_prints_the_table_writes_the_record_and_picture_and_says_
     out = result.out
     assert "measuring 11 snapshots with the key frequencies of the checkpoint of step 200" in out
     assert "restricted loss" in out and "excluded loss" in out and "t_fit (train acc >= 0.99)" in out
-    assert f"wrote {run_copy / PHASES_RECORD} and {run_copy / PHASES_PICTURE}" in out
-    record = json.loads((run_copy / PHASES_RECORD).read_text())
+    assert f"wrote {RunLayout(run_copy).phases} and {RunLayout(run_copy).phases_picture}" in out
+    record = json.loads((RunLayout(run_copy).phases).read_text())
     assert record["step"] == 200 and record["task"] == "modadd" and len(record["records"]) == 11
     assert record["phases"]["fit"] is not None
-    assert (run_copy / PHASES_PICTURE).stat().st_size > 10_000
+    assert (RunLayout(run_copy).phases_picture).stat().st_size > 10_000
     findings = out.split("findings:\n")[1]
     assert "key frequencies of the trained model" in findings
     assert f"train accuracy reaches 0.99 at step {record['phases']['fit']}" in findings
@@ -91,7 +89,7 @@ def test_a_modadd_run_without_snapshots_is_one_line_saying_how_to_keep_them(cli,
     shutil.rmtree(run_copy / RunLayout.SNAPSHOTS)
     result = cli("inspect", run_copy, "phases", "--device", "cpu")
     assert_one_line_error(result, f"{run_copy} kept no snapshots", "--set snapshot_every=20")
-    assert not (run_copy / PHASES_RECORD).exists()
+    assert not (RunLayout(run_copy).phases).exists()
     with pytest.raises(InspectError, match="kept no snapshots"):
         measure_progress(run_copy)
 

@@ -1,20 +1,16 @@
-"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report|phases`: the analyses of gpt_train.lab on a
-saved run.
+"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report|phases`: the analyses of gpt_train.lab on a saved run.
 
-Each command prints its table and the findings its numbers show (gpt_train.lab.findings states the
-rules), and writes its record (JSON) and picture into the run directory under the names gpt_viz.RunLayout
-gives them; `report` runs them all and writes report.html. Errors are the analyses' InspectError (a
-TrainError), which the command group turns into one line.
-
-The commands share the run loading, saving and printing at the top of the module, which is why they
-are one module rather than one each.
+Each command prints its table and its findings (gpt_train.lab.findings), and writes its record (JSON) and picture
+into the run under gpt_viz.RunLayout's names; `report` runs them all and writes report.html. An InspectError (a
+TrainError) is one line from the command group.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 import torch
@@ -66,13 +62,8 @@ DEVICE_OPTION = click.option(
 
 
 def examples_option(default: int, what: str) -> Callable:
-    return click.option(
-        "--examples",
-        type=click.IntRange(min=1),
-        default=default,
-        show_default=True,
-        help=f"{what} (a fixed held-out sample; at most the split's size).",
-    )
+    help = f"{what} (a fixed held-out sample; at most the split's size)."
+    return click.option("--examples", type=click.IntRange(min=1), default=default, show_default=True, help=help)
 
 
 @click.group("inspect")
@@ -99,18 +90,49 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
     ctx.obj = run_dir
 
 
-def loaded(run_dir: Path, device: str, trust_kernels: bool) -> tuple[Task, GPT, torch.device, int]:
-    """The run's task, its model on the device, the device, and the step of the checkpoint read (which a
-    run still training moves on from: every record says which model it describes)."""
+class Inspected(NamedTuple):
+    """A saved run loaded for an analysis: its task, its model on `device`, and the step of the checkpoint read
+    (which a run still training moves on from: every record says which model it describes)."""
+
+    task: Task
+    model: GPT
+    device: torch.device
+    step: int
+    layout: RunLayout
+
+
+def loaded(run_dir: Path, device: str, trust_kernels: bool) -> Inspected:
     target = resolve_device(device)
     saved = load_run(run_dir, target, trust_kernels)
     click.echo(f"inspecting the checkpoint of step {saved.step:,}")
-    return saved.config.build_task(), saved.model, target, saved.step
+    return Inspected(saved.config.build_task(), saved.model, target, saved.step, RunLayout(run_dir))
+
+
+def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -> Callable:
+    """A subcommand of `gpt-train inspect` with --examples, --device and --trust-kernels, called with the run
+    loaded and its --examples checked (after `prompt_answer` tasks are checked for, so a refusal comes first)."""
+
+    def decorate(analyse: Callable[..., None]) -> click.Command:
+        @inspect_command.command(name)
+        @examples_option(examples, what)
+        @DEVICE_OPTION
+        @TRUST_KERNELS_OPTION
+        @click.pass_obj
+        @functools.wraps(analyse)
+        def command(run_dir: Path, examples: int, device: str, trust_kernels: bool, **options: Any) -> None:
+            run = loaded(run_dir, device, trust_kernels)
+            if prompt_answer:
+                prompt_answer_task(run.task, name)
+            check_examples(run.task, examples)
+            analyse(run, examples, **options)
+
+        return command
+
+    return decorate
 
 
 def held_out_examples(task: Task) -> int | None:
-    """How many held-out examples the task scores at most (prompt-answer examples, or text windows); None for
-    a task that does not say."""
+    """How many held-out examples (or text windows) the task scores at most; None for a task that does not say."""
     if isinstance(task, PromptAnswerTask):
         return len(task.split.evaluation_ids(HELDOUT, None))
     windows = getattr(task, "evaluation_windows", None)
@@ -118,8 +140,8 @@ def held_out_examples(task: Task) -> int | None:
 
 
 def check_examples(task: Task, examples: int) -> None:
-    """A given --examples bounded by the split it samples: more than it holds is refused, with what it holds,
-    rather than read as the whole split (a typo of a few digits would otherwise score everything, for minutes)."""
+    """Refuse a given --examples above what the split holds, rather than read it as the whole split (a typo of a few
+    digits would otherwise score everything, for minutes)."""
     if click.get_current_context().get_parameter_source("examples") == click.core.ParameterSource.DEFAULT:
         return  # the default is a sample size that a smaller split simply holds all of
     held = held_out_examples(task)
@@ -133,7 +155,7 @@ def check_examples(task: Task, examples: int) -> None:
 def save(
     record: dict[str, Any], step: int, draw: Callable[[dict[str, Any]], Figure], json_path: Path, picture_path: Path
 ) -> dict[str, Any]:
-    """Write the record, stamped with the step of the checkpoint it describes, and its picture; the record."""
+    """Write the record, stamped with the step of the checkpoint it describes, and its picture; return the record."""
     record = record | {"step": step}
     write_json_atomically(json_path, record)
     gpt_viz.save_figure(draw(record), picture_path)
@@ -142,22 +164,19 @@ def save(
 
 
 def echo_findings(findings: Sequence[str]) -> None:
-    """The findings under the table, one per line (the rules: gpt_train.lab.findings)."""
     click.echo("findings:")
     for finding in findings:
         click.echo(f"  - {finding}")
 
 
 def scored_as(examples: float) -> Callable[[float], str]:
-    """How a score over `examples` prints: with the digits that keep 7 wrong of 250,050 from reading as 1
-    (the summary line's rule, gpt_train.cli.format_value)."""
+    """How a score over `examples` prints: with the digits that keep 7 wrong of 250,050 from reading as 1."""
     from gpt_train.cli import format_value  # cli registers this module: imported when both are loaded
 
     return lambda value: format_value(value, examples)
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Columns padded to their widest cell, under the header."""
     cells = [list(map(str, header))] + [[str(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
@@ -183,18 +202,14 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
     return heads
 
 
-@inspect_command.command()
-@examples_option(10_000, "Held-out examples scored per ablation")
+@analysis("heads", 10_000, "Held-out examples scored per ablation")
 @click.option(
     "--ablate",
     multiple=True,
     metavar="LAYER.HEAD",
     help="Score with these heads removed together (repeatable; `all` is every head) instead of each alone.",
 )
-@DEVICE_OPTION
-@TRUST_KERNELS_OPTION
-@click.pass_obj
-def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str, trust_kernels: bool) -> None:
+def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
     """Remove each attention head in turn (zero and mean ablation), then each layer's heads together, and
     score the task's primary metric.
 
@@ -208,12 +223,10 @@ def heads(run_dir: Path, examples: int, ablate: tuple[str, ...], device: str, tr
       gpt-train inspect sort heads --examples 2000
       gpt-train inspect sort heads --ablate all
     """
-    task, model, target, step = loaded(run_dir, device, trust_kernels)
-    check_examples(task, examples)
     if ablate:
-        ablate_together(task, model, target, parse_heads(ablate, model), examples)
-        return
-    inspect_heads(task, model, target, step, RunLayout(run_dir), examples)
+        ablate_together(run.task, run.model, run.device, parse_heads(ablate, run.model), examples)
+    else:
+        inspect_heads(*run, examples)
 
 
 def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[tuple[int, int]], examples: int) -> None:
@@ -230,7 +243,6 @@ def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[t
 def inspect_heads(
     task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
 ) -> dict[str, Any]:
-    """Ablate each head, then each layer; print the table and findings; save the record and picture."""
     c = model.config
     evaluations = 1 + len(ABLATIONS) * c.n_layer * c.n_head + c.n_layer
     with tqdm(total=evaluations, desc="evaluations", leave=False) as bar:
@@ -253,12 +265,8 @@ def inspect_heads(
 
 
 # logit lens ----------------------------------------------------------------------------------
-@inspect_command.command("logit-lens")
-@examples_option(10_000, "Held-out sequences decoded")
-@DEVICE_OPTION
-@TRUST_KERNELS_OPTION
-@click.pass_obj
-def logit_lens_command(run_dir: Path, examples: int, device: str, trust_kernels: bool) -> None:
+@analysis("logit-lens", 10_000, "Held-out sequences decoded")
+def logit_lens_command(run: Inspected, examples: int) -> None:
     """Decode the residual stream after each layer through the final LayerNorm and the head.
 
     Prints exact match and loss per depth and the accuracy at each answer position (teacher-forced;
@@ -269,9 +277,7 @@ def logit_lens_command(run_dir: Path, examples: int, device: str, trust_kernels:
     Examples:
       gpt-train inspect sort logit-lens
     """
-    task, model, target, step = loaded(run_dir, device, trust_kernels)
-    check_examples(task, examples)
-    inspect_logit_lens(task, model, target, step, RunLayout(run_dir), examples)
+    inspect_logit_lens(*run, examples)
 
 
 def inspect_logit_lens(
@@ -292,7 +298,7 @@ def inspect_logit_lens(
 
 
 # patch ---------------------------------------------------------------------------------------
-@inspect_command.command("patch")
+@analysis("patch", 1_000, "Clean/corrupted pairs")
 @click.option(
     "--hook",
     "point",
@@ -307,19 +313,7 @@ def inspect_logit_lens(
     help="The answer position measured: corruptions must first change the answer there. "
     "[default: where they most often do]",
 )
-@examples_option(1_000, "Clean/corrupted pairs")
-@DEVICE_OPTION
-@TRUST_KERNELS_OPTION
-@click.pass_obj
-def patch_command(
-    run_dir: Path,
-    point: str,
-    corrupt: int,
-    answer_position: int | None,
-    examples: int,
-    device: str,
-    trust_kernels: bool,
-) -> None:
+def patch_command(run: Inspected, examples: int, point: str, corrupt: int, answer_position: int | None) -> None:
     """Copy one activation from a clean run into a corrupted one, at each layer and position.
 
     The corrupted prompt differs from the clean one in the token at --corrupt, so that the answers
@@ -333,9 +327,7 @@ def patch_command(
       gpt-train inspect sort patch
       gpt-train inspect sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
-    task, model, target, step = loaded(run_dir, device, trust_kernels)
-    check_examples(task, examples)
-    inspect_patch(task, model, target, step, RunLayout(run_dir), point, examples, corrupt, answer_position)
+    inspect_patch(*run, point, examples, corrupt, answer_position)
 
 
 def inspect_patch(
@@ -363,12 +355,8 @@ def inspect_patch(
 
 
 # reads ---------------------------------------------------------------------------------------
-@inspect_command.command("reads")
-@examples_option(10_000, "Held-out sequences read")
-@DEVICE_OPTION
-@TRUST_KERNELS_OPTION
-@click.pass_obj
-def reads_command(run_dir: Path, examples: int, device: str, trust_kernels: bool) -> None:
+@analysis("reads", 10_000, "Held-out sequences read")
+def reads_command(run: Inspected, examples: int) -> None:
     """What each head reads: its mean attention from the answer positions onto each prompt token, by that
     token's value (columns) and the value of the answer token just written (rows).
 
@@ -379,9 +367,7 @@ def reads_command(run_dir: Path, examples: int, device: str, trust_kernels: bool
     Examples:
       gpt-train inspect sort reads
     """
-    task, model, target, step = loaded(run_dir, device, trust_kernels)
-    check_examples(task, examples)
-    inspect_reads(task, model, target, step, RunLayout(run_dir), examples)
+    inspect_reads(*run, examples)
 
 
 def inspect_reads(
@@ -405,7 +391,6 @@ def inspect_reads(
 
 
 def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
-    """The unused layers by the run's saved head ablation, when it has one of this model's shape."""
     try:
         record = load_inspection(layout.heads_ablation)
     except gpt_viz.VizError:
@@ -434,42 +419,31 @@ def phases_command(run_dir: Path, device: str, trust_kernels: bool) -> None:
     Examples:
       gpt-train inspect modadd phases
     """
-    from gpt_train.lab.phases import (
-        PHASES_PICTURE,
-        PHASES_RECORD,
-        TABLE_HEADER,
-        measure_progress,
-        measured_steps,
-        open_snapshot_run,
-        phases_findings,
-        phases_picture_title,
-        table_rows,
-    )
+    from gpt_train.lab import phases  # modadd's measures, imported by the one command that needs them
 
-    run = open_snapshot_run(run_dir, resolve_device(device), trust_kernels)
+    run = phases.open_snapshot_run(run_dir, resolve_device(device), trust_kernels)
     click.echo(
         f"measuring {len(run.snapshots)} snapshots with the key frequencies of the checkpoint of step {run.step:,}"
     )
     with tqdm(total=len(run.snapshots), desc="snapshots", leave=False) as bar:
-        result = measure_progress(run, progress=bar.update)
-    click.echo(f"grokking's progress measures of {run.run_dir} ({measured_steps(result.records)}; losses in nats)")
-    click.echo(format_table(TABLE_HEADER, table_rows(result)))
-    title = phases_picture_title(run.run_dir, result)
+        result = phases.measure_progress(run, progress=bar.update)
+    first, last, count = result.records[0]["step"], result.records[-1]["step"], len(result.records)
+    measured = f"{count} snapshot{'s' * (count > 1)}, steps {first:,}-{last:,}"
+    click.echo(f"grokking's progress measures of {run.run_dir} ({measured}; losses in nats)")
+    click.echo(format_table(phases.TABLE_HEADER, phases.table_rows(result)))
+    title = f"{run.run_dir.name}: grokking's phases (key frequencies {', '.join(map(str, result.keys)) or 'none'})"
     draw = lambda record: gpt_viz.progress_measures(record["records"], title=title)
-    save(result.to_json(), run.step, draw, run.run_dir / PHASES_RECORD, run.run_dir / PHASES_PICTURE)
-    echo_findings(phases_findings(result))
+    layout = RunLayout(run.run_dir)
+    save(result.to_json(), run.step, draw, layout.phases, layout.phases_picture)
+    echo_findings(phases.phases_findings(result))
 
 
 # report --------------------------------------------------------------------------------------
-@inspect_command.command("report")
-@examples_option(10_000, "Held-out examples scored per ablation, decoded by the logit lens, and read")
+@analysis("report", 10_000, "Held-out examples scored per ablation, decoded by the logit lens, and read", True)
 @click.option(
     "--pairs", type=click.IntRange(min=1), default=1_000, show_default=True, help="Clean/corrupted pairs patched."
 )
-@DEVICE_OPTION
-@TRUST_KERNELS_OPTION
-@click.pass_obj
-def report_command(run_dir: Path, examples: int, pairs: int, device: str, trust_kernels: bool) -> None:
+def report_command(run: Inspected, examples: int, pairs: int) -> None:
     """Run heads, logit-lens, patch (resid_pre, attn_out, mlp_out) and reads, and write report.html into
     the run: the findings first, then each picture with its table and what it means.
 
@@ -482,15 +456,10 @@ def report_command(run_dir: Path, examples: int, pairs: int, device: str, trust_
     """
     from gpt_train.lab.report import REPORT_POINTS, write_report
 
-    task, model, target, step = loaded(run_dir, device, trust_kernels)
-    prompt_answer_task(task, "report")  # refused before the ablations, not after them
-    check_examples(task, examples)
-    layout = RunLayout(run_dir)
-    records = {"heads": inspect_heads(task, model, target, step, layout, examples)}
-    records["logit_lens"] = inspect_logit_lens(task, model, target, step, layout, examples)
-    records["patching"] = {
-        point: inspect_patch(task, model, target, step, layout, point, pairs) for point in REPORT_POINTS
+    records = {
+        "heads": inspect_heads(*run, examples),
+        "logit_lens": inspect_logit_lens(*run, examples),
+        "patching": {point: inspect_patch(*run, point, pairs) for point in REPORT_POINTS},
+        "reads": inspect_reads(*run, examples),
     }
-    records["reads"] = inspect_reads(task, model, target, step, layout, examples)
-    path = write_report(layout, task.name, records)
-    click.echo(f"wrote {path}")
+    click.echo(f"wrote {write_report(run.layout, run.task.name, records)}")

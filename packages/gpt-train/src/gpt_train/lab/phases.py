@@ -1,27 +1,18 @@
 """Grokking's progress measures on a modadd run's own snapshots (Nanda et al. 2023, section 5):
 `gpt-train inspect RUN phases`.
 
-The run keeps its weights every N steps (`--set snapshot_every=N`). The key frequencies are read from the
-trained model (the run's checkpoint): those holding at least 5% of its number embedding's non-constant Fourier
-power. Then, from each snapshot's weights, over every pair of each split (gpt_tasks.builtin.progress_measures
-has the definitions):
-
-- the accuracy and loss on the training and on the held-out pairs, which bound the phases;
-- the *restricted loss*: the held-out loss of the logits cut down to their key-frequency part (and each
-  answer's mean), the Fourier circuit alone. It falls while the circuit forms, long before the held-out loss
-  does, because memorisation hides the circuit from the whole model's loss;
-- the *excluded loss*: the training loss of the logits with their key-frequency part removed. It rises once the
-  training pairs are answered through the circuit rather than memorised;
-- the weight norm, which weight decay shrinks as the memorisation is cleaned up.
-
-The phases' boundaries come from the accuracies alone (gpt_viz.phases): memorisation until the training set is
-fitted, circuit formation until held-out accuracy leaves chance, cleanup until it is near perfect.
+The key frequencies are those holding at least 5% of the trained model's number-embedding Fourier power. From each
+snapshot's weights, over every pair of each split (definitions: gpt_tasks.builtin.progress_measures): each split's
+accuracy and loss, which bound the phases (gpt_viz.phases); the *restricted loss*, the held-out loss of the logits'
+key-frequency part alone, which falls while the circuit forms, long before the held-out loss does; the *excluded
+loss*, the training loss with that part removed, which rises once training pairs are answered through the circuit;
+and the weight norm, which weight decay shrinks as memorisation is cleaned up.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +25,6 @@ from gpt_train.lab.common import InspectError
 from gpt_viz import HELDOUT, TRAIN, RunLayout, metric_key
 from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, grokking_phases
 
-PHASES_RECORD = RunLayout.PHASES
-PHASES_PICTURE = RunLayout.PHASES_PICTURE
 SNAPSHOT_EVERY = 20
 """The snapshot interval the error for a run without snapshots suggests: modadd's evaluation interval."""
 SPIKE = 0.05
@@ -47,9 +36,7 @@ TRAIN_LOSS, HELDOUT_LOSS = metric_key(TRAIN, "loss"), metric_key(HELDOUT, "loss"
 
 @dataclass(frozen=True)
 class GrokkingProgress:
-    """A modadd run's progress measures: its p, the key frequencies of its trained model, and one record per
-    snapshot (step, the accuracy and loss of each split, restricted_loss, excluded_loss, weight_norm), in step
-    order."""
+    """A modadd run's p, the key frequencies of its trained model, and one record per snapshot in step order."""
 
     p: int
     keys: list[int]
@@ -61,18 +48,15 @@ class GrokkingProgress:
 
     @property
     def chance(self) -> float:
-        """The loss of a uniform guess among the p answers: ln p."""
         return math.log(self.p)
 
     def at(self, key: str, step: int | None) -> float | None:
-        """`key` at snapshot `step` (None for no step)."""
         if step is None:
             return None
         return next(float(r[key]) for r in self.records if r["step"] == step)
 
     def spike_steps(self) -> list[int]:
-        """The snapshots after the fit whose training loss is above SPIKE while the one before was not: the
-        slingshot's spikes (Thilak et al. 2022)."""
+        """The snapshots after the fit whose training loss rises above SPIKE: the slingshot (Thilak et al. 2022)."""
         fit = self.phases.fit
         after = [r for r in self.records if fit is not None and r["step"] > fit]
         pairs = zip(after, after[1:], strict=False)
@@ -91,31 +75,8 @@ class GrokkingProgress:
         }
 
 
-def modadd_task(task: Any, run_dir: Path) -> ModAddTask:
-    """The run's task, if it is modadd (the progress measures are of its Fourier circuit); else one line."""
-    if not isinstance(task, ModAddTask):
-        raise InspectError(
-            f"phases measures grokking on a modadd run; {run_dir} is a {task.name} run "
-            f"(train one with gpt-train run --task modadd --set snapshot_every={SNAPSHOT_EVERY})"
-        )
-    return task
-
-
-def check_snapshots(run_dir: Path) -> dict[int, Path]:
-    """The run's snapshots, by step; a run that kept none is one line saying how to keep them."""
-    snapshots = RunLayout(run_dir).snapshots()
-    if not snapshots:
-        raise InspectError(
-            f"{run_dir} kept no snapshots, and the phases are measured from them; train the run with "
-            f"--set snapshot_every={SNAPSHOT_EVERY} (gpt-train run --task modadd --set snapshot_every={SNAPSHOT_EVERY})"
-        )
-    return snapshots
-
-
 @dataclass(frozen=True)
 class SnapshotRun:
-    """A modadd run with snapshots, checked, and the key frequencies of its checkpoint's model."""
-
     run_dir: Path
     task: ModAddTask
     keys: list[int]
@@ -131,10 +92,20 @@ def open_snapshot_run(run: str | Path, device: torch.device | str = "cpu", trust
     from gpt_train.loading import load_run  # the loading of runs, imported with the command that reads one
 
     loaded = load_run(run, device, trust_kernels)
-    task = modadd_task(loaded.task, loaded.run_dir)
-    snapshots = check_snapshots(loaded.run_dir)
-    keys = key_frequencies(loaded.model.wte.weight[: task.params.p])
-    return SnapshotRun(loaded.run_dir, task, keys, snapshots, loaded.step, device, trust_kernels)
+    how = f"gpt-train run --task modadd --set snapshot_every={SNAPSHOT_EVERY}"
+    if not isinstance(loaded.task, ModAddTask):
+        raise InspectError(
+            f"phases measures grokking on a modadd run; {loaded.run_dir} is a {loaded.task.name} run (train one "
+            f"with {how})"
+        )
+    snapshots = RunLayout(loaded.run_dir).snapshots()
+    if not snapshots:
+        raise InspectError(
+            f"{loaded.run_dir} kept no snapshots, and the phases are measured from them; train the run with "
+            f"--set snapshot_every={SNAPSHOT_EVERY} ({how})"
+        )
+    keys = key_frequencies(loaded.model.wte.weight[: loaded.task.params.p])
+    return SnapshotRun(loaded.run_dir, loaded.task, keys, snapshots, loaded.step, device, trust_kernels)
 
 
 def measure_progress(
@@ -143,9 +114,8 @@ def measure_progress(
     trust_kernels: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> GrokkingProgress:
-    """The progress measures of a modadd run at each of its snapshots, with the key frequencies of its
-    checkpoint's model: `run` opened (`open_snapshot_run`), or a directory or task name to open on `device`.
-    `progress(1)` is called after each snapshot."""
+    """The progress measures of a modadd run (opened, or a directory or task name to open) at each snapshot;
+    `progress(1)` is called after each."""
     from gpt_train.loading import load_snapshots
 
     if not isinstance(run, SnapshotRun):
@@ -175,7 +145,6 @@ TABLE_HEADER = ("at", "step", "train acc", "held-out acc", "train loss", "held-o
 
 
 def boundary_rows(result: GrokkingProgress) -> list[tuple[str, int]]:
-    """The snapshots the table shows: the first, each phase boundary the run reached, and the last."""
     phases = result.phases
     named = [
         ("first snapshot", result.records[0]["step"]),
@@ -197,11 +166,10 @@ def table_rows(result: GrokkingProgress) -> list[tuple[str, ...]]:
 
 
 def _moves(before: float, after: float, digits: int = 2) -> str:
-    """The change in words, with the verb the numbers say: "falls from 5.04 to 1.40", "rises from ..."."""
-    verb = "falls" if after < before else "rises" if after > before else "stays at"
-    if verb == "stays at":
+    """The change in words: "falls from 5.04 to 1.40", "rises from ...", "stays at ..."."""
+    if after == before:
         return f"stays at {before:.{digits}f}"
-    return f"{verb} from {before:.{digits}f} to {after:.{digits}f}"
+    return f"{'falls' if after < before else 'rises'} from {before:.{digits}f} to {after:.{digits}f}"
 
 
 def phases_findings(result: GrokkingProgress) -> list[str]:
@@ -261,13 +229,3 @@ def phases_findings(result: GrokkingProgress) -> list[str]:
             f"fit (at steps {steps}): the slingshot (Thilak et al. 2022)"
         )
     return found
-
-
-def phases_picture_title(run_dir: Path, result: GrokkingProgress) -> str:
-    keys = ", ".join(map(str, result.keys)) or "none"
-    return f"{Path(run_dir).name}: grokking's phases (key frequencies {keys})"
-
-
-def measured_steps(records: Sequence[dict[str, float]]) -> str:
-    """'151 snapshots, steps 0-3,000'."""
-    return f"{len(records)} snapshot{'s' * (len(records) > 1)}, steps {records[0]['step']:,}-{records[-1]['step']:,}"
