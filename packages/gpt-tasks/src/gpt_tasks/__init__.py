@@ -1,18 +1,22 @@
-"""gpt_tasks: the task registry (a pluggy project, entry-point group `gpt_tasks`) and the built-in tasks.
+"""gpt_tasks: the task registry (entry-point group `gpt_tasks`) and the built-in tasks.
 
-Everything a trainer or a plugin needs is exported here: the task contract (`Task`, `PromptAnswerTask`,
-`Batch`, `Defaults`), the registry (`get_task`, `list_tasks`, `default_registry`), typed
-parameters (`build_params`, `field_types`, `coerce`), splits, teacher-forced scoring (`score_examples`),
-task probes (`measure_probes`, `ProbeCache`), and the toolkit of `gpt_tasks.symbols`. A plugin marks its
-hook with `gpt_core.plugins.hookimpl`; the contract is version `gpt_core.plugins.API_VERSION` (this package's
-README, "The plugin contract").
+Everything a trainer or a plugin needs is exported here; the plugin contract is version
+`gpt_core.plugins.API_VERSION` (this package's README, "The plugin contract").
 """
 
-from gpt_tasks.hooks import ENTRY_POINT_GROUP
 from gpt_tasks.params import ParamError, build_params, coerce, field_types
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, measure_probes
 from gpt_tasks.prompt_answer import PromptAnswerTask
-from gpt_tasks.registry import PluginWarning, Registry, TaskError, TaskInfo, default_registry, get_task, list_tasks
+from gpt_tasks.registry import (
+    ENTRY_POINT_GROUP,
+    PluginWarning,
+    Registry,
+    TaskError,
+    TaskInfo,
+    default_registry,
+    get_task,
+    list_tasks,
+)
 from gpt_tasks.scoring import Scores, score_examples
 from gpt_tasks.splits import IndexedSplit, is_heldout, unit_hash
 from gpt_tasks.symbols import DIGITS, CharVocab, as_bytes, digits_of, one_digit_changes

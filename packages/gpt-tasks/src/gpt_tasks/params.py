@@ -14,8 +14,7 @@ from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
 class ParamError(ValueError):
@@ -37,12 +36,13 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
             raise ParamError(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(annotation) if a is not type(None)]
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             return None
-        return coerce(key, value, options[0])
+        return coerce(key, value, next(a for a in typing.get_args(annotation) if a is not type(None)))
     if annotation is bool:
-        return _coerce_bool(key, value)
+        if isinstance(value, bool) or (isinstance(value, str) and value.lower() in _BOOLS):
+            return value if isinstance(value, bool) else _BOOLS[value.lower()]
+        raise ParamError(f"{key} must be true or false, got {value!r}")
     if annotation in (int, float):
         return _coerce_number(key, value, annotation)
     if annotation is str:
@@ -50,26 +50,17 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
     raise ParamError(f"{key}: unsupported parameter type {annotation!r}")
 
 
-def _coerce_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-        return value.lower() in _TRUE
-    raise ParamError(f"{key} must be true or false, got {value!r}")
-
-
 def _coerce_number(key: str, value: Any, kind: type) -> int | float:
     if isinstance(value, bool):
         raise ParamError(f"{key} must be {kind.__name__}, got {value!r}")
-    if isinstance(value, str):
-        try:
+    wanted = "an integer" if kind is int else "a number"
+    try:
+        if isinstance(value, str):
             value = kind(value) if kind is float else int(value, 10)
-        except ValueError:
-            raise ParamError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
-    if kind is int and not isinstance(value, int):
-        raise ParamError(f"{key} must be an integer, got {value!r}")
-    if kind is float and not isinstance(value, int | float):
-        raise ParamError(f"{key} must be a number, got {value!r}")
+    except ValueError:
+        raise ParamError(f"{key} must be {wanted}, got {value!r}") from None
+    if not isinstance(value, int if kind is int else int | float):
+        raise ParamError(f"{key} must be {wanted}, got {value!r}")
     return kind(value)
 
 
@@ -85,3 +76,15 @@ def build_params(cls: type[T], overrides: dict[str, Any], what: str = "parameter
         return cls(**values)
     except (TypeError, ValueError) as error:
         raise ParamError(str(error)) from None
+
+
+def check_between(name: str, value: float, low: float, high: float, why: str = "") -> None:
+    """A Params check: the ValueError of a value outside low .. high (both included); `why` explains the bounds."""
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}{why}, got {value}")
+
+
+def check_fraction(name: str, value: float) -> None:
+    """A Params check: the ValueError of a fraction that is not strictly between 0 and 1."""
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value}")

@@ -51,13 +51,12 @@ class PromptAnswerTask(Task):
 
     @property
     def prompt_lengths(self) -> tuple[int, ...]:
-        """The prompt lengths training draws: `prompt_length` alone, unless a subclass trains on several. A
-        prompt of another length asks the model something it never learned (`gpt-train sample` says so)."""
+        """The prompt lengths training draws. A prompt of another length asks the model something it never
+        learned (`gpt-train sample` says so)."""
         return (self.prompt_length,)
 
     def answer_length_for(self, prompt_length: int) -> int:
-        """Tokens that answer a prompt of `prompt_length` tokens: `answer_length` whatever the prompt, unless a
-        subclass's answer grows with its prompt (sort's: one token per input symbol)."""
+        """Tokens that answer a prompt of `prompt_length` tokens."""
         return self.answer_length
 
     def answer_position_names(self) -> list[str]:
@@ -72,14 +71,10 @@ class PromptAnswerTask(Task):
         return answer_batch(self.sequences(self.split.sample("train", batch_size, generator)), self.prompt_length)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        """`exact_match`: the share of examples whose greedy (temperature 0) answer is right, computed as the
-        share whose every teacher-forced argmax equals its target (the module docstring says why they are
-        equal). `<position>_accuracy` and `token_metric`: teacher-forced, the share of answer tokens that
-        are the argmax given the true prompt and the true answer before them (greedy decoding, which reads
-        its own earlier tokens, can score a position lower after an earlier mistake).
-
-        With limit None: every example of the split, or a fixed sample of 20,000 when it cannot be listed.
-        """
+        """`exact_match`, greedy generation's (the module docstring says why the teacher-forced count is it);
+        `<position>_accuracy` and `token_metric`: the share of answer tokens that are the argmax given the true
+        prompt and the true answer before them (greedy decoding, which reads its own earlier tokens, can score
+        a position lower after an earlier mistake)."""
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
         correct = torch.zeros(self.answer_length, dtype=torch.long, device="cpu")
@@ -110,7 +105,6 @@ class PromptAnswerTask(Task):
         return (logits.argmax(dim=-1) == batch.targets[read]).view(n, self.answer_length)
 
     def probe_batch(self) -> Batch:
-        """A fixed sample of held-out sequences, scored on the answer as in training."""
         ids = self.split.evaluation_ids("heldout", PROBE_EXAMPLES, seed=2)
         return answer_batch(self.sequences(ids), self.prompt_length)
 
@@ -122,8 +116,7 @@ class PromptAnswerTask(Task):
         return None
 
     def answer_queries(self) -> slice:
-        """The input positions whose outputs predict the answer, in order: answer token i is read from
-        position prompt_length - 1 + i of the inputs (and is the target there)."""
+        """The input positions whose outputs predict the answer: answer token i is read at prompt_length - 1 + i."""
         return slice(self.prompt_length - 1, self.prompt_length - 1 + self.answer_length)
 
     def example_prompts(self) -> list[str]:
@@ -131,15 +124,13 @@ class PromptAnswerTask(Task):
         return [self.decode(row.tolist()) for row in self.sequences(ids)[:, : self.prompt_length]]
 
     def attention_examples(self, n: int) -> list[str]:
-        """Whole held-out sequences but the last token (what the model reads), from a fixed sample whose first
-        examples are the same whatever `n` for a split that can be listed."""
+        """Whole held-out sequences but the last token (what the model reads)."""
         ids = self.split.evaluation_ids("heldout", n, seed=1)
         return [self.decode(row.tolist()) for row in self.sequences(ids)[:, :-1]]
 
 
 def answer_batch(seq: torch.Tensor, prompt_length: int) -> Batch:
-    """Whole sequences (N, T) -> the training batch that reads all but the last token and is scored on the
-    answer only (the tokens after the first `prompt_length`)."""
+    """Whole sequences (N, T) -> the batch that reads all but the last token, scored on the answer alone."""
     targets = seq[:, 1:].clone()
     targets[:, : prompt_length - 1] = IGNORE_INDEX
     return Batch(seq[:, :-1], targets)

@@ -1,9 +1,10 @@
 """Discover task plugins through the `gpt_tasks` entry-point group and build tasks by name.
 
-Loading is gpt_core.plugins' (the one loader of tasks and kernels), so failures stay contained the same
-way: a plugin that raises while importing or registering is reported as a warning naming it and is left
-out, so every other task keeps working; two plugins claiming one name make that name (and only that
-name) an error that names both. This module says what a task registration is and builds tasks.
+A plugin is a module with a function marked `@hookimpl` (`from gpt_core.plugins import hookimpl`) named
+`register_tasks`, which a distribution names in the entry-point group (`[project.entry-points.gpt_tasks]`,
+`reverse = "gpt_task_reverse"`). Loading is gpt_core.plugins' (the one loader of tasks and kernels): a plugin
+that raises while importing or registering is a warning naming it and is left out, and two plugins claiming
+one name make that name (and only that name) an error that names both.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 from gpt_core.plugins import Origin, PluginKind, PluginTable
 from gpt_core.plugins import PluginWarning as AnyPluginWarning
-from gpt_tasks.hooks import ENTRY_POINT_GROUP, HOOK
 from gpt_tasks.params import build_params
 from gpt_tasks.task import Task
+
+ENTRY_POINT_GROUP = "gpt_tasks"
 
 
 class TaskError(LookupError):
@@ -65,7 +67,7 @@ def _accept(origin: Origin, task_class: Any) -> TaskInfo:
     return TaskInfo(task_class.name, task_class, origin.plugin, origin.distribution, origin.version)
 
 
-TASK_PLUGINS = PluginKind("task", ENTRY_POINT_GROUP, HOOK, _accept, PluginWarning)
+TASK_PLUGINS = PluginKind("task", ENTRY_POINT_GROUP, "register_tasks", _accept, PluginWarning)
 
 
 class Registry:
@@ -79,7 +81,7 @@ class Registry:
         return sorted(self._table.items(), key=lambda info: info.name)
 
     def info(self, name: str) -> TaskInfo:
-        available = ", ".join(sorted(info.name for info in self._table.items())) or "none installed"
+        available = ", ".join(info.name for info in self.tasks()) or "none installed"
         return self._table.find(name, TaskError, f"unknown task {name!r}; available tasks: {available}")
 
     def get(self, name: str, **params: Any) -> Task:

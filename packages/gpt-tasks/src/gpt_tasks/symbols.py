@@ -1,16 +1,7 @@
-"""The public toolkit for task authors: character vocabularies and the digit helpers that number,
-write and hash examples made of symbols.
-
-Built-in tasks and third-party plugins use these same helpers (exported from `gpt_tasks`), so a
-vocabulary error reads the same in every task and a run of symbols hashes to the same split
-bytes everywhere:
-
-- `CharVocab(alphabet)`: one token id per character, `encode` refusing unknown characters;
-- `DIGITS`: the symbols of bases up to 36, "0123456789abc...z" (base b uses the first b);
-- `digits_of(ids, length, base)`: example numbers to their digits, the usual way to turn an
-  example's number into its symbols;
-- `as_bytes(rows)`: the canonical bytes of rows of symbols, one byte each, for `IndexedSplit`'s
-  `encode`.
+"""The toolkit of task authors, built-in and third-party alike, so that a vocabulary error reads the same in every
+task and a run of symbols hashes to the same split bytes everywhere: `CharVocab`, one token per character;
+`DIGITS`, the symbols of bases up to 36 (base b uses the first b); `digits_of` and `one_digit_changes`, example
+numbers as their symbols; `as_bytes`, the split bytes of rows of symbols (`IndexedSplit`'s `encode`).
 """
 
 from __future__ import annotations
@@ -42,7 +33,10 @@ class CharVocab:
         return [self.index[ch] for ch in text]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.alphabet[i] for i in ids)
+        return "".join(self.token_labels(ids))
+
+    def token_labels(self, ids: Sequence[int]) -> list[str]:
+        return [self.alphabet[i] for i in ids]
 
 
 def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
@@ -64,7 +58,6 @@ def one_digit_changes(ids: torch.Tensor, length: int, base: int) -> torch.Tensor
 
 
 def as_bytes(rows: torch.Tensor) -> list[bytes]:
-    """The canonical encoding of each row of symbols (N, L), values below 256: one byte per symbol.
-
-    Split hashes are taken over these bytes, so they must not depend on the tensor's dtype."""
+    """One byte per symbol of each row (N, L), values below 256, whatever the tensor's dtype: split hashes are
+    taken over these bytes."""
     return [row.tobytes() for row in rows.numpy().astype(np.uint8)]

@@ -1,12 +1,9 @@
-"""addition: read two `digits`-digit numbers, then write their sum.
+"""addition: read two `digits`-digit numbers, then write their sum (a `PromptAnswerTask`).
 
 An example is its operand pair (a, b), numbered a * 10^digits + b. Its text is the operands
 zero-padded to `digits`, then the sum zero-padded to digits + 1 and, by default, written least
 significant digit first ("123+456=9750" is 123 + 456 = 579), the order in which a carry can be
-computed left to right. The model sees the sequence minus its last token and is scored only on
-the sum. Exact match is greedy generation's, measured in one teacher-forced pass
-(`gpt_tasks.prompt_answer`), over the whole held-out split when the example space can be listed
-(3 digits: 10^6 pairs), else over a fixed sample of 20,000 held-out pairs.
+computed left to right.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ import torch
 from torch import Tensor
 
 from gpt_core import GPT
+from gpt_tasks.params import check_between, check_fraction
 from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask
 from gpt_tasks.splits import IndexedSplit
@@ -35,10 +33,8 @@ class AdditionParams:
     heldout_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        if not 1 <= self.digits <= MAX_DIGITS:
-            raise ValueError(f"digits must be between 1 and {MAX_DIGITS}, got {self.digits}")
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        check_between("digits", self.digits, 1, MAX_DIGITS)
+        check_fraction("heldout_fraction", self.heldout_fraction)
 
 
 class AdditionTask(PromptAnswerTask):
@@ -47,17 +43,13 @@ class AdditionTask(PromptAnswerTask):
     Params = AdditionParams
     primary_metric = "exact_match"
     token_metric = "digit_accuracy"
+    vocab = CharVocab(ALPHABET)
 
     def __init__(self, params: AdditionParams):
         super().__init__(params)
-        self.vocab = CharVocab(ALPHABET)
-        # The canonical bytes of a pair: one byte per operand digit, a's then b's, most significant first.
-        self.split = IndexedSplit(
-            size=10 ** (2 * params.digits),
-            encode=lambda ids: as_bytes(digits_of(ids, 2 * params.digits, 10)),
-            fraction=params.heldout_fraction,
-            salt=b"addition",
-        )
+        # A pair's split bytes: one byte per operand digit, a's then b's, most significant first.
+        encode = lambda ids: as_bytes(digits_of(ids, 2 * params.digits, 10))
+        self.split = IndexedSplit(10 ** (2 * params.digits), encode, params.heldout_fraction, salt=b"addition")
 
     @property
     def prompt_length(self) -> int:
@@ -69,8 +61,6 @@ class AdditionTask(PromptAnswerTask):
         return self.params.digits + 1
 
     def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor:
-        """Every pair of operands that differs from each of `ids` in one digit: its prompt differs in that
-        digit's token (the operands' digits are the number's, most significant first)."""
         return one_digit_changes(ids, 2 * self.params.digits, 10)
 
     def answer_position_names(self) -> list[str]:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.params import check_between, check_fraction
 from gpt_tasks.probes import ProbeCache
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
@@ -40,10 +41,33 @@ class ModAddParams:
     train_fraction: float = 0.2
 
     def __post_init__(self) -> None:
-        if not 2 <= self.p <= MAX_P:
-            raise ValueError(f"p must be between 2 and {MAX_P} (all p*p pairs are listed), got {self.p}")
-        if not 0.0 < self.train_fraction < 1.0:
-            raise ValueError(f"train_fraction must be in (0, 1), got {self.train_fraction}")
+        check_between("p", self.p, 2, MAX_P, why=" (all p*p pairs are listed)")
+        check_fraction("train_fraction", self.train_fraction)
+
+
+class Numbers:
+    """modadd's vocabulary: the numbers 0 .. p-1, then "=" (token p), written with spaces between them."""
+
+    def __init__(self, p: int):
+        self.p = p
+
+    def __len__(self) -> int:
+        return self.p + 1
+
+    def encode(self, text: str) -> list[int]:
+        words = text.split()
+        for word in words:
+            if word != EQUALS_TEXT and not (word.isascii() and word.isdigit() and int(word) < self.p):
+                raise ValueError(
+                    f"token {word!r} is not in the vocabulary (numbers 0..{self.p - 1} and '=', separated by spaces)"
+                )
+        return [self.p if word == EQUALS_TEXT else int(word) for word in words]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.token_labels(ids))
+
+    def token_labels(self, ids: Sequence[int]) -> list[str]:
+        return [EQUALS_TEXT if int(i) == self.p else str(int(i)) for i in ids]
 
 
 def pair_bytes(a: torch.Tensor, b: torch.Tensor) -> list[bytes]:
@@ -83,41 +107,14 @@ class ModAddTask(Task):
     def __init__(self, params: ModAddParams):
         super().__init__(params)
         p = params.p
+        self.vocab = Numbers(p)
         self.equals = p  # the token id of "="
-        self.split = IndexedSplit(
-            size=p * p,
-            encode=lambda ids: pair_bytes(ids // p, ids % p),
-            fraction=1.0 - params.train_fraction,
-            salt=b"modadd",
-        )
-
-    @property
-    def vocab_size(self) -> int:
-        return self.params.p + 1
+        encode = lambda ids: pair_bytes(ids // p, ids % p)
+        self.split = IndexedSplit(p * p, encode, fraction=1.0 - params.train_fraction, salt=b"modadd")
 
     @property
     def block_size(self) -> int:
         return 3
-
-    def encode(self, text: str) -> list[int]:
-        ids = []
-        for word in text.split():
-            if word == EQUALS_TEXT:
-                ids.append(self.equals)
-            elif word.isascii() and word.isdigit() and int(word) < self.params.p:
-                ids.append(int(word))
-            else:
-                raise ValueError(
-                    f"token {word!r} is not in the vocabulary (numbers 0..{self.params.p - 1} and '=', "
-                    "separated by spaces)"
-                )
-        return ids
-
-    def decode(self, ids) -> str:
-        return " ".join(self.token_labels(ids))
-
-    def token_labels(self, ids) -> list[str]:
-        return [EQUALS_TEXT if int(i) == self.equals else str(int(i)) for i in ids]
 
     def examples(self, ids: torch.Tensor) -> Batch:
         """Pair numbers (N,) -> inputs [a, b, =] (N, 3) and targets (N, 3) scored only at "=",
@@ -128,10 +125,6 @@ class ModAddTask(Task):
         targets = torch.full_like(inputs, IGNORE_INDEX)
         targets[:, -1] = (a + b) % p
         return Batch(inputs, targets)
-
-    @property
-    def train_size(self) -> int:
-        return len(self.split.ids("train"))
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         """The whole training set (in a fixed order) when batch_size covers it, else a random sample
@@ -146,8 +139,9 @@ class ModAddTask(Task):
         weights, not of the split, so every split reports the same value."""
         ids = self.split.evaluation_ids(split, limit)
         scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)  # one scored token per example
-        metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(scores.examples)}
-        return metrics | self.probes(model, None)
+        return {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(len(ids))} | self.probes(
+            model, None
+        )
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
         """`fourier_top5_share` of the number embedding, read from the weights alone (no probe batch). The
@@ -172,7 +166,7 @@ class ModAddTask(Task):
             model=self.model_config(n_layer=1, n_head=4, n_embd=64, tie_weights=False, layernorm=False, init_scale=8.0),
             train={
                 "steps": 10000,  # the most: the run ends 600 steps after held-out accuracy first reaches 0.99
-                "batch_size": self.train_size,  # full batch
+                "batch_size": self.split.count("train"),  # full batch
                 "lr": 1.2e-2,
                 "warmup_steps": 10,
                 "schedule": "constant",

@@ -9,9 +9,9 @@ statistic of recent tokens helps: the model must find the earlier occurrence of 
 came after it, which is what an induction head does (Olsson et al. 2022, "In-context learning and induction
 heads"). A two-layer attention-only model learns it within minutes on a CPU.
 
-A sequence is held out when the blake2b hash of its bytes says so (about `heldout_fraction`): training never
-sees a held-out sequence. Evaluation scores the copy's predictable targets (`copy_loss`, `copy_accuracy`) and,
-for the language-model view, every target (`loss`).
+A sequence is held out when the blake2b hash of its bytes says so (about `heldout_fraction`). Evaluation scores
+the copy's predictable targets (`copy_loss`, `copy_accuracy`) and, for the language-model view, every target
+(`loss`).
 """
 
 from __future__ import annotations
@@ -19,21 +19,19 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.params import check_between, check_fraction
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import heldout_mask
-from gpt_tasks.symbols import CharVocab
+from gpt_tasks.symbols import CharVocab, as_bytes
 from gpt_tasks.task import Batch, Defaults, Task
 
-SYMBOLS = string.ascii_letters + string.digits
-"""Token i is written as SYMBOLS[i]."""
+SYMBOLS = string.ascii_letters + string.digits  # token i is written as SYMBOLS[i]
 EVAL_EXAMPLES = 4096  # a fixed sample of each split, drawn once
 EVAL_BATCH = 512
-SALT = b"repeats"
 
 
 @dataclass(frozen=True)
@@ -43,12 +41,10 @@ class RepeatsParams:
     heldout_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        if not 2 <= self.vocab <= len(SYMBOLS):
-            raise ValueError(f"vocab must be between 2 and {len(SYMBOLS)}, got {self.vocab}")
+        check_between("vocab", self.vocab, 2, len(SYMBOLS))
         if self.block_size < 8:
             raise ValueError(f"block_size must be at least 8, got {self.block_size}")
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        check_fraction("heldout_fraction", self.heldout_fraction)
 
 
 @dataclass(frozen=True)
@@ -80,11 +76,10 @@ class RepeatsTask(Task):
     def block_size(self) -> int:
         return self.params.block_size
 
-    # sequences and their split ------------------------------------------------------------------
     def draw(self, n: int, generator: torch.Generator) -> Sequences:
         """n sequences, train and held-out alike: random tokens, the last `length` of them a copy of the segment
         at a random earlier start."""
-        T = self.params.block_size
+        T = self.block_size
         tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator, device="cpu")
         length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator, device="cpu")
         copy_start = T + 1 - length
@@ -96,8 +91,7 @@ class RepeatsTask(Task):
 
     def heldout(self, sequences: Sequences) -> torch.Tensor:
         """(N,) bool: whether each sequence is held out."""
-        rows = sequences.tokens.numpy().astype(np.uint8)
-        return heldout_mask([row.tobytes() for row in rows], self.params.heldout_fraction, SALT)
+        return heldout_mask(as_bytes(sequences.tokens), self.params.heldout_fraction, b"repeats")
 
     def sample(self, split: str, n: int, generator: torch.Generator) -> Sequences:
         """n sequences of `split`, drawn and kept when their hash puts them there."""
@@ -137,18 +131,15 @@ class RepeatsTask(Task):
             "copy_accuracy": copy.accuracy,
             "copy_loss": copy.loss,
             "loss": every.loss,
-            "examples": float(copy.examples),
+            "examples": float(len(rows)),
         }
 
-    # probes -------------------------------------------------------------------------------------
     def probe_batch(self) -> Batch:
         return self.examples(self.fixed("heldout")[:PROBE_EXAMPLES])
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
-        """Induction heads and in-context learning (`gpt_tasks.probes.induction_probes`)."""
         return induction_probes(model, cache)
 
-    # defaults and examples ----------------------------------------------------------------------
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=2, n_head=2, n_embd=64, mlp=False, pos="rope"),

@@ -1,9 +1,5 @@
-"""sort: read `length` symbols, then write them in sorted order.
-
-An example is its input run of digits; the model sees input + sorted output (minus the last
-token) and is scored only on the sorted tail. Exact match is greedy generation's, measured in one
-teacher-forced pass (`gpt_tasks.prompt_answer`), over the whole held-out split when the example space
-can be listed.
+"""sort: read `length` symbols, then write them in sorted order (a `PromptAnswerTask`: the input run is the
+prompt, its sorted order the answer).
 
 Two options make length generalisation possible (both off by default, which is the seed task
 exactly: the same vocabulary, batches and split). `separator` puts "=" between the input and its
@@ -22,6 +18,7 @@ import torch
 from torch import Tensor
 
 from gpt_core import GPT, block_hook
+from gpt_tasks.params import check_between, check_fraction
 from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import PromptAnswerTask, answer_batch
 from gpt_tasks.splits import IndexedSplit
@@ -42,10 +39,8 @@ class SortParams:
     def __post_init__(self) -> None:
         if self.length < 2:
             raise ValueError(f"length must be at least 2, got {self.length}")
-        if not 2 <= self.vocab <= len(DIGITS):
-            raise ValueError(f"vocab must be between 2 and {len(DIGITS)}, got {self.vocab}")
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        check_between("vocab", self.vocab, 2, len(DIGITS))
+        check_fraction("heldout_fraction", self.heldout_fraction)
         if self.length >= 62 or self.vocab**self.length >= 2**62:  # vocab >= 2: no huge power is computed
             raise ValueError(
                 f"vocab ** length must stay below 2**62 (int64 example numbers), got {self.vocab}**{self.length}"
@@ -72,18 +67,14 @@ class SortTask(PromptAnswerTask):
     def __init__(self, params: SortParams):
         super().__init__(params)
         self.vocab = CharVocab(DIGITS[: params.vocab] + (SEPARATOR if params.separator else ""))
-        self.split = self.split_at(params.length)
-        self._train_splits = {params.length: self.split}  # the shorter lengths' are built when first drawn
+        self.splits = {params.length: self.split_at(params.length)}  # the shorter lengths' when first drawn
+        self.split = self.splits[params.length]
 
     def split_at(self, length: int) -> IndexedSplit:
         """The split of the runs of `length` symbols: a hash of the run's symbols alone, so a run is on the
         same side whatever the separator, the mix of lengths, or the length the task evaluates."""
-        return IndexedSplit(
-            size=self.params.vocab**length,
-            encode=lambda ids: as_bytes(self.digits(ids, length)),
-            fraction=self.params.heldout_fraction,
-            salt=b"sort",
-        )
+        encode = lambda ids: as_bytes(self.digits(ids, length))
+        return IndexedSplit(self.params.vocab**length, encode, self.params.heldout_fraction, salt=b"sort")
 
     @property
     def prompt_length(self) -> int:
@@ -110,7 +101,6 @@ class SortTask(PromptAnswerTask):
         return digits_of(ids, self.params.length if length is None else length, self.params.vocab)
 
     def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor:
-        """Every run that differs from each of `ids` in one symbol: its prompt differs in that token."""
         return one_digit_changes(ids, self.params.length, self.params.vocab)
 
     def sequences(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
@@ -127,9 +117,9 @@ class SortTask(PromptAnswerTask):
         if len(lengths) == 1:
             return super().batch(batch_size, generator)
         length = lengths[int(torch.randint(len(lengths), (1,), generator=generator, device="cpu"))]
-        if length not in self._train_splits:
-            self._train_splits[length] = self.split_at(length)
-        ids = self._train_splits[length].sample("train", batch_size, generator)
+        if length not in self.splits:
+            self.splits[length] = self.split_at(length)
+        ids = self.splits[length].sample("train", batch_size, generator)
         return answer_batch(self.sequences(ids, length), self.prompt_length_at(length))
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
@@ -137,7 +127,7 @@ class SortTask(PromptAnswerTask):
         there puts on the input digit(s) equal to the one it must write, averaged over answer positions;
         about 1 / (positions read) for a head that reads everything alike, 1 for one that reads the
         source alone."""
-        return {"source_attention": float(best_head_source_attention(self, model, cache).mean())}
+        return {"source_attention": float(source_attention(self, model, cache).flatten(0, 1).amax(dim=0).mean())}
 
     def defaults(self) -> Defaults:
         # Two layers learn the task as well as three, a third cheaper per step; 1,200 steps, chosen on seeds 0, 1
@@ -162,9 +152,3 @@ def source_attention(task: SortTask, model: GPT, cache: ProbeCache) -> Tensor:
         pattern = cache[block_hook(layer, "pattern")][:, :, queries, : task.params.length]  # (N, H, answer, length)
         per_layer.append((pattern * is_source[:, None]).sum(dim=-1).mean(dim=0))  # (H, answer)
     return torch.stack(per_layer)
-
-
-def best_head_source_attention(task: SortTask, model: GPT, cache: ProbeCache) -> Tensor:
-    """For each answer position, the source attention of the head (any layer) that puts the most there:
-    (answer_length,)."""
-    return source_attention(task, model, cache).flatten(0, 1).amax(dim=0)

@@ -2,23 +2,18 @@
 
 The corpus (`data`: a UTF-8 file, or a directory read through `glob`) is cut into chunks of
 `chunk_size` characters, and a chunk is held out when the blake2b hash of its UTF-8 bytes says so
-(about `heldout_fraction` of them), as shakespeare always did. The tokenizer is learned from the
-training chunks only (a character alphabet, or a BPE), so nothing about the held-out text leaks into
-it. Every chunk is tokenized on its own, once, into the token cache (`gpt_tasks.text.cache`), and
-training reads windows of block_size + 1 tokens, each wholly inside one training chunk, straight from
-its memmap: the corpus is never held in memory.
+(about `heldout_fraction` of them). The tokenizer is learned from the training chunks only, so nothing
+about the held-out text leaks into it. Every chunk is tokenized once into the token cache
+(`gpt_tasks.text.cache`), and training reads windows of block_size + 1 tokens, each wholly inside one
+training chunk, straight from its memmap: the corpus is never held in memory.
 
-Evaluation scores every token of each held-out chunk but its first (the first needs a context), in
-windows of block_size tokens, each token once. Loss in nats per token depends on the tokenizer; bits
-per character and per byte do not (a token counts the characters and bytes of the text it decodes to),
-so runs with different tokenizers on one corpus rank by them.
+Evaluation scores every token of each held-out chunk but its first, in windows of block_size tokens, each
+token once. Bits per character and per byte, unlike nats per token, do not depend on the tokenizer, so runs
+with different tokenizers on one corpus rank by them.
 
 A run records what it needs to be rebuilt exactly: `corpus_sha256` (an edited corpus is then refused
 in one line), and the tokenizer: the char alphabet in `alphabet`, the BPE as a file (`files()` hands it
 to the trainer, which keeps it in the run directory and points `tokenizer_file` at it).
-
-The whole task is in this module (parameters, vocabulary, batches, evaluation, probes), as every
-built-in task is in its own; the corpus and the token cache are in gpt_tasks.text.
 """
 
 from __future__ import annotations
@@ -37,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gpt_core import GPT, IGNORE_INDEX
+from gpt_tasks.params import check_fraction
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
@@ -88,12 +84,13 @@ class TextParams:
                 f"chunk_size ({self.chunk_size}) must be larger than block_size ({self.block_size}): "
                 "a window of block_size + 1 tokens must fit inside one chunk"
             )
-        if not 0.0 < self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        check_fraction("heldout_fraction", self.heldout_fraction)
         if self.tokenizer not in KINDS:
             raise ValueError(f"tokenizer must be one of {', '.join(KINDS)}, got {self.tokenizer!r}")
-        self._only_with("bpe", vocab_size=self.vocab_size is not None, tokenizer_file=bool(self.tokenizer_file))
-        self._only_with("char", alphabet=bool(self.alphabet))
+        owners = {"vocab_size": "bpe", "tokenizer_file": "bpe", "alphabet": "char"}
+        for name, owner in owners.items():
+            if getattr(self, name) not in (None, "") and self.tokenizer != owner:
+                raise ValueError(f"{name} belongs to tokenizer={owner}, not tokenizer={self.tokenizer}")
         if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
             raise ValueError(f"vocab_size must be at least {MIN_BPE_VOCAB} (the 256 bytes and a merge)")
         if len(set(self.alphabet)) != len(self.alphabet):
@@ -101,10 +98,40 @@ class TextParams:
         if self.corpus_sha256 and not re.fullmatch(r"[0-9a-f]{64}", self.corpus_sha256):
             raise ValueError(f"corpus_sha256 must be 64 lowercase hex digits, got {self.corpus_sha256!r}")
 
-    def _only_with(self, tokenizer: str, **given: bool) -> None:
-        for name, is_given in given.items():
-            if is_given and self.tokenizer != tokenizer:
-                raise ValueError(f"{name} belongs to tokenizer={tokenizer}, not tokenizer={self.tokenizer}")
+
+class TextVocabulary:
+    """A text run's tokens, from its tokenizer alone: the task's `vocab`, and all that sampling needs when the
+    run's corpus has since been moved or deleted (a run keeps its tokenizer: the alphabet in config.json, a BPE
+    file beside it)."""
+
+    def __init__(self, params: TextParams, tokenizer: Tokenizer | None = None):
+        self.params, self.tokenizer = params, tokenizer or recorded_tokenizer(params)
+        if self.tokenizer is None:
+            raise ValueError(f"the run records no {params.tokenizer} tokenizer, and its corpus {params.data} is gone")
+
+    def __len__(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        unknown = self.tokenizer.unknown_characters(text)
+        if unknown:
+            raise ValueError(
+                f"characters not in the vocabulary: {unknown!r} (the char tokenizer knows the "
+                f"{len(self.params.alphabet)} characters of the training chunks)"
+            )
+        return self.tokenizer.encode(text).tolist()
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def token_labels(self, ids: Sequence[int]) -> list[str]:
+        table = self.tokenizer.token_bytes()
+        return ["".join(_ESCAPES.get(ch, ch) for ch in table[i].decode("utf-8", "backslashreplace")) for i in ids]
+
+    def example_prompts(self) -> list[str]:
+        raise ValueError(
+            f"the corpus {self.params.data} is gone, with the held-out text of the default prompts: give --prompt"
+        )
 
 
 class TextTask(Task):
@@ -130,7 +157,13 @@ class TextTask(Task):
                 f"the corpus at {corpus.path} has changed since this run was trained "
                 f"(sha256 {digest}, recorded {params.corpus_sha256})"
             )
-        _check_vocab_size(params, corpus.size)
+        # A BPE learns at most one token per merge of two symbols: a corpus of n bytes gives at most 256 + n - 1
+        # tokens. More is refused here: the tokenizer library allocates for it, and aborts when it cannot.
+        if params.vocab_size is not None and params.vocab_size > 256 + corpus.size - 1:
+            raise ValueError(
+                f"vocab_size {params.vocab_size:,} is more than the corpus can give: a BPE of its {corpus.size:,} "
+                f"bytes has at most {256 + corpus.size - 1:,} tokens (the 256 bytes and one merge per pair of them)"
+            )
         split = {"corpus_sha256": digest, "chunk_size": params.chunk_size, "salt": self.SALT.hex()}
         root = cache_root(params.cache_dir)
         self.tokenizer, tokenizer_file = self._tokenizer(params, corpus, split, root)
@@ -142,12 +175,20 @@ class TextTask(Task):
             (digest, corpus.size),
             params.in_memory,
         )
-        super().__init__(self._resolved(params, digest, tokenizer_file))
+        super().__init__(
+            dataclasses.replace(
+                params,
+                corpus_sha256=digest,
+                alphabet=self.tokenizer.alphabet if isinstance(self.tokenizer, CharTokenizer) else "",
+                tokenizer_file=tokenizer_file,
+                vocab_size=(params.vocab_size or DEFAULT_BPE_VOCAB) if params.tokenizer == "bpe" else None,
+            )
+        )
+        self.vocab = TextVocabulary(self.params, self.tokenizer)
         self.char_counts, self.byte_counts = token_sizes(self.tokenizer)
         self._index_chunks()
         self._windows: dict[str, torch.Tensor] = {}
 
-    # the corpus and the tokenizer --------------------------------------------------------------
     def corpus_path(self, params: TextParams) -> Path:
         """Where the corpus is: `data`, which the text task cannot do without."""
         if not params.data:
@@ -176,14 +217,14 @@ class TextTask(Task):
                 raise ValueError(changed_while_read("learned from"))
             return learned
 
-        tokenizer = cached_tokenizer(path, kind, learn)
-        return tokenizer, str(path) if kind == "bpe" else ""
+        return cached_tokenizer(path, kind, learn), str(path) if kind == "bpe" else ""
 
     def _training_chunks(self, corpus: Corpus, params: TextParams, read: hashlib._Hash) -> Iterator[str]:
         """The chunks of the training split, in order, with a progress bar over the corpus; `read` hashes
         every chunk, held-out ones too, so that the text learned from can be checked against the corpus sha256."""
-        bar = tqdm(total=corpus.size, unit="B", unit_scale=True, desc="training split", leave=False, disable=None)
-        with bar:
+        with tqdm(
+            total=corpus.size, unit="B", unit_scale=True, desc="training split", leave=False, disable=None
+        ) as bar:
             for chunk in chunks(corpus.texts(), params.chunk_size):
                 data = chunk.encode()
                 read.update(data)
@@ -191,21 +232,10 @@ class TextTask(Task):
                 if not is_heldout(data, params.heldout_fraction, self.SALT):
                     yield chunk
 
-    def _resolved(self, params: TextParams, digest: str, tokenizer_file: str) -> TextParams:
-        tokenizer = self.tokenizer
-        return dataclasses.replace(
-            params,
-            corpus_sha256=digest,
-            alphabet=tokenizer.alphabet if isinstance(tokenizer, CharTokenizer) else "",
-            tokenizer_file=tokenizer_file,
-            vocab_size=(params.vocab_size or DEFAULT_BPE_VOCAB) if params.tokenizer == "bpe" else None,
-        )
-
     def files(self) -> dict[str, bytes]:
         """A BPE is kept by the trainer beside the run (`tokenizer_file` then points at that copy)."""
         return {"tokenizer_file": self.tokenizer.serialize()} if isinstance(self.tokenizer, BpeTokenizer) else {}
 
-    # chunks and windows --------------------------------------------------------------------------
     def _index_chunks(self) -> None:
         """The chunks that hold a window, by split; a corpus with no chunk on either side is refused."""
         cache, window = self.cache, self.block_size + 1
@@ -304,7 +334,7 @@ class TextTask(Task):
             "loss": scores.loss,
             "bits_per_char": bits / chars,
             "bits_per_byte": bits / size,
-            "examples": float(scores.examples),
+            "examples": len(windows),
         }
 
     def probe_batch(self) -> Batch:
@@ -313,35 +343,12 @@ class TextTask(Task):
         return self.window_batch(windows[windows[:, 1] == 0][:PROBE_EXAMPLES])
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
-        """Induction heads and in-context learning (`gpt_tasks.probes.induction_probes`)."""
         return induction_probes(model, cache)
-
-    # vocabulary ---------------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
 
     @property
     def block_size(self) -> int:
         return self.params.block_size
 
-    def encode(self, text: str) -> list[int]:
-        unknown = self.tokenizer.unknown_characters(text)
-        if unknown:
-            raise ValueError(
-                f"characters not in the vocabulary: {unknown!r} (the char tokenizer knows the "
-                f"{len(self.params.alphabet)} characters of the training chunks)"
-            )
-        return self.tokenizer.encode(text).tolist()
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids))
-
-    def token_labels(self, ids: Sequence[int]) -> list[str]:
-        table = self.tokenizer.token_bytes()
-        return ["".join(_ESCAPES.get(ch, ch) for ch in table[i].decode("utf-8", "backslashreplace")) for i in ids]
-
-    # defaults and examples ----------------------------------------------------------------------
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=4, n_head=4, n_embd=128),
@@ -377,48 +384,11 @@ def recorded_tokenizer(params: TextParams) -> Tokenizer | None:
     if params.tokenizer == "char" and params.alphabet:
         return CharTokenizer(params.alphabet)
     if params.tokenizer == "bpe" and params.tokenizer_file:
-        return _read_bpe(Path(params.tokenizer_file).expanduser())
+        path = Path(params.tokenizer_file).expanduser()
+        try:
+            return BpeTokenizer(path.read_bytes())
+        except OSError as error:
+            raise ValueError(f"cannot read tokenizer_file {path}: {error.strerror or error}") from None
+        except ValueError as error:
+            raise ValueError(f"tokenizer_file {path}: {error}") from None
     return None
-
-
-class TextVocabulary:
-    """A text run's recorded tokenizer without its corpus: what sampling from a prompt needs (`encode`,
-    `decode`). A run keeps its tokenizer (the alphabet in config.json, a BPE file beside it), so a run whose
-    corpus has since been moved or deleted can still be sampled."""
-
-    def __init__(self, params: TextParams):
-        tokenizer = recorded_tokenizer(params)
-        if tokenizer is None:
-            raise ValueError(f"the run records no {params.tokenizer} tokenizer, and its corpus {params.data} is gone")
-        self.params, self.tokenizer = params, tokenizer
-
-    encode = TextTask.encode
-    decode = TextTask.decode
-
-    def example_prompts(self) -> list[str]:
-        raise ValueError(
-            f"the corpus {self.params.data} is gone, with the held-out text of the default prompts: give --prompt"
-        )
-
-
-def _check_vocab_size(params: TextParams, corpus_bytes: int) -> None:
-    """A BPE learns at most one token per merge, and each merge joins two symbols of the text: a corpus of
-    n bytes gives at most 256 + n - 1 tokens. Larger is refused before the tokenizer library sees it (it
-    allocates for the vocabulary asked for, and aborts the process when that cannot be done)."""
-    most = 256 + corpus_bytes - 1
-    if params.vocab_size is not None and params.vocab_size > most:
-        raise ValueError(
-            f"vocab_size {params.vocab_size:,} is more than the corpus can give: a BPE of its {corpus_bytes:,} bytes "
-            f"has at most {most:,} tokens (the 256 bytes and one merge per pair of them)"
-        )
-
-
-def _read_bpe(path: Path) -> BpeTokenizer:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ValueError(f"cannot read tokenizer_file {path}: {error.strerror or error}") from None
-    try:
-        return BpeTokenizer(data)
-    except ValueError as error:
-        raise ValueError(f"tokenizer_file {path}: {error}") from None
