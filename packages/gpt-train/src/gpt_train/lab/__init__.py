@@ -1,11 +1,9 @@
 """The interpretability lab: looking inside a trained model through gpt-core's hook points.
 
-The analyses (head ablation in `heads`, the logit lens, activation patching in `patching`, what each head reads in
-`reads`, the grokking measures in `phases`) are library functions returning a record; `findings` says in words what
-a record shows. `inspect` is `gpt-train inspect`: it prints each record, saves it beside the run
-(gpt_viz.RunLayout's inspect files) and draws it (gpt_viz.inspect_pictures); `report` writes the page of them all
-(report.html). `serve` is `gpt-train serve`, the explorer on the learner's own prompt (`explain`), with the run's
-records checked by `records`. The trainer and `gpt-train sample` import nothing from here."""
+The analyses (head ablation, the logit lens, activation patching, what each head reads, grokking's phases) return
+records; `findings` says in words what a record shows; `inspect` is `gpt-train inspect`, `report` writes report.html
+and `serve` is `gpt-train serve`, the explorer on the learner's own prompt (`explain`), with the run's records
+checked by `records`. The trainer and `gpt-train sample` import nothing from here."""
 
 from gpt_train.lab.common import InspectError
 from gpt_train.lab.heads import (

@@ -8,18 +8,13 @@ from gpt_train.errors import TrainError
 
 
 class InspectError(TrainError):
-    """An analysis that cannot be run as asked: a hook name, layer or head the model lacks, or a task
-    without the shape the analysis needs."""
+    """An analysis that cannot be run as asked: a hook, layer or head the model lacks, or a task of the wrong shape."""
 
 
-def check_layer(model: GPT, layer: int) -> None:
-    n_layer = model.config.n_layer
+def check_head(model: GPT, layer: int, head: int) -> None:
+    n_layer, n_head = model.config.n_layer, model.config.n_head
     if not 0 <= layer < n_layer:
         raise InspectError(f"layer {layer} is out of range: the model has {n_layer} layers (0..{n_layer - 1})")
-
-
-def check_head(model: GPT, head: int) -> None:
-    n_head = model.config.n_head
     if not 0 <= head < n_head:
         raise InspectError(f"head {head} is out of range: each layer has {n_head} heads (0..{n_head - 1})")
 

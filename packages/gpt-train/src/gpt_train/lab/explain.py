@@ -1,9 +1,6 @@
-"""The model on one prompt, as the served explorer shows it: the greedy answer `gpt-train sample` gives,
-the probability of each answer token, every head's attention, and the logit lens at every depth.
-
-The answer is generated as `sample` generates it (greedy, KV cache, `answer_tokens` of them), then
-the whole sequence the model reads (prompt and answer but its last token) runs once through
-`run_with_cache`: its attention patterns and residual streams are those of that one forward pass.
+"""The model on one prompt, as the served explorer shows it: the greedy answer `gpt-train sample` gives (KV cache,
+`answer_tokens` of them), the probability of each answer token, and, from one forward pass over what the model reads
+(prompt and answer but its last token), every head's attention and the logit lens at every depth.
 """
 
 from __future__ import annotations
@@ -22,11 +19,9 @@ from gpt_train.prompts import Vocabulary, answer_tokens, encoded, untrained_prom
 
 @dataclass(frozen=True)
 class PromptView:
-    """`tokens`: labels of what the model reads (prompt, then the answer but its last token);
-    `attention[layer][head][query][key]`; `answer_probability[i]`: the model's probability of answer token
-    i where it wrote it; `lens_top[depth][position]` and `lens_probability`: the logit lens's most likely next
-    token at each position and depth, and its probability; `note`: for a prompt the task never trains on (of
-    another length, or another form), the sentence saying so ('' otherwise)."""
+    """`tokens`: labels of what the model reads; `attention[layer][head][query][key]`; `lens_top[depth][position]`
+    and `lens_probability`: the logit lens's most likely next token and its probability; `note`: for a prompt the
+    task never trains on, the sentence saying so ('' otherwise)."""
 
     prompt: str
     answer: str
@@ -50,7 +45,6 @@ def labels(vocabulary: Vocabulary, ids: Sequence[int]) -> list[str]:
 
 
 def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:
-    """The model's greedy answer to `text` and what it computed on the way (see the module's docstring)."""
     ids = encoded(vocabulary, model, text)
     n_new = answer_tokens(vocabulary, model, len(ids))
     c = model.config

@@ -1,7 +1,5 @@
-"""Findings in words: what an analysis's numbers show, by stated rules, each sentence with its figure.
-
-Each function reads an analysis's record (its `to_json`, as saved beside the run) and returns sentences.
-The rules are the constants below, so a finding is always traceable to the numbers that made it:
+"""Findings in words: what an analysis's record (its `to_json`, as saved) shows, each sentence with its figure, by
+rules stated as the constants below, so a finding is always traceable to the numbers that made it:
 
 - a layer is **unused** when zero-ablating all of its heads together moves the metric by at most
   UNUSED_TOLERANCE of the clean model's (0.1%), **nearly unused** when it costs at most NEEDED_COST (1%),
@@ -17,7 +15,7 @@ The rules are the constants below, so a finding is always traceable to the numbe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 UNUSED_TOLERANCE = 0.001
@@ -30,18 +28,16 @@ Record = Mapping[str, Any]
 
 
 def _shift(value: float, baseline: float) -> float:
-    """How far `value` is from `baseline`, as a share of it (of 1 for a zero baseline)."""
     return abs(value - baseline) / (abs(baseline) or 1.0)
 
 
 def _cost(value: float, baseline: float, higher_is_better: bool) -> float:
-    """How much worse `value` is than `baseline`, as a share of it; negative when better."""
+    """How much worse `value` is than `baseline`, as a share of it (of 1 for a zero baseline); negative when better."""
     worse = baseline - value if higher_is_better else value - baseline
     return worse / (abs(baseline) or 1.0)
 
 
 def unused_layers(record: Record) -> list[int]:
-    """The layers whose heads can all be zero-ablated with the metric within UNUSED_TOLERANCE of the clean model."""
     baseline = record["baseline"]
     return [
         layer for layer, value in enumerate(record.get("layer_zero", [])) if _shift(value, baseline) <= UNUSED_TOLERANCE
@@ -49,7 +45,7 @@ def unused_layers(record: Record) -> list[int]:
 
 
 def minor_layers(record: Record) -> list[int]:
-    """The layers whose heads can all be zero-ablated at a cost of at most NEEDED_COST: unused or nearly."""
+    """The layers unused or nearly unused: zero-ablating all their heads costs at most NEEDED_COST."""
     baseline, better = record["baseline"], record.get("higher_is_better", True)
     return [
         layer
@@ -59,7 +55,7 @@ def minor_layers(record: Record) -> list[int]:
 
 
 def needed_heads(record: Record) -> list[tuple[int, int]]:
-    """The heads whose zero ablation alone costs more than NEEDED_COST, the costliest first."""
+    """The costliest first."""
     baseline, better = record["baseline"], record.get("higher_is_better", True)
     costs = [
         (_cost(value, baseline, better), layer, head)
@@ -73,26 +69,18 @@ def head_findings(record: Record) -> list[str]:
     """Which layers are unused and which heads the model needs, from inspect_heads.json."""
     metric, baseline = record["metric"], record["baseline"]
     found = []
-    for layer in range(len(record["zero"])):
-        if "layer_zero" not in record:
-            break
-        value = record["layer_zero"][layer]
+    for layer, value in enumerate(record.get("layer_zero", [])):
+        removed, clean = f"with all its heads removed {metric} is {value:.4f}", f"clean {baseline:.4f}"
         if layer in unused_layers(record):
-            found.append(
-                f"layer {layer}'s attention is unused: with all its heads removed {metric} is {value:.4f} "
-                f"(clean {baseline:.4f}, within {UNUSED_TOLERANCE:.1%})"
-            )
+            found.append(f"layer {layer}'s attention is unused: {removed} ({clean}, within {UNUSED_TOLERANCE:.1%})")
         elif layer in minor_layers(record):
             cost = _cost(value, baseline, record.get("higher_is_better", True))
             found.append(
-                f"layer {layer}'s attention is nearly unused: with all its heads removed {metric} is {value:.4f} "
-                f"(clean {baseline:.4f}: it costs {cost:.2%}, under {NEEDED_COST:.0%})"
+                f"layer {layer}'s attention is nearly unused: {removed} ({clean}: it costs {cost:.2%}, under "
+                f"{NEEDED_COST:.0%})"
             )
         else:
-            found.append(
-                f"layer {layer}'s attention is used: with all its heads removed {metric} is {value:.4f} "
-                f"(clean {baseline:.4f})"
-            )
+            found.append(f"layer {layer}'s attention is used: {removed} ({clean})")
     needed = needed_heads(record)
     if needed:
         named = ", ".join(f"{layer}.{head} ({record['zero'][layer][head]:.4f})" for layer, head in needed)
@@ -105,8 +93,7 @@ def head_findings(record: Record) -> list[str]:
 
 
 def answer_depth(record: Record) -> int | None:
-    """The first depth whose exact match reaches APPEARS_SHARE of the last depth's (the model's own); None
-    when the model itself gets nothing exactly right."""
+    """The first depth whose exact match reaches APPEARS_SHARE of the model's own; None when that is 0."""
     exact = record["exact_match"]
     if exact[-1] <= 0:
         return None
@@ -139,15 +126,13 @@ def logit_lens_findings(record: Record) -> list[str]:
 
 
 def position_cell(record: Record, layer: int, position: int) -> str:
-    """A patched position and what patching it restores, saying so when it is the position that writes the
-    measured answer token: "answer 0 (0.994, the position that writes answer 1)"."""
+    """A patched position and what patching it restores: "answer 0 (0.994, the position that writes answer 1)"."""
     writes = position == len(record["positions"]) - 1
     where = f", the position that writes answer {record['answer_position']}" if writes else ""
     return f"{record['positions'][position]} ({record['restored'][layer][position]:.3f}{where})"
 
 
 def carrying_cells(record: Record) -> list[tuple[int, int]]:
-    """(layer, position) cells whose patch restores at least CARRIES_SHARE of the logit difference."""
     return [
         (layer, position)
         for layer, row in enumerate(record["restored"])
@@ -178,9 +163,8 @@ def patching_findings(record: Record) -> list[str]:
 def comparison_ratio(
     table: Sequence[Sequence[float]], counts: Sequence[Sequence[int]], values: Sequence[str]
 ) -> float | None:
-    """A head's mean weight on prompt values at or above the value just written over its mean weight on those
-    below (each cell weighted by how often it was seen); None when the values are not all digits or one
-    side was never seen."""
+    """A head's mean weight on prompt values at or above the value just written over that on those below (each cell
+    weighted by how often it was seen); None when the values are not all digits or one side was never seen."""
     if not all(value.isdigit() for value in values):
         return None
     numbers = [int(value) for value in values]
@@ -196,8 +180,7 @@ def comparison_ratio(
 
 
 def reads_findings(record: Record, unused: Sequence[int] = ()) -> list[str]:
-    """What each head compares, from inspect_reads.json; a layer in `unused` (minor_layers of the head
-    ablation) is one sentence instead: what its heads read hardly reaches the answer."""
+    """What each head compares, from inspect_reads.json; a layer in `unused` (minor_layers) is one sentence."""
     values, counts = record["values"], record["counts"]
     found = []
     for layer, heads in enumerate(record["reads"]):
@@ -226,3 +209,15 @@ def reads_findings(record: Record, unused: Sequence[int] = ()) -> list[str]:
             else:
                 found.append(f"{name} reads prompt values alike whatever was written (ratio {ratio:.1f}); {on_answer}")
     return found
+
+
+def all_findings(records: Mapping[str, Any]) -> Iterator[str]:
+    """The findings of every record in `records` (heads, logit_lens, patching by point, reads), in that order."""
+    if "heads" in records:
+        yield from head_findings(records["heads"])
+    if "logit_lens" in records:
+        yield from logit_lens_findings(records["logit_lens"])
+    for record in records.get("patching", {}).values():
+        yield from patching_findings(record)
+    if "reads" in records:
+        yield from reads_findings(records["reads"], minor_layers(records["heads"]) if "heads" in records else ())

@@ -1,11 +1,9 @@
-"""Head ablation: score the task's primary metric with attention heads removed, one at a time or together.
+"""Head ablation: the task's primary metric, by its own evaluation on a fixed held-out sample, with attention heads
+removed one at a time or together.
 
-A head's contribution to the residual stream is its output z (before the output projection) times its
-columns of that projection, so replacing z removes the head and nothing else. Zero ablation sets z to 0;
-mean ablation sets it to the head's mean z at the same position over the scored sample, which keeps
-whatever the head writes regardless of the input (a bias the next layers may rely on) and removes only
-what depends on the input. Both are scored by the task's own evaluation (greedy generation with the KV
-cache for prompt-answer tasks), on a fixed held-out sample.
+A head writes to the residual stream only through its output z, so replacing z removes the head and nothing else.
+Zero ablation sets z to 0; mean ablation sets it to the head's mean z at the same position over the scored sample,
+which keeps whatever the head writes regardless of the input (a bias the next layers may rely on).
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from torch import Tensor
 
 from gpt_core import GPT, HookFn, block_hook
 from gpt_tasks import Task
-from gpt_train.lab.common import check_head, check_layer
+from gpt_train.lab.common import check_head
 from gpt_viz import HELDOUT
 
 Ablation = Literal["zero", "mean"]
@@ -29,10 +27,9 @@ Head = tuple[int, int]  # (layer, head)
 
 @dataclass(frozen=True)
 class HeadAblation:
-    """The primary metric with no head removed, with each head removed alone, by each ablation
-    ([layer][head]), and with every head of a layer zero-ablated together (`layer_zero`, [layer]: a layer
-    can be unused although each of its heads alone seems to matter, or the reverse); `to_json` is the
-    inspect_heads.json record (gpt_viz.RunLayout.HEADS_ABLATION)."""
+    """The primary metric with no head removed, with each head removed alone by each ablation ([layer][head]), and
+    with every head of a layer zero-ablated together (`layer_zero`: a layer can be unused although each of its heads
+    alone seems to matter); `to_json` is inspect_heads.json."""
 
     metric: str
     examples: int
@@ -48,9 +45,8 @@ class HeadAblation:
 
 
 class HeadMeans:
-    """Each head's mean z at each position, recorded by hooks on every layer's z while the task scores the
-    model (so the mean is over exactly the scored sample, prompt and generated answer alike). Each call's
-    activations sit at the model's `hook_offset` (a KV-cached decoding step hands over one position)."""
+    """Each head's mean z at each position over exactly the scored sample, recorded by hooks while the task scores
+    the model; each call's activations sit at the model's `hook_offset` (a KV-cached step hands over one)."""
 
     def __init__(self) -> None:
         self.sums: dict[int, Tensor] = {}  # layer -> (H, P, d), float64
@@ -80,19 +76,17 @@ class HeadMeans:
             self.counts[layer] = torch.cat((counts, counts.new_zeros(missing)))
 
     def of(self, layer: int) -> Tensor:
-        """(H, P, d): each head's mean z at each of the P positions the scoring reached."""
+        """(H, P, d): each head's mean z at each position the scoring reached."""
         return self.sums[layer] / self.counts[layer][None, :, None]
 
 
 def ablation_hooks(
     model: GPT, heads: Iterable[Head], how: Ablation, means: HeadMeans | None = None
 ) -> dict[str, HookFn]:
-    """Hooks on z that remove `heads` (pairs of layer and head): set to zero, or to the head's mean z at the
-    same position (`means`, recorded on the unablated model)."""
+    """Hooks on z that remove `heads` ((layer, head) pairs): set to zero, or to the head's recorded mean."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
-        check_layer(model, layer)
-        check_head(model, head)
+        check_head(model, layer, head)
         by_layer.setdefault(layer, []).append(head)
     if how == "mean" and means is None:
         raise ValueError("mean ablation needs the heads' recorded means")
@@ -112,18 +106,13 @@ def ablation_hooks(
     return {block_hook(layer, "z"): remover(layer, chosen) for layer, chosen in by_layer.items()}
 
 
-def score(task: Task, model: GPT, device: torch.device, examples: int) -> dict[str, float]:
-    """The task's own held-out metrics of `model` (with whatever hooks are set) on its fixed sample."""
-    return task.evaluate(model, HELDOUT, device, examples)
-
-
 def baseline_and_means(
     task: Task, model: GPT, device: torch.device, examples: int
 ) -> tuple[dict[str, float], HeadMeans]:
     """The unablated metrics, and each head's mean z recorded while they were scored."""
     means = HeadMeans()
     with model.hooks(means.hooks(model)):
-        metrics = score(task, model, device, examples)
+        metrics = task.evaluate(model, HELDOUT, device, examples)
     return metrics, means
 
 
@@ -138,39 +127,28 @@ def ablated_metrics(
 ) -> dict[str, float]:
     """The task's metrics with `heads` removed together."""
     with model.hooks(ablation_hooks(model, heads, how, means)):
-        return score(task, model, device, examples)
+        return task.evaluate(model, HELDOUT, device, examples)
 
 
 def ablate_each_head(
     task: Task, model: GPT, device: torch.device, examples: int, progress: Callable[[], None] = lambda: None
 ) -> HeadAblation:
-    """Every head removed alone, by zero and by mean ablation, then each layer's heads zero-ablated together:
-    the primary metric of each (len(ABLATIONS) x n_layer x n_head + n_layer evaluations, after the baseline).
-    `progress()` is called after each evaluation."""
+    """Every head removed alone, by zero and by mean ablation, then each layer's heads zero-ablated together;
+    `progress()` is called after each evaluation (the baseline's included)."""
     metric = task.primary_metric
     baseline, means = baseline_and_means(task, model, device, examples)
     progress()
     c = model.config
-    grids: dict[str, list[list[float]]] = {}
-    for how in ABLATIONS:
-        grids[how] = []
-        for layer in range(c.n_layer):
-            row = []
-            for head in range(c.n_head):
-                row.append(ablated_metrics(task, model, device, [(layer, head)], how, examples, means)[metric])
-                progress()
-            grids[how].append(row)
-    layer_zero = []
-    for layer in range(c.n_layer):
-        whole = [(layer, head) for head in range(c.n_head)]
-        layer_zero.append(ablated_metrics(task, model, device, whole, "zero", examples)[metric])
+
+    def scored(heads: list[Head], how: Ablation) -> float:
+        value = ablated_metrics(task, model, device, heads, how, examples, means)[metric]
         progress()
+        return value
+
+    zero, mean = (
+        [[scored([(layer, head)], how) for head in range(c.n_head)] for layer in range(c.n_layer)] for how in ABLATIONS
+    )
+    layer_zero = [scored([(layer, head) for head in range(c.n_head)], "zero") for layer in range(c.n_layer)]
     return HeadAblation(
-        metric,
-        int(baseline["examples"]),
-        baseline[metric],
-        grids["zero"],
-        grids["mean"],
-        layer_zero,
-        task.higher_is_better,
+        metric, int(baseline["examples"]), baseline[metric], zero, mean, layer_zero, task.higher_is_better
     )

@@ -28,30 +28,17 @@ from gpt_train.lab import (
     ablate_each_head,
     ablated_metrics,
     baseline_and_means,
+    findings,
     head_reads,
     logit_lens,
     patch,
 )
 from gpt_train.lab.common import prompt_answer_task
-from gpt_train.lab.findings import (
-    head_findings,
-    logit_lens_findings,
-    minor_layers,
-    patching_findings,
-    reads_findings,
-)
 from gpt_train.loading import load_run
 from gpt_train.pictures import draw_attention_picture
 from gpt_train.run_names import RUN
 from gpt_viz import HELDOUT, RunLayout
-from gpt_viz.inspect_pictures import (
-    head_ablation_heatmap,
-    head_reads_picture,
-    load_inspection,
-    logit_lens_picture,
-    most_needed_head,
-    patching_picture,
-)
+from gpt_viz import inspect_pictures as pictures
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -163,9 +150,9 @@ def save(
     return record
 
 
-def echo_findings(findings: Sequence[str]) -> None:
+def echo_findings(found: Sequence[str]) -> None:
     click.echo("findings:")
-    for finding in findings:
+    for finding in found:
         click.echo(f"  - {finding}")
 
 
@@ -257,10 +244,10 @@ def inspect_heads(
     click.echo(format_table(("layer", "head", "zero-ablated", "mean-ablated"), rows))
     rows = [(layer, shown(value)) for layer, value in enumerate(result.layer_zero)]
     click.echo(format_table(("layer", "all heads zero-ablated"), rows))
-    record = save(result.to_json(), step, head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
+    record = save(result.to_json(), step, pictures.head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
     if layout.attention.is_file():  # attention.png now shows the layer of the head the model needs most
-        draw_attention_picture(layout, most_needed_head(record)[0])
-    echo_findings(head_findings(record))
+        draw_attention_picture(layout, pictures.most_needed_head(record)[0])
+    echo_findings(findings.head_findings(record))
     return record
 
 
@@ -292,8 +279,8 @@ def inspect_logit_lens(
         for d, depth in enumerate(lens.depths)
     ]
     click.echo(format_table(header, rows))
-    record = save(lens.to_json(), step, logit_lens_picture, layout.logit_lens, layout.logit_lens_picture)
-    echo_findings(logit_lens_findings(record))
+    record = save(lens.to_json(), step, pictures.logit_lens_picture, layout.logit_lens, layout.logit_lens_picture)
+    echo_findings(findings.logit_lens_findings(record))
     return record
 
 
@@ -349,8 +336,10 @@ def inspect_patch(
     )
     rows = [(f"layer {layer}", *(f"{v:.3f}" for v in row)) for layer, row in enumerate(result.restored)]
     click.echo(format_table(("restored", *result.positions), rows))
-    record = save(result.to_json(), step, patching_picture, layout.patching(point), layout.patching_picture(point))
-    echo_findings(patching_findings(record))
+    record = save(
+        result.to_json(), step, pictures.patching_picture, layout.patching(point), layout.patching_picture(point)
+    )
+    echo_findings(findings.patching_findings(record))
     return record
 
 
@@ -385,18 +374,18 @@ def inspect_reads(
                 (value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)
             ]
             click.echo(format_table(("written", *reads.values), rows))
-    record = save(reads.to_json(), step, head_reads_picture, layout.reads, layout.reads_picture)
-    echo_findings(reads_findings(record, saved_minor_layers(layout, model)))
+    record = save(reads.to_json(), step, pictures.head_reads_picture, layout.reads, layout.reads_picture)
+    echo_findings(findings.reads_findings(record, saved_minor_layers(layout, model)))
     return record
 
 
 def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
     try:
-        record = load_inspection(layout.heads_ablation)
+        record = pictures.load_inspection(layout.heads_ablation)
     except gpt_viz.VizError:
         return []
     shape_ok = len(record.get("zero", [])) == model.config.n_layer and "layer_zero" in record
-    return minor_layers(record) if shape_ok else []
+    return findings.minor_layers(record) if shape_ok else []
 
 
 # phases --------------------------------------------------------------------------------------

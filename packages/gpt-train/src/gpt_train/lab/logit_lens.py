@@ -1,10 +1,9 @@
 """The logit lens: the residual stream read out before the last layer is done with it.
 
-The model turns its final residual stream into logits through the final LayerNorm and the output head.
-Passing the stream as it stands earlier (after each layer's attention, and after its MLP) through the
-same two pieces asks what the model would answer if it stopped there: where in depth the answer appears.
-Scored teacher-forced on held-out sequences: an answer is exactly right when its every position is, which
-for greedy decoding is the same thing as generating it (each step then reads the same right prefix).
+Passing the stream as it stands after each layer's attention and MLP through the final LayerNorm and the output
+head asks what the model would answer if it stopped there: where in depth the answer appears. Scored
+teacher-forced on held-out sequences, which for greedy decoding is the same as generating: each step reads the
+same right prefix.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ CHUNK = 1024
 
 @dataclass(frozen=True)
 class LogitLens:
-    """Per depth (`depths`: the embeddings, then each layer's attention and MLP added): exact match, loss,
-    and the accuracy and loss at each answer position (`answer_positions`); `to_json` is
-    inspect_logit_lens.json."""
+    """Per depth (the embeddings, then each layer's attention and MLP added): exact match, loss, and the accuracy and
+    loss at each answer position; `to_json` is inspect_logit_lens.json."""
 
     examples: int
     depths: list[str]
@@ -44,8 +42,7 @@ class LogitLens:
 
 
 def residual_names(model: GPT) -> list[str]:
-    """The residual stream at each depth: entering layer 0 (the embeddings), then in each layer after its
-    attention has added to it (resid_mid) and after its MLP has (resid_post, what the layer hands on)."""
+    """The residual stream entering layer 0, then in each layer after its attention and after its MLP."""
     names = [block_hook(0, "resid_pre")]
     for layer in range(model.config.n_layer):
         names += [block_hook(layer, "resid_mid"), block_hook(layer, "resid_post")]
@@ -60,17 +57,15 @@ def depth_labels(model: GPT) -> list[str]:
 
 
 def decode(model: GPT, residual: Tensor) -> Tensor:
-    """A residual stream (..., C) read out as the model reads its last: final LayerNorm, then the head."""
     return model.lm_head(model.ln_f(residual))
 
 
 def answer_sequences(task: PromptAnswerTask, examples: int) -> Tensor:
-    """The task's fixed held-out sample (the one its evaluation scores), as whole sequences (N, T)."""
+    """The task's fixed held-out sample, the one its evaluation scores, as whole sequences (N, T)."""
     return task.sequences(task.split.evaluation_ids(HELDOUT, examples))
 
 
 def logit_lens(task: Task, model: GPT, device: torch.device, examples: int) -> LogitLens:
-    """Decode the residual stream at every depth on `examples` held-out sequences and score the answers."""
     task = prompt_answer_task(task, "logit-lens")
     sequences = answer_sequences(task, examples)
     names = residual_names(model)

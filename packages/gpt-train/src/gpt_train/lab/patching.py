@@ -1,11 +1,9 @@
 """Activation patching: which activation, at which position, carries what the answer depends on.
 
-Run the model on a clean prompt and on a corrupted one that differs in one prompt token, chosen so that
-the answers agree up to one answer position and differ there. At that position the model prefers the
-clean answer's token on the clean run and the corrupted answer's on the corrupted run: the logit
-difference (clean token minus corrupted token) is large one way, then the other. Patching copies one
-activation (one layer's, at one position) from the clean run into the corrupted run; the share of the
-logit difference that comes back says how much of what distinguishes the answers passes through there.
+A clean prompt and a corrupted one differ in one prompt token, so that their answers agree up to one answer position
+and differ there: the logit difference (clean token minus corrupted token) there is large one way on the clean run,
+the other way on the corrupted one. Copying one activation (one layer's, at one position) from the clean run into the
+corrupted run, the share of that difference that comes back says how much of it passes through there.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ CANDIDATES = 8
 
 @dataclass(frozen=True)
 class Patching:
-    """restored[layer][position]: the share of the clean-vs-corrupted logit difference at the answer
-    position that patching `point` of that layer at that position brings back (0: none, 1: all);
-    `to_json` is inspect_patch_<point>.json."""
+    """restored[layer][position]: the share of the logit difference that patching `point` there brings back (0: none,
+    1: all); `to_json` is inspect_patch_<point>.json."""
 
     point: str
     examples: int
@@ -51,8 +48,8 @@ class Patching:
 
 @dataclass(frozen=True)
 class Pairs:
-    """Clean and corrupted sequences (N, T) that differ at prompt position `corrupted_position` alone and
-    whose answers agree before answer position `answer_position` and differ there."""
+    """Clean and corrupted sequences (N, T) differing at prompt position `corrupted_position` alone, whose answers
+    first differ at `answer_position`."""
 
     clean: Tensor
     corrupted: Tensor
@@ -60,31 +57,17 @@ class Pairs:
     answer_position: int
 
 
-def single_token_variants(task: PromptAnswerTask, ids: Tensor) -> Tensor:
-    """The task's own single-token corruptions of each of `ids` (N,): example numbers (N, K), the task saying
-    what each one's answer is; a task that does not name them is refused in one line."""
-    variants = task.single_token_corruptions(ids)
-    if variants is None:
-        raise InspectError(
-            f"patch needs prompts that differ in one token, and task {task.name!r} does not say how to make them "
-            "(PromptAnswerTask.single_token_corruptions)"
-        )
-    return variants
-
-
 def first_difference(a: Tensor, b: Tensor) -> Tensor:
     """The first index where rows of a and b (..., n) differ; n where they are equal: (...,)."""
     differs = a != b
-    n = a.shape[-1]
-    return torch.where(differs.any(dim=-1), differs.int().argmax(dim=-1), n)
+    return torch.where(differs.any(dim=-1), differs.int().argmax(dim=-1), a.shape[-1])
 
 
 def corrupted_pairs(
     task: PromptAnswerTask, examples: int, corrupted_position: int, answer_position: int | None
 ) -> Pairs:
-    """Up to `examples` held-out clean examples, each with one corruption of prompt token
-    `corrupted_position` whose answer first differs at `answer_position` (None: wherever such corruptions
-    most often first change the answer). Fixed by the task's fixed held-out sample."""
+    """Up to `examples` of the task's fixed held-out examples, each with one corruption of prompt token
+    `corrupted_position` whose answer first differs at `answer_position` (None: where they most often do)."""
     if not 0 <= corrupted_position < task.prompt_length:
         raise InspectError(
             f"corrupted position {corrupted_position} is out of range: prompts have {task.prompt_length} "
@@ -96,7 +79,12 @@ def corrupted_pairs(
             f"(0..{task.answer_length - 1})"
         )
     ids = task.split.evaluation_ids(HELDOUT, examples * CANDIDATES)
-    variants = single_token_variants(task, ids)  # (N, V)
+    variants = task.single_token_corruptions(ids)  # (N, V) example numbers
+    if variants is None:
+        raise InspectError(
+            f"patch needs prompts that differ in one token, and task {task.name!r} does not say how to make them "
+            "(PromptAnswerTask.single_token_corruptions)"
+        )
     clean = task.sequences(ids)  # (N, T)
     corrupted = task.sequences(variants.flatten()).view(*variants.shape, -1)  # (N, V, T)
     p = task.prompt_length
@@ -123,10 +111,6 @@ def corrupted_pairs(
     return Pairs(clean[rows], corrupted[rows, choice[rows]], corrupted_position, answer_position)
 
 
-def position_dim(point: str) -> int:
-    return 2 if point in HEAD_POINTS else 1
-
-
 def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tensor) -> float:
     """Mean over examples of logit(clean answer token) - logit(corrupted answer token) at the last position."""
     last = logits[:, -1].double()  # (N, V)
@@ -134,9 +118,8 @@ def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tenso
 
 
 def check_restorable(clean: float, corrupted: float) -> None:
-    """Patching measures the share of (clean - corrupted) restored: refuse, in words, a model for which that
-    difference is not a finite non-zero number (weights that are not finite, or a model whose answer does not
-    depend on the corrupted token at all), before anything is written."""
+    """Refuse, before anything is written, a model whose clean - corrupted difference is not finite and non-zero:
+    there is no share of it to restore."""
     if not math.isfinite(clean) or not math.isfinite(corrupted):
         raise InspectError(
             f"the model's logit differences are not finite (clean {clean}, corrupted {corrupted}): its weights "
@@ -158,8 +141,7 @@ def patch(
     corrupted_position: int = 0,
     answer_position: int | None = None,
 ) -> Patching:
-    """Patch `point` of each layer at each position up to the answer's query position, clean into
-    corrupted, and measure the share of the logit difference restored."""
+    """Patch `point` of each layer at each position up to the answer's query position, clean into corrupted."""
     task = prompt_answer_task(task, "patch")
     names = block_points(model, point)
     pairs = corrupted_pairs(task, examples, corrupted_position, answer_position)
@@ -167,7 +149,7 @@ def patch(
     clean, corrupted = pairs.clean.to(device), pairs.corrupted.to(device)
     clean_token, corrupted_token = clean[:, query + 1], corrupted[:, query + 1]
     clean_in, corrupted_in = clean[:, : query + 1], corrupted[:, : query + 1]
-    dim = position_dim(point)
+    dim = 2 if point in HEAD_POINTS else 1
     with evaluating(model):
         clean_logits, cache = model.run_with_cache(clean_in, names=names)
         corrupted_logits = model(corrupted_in).logits
@@ -208,7 +190,6 @@ def copy_position(source: Tensor, position: int, dim: int) -> HookFn:
 
 
 def position_labels(task: PromptAnswerTask, length: int) -> list[str]:
-    """prompt 0, prompt 1, ..., then the answer tokens the inputs hold: answer 0, ..."""
     labels = [f"prompt {i}" for i in range(task.prompt_length)]
     labels += [f"answer {i}" for i in range(task.answer_length)]
     return labels[:length]

@@ -1,10 +1,7 @@
-"""What each head reads: from the positions that read back an answer token, how much attention each head
-puts on a prompt token, by that token's value and the value of the answer token just written.
-
-At answer position i > 0 the model reads answer token i - 1 (the token it has just written) and writes
-token i. A head that compares the prompt with what has been written shows it here: its weight on a prompt
-token depends on both values (sort's layer-0 heads read input digits at or above the digit just written).
-Weights are scaled by the prompt length, so 1.0 is attention spread evenly over the prompt.
+"""What each head reads: from the positions that read back an answer token, its attention on each prompt token, by
+that token's value and the value of the answer token just written. A head that compares the prompt with what has been
+written shows it here (sort's layer-0 heads read input digits at or above the digit just written). Weights are times
+the prompt length, so 1.0 is attention spread evenly over the prompt.
 """
 
 from __future__ import annotations
@@ -23,11 +20,9 @@ from gpt_viz import HELDOUT
 
 @dataclass(frozen=True)
 class HeadReads:
-    """reads[layer][head][written][read]: a head's mean attention on a prompt token of value values[read]
-    from an answer position whose input token (the answer token just written) is values[written], times the
-    prompt length (1.0: even over the prompt); NaN-free: a pair never seen is 0 with count 0.
-    on_answer[layer][head]: its mean total weight on the answer tokens written so far. `to_json` is
-    inspect_reads.json."""
+    """reads[layer][head][written][read]: a head's mean attention, times the prompt length, on a prompt token of value
+    values[read] from an answer position reading values[written] (a pair never seen: 0 with count 0);
+    on_answer[layer][head]: its mean weight on the answer written so far. `to_json` is inspect_reads.json."""
 
     examples: int
     values: list[str]
@@ -42,15 +37,14 @@ class HeadReads:
 
 
 def read_values(task: PromptAnswerTask, sequences: torch.Tensor) -> list[int]:
-    """The token ids that appear both in prompts and as answer tokens read back: the table's axes."""
+    """The token ids both in prompts and among the answer tokens read back: the table's axes."""
     prompt = set(sequences[:, : task.prompt_length].unique().tolist())
     written = set(sequences[:, task.prompt_length : -1].unique().tolist())
     return sorted(prompt & written)
 
 
 def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> HeadReads:
-    """The reads table of every head on `examples` held-out sequences (teacher-forced: the model reads the
-    right answer so far, as it does when it generates correctly)."""
+    """The reads table of every head on `examples` held-out sequences, teacher-forced."""
     task = prompt_answer_task(task, "reads")
     if task.answer_length < 2:
         raise InspectError("reads needs answers of at least two tokens: it reads from the answer token just written")

@@ -1,9 +1,6 @@
-"""report.html: one page per run that explains the trained model, findings first.
-
-`gpt-train inspect RUN report` runs the analyses and hands their records here. The page states the
-findings (gpt_train.lab.findings, each with its figure), then each analysis's picture, its table and
-a paragraph on how to read it. Pictures are inline PNGs (base64) and the styles are inline, so the file
-opens offline, from an e-mail or a phone, and never fetches anything; every text is HTML-escaped.
+"""report.html: one page per run that explains the trained model, findings first (gpt_train.lab.findings), then each
+analysis's picture, its table and how to read it. Pictures (base64) and styles are inline, so the file opens offline
+and never fetches anything; every text is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")
 layer's attention and MLP add."""
 TEMPLATE = "report_template.html"
 MARKER = re.compile(r"__([A-Z]+)__")
-"""Where report_template.html takes a part of the page (__TITLE__, __SUMMARY__, __FINDINGS__, __RULES__ and
-__SECTIONS__)."""
+"""Where report_template.html takes a part of the page (__TITLE__, __SUMMARY__, __FINDINGS__, __RULES__, ...)."""
 
 MEANING = {
     "heads": (
@@ -68,13 +64,12 @@ MEANING = {
 
 
 def picture(path: Path) -> str:
-    """An <img> holding the PNG at `path` inline."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.stem)}">'
 
 
 def table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
-    """An HTML table (escaped), in a scrolling box so a wide one never widens a phone's page."""
+    """An HTML table in a scrolling box, so a wide one never widens a phone's page."""
     head = "".join(f"<th>{html.escape(str(cell))}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
     return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -93,9 +88,9 @@ def section(anchor: str, title: str, findings: Sequence[str], meaning: str, imag
 
 def heads_tables(record: Mapping[str, Any]) -> list[str]:
     rows = [
-        (f"{layer}.{head}", f"{record['zero'][layer][head]:.4f}", f"{record['mean'][layer][head]:.4f}")
-        for layer in range(len(record["zero"]))
-        for head in range(len(record["zero"][0]))
+        (f"{layer}.{head}", f"{zero:.4f}", f"{record['mean'][layer][head]:.4f}")
+        for layer, row in enumerate(record["zero"])
+        for head, zero in enumerate(row)
     ]
     layers = [(layer, f"{value:.4f}") for layer, value in enumerate(record["layer_zero"])]
     return [
@@ -105,17 +100,13 @@ def heads_tables(record: Mapping[str, Any]) -> list[str]:
 
 
 def logit_lens_tables(record: Mapping[str, Any]) -> list[str]:
-    header = ("read at", "exact match", "loss", *record["answer_positions"])
     rows = [
-        (
-            depth,
-            f"{record['exact_match'][d]:.4f}",
-            f"{record['loss'][d]:.4f}",
-            *(f"{a:.3f}" for a in record["accuracy"][d]),
+        (depth, f"{exact:.4f}", f"{loss:.4f}", *(f"{a:.3f}" for a in accuracy))
+        for depth, exact, loss, accuracy in zip(
+            record["depths"], record["exact_match"], record["loss"], record["accuracy"], strict=True
         )
-        for d, depth in enumerate(record["depths"])
     ]
-    return [table(header, rows)]
+    return [table(("read at", "exact match", "loss", *record["answer_positions"]), rows)]
 
 
 def patching_tables(record: Mapping[str, Any]) -> list[str]:
@@ -134,17 +125,18 @@ def reads_tables(record: Mapping[str, Any]) -> list[str]:
 
 def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str:
     """The whole page, from the records `inspect report` computed (and the pictures beside them)."""
-    heads, lens, reads = records["heads"], records["logit_lens"], records["reads"]
-    patching = records["patching"]
-    findings = [*head_findings(heads), *logit_lens_findings(lens)]
-    findings += [finding for point in REPORT_POINTS for finding in patching_findings(patching[point])]
-    read = reads_findings(reads, minor_layers(heads))
-    findings += read
+    heads, lens, reads, patching = records["heads"], records["logit_lens"], records["reads"], records["patching"]
+    found = {
+        "heads": head_findings(heads),
+        "logit-lens": logit_lens_findings(lens),
+        **{f"patch-{point}": patching_findings(patching[point]) for point in REPORT_POINTS},
+        "reads": reads_findings(reads, minor_layers(heads)),
+    }
     sections = [
         section(
             "heads",
             "Which heads matter: ablation",
-            head_findings(heads),
+            found["heads"],
             MEANING["heads"],
             layout.heads_picture,
             heads_tables(heads),
@@ -152,31 +144,27 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         section(
             "logit-lens",
             "Where the answer appears: the logit lens",
-            logit_lens_findings(lens),
+            found["logit-lens"],
             MEANING["logit_lens"],
             layout.logit_lens_picture,
             logit_lens_tables(lens),
         ),
     ]
     for point in REPORT_POINTS:
-        record = patching[point]
-        example = record["example"]
+        record, example = patching[point], patching[point]["example"]
         pair = (
             f" Pairs such as {example['clean']} against {example['corrupted']}, measured at answer position "
             f"{record['answer_position']}."
         )
+        title = f"What the answer depends on: patching {point}"
+        meaning, picture_path = MEANING["patching"] + pair, layout.patching_picture(point)
         sections.append(
-            section(
-                f"patch-{point}",
-                f"What the answer depends on: patching {point}",
-                patching_findings(record),
-                MEANING["patching"] + pair,
-                layout.patching_picture(point),
-                patching_tables(record),
-            )
+            section(f"patch-{point}", title, found[f"patch-{point}"], meaning, picture_path, patching_tables(record))
         )
     sections.append(
-        section("reads", "What each head reads", read, MEANING["reads"], layout.reads_picture, reads_tables(reads))
+        section(
+            "reads", "What each head reads", found["reads"], MEANING["reads"], layout.reads_picture, reads_tables(reads)
+        )
     )
     rules = (
         f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
@@ -186,17 +174,15 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         f"difference when patching it restores at least {CARRIES_SHARE:.0%}; a head compares when it reads one "
         f"side of the value just written {COMPARES_RATIO:.0f}x as much as the other."
     )
-    title = f"{task} — {layout.root.name}"
-    step = heads.get("step")
     summary = (
-        f"The {task} model of {layout.root.name}, checkpoint of step {step:,}; {heads['metric']} "
+        f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
     template = resources.files("gpt_train.lab").joinpath(TEMPLATE).read_text(encoding="utf-8")
     parts = {
-        "TITLE": html.escape(title),
+        "TITLE": html.escape(f"{task} — {layout.root.name}"),
         "SUMMARY": html.escape(summary),
-        "FINDINGS": findings_list(findings),
+        "FINDINGS": findings_list([finding for part in found.values() for finding in part]),
         "RULES": html.escape(rules),
         "SECTIONS": "".join(sections),
     }
@@ -204,12 +190,11 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
 
 
 def fill_template(template: str, parts: Mapping[str, str]) -> str:
-    """`template` with each marker __NAME__ replaced by parts[NAME], in one pass over the template: a part's own
-    text (a run named `x__SECTIONS__`) is never searched for markers. A marker without a part is kept."""
+    """`template` with each marker __NAME__ replaced by parts[NAME] in one pass, so a part's own text (a run named
+    `x__SECTIONS__`) is never searched for markers; a marker without a part is kept."""
     return MARKER.sub(lambda match: parts.get(match.group(1), match.group(0)), template)
 
 
 def write_report(layout: RunLayout, task: str, records: Mapping[str, Any]) -> Path:
-    """Write report.html into the run directory (atomically) and return its path."""
     write_bytes_atomically(layout.report, report_page(layout, task, records).encode("utf-8"))
     return layout.report

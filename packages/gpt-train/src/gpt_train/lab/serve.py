@@ -1,14 +1,12 @@
 """`gpt-train serve RUN`: the explorer on the learner's own prompt, served from this machine.
 
-The page (serve_page.html, its script and styles inline) asks the server for two things only: the run's
-summary (`/api/run`: its shape, the head to open on, the findings and the inspect records it holds) and
-the model on a prompt (`/api/prompt?text=...`, gpt_train.lab.explain). Nothing else is served, no
-file is read on request, and the page fetches nothing from anywhere else.
+The page (serve_page.html) asks for two things only: the run's summary (`/api/run`: its shape, the head to open on,
+the findings and the inspect records it holds) and the model on a prompt (`/api/prompt?text=...`,
+gpt_train.lab.explain). No file is read on request, and the page fetches nothing from anywhere else.
 
-The server is the standard library's ThreadingHTTPServer: one learner's browser on loopback needs no
-more, and it adds no dependency. Threads keep a slow prompt from stalling the page's other request; one
-lock lets a single request at a time use the model (its hooks are per model, not per thread). It listens
-on 127.0.0.1 unless --host names another address.
+The standard library's ThreadingHTTPServer is enough for one learner's browser and adds no dependency; threads keep a
+slow prompt from stalling the page's other request, and one lock lets one request at a time use the model (its hooks
+are per model, not per thread). It listens on 127.0.0.1 unless --host names another address.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import ipaddress
 import json
 import sys
 import threading
-from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -29,20 +26,14 @@ from urllib.parse import parse_qs, urlsplit
 import click
 import torch
 
-from gpt_core import GPT, GPTConfig
+from gpt_core import GPT
 from gpt_train.cli.options import TRUST_KERNELS_OPTION
 from gpt_train.config import RunConfig
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.lab import records as record_checks
 from gpt_train.lab.explain import explain_prompt
-from gpt_train.lab.findings import (
-    head_findings,
-    logit_lens_findings,
-    minor_layers,
-    patching_findings,
-    reads_findings,
-)
+from gpt_train.lab.findings import all_findings
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, Vocabulary
 from gpt_train.run_names import RUN
@@ -59,8 +50,7 @@ CONNECTION_TIMEOUT = 30.0
 """Seconds a connection may wait for the client's next bytes (or for it to take the answer) before it is closed."""
 MAX_CONNECTIONS = 64
 """Connections served at once; one more is answered 503 and closed, so idle clients cannot pile up threads."""
-QUIET_ERRORS = (ConnectionError, TimeoutError)
-"""A client that went away or went quiet: nothing worth a line on the terminal."""
+QUIET_ERRORS = (ConnectionError, TimeoutError)  # a client that went away or went quiet
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "connect-src 'self'; img-src 'self' data:",
@@ -71,10 +61,8 @@ SECURITY_HEADERS = {
 
 
 def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[str]]:
-    """The inspect records the run holds, each checked against this model (gpt_train.lab.records: types, finite
-    numbers, shapes) and kept as the fields the page and the findings read; and the names of the files left out
-    because they could not be read or used (a record never written is not among them)."""
-    c = model.config
+    """The inspect records the run holds, each checked against this model (gpt_train.lab.records) and kept as the
+    fields the page and the findings read; and the names of the files left out as unreadable or unusable."""
     records: dict[str, Any] = {"patching": {}}
     left_out = []
     checks = [
@@ -82,12 +70,14 @@ def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[s
         ("logit_lens", layout.logit_lens, record_checks.logit_lens),
         ("reads", layout.reads, record_checks.reads),
     ]
-    checks += [("patching", path, record_checks.patching)
-               for path in sorted(layout.root.glob(f"{RunLayout.PATCHING_PREFIX}*.json"))]  # fmt: skip
-    for key, path, check in checks:
+    patched = sorted(layout.root.glob(f"{RunLayout.PATCHING_PREFIX}*.json"))
+    for key, path, check in checks + [("patching", path, record_checks.patching) for path in patched]:
         if not path.is_file():
             continue
-        record = _read(path, check, c)
+        try:
+            record = record_checks.usable(load_inspection(path), check, model.config)
+        except VizError:
+            record = None
         if record is None:
             left_out.append(path.name)
         elif key == "patching":
@@ -97,25 +87,12 @@ def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[s
     return records, left_out
 
 
-def _read(path: Path, check: Callable[..., dict[str, Any]], config: GPTConfig) -> dict[str, Any] | None:
-    try:
-        return record_checks.usable(load_inspection(path), check, config)
-    except VizError:
-        return None
-
-
 def findings_of(records: dict[str, Any]) -> list[str]:
-    """The findings the saved records show (gpt_train.lab.findings' rules)."""
+    """The findings the saved records show, as far as they can be read."""
     found = []
     try:
-        if "heads" in records:
-            found += head_findings(records["heads"])
-        if "logit_lens" in records:
-            found += logit_lens_findings(records["logit_lens"])
-        for record in records["patching"].values():
-            found += patching_findings(record)
-        if "reads" in records:
-            found += reads_findings(records["reads"], minor_layers(records["heads"]) if "heads" in records else ())
+        for finding in all_findings(records):
+            found.append(finding)
     except (KeyError, TypeError, ValueError, IndexError):
         found.append("a saved inspect record could not be read; run `gpt-train inspect RUN report` again")
     return found
@@ -126,8 +103,6 @@ class ServeError(TrainError):
 
 
 class Explorer:
-    """What the server answers with: the run's summary, and the model on a prompt (one at a time)."""
-
     def __init__(self, run_dir: Path, device: torch.device, trust_kernels: bool = False):
         saved = load_run(run_dir, device, trust_kernels)
         self.config: RunConfig = saved.config
@@ -160,7 +135,7 @@ class Explorer:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """GET /, /api/run and /api/prompt?text=...; everything else is 404, any other method 405."""
+    """GET /, /api/run and /api/prompt?text=...; anything else is 404, any other method 405."""
 
     explorer: Explorer  # set on the subclass make_server builds
     server_version = "gpt-train-serve"
@@ -225,8 +200,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class ExplorerServer(ThreadingHTTPServer):
-    """At most MAX_CONNECTIONS connections served at once, each in its own thread; a client that disconnects or
-    times out ends its connection without a word."""
+    """At most MAX_CONNECTIONS connections at once, each in its own thread; one that disconnects or times out
+    ends without a word."""
 
     daemon_threads = True  # a request still running never keeps Ctrl-C from ending the process
     busy_reply = (
@@ -265,7 +240,6 @@ class ExplorerServer(ThreadingHTTPServer):
 
 def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PORT) -> ExplorerServer:
     """A server for `explorer` bound to host:port (port 0: any free one); serve_forever() runs it."""
-    # StreamRequestHandler sets `timeout` on each connection
     handler = type("ExplorerHandler", (Handler,), {"explorer": explorer, "timeout": CONNECTION_TIMEOUT})
     return ExplorerServer((host, port), handler)
 
