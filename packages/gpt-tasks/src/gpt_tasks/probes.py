@@ -37,14 +37,9 @@ class ProbeCache:
         return self.activations[name]
 
 
-def has_probes(task: Task) -> bool:
-    """Whether the task overrides `Task.probes` (the default measures nothing)."""
-    return type(task).probes is not Task.probes
-
-
 def measure_probes(task: Task, model: GPT, device: torch.device | str) -> dict[str, float]:
     """The task's probes of `model`, in eval mode without gradients; {} for a task without probes."""
-    if not has_probes(task):
+    if type(task).probes is Task.probes:  # the default measures nothing: no forward pass
         return {}
     batch = task.probe_batch()
     with evaluating(model):
@@ -56,12 +51,10 @@ def measure_probes(task: Task, model: GPT, device: torch.device | str) -> dict[s
         return task.probes(model, cache)
 
 
-# induction heads and in-context learning (Olsson et al. 2022) ----------------------------------------------
-
+# Induction heads and in-context learning (Olsson et al. 2022).
 REPEATED_SEQUENCES = 64
 """Sequences of random tokens repeated twice that the induction probes read: each head's score is a mean over
 64 x half-a-block queries, which reads to two decimals."""
-REPEATED_SEED = 0
 OLSSON_CONTEXT, OLSSON_EARLY, OLSSON_LATE = 512, 50, 500
 """Olsson et al.'s in-context-learning score: the loss at token 500 minus the loss at token 50 of 512."""
 
@@ -69,7 +62,7 @@ OLSSON_CONTEXT, OLSSON_EARLY, OLSSON_LATE = 512, 50, 500
 def repeated_random_tokens(vocab_size: int, block_size: int, n: int = REPEATED_SEQUENCES) -> Tensor:
     """(n, 2 * (block_size // 2)): n fixed sequences of block_size // 2 uniform random tokens, each written twice.
     The second copy can be predicted only by finding the earlier occurrence of each token and copying the next."""
-    generator = torch.Generator().manual_seed(REPEATED_SEED)
+    generator = torch.Generator().manual_seed(0)
     half = torch.randint(vocab_size, (n, block_size // 2), generator=generator, device="cpu")
     return torch.cat((half, half), dim=1)
 
@@ -113,11 +106,6 @@ def icl_score(logits: Tensor, targets: Tensor) -> float:
     return float(losses[late] - losses[early])
 
 
-def head_names(kind: str, layer: int, n_head: int) -> list[str]:
-    """Probe names of one score per head of block `layer`: induction_l1h0, induction_l1h1, ..."""
-    return [f"{kind}_l{layer}h{head}" for head in range(n_head)]
-
-
 def induction_probes(model: GPT, cache: ProbeCache) -> dict[str, float]:
     """The induction probes of a language model: per head the induction and previous-token scores on repeated
     random tokens, the loss on their second copy (`repeated_loss`), and `icl_score` on the held-out probe batch
@@ -132,6 +120,5 @@ def induction_probes(model: GPT, cache: ProbeCache) -> dict[str, float]:
     probes["repeated_loss"] = float(position_losses(logits[:, half:-1], tokens[:, half + 1 :]).mean())
     for layer, name in enumerate(patterns):
         for kind, scores in (("induction", induction_scores), ("previous_token", previous_token_scores)):
-            names = head_names(kind, layer, config.n_head)
-            probes |= dict(zip(names, scores(recorded[name]).tolist(), strict=True))
+            probes |= {f"{kind}_l{layer}h{head}": score for head, score in enumerate(scores(recorded[name]).tolist())}
     return probes

@@ -1,10 +1,6 @@
-"""Teacher-forced scoring: the evaluation loop of every task that scores a model by its loss on
-the true next tokens rather than by generating (modadd, shakespeare, a plugin's language model).
-
-The loop is always the same: cut the examples into chunks, turn each chunk into a Batch, run the
-model once, and average the cross-entropy over the scored targets (those not IGNORE_INDEX); only
-how examples become batches differs, and that is the task's `make_batch`. The head runs only at the
-scored positions (`GPT.forward`'s `read`).
+"""Teacher-forced scoring: the evaluation loop of every task that scores a model by its loss on the true next
+tokens rather than by generating (modadd, text, a plugin's language model). Only how examples become batches
+differs between them, and that is the task's `make_batch`.
 
 `in_chunks` is how an evaluation walks its examples; within `reporting_progress(report)` it tells `report`
 how far it has got, which is how a trainer shows the progress of a long final evaluation.
@@ -30,7 +26,6 @@ _report: ContextVar[Report | None] = ContextVar("gpt_tasks_evaluation_report", d
 
 @contextmanager
 def reporting_progress(report: Report) -> Iterator[None]:
-    """Within the with-block, every evaluation that walks its examples with `in_chunks` calls `report`."""
     token = _report.set(report)
     try:
         yield
@@ -39,8 +34,7 @@ def reporting_progress(report: Report) -> Iterator[None]:
 
 
 def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.Tensor]:
-    """`examples` (N, ...) `size` at a time, reporting the start (0 done) and each chunk done to the
-    `reporting_progress` callback."""
+    """`examples` (N, ...) `size` at a time, reporting the start (0 done) and each chunk done."""
     report, done = _report.get(), 0
     if report is not None:
         report(split, 0, len(examples))
@@ -53,9 +47,8 @@ def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.T
 
 @dataclass(frozen=True)
 class Scores:
-    """loss: the mean cross-entropy over every scored target (nats per scored token);
-    accuracy: the fraction of scored targets that are the model's most likely token;
-    examples: how many examples were scored; targets: how many targets (loss * targets is the total)."""
+    """loss: the mean cross-entropy over every scored target (nats per scored token); accuracy: the share of
+    scored targets that are the model's most likely token; and how many examples and targets were scored."""
 
     loss: float
     accuracy: float
@@ -72,8 +65,8 @@ def score_examples(
     split: str = "",
 ) -> Scores:
     """Score `model` on `examples` (N, ...), `chunk_size` at a time, each chunk made into a Batch by
-    `make_batch`, in eval mode without gradients. Examples may score different numbers of targets: the
-    loss weighs every scored target alike. `split` names the examples to a progress report."""
+    `make_batch`. Examples may score different numbers of targets: the loss weighs every scored target alike.
+    The head runs only at the scored positions (`GPT.forward`'s `read`)."""
     total_loss, correct, scored = 0.0, 0, 0
     with evaluating(model):
         for chunk in in_chunks(examples, chunk_size, split):

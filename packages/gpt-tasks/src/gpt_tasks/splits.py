@@ -1,16 +1,14 @@
-"""Stable train / held-out splits by hashing a canonical encoding of each example.
+"""Stable train / held-out splits by hashing a canonical encoding of each example (the README's "Hash splits").
 
 Python's built-in hash function is salted per process, so a split built on it would move between
 runs; blake2b of the example's bytes gives every example the same side on every machine.
-
-Hashing a million examples takes seconds, so a large enumerated split is computed once and kept in the
-user's cache (`user_cache()/splits`, one bit per example), which every later process reads instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import os
+import io
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -23,24 +21,24 @@ SAMPLED_EVALUATION = 20_000
 """Examples scored when a split is too large to list and no limit is given."""
 
 CACHED_FROM = 100_000
-"""Enumerated spaces from this size keep their split in the user's cache (smaller ones hash in a blink)."""
+"""Enumerated spaces from this size keep their split in the user's cache (hashing a million examples takes
+seconds; smaller ones hash in a blink)."""
+
+
+def unit_hashes(encodings: Iterable[bytes], salt: bytes) -> np.ndarray:
+    """A number in [0, 1) fixed by each encoding and `salt`, (N,) float64: the first 8 bytes of blake2b as a
+    fraction (the digests joined, then read and scaled all at once)."""
+    salt = salt[:16].ljust(16, b"\0")
+    digests = b"".join(hashlib.blake2b(data, digest_size=8, salt=salt).digest() for data in encodings)
+    return np.frombuffer(digests, dtype=">u8").astype(np.float64) / 2**64  # correctly rounded, as int / 2**64
 
 
 def unit_hash(data: bytes, salt: bytes) -> float:
-    """A number in [0, 1) fixed by `data` and `salt`: the first 8 bytes of blake2b as a fraction."""
-    digest = hashlib.blake2b(data, digest_size=8, salt=salt[:16].ljust(16, b"\0")).digest()
-    return int.from_bytes(digest, "big") / 2**64
+    return float(unit_hashes([data], salt)[0])
 
 
 def is_heldout(data: bytes, fraction: float, salt: bytes) -> bool:
     return unit_hash(data, salt) < fraction
-
-
-def unit_hashes(encodings: Iterable[bytes], salt: bytes) -> np.ndarray:
-    """`unit_hash` of each encoding, (N,) float64: the digests joined, then read and scaled all at once."""
-    salt = salt[:16].ljust(16, b"\0")
-    digests = b"".join(hashlib.blake2b(data, digest_size=8, salt=salt).digest() for data in encodings)
-    return np.frombuffer(digests, dtype=">u8").astype(np.float64) / 2**64  # correctly rounded, as int / 2**64
 
 
 def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> torch.Tensor:
@@ -51,12 +49,12 @@ def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> to
 def enumerated_mask(
     size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes
 ) -> torch.Tensor:
-    """`heldout_mask` of every id 0 .. size-1, from the user's cache when a process computed it before. The
-    cache key holds the split's numbers and the encodings of a spread of ids, so a changed encoding is a
-    new key; an unreadable or unwritable cache only means the hashes are computed."""
+    """`heldout_mask` of every id 0 .. size-1, one bit each in the user's cache (`user_cache()/splits`) when a
+    process computed it before. The cache key holds the split's numbers and the encodings of a spread of ids, so
+    a changed encoding is a new key; an unreadable or unwritable cache only means the hashes are computed."""
     if size < CACHED_FROM:
         return heldout_mask(encode(torch.arange(size, device="cpu")), fraction, salt)
-    from gpt_tasks.text.cache import key_of, remove_stale_temporaries, temporary_name, user_cache  # it imports us
+    from gpt_tasks.text.cache import key_of, user_cache, write_atomically  # it imports us
 
     spread = torch.linspace(0, size - 1, 257, device="cpu").long()
     probe = hashlib.sha256(b"".join(encode(spread))).hexdigest()
@@ -69,15 +67,10 @@ def enumerated_mask(
     except (OSError, ValueError, EOFError):
         pass  # damaged or unreadable: computed again below
     mask = heldout_mask(encode(torch.arange(size, device="cpu")), fraction, salt)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(path.parent)
-        partial = path.with_name(temporary_name(path.name))
-        with open(partial, "wb") as file:
-            np.save(file, np.packbits(mask.numpy()))
-        os.replace(partial, path)
-    except OSError:
-        pass
+    packed = io.BytesIO()
+    np.save(packed, np.packbits(mask.numpy()))
+    with contextlib.suppress(OSError):  # an unwritable cache: the next process hashes again
+        write_atomically(path, packed.getvalue())
     return mask
 
 
@@ -91,10 +84,7 @@ class IndexedSplit:
     """
 
     def __init__(self, size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes):
-        self.size = size
-        self.encode = encode
-        self.fraction = fraction
-        self.salt = salt
+        self.size, self.encode, self.fraction, self.salt = size, encode, fraction, salt
         self.enumerated = size <= MAX_ENUMERATED
         if self.enumerated:
             every = torch.arange(size, device="cpu")
@@ -116,23 +106,17 @@ class IndexedSplit:
         if self.enumerated:
             pool = self._ids[split]
             return pool[torch.randint(len(pool), (n,), generator=generator, device="cpu")]
-        want_heldout = split == "heldout"
         kept: list[torch.Tensor] = []
-        n_kept = 0
-        while n_kept < n:
+        while sum(map(len, kept)) < n:
             candidates = torch.randint(self.size, (2 * n,), generator=generator, device="cpu")
             mask = heldout_mask(self.encode(candidates), self.fraction, self.salt)
-            chosen = candidates[mask if want_heldout else ~mask]
-            kept.append(chosen)
-            n_kept += len(chosen)
+            kept.append(candidates[mask if split == "heldout" else ~mask])
         return torch.cat(kept)[:n]
 
     def evaluation_ids(self, split: str, limit: int | None, seed: int = 0) -> torch.Tensor:
-        """The ids an evaluation scores: all of `split` (enumerated, no limit) or a fixed-seed sample
-        (`limit` examples, or SAMPLED_EVALUATION when the space is too large to list).
-
-        The sample is the same on every call, so metrics logged during training are comparable.
-        """
+        """The ids an evaluation scores: all of `split` (enumerated, no limit) or a sample (`limit` examples, or
+        SAMPLED_EVALUATION when the space is too large to list), the same on every call so that metrics logged
+        during training are comparable."""
         generator = torch.Generator().manual_seed(seed)
         if self.enumerated:
             pool = self._ids[split]

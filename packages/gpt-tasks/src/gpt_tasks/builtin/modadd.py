@@ -1,15 +1,10 @@
 """modadd: a + b (mod p), the grokking task of Power et al. (2022) and Nanda et al. (2023).
 
-Tokens 0 .. p-1 are the numbers and token p is "="; as text, tokens are separated by spaces
-("5 17 = 22"). The model reads [a, b, =] and is scored only on its prediction at "=", which
-must be c = (a + b) mod p. Only `train_fraction` of the p^2 pairs are trained on, as one full
-batch; the rest are held out. Training accuracy reaches 100% early; held-out accuracy stays
-near chance for many times as long and then jumps ("grokking"), driven by the weight decay.
-
-The network that generalises adds with a few Fourier frequencies (Nanda et al. 2023): its
-embedding of the numbers becomes waves cos(2 pi k a / p), sin(2 pi k a / p) at a handful of
-frequencies k. `fourier_spectrum` measures that, and every evaluation reports the share of the
-embedding's power in its top frequencies (`fourier_top5_share`) as a progress measure.
+The model reads [a, b, =] and is scored only at "=", on c = (a + b) mod p; only `train_fraction` of the p^2
+pairs are trained on, as one full batch. Training accuracy reaches 100% early; held-out accuracy stays near
+chance for many times as long and then jumps ("grokking"), driven by the weight decay. The network that
+generalises adds with a few Fourier frequencies (Nanda et al. 2023), which `fourier_spectrum` measures in its
+embedding of the numbers.
 """
 
 from __future__ import annotations
@@ -139,9 +134,8 @@ class ModAddTask(Task):
         weights, not of the split, so every split reports the same value."""
         ids = self.split.evaluation_ids(split, limit)
         scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)  # one scored token per example
-        return {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(len(ids))} | self.probes(
-            model, None
-        )
+        metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(len(ids))}
+        return metrics | self.probes(model, None)
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
         """`fourier_top5_share` of the number embedding, read from the weights alone (no probe batch). The
@@ -150,18 +144,10 @@ class ModAddTask(Task):
 
     def defaults(self) -> Defaults:
         """Nanda et al.'s recipe (1 layer, no LayerNorm, AdamW with betas 0.9/0.98, full batch) at half their
-        width, with the initial weights 8x GPT-2's (Omnigrok's lever: a large initial weight norm memorises fast
-        and generalises only once weight decay has shrunk it), a 12x larger learning rate, weight decay 1.0 and
-        20% of the pairs instead of 30%: memorised in under a hundred steps, generalised one to six thousand
-        steps later, a few minutes of a 2-core CPU. With 25% of the pairs, some seeds' memorising solution already
-        half-generalises (seed 307 leaves chance while it memorises) and others jump before 10x the step that fits.
-        Once an evaluation finds held-out accuracy >= 0.99, the learning rate drops tenfold and the run ends 600
-        steps later: at the full rate the generalised model keeps collapsing and recovering (the slingshot), and a
-        run can end inside a collapse or keep collapsing for over a thousand steps (seed 201); at a tenth every seed
-        tried went on improving. An evaluation below 0.99 meanwhile puts the full rate back until 0.99 is reached
-        again. `steps` (10,000) caps a run that never gets there (seed 2 gets there at step 5,880). Chosen on
-        seeds 1, 2, 3, 7 and 42 (the model and the learning rate), 201-204, 303, 306, 307, 308 and 315 (the split,
-        the weight decay and the drop). The measured result on twenty other seeds: docs/results/grokking.md."""
+        width, with 8x GPT-2's initial weights (Omnigrok: a large weight norm memorises fast and generalises only
+        once weight decay has shrunk it), and a learning rate dropped tenfold for the last 600 steps once held-out
+        accuracy reaches 0.99 (at the full rate the generalised model keeps collapsing and recovering). The
+        README's modadd section says why each setting; docs/results/grokking.md measures them on twenty seeds."""
         return Defaults(
             model=self.model_config(n_layer=1, n_head=4, n_embd=64, tie_weights=False, layernorm=False, init_scale=8.0),
             train={

@@ -66,8 +66,7 @@ def restricted_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Ten
     """The logits (p * p, vocab) at "=" of every pair with their number part reduced to each answer's mean
     over the pairs plus its key-frequency component; "=" keeps its logit."""
     numbers = logits[:, :p]
-    kept = numbers.mean(dim=0, keepdim=True) + key_part(numbers, p, frequencies)
-    return torch.cat((kept, logits[:, p:]), dim=1)
+    return torch.cat((numbers.mean(dim=0, keepdim=True) + key_part(numbers, p, frequencies), logits[:, p:]), dim=1)
 
 
 def excluded_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
@@ -81,7 +80,7 @@ def pair_logits(model: GPT, task: ModAddTask, device: torch.device | str = "cpu"
     """(p * p, vocab) float64: the model's logits at "=" for every pair, in pair-id order (a * p + b)."""
     ids = torch.arange(task.params.p**2, device="cpu")
     rows = []
-    with evaluating(model), torch.no_grad():
+    with evaluating(model):
         for chunk in ids.split(EVAL_BATCH):
             inputs = task.examples(chunk).inputs.to(device)
             rows.append(model(inputs).logits[:, -1].double().cpu())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -67,10 +68,9 @@ class RepeatsTask(Task):
     Params = RepeatsParams
     primary_metric = "copy_accuracy"
 
-    def __init__(self, params: RepeatsParams):
-        super().__init__(params)
-        self.vocab = CharVocab(SYMBOLS[: params.vocab])
-        self._fixed: dict[str, Sequences] = {}
+    @cached_property
+    def vocab(self) -> CharVocab:
+        return CharVocab(SYMBOLS[: self.params.vocab])
 
     @property
     def block_size(self) -> int:
@@ -106,10 +106,15 @@ class RepeatsTask(Task):
 
     def fixed(self, split: str) -> Sequences:
         """The split's fixed evaluation sample (EVAL_EXAMPLES sequences, the same on every call)."""
-        if split not in self._fixed:
-            seed = int(split == "heldout")  # train's sample is drawn with seed 0, heldout's with 1
-            self._fixed[split] = self.sample(split, EVAL_EXAMPLES, torch.Generator().manual_seed(seed))
         return self._fixed[split]
+
+    @cached_property
+    def _fixed(self) -> dict[str, Sequences]:
+        seeds = {"train": 0, "heldout": 1}
+        return {
+            split: self.sample(split, EVAL_EXAMPLES, torch.Generator().manual_seed(seed))
+            for split, seed in seeds.items()
+        }
 
     def examples(self, sequences: Sequences, copyable_only: bool = False) -> Batch:
         """Inputs and next-token targets; with `copyable_only`, only the targets after the copy's first token."""

@@ -1,23 +1,18 @@
 """shakespeare: tiny-shakespeare (Karpathy's char-rnn input.txt), the named case of the text task.
 
-It is `text` with its own corpus and split: the text comes from `data` (a path) when given, else from
-the user cache (`$XDG_CACHE_HOME/gpt-tasks/tinyshakespeare.txt`, default `~/.cache/...`), else it is
-downloaded once into that cache and checked against its known sha256; and its chunks are hashed with
-the salt b"shakespeare", so its held-out chunks are the ones it has always held out. Everything else
-(tokenizers, the token cache, windows, metrics, what a run records) is the text task's, with the
-character tokenizer by default; its primary metric stays the loss, in nats per token (per character
-with that tokenizer).
+It is `text` with its own corpus (`data` when given, else the user cache, else a download checked against its
+known sha256), its own split salt (so its held-out chunks are the ones it has always held out) and the loss as
+its primary metric.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from urllib.request import urlopen
 
 from gpt_tasks.builtin.text import TextParams, TextTask
-from gpt_tasks.text.cache import user_cache
+from gpt_tasks.text.cache import user_cache, write_atomically
 
 CORPUS_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -37,8 +32,8 @@ def cache_path() -> Path:
 
 
 def download(path: Path, url: str | None = None, sha256: str | None = None) -> Path:
-    """Fetch the corpus (default CORPUS_URL) into `path`, verifying its sha256 (default
-    CORPUS_SHA256); nothing is left behind on failure."""
+    """Fetch the corpus (default CORPUS_URL) into `path`, verifying its sha256 (default CORPUS_SHA256); nothing
+    is left behind on failure."""
     url, sha256 = url or CORPUS_URL, sha256 or CORPUS_SHA256
     try:
         with urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
@@ -48,13 +43,10 @@ def download(path: Path, url: str | None = None, sha256: str | None = None) -> P
             f"tiny-shakespeare is not available offline and the download failed ({error}); {HOW_TO_SUPPLY}"
         ) from error
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
-    partial.write_bytes(data)
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
-        partial.unlink(missing_ok=True)
         raise ValueError(f"downloaded {url} has sha256 {digest}, expected {sha256}; the download was deleted")
-    os.replace(partial, path)
+    write_atomically(path, data)
     return path
 
 

@@ -1,13 +1,9 @@
-"""sort: read `length` symbols, then write them in sorted order (a `PromptAnswerTask`: the input run is the
-prompt, its sorted order the answer).
+"""sort: read `length` symbols, then write them in sorted order (a `PromptAnswerTask`).
 
-Two options make length generalisation possible (both off by default, which is the seed task
-exactly: the same vocabulary, batches and split). `separator` puts "=" between the input and its
-sorted order, so the model can see where the input ends instead of counting positions. With
-`min_length`, each training batch is drawn at one length from min_length .. length (uniformly),
-each length split by its own hash exactly as a run trained at that length alone is, so a run's
-held-out side never depends on the mix; evaluation scores `length` (`gpt-train eval RUN --set
-length=10` scores another).
+Two options make length generalisation possible, both off by default (the seed task exactly): `separator` puts
+"=" between the input and its sorted order, so the model sees where the input ends instead of counting
+positions; with `min_length`, each training batch is drawn at one length from min_length .. length, each length
+split by its own hash, so a run's held-out side never depends on the mix.
 """
 
 from __future__ import annotations

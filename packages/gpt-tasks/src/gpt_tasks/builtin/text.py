@@ -1,19 +1,13 @@
-"""text: a language model on the user's own corpus, with character, byte or byte-level BPE tokens.
+"""text: a language model on the user's own corpus, with character, byte or byte-level BPE tokens (the
+README's text section).
 
-The corpus (`data`: a UTF-8 file, or a directory read through `glob`) is cut into chunks of
-`chunk_size` characters, and a chunk is held out when the blake2b hash of its UTF-8 bytes says so
-(about `heldout_fraction` of them). The tokenizer is learned from the training chunks only, so nothing
-about the held-out text leaks into it. Every chunk is tokenized once into the token cache
-(`gpt_tasks.text.cache`), and training reads windows of block_size + 1 tokens, each wholly inside one
-training chunk, straight from its memmap: the corpus is never held in memory.
-
-Evaluation scores every token of each held-out chunk but its first, in windows of block_size tokens, each
-token once. Bits per character and per byte, unlike nats per token, do not depend on the tokenizer, so runs
-with different tokenizers on one corpus rank by them.
-
-A run records what it needs to be rebuilt exactly: `corpus_sha256` (an edited corpus is then refused
-in one line), and the tokenizer: the char alphabet in `alphabet`, the BPE as a file (`files()` hands it
-to the trainer, which keeps it in the run directory and points `tokenizer_file` at it).
+A chunk of `chunk_size` characters is held out when the hash of its UTF-8 bytes says so; the tokenizer is
+learned from the training chunks only, so nothing about the held-out text leaks into it. Every chunk is
+tokenized once into the token cache (`gpt_tasks.text.cache`), and training reads windows of block_size + 1
+tokens, each wholly inside one training chunk, straight from its memmap: the corpus is never held in memory.
+Evaluation scores every token of each held-out chunk but its first, once; bits per character and per byte,
+unlike nats per token, do not depend on the tokenizer, so runs with different tokenizers rank by them.
+A run records its `corpus_sha256` and its tokenizer (`alphabet`, or the BPE file that `files()` hands over).
 """
 
 from __future__ import annotations

@@ -1,31 +1,18 @@
 """The token cache: a corpus tokenized once into a file that training reads through a numpy memmap.
 
-One entry is a directory, named by its key, under the cache root (`$XDG_CACHE_HOME/gpt-tasks/text`,
-default `~/.cache/gpt-tasks/text`, or a task's `cache_dir`):
+An entry is a directory, named by its key, under the cache root (`$XDG_CACHE_HOME/gpt-tasks/text`, default
+`~/.cache/gpt-tasks/text`, or a task's `cache_dir`): `tokens.bin` (the ids of every chunk, one chunk after
+another), `chunks.npz` (per chunk its token offset, its size in characters and bytes, and its split hash) and
+`meta.json` (what the entry was made from and a checksum of the rest), written last. The key hashes the corpus
+sha256, the chunk size, the split salt and the tokenizer's identity, so an unchanged corpus and tokenizer are
+never tokenized twice; the split fraction is not in it (each chunk's hash is stored). A learned tokenizer is
+cached too, under `tokenizers/`, keyed by what it was learned from.
 
-    tokens.bin   the token ids of every chunk, one chunk after another: uint16 for vocabularies of up to
-                 65,536 ids, else uint32
-    chunks.npz   per chunk: `offsets` (where its tokens start, plus the total at the end), `chars` and
-                 `bytes` (its size as text) and `hashes` (its split hash, `unit_hash` of its UTF-8 bytes)
-    meta.json    what the entry holds: the corpus sha256 and the tokenizer it was made from, and a sha256
-                 of tokens.bin and the chunk tables; written last, so an entry without it is incomplete
-
-The key hashes the corpus sha256, the chunk size, the split salt and the tokenizer's identity: change
-any of them and it is another entry, while an unchanged corpus and tokenizer are never tokenized twice.
-The split fraction is not in the key (each chunk's hash is stored, and the task compares it with the
-fraction). A learned tokenizer (a character alphabet, a BPE) is cached too, under `tokenizers/`, keyed
-by what it was learned from: the corpus, the chunking, the split and the tokenizer settings.
-
-An entry is built in a temporary directory and renamed into place: a reader never sees half of one,
-and two processes preparing the same entry at once both end up reading one complete copy. The text is
-hashed as it is tokenized: a corpus edited while it is read is refused, not stored under the sha256 of
-the text it was before. An entry is checked whenever it is opened (its checksum, the order of its chunk
-offsets, its ids against the vocabulary, and the corpus and tokenizer it names against its key) and
-rebuilt when anything is off, so a damaged or tampered entry is never trained on. The temporary
-directory of a process killed while preparing is removed by the next preparation on the same host.
-
-The module is long because an entry's checks (the checksum, the bounds, stale temporaries) sit beside
-the writing they check: what is verified on opening is exactly what was written.
+An entry is built in a temporary directory and renamed into place, so a reader never sees half of one, and it
+is checked whole whenever it is opened and rebuilt when anything is off, so a damaged or tampered entry is never
+trained on. The text is hashed as it is tokenized: a corpus edited meanwhile is refused, not stored under the
+sha256 of the text it was before. A process killed while preparing leaves temporaries that the next
+preparation on the same host removes.
 """
 
 from __future__ import annotations
@@ -93,14 +80,6 @@ class TokenCache:
     chars: np.ndarray
     utf8_bytes: np.ndarray
     hashes: np.ndarray
-
-    @classmethod
-    def open(cls, root: Path, made_from: dict[str, Any], in_memory: bool = False) -> TokenCache | None:
-        """The entry at `root`, or None when it is absent, incomplete, damaged or not made from `made_from`."""
-        try:
-            return cls.read(root, made_from, in_memory)
-        except DamagedEntry:
-            return None
 
     @classmethod
     def read(cls, root: Path, made_from: dict[str, Any], in_memory: bool = False) -> TokenCache:
@@ -206,8 +185,11 @@ def prepare(
     building = Path(tempfile.mkdtemp(prefix=temporary_name(root.name) + ".", dir=root.parent))
     try:
         n_tokens = _build(building, chunks(), tokenizer, salt, made_from, total_bytes)
-        if root.exists() and TokenCache.open(root, made_from) is None:
-            shutil.rmtree(root)  # an incomplete or damaged entry
+        if root.exists():
+            try:
+                TokenCache.read(root, made_from)  # another process finished the same entry meanwhile
+            except DamagedEntry:
+                shutil.rmtree(root)
         with contextlib.suppress(OSError):  # failing, another process finished the same entry first: use theirs
             os.rename(building, root)
     finally:
@@ -275,21 +257,22 @@ def _batches(chunks: Iterable[str]) -> Iterator[list[str]]:
 
 def cached_tokenizer(path: Path, kind: str, learn: Callable[[], Tokenizer]) -> Tokenizer:
     """The tokenizer saved at `path`, or `learn()`'s, saved there first."""
-    if path.is_file():
-        try:
-            return load_tokenizer(kind, path.read_bytes())
-        except (OSError, ValueError):
-            pass  # damaged: learn it again
+    with contextlib.suppress(OSError, ValueError):  # absent or damaged: learned again
+        return load_tokenizer(kind, path.read_bytes())
     tokenizer = learn()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    partial = path.with_name(temporary_name(path.name))
-    partial.write_bytes(tokenizer.serialize())
-    os.replace(partial, path)
+    write_atomically(path, tokenizer.serialize())
     return tokenizer
 
 
-# temporaries -------------------------------------------------------------------------------------------
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary beside `path`, then rename it into place: no reader sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    partial = path.with_name(temporary_name(path.name))
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
 def temporary_name(name: str) -> str:
     """The hidden name `name` is built under by this process: its host and process id say when it is stale."""
     return f".{name}{_marker()}{os.getpid()}"
@@ -320,14 +303,12 @@ def remove_stale_temporaries(folder: Path) -> None:
 
 
 def _is_running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    if os.name == "nt":  # os.kill(pid, 0) is not a probe on Windows: keep everything
+    if pid == os.getpid() or os.name == "nt":  # os.kill(pid, 0) is not a probe on Windows: keep everything
         return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError):
-        return True
+        pass
     return True

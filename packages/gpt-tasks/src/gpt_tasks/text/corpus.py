@@ -1,14 +1,9 @@
 """A text corpus on disk: one UTF-8 file, or the files of a directory that match a glob, read as one text.
 
-The text is streamed in blocks and never held whole, so a corpus may be larger than memory. The files
-of a directory are read in the sorted order of their paths relative to it, skipping hidden ones (a
-path with a part that starts with a dot, such as .git), and joined with a newline after any file that
-does not end with one. Line endings are kept as they are. A file that is not UTF-8, or that holds a
-NUL character, is taken for a binary file and refused by name: text tasks read text.
-
-`Corpus.sha256()` is the sha256 of the joined text as UTF-8 (for a single file, the file's own
-sha256); the token cache is keyed by it and a run records it, so that an edited corpus is noticed.
-`chunks(texts, size)` cuts the text into pieces of `size` characters, the units of the hash split.
+The text is streamed in blocks and never held whole, so a corpus may be larger than memory. The files of a
+directory are read in the sorted order of their relative paths, hidden ones skipped, and joined with a newline
+after any file that does not end with one. A file that is not UTF-8, or that holds a NUL character, is taken
+for a binary file and refused by name: text tasks read text.
 """
 
 from __future__ import annotations
@@ -16,6 +11,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -23,12 +19,12 @@ from tqdm.auto import tqdm
 BLOCK = 1 << 20  # bytes read at a time
 
 
+@dataclass(frozen=True)
 class Corpus:
     """The files of one corpus, in reading order; build it with `Corpus.find`."""
 
-    def __init__(self, path: Path, files: tuple[Path, ...]):
-        self.path = path
-        self.files = files
+    path: Path
+    files: tuple[Path, ...]
 
     @classmethod
     def find(cls, path: Path, glob: str, noun: str = "text corpus") -> Corpus:
@@ -70,11 +66,10 @@ class Corpus:
                 yield b"\n", "\n"
 
     def texts(self) -> Iterator[str]:
-        """The joined text in blocks."""
         return (text for _, text in self.pieces())
 
     def sha256(self, desc: str = "reading corpus") -> str:
-        """sha256 of the joined text; reading it also checks that every file is UTF-8 text."""
+        """sha256 of the joined text as UTF-8 (a single file's own sha256); reading it checks that it is text."""
         digest = hashlib.sha256()
         with tqdm(total=self.size, unit="B", unit_scale=True, desc=desc, leave=False, disable=None) as bar:
             for raw, _ in self.pieces():

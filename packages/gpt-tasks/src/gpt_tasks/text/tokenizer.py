@@ -1,19 +1,9 @@
 """Tokenizers of text tasks: characters (with an unknown token), bytes, and byte-level BPE.
 
-Each maps text to token ids and back, and says which bytes every token stands for. That last part is
-what lets a loss in nats per token be turned into bits per character and per byte whatever the
-tokenizer, so that a BPE run and a character run on the same text can be ranked.
-
-- `CharTokenizer(alphabet)`: one id per character of `alphabet`, plus an unknown-character token
-  (the last id) for any other character; it decodes to U+FFFD. Its alphabet is learned from the
-  training split (`learn_alphabet`), so held-out text may contain characters it maps to the unknown token.
-- `ByteTokenizer()`: the 256 bytes of the UTF-8 encoding; nothing is unknown.
-- `BpeTokenizer`: Hugging Face `tokenizers` byte-level BPE (GPT-2's byte-to-character mapping),
-  trained on the training split by `train_bpe`; nothing is unknown. Needs the optional extra
-  `gpt-tasks[bpe]`.
-
-`serialize()` gives the bytes that define a tokenizer: equal bytes, equal tokenizer. The token cache
-is keyed by their hash, and a run keeps them so that `eval` and `sample` use exactly its tokenizer.
+Each maps text to token ids and back, and says which bytes every token stands for: that is what turns a loss
+in nats per token into bits per character and per byte whatever the tokenizer, so that a BPE run and a
+character run on the same text rank. `serialize()` gives the bytes that define a tokenizer (equal bytes, equal
+tokenizer): the token cache is keyed by their hash, and a run keeps them.
 """
 
 from __future__ import annotations
@@ -41,15 +31,13 @@ class Tokenizer(ABC):
 
     @property
     @abstractmethod
-    def vocab_size(self) -> int:
-        """Number of token ids."""
+    def vocab_size(self) -> int: ...
 
     @abstractmethod
     def encode(self, text: str) -> np.ndarray:
         """Token ids (int64) of `text`; a character the tokenizer cannot represent becomes its unknown token."""
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """`encode` of each text (a tokenizer with a faster batch path overrides this)."""
         return [self.encode(text) for text in texts]
 
     @abstractmethod
@@ -84,7 +72,6 @@ def token_sizes(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
     return n_chars, n_bytes
 
 
-# characters ----------------------------------------------------------------------------------
 def _codepoints(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
 
@@ -98,7 +85,8 @@ def learn_alphabet(texts: Iterable[str]) -> str:
 
 
 class CharTokenizer(Tokenizer):
-    """One id per character of `alphabet` (id = index), then the unknown-character token."""
+    """One id per character of `alphabet` (id = index), then the unknown-character token (it decodes to
+    U+FFFD). Its alphabet is learned from the training split, so held-out text may map to the unknown token."""
 
     kind = "char"
 
@@ -152,7 +140,6 @@ class ByteTokenizer(Tokenizer):
         return b""
 
 
-# byte-level BPE --------------------------------------------------------------------------------
 def _hf() -> Any:
     """The Hugging Face tokenizers module, or a one-line error naming the extra that installs it."""
     try:
@@ -172,7 +159,7 @@ def byte_alphabet() -> dict[str, int]:
 
 
 class BpeTokenizer(Tokenizer):
-    """A Hugging Face byte-level BPE tokenizer, defined by its JSON."""
+    """A Hugging Face byte-level BPE tokenizer, defined by its JSON (the optional extra `gpt-tasks[bpe]`)."""
 
     kind = "bpe"
 
