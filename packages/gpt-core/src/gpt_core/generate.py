@@ -1,4 +1,4 @@
-"""Autoregressive generation: greedy or sampled, batched, with or without the KV cache."""
+"""Autoregressive generation: greedy or sampled, batched, with or without the KV cache, static on a GPU."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from gpt_core.decode import StaticDecoder, static_step_refusal
 from gpt_core.kernels.softmax import softmax
 from gpt_core.model import GPT
 
@@ -41,6 +42,7 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     slide: bool = False,
+    static: bool | None = None,
 ) -> Tensor:
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
 
@@ -55,6 +57,9 @@ def generate(
     sorted random position ids for its whole length (prompt and new tokens), drawn once with
     `generator` (the global RNG if None), so cached and uncached decoding see the same ids.
     Without the cache, each step re-runs the whole sequence; with it, only the new token.
+    `static` decodes with the cache in steps of fixed shapes (`gpt_core.decode`): on CUDA the step is captured
+    once as a CUDA graph and replayed for every token, elsewhere it runs eagerly; the tokens are the cached
+    path's. None (the default): on CUDA, unless a hook is set or dropout is active; False: never.
     Runs in inference mode (no autograd bookkeeping at all, which a cached batch-1 step would feel
     even under no_grad) and returns an ordinary tensor, which later training may use.
     """
@@ -66,16 +71,24 @@ def generate(
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if static and not use_cache:
+        raise ValueError("static=True decodes with the KV cache; it cannot be combined with use_cache=False")
+    if static:
+        refusal = static_step_refusal(model)
+        if refusal is not None:
+            raise ValueError(refusal)
+    elif static is None:
+        static = use_cache and idx.device.type == "cuda" and static_step_refusal(model) is None
     block = model.config.position_limit
     with torch.inference_mode():
         if model.config.pos != "learned" or not slide:
-            out = _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator)
+            out = _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator, static)
         else:
             out = idx
             while out.shape[1] - idx.shape[1] < max_new_tokens:
                 context = out if out.shape[1] <= block else out[:, -(block // 2) :]
                 wanted = max_new_tokens - (out.shape[1] - idx.shape[1])
-                extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator)
+                extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator, static)
                 out = torch.cat((out, extended[:, context.shape[1] :]), dim=1)
     return out.clone()  # an inference-mode tensor could not be saved for a later backward
 
@@ -88,6 +101,7 @@ def _generate_once(
     top_k: int | None,
     use_cache: bool,
     generator: torch.Generator | None,
+    static: bool,
 ) -> Tensor:
     """One pass of generation, never reading past the learned table (block_size or max_positions)."""
     B, T = idx.shape
@@ -100,17 +114,23 @@ def _generate_once(
         return idx
 
     length = T + n_new - 1  # the last token is never read
-    cache = model.new_cache(B, length) if use_cache else None
     # Sampled once for the whole sequence; None gives the model's own 0 .. T-1.
     positions = model.sample_positions(B, length, generator) if config.randomized_positions else None
+    if static:
+        decoder = StaticDecoder(model, B, length, positions, graph=idx.device.type == "cuda")
+        cache, logits = None, decoder.prefill(idx)
+    else:
+        cache = model.new_cache(B, length) if use_cache else None
+        logits = model(idx, cache=cache, positions=_first(positions, T)).logits
     tokens = [idx]
-    logits = model(idx, cache=cache, positions=_first(positions, T)).logits
     for step in range(n_new):
         token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
         tokens.append(token[:, None])
         if step == n_new - 1:
             break
-        if use_cache:
+        if static:
+            logits = decoder.step(token[:, None])  # (B, 1, V)
+        elif use_cache:
             here = None if positions is None else positions[:, T + step : T + step + 1]
             logits = model(token[:, None], cache=cache, positions=here).logits
         else:

@@ -3,6 +3,8 @@
 Without a cache every new token re-runs the whole prefix through every layer. With one, each
 layer keeps the keys and values it has already computed in buffers preallocated for the whole
 generation, so a step costs one token's worth of projections plus one row of attention.
+`store` hands back the filled part, a new length each step; `write` hands back the whole buffers,
+the same shapes every step, for a step that a GPU records once and replays (`gpt_core.decode`).
 """
 
 from __future__ import annotations
@@ -44,3 +46,15 @@ class KVCache:
 
     def advance(self, n_positions: int) -> None:
         self.length += n_positions
+
+    def write(self, layer: int, k: Tensor, v: Tensor, at: Tensor) -> tuple[Tensor, Tensor]:
+        """Write one step's k, v (B, H, 1, d) at the position held in the device tensor `at` (1,); return the whole
+        buffers (B, H, T_max, d), unfilled positions included, for the caller to mask.
+
+        Nothing is read back to the host and the shapes never change, so a step built on it can be captured as a
+        CUDA graph. `length` is not advanced: the caller keeps the position, on the device.
+        """
+        keys, values = self.keys[layer], self.values[layer]  # (B, H, T_max, d) views into the buffers
+        keys.index_copy_(2, at, k.to(keys.dtype))
+        values.index_copy_(2, at, v.to(values.dtype))
+        return keys, values

@@ -1,0 +1,126 @@
+"""Decoding in steps whose shapes never change, so that a GPU can record one step and replay it per token.
+
+A KV-cached step is one token's worth of arithmetic spread over about a hundred small operations, so on a
+GPU its time goes to launching kernels. A CUDA graph records the launches once and replays them as one,
+but only a step that is the same every time can be recorded: the same shapes, the same memory, and no
+number read back to the host. The model's own cached forward is none of these (each step's keys are one
+longer, the filled length is a Python int, the position ids are checked on the host). The step here
+ - writes its keys and values at a position held in a device tensor (`KVCache.write`),
+ - attends over every slot of the preallocated cache, the slots after its own masked out,
+ - advances that position itself, on the device.
+Its arithmetic is the model's: the same modules, weights and kernels, with attention written out as its
+definition, softmax(q k^T / sqrt(d) + mask) v, by the kernel set's softmax (an attention kernel takes no
+mask). The prompt is prefilled by the model's forward, exactly as without it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from gpt_core.model import GPT, MultiHeadAttention
+
+WARMUP_STEPS = 3
+"""Eager steps run on a side stream before the capture, as PyTorch's CUDA-graph recipe asks."""
+
+
+def static_step_refusal(model: GPT) -> str | None:
+    """Why `model` cannot decode with the static step (None: it can): the step fires no hooks and applies no
+    dropout, so a hooked model, or one training with dropout, keeps the model's own cached forward."""
+    if model._hooks:
+        return "the static decoding step fires no hooks; remove them or decode with static=False"
+    if model.training and model.config.dropout:
+        return "the static decoding step applies no dropout; call model.eval() or decode with static=False"
+    return None
+
+
+class StaticDecoder:
+    """Decodes `model` one token per row at a time for up to `max_length` positions, in steps of fixed shapes.
+
+    `positions` (B, max_length): each row's position ids (a randomized model's); None: the model's own
+    0, 1, 2, ... With `graph` (CUDA only) the first step is captured as a CUDA graph and every step replays
+    it; without, each step runs eagerly, the same operations on the same shapes.
+    """
+
+    def __init__(self, model: GPT, batch_size: int, max_length: int, positions: Tensor | None = None,
+                 graph: bool = False):  # fmt: skip
+        refusal = static_step_refusal(model)
+        if refusal is not None:
+            raise ValueError(refusal)
+        device = model.wte.weight.device
+        if graph and device.type != "cuda":
+            raise ValueError(f"a CUDA graph needs a model on a CUDA device, not {device.type}")
+        self.model, self.kernels, self.graph = model, model.kernels, graph
+        self.cache = model.new_cache(batch_size, max_length)  # keys and values (L, B, H, T_max, d)
+        self.positions = positions  # (B, T_max) or None
+        self.slots = torch.arange(max_length, device=device)  # (T_max,) every position of the cache
+        self.at = torch.zeros(1, dtype=torch.long, device=device)  # (1,) where the next step writes
+        self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=device)  # (B, 1) the next step's input
+        self.recorded: torch.cuda.CUDAGraph | None = None
+        self.logits: Tensor | None = None  # the recorded step's output (B, 1, V), rewritten by every replay
+
+    def prefill(self, idx: Tensor) -> Tensor:
+        """Run the prompt (B, T) through the model's own cached forward; its logits (B, T, V)."""
+        T = idx.shape[1]
+        given = None if self.positions is None else self.positions[:, :T]
+        logits = self.model(idx, cache=self.cache, positions=given).logits
+        self.at.fill_(T)
+        return logits
+
+    def step(self, token: Tensor) -> Tensor:
+        """Feed each row's next token (B, 1); the logits (B, 1, V) for the token after it. With `graph`, the
+        logits are the graph's output tensor: read them before the next step, which overwrites them."""
+        self.token.copy_(token)
+        if not self.graph:
+            return self._step()
+        if self.recorded is None:
+            self._capture()
+        self.recorded.replay()
+        return self.logits
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, then record one step. The warm-up steps each write this token's keys and
+        values where the first replay writes them again, and each puts the write position back."""
+        start = self.at.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_STEPS):
+                self._step()
+                self.at.copy_(start)
+        torch.cuda.current_stream().wait_stream(side)
+        self.recorded = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.recorded):  # recorded, not run: the write position stays where it is
+            self.logits = self._step()
+
+    def _step(self) -> Tensor:
+        """The model's forward for one new token per row, every shape fixed by the cache's size."""
+        model = self.model
+        where = self.at if self.positions is None else self.positions.index_select(1, self.at)  # (1,) or (B, 1)
+        hidden = self.slots > self.at  # (T_max,) the slots not yet written
+        x = model.wte(self.token)  # (B, 1, C)
+        if model.wpe is not None:
+            x = x + model.wpe(where)  # (1, C) broadcast over B, or (B, 1, C)
+        for block in model.blocks:
+            a = self._attend(block.attn, block.ln1(x), where, hidden)
+            x = x + a if block.residual else a
+            if block.mlp is not None:
+                m = block.mlp(block.ln2(x))
+                x = x + m if block.residual else m
+        self.at.add_(1)
+        return model.lm_head(model.ln_f(x))  # (B, 1, V)
+
+    def _attend(self, attn: MultiHeadAttention, x: Tensor, where: Tensor, hidden: Tensor) -> Tensor:
+        """`attn` for one new token per row (B, 1, C), attending over every slot of the cache, the hidden ones
+        masked: softmax(q k^T / sqrt(d) + mask) v by the kernel set's softmax."""
+        B, _, C = x.shape
+        q, k, v = attn.qkv(x).view(B, 1, 3, attn.n_head, C // attn.n_head).permute(2, 0, 3, 1, 4)  # (B, H, 1, d)
+        if attn.rope is not None:
+            q, k = attn.rope(q, where), attn.rope(k, where)
+        k, v = self.cache.write(attn.layer, k, v, self.at)  # (B, H, T_max, d)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, 1, T_max)
+        weights = self.kernels.sampling_softmax(scores.masked_fill(hidden, float("-inf")))
+        y = (weights @ v).transpose(1, 2).reshape(B, 1, C)  # (B, 1, C)
+        return attn.proj(y)
