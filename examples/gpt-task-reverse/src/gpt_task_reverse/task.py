@@ -5,7 +5,7 @@ PromptAnswerTask, which supplies training batches (scored on the answer only), e
 evaluation (greedy generation's exact match, computed in one teacher-forced forward pass: every
 answer token the argmax given the true prefix), example prompts and the attention examples; the
 task itself says what its tokens are (`self.vocab`, from which the base class derives vocab_size,
-encode and decode) and how its examples are numbered and split. An example is its run of digits,
+encode, decode and token_labels) and how its examples are numbered and split. An example is its run of digits,
 numbered 0 .. 10^length - 1: the run is the prompt, its reverse the answer.
 """
 
