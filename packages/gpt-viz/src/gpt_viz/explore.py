@@ -42,7 +42,16 @@ _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 def explorer_page(run_dir: PathLike) -> str:
     data = page_data(run_directory(run_dir))
     template = resources.files("gpt_viz").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    return template.replace("__TITLE__", html.escape(data["title"])).replace("__RUN_DATA__", script_json(data))
+    head = page_head(f"{data['title']} · gpt-viz explore")
+    return template.replace("__HEAD__", head).replace("__RUN_DATA__", script_json(data))
+
+
+def page_head(title: str) -> str:
+    """The start of every page the project writes, up to its styles: doctype, charset, viewport and title."""
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{html.escape(title)}</title>\n'
+    )
 
 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:

@@ -96,10 +96,11 @@ def loaded(run_dir: Path, device: str, trust_kernels: bool) -> Inspected:
 
 
 def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -> Callable:
-    """A subcommand of `gpt-train inspect` with --examples, --device and --trust-kernels, called with the run
-    loaded and its --examples checked (after `prompt_answer` tasks are checked for, so a refusal comes first)."""
+    """Register `analyse` (called with the loaded run's fields, then --examples and its own options) as a subcommand
+    of `gpt-train inspect` with --examples, --device and --trust-kernels; --examples is checked against the split
+    after `prompt_answer` tasks are checked for, so a refusal comes first. `analyse` itself is returned as it is."""
 
-    def decorate(analyse: Callable[..., None]) -> click.Command:
+    def decorate(analyse: Callable[..., Any]) -> Callable[..., Any]:
         @inspect_command.command(name)
         @examples_option(examples, what)
         @DEVICE_OPTION
@@ -111,9 +112,9 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
             if prompt_answer:
                 prompt_answer_task(run.task, name)
             check_examples(run.task, examples)
-            analyse(run, examples, **options)
+            analyse(*run, examples=examples, **options)
 
-        return command
+        return analyse
 
     return decorate
 
@@ -196,7 +197,9 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
     metavar="LAYER.HEAD",
     help="Score with these heads removed together (repeatable; `all` is every head) instead of each alone.",
 )
-def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
+def heads(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int, ablate: tuple[str, ...]
+) -> None:
     """Remove each attention head in turn (zero and mean ablation), then each layer's heads together, and
     score the task's primary metric.
 
@@ -211,9 +214,9 @@ def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
       gpt-train inspect sort heads --ablate all
     """
     if ablate:
-        ablate_together(run.task, run.model, run.device, parse_heads(ablate, run.model), examples)
+        ablate_together(task, model, target, parse_heads(ablate, model), examples)
     else:
-        inspect_heads(*run, examples)
+        inspect_heads(task, model, target, step, layout, examples)
 
 
 def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[tuple[int, int]], examples: int) -> None:
@@ -253,7 +256,9 @@ def inspect_heads(
 
 # logit lens ----------------------------------------------------------------------------------
 @analysis("logit-lens", 10_000, "Held-out sequences decoded")
-def logit_lens_command(run: Inspected, examples: int) -> None:
+def inspect_logit_lens(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
+) -> dict[str, Any]:
     """Decode the residual stream after each layer through the final LayerNorm and the head.
 
     Prints exact match and loss per depth and the accuracy at each answer position (teacher-forced;
@@ -264,12 +269,6 @@ def logit_lens_command(run: Inspected, examples: int) -> None:
     Examples:
       gpt-train inspect sort logit-lens
     """
-    inspect_logit_lens(*run, examples)
-
-
-def inspect_logit_lens(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
-) -> dict[str, Any]:
     lens = logit_lens(task, model, target, examples)
     shown = scored_as(lens.examples)
     click.echo(f"logit lens on {lens.examples:,} held-out sequences (teacher-forced)")
@@ -300,7 +299,17 @@ def inspect_logit_lens(
     help="The answer position measured: corruptions must first change the answer there. "
     "[default: where they most often do]",
 )
-def patch_command(run: Inspected, examples: int, point: str, corrupt: int, answer_position: int | None) -> None:
+def inspect_patch(
+    task: Task,
+    model: GPT,
+    target: torch.device,
+    step: int,
+    layout: RunLayout,
+    point: str,
+    examples: int,
+    corrupt: int = 0,
+    answer_position: int | None = None,
+) -> dict[str, Any]:
     """Copy one activation from a clean run into a corrupted one, at each layer and position.
 
     The corrupted prompt differs from the clean one in the token at --corrupt, so that the answers
@@ -314,20 +323,6 @@ def patch_command(run: Inspected, examples: int, point: str, corrupt: int, answe
       gpt-train inspect sort patch
       gpt-train inspect sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
-    inspect_patch(*run, point, examples, corrupt, answer_position)
-
-
-def inspect_patch(
-    task: Task,
-    model: GPT,
-    target: torch.device,
-    step: int,
-    layout: RunLayout,
-    point: str,
-    examples: int,
-    corrupt: int = 0,
-    answer_position: int | None = None,
-) -> dict[str, Any]:
     result = patch(task, model, target, point, examples, corrupt, answer_position)
     click.echo(
         f"patching {point} on {result.examples:,} pairs (e.g. {result.example['clean']} vs "
@@ -345,7 +340,9 @@ def inspect_patch(
 
 # reads ---------------------------------------------------------------------------------------
 @analysis("reads", 10_000, "Held-out sequences read")
-def reads_command(run: Inspected, examples: int) -> None:
+def inspect_reads(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
+) -> dict[str, Any]:
     """What each head reads: its mean attention from the answer positions onto each prompt token, by that
     token's value (columns) and the value of the answer token just written (rows).
 
@@ -356,12 +353,6 @@ def reads_command(run: Inspected, examples: int) -> None:
     Examples:
       gpt-train inspect sort reads
     """
-    inspect_reads(*run, examples)
-
-
-def inspect_reads(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
-) -> dict[str, Any]:
     reads = head_reads(task, model, target, examples)
     click.echo(
         f"what each head reads from the answer positions on {reads.examples:,} held-out sequences "
@@ -432,7 +423,9 @@ def phases_command(run_dir: Path, device: str, trust_kernels: bool) -> None:
 @click.option(
     "--pairs", type=click.IntRange(min=1), default=1_000, show_default=True, help="Clean/corrupted pairs patched."
 )
-def report_command(run: Inspected, examples: int, pairs: int) -> None:
+def report_command(
+    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int, pairs: int
+) -> None:
     """Run heads, logit-lens, patch (resid_pre, attn_out, mlp_out) and reads, and write report.html into
     the run: the findings first, then each picture with its table and what it means.
 
@@ -445,10 +438,11 @@ def report_command(run: Inspected, examples: int, pairs: int) -> None:
     """
     from gpt_train.lab.report import REPORT_POINTS, write_report
 
+    run = task, model, target, step, layout
     records = {
         "heads": inspect_heads(*run, examples),
         "logit_lens": inspect_logit_lens(*run, examples),
         "patching": {point: inspect_patch(*run, point, pairs) for point in REPORT_POINTS},
         "reads": inspect_reads(*run, examples),
     }
-    click.echo(f"wrote {write_report(run.layout, run.task.name, records)}")
+    click.echo(f"wrote {write_report(layout, task.name, records)}")

@@ -27,13 +27,14 @@ from gpt_train.lab.findings import (
     reads_findings,
 )
 from gpt_viz import RunLayout
+from gpt_viz.explore import page_head
 
 REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")
 """The hook points the report patches: where the difference sits entering each layer, then what each
 layer's attention and MLP add."""
 TEMPLATE = "report_template.html"
 MARKER = re.compile(r"__([A-Z]+)__")
-"""Where report_template.html takes a part of the page (__TITLE__, __SUMMARY__, __FINDINGS__, __RULES__, ...)."""
+"""Where report_template.html takes a part of the page (__HEAD__, __TITLE__, __SUMMARY__, __FINDINGS__, ...)."""
 
 MEANING = {
     "heads": (
@@ -179,8 +180,10 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
     template = resources.files("gpt_train.lab").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    title = f"{task} — {layout.root.name}"
     parts = {
-        "TITLE": html.escape(f"{task} — {layout.root.name}"),
+        "HEAD": page_head(f"{title} · gpt-train report"),
+        "TITLE": html.escape(title),
         "SUMMARY": html.escape(summary),
         "FINDINGS": findings_list([finding for part in found.values() for finding in part]),
         "RULES": html.escape(rules),
