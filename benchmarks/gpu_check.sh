@@ -7,7 +7,10 @@
 #   3. the default sort run on CUDA, eager and --compile: the compiled run must reach the eager run's held-out
 #      exact match (at least 0.9995);
 #   4. the default modadd run (the grokking task) on CUDA;
-#   5. with NANOGPT set to a clone of karpathy/nanoGPT (its model.py only), benchmarks/gpu_step.py's table.
+#   5. the KV-cache benchmark (no cache, the cached forward, the static step replayed as a CUDA graph): the 6-layer
+#      model at batch 1, and GPT-2 124M's shape over its 1,024-token block at batch 1 and 8, its tables written to
+#      $OUT/kv_cache.md (DEVICE=cpu: --quick);
+#   6. with NANOGPT set to a clone of karpathy/nanoGPT (its model.py only), benchmarks/gpu_step.py's table.
 # Writes the log and the runs' final.json files to $OUT; exits non-zero if any step failed. DEVICE and PYTHON
 # rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped).
 #
@@ -27,6 +30,11 @@ step() {  # step NAME COMMAND...: run it, timed, and remember a failure
   shift
   time "$@" || failed+=("$name")
 }
+kv_cache() {  # kv_cache SECONDS ARGS...: benchmarks/kv_cache.py on $DEVICE for at most SECONDS, its table to $OUT
+  local limit=$1 quick=$([ "$DEVICE" = cpu ] && echo --quick)
+  shift
+  timeout "$limit" $PYTHON benchmarks/kv_cache.py --device $DEVICE $quick "$@" | tee -a "$OUT/kv_cache.md"
+}
 {
   $PYTHON -m pip install -q --no-deps --no-build-isolation ./packages/gpt-core ./packages/gpt-tasks \
     ./packages/gpt-viz ./packages/gpt-train ./examples/gpt-task-reverse ./examples/gpt-kernel-flash 2>&1 | grep -v WARNING
@@ -36,9 +44,11 @@ step() {  # step NAME COMMAND...: run it, timed, and remember a failure
   step "verify reference" $PYTHON -m gpt_train verify --device $DEVICE --compile --kernels reference --seed 0
   step "verify triton" $PYTHON -m gpt_train verify --device $DEVICE --kernels triton --seed 0
   step "triton tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-core/tests/test_triton_set.py \
-    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py
+    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py \
+    packages/gpt-core/tests/test_triton_static_decoding.py
   step "accelerator tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-train/tests/test_accelerators.py \
-    packages/gpt-core/tests/test_compile.py packages/gpt-core/tests/test_kv_cache_and_generate.py -k "cuda or accelerator"
+    packages/gpt-core/tests/test_compile.py packages/gpt-core/tests/test_kv_cache_and_generate.py \
+    packages/gpt-core/tests/test_static_decoding.py -k "cuda or accelerator"
   for mode in eager compiled; do
     flag=$([ $mode = compiled ] && echo --compile)
     step "sort on $DEVICE ($mode)" $PYTHON -m gpt_train run --task sort --device $DEVICE $flag --force --out $RUNS/sort-$mode
@@ -54,6 +64,8 @@ EOF
   step "modadd on $DEVICE" $PYTHON -m gpt_train run --task modadd --device $DEVICE --quiet --force --out $RUNS/modadd
   cp $RUNS/modadd/final.json "$OUT/modadd-cuda-final.json"
   cp $RUNS/modadd/grokking.png "$OUT/modadd-cuda-grokking.png" 2>/dev/null
+  step "KV cache on $DEVICE (6-layer)" kv_cache 120 --models 6l --batches 1 --rounds 3
+  step "KV cache on $DEVICE (GPT-2 124M)" kv_cache 300 --models gpt2 --batches 1 8 --rounds 2 --min-rounds 1 --budget 45
   if [ -n "${NANOGPT:-}" ]; then
     step "gpu_step against nanoGPT" $PYTHON benchmarks/gpu_step.py --nanogpt "$NANOGPT" --device $DEVICE
   fi
