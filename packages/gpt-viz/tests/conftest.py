@@ -91,6 +91,12 @@ def fixture_examples(n_layer: int = 2, n_head: int = 4) -> list[AttentionSnapsho
 
 
 @pytest.fixture
+def metrics() -> list[str]:
+    """Every metric the fixture run logs (training_records), in name order."""
+    return ["heldout_accuracy", "heldout_exact_match", "heldout_loss", "loss", "lr", "train_accuracy"]
+
+
+@pytest.fixture
 def tokens() -> list[str]:
     """The token labels of every fixture attention map, including a space and a '$'."""
     return list(TOKENS)

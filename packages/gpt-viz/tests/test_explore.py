@@ -12,20 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fixture_records import HEADS_ABLATION
 
 from gpt_viz import AttentionSnapshot, RunLayout, VizError, load_attention_examples, save_attention_examples
 from gpt_viz.cli import main
 from gpt_viz.explore import attention_data, explorer_page, write_explorer
 
 DATA_ELEMENT = re.compile(r'<script type="application/json" id="run-data">(.*?)</script>', re.S)
-ABLATION = {
-    "metric": "exact_match",
-    "split": "heldout",
-    "examples": 200,
-    "baseline": 0.98,
-    "zero": [[0.1, 0.97, 0.98, 0.5], [0.9, 0.0, 0.98, 0.97]],
-    "mean": [[0.6, 0.98, 0.98, 0.9], [0.95, 0.3, 0.99, 0.98]],
-}
+ABLATION = HEADS_ABLATION
 
 
 def uniform_causal(n_layer: int, n_head: int, length: int) -> np.ndarray:
@@ -121,19 +115,12 @@ def test_a_prompt_length_that_is_not_a_whole_number_of_the_examples_tokens_is_le
     assert attention_data(snapshot._replace(prompt_length=np.int64(4)))["prompt_length"] == 4
 
 
-def test_page_embeds_the_training_loss_and_summary_metrics_with_the_primary_one_chosen(make_run, run_dir):
+def test_page_embeds_the_training_loss_and_summary_metrics_with_the_primary_one_chosen(make_run, run_dir, metrics):
     records = logged(run_dir)
     records[-1]["heldout_position_0_accuracy"] = 1.0  # a per-position detail: left out like in the summaries
     curves = embedded(explorer_page(make_run("edited", records=records)))["curves"]
     assert curves["primary"] == "heldout_exact_match"
-    assert sorted(curves["series"]) == [
-        "heldout_accuracy",
-        "heldout_exact_match",
-        "heldout_loss",
-        "loss",
-        "lr",
-        "train_accuracy",
-    ]
+    assert sorted(curves["series"]) == metrics
     steps, values = curves["series"]["heldout_loss"]
     assert steps == list(range(0, 501, 50))
     assert values == [record["heldout_loss"] for record in records if "heldout_loss" in record]

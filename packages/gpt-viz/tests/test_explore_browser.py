@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixture_records import HEADS_ABLATION
 from matplotlib.image import imread
 from picture_checks import count_colours
 
@@ -29,14 +30,8 @@ playwright_api = pytest.importorskip(
 Browser, Page = playwright_api.Browser, playwright_api.Page
 
 VIEWPORT = {"width": 1200, "height": 900}
-ABLATION = {
-    "metric": "exact_match",
-    "split": "heldout",
-    "examples": 64,
-    "baseline": 0.9,
-    "zero": [[0.9, 0.2, 0.9, 0.8], [0.1, 0.9, 0.5, 0.9]],
-    "mean": [[0.9, 0.6, 0.9, 0.9], [0.4, 0.9, 0.7, 0.9]],
-}
+ABLATION = HEADS_ABLATION | {"examples": 64, "baseline": 0.9, "zero": [[0.9, 0.2, 0.9, 0.8], [0.1, 0.9, 0.5, 0.9]]}
+ABLATION["mean"] = [[0.9, 0.6, 0.9, 0.9], [0.4, 0.9, 0.7, 0.9]]
 
 
 def chromium_executable() -> str | None:

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from fixture_records import HEADS_ABLATION
 
 from gpt_viz import RunLayout, VizError, parse_metric_key, probe_key, training_curves
 from gpt_viz.inspect_pictures import (
@@ -17,14 +18,8 @@ from gpt_viz.inspect_pictures import (
     patching_picture,
 )
 
-HEADS = {
-    "metric": "exact_match",
-    "split": "heldout",
-    "examples": 5000,
-    "baseline": 1.0,
-    "zero": [[0.78, 0.83, 0.68, 0.25], [1.0, 1.0, 1.0, 1.0]],
-    "mean": [[0.74, 0.83, 0.69, 0.42], [1.0, 1.0, 1.0, 1.0]],
-}
+HEADS = HEADS_ABLATION | {"examples": 5000, "baseline": 1.0, "zero": [[0.78, 0.83, 0.68, 0.25], [1.0, 1.0, 1.0, 1.0]]}
+HEADS["mean"] = [[0.74, 0.83, 0.69, 0.42], [1.0, 1.0, 1.0, 1.0]]
 LENS = {
     "examples": 1000,
     "depths": ["embeddings", "after layer 0", "after layer 1"],
@@ -53,6 +48,17 @@ def heatmaps(figure):
     return [ax for ax in figure.axes if ax.get_images()]
 
 
+def the_heatmap(figure, values):
+    """The figure's one heatmap, checked to draw `values`."""
+    (ax,) = heatmaps(figure)
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), values)
+    return ax
+
+
+def texts(artists) -> list[str]:
+    return [artist.get_text() for artist in artists]
+
+
 def test_head_ablation_heatmap_shows_both_ablations_layer_by_head_on_one_scale(assert_real_picture):
     figure = head_ablation_heatmap(HEADS)
     zero_ax, mean_ax = heatmaps(figure)
@@ -70,9 +76,7 @@ def test_head_ablation_heatmap_shows_both_ablations_layer_by_head_on_one_scale(a
 
 def test_logit_lens_picture_draws_metric_and_loss_by_depth_and_accuracy_by_position(assert_real_picture):
     figure = logit_lens_picture(LENS)
-    (grid_ax,) = heatmaps(figure)
-    np.testing.assert_array_equal(grid_ax.get_images()[0].get_array(), LENS["accuracy"])
-    assert [t.get_text() for t in grid_ax.get_yticklabels()] == LENS["depths"]
+    assert texts(the_heatmap(figure, LENS["accuracy"]).get_yticklabels()) == LENS["depths"]
     curves = [ax for ax in figure.axes if ax.get_ylabel() == "exact match"][0]
     assert curves.get_lines()[0].get_ydata().tolist() == LENS["exact_match"]
     assert_real_picture(figure)
@@ -80,11 +84,10 @@ def test_logit_lens_picture_draws_metric_and_loss_by_depth_and_accuracy_by_posit
 
 def test_patching_picture_is_layer_by_position_and_never_shows_minus_zero(assert_real_picture):
     figure = patching_picture(PATCH)
-    (ax,) = heatmaps(figure)
-    np.testing.assert_array_equal(ax.get_images()[0].get_array(), PATCH["restored"])
-    assert [t.get_text() for t in ax.get_xticklabels()] == PATCH["positions"]
-    texts = [t.get_text() for t in ax.texts]
-    assert "-0.00" not in texts and texts == ["1.00", "0.00", "0.00", "0.00", "0.01", "0.00", "0.00", "1.00"]
+    ax = the_heatmap(figure, PATCH["restored"])
+    assert texts(ax.get_xticklabels()) == PATCH["positions"]
+    cells = texts(ax.texts)
+    assert "-0.00" not in cells and cells == ["1.00", "0.00", "0.00", "0.00", "0.01", "0.00", "0.00", "1.00"]
     assert "3122123" in figure.get_suptitle()
     assert_real_picture(figure)
 
@@ -92,11 +95,27 @@ def test_patching_picture_is_layer_by_position_and_never_shows_minus_zero(assert
 @pytest.mark.parametrize(
     ("draw", "record", "message"),
     [
-        (head_ablation_heatmap, {k: v for k, v in HEADS.items() if k != "mean"}, "the record has no 'mean'"),
-        (head_ablation_heatmap, HEADS | {"zero": [[0.5, 0.2], [0.1]]}, "'zero' must be rows of numbers"),
-        (head_ablation_heatmap, HEADS | {"mean": [[0.5, 0.2]]}, "'zero' is (2, 4) layers x heads but 'mean'"),
+        (
+            head_ablation_heatmap,
+            {k: v for k, v in HEADS.items() if k != "mean"},
+            "the record has no 'mean'",
+        ),
+        (
+            head_ablation_heatmap,
+            HEADS | {"zero": [[0.5, 0.2], [0.1]]},
+            "'zero' must be rows of numbers",
+        ),
+        (
+            head_ablation_heatmap,
+            HEADS | {"mean": [[0.5, 0.2]]},
+            "'zero' is (2, 4) layers x heads but 'mean'",
+        ),
         (logit_lens_picture, LENS | {"accuracy": [[1.0]]}, "not depths x answer positions"),
-        (patching_picture, PATCH | {"positions": ["a"]}, "'restored' has 4 positions but 'positions' names 1"),
+        (
+            patching_picture,
+            PATCH | {"positions": ["a"]},
+            "'restored' has 4 positions but 'positions' names 1",
+        ),
         (patching_picture, PATCH | {"restored": [[float("nan")]]}, "non-empty grid of finite numbers"),
     ],
 )

@@ -4,17 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpt_viz import (
-    AXIS_KEYS,
-    EXAMPLES,
-    HELDOUT,
-    SPLITS,
-    TRAIN,
-    MetricKey,
-    RunLayout,
-    metric_key,
-    parse_metric_key,
-)
+from gpt_viz import AXIS_KEYS, EXAMPLES, HELDOUT, SPLITS, TRAIN
+from gpt_viz.run_layout import MetricKey, RunLayout, metric_key, parse_metric_key
 
 
 @pytest.mark.parametrize("split", SPLITS)
