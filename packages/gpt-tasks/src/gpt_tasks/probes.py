@@ -1,10 +1,8 @@
 """Task probes: named scalars about how a model computes, measured beside its metrics at every evaluation.
 
-A metric says whether a model is right; a probe says something about how (how much attention lands on
-the digit an answer position must copy, whether digits that receive a carry are the ones still wrong).
-A task opts in by overriding `Task.probes`, and `Task.probe_batch` when its probes read activations:
-`measure_probes` runs the model once on that batch with every hook point cached (`GPT.run_with_cache`)
-and hands the task a `ProbeCache`. A task without probes costs nothing: no forward pass is run.
+A metric says whether a model is right; a probe says something about how. `measure_probes` runs the model once
+on the task's probe batch with every hook point cached and hands the task a `ProbeCache`; a task without probes
+costs nothing.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""The shape most algorithmic tasks share: a numbered example is a prompt followed by a fixed-length
-answer, the model is scored on the answer only, and exact match is whether greedy generation writes the
-whole answer.
+"""The shape most algorithmic tasks share: a numbered example is a prompt followed by a fixed-length answer,
+scored on the answer only; exact match is whether greedy generation writes the whole answer.
 
-Exact match needs no generation: greedy decoding reads the true prefix up to its first wrong token, so
-its first wrong token is the first answer position whose argmax given the true prefix is wrong, and the
-answer is right exactly when every teacher-forced argmax equals its target. One forward pass over the
-whole sequence scores a batch (test_prompt_answer.py checks the equality against generation).
-
-A subclass says how examples are numbered and split (`self.split`, an IndexedSplit) and how an
-example number becomes tokens (`sequences`); batches, the evaluation, example prompts and the
-attention examples come from here.
+Exact match needs no generation: greedy decoding reads the true prefix up to its first wrong token, so the
+answer is right exactly when every teacher-forced argmax equals its target, and one forward pass scores a batch
+(test_prompt_answer.py checks the equality against generation).
 """
 
 from __future__ import annotations

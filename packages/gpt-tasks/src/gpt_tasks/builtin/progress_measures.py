@@ -1,19 +1,11 @@
 """Grokking's progress measures (Nanda et al. 2023, section 5), for a model trained on modadd.
 
-The network that generalises writes each number with a few *key frequencies* k and, at "=", produces logits
-of the form sum_k alpha_k cos(w_k (a + b - c)), w_k = 2 pi k / p: as a function of the pair (a, b), the logit
-of every answer c lies in the span of the two waves cos(w_k (a + b)) and sin(w_k (a + b)) of each key
-frequency. Projecting the logits over all p^2 pairs onto those directions splits them in two:
-
-- the *restricted* logits keep only the key directions (and each answer's mean over the pairs): the part of
-  the computation that is the Fourier circuit. Their loss on the held-out pairs falls as the circuit forms,
-  well before the held-out loss of the whole model does, because memorisation hides it;
-- the *excluded* logits are the rest: the logits with the key directions removed. Their loss on the training
-  pairs rises as the training set comes to be fitted through the circuit rather than by memorising.
-
-With the weight norm, which weight decay shrinks as memorisation is cleaned up, these split training into
-memorisation, circuit formation and cleanup. Only the p number logits are projected; the logit of "=" is
-kept as it is (the model learns never to answer it).
+The generalising network's logit of each answer c at "=" lies, as a function of the pair (a, b), in the span of
+cos and sin of w_k (a + b) for a few key frequencies k (w_k = 2 pi k / p). The *restricted* logits keep only
+those directions: their held-out loss falls as the Fourier circuit forms, before memorisation lets the whole
+model's does. The *excluded* logits are the rest: their training loss rises as the training set comes to be
+fitted through the circuit. With the weight norm, they split training into memorisation, circuit formation and
+cleanup. Only the p number logits are projected; the logit of "=" is kept as it is.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """repeats: random tokens ending in a copy of an earlier segment, where copying from the context is the only way to
 predict.
 
-Each sequence is block_size + 1 uniform random tokens whose last `length` tokens (drawn from block_size // 4 ..
-block_size // 2) repeat the segment that starts at a random earlier position. No token before the copy can be
-predicted (loss ln vocab), nor the copy's first; every later token of the copy is the one that followed the
-current token's earlier occurrence. Where the segment starts and how long it is vary, so no fixed offset and no
-statistic of recent tokens helps: the model must find the earlier occurrence of the current token and copy what
-came after it, which is what an induction head does (Olsson et al. 2022, "In-context learning and induction
-heads"). A two-layer attention-only model learns it within minutes on a CPU.
-
-A sequence is held out when the blake2b hash of its bytes says so (about `heldout_fraction`). Evaluation scores
-the copy's predictable targets (`copy_loss`, `copy_accuracy`) and, for the language-model view, every target
-(`loss`).
+Each sequence is block_size + 1 uniform random tokens whose last `length` tokens (block_size // 4 ..
+block_size // 2) repeat the segment at a random earlier start. Only the copy's tokens after its first can be
+predicted, and since where the segment starts and how long it is vary, only by finding the current token's
+earlier occurrence and copying what came after it: what an induction head does (Olsson et al. 2022). A
+two-layer attention-only model learns it within minutes on a CPU.
 """
 
 from __future__ import annotations

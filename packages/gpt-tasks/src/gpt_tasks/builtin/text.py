@@ -1,13 +1,9 @@
 """text: a language model on the user's own corpus, with character, byte or byte-level BPE tokens (the
 README's text section).
 
-A chunk of `chunk_size` characters is held out when the hash of its UTF-8 bytes says so; the tokenizer is
-learned from the training chunks only, so nothing about the held-out text leaks into it. Every chunk is
-tokenized once into the token cache (`gpt_tasks.text.cache`), and training reads windows of block_size + 1
-tokens, each wholly inside one training chunk, straight from its memmap: the corpus is never held in memory.
-Evaluation scores every token of each held-out chunk but its first, once; bits per character and per byte,
-unlike nats per token, do not depend on the tokenizer, so runs with different tokenizers rank by them.
-A run records its `corpus_sha256` and its tokenizer (`alphabet`, or the BPE file that `files()` hands over).
+A chunk of `chunk_size` characters is held out when the hash of its UTF-8 bytes says so, and the tokenizer is
+learned from the training chunks only, so nothing about the held-out text leaks into it. Bits per character and
+per byte, unlike nats per token, do not depend on the tokenizer, so runs with different tokenizers rank by them.
 """
 
 from __future__ import annotations

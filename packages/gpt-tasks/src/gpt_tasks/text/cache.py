@@ -1,18 +1,11 @@
 """The token cache: a corpus tokenized once into a file that training reads through a numpy memmap.
 
-An entry is a directory, named by its key, under the cache root (`$XDG_CACHE_HOME/gpt-tasks/text`, default
-`~/.cache/gpt-tasks/text`, or a task's `cache_dir`): `tokens.bin` (the ids of every chunk, one chunk after
-another), `chunks.npz` (per chunk its token offset, its size in characters and bytes, and its split hash) and
-`meta.json` (what the entry was made from and a checksum of the rest), written last. The key hashes the corpus
-sha256, the chunk size, the split salt and the tokenizer's identity, so an unchanged corpus and tokenizer are
-never tokenized twice; the split fraction is not in it (each chunk's hash is stored). A learned tokenizer is
-cached too, under `tokenizers/`, keyed by what it was learned from.
-
-An entry is built in a temporary directory and renamed into place, so a reader never sees half of one, and it
-is checked whole whenever it is opened and rebuilt when anything is off, so a damaged or tampered entry is never
-trained on. The text is hashed as it is tokenized: a corpus edited meanwhile is refused, not stored under the
-sha256 of the text it was before. A process killed while preparing leaves temporaries that the next
-preparation on the same host removes.
+An entry is a directory named by its key (the corpus sha256, the chunk size, the split salt and the tokenizer),
+under `$XDG_CACHE_HOME/gpt-tasks/text` or a task's `cache_dir`: `tokens.bin` (every chunk's ids), `chunks.npz`
+(per chunk its token offset, size in characters and bytes, and split hash) and `meta.json`, written last. An
+entry is built in a temporary directory and renamed into place, so a reader never sees half of one, and is
+checked whole whenever it is opened, so a damaged or tampered entry is rebuilt rather than trained on. A
+learned tokenizer is cached too, under `tokenizers/`.
 """
 
 from __future__ import annotations

@@ -29,10 +29,6 @@ class Tokenizer(ABC):
 
     kind: ClassVar[str]
 
-    @property
-    @abstractmethod
-    def vocab_size(self) -> int: ...
-
     @abstractmethod
     def encode(self, text: str) -> np.ndarray:
         """Token ids (int64) of `text`; a character the tokenizer cannot represent becomes its unknown token."""
@@ -43,6 +39,10 @@ class Tokenizer(ABC):
     @abstractmethod
     def token_bytes(self) -> list[bytes]:
         """The UTF-8 bytes each id decodes to, by id (a byte-level token may hold part of a character)."""
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.token_bytes())
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`; bytes that do not form whole characters become U+FFFD."""
@@ -101,10 +101,6 @@ class CharTokenizer(Tokenizer):
         self._sorted = points[self._order]
         self.unknown_id = len(alphabet)
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.alphabet) + 1
-
     def encode(self, text: str) -> np.ndarray:
         points = _codepoints(text)
         where = np.searchsorted(self._sorted, points).clip(max=len(self._sorted) - 1)
@@ -125,10 +121,6 @@ class ByteTokenizer(Tokenizer):
     """The UTF-8 bytes of the text, one id each."""
 
     kind = "byte"
-
-    @property
-    def vocab_size(self) -> int:
-        return 256
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64)
@@ -189,10 +181,6 @@ class BpeTokenizer(Tokenizer):
             else:
                 raise ValueError(f"not a byte-level BPE tokenizer: token {token!r} is not made of byte symbols")
         return table
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self._bytes)
 
     def encode(self, text: str) -> np.ndarray:
         return np.array(self.hf.encode(text).ids, dtype=np.int64)
