@@ -75,13 +75,8 @@ def enumerated_mask(
 
 
 class IndexedSplit:
-    """The split of an example space numbered 0 .. size-1, each number encoded by `encode`.
-
-    Small spaces are hashed once in full: training batches sample the train ids and evaluation
-    can cover every held-out id. Larger spaces are sampled: a candidate is drawn uniformly and
-    kept only if its hash puts it on the wanted side (rejection sampling), so the two sides stay
-    disjoint without ever being listed.
-    """
+    """The split of an example space numbered 0 .. size-1, each number encoded by `encode`: listed in full up to
+    MAX_ENUMERATED, else sampled by drawing candidates and keeping those whose hash puts them on the wanted side."""
 
     def __init__(self, size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes):
         self.size, self.encode, self.fraction, self.salt = size, encode, fraction, salt

@@ -44,19 +44,14 @@ class Defaults:
 
 
 class Task(ABC):
-    """Base class of every task; the README's "The task contract" says what each member means.
+    """Base class of every task; the README's "The task contract" says what each member means."""
 
-    Class attributes: `name` (the registry name), `description` (one line for `gpt-train tasks`), `Params` (a
-    frozen dataclass of parameters with defaults, validated in __post_init__), `primary_metric` (a key of
-    `evaluate`'s dict, shown in progress bars), `higher_is_better`, and `eval_splits` (of "train" and "heldout").
-    """
-
-    name: ClassVar[str]
-    description: ClassVar[str] = ""
-    Params: ClassVar[type]
-    primary_metric: ClassVar[str]
+    name: ClassVar[str]  # the registry name, as in `gpt-train run --task NAME`
+    description: ClassVar[str] = ""  # one line for `gpt-train tasks`
+    Params: ClassVar[type]  # a frozen dataclass of the parameters, with defaults, validated in __post_init__
+    primary_metric: ClassVar[str]  # a key of `evaluate`'s dict, shown in progress bars and pictures
     higher_is_better: ClassVar[bool] = True
-    eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)
+    eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)  # of "train" and "heldout"
 
     vocab: CharVocab
     """The tokens, set in __init__: a CharVocab, or any object with its len, encode, decode and token_labels.

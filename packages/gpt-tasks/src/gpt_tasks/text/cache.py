@@ -76,10 +76,8 @@ class TokenCache:
 
     @classmethod
     def read(cls, root: Path, made_from: dict[str, Any], in_memory: bool = False) -> TokenCache:
-        """The entry at `root`, checked whole: DamagedEntry saying what is wrong with it otherwise.
-
-        `made_from` holds what the key stands for (`corpus_sha256`, `tokenizer_sha256`, `vocab_size`): an
-        entry whose meta.json names anything else is not the one its key names."""
+        """The entry at `root`, checked whole, else DamagedEntry saying what is wrong with it. `made_from` holds
+        what the key stands for (`corpus_sha256`, `tokenizer_sha256`, `vocab_size`), which meta.json must name."""
         try:
             meta = json.loads((root / META).read_text(encoding="utf-8"))
             dtype = np.dtype(meta["dtype"])
@@ -161,10 +159,8 @@ def prepare(
     corpus: tuple[str, int],
     in_memory: bool,
 ) -> TokenCache:
-    """The entry at `root`, built first (from the chunks that `chunks()` yields) if it is not there whole.
-
-    `corpus` is the sha256 and size in bytes of the text the chunks are cut from; text that hashes otherwise
-    as it is tokenized (the corpus edited meanwhile) is a ValueError, and nothing is stored."""
+    """The entry at `root`, built first from `chunks()` if it is not there whole. `corpus` is the sha256 and size
+    of the text the chunks are cut from: text that hashes otherwise as it is tokenized is a ValueError."""
     sha256, total_bytes = corpus
     made_from = {"corpus_sha256": sha256, "tokenizer_sha256": tokenizer.identity(), "vocab_size": tokenizer.vocab_size}
     remove_stale_temporaries(root.parent)
@@ -202,14 +198,13 @@ def _build(
     tokenized: a ValueError when it is not the text of `made_from['corpus_sha256']`."""
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     offsets, chars, sizes, hashes = array("q", [0]), array("q"), array("q"), array("d")  # 8 bytes a chunk each
-    text_digest, checksum = hashlib.sha256(), hashlib.sha256()
+    text_digest = hashlib.sha256()
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc=f"tokenizing ({tokenizer.kind})", disable=None)
     with bar, open(folder / TOKENS, "wb") as out:
         for batch in _batches(chunks):
             for text, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
-                data, stored = text.encode(), ids.astype(dtype).tobytes()
-                out.write(stored)
-                checksum.update(stored)
+                data = text.encode()
+                out.write(ids.astype(dtype).tobytes())
                 text_digest.update(data)
                 offsets.append(offsets[-1] + len(ids))
                 chars.append(len(text))
@@ -218,12 +213,10 @@ def _build(
                 bar.update(len(data))
     if text_digest.hexdigest() != made_from["corpus_sha256"]:
         raise ValueError(changed_while_read("tokenized"))
-    columns = dict(zip(COLUMNS, map(np.asarray, (offsets, chars, sizes, hashes)), strict=True))
-    np.savez(folder / CHUNKS, **columns)
-    for column in columns.values():
-        checksum.update(column.tobytes())
+    columns = tuple(map(np.asarray, (offsets, chars, sizes, hashes)))
+    np.savez(folder / CHUNKS, **dict(zip(COLUMNS, columns, strict=True)))
     meta = {"format": FORMAT, "dtype": dtype.name, "tokens": offsets[-1], "chunks": len(chars)}
-    meta |= {"tokenizer": tokenizer.kind, **made_from, "sha256": checksum.hexdigest()}
+    meta |= {"tokenizer": tokenizer.kind, **made_from, "sha256": _scan(folder / TOKENS, dtype, columns)[0]}
     (folder / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return offsets[-1]
 
