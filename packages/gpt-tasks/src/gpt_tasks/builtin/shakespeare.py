@@ -16,19 +16,13 @@ from gpt_tasks.text.cache import user_cache, write_atomically
 
 CORPUS_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-CACHE_NAME = "tinyshakespeare.txt"
 DOWNLOAD_TIMEOUT = 15.0  # seconds
 PROMPTS = ("ROMEO:", "JULIET:", "KING RICHARD III:", "MENENIUS:")
-
-HOW_TO_SUPPLY = (
-    "pass the file with `--data PATH` (or `--set data=PATH`, or get_task('shakespeare', data=PATH)); "
-    f"the file is the canonical char-rnn input.txt from {CORPUS_URL}"
-)
 
 
 def cache_path() -> Path:
     """Where a downloaded corpus is kept: $XDG_CACHE_HOME (or ~/.cache)/gpt-tasks/tinyshakespeare.txt."""
-    return user_cache() / CACHE_NAME
+    return user_cache() / "tinyshakespeare.txt"
 
 
 def download(path: Path, url: str | None = None, sha256: str | None = None) -> Path:
@@ -40,7 +34,9 @@ def download(path: Path, url: str | None = None, sha256: str | None = None) -> P
             data = response.read()
     except (OSError, ValueError) as error:  # URLError, timeouts and refused connections are OSErrors
         raise ValueError(
-            f"tiny-shakespeare is not available offline and the download failed ({error}); {HOW_TO_SUPPLY}"
+            f"tiny-shakespeare is not available offline and the download failed ({error}); pass the file with "
+            "`--data PATH` (or `--set data=PATH`, or get_task('shakespeare', data=PATH)); the file is the canonical "
+            f"char-rnn input.txt from {CORPUS_URL}"
         ) from error
     path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(data).hexdigest()
