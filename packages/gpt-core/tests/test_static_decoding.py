@@ -231,6 +231,16 @@ def test_kv_cache_write_puts_one_step_at_a_device_position_and_returns_every_slo
     assert cache.length == 0
 
 
+def test_a_static_step_past_the_cache_raises_a_clear_error_before_writing(gen):
+    decoder = StaticDecoder(_model("rope", False), 1, 4)
+    with torch.no_grad():
+        decoder.prefill(torch.randint(V, (1, 3), generator=gen))
+        decoder.step(torch.randint(V, (1, 1), generator=gen))
+        assert decoder.cache.length == 4 and int(decoder.at) == 4
+        with pytest.raises(ValueError, match=r"KV cache is full: 5 positions needed, 4 allocated"):
+            decoder.step(torch.randint(V, (1, 1), generator=gen))
+
+
 def test_a_hooked_model_refuses_the_static_step_and_generate_says_why(gen):
     model = _model("rope", False)
     prompt = torch.randint(V, (1, 2), generator=gen)

@@ -72,6 +72,10 @@ class StaticDecoder:
     def step(self, token: Tensor) -> Tensor:
         """Feed each row's next token (B, 1); the logits (B, 1, V) for the token after it. With `graph`, the
         logits are the graph's output tensor: read them before the next step, which overwrites them."""
+        cache = self.cache
+        if cache.length >= cache.max_length:  # the host's count, checked before a write out of the buffers
+            raise ValueError(f"KV cache is full: {cache.length + 1} positions needed, {cache.max_length} allocated")
+        cache.advance(1)
         self.token.copy_(token)
         if not self.graph:
             return self._step()

@@ -118,7 +118,7 @@ def _generate_once(
     positions = model.sample_positions(B, length, generator) if config.randomized_positions else None
     if static:
         decoder = StaticDecoder(model, B, length, positions, graph=idx.device.type == "cuda")
-        cache, logits = None, decoder.prefill(idx)
+        logits = decoder.prefill(idx)
     else:
         cache = model.new_cache(B, length) if use_cache else None
         logits = model(idx, cache=cache, positions=_first(positions, T)).logits

@@ -52,7 +52,7 @@ class KVCache:
         buffers (B, H, T_max, d), unfilled positions included, for the caller to mask.
 
         Nothing is read back to the host and the shapes never change, so a step built on it can be captured as a
-        CUDA graph. `length` is not advanced: the caller keeps the position, on the device.
+        CUDA graph. `length` is the caller's to advance, on the host, beside its position on the device.
         """
         keys, values = self.keys[layer], self.values[layer]  # (B, H, T_max, d) views into the buffers
         keys.index_copy_(2, at, k.to(keys.dtype))
