@@ -9,8 +9,8 @@ import copy
 
 import pytest
 import torch
+from lab_runs import trained_sort
 
-from gpt_train.cli import main
 from gpt_train.lab import ablate_each_head, head_reads, logit_lens, patch
 from gpt_train.lab.findings import (
     APPEARS_SHARE,
@@ -34,12 +34,6 @@ from gpt_train.loading import load_run
 from gpt_viz.inspect_pictures import most_needed_head
 
 CPU = torch.device("cpu")
-# 4-digit sort, 2 layers of 2 heads: learned (held-out exact match above 0.99) in 300 steps, a few seconds.
-TWO_LAYER_SORT = (
-    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "300", "--batch-size", "64",
-    "--set", "length=4", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=2",
-    "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
-)  # fmt: skip
 SAMPLE = 500
 
 
@@ -139,12 +133,7 @@ def test_a_head_compares_when_it_reads_one_side_of_the_value_just_written_twice_
 # planted models ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("findings") / "sort"
-    try:
-        main([*TWO_LAYER_SORT, "--out", str(run_dir)])
-    except SystemExit as exit_:
-        assert not exit_.code
-    run = load_run(run_dir, CPU)
+    run = load_run(trained_sort(tmp_path_factory.mktemp("findings") / "sort"), CPU)
     return run.task, run.model
 
 

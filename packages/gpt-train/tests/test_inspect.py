@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lab_runs import trained_sort
 from train_helpers import assert_one_line_error, read_metrics
 
 from gpt_core import GPT, block_hook, cross_entropy, generate
@@ -27,7 +28,6 @@ from gpt_tasks import (
     measure_probes,
     one_digit_changes,
 )
-from gpt_train.cli import main
 from gpt_train.lab import (
     InspectError,
     ablated_metrics,
@@ -43,24 +43,13 @@ from gpt_train.loading import load_run
 from gpt_viz import RunLayout, parse_metric_key, probe_key
 
 CPU = torch.device("cpu")
-# 4-digit sort, 2 layers of 2 heads: learned (held-out exact match above 0.99) in 300 steps, a few seconds.
-TRAINED_SORT = (
-    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "300", "--batch-size", "64",
-    "--set", "length=4", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=2",
-    "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
-)  # fmt: skip
 SAMPLE = 500
 
 
 @pytest.fixture(scope="module")
 def trained_dir(tmp_path_factory) -> Path:
     """One trained run for the whole module (the cli fixture is per test)."""
-    run_dir = tmp_path_factory.mktemp("inspect") / "sort"
-    try:
-        main([*TRAINED_SORT, "--out", str(run_dir)])
-    except SystemExit as exit_:
-        assert not exit_.code, f"training the fixture run failed with exit status {exit_.code}"
-    return run_dir
+    return trained_sort(tmp_path_factory.mktemp("inspect") / "sort")
 
 
 @pytest.fixture(scope="module")

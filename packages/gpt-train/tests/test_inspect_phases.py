@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from lab_runs import gpt_train
 from train_helpers import TINY, assert_one_line_error, read_metrics
 
-from gpt_train.cli import main
 from gpt_train.lab import InspectError
 from gpt_train.lab.phases import (
     HELDOUT_ACCURACY,
@@ -35,10 +35,7 @@ MEASURED = {"step", TRAIN_ACCURACY, HELDOUT_ACCURACY, TRAIN_LOSS, HELDOUT_LOSS, 
 @pytest.fixture(scope="module")
 def modadd_dir(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("phases") / "modadd"
-    try:
-        main([*SMALL_MODADD, "--out", str(run_dir)])
-    except SystemExit as exit_:
-        assert not exit_.code, f"training the fixture run failed with exit status {exit_.code}"
+    gpt_train(*SMALL_MODADD, "--out", run_dir)
     return run_dir
 
 

@@ -7,15 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_runs import gpt_train, trained_sort
 
 from gpt_train.cli import main
 from gpt_viz import RunLayout
 
-TWO_LAYER_SORT = (
-    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "300", "--batch-size", "64",
-    "--set", "length=4", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=2",
-    "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
-)  # fmt: skip
 PHONE = {"width": 390, "height": 844}
 MARKED_NAME = "sort__SECTIONS____FINDINGS__"
 """The reported run's name: it holds the page template's own markers, which must come out as the name's text."""
@@ -32,15 +28,8 @@ def invoke(capsys, *args) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory) -> tuple[Path, str]:
-    run_dir = tmp_path_factory.mktemp("report") / MARKED_NAME
-    for args in (
-        TWO_LAYER_SORT + ("--out", str(run_dir)),
-        ("inspect", str(run_dir), "report", "--examples", "200", "--pairs", "100"),
-    ):
-        try:
-            main(list(args))
-        except SystemExit as exit_:
-            assert not exit_.code
+    run_dir = trained_sort(tmp_path_factory.mktemp("report") / MARKED_NAME)
+    gpt_train("inspect", run_dir, "report", "--examples", 200, "--pairs", 100)
     return run_dir, RunLayout(run_dir).report.read_text(encoding="utf-8")
 
 
@@ -113,12 +102,8 @@ def test_attention_png_shows_the_first_layer_until_ablation_names_the_layer_that
             drawn.append((layer, prompt_length)) or real(weights, tokens, layer=layer, prompt_length=prompt_length)
         ),
     )
-    run_dir = tmp_path / "sort"
-    for args in (TWO_LAYER_SORT + ("--out", str(run_dir)), ("inspect", str(run_dir), "heads", "--examples", "200")):
-        try:
-            main(list(args))
-        except SystemExit as exit_:
-            assert not exit_.code
+    run_dir = trained_sort(tmp_path / "sort")
+    gpt_train("inspect", run_dir, "heads", "--examples", 200)
     record = json.loads(RunLayout(run_dir).heads_ablation.read_text())
     from gpt_viz.inspect_pictures import most_needed_head
 

@@ -18,10 +18,10 @@ from urllib.parse import quote
 
 import pytest
 import torch
+from lab_runs import gpt_train, trained_sort
 from train_helpers import serve_then_ctrl_c
 
 from gpt_core import block_hook
-from gpt_train.cli import main
 from gpt_train.lab import serve as serve_module
 from gpt_train.lab.explain import explain_prompt
 from gpt_train.lab.serve import LOOPBACK, Explorer, make_server
@@ -29,29 +29,14 @@ from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError
 
 CPU = torch.device("cpu")
-# 4-digit sort, 2 layers of 2 heads: learned in 300 steps, a few seconds.
-TWO_LAYER_SORT = (
-    "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "300", "--batch-size", "64",
-    "--set", "length=4", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=2",
-    "--set", "eval_every=100", "--set", "eval_limit=200", "--set", "log_every=100",
-)  # fmt: skip
 PROMPT = "3914"
-
-
-def invoke(*args: str) -> int:
-    try:
-        main(list(map(str, args)))
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 1
-    return 0
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A trained run with its head ablation saved (the page's panels and the head it opens on)."""
-    run_dir = tmp_path_factory.mktemp("serve") / "sort"
-    assert invoke(*TWO_LAYER_SORT, "--out", run_dir) == 0
-    assert invoke("inspect", run_dir, "heads", "--examples", 200, "--device", "cpu") == 0
+    run_dir = trained_sort(tmp_path_factory.mktemp("serve") / "sort")
+    gpt_train("inspect", run_dir, "heads", "--examples", 200, "--device", "cpu")
     return run_dir
 
 
@@ -89,7 +74,7 @@ def raw(base: str, request: bytes) -> bytes:
 
 def sample_answer(run_dir: Path, prompt: str, capsys) -> str:
     capsys.readouterr()
-    assert invoke("sample", run_dir, "--prompt", prompt, "--device", "cpu") == 0
+    gpt_train("sample", run_dir, "--prompt", prompt, "--device", "cpu")
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith(f"{prompt} -> ")
     return line.removeprefix(f"{prompt} -> ")
@@ -128,8 +113,8 @@ def test_a_prompt_of_a_length_never_trained_on_gets_one_answer_token_a_digit_and
 
 def test_the_explorer_notes_a_modadd_prompt_that_is_not_two_numbers_then_equals(tmp_path):
     run_dir = tmp_path / "modadd"
-    assert invoke("run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet",
-                  "--no-pictures", "--out", run_dir) == 0  # fmt: skip
+    gpt_train("run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet", "--no-pictures",
+              "--out", run_dir)  # fmt: skip
     run = load_run(run_dir, CPU)
     vocabulary, model = run.config.build_sampler(), run.model
     assert explain_prompt(vocabulary, model, CPU, "3 4 =").note == ""
