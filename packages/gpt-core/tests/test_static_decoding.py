@@ -249,7 +249,7 @@ def test_a_hooked_model_refuses_the_static_step_and_generate_says_why(gen):
         assert "fires no hooks" in static_step_refusal(model)
         with pytest.raises(ValueError, match="fires no hooks"):
             generate(model, prompt, 3, static=True)
-        generate(model, prompt, 3)  # the default keeps the hooked, cached path
+        generate(model, prompt, 3)  # without static, the hooked cached path
 
 
 def test_a_model_training_with_dropout_refuses_the_static_step(gen):
@@ -283,8 +283,7 @@ def test_cuda_graph_decoding_gives_the_cached_and_the_uncached_tokens_on_cuda(po
     prompt = torch.randint(V, (8, prompt_length), device="cuda")
     n_new = BLOCK + 1 - prompt_length
     for options in ({}, {"temperature": 0.9, "top_k": 8}):
-        graphed = _decode(model, prompt, n_new, **options)  # the default on CUDA
-        assert torch.equal(graphed, _decode(model, prompt, n_new, static=True, **options))
+        graphed = _decode(model, prompt, n_new, static=True, **options)
         assert torch.equal(graphed, _decode(model, prompt, n_new, static=False, **options))
         assert torch.equal(graphed, _decode(model, prompt, n_new, use_cache=False, **options))
 

@@ -42,7 +42,7 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     slide: bool = False,
-    static: bool | None = None,
+    static: bool = False,
 ) -> Tensor:
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
 
@@ -59,7 +59,7 @@ def generate(
     Without the cache, each step re-runs the whole sequence; with it, only the new token.
     `static` decodes with the cache in steps of fixed shapes (`gpt_core.decode`): on CUDA the step is captured
     once as a CUDA graph and replayed for every token, elsewhere it runs eagerly; the tokens are the cached
-    path's. None (the default): on CUDA, unless a hook is set or dropout is active; False: never.
+    path's. It is asked for, not the default, until a GPU has measured it (`benchmarks/kv_cache.py`).
     Runs in inference mode (no autograd bookkeeping at all, which a cached batch-1 step would feel
     even under no_grad) and returns an ordinary tensor, which later training may use.
     """
@@ -77,8 +77,6 @@ def generate(
         refusal = static_step_refusal(model)
         if refusal is not None:
             raise ValueError(refusal)
-    elif static is None:
-        static = use_cache and idx.device.type == "cuda" and static_step_refusal(model) is None
     block = model.config.position_limit
     with torch.inference_mode():
         if model.config.pos != "learned" or not slide:
