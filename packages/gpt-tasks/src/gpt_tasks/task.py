@@ -54,8 +54,8 @@ class Task(ABC):
     eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)  # of "train" and "heldout"
 
     vocab: CharVocab
-    """The tokens, set in __init__: a CharVocab, or any object with its len, encode, decode and token_labels.
-    The four vocabulary members below come from it."""
+    """The tokens, set in __init__ (or a property): a CharVocab, or any object with its len, encode, decode and
+    token_labels. The four vocabulary members below come from it."""
 
     def __init__(self, params: Any):
         self.params = params

@@ -11,9 +11,5 @@ from gpt_tasks.builtin.text import TextTask
 
 @hookimpl
 def register_tasks(register):
-    register(SortTask)
-    register(AdditionTask)
-    register(ModAddTask)
-    register(ShakespeareTask)
-    register(TextTask)
-    register(RepeatsTask)
+    for task in (SortTask, AdditionTask, ModAddTask, ShakespeareTask, TextTask, RepeatsTask):
+        register(task)
