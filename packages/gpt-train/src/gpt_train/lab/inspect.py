@@ -112,7 +112,7 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
             if prompt_answer:
                 prompt_answer_task(run.task, name)
             check_examples(run.task, examples)
-            analyse(*run, examples=examples, **options)
+            analyse(run, examples=examples, **options)
 
         return analyse
 
@@ -141,20 +141,23 @@ def check_examples(task: Task, examples: int) -> None:
 
 
 def save(
-    record: dict[str, Any], step: int, draw: Callable[[dict[str, Any]], Figure], json_path: Path, picture_path: Path
+    record: dict[str, Any],
+    step: int,
+    draw: Callable[[dict[str, Any]], Figure],
+    paths: tuple[Path, Path],
+    find: Callable[[dict[str, Any]], Sequence[str]],
 ) -> dict[str, Any]:
-    """Write the record, stamped with the step of the checkpoint it describes, and its picture; return the record."""
+    """Write the record, stamped with the step of the checkpoint it describes, and its picture (`paths`); print the
+    findings `find` reads in it; return the record."""
     record = record | {"step": step}
+    json_path, picture_path = paths
     write_json_atomically(json_path, record)
     gpt_viz.save_figure(draw(record), picture_path)
     click.echo(f"wrote {json_path} and {picture_path}")
-    return record
-
-
-def echo_findings(found: Sequence[str]) -> None:
     click.echo("findings:")
-    for finding in found:
+    for finding in find(record):
         click.echo(f"  - {finding}")
+    return record
 
 
 def scored_as(examples: float) -> Callable[[float], str]:
@@ -170,7 +173,6 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
-# heads ---------------------------------------------------------------------------------------
 def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
     """LAYER.HEAD strings (or `all`) -> (layer, head) pairs, each head once (a repeat is a typo, not a weight)."""
     c = model.config
@@ -197,9 +199,7 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
     metavar="LAYER.HEAD",
     help="Score with these heads removed together (repeatable; `all` is every head) instead of each alone.",
 )
-def heads(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int, ablate: tuple[str, ...]
-) -> None:
+def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
     """Remove each attention head in turn (zero and mean ablation), then each layer's heads together, and
     score the task's primary metric.
 
@@ -214,9 +214,9 @@ def heads(
       gpt-train inspect sort heads --ablate all
     """
     if ablate:
-        ablate_together(task, model, target, parse_heads(ablate, model), examples)
+        ablate_together(run.task, run.model, run.device, parse_heads(ablate, run.model), examples)
     else:
-        inspect_heads(task, model, target, step, layout, examples)
+        inspect_heads(run, examples)
 
 
 def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[tuple[int, int]], examples: int) -> None:
@@ -230,9 +230,8 @@ def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[t
         click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
 
 
-def inspect_heads(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
-) -> dict[str, Any]:
+def inspect_heads(run: Inspected, examples: int) -> dict[str, Any]:
+    task, model, target, step, layout = run
     c = model.config
     evaluations = 1 + len(ABLATIONS) * c.n_layer * c.n_head + c.n_layer
     with tqdm(total=evaluations, desc="evaluations", leave=False) as bar:
@@ -240,25 +239,22 @@ def inspect_heads(
     shown = scored_as(result.examples)
     click.echo(f"{result.metric} on {result.examples:,} held-out examples; nothing ablated: {shown(result.baseline)}")
     rows = [
-        (layer, head, shown(result.zero[layer][head]), shown(result.mean[layer][head]))
-        for layer in range(len(result.zero))
-        for head in range(len(result.zero[0]))
+        (layer, head, shown(zero), shown(result.mean[layer][head]))
+        for layer, row in enumerate(result.zero)
+        for head, zero in enumerate(row)
     ]
     click.echo(format_table(("layer", "head", "zero-ablated", "mean-ablated"), rows))
     rows = [(layer, shown(value)) for layer, value in enumerate(result.layer_zero)]
     click.echo(format_table(("layer", "all heads zero-ablated"), rows))
-    record = save(result.to_json(), step, pictures.head_ablation_heatmap, layout.heads_ablation, layout.heads_picture)
+    paths = layout.heads_ablation, layout.heads_picture
+    record = save(result.to_json(), step, pictures.head_ablation_heatmap, paths, findings.head_findings)
     if layout.attention.is_file():  # attention.png now shows the layer of the head the model needs most
         draw_attention_picture(layout, pictures.most_needed_head(record)[0])
-    echo_findings(findings.head_findings(record))
     return record
 
 
-# logit lens ----------------------------------------------------------------------------------
 @analysis("logit-lens", 10_000, "Held-out sequences decoded")
-def inspect_logit_lens(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
-) -> dict[str, Any]:
+def inspect_logit_lens(run: Inspected, examples: int) -> dict[str, Any]:
     """Decode the residual stream after each layer through the final LayerNorm and the head.
 
     Prints exact match and loss per depth and the accuracy at each answer position (teacher-forced;
@@ -269,7 +265,7 @@ def inspect_logit_lens(
     Examples:
       gpt-train inspect sort logit-lens
     """
-    lens = logit_lens(task, model, target, examples)
+    lens = logit_lens(run.task, run.model, run.device, examples)
     shown = scored_as(lens.examples)
     click.echo(f"logit lens on {lens.examples:,} held-out sequences (teacher-forced)")
     header = ("read at", "exact match", "loss", *(f"acc {name}" for name in lens.answer_positions))
@@ -278,12 +274,10 @@ def inspect_logit_lens(
         for d, depth in enumerate(lens.depths)
     ]
     click.echo(format_table(header, rows))
-    record = save(lens.to_json(), step, pictures.logit_lens_picture, layout.logit_lens, layout.logit_lens_picture)
-    echo_findings(findings.logit_lens_findings(record))
-    return record
+    paths = run.layout.logit_lens, run.layout.logit_lens_picture
+    return save(lens.to_json(), run.step, pictures.logit_lens_picture, paths, findings.logit_lens_findings)
 
 
-# patch ---------------------------------------------------------------------------------------
 @analysis("patch", 1_000, "Clean/corrupted pairs")
 @click.option(
     "--hook",
@@ -299,17 +293,7 @@ def inspect_logit_lens(
     help="The answer position measured: corruptions must first change the answer there. "
     "[default: where they most often do]",
 )
-def inspect_patch(
-    task: Task,
-    model: GPT,
-    target: torch.device,
-    step: int,
-    layout: RunLayout,
-    point: str,
-    examples: int,
-    corrupt: int = 0,
-    answer_position: int | None = None,
-) -> dict[str, Any]:
+def patch_command(run: Inspected, examples: int, point: str, corrupt: int, answer_position: int | None) -> None:
     """Copy one activation from a clean run into a corrupted one, at each layer and position.
 
     The corrupted prompt differs from the clean one in the token at --corrupt, so that the answers
@@ -323,6 +307,20 @@ def inspect_patch(
       gpt-train inspect sort patch
       gpt-train inspect sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
+    inspect_patch(*run, point, examples, corrupt, answer_position)
+
+
+def inspect_patch(
+    task: Task,
+    model: GPT,
+    target: torch.device,
+    step: int,
+    layout: RunLayout,
+    point: str,
+    examples: int,
+    corrupt: int = 0,
+    answer_position: int | None = None,
+) -> dict[str, Any]:
     result = patch(task, model, target, point, examples, corrupt, answer_position)
     click.echo(
         f"patching {point} on {result.examples:,} pairs (e.g. {result.example['clean']} vs "
@@ -331,18 +329,12 @@ def inspect_patch(
     )
     rows = [(f"layer {layer}", *(f"{v:.3f}" for v in row)) for layer, row in enumerate(result.restored)]
     click.echo(format_table(("restored", *result.positions), rows))
-    record = save(
-        result.to_json(), step, pictures.patching_picture, layout.patching(point), layout.patching_picture(point)
-    )
-    echo_findings(findings.patching_findings(record))
-    return record
+    paths = layout.patching(point), layout.patching_picture(point)
+    return save(result.to_json(), step, pictures.patching_picture, paths, findings.patching_findings)
 
 
-# reads ---------------------------------------------------------------------------------------
 @analysis("reads", 10_000, "Held-out sequences read")
-def inspect_reads(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int
-) -> dict[str, Any]:
+def inspect_reads(run: Inspected, examples: int) -> dict[str, Any]:
     """What each head reads: its mean attention from the answer positions onto each prompt token, by that
     token's value (columns) and the value of the answer token just written (rows).
 
@@ -353,7 +345,7 @@ def inspect_reads(
     Examples:
       gpt-train inspect sort reads
     """
-    reads = head_reads(task, model, target, examples)
+    reads = head_reads(run.task, run.model, run.device, examples)
     click.echo(
         f"what each head reads from the answer positions on {reads.examples:,} held-out sequences "
         f"(mean weight x {reads.prompt_length}; rows: the value just written, columns: the prompt token's value)"
@@ -365,9 +357,11 @@ def inspect_reads(
                 (value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)
             ]
             click.echo(format_table(("written", *reads.values), rows))
-    record = save(reads.to_json(), step, pictures.head_reads_picture, layout.reads, layout.reads_picture)
-    echo_findings(findings.reads_findings(record, saved_minor_layers(layout, model)))
-    return record
+    minor = saved_minor_layers(run.layout, run.model)
+    find = lambda record: findings.reads_findings(record, minor)
+    return save(
+        reads.to_json(), run.step, pictures.head_reads_picture, (run.layout.reads, run.layout.reads_picture), find
+    )
 
 
 def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
@@ -379,7 +373,6 @@ def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
     return findings.minor_layers(record) if shape_ok else []
 
 
-# phases --------------------------------------------------------------------------------------
 @inspect_command.command("phases")
 @DEVICE_OPTION
 @TRUST_KERNELS_OPTION
@@ -414,18 +407,15 @@ def phases_command(run_dir: Path, device: str, trust_kernels: bool) -> None:
     title = f"{run.run_dir.name}: grokking's phases (key frequencies {', '.join(map(str, result.keys)) or 'none'})"
     draw = lambda record: gpt_viz.progress_measures(record["records"], title=title)
     layout = RunLayout(run.run_dir)
-    save(result.to_json(), run.step, draw, layout.phases, layout.phases_picture)
-    echo_findings(phases.phases_findings(result))
+    paths = layout.phases, layout.phases_picture
+    save(result.to_json(), run.step, draw, paths, lambda _: phases.phases_findings(result))
 
 
-# report --------------------------------------------------------------------------------------
 @analysis("report", 10_000, "Held-out examples scored per ablation, decoded by the logit lens, and read", True)
 @click.option(
     "--pairs", type=click.IntRange(min=1), default=1_000, show_default=True, help="Clean/corrupted pairs patched."
 )
-def report_command(
-    task: Task, model: GPT, target: torch.device, step: int, layout: RunLayout, examples: int, pairs: int
-) -> None:
+def report_command(run: Inspected, examples: int, pairs: int) -> None:
     """Run heads, logit-lens, patch (resid_pre, attn_out, mlp_out) and reads, and write report.html into
     the run: the findings first, then each picture with its table and what it means.
 
@@ -438,11 +428,10 @@ def report_command(
     """
     from gpt_train.lab.report import REPORT_POINTS, write_report
 
-    run = task, model, target, step, layout
     records = {
-        "heads": inspect_heads(*run, examples),
-        "logit_lens": inspect_logit_lens(*run, examples),
+        "heads": inspect_heads(run, examples),
+        "logit_lens": inspect_logit_lens(run, examples),
         "patching": {point: inspect_patch(*run, point, pairs) for point in REPORT_POINTS},
-        "reads": inspect_reads(*run, examples),
+        "reads": inspect_reads(run, examples),
     }
-    click.echo(f"wrote {write_report(layout, task.name, records)}")
+    click.echo(f"wrote {write_report(run.layout, run.task.name, records)}")
