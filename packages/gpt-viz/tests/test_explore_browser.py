@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chromium import launched_browser, playwright_api
 from fixture_records import HEADS_ABLATION
 from matplotlib.image import imread
 from picture_checks import count_colours
@@ -24,9 +23,6 @@ from picture_checks import count_colours
 from gpt_viz import RunLayout, load_attention_examples, save_attention_examples
 from gpt_viz.explore import write_explorer
 
-playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed: pip install 'gpt-viz[test]'"
-)
 Browser, Page = playwright_api.Browser, playwright_api.Page
 
 VIEWPORT = {"width": 1200, "height": 900}
@@ -34,20 +30,9 @@ ABLATION = HEADS_ABLATION | {"examples": 64, "baseline": 0.9, "zero": [[0.9, 0.2
 ABLATION["mean"] = [[0.9, 0.6, 0.9, 0.9], [0.4, 0.9, 0.7, 0.9]]
 
 
-def chromium_executable() -> str | None:
-    """$GPT_VIZ_CHROMIUM, else Debian's chromium (or chromium-browser) on PATH."""
-    return os.environ.get("GPT_VIZ_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    executable = chromium_executable()
-    if executable is None:
-        pytest.skip("no Chromium executable: apt-get install chromium, or set GPT_VIZ_CHROMIUM to one")
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--disable-dev-shm-usage"])
-        yield browser
-        browser.close()
+    yield from launched_browser()
 
 
 @pytest.fixture
