@@ -10,7 +10,10 @@
 #   5. the KV-cache benchmark (no cache, the cached forward, the static step replayed as a CUDA graph): the 6-layer
 #      model at batch 1, and GPT-2 124M's shape over its 1,024-token block at batch 1 and 8, its tables written to
 #      $OUT/kv_cache.md (DEVICE=cpu: --quick);
-#   6. with NANOGPT set to a clone of karpathy/nanoGPT (its model.py only), benchmarks/gpu_step.py's table.
+#   6. with NANOGPT set to a clone of karpathy/nanoGPT (its model.py only), benchmarks/gpu_step.py's table;
+#   7. with SHAKESPEARE set to tinyshakespeare.txt too (NANOGPT's data/shakespeare_char prepared from it), nanoGPT's
+#      GPU recipe against ours (experiments/exp_nanogpt.py --recipe gpu: 5,000 steps each, wall time and held-out
+#      loss on the same characters; several minutes, so last).
 # Writes the log and the runs' final.json files to $OUT; exits non-zero if any step failed. DEVICE and PYTHON
 # rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped).
 #
@@ -29,6 +32,11 @@ step() {  # step NAME COMMAND...: run it, timed, and remember a failure
   local name=$1
   shift
   time "$@" || failed+=("$name")
+}
+recipe() {  # nanoGPT's GPU recipe against ours, its table to $OUT (the pipe's status is the experiment's)
+  local quick=$([ "$DEVICE" = cpu ] && echo --quick)
+  $PYTHON experiments/exp_nanogpt.py --recipe gpu --device $DEVICE $quick --nanogpt "$NANOGPT" \
+    --data "$SHAKESPEARE" --out $RUNS/recipe | tee "$OUT/recipe.md"
 }
 kv_cache() {  # kv_cache SECONDS ARGS...: benchmarks/kv_cache.py on $DEVICE for at most SECONDS, its table to $OUT
   local limit=$1 quick=$([ "$DEVICE" = cpu ] && echo --quick)
@@ -68,6 +76,9 @@ EOF
   step "KV cache on $DEVICE (GPT-2 124M)" kv_cache 300 --models gpt2 --batches 1 8 --rounds 2 --min-rounds 1 --budget 45
   if [ -n "${NANOGPT:-}" ]; then
     step "gpu_step against nanoGPT" $PYTHON benchmarks/gpu_step.py --nanogpt "$NANOGPT" --device $DEVICE
+  fi
+  if [ -n "${NANOGPT:-}" ] && [ -n "${SHAKESPEARE:-}" ]; then
+    step "shakespeare_char recipe against nanoGPT" recipe
   fi
   if [ ${#failed[@]} -eq 0 ]; then echo "gpu_check: every step passed"; else echo "gpu_check: FAILED: ${failed[*]}"; fi
 } 2>&1 | tee "$OUT/gpu_check.log"

@@ -1,6 +1,7 @@
-"""Ours against nanoGPT's CPU recipe for tiny-shakespeare, both scored on the same held-out characters.
+"""Ours against nanoGPT's recipes for tiny-shakespeare, both scored on the same held-out characters.
 
     python experiments/exp_nanogpt.py --nanogpt NANOGPT --data tinyshakespeare.txt --out /tmp/nanogpt-cmp
+    python experiments/exp_nanogpt.py --recipe gpu --nanogpt NANOGPT --data tinyshakespeare.txt --out /tmp/gpu-cmp
 
 NANOGPT is a clone of karpathy/nanoGPT with its character data prepared (`python data/shakespeare_char/prepare.py`,
 which reads data/shakespeare_char/input.txt when it is there). Three models are trained once each, 2,000 steps
@@ -19,6 +20,12 @@ validation part). nanoGPT's model is built by nanoGPT's own `model.py` from its 
 `weights_only=True`, no unpickling of code). Before scoring, the tokenisation is checked: nanoGPT's train.bin
 and val.bin, concatenated, must equal the task's token stream, id for id (the same 65 characters, sorted, as
 ids 0-64), and each of our runs must map every id to the same character.
+
+`--recipe gpu` is nanoGPT's GPU recipe instead, `python train.py config/train_shakespeare_char.py` (6 layers, 6 heads,
+384 dimensions, block 256, batch 64, dropout 0.2, 5,000 steps, bf16, compiled), against `gpt-train run --task
+shakespeare --device cuda` at the same settings (GPU_SETTINGS; no biases, as nanoGPT's model has none), each trained
+once on the first 90% and timed whole as a user runs it; both are scored on every window of the last 10%. `--quick`
+makes both tiny (a rehearsal of the machinery on any device, not a result).
 
 A difference is nanoGPT's loss minus ours over the shared targets; its 95% interval comes from 10,000
 bootstrap resamples of the 1,024-character chunks (the windows of one chunk are not independent), and the
@@ -64,43 +71,70 @@ def fail(message: str) -> NoReturn:
     sys.exit(f"exp_nanogpt: {message}")
 
 
-def train_ours(data: Path, out: Path) -> float | None:
-    """`gpt-train run --task shakespeare` on `data` into `out`; None when `out` already holds a finished run."""
+GPU_SETTINGS = {
+    "block_size": 256, "n_layer": 6, "n_head": 6, "n_embd": 384, "dropout": 0.2, "bias": "false", "steps": 5000,
+    "batch_size": 64, "lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 100, "beta2": 0.99, "weight_decay": 0.1,
+    "grad_clip": 1.0, "eval_every": 250, "dtype": "bf16",
+}  # fmt: skip
+"""nanoGPT's config/train_shakespeare_char.py (and train.py's defaults it keeps) as `gpt-train run --set` values."""
+QUICK = {"n_layer": 2, "n_head": 2, "n_embd": 64, "steps": 30, "eval_every": 10}
+"""--quick: both sides this small, to rehearse the machinery."""
+NANOGPT_QUICK = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--max_iters=30", "--lr_decay_iters=30",
+                 "--eval_interval=10", "--eval_iters=2"]  # fmt: skip
+
+
+def train_ours(data: Path, out: Path, settings: dict | None = None, device: str = "cpu") -> float | None:
+    """`gpt-train run --task shakespeare` on `data` into `out`, at the task's defaults or `settings` on `device`;
+    None when `out` already holds a finished run."""
     if RunLayout(out).final.is_file():
         return None
     command = [sys.executable, "-m", "gpt_train", "run", "--task", "shakespeare", "--data", str(data)]
+    command += ["--device", device] + [f"--set={key}={value}" for key, value in (settings or {}).items()]
     return timed([*command, "--quiet", "--no-pictures", "--force", "--out", str(out)], Path.cwd())
 
 
-def train_nanogpt(nanogpt: Path, out: Path) -> float | None:
-    """nanoGPT's CPU recipe into `out`; None when a finished one is there (marked by `finished` beside ckpt.pt)."""
+def train_nanogpt(nanogpt: Path, out: Path, recipe: list[str] = NANOGPT_RECIPE) -> float | None:
+    """nanoGPT's `recipe` into `out`; None when a finished one is there (marked by `finished` beside ckpt.pt)."""
     finished = out / "finished"
     if finished.is_file():
         return None
-    wall = timed([sys.executable, *NANOGPT_RECIPE, f"--out_dir={out}"], nanogpt)
-    finished.write_text("2000 steps\n")
+    wall = timed([sys.executable, *recipe, f"--out_dir={out}"], nanogpt)
+    finished.write_text(" ".join(recipe) + "\n")
     return wall
 
 
-def nanogpt_model(nanogpt: Path, out: Path) -> tuple[Logits, dict]:
+def gpu_recipes(device: str, quick: bool) -> tuple[list[str], dict]:
+    """nanoGPT's GPU command (after `python`) and our settings, on `device`; tiny with `quick`."""
+    nanogpt = ["train.py", "config/train_shakespeare_char.py", f"--device={device}", "--always_save_checkpoint=True"]
+    ours = dict(GPU_SETTINGS)
+    if quick:
+        nanogpt += NANOGPT_QUICK
+        ours |= QUICK
+    if device == "cpu":  # nanoGPT autocasts on CUDA only, and compiles for its GPU recipe
+        nanogpt += ["--dtype=float32", "--compile=False"]
+        ours["dtype"] = "fp32"
+    return nanogpt, ours
+
+
+def nanogpt_model(nanogpt: Path, out: Path, device: str = "cpu") -> tuple[Logits, dict]:
     """nanoGPT's trained model, built by its own model.py, as a logits function; and its checkpoint's record."""
     spec = importlib.util.spec_from_file_location("nanogpt_model", nanogpt / "model.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    checkpoint = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)
+    checkpoint = torch.load(out / "ckpt.pt", map_location=device, weights_only=True)
     with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
         model = module.GPT(module.GPTConfig(**checkpoint["model_args"]))
     state = {key.removeprefix("_orig_mod."): value for key, value in checkpoint["model"].items()}
     model.load_state_dict(state)
-    model.eval()
+    model.to(device).eval()
     record = {"iter_num": checkpoint["iter_num"], "best_val_loss": float(checkpoint["best_val_loss"])}
     return (lambda ids: model(ids, ids.contiguous())[0]), record  # given targets, it returns every position's logits
 
 
-def our_model(run_dir: Path, data: Path) -> tuple[Logits, list[str]]:
+def our_model(run_dir: Path, data: Path, device: str = "cpu") -> tuple[Logits, list[str]]:
     """A finished run's model as a logits function, and the character each of its ids stands for; refused
     unless the run was trained on `data` (its recorded corpus_sha256)."""
-    loaded = load_run(run_dir)
+    loaded = load_run(run_dir, device)
     model = loaded.model
     try:
         task = get_task("shakespeare", **(loaded.config.task_params | {"data": str(data)}))
@@ -110,12 +144,14 @@ def our_model(run_dir: Path, data: Path) -> tuple[Logits, list[str]]:
 
 
 @torch.inference_mode()
-def target_losses(logits_of: Logits, batch_of, windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def target_losses(
+    logits_of: Logits, batch_of, windows: torch.Tensor, device: str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per window: the summed next-token cross-entropy (nats) of its scored targets, and their count."""
     sums, counts = [], []
     for part in windows.split(EVAL_BATCH):
         batch = batch_of(part)
-        logits = logits_of(batch.inputs).float()
+        logits = logits_of(batch.inputs.to(device)).float().cpu()
         scored = batch.targets != IGNORE_INDEX
         loss = F.cross_entropy(
             logits.flatten(0, 1), batch.targets.flatten(), reduction="none", ignore_index=IGNORE_INDEX
@@ -173,8 +209,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT, data prepared")
     parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare.txt")
-    parser.add_argument("--out", type=Path, required=True, help="where the three models are trained")
+    parser.add_argument("--out", type=Path, required=True, help="where the models are trained")
+    parser.add_argument("--recipe", choices=("cpu", "gpu"), default="cpu", help="nanoGPT's CPU or GPU recipe")
+    parser.add_argument("--device", help="where the gpu recipe trains and both are scored [default: cuda]")
+    parser.add_argument("--quick", action="store_true", help="the gpu recipe, tiny: a rehearsal, not a result")
     args = parser.parse_args()
+    gpu = args.recipe == "gpu"
+    device = (args.device or "cuda") if gpu else "cpu"
     nanogpt, data, out = args.nanogpt.resolve(), args.data.resolve(), args.out.resolve()
     if not (nanogpt / "model.py").is_file() or not (nanogpt / "data" / "shakespeare_char" / "train.bin").is_file():
         fail(f"{nanogpt} is not a nanoGPT clone with data/shakespeare_char/train.bin; run its prepare.py first")
@@ -187,15 +228,25 @@ def main() -> None:
     first90.write_text(text[:boundary], encoding="utf-8")
 
     start = time.perf_counter()
-    walls = {
-        "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt"),
-        "ours": train_ours(data, out / "ours"),
-        "ours, first 90%": train_ours(first90, out / "ours-first90"),
-    }
-    task = get_task("shakespeare", data=str(data))
+    if gpu:
+        nanogpt_recipe, settings = gpu_recipes(device, args.quick)
+        walls = {
+            "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt", nanogpt_recipe),
+            "ours, first 90%": train_ours(first90, out / "ours-first90", settings, device),
+        }
+    else:
+        settings = {}
+        walls = {
+            "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt"),
+            "ours": train_ours(data, out / "ours"),
+            "ours, first 90%": train_ours(first90, out / "ours-first90"),
+        }
+    task = get_task("shakespeare", data=str(data), **{k: v for k, v in settings.items() if k == "block_size"})
     check_tokens(task, nanogpt, boundary)
-    nano_logits, record = nanogpt_model(nanogpt, out / "nanogpt")
-    models = {"ours": our_model(out / "ours", data), "ours, first 90%": our_model(out / "ours-first90", first90)}
+    nano_logits, record = nanogpt_model(nanogpt, out / "nanogpt", device)
+    models = {"ours, first 90%": our_model(out / "ours-first90", first90, device)}
+    if not gpu:
+        models["ours"] = our_model(out / "ours", data)
     vocabulary = [task.decode([i]) for i in range(task.vocab_size)]
     for name, (_, chars) in models.items():
         if chars != vocabulary:
@@ -213,20 +264,27 @@ def main() -> None:
         ("ours, first 90%", ours_in_last_10),
         ("ours, first 90%", every_in_last_10),
     ):
-        nano = target_losses(nano_logits, task.window_batch, windows)
-        ours = target_losses(models[model_name][0], task.window_batch, windows)
+        if model_name not in models:
+            continue
+        nano = target_losses(nano_logits, task.window_batch, windows, device)
+        ours = target_losses(models[model_name][0], task.window_batch, windows, device)
         rows.append((model_name, label, len(windows), compare(ours, nano, windows[:, 0] // chunk_size)))
 
-    own = json.loads(RunLayout(out / "ours").final.read_text())[metric_key(HELDOUT, "loss")]
+    mine = "ours-first90" if gpu else "ours"
+    own = json.loads(RunLayout(out / mine).final.read_text())[metric_key(HELDOUT, "loss")]
     torch_line = f"torch {torch.__version__}, Python {platform.python_version()}, {torch.get_num_threads()} threads"
-    print(f"gpt-from-scratch {gpt_core.__version__}, {torch_line}")
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else device
+    print(f"gpt-from-scratch {gpt_core.__version__}, {torch_line}, {where}; nanoGPT's {args.recipe} recipe"
+          + (" (--quick: not a result)" if args.quick else ""))  # fmt: skip
     print(f"text: {len(text):,} characters; boundary at character {boundary:,}; windows of {block}")
     print("tokenisation: nanoGPT's train.bin + val.bin equal our token stream, id for id; vocabularies identical")
     print(f"nanoGPT's checkpoint: iteration {record['iter_num']}, its own validation estimate "
           f"(20 random batches) {record['best_val_loss']:.4f}")  # fmt: skip
-    print(f"our default run's own held-out loss (every held-out window, final.json): {own:.4f}")
+    print(f"our {mine} run's own held-out loss (every held-out window, final.json): {own:.4f}")
     for name, wall in walls.items():
         print(f"{name}: " + (f"trained in {wall:.1f} s" if wall is not None else "read back from --out"))
+    if None not in walls.values():
+        print(f"wall time, ours, first 90% / nanoGPT: {walls['ours, first 90%'] / walls['nanoGPT']:.2f}")
     print()
     print("| model | shared characters | ours (nats/char) | nanoGPT (nats/char) "
           "| nanoGPT - ours, 95% interval (bootstrap over chunks) |")  # fmt: skip
