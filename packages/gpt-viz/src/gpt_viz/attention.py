@@ -14,7 +14,7 @@ from matplotlib.image import AxesImage
 
 from gpt_viz.canvas import CAPTION_SIZE, caption_below, new_figure
 from gpt_viz.errors import VizError
-from gpt_viz.run_data import check_attention_shape
+from gpt_viz.run_data import check_attention_shape, is_prompt_length
 
 CMAP = "viridis"
 # Above this many positions, tick labels are thinned so they stay legible.
@@ -63,10 +63,10 @@ def draw_attention(
 def mark_prompt_end(ax: Axes, prompt_length: int, positions: int) -> None:
     """A line on both axes between the prompt's last position and the first answer position; none when the
     whole sequence is prompt."""
-    if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
-        raise VizError(f"prompt_length must be a whole number of tokens, got {prompt_length!r}")
-    if not 1 <= prompt_length <= positions:
-        raise VizError(f"prompt_length must be between 1 and the {positions} positions shown, got {prompt_length}")
+    if not is_prompt_length(prompt_length, positions):
+        raise VizError(
+            f"prompt_length must be a whole number from 1 to the {positions} positions, got {prompt_length!r}"
+        )
     if prompt_length < positions:
         for draw in (ax.axvline, ax.axhline):
             draw(prompt_length - 0.5, color=BOUNDARY_COLOUR, linewidth=1.3)

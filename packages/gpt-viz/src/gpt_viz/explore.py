@@ -25,6 +25,7 @@ from gpt_viz.run_data import (
     PathLike,
     Record,
     available_metrics,
+    is_prompt_length,
     load_attention_examples,
     load_config,
     load_metrics,
@@ -147,11 +148,8 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
 
 
 def prompt_boundary(prompt_length: Any, positions: int) -> int | None:
-    """The prompt's token count when it is a whole number from 1 to ``positions``, else None: where the page
-    draws the prompt/answer line."""
-    if isinstance(prompt_length, bool) or not isinstance(prompt_length, (int, np.integer)):
-        return None
-    return int(prompt_length) if 1 <= prompt_length <= positions else None
+    """Where the page draws the prompt/answer line: the prompt's token count, if it is one, else None."""
+    return int(prompt_length) if is_prompt_length(prompt_length, positions) else None
 
 
 def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:

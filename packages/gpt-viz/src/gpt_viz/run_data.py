@@ -66,6 +66,11 @@ class AttentionSnapshot(NamedTuple):
     prompt_length: int | None = None
 
 
+def is_prompt_length(value: Any, positions: int) -> bool:
+    """Whether ``value`` can be the prompt's token count of ``positions`` tokens: a whole number from 1 to them."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 1 <= value <= positions
+
+
 def run_directory(run_dir: PathLike) -> Path:
     path = Path(run_dir)
     if not path.is_dir():
@@ -284,7 +289,7 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
             raise VizError(f"attention weights of shape {example.weights.shape} are not (n_layer, n_head, T, T)")
         check_attention_shape(example.weights, example.tokens)
         prompt = example.prompt_length
-        if prompt is not None and not (isinstance(prompt, (int, np.integer)) and 1 <= prompt <= len(example.tokens)):
+        if prompt is not None and not is_prompt_length(prompt, len(example.tokens)):
             raise VizError(f"prompt length {prompt!r} is not a whole number from 1 to the {len(example.tokens)} tokens")
     heads = {example.weights.shape[:2] for example in examples}
     if len(heads) != 1:

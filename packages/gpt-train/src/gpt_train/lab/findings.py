@@ -1,16 +1,6 @@
 """Findings in words: what an analysis's record (its `to_json`, as saved) shows, each sentence with its figure, by
-rules stated as the constants below, so a finding is always traceable to the numbers that made it:
-
-- a layer is **unused** when zero-ablating all of its heads together moves the metric by at most
-  UNUSED_TOLERANCE of the clean model's (0.1%), **nearly unused** when it costs at most NEEDED_COST (1%),
-  else **used**; a head is **needed** when removing it alone costs more than NEEDED_COST;
-- the answer **appears** at the first depth whose logit-lens exact match reaches APPEARS_SHARE (99%) of
-  the model's own;
-- a layer and position **carry** what the answer depends on when patching there restores at least
-  CARRIES_SHARE (90%) of the clean-vs-corrupted logit difference;
-- a head **compares** a prompt token with the answer token just written when its mean weight on prompt
-  values at or above the written one is at least COMPARES_RATIO (2x) its weight on those below (or the
-  reverse); this rule applies to tasks whose tokens are digits.
+the rules RULES states with the constants below, so a finding is always traceable to the numbers that made it.
+The comparison rule applies to tasks whose tokens are digits.
 """
 
 from __future__ import annotations
@@ -24,6 +14,14 @@ APPEARS_SHARE = 0.99
 CARRIES_SHARE = 0.9
 COMPARES_RATIO = 2.0
 
+RULES = (
+    f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
+    f"(nearly unused: at most {NEEDED_COST:.0%}); "
+    f"a head is needed when removing it alone costs more than {NEEDED_COST:.0%}; the answer appears at the "
+    f"first depth reaching {APPEARS_SHARE:.0%} of the model's exact match; a position carries the answer's "
+    f"difference when patching it restores at least {CARRIES_SHARE:.0%}; a head compares when it reads one "
+    f"side of the value just written {COMPARES_RATIO:.0f}x as much as the other."
+)
 Record = Mapping[str, Any]
 
 

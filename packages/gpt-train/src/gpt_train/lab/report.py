@@ -14,18 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt_train.files import write_bytes_atomically
-from gpt_train.lab.findings import (
-    APPEARS_SHARE,
-    CARRIES_SHARE,
-    COMPARES_RATIO,
-    NEEDED_COST,
-    UNUSED_TOLERANCE,
-    head_findings,
-    logit_lens_findings,
-    minor_layers,
-    patching_findings,
-    reads_findings,
-)
+from gpt_train.lab import findings
 from gpt_viz import RunLayout
 from gpt_viz.explore import page_head
 
@@ -41,25 +30,26 @@ MEANING = {
         "Each cell is the task's metric on held-out examples with one head's output replaced: by zeros (left) "
         "or by its mean over the examples (right). A dark cell is a head the model cannot do without; a cell "
         "as bright as the clean model is a head it does not need. The second table removes a whole layer's "
-        f"heads at once: a layer within {UNUSED_TOLERANCE:.1%} of the clean model is unused, within "
-        f"{NEEDED_COST:.0%} nearly unused."
+        f"heads at once: a layer within {findings.UNUSED_TOLERANCE:.1%} of the clean model is unused, within "
+        f"{findings.NEEDED_COST:.0%} nearly unused."
     ),
     "logit_lens": (
         "The residual stream read out early, through the final LayerNorm and the output head, as if the model "
         "stopped there. The left curve is exact match at each depth; the grid splits accuracy by answer "
-        f"position. The answer appears at the first depth reaching {APPEARS_SHARE:.0%} of the model's exact match."
+        f"position. The answer appears at the first depth reaching {findings.APPEARS_SHARE:.0%} of the model's "
+        "exact match."
     ),
     "patching": (
         "Two prompts that differ in one token and whose answers first differ at one position. Each cell copies "
         "one activation of the clean run, at one layer and position, into the corrupted run and shows how much "
         "of the clean answer's logit advantage comes back (1: all). A cell of at least "
-        f"{CARRIES_SHARE:.0%} carries what the answer depends on."
+        f"{findings.CARRIES_SHARE:.0%} carries what the answer depends on."
     ),
     "reads": (
         "For each head: from the positions that read back an answer token, the mean attention on a prompt token, "
         "by the value just written (rows) and the prompt token's value (columns), times the prompt length (1.0: "
         "even over the prompt). A head whose bright cells lie on one side of the diagonal compares what it reads "
-        f"with what was written (the rule: {COMPARES_RATIO:.0f}x the weight on one side)."
+        f"with what was written (the rule: {findings.COMPARES_RATIO:.0f}x the weight on one side)."
     ),
 }
 
@@ -128,10 +118,10 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
     """The whole page, from the records `inspect report` computed (and the pictures beside them)."""
     heads, lens, reads, patching = records["heads"], records["logit_lens"], records["reads"], records["patching"]
     found = {
-        "heads": head_findings(heads),
-        "logit-lens": logit_lens_findings(lens),
-        **{f"patch-{point}": patching_findings(patching[point]) for point in REPORT_POINTS},
-        "reads": reads_findings(reads, minor_layers(heads)),
+        "heads": findings.head_findings(heads),
+        "logit-lens": findings.logit_lens_findings(lens),
+        **{f"patch-{point}": findings.patching_findings(patching[point]) for point in REPORT_POINTS},
+        "reads": findings.reads_findings(reads, findings.minor_layers(heads)),
     }
     sections = [
         section(
@@ -167,14 +157,6 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
             "reads", "What each head reads", found["reads"], MEANING["reads"], layout.reads_picture, reads_tables(reads)
         )
     )
-    rules = (
-        f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
-        f"(nearly unused: at most {NEEDED_COST:.0%}); "
-        f"a head is needed when removing it alone costs more than {NEEDED_COST:.0%}; the answer appears at the "
-        f"first depth reaching {APPEARS_SHARE:.0%} of the model's exact match; a position carries the answer's "
-        f"difference when patching it restores at least {CARRIES_SHARE:.0%}; a head compares when it reads one "
-        f"side of the value just written {COMPARES_RATIO:.0f}x as much as the other."
-    )
     summary = (
         f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
@@ -186,7 +168,7 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         "TITLE": html.escape(title),
         "SUMMARY": html.escape(summary),
         "FINDINGS": findings_list([finding for part in found.values() for finding in part]),
-        "RULES": html.escape(rules),
+        "findings.RULES": html.escape(findings.RULES),
         "SECTIONS": "".join(sections),
     }
     return fill_template(template, parts)
