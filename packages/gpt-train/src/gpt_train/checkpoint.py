@@ -52,11 +52,12 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+KINDS = ("model", "rng", "grokfast", "precision")
+"""The parts of a TrainingState saved as tensors named `<kind>/<name>` (and the optimiser's, `optim/<n>/<slot>`)."""
+
+
 def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    tensors = {f"model/{k}": v for k, v in state.model.items()}
-    tensors |= {f"rng/{k}": v for k, v in state.rng.items()}
-    tensors |= {f"grokfast/{k}": v for k, v in state.grokfast.items()}
-    tensors |= {f"precision/{k}": v for k, v in state.precision.items()}
+    tensors = {f"{kind}/{k}": v for kind in KINDS for k, v in getattr(state, kind).items()}
     for index, slots in state.optimizer["state"].items():
         tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
@@ -105,30 +106,25 @@ GROUP_NUMBERS = ("lr", "eps", "weight_decay")
 def _check_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     """Every tensor one `save_checkpoint` writes: a known kind and name, and a dtype and shape it can have. The
     checksum only says the file is as some writer left it, and anyone can recompute it."""
+    cpu_size = torch.get_rng_state().numel()
     for name, tensor in tensors.items():
         kind, _, rest = name.partition("/")
-        if kind in ("model", "grokfast"):
-            wrong = None if tensor.dtype in FLOATS else f"is {tensor.dtype}, not a float"
-        elif kind == "optim":
-            index, _, slot = rest.partition("/")
-            if not (index.isascii() and index.isdigit()) or slot not in OPTIMISER_SLOTS:
-                wrong = f"is not optim/<parameter number>/<{' or '.join(OPTIMISER_SLOTS)}>"
-            else:
-                wrong = None if tensor.dtype in FLOATS else f"is {tensor.dtype}, not a float"
-        elif kind == "rng":
-            cpu_size = torch.get_rng_state().numel()
-            if rest not in RNG_STATES or tensor.dtype != torch.uint8 or tensor.dim() != 1:
-                wrong = "is not a random generator's state (rng/cpu or rng/cuda, bytes)"
-            elif rest == "cpu" and tensor.numel() != cpu_size:
-                wrong = f"holds {tensor.numel()} bytes, not the {cpu_size} of this PyTorch's generator state"
-            else:
-                wrong = None
-        elif kind == "precision":
-            wrong = None if rest in PRECISION_STATE and tensor.numel() == 1 else "is not a loss-scaling number"
-        else:
+        index, _, slot = rest.partition("/")
+        if kind not in (*KINDS, "optim"):
             wrong = "is of no kind a checkpoint holds"
-        if wrong is not None:
-            raise CheckpointError(f"checkpoint {path}: tensor {name!r} {wrong}; the file is not one gpt-train wrote")
+        elif kind == "optim" and not (index.isascii() and index.isdigit() and slot in OPTIMISER_SLOTS):
+            wrong = f"is not optim/<parameter number>/<{' or '.join(OPTIMISER_SLOTS)}>"
+        elif kind in ("model", "grokfast", "optim") and tensor.dtype not in FLOATS:
+            wrong = f"is {tensor.dtype}, not a float"
+        elif kind == "rng" and (rest not in RNG_STATES or tensor.dtype != torch.uint8 or tensor.dim() != 1):
+            wrong = "is not a random generator's state (rng/cpu or rng/cuda, bytes)"
+        elif kind == "rng" and rest == "cpu" and tensor.numel() != cpu_size:
+            wrong = f"holds {tensor.numel()} bytes, not the {cpu_size} of this PyTorch's generator state"
+        elif kind == "precision" and not (rest in PRECISION_STATE and tensor.numel() == 1):
+            wrong = "is not a loss-scaling number"
+        else:
+            continue
+        raise CheckpointError(f"checkpoint {path}: tensor {name!r} {wrong}; the file is not one gpt-train wrote")
 
 
 def _finite_number(value: Any) -> bool:
@@ -193,23 +189,17 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     _check_tensors(path, tensors)
     step, elapsed, cooldown_from = _step_and_elapsed(path, meta)
     param_groups = _param_groups(path, meta.get("param_groups", ""))
+    parts: dict[str, dict[str, torch.Tensor]] = {kind: {} for kind in KINDS}
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
-    model, rng, grokfast, precision = {}, {}, {}, {}
     for key, value in tensors.items():
         kind, _, rest = key.partition("/")
-        if kind == "model":
-            model[rest] = value
-        elif kind == "rng":
-            rng[rest] = value
-        elif kind == "grokfast":
-            grokfast[rest] = value
-        elif kind == "precision":
-            precision[rest] = value
-        elif kind == "optim":
+        if kind == "optim":
             index, _, slot = rest.partition("/")
             optimizer_state.setdefault(int(index), {})[slot] = value
+        else:
+            parts[kind][rest] = value
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
-    return TrainingState(task, step, elapsed, model, optimizer, rng, grokfast, precision, cooldown_from)
+    return TrainingState(task, step, elapsed, optimizer=optimizer, cooldown_from=cooldown_from, **parts)
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:

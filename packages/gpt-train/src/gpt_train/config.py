@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 import torch
 
@@ -82,15 +82,8 @@ class RunConfig:
     init_from: str = ""
     """A Hugging Face GPT-2 directory whose weights the run started from (`run --init-from`), or empty."""
 
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["eval_splits"] = list(self.eval_splits)
-        data["task_files"] = list(self.task_files)
-        data["unverified_kernels"] = list(self.unverified_kernels)
-        return data
-
     def save(self, run_dir: Path) -> None:
-        write_json_atomically(RunLayout(run_dir).config, self.to_json())
+        write_json_atomically(RunLayout(run_dir).config, dataclasses.asdict(self))  # tuples are written as lists
 
     @classmethod
     def load(cls, run_dir: Path) -> RunConfig:
@@ -214,21 +207,15 @@ def _sizes(values: dict[str, int]) -> str:
     return ", ".join(f"{key} {value:,}" for key, value in values.items())
 
 
-JSON_TYPES: dict[str, tuple[type, type | None]] = {
-    "task": (str, None),
-    "task_params": (dict, None),
-    "model": (dict, None),
-    "train": (dict, None),
-    "primary_metric": (str, None),
-    "higher_is_better": (bool, None),
-    "eval_splits": (list, str),
-    "versions": (dict, str),
-    "task_files": (list, str),
-    "kernels": (dict, str),
-    "unverified_kernels": (list, str),
-    "kernel_folders": (dict, str),
-    "init_from": (str, None),
-}
+def _json_type(hint: Any) -> tuple[type, type | None]:
+    """A RunConfig field's JSON type (a tuple is a list, a dataclass a mapping), and its items' where fixed."""
+    origin = get_origin(hint) or hint
+    kind = {tuple: list, GPTConfig: dict, TrainSettings: dict}.get(origin, origin)
+    items = [arg for arg in get_args(hint) if arg is not Ellipsis]
+    return kind, items[-1] if items and items[-1] is not Any else None
+
+
+JSON_TYPES = {name: _json_type(hint) for name, hint in get_type_hints(RunConfig).items()}
 """config.json's fields by JSON type, and the type of each item (each value of a mapping) where it is fixed."""
 JSON_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
 JSON_PLURALS = {dict: "mappings", list: "lists", str: "strings", bool: "true or false values"}

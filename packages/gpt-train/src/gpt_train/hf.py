@@ -35,7 +35,7 @@ from gpt_core import GPT, GPTConfig
 from gpt_core.gpt2 import IGNORED_BUFFERS, PREFIX, config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
 from gpt_tasks import field_types
 from gpt_tasks.text import BpeTokenizer
-from gpt_train.checkpoint import HEADER_ERRORS, safetensors_header
+from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, safetensors_header
 from gpt_train.errors import TrainError
 from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically
 
@@ -47,8 +47,6 @@ SHARD_INDEX = "model.safetensors.index.json"
 TOKENIZER_PARAMS = ("tokenizer", "tokenizer_file", "vocab_size")
 """The parameters of a task reading a tokenizer file (text) that --init-from sets to the directory's."""
 END_OF_TEXT = "<|endoftext|>"
-WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
-"""safetensors' names of the dtypes a GPT-2's weights are stored in."""
 BOOLEANS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings")
 NUMBERS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon")
 

@@ -19,7 +19,7 @@ A plugin is a module with a `register_kernels` hook, declared in the entry-point
 A kernel not packaged yet is named by module path instead, `--kernel attention=mymodule:attention`,
 looked up from the current directory as `python -m` would. A saved run's module-path kernel is code that opening
 the run would run: it is imported only when the user trusts the run (`--trust-kernels`), from the folder the run
-recorded (`kernel_folder`), never from the working directory (`resolve_saved_kernel`).
+recorded (`kernel_folder`), never from the working directory (`resolve_kernel`).
 """
 
 from __future__ import annotations
@@ -184,34 +184,20 @@ def is_module_path(name: str) -> bool:
     return ":" in name
 
 
-def resolve_kernel(slot: str, name: str) -> Callable[..., Any]:
-    """The kernel NAME for `slot`, as the command line names it: a registered one, or `module:function` imported
-    from the current directory."""
+def resolve_kernel(slot: str, name: str, saved: bool = False, folder: Path | None = None) -> Callable[..., Any]:
+    """The kernel NAME for `slot`: a registered one, or `module:function` imported from the current directory (as
+    `python -m` would), or, for a `saved` run, from `folder` (where the run recorded it was found) or the installed
+    modules, never from the working directory, which is taken off sys.path while it imports."""
     if not is_module_path(name):
         return default_kernel_registry().info(slot, name).function
     cwd = os.getcwd()
-    if cwd not in sys.path:  # what `python -m` does, so a kernel in the working directory imports the same way
+    before = sys.path[:]
+    if saved:
+        kept = [p for p in before if os.path.abspath(p or os.curdir) != cwd]
+        sys.path[:] = [str(folder)] * (folder is not None) + kept
+        importlib.invalidate_caches()
+    elif cwd not in sys.path:
         sys.path.insert(0, cwd)
-    return _import_kernel(slot, name)
-
-
-def resolve_saved_kernel(slot: str, name: str, folder: Path | None) -> Callable[..., Any]:
-    """The kernel NAME for `slot` as a saved run names it: a registered one, or `module:function` imported from
-    `folder` (where the run recorded it was found) or the installed modules, never from the working directory,
-    which is taken off sys.path while it imports (`python -m` puts it there)."""
-    if not is_module_path(name):
-        return default_kernel_registry().info(slot, name).function
-    cwd = os.getcwd()
-    saved = sys.path[:]
-    sys.path[:] = [str(folder)] * (folder is not None) + [p for p in saved if os.path.abspath(p or os.curdir) != cwd]
-    importlib.invalidate_caches()
-    try:
-        return _import_kernel(slot, name)
-    finally:
-        sys.path[:] = saved
-
-
-def _import_kernel(slot: str, name: str) -> Callable[..., Any]:
     module_name, _, attribute = name.partition(":")
     try:
         found: Any = importlib.import_module(module_name)
@@ -219,6 +205,9 @@ def _import_kernel(slot: str, name: str) -> Callable[..., Any]:
             found = getattr(found, part)
     except Exception as error:  # anything a user's module may raise while importing, or a missing name
         raise KernelError(f"kernel {slot}={name}: cannot load it ({type(error).__name__}: {error})") from None
+    finally:
+        if saved:
+            sys.path[:] = before
     if not callable(found):
         raise KernelError(f"kernel {slot}={name} is not a function (it is {found!r:.60})")
     return found
@@ -252,13 +241,10 @@ def build_kernels(
 ) -> Kernels:
     """The kernel table `base` with each chosen slot replaced, each guarded so that a kernel calling sys.exit
     fails as that kernel; KernelError if one cannot be found. With `saved` (slot -> folder), the choices are a
-    saved run's, found by `resolve_saved_kernel`."""
-    chosen = {
-        slot: guarded(slot, name, resolve_kernel(slot, name) if saved is None else
-                      resolve_saved_kernel(slot, name, saved.get(slot)))
-        for slot, name in choices.items()
-    }  # fmt: skip
-    return dataclasses.replace(base, **chosen)
+    saved run's."""
+    folders = saved or {}
+    found = {slot: resolve_kernel(slot, name, saved is not None, folders.get(slot)) for slot, name in choices.items()}
+    return dataclasses.replace(base, **{slot: guarded(slot, choices[slot], kernel) for slot, kernel in found.items()})
 
 
 def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
@@ -318,7 +304,7 @@ def checked_kernels(
     Raises KernelError naming the kernel and its first failing case (case, output, difference, index), or
     the reason it cannot be used with this model; for a slot in `unverified` a failure is only a warning.
     """
-    kernels = build_kernels(choices, base, saved)
+    kernels, opened = build_kernels(choices, base, saved), saved is not None
     try:
         kernels.check_dropout(dropout)
     except ValueError as error:
@@ -326,21 +312,16 @@ def checked_kernels(
     checked = set(choices) if verify is True else set(verify or ())
     for slot, name in choices.items():
         failure = first_failure(verify_kernel(slot, getattr(kernels, slot), seed)) if slot in checked else None
-        if failure is None:
-            continue
-        if slot in unverified:
-            anyway = "using it anyway (trained with --unverified)" if saved is not None else (
-                "training with it anyway (--unverified)")  # fmt: skip
-            warnings.warn(f"kernel {slot}={name} fails verification, {failure}; {anyway}",
-                          UnverifiedKernelWarning, stacklevel=2)  # fmt: skip
-            continue
-        if saved is not None:
-            raise KernelError(
-                f"kernel {slot}={name} fails verification, {failure}: it does not compute what the run was trained "
-                "with (edited since?)"
+        said = f"kernel {slot}={name} fails verification, {failure}"
+        if failure is not None and slot in unverified:
+            anyway = (
+                "using it anyway (trained with --unverified)" if opened else "training with it anyway (--unverified)"
             )
-        raise KernelError(
-            f"kernel {slot}={name} fails verification, {failure}; see `gpt-train verify --kernel {slot}={name}`, "
-            "or train anyway with --unverified"
-        )
+            warnings.warn(f"{said}; {anyway}", UnverifiedKernelWarning, stacklevel=2)
+        elif failure is not None and opened:
+            raise KernelError(f"{said}: it does not compute what the run was trained with (edited since?)")
+        elif failure is not None:
+            raise KernelError(
+                f"{said}; see `gpt-train verify --kernel {slot}={name}`, or train anyway with --unverified"
+            )
     return kernels

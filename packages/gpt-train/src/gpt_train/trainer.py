@@ -129,19 +129,15 @@ class Trainer:
     def _restore(self, state: TrainingState) -> None:
         load_weights(self.model, state.model)
         _check_optimiser_state(state.optimizer, self.optimizer)
-        try:
-            self.optimizer.load_state_dict(state.optimizer)
-        except (ValueError, KeyError) as error:
-            raise RunDirError(f"checkpoint's optimiser state does not match this run ({error})") from None
+        parts = {"optimiser": lambda: self.optimizer.load_state_dict(state.optimizer)}
         if self.grokfast is not None:
+            parts["Grokfast"] = lambda: self.grokfast.load_state_dict(state.grokfast, self.model)
+        parts["loss-scaling"] = lambda: self.precision.load_state_dict(state.precision)
+        for part, restore in parts.items():
             try:
-                self.grokfast.load_state_dict(state.grokfast, self.model)
-            except ValueError as error:
-                raise RunDirError(f"checkpoint's Grokfast state does not match this run ({error})") from None
-        try:
-            self.precision.load_state_dict(state.precision)
-        except (ValueError, KeyError) as error:
-            raise RunDirError(f"checkpoint's loss-scaling state does not match this run ({error})") from None
+                restore()
+            except (ValueError, KeyError) as error:
+                raise RunDirError(f"checkpoint's {part} state does not match this run ({error})") from None
         if "cpu" not in state.rng:
             raise RunDirError("checkpoint holds no random generator state (rng/cpu): it cannot be resumed")
         torch.set_rng_state(state.rng["cpu"])  # its size is checked on load
@@ -187,10 +183,6 @@ class Trainer:
             check_compiler(self.device)
             module = compiled(module)
         return module
-
-    def _eager_forward(self) -> torch.nn.Module:
-        """The module a step runs through without the compiler: the model, or its DistributedDataParallel."""
-        return self.ddp if self.ddp is not None else self.model
 
     def _batch_seed(self, step: int) -> int:
         """Each (seed, rank, step) draws its own batch: ranks see different data, and a resumed run
@@ -250,7 +242,7 @@ class Trainer:
         self.model.train(not draws)
         try:
             exact = self._float64_step(batch)
-            eager = self._step(batch, self._eager_forward())
+            eager = self._step(batch, self.ddp if self.ddp is not None else self.model)  # without the compiler
             self.optimizer.zero_grad(set_to_none=True)
             loss = self._gradients(batch, self.forward)
             grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
@@ -323,15 +315,11 @@ class Trainer:
         metrics = {}
         if self.rank.is_main:
             with full_float32():
-                metrics = self._scores(limit)
+                metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
+                probes = measure_probes(self.task, self.model, self.device)
+            metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
         return metrics
-
-    def _scores(self, limit: int | None) -> dict[str, float]:
-        """Every split's metrics and the task's probes, by the eager model."""
-        metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
-        probes = measure_probes(self.task, self.model, self.device)
-        return metrics | {probe_key(name): value for name, value in probes.items()}
 
     # the run -------------------------------------------------------------------------------
     def run(self) -> Outcome:

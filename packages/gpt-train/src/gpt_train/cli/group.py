@@ -9,10 +9,12 @@ exit 0.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -47,16 +49,18 @@ class Aborted(CommandError):
 
 @dataclass(frozen=True)
 class LazyCommand:
-    """A command imported only when it is used: `gpt-train --help` lists it by `summary` (the first paragraph
-    of its docstring, which a test keeps equal) without importing its module, and so without torch."""
+    """A command imported only when it is used: `gpt-train --help` lists it by its docstring, read from its
+    module's source without importing the module, and so without torch."""
 
     module: str
     attribute: str
-    summary: str
 
     def short_help(self, limit: int) -> str:
-        """What click lists for a command with this summary, cut to `limit` characters."""
-        return click.Command(self.attribute, help=self.summary).get_short_help_str(limit)
+        """What click lists for this command, cut to `limit` characters."""
+        path = Path(__file__).parents[1].joinpath(*self.module.split(".")[1:]).with_suffix(".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        function = next(node for node in tree.body if getattr(node, "name", None) == self.attribute)
+        return click.Command(self.attribute, help=ast.get_docstring(function)).get_short_help_str(limit)
 
 
 class _Group(click.Group):
@@ -78,14 +82,10 @@ class _Group(click.Group):
         """The command list, as click writes it, with the commands not imported yet summarised from `lazy`."""
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(map(len, names))
-        rows = []
-        for name in names:
-            if name in self.commands:
-                rows.append((name, self.commands[name].get_short_help_str(limit)))
-            else:
-                rows.append((name, self.lazy[name].short_help(limit)))
+        helps = {name: entry.short_help for name, entry in self.lazy.items()}
+        helps |= {name: command.get_short_help_str for name, command in self.commands.items()}
         with formatter.section("Commands"):
-            formatter.write_dl(rows)
+            formatter.write_dl([(name, helps[name](limit)) for name in names])
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:

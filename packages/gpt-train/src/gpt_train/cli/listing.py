@@ -30,16 +30,7 @@ def tasks(as_json: bool) -> None:
     """
     from gpt_tasks import list_tasks
 
-    rows = [
-        {
-            "name": t.name,
-            "plugin": t.plugin,
-            "distribution": t.distribution,
-            "version": t.version,
-            "description": t.description,
-        }
-        for t in list_tasks()
-    ]
+    rows = [{key: getattr(t, key) for key in ("name", *PROVIDER_HEADER)} for t in list_tasks()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -64,14 +55,7 @@ def kernels(as_json: bool) -> None:
     from gpt_core import KERNEL_SIGNATURES
 
     rows = [
-        {
-            "slot": k.slot,
-            "name": k.name,
-            "plugin": k.plugin,
-            "distribution": k.distribution,
-            "version": k.version,
-            "description": k.description,
-        }
+        {key: getattr(k, key) for key in ("slot", "name", *PROVIDER_HEADER)}
         for k in default_kernel_registry().kernels()
     ]
     if as_json:

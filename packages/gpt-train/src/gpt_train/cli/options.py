@@ -1,18 +1,9 @@
-"""What several commands share on their command line: the device option's help, the kernel choice and the
-opt-in to a saved run's module-path kernels.
-
-`kernel_choices` is the one place run and verify turn their kernel options into the kernels they
-compute with (slot -> name, gpt-core's own left out), so an option choosing a whole kernel set adds
-to this function alone.
-"""
+"""What several commands share on their command line: the device and kernel options' help and the opt-in to a
+saved run's module-path kernels (`--kernel SLOT=NAME` itself is read by `gpt_train.kernels.parse_kernel_choices`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import click
-
-from gpt_train.kernels import parse_kernel_choices
 
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
 KERNEL_HELP = "Compute SLOT with kernel NAME: installed (see `gpt-train kernels`) or module:function. Repeatable."
@@ -29,8 +20,3 @@ TRUST_KERNELS_OPTION = click.option(
     "recorded (never the working directory) and verify them against PyTorch. Without it such a run is refused: "
     "importing a module runs its code.",
 )
-
-
-def kernel_choices(kernel_pairs: Iterable[str]) -> dict[str, str]:
-    """The kernels a command computes with in place of gpt-core's own: `--kernel SLOT=NAME`, each slot once."""
-    return parse_kernel_choices(kernel_pairs)

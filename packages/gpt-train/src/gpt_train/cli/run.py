@@ -10,12 +10,12 @@ import click
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.formatting import format_value, wrong_count
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP, kernel_choices
+from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP
 from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
-from gpt_train.kernels import default_kernel_set
+from gpt_train.kernels import default_kernel_set, parse_kernel_choices
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import new_run, resumed_run
 from gpt_train.trainer import Outcome, train
@@ -168,7 +168,7 @@ def run(
             raise CommandError("--trust-kernels applies to --resume; a new run's --kernel choices are named already")
         if unverified and not kernel_pairs:
             raise CommandError("--unverified applies to --kernel choices; there are none")
-        kernels = kernel_choices(kernel_pairs)
+        kernels = parse_kernel_choices(kernel_pairs)
         values = parse_assignments(assignments) | route_data(task_name, data)
         values |= {f"train.{name}": value for name, value in given.items()}
         if not {"kernels", "train.kernels"} & values.keys():
@@ -180,13 +180,10 @@ def run(
         verb = "continuing" if resume is not None else "training"
         click.echo(f"{verb} {handed.config.task} in {handed.layout.root}")
     outcome = train(handed, quiet=quiet, pictures=not no_pictures)
-    if not rank.is_main:
-        _exit_for(outcome, handed.layout.root)
-        return
-    if outcome.pictures_problem:
+    if rank.is_main and outcome.pictures_problem:
         click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
     _exit_for(outcome, handed.layout.root)
-    if not quiet:
+    if rank.is_main and not quiet:
         click.echo(summary(handed.config, outcome.final, handed.layout.root))
 
 

@@ -9,9 +9,9 @@ import torch
 
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import KERNEL_SET_HELP, kernel_choices
+from gpt_train.cli.options import KERNEL_SET_HELP
 from gpt_train.guard import guarded
-from gpt_train.kernels import TOLERANCE, first_failure, resolve_kernel, verify_kernel
+from gpt_train.kernels import TOLERANCE, first_failure, parse_kernel_choices, resolve_kernel, verify_kernel
 
 
 @click.command(context_settings=CONTEXT)
@@ -100,7 +100,7 @@ def verify(
         torch_dtype = torch.float32
     if tolerance is None:
         tolerance = {torch.bfloat16: BF16_TOLERANCE, torch.float32: FP32_TOLERANCE}.get(torch_dtype, TOLERANCE)
-    choices = kernel_choices(kernel_pairs)
+    choices = parse_kernel_choices(kernel_pairs)
     if kernel_pairs and not choices:
         raise CommandError("gpt-core's own kernels are what plain `gpt-train verify` checks; run it without --kernel")
     if choices and kernel_set != "fast":
