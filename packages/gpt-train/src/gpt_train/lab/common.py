@@ -11,12 +11,15 @@ class InspectError(TrainError):
     """An analysis that cannot be run as asked: a hook, layer or head the model lacks, or a task of the wrong shape."""
 
 
+def check_index(name: str, value: int, count: int, holder: str) -> None:
+    """Refuse `value` unless it is one of `count`: "head 5 is out of range: each layer has 2 heads (0..1)"."""
+    if not 0 <= value < count:
+        raise InspectError(f"{name} {value} is out of range: {holder.format(count)} (0..{count - 1})")
+
+
 def check_head(model: GPT, layer: int, head: int) -> None:
-    n_layer, n_head = model.config.n_layer, model.config.n_head
-    if not 0 <= layer < n_layer:
-        raise InspectError(f"layer {layer} is out of range: the model has {n_layer} layers (0..{n_layer - 1})")
-    if not 0 <= head < n_head:
-        raise InspectError(f"head {head} is out of range: each layer has {n_head} heads (0..{n_head - 1})")
+    check_index("layer", layer, model.config.n_layer, "the model has {} layers")
+    check_index("head", head, model.config.n_head, "each layer has {} heads")
 
 
 def block_points(model: GPT, point: str) -> list[str]:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from gpt_core import GPT, HookFn
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import InspectError, block_points, prompt_answer_task
+from gpt_train.lab.common import InspectError, block_points, check_index, prompt_answer_task
 from gpt_viz import HELDOUT
 
 HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})
@@ -68,16 +68,9 @@ def corrupted_pairs(
 ) -> Pairs:
     """Up to `examples` of the task's fixed held-out examples, each with one corruption of prompt token
     `corrupted_position` whose answer first differs at `answer_position` (None: where they most often do)."""
-    if not 0 <= corrupted_position < task.prompt_length:
-        raise InspectError(
-            f"corrupted position {corrupted_position} is out of range: prompts have {task.prompt_length} "
-            f"tokens (0..{task.prompt_length - 1})"
-        )
-    if answer_position is not None and not 0 <= answer_position < task.answer_length:
-        raise InspectError(
-            f"answer position {answer_position} is out of range: answers have {task.answer_length} tokens "
-            f"(0..{task.answer_length - 1})"
-        )
+    check_index("corrupted position", corrupted_position, task.prompt_length, "prompts have {} tokens")
+    if answer_position is not None:
+        check_index("answer position", answer_position, task.answer_length, "answers have {} tokens")
     ids = task.split.evaluation_ids(HELDOUT, examples * CANDIDATES)
     variants = task.single_token_corruptions(ids)  # (N, V) example numbers
     if variants is None:

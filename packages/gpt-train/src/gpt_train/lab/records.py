@@ -40,16 +40,16 @@ def count(value: Any) -> int:
     return value
 
 
-def text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise Unusable
-    return value
+def of_type(kind: type) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not isinstance(value, kind):
+            raise Unusable
+        return value
+
+    return check
 
 
-def flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise Unusable
-    return value
+text, flag = of_type(str), of_type(bool)
 
 
 def listed(value: Any, item: Callable[[Any], Any], length: int | None = None) -> list[Any]:
