@@ -19,20 +19,11 @@ from tqdm.auto import tqdm
 import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask, Task
+from gpt_train import lab
 from gpt_train.cli.options import TRUST_KERNELS_OPTION
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_json_atomically
-from gpt_train.lab import (
-    ABLATIONS,
-    InspectError,
-    ablate_each_head,
-    ablated_metrics,
-    baseline_and_means,
-    findings,
-    head_reads,
-    logit_lens,
-    patch,
-)
+from gpt_train.lab import InspectError, findings
 from gpt_train.lab.common import prompt_answer_task
 from gpt_train.loading import load_run
 from gpt_train.pictures import draw_attention_picture
@@ -46,11 +37,6 @@ if TYPE_CHECKING:
 DEVICE_OPTION = click.option(
     "--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
 )
-
-
-def examples_option(default: int, what: str) -> Callable:
-    help = f"{what} (a fixed held-out sample; at most the split's size)."
-    return click.option("--examples", type=click.IntRange(min=1), default=default, show_default=True, help=help)
 
 
 @click.group("inspect")
@@ -100,9 +86,11 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
     of `gpt-train inspect` with --examples, --device and --trust-kernels; --examples is checked against the split
     after `prompt_answer` tasks are checked for, so a refusal comes first. `analyse` itself is returned as it is."""
 
+    help = f"{what} (a fixed held-out sample; at most the split's size)."
+
     def decorate(analyse: Callable[..., Any]) -> Callable[..., Any]:
         @inspect_command.command(name)
-        @examples_option(examples, what)
+        @click.option("--examples", type=click.IntRange(min=1), default=examples, show_default=True, help=help)
         @DEVICE_OPTION
         @TRUST_KERNELS_OPTION
         @click.pass_obj
@@ -221,21 +209,21 @@ def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
 
 def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[tuple[int, int]], examples: int) -> None:
     metric = task.primary_metric
-    baseline, means = baseline_and_means(task, model, target, examples)
-    scores = [ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in ABLATIONS]
+    baseline, means = lab.baseline_and_means(task, model, target, examples)
+    scores = [lab.ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in lab.ABLATIONS]
     named = ", ".join(f"{layer}.{head}" for layer, head in chosen)
     shown = scored_as(baseline["examples"])
     click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {shown(baseline[metric])}")
-    for how, value in zip(ABLATIONS, scores, strict=True):
+    for how, value in zip(lab.ABLATIONS, scores, strict=True):
         click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
 
 
 def inspect_heads(run: Inspected, examples: int) -> dict[str, Any]:
     task, model, target, step, layout = run
     c = model.config
-    evaluations = 1 + len(ABLATIONS) * c.n_layer * c.n_head + c.n_layer
+    evaluations = 1 + len(lab.ABLATIONS) * c.n_layer * c.n_head + c.n_layer
     with tqdm(total=evaluations, desc="evaluations", leave=False) as bar:
-        result = ablate_each_head(task, model, target, examples, progress=bar.update)
+        result = lab.ablate_each_head(task, model, target, examples, progress=bar.update)
     shown = scored_as(result.examples)
     click.echo(f"{result.metric} on {result.examples:,} held-out examples; nothing ablated: {shown(result.baseline)}")
     rows = [
@@ -265,7 +253,7 @@ def inspect_logit_lens(run: Inspected, examples: int) -> dict[str, Any]:
     Examples:
       gpt-train inspect sort logit-lens
     """
-    lens = logit_lens(run.task, run.model, run.device, examples)
+    lens = lab.logit_lens(run.task, run.model, run.device, examples)
     shown = scored_as(lens.examples)
     click.echo(f"logit lens on {lens.examples:,} held-out sequences (teacher-forced)")
     header = ("read at", "exact match", "loss", *(f"acc {name}" for name in lens.answer_positions))
@@ -321,7 +309,7 @@ def inspect_patch(
     corrupt: int = 0,
     answer_position: int | None = None,
 ) -> dict[str, Any]:
-    result = patch(task, model, target, point, examples, corrupt, answer_position)
+    result = lab.patch(task, model, target, point, examples, corrupt, answer_position)
     click.echo(
         f"patching {point} on {result.examples:,} pairs (e.g. {result.example['clean']} vs "
         f"{result.example['corrupted']}); logit difference at answer position {result.answer_position}: "
@@ -345,7 +333,7 @@ def inspect_reads(run: Inspected, examples: int) -> dict[str, Any]:
     Examples:
       gpt-train inspect sort reads
     """
-    reads = head_reads(run.task, run.model, run.device, examples)
+    reads = lab.head_reads(run.task, run.model, run.device, examples)
     click.echo(
         f"what each head reads from the answer positions on {reads.examples:,} held-out sequences "
         f"(mean weight x {reads.prompt_length}; rows: the value just written, columns: the prompt token's value)"
