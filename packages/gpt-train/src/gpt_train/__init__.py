@@ -9,21 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_DEFINED_IN = {
-    "ConfigError": "config",
-    "RunConfig": "config",
-    "resolve_run_config": "config",
-    "TrainError": "errors",
-    "LoadedRun": "loading",
-    "load_run": "loading",
-    "load_snapshots": "loading",
-    "Run": "runs",
-    "new_run": "runs",
-    "resumed_run": "runs",
-    "Outcome": "trainer",
-    "Trainer": "trainer",
-    "train": "trainer",
+_PUBLIC = {
+    "config": ("ConfigError", "RunConfig", "resolve_run_config"),
+    "errors": ("TrainError",),
+    "loading": ("LoadedRun", "load_run", "load_snapshots"),
+    "runs": ("Run", "new_run", "resumed_run"),
+    "trainer": ("Outcome", "Trainer", "train"),
 }
+_DEFINED_IN = {name: module for module, names in _PUBLIC.items() for name in names}
 """Each public name, and the module of gpt_train that defines it."""
 
 

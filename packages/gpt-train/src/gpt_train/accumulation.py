@@ -39,12 +39,9 @@ def scored_counts(parts: list[Batch]) -> list[int]:
 
 
 def micro_batch_weights(parts: list[Batch]) -> dict[int, float]:
-    """The micro-batches to run, each with its share n_i / n of the batch's scored targets; those that
-    score none are left out, unless none scores any: then all run with weight 1 (the loss is nan).
-
-    A single micro-batch is the whole batch, weight 1, and is not counted: counting waits for the device,
-    which a step without accumulation should not do.
-    """
+    """The micro-batches to run, each with its share n_i / n of the batch's scored targets; those that score none
+    are left out, unless none scores any: then all run with weight 1. A single micro-batch is not counted: counting
+    waits for the device, which a step without accumulation should not do."""
     if len(parts) == 1:
         return {0: 1.0}
     counts = scored_counts(parts)
@@ -57,14 +54,10 @@ def micro_batch_weights(parts: list[Batch]) -> dict[int, float]:
 def accumulate_gradients(
     loss_of: Loss, batch: Batch, n: int, precision: Precision, no_sync: NoSync | None = None
 ) -> Tensor:
-    """Forward and backward of `batch` as `n` micro-batches, adding to each parameter's .grad the
-    gradient of the whole batch's mean loss; returns that loss (detached).
-
-    A micro-batch that scores no target adds nothing to the loss or the gradients and is not run. If
-    none scores any, they all run, and the loss is nan, as the whole batch's would be (the trainer's
-    divergence check reports it). `no_sync`, DistributedDataParallel's, is entered for every backward
-    but the last one run, so each process all-reduces exactly once per step.
-    """
+    """Forward and backward of `batch` as `n` micro-batches, adding to each parameter's .grad the gradient of the
+    whole batch's mean loss; returns that loss (detached; nan, as the whole batch's, when no target is scored).
+    `no_sync`, DistributedDataParallel's, is entered for every backward but the last one run, so each process
+    all-reduces exactly once per step."""
     parts = micro_batches(batch, n)
     weights = micro_batch_weights(parts)
     last = max(weights)

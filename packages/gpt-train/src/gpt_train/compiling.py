@@ -56,8 +56,8 @@ def check_compiler(device: torch.device) -> None:
 
 
 def compiler_failures_explained(work: Callable[[], T]) -> T:
-    """Run `work`, a first step under --compile (where compilation happens, forward and backward); a
-    compiler failure becomes a CompileError instead of a traceback."""
+    """Run `work`, a first step under --compile (where compilation happens); a compiler failure becomes a
+    CompileError instead of a traceback."""
     try:
         return work()
     except CompileError:
@@ -83,8 +83,7 @@ def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
 
 
 def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: Step | None = None) -> str | None:
-    """None if the compiled step's loss and every gradient agree with the eager step's, else one line naming the
-    loss or the parameter that differs most (`step_disagreement`)."""
+    """None if the compiled step agrees with the eager one (`step_disagreement`), else the one-line error."""
     found = step_disagreement(eager, compiled, tolerance, exact)
     if found is None:
         return None
@@ -95,15 +94,11 @@ def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: St
     )
 
 
-def step_disagreement(reference: Step, checked: Step, tolerance: float, exact: Step | None = None) -> str | None:
-    """None if `checked`'s loss and every gradient agree with `reference`'s, else the loss or the parameter that
-    differs most, in words. Each may differ by `tolerance` (relative, `COMPILED_STEP_TOLERANCE`), or, given `exact`
-    (the reference step in float64), by ROUNDING_MARGIN times the reference step's own distance from it."""
-    eager, compiled = reference, checked
-
-    def bound(difference_from_exact: float) -> float:
-        return max(tolerance, ROUNDING_MARGIN * difference_from_exact)
-
+def step_disagreement(eager: Step, compiled: Step, tolerance: float, exact: Step | None = None) -> str | None:
+    """None if `compiled`'s loss and every gradient agree with `eager`'s (the reference step), else the loss or the
+    parameter that differs most, in words. Each may differ by `tolerance` (relative), or, given `exact` (the
+    reference step in float64), by ROUNDING_MARGIN times the reference step's own distance from it."""
+    bound = lambda difference_from_exact: max(tolerance, ROUNDING_MARGIN * difference_from_exact)
     loss_bound = bound(0.0 if exact is None else relative_loss_difference(eager.loss, exact.loss))
     checks = {"the loss": (relative_loss_difference(compiled.loss, eager.loss), loss_bound)}
     for name, grad in eager.grads.items():

@@ -1,9 +1,6 @@
-"""`gpt-train export`: a trained run as a Hugging Face GPT-2 directory that transformers loads.
-
-The command's options and body live here; cli.py registers it in the command group (which turns
-errors into one line). A run whose architecture GPT-2 cannot express (rope or no positions, no
-LayerNorm, no residual, no biases, randomized positions) is refused, naming the settings.
-"""
+"""`gpt-train export`: a trained run as a Hugging Face GPT-2 directory that transformers loads. A run whose
+architecture GPT-2 cannot express (rope or no positions, no LayerNorm, no biases, ...) is refused, naming the
+settings."""
 
 from __future__ import annotations
 

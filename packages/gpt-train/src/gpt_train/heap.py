@@ -1,19 +1,12 @@
 """Keeping the memory a training step frees for the next step, under glibc's malloc (Linux).
 
-A step on the CPU allocates and frees the same activations and gradients every time. glibc gives
-memory back to the kernel as soon as more than M_TRIM_THRESHOLD lies free at the top of its heap,
-and maps each block above M_MMAP_THRESHOLD fresh from the kernel and unmaps it on free (both start
-at 128 KiB and rise a little with use). The next step then takes a page fault on every page of those
-buffers again, and the kernel zeroes each page before handing it over: system time, not arithmetic.
-Raising both thresholds keeps freed memory in the process for the next allocation. The arithmetic is
-untouched (PyTorch aligns every CPU buffer to 64 bytes wherever it lies), so a run trains to the same
-bits; the cost is that the process keeps up to the trim threshold of free memory instead of returning it.
-
-glibc's own settings win, its variables (`MALLOC_TRIM_THRESHOLD_`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TOP_PAD_`) and
-the same thresholds as tunables (`GLIBC_TUNABLES=glibc.malloc.trim_threshold=...:glibc.malloc.mmap_threshold=...`,
-or `glibc.malloc.top_pad`): with any of them set, whatever its value, the heap is left as they say (and glibc, by
-mallopt(3), stops adapting its mmap threshold to the blocks freed: a step's buffers above it, 128 KiB unless that
-is the variable set, are mapped and faulted in afresh each time).
+A step on the CPU allocates and frees the same activations and gradients every time. glibc gives memory back to
+the kernel once more than M_TRIM_THRESHOLD lies free at the top of its heap, and maps each block above
+M_MMAP_THRESHOLD fresh (both start at 128 KiB): the next step then page-faults on every page again, and the kernel
+zeroes each one, system time rather than arithmetic. Raising both thresholds keeps freed memory for the next
+allocation; the arithmetic is untouched (PyTorch aligns every CPU buffer to 64 bytes), so a run trains to the same
+bits. glibc's own settings win: with any of its variables or tunables for these thresholds set (GLIBC_VARIABLES,
+MALLOC_TUNABLES), the heap is left as they say.
 """
 
 from __future__ import annotations

@@ -7,14 +7,10 @@ loaded, so it is refused, with the one-line conversion that makes it usable. The
 transposed Conv1D weights are mapped by `gpt_core.gpt2`; this module does the files, and says in one
 line what is wrong with a directory that is not a GPT-2 gpt-core can compute.
 
-A directory is checked before anything is built from it: config.json's settings by type (a boolean is
-true or false, not "yes"), and its shape against the tensors model.safetensors holds, read from the
-file's header (names, dtypes, shapes) without loading a weight. A config.json whose model the file does
-not hold (a billion-wide embedding, a million layers) is refused in one line instead of being built,
-and so are tensors of a dtype GPT-2 weights never have (bool, integers, complex, float8) and, once
-loaded, weights that are not finite.
-
-Reading, checking and writing share one module because every check is against the same two files.
+A directory is checked before anything is built from it: config.json's settings by type, and its shape
+against model.safetensors' header, read without loading a weight, so that a config.json whose model the file
+does not hold (a billion-wide embedding) is refused in one line instead of being built; so are weights of a
+dtype GPT-2's never have and, once loaded, weights that are not finite.
 """
 
 from __future__ import annotations
@@ -89,20 +85,15 @@ def _check_types(hf: dict[str, Any]) -> None:
             raise ValueError(f"{key} must be a number, got {value!r}")
 
 
-def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """model.safetensors' `safetensors_header`, or an HFError saying it cannot be read."""
-    try:
-        return safetensors_header(path)
-    except HEADER_ERRORS as error:
-        raise HFError(f"{path} is not a readable safetensors file ({error})") from None
-
-
 def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
     """config.json's model against model.safetensors' header: every weight of a GPT-2 dtype, then the
     layers, the embedding tables (vocab_size, n_positions, n_embd) and every other shape as the file holds
     them, so that no model larger than the file is ever built, not even on the meta device."""
     path = _weights_path(directory)
-    raw = read_header(path)
+    try:
+        raw = safetensors_header(path)
+    except HEADER_ERRORS as error:
+        raise HFError(f"{path} is not a readable safetensors file ({error})") from None
     header = {name.removeprefix(PREFIX): slot for name, slot in raw.items()}
     weights = {name: slot for name, slot in header.items() if not _is_buffer(name)}
     for name, (dtype, _) in weights.items():
@@ -177,11 +168,6 @@ def copy_weights(model: GPT, weights: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(weights[name])
-
-
-def load_weights_into(model: GPT, directory: Path) -> None:
-    """Replace `model`'s weights by those of the GPT-2 in `directory` (a model built for them: --init-from)."""
-    copy_weights(model, read_weights(directory, model.config))
 
 
 def load_model(directory: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
@@ -269,12 +255,14 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
     if tokenizer is not None:
         end = tokenizer.hf.token_to_id(END_OF_TEXT)
         config |= {"bos_token_id": end, "eos_token_id": end}
-    _check_output(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
     fresh = not out.exists()
     building = temporary_path(out) if fresh else out
     try:
         if fresh:
-            _make_directory(building)
+            building.parent.mkdir(parents=True, exist_ok=True)
+            building.mkdir()
         names = _write_files(building, config, tensors, tokenizer)
         if fresh:
             os.rename(building, out)
@@ -296,19 +284,6 @@ def _remove_contents(folder: Path, whole: bool) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-
-
-def _check_output(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
-
-
-def _make_directory(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir()
-    except OSError as error:
-        raise WriteError(f"cannot create {path.parent} ({error.strerror or error})", error.strerror or "") from None
 
 
 def _write_files(

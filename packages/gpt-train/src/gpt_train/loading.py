@@ -39,10 +39,8 @@ def load_run(
     run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False, with_kernels: bool = True
 ) -> LoadedRun:
     """The run in directory `run`, or, given a task name, that task's newest run under ./runs; its model on
-    `device`, computing with the kernels it was trained with. A run trained with module-path kernels
-    (module:function) needs `trust_kernels`: importing them runs their code (`gpt_train.runs.saved_kernels`).
-    Without `with_kernels` the model computes with gpt-core's own kernels whatever it was trained with: for what
-    needs only its weights (`export`), which then works where the run's kernel module is not installed."""
+    `device`, computing with the kernels it was trained with (module-path ones need `trust_kernels`: importing them
+    runs their code), or without `with_kernels` with gpt-core's own: for what needs only its weights (`export`)."""
     run_dir, _ = resolve_run_dir(run)
     if not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} is not a directory")

@@ -1,9 +1,6 @@
-"""The pictures a finished run leaves behind: curves, attention maps, and the grokking plot.
-
-Drawing belongs to gpt-viz; this module only gathers the arrays (the attention of a few held-out
-examples) and asks for the figures. A picture that cannot be drawn is reported and skipped: it
-must never cost the user the run it describes.
-"""
+"""The pictures a finished run leaves behind: curves, attention maps, and the grokking plot. Drawing belongs to
+gpt-viz; this module gathers the arrays and asks for the figures. A picture that cannot be drawn is reported and
+skipped: it must never cost the user the run it describes."""
 
 from __future__ import annotations
 
@@ -21,12 +18,9 @@ numbers), at least one."""
 
 
 def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> None:
-    """attention.npz: every layer's attention on the task's first attention examples, as many of the first
-    ATTENTION_EXAMPLES as the file's budget holds (gpt_viz.run_data has the format).
-
-    The budget is applied before the model runs, so only kept attention is ever computed: memory stays
-    bounded too. A first example too long for the budget alone keeps its last tokens, and the attention
-    is the model's on those tokens alone."""
+    """attention.npz: every layer's attention on as many of the task's first ATTENTION_EXAMPLES attention examples
+    as the file's budget holds, applied before the model runs, so memory stays bounded too. A first example too
+    long for the budget alone keeps its last tokens, and the attention is the model's on those tokens alone."""
     texts = task.attention_examples(ATTENTION_EXAMPLES)[:ATTENTION_EXAMPLES]
     encoded = [task.encode(text)[: model.config.block_size] for text in texts]
     kept = gpt_viz.attention_lengths_within_budget(
@@ -72,21 +66,16 @@ def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
     gpt_viz.save_figure(figure, layout.attention_picture)
 
 
-def draw_run_pictures(layout: RunLayout, grokking_metric: str | None) -> None:
-    """curves.png, attention.png (the first layer, every head) and, for tasks scored on both splits,
-    grokking.png (the train and held-out curves of `grokking_metric`)."""
-    gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
-    draw_attention_picture(layout)
-    if grokking_metric is not None:
-        gpt_viz.save_figure(gpt_viz.grokking(layout.root, metric=grokking_metric), layout.grokking_picture)
-
-
 def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout, draw: bool = True) -> str | None:
-    """Write the run's attention arrays and, with `draw`, its pictures; returns None, or why that failed."""
+    """Write the run's attention arrays and, with `draw`, curves.png, attention.png and, for a task scored on both
+    splits, grokking.png; returns None, or why that failed."""
     try:
         save_attention(task, model, device, layout)
         if draw:
-            draw_run_pictures(layout, task.primary_metric if TRAIN in task.eval_splits else None)
+            gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
+            draw_attention_picture(layout)
+        if draw and TRAIN in task.eval_splits:
+            gpt_viz.save_figure(gpt_viz.grokking(layout.root, metric=task.primary_metric), layout.grokking_picture)
     except Exception as error:  # a picture is never worth losing the run over
         return f"{type(error).__name__}: {error}"
     return None

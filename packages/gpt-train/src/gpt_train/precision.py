@@ -1,19 +1,14 @@
 """Mixed precision: the forward pass under autocast (bf16 or fp16), and fp16's loss scaling.
 
-The weights, the optimiser state and the gradients stay float32 whatever the setting: autocast runs
-the matrix products (gpt-core's Linear and attention products) in 16 bits, and gpt-core's kernels keep
-their statistics (softmax, LayerNorm, the loss) in float32. The backward runs outside autocast, in the
-dtypes the forward recorded.
+The weights, the optimiser state and the gradients stay float32 whatever the setting: autocast runs the matrix
+products in 16 bits, and gpt-core's kernels keep their statistics (softmax, LayerNorm, the loss) in float32.
+fp16 has 5 exponent bits, so gradients below 2^-24 would flush to zero: its loss is multiplied by a scale
+(torch.amp.GradScaler) before the backward, and a step whose gradients overflowed is skipped and the scale halved.
+bf16 has float32's exponent range and needs no scaling.
 
-fp16 has 5 exponent bits: gradients below 2^-24 flush to zero. So its loss is multiplied by a scale
-(torch.amp.GradScaler, from 2^16) before the backward and the gradients divided by it before they are
-used; a step whose gradients overflowed to inf or nan is skipped and the scale halved. bf16 has
-float32's exponent range and needs no scaling.
-
-On CUDA, float32 matrix products run in TF32 by default (`tf32`, as nanoGPT trains): tensor cores multiply
-10-bit mantissas and accumulate in float32, several times faster than full float32 products on an A100 or
-H100, for a relative rounding of 2^-11 per product. Evaluation runs in full float32 whatever the setting
-(`full_float32`), so a run's metrics are those `gpt-train eval` gives.
+On CUDA, float32 matrix products run in TF32 by default (`tf32`, as nanoGPT trains: several times faster, for a
+relative rounding of 2^-11 per product). Evaluation runs in full float32 whatever the setting (`full_float32`), so
+a run's metrics are those `gpt-train eval` gives.
 """
 
 from __future__ import annotations
@@ -65,8 +60,8 @@ def full_float32() -> Iterator[None]:
 
 
 class Precision:
-    """The run's precision: `autocast()` around a forward pass, `backward`, `unscale` and `step`
-    around the optimiser, and the count of steps fp16's scaler skipped in a row."""
+    """The run's precision around a forward pass, its backward and the optimiser step, and the count of steps
+    fp16's scaler skipped in a row."""
 
     def __init__(self, dtype: str, device: torch.device, scaler: torch.amp.GradScaler | None = None):
         self.dtype = dtype
@@ -89,8 +84,8 @@ class Precision:
         (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
     def unscale(self, optimizer: Optimizer, params: Iterable[torch.Tensor]) -> bool:
-        """Bring the gradients back to their true size (fp16: divide by the scale); whether they are finite.
-        Without a scaler they are taken as they are: a non-finite loss is the trainer's divergence check."""
+        """Bring the gradients back to their true size (fp16: divide by the scale); whether they are finite (without
+        a scaler, always: a non-finite loss is the trainer's divergence check)."""
         if self.scaler is None:
             return True
         self.scaler.unscale_(optimizer)
@@ -98,8 +93,7 @@ class Precision:
         return bool(finite) and bool(torch.stack(finite).all())
 
     def step(self, optimizer: Optimizer, finite: bool) -> None:
-        """The optimiser step, which fp16's scaler skips when the gradients are not finite (and then halves
-        its scale); counts the skips in a row."""
+        """The optimiser step, which fp16's scaler skips (and counts) when the gradients are not finite."""
         if self.scaler is None:
             optimizer.step()
             return
@@ -108,8 +102,7 @@ class Precision:
         self.skipped_in_a_row = 0 if finite else self.skipped_in_a_row + 1
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """What a resumed fp16 run needs to scale as the uninterrupted one: the scale, the successful steps
-        towards its next growth, and the skips in a row. Empty without a scaler."""
+        """What a resumed fp16 run needs to scale as the uninterrupted one (empty without a scaler)."""
         if self.scaler is None:
             return {}
         saved = self.scaler.state_dict()

@@ -121,11 +121,8 @@ def new_run(
     unverified: bool = False,
     init_from: Path | None = None,
 ) -> Run:
-    """Resolve the configuration and check its kernels (found, and verified unless `unverified`), then lay
-    out the run directory (rank 0) and write config.json.
-
-    Nothing is written until the configuration is known to be valid.
-    """
+    """Resolve the configuration and check its kernels, then lay out the run directory (rank 0) and write
+    config.json: nothing is written until the configuration is known to be valid."""
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
     check_kernel_set(config.train.kernels, device)
     found = run_kernels(config, verify=True, device=device)
@@ -170,12 +167,11 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> Run
         for path in existing + stale_temporaries(root, root / RunLayout.SNAPSHOTS):
             path.unlink()
         _make_snapshots_folder(layout, config)
-    except OSError as error:
+    except (OSError, RunDirError) as error:
         lock.release()
+        if isinstance(error, RunDirError):
+            raise
         raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
-    except RunDirError:
-        lock.release()
-        raise
     return lock
 
 
@@ -207,9 +203,8 @@ def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
 def resumed_run(
     run_dir: Path, task_name: str | None, device: torch.device, rank: Rank, trust_kernels: bool = False
 ) -> Run:
-    """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed. Its
-    kernels are found and verified as opening a run finds them (`saved_kernels`): module-path ones only when
-    `trust_kernels`, from the folder the run recorded, never the working directory."""
+    """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed, and
+    its kernels found and verified (`saved_kernels`)."""
     if not run_dir.is_dir():
         missing = "is not a directory" if run_dir.exists() else "does not exist"
         raise RunDirError(f"cannot resume: run directory {run_dir} {missing}")
@@ -248,14 +243,10 @@ def resumed_run(
 def saved_kernels(
     config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False, device: torch.device | str | None = None
 ) -> Kernels:
-    """The kernels a saved run's model computes with, for opening it (eval, sample, serve, inspect, load_run) or
-    resuming it.
-
-    A registered kernel is looked up as always (and pinned against PyTorch too with `verify_all`, as a resumed run
-    is). A module-path kernel is code that importing would run, named by a file anyone can edit: it is refused
-    unless `trust`, then imported from the folder the run recorded (never the working directory) and pinned
-    against PyTorch, so that one edited since training is refused, not used.
-    """
+    """The kernels a saved run's model computes with, for opening or (`verify_all`: every kernel pinned against
+    PyTorch) resuming it. A module-path kernel is code that importing would run, named by a file anyone can edit:
+    it is refused unless `trust`, then imported from the folder the run recorded (never the working directory) and
+    pinned against PyTorch, so that one edited since training is refused, not used."""
     modules = {slot: name for slot, name in config.kernels.items() if is_module_path(name)}
     if modules and not trust:
         raise KernelError(
@@ -293,11 +284,9 @@ def run_kernels(
     saved: dict[str, Path] | None = None,
     device: torch.device | str | None = None,
 ) -> Kernels:
-    """The kernels a run's model computes with (config.json's `kernels`), each found, and with `verify` (True, or
-    the slots to check) pinned against PyTorch (a failure of one recorded as unverified is a warning). With `saved`,
-    a saved run's being opened (`saved_kernels`). For a saved run, a missing or failing kernel is one line naming
-    the run. On `device` (`kernel_set_for`): a run trained with the triton set computes with the fast set where
-    Triton cannot run."""
+    """The kernels a run's model computes with on `device` (`kernel_set_for`), each found and, with `verify` (True,
+    or the slots to check), pinned against PyTorch (`checked_kernels`); for a saved run (`run_dir`, and `saved`
+    folders when it is opened), a missing or failing kernel is one line naming the run."""
     try:
         base = kernel_set_for(config.train.kernels, device)
         return checked_kernels(

@@ -94,7 +94,7 @@ class TrainSettings:
         for name in ("steps", "batch_size", "eval_every", "eval_limit", "log_every", "checkpoint_every", "grad_accum"):
             _require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         never_negative = ("warmup_steps", "weight_decay", "grad_clip", "min_lr", "grokfast_lambda", "snapshot_every",
-                          "early_eval_every", "early_eval_until")  # fmt: skip
+                          "early_eval_every", "early_eval_until", "cooldown_steps", "cooldown_trigger")  # fmt: skip
         for name in never_negative:
             _require(getattr(self, name) >= 0, f"{name} must not be negative, got {getattr(self, name)}")
         limit = self.final_eval_limit
@@ -106,12 +106,10 @@ class TrainSettings:
         _require(betas_ok, f"betas must be in [0, 1), got ({self.beta1}, {self.beta2})")
         _require(0 <= self.grokfast_alpha < 1, f"grokfast_alpha must be in [0, 1), got {self.grokfast_alpha}")
         _require(self.schedule in ("cosine", "constant"), f"schedule must be cosine or constant, got {self.schedule!r}")
-        _require(self.cooldown_steps >= 0, f"cooldown_steps must not be negative, got {self.cooldown_steps}")
         _require(
             self.cooldown_steps == 0 or self.schedule == "constant",
             "cooldown_steps applies to the constant schedule (cosine already decays to min_lr); set schedule=constant",
         )
-        _require(self.cooldown_trigger >= 0, f"cooldown_trigger must not be negative, got {self.cooldown_trigger}")
         _require(self.dtype in PRECISIONS, f"dtype must be one of {', '.join(PRECISIONS)}, got {self.dtype!r}")
         sets = ", ".join(KERNEL_SETS)
         _require(self.kernels in KERNEL_SETS, f"kernels must be one of {sets}, got {self.kernels!r}")

@@ -40,7 +40,7 @@ from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, kernel_failure
-from gpt_train.hf import load_weights_into
+from gpt_train.hf import copy_weights, read_weights
 from gpt_train.kernels import KernelError
 from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
@@ -69,28 +69,22 @@ class Outcome:
 def initial_model(
     config: RunConfig, device: torch.device | str = "cpu", pretrained: bool = True, kernels: Kernels | None = None
 ) -> GPT:
-    """The model a run starts from, computing with the run's kernels (`kernels`, as the run was built with them,
-    else found from config.json; guarded: one that calls sys.exit raises KernelExit instead). Its draws are
-    seeded by the run's settings alone, so step 0 of any run can be rebuilt from its config.json (the experiments
-    read the initial weights this way); a run `init_from` a GPT-2 directory starts from its weights (unless not
-    `pretrained`: a resumed run, whose checkpoint replaces them)."""
+    """The model a run starts from, computing with the run's kernels (`kernels`, else found from config.json). Its
+    draws are seeded by the run's settings alone, so step 0 of any run can be rebuilt from its config.json; a run
+    `init_from` a GPT-2 directory starts from its weights, unless not `pretrained` (its checkpoint replaces them)."""
     if kernels is None:
         kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
     torch.manual_seed(config.train.seed)
     model = GPT(config.model, kernels)
     if config.init_from and pretrained:
-        load_weights_into(model, Path(config.init_from))
+        copy_weights(model, read_weights(Path(config.init_from), model.config))
     return model.to(device)
 
 
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:
     """Every metric of every split, under its metric key (`heldout_exact_match`)."""
-    metrics = {}
-    for split in splits:
-        metrics |= {
-            metric_key(split, name): value for name, value in task.evaluate(model, split, device, limit).items()
-        }
-    return metrics
+    scores = {split: task.evaluate(model, split, device, limit) for split in splits}
+    return {metric_key(split, name): value for split, metrics in scores.items() for name, value in metrics.items()}
 
 
 # the loop ------------------------------------------------------------------------------------
@@ -98,7 +92,6 @@ class Trainer:
     """The model, its optimiser and the loop over steps of one run."""
 
     def __init__(self, run: Run, quiet: bool = False, on_step: Callable[[int], None] | None = None):
-        self.run_info = run
         self.config, self.task, self.device, self.rank = run.config, run.task, run.device, run.rank
         self.settings = run.config.train
         self.quiet = quiet or not run.rank.is_main
@@ -168,7 +161,6 @@ class Trainer:
         self.record.checkpoint(lambda: self._state(elapsed))
 
     def keep_snapshot(self) -> None:
-        """The weights alone at this step, when the run keeps snapshots here (`snapshot_every`)."""
         every = self.settings.snapshot_every
         if every and self.step % every == 0:
             self.record.snapshot(self.step, dict(self.model.named_parameters()))
@@ -194,10 +186,8 @@ class Trainer:
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:
-        """One optimiser step over the batch's `grad_accum` micro-batches, forward under the run's precision
-        (with Grokfast's gradient filter when it is on); returns the (rank-averaged) loss and whether any
-        rank asked to stop. After a non-finite loss the weights are not touched; after non-finite fp16
-        gradients the scaler skips the step."""
+        """One optimiser step; returns the (rank-averaged) loss and whether any rank asked to stop. After a
+        non-finite loss the weights are not touched; after non-finite fp16 gradients the scaler skips the step."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s, self.cooldown_from)
@@ -228,16 +218,13 @@ class Trainer:
 
     @staticmethod
     def _loss(module: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean loss over the scored targets; the last block and the head compute only from the first
-        scored position on, and its MLP and the head only where a target is scored."""
+        """The mean loss over the scored targets, the last block's MLP and the head computing only where one is."""
         return module(inputs, targets, read=targets != IGNORE_INDEX).loss
 
     def _checked_compiled_step(self, batch) -> torch.Tensor:
-        """The first compiled step's loss and gradients, after checking them against an eager step on the same
-        batch and weights (`compiling.check_compiled_step`), and the eager step against the same in float64 for
-        its own rounding; CompileError if compiled and eager disagree, before any weight moves. A model that draws
-        at random in training (dropout, randomized positions) is checked in eval mode, where neither draws (the
-        compiler's random numbers are not eager's), and then steps in training mode."""
+        """The first compiled step's loss and gradients, once they agree with an eager step on the same batch and
+        weights (CompileError before any weight moves otherwise). A model that draws at random in training (dropout,
+        randomized positions) is checked in eval mode, since the compiler's random numbers are not eager's."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         self.model.train(not draws)
         try:
@@ -259,10 +246,9 @@ class Trainer:
         return loss
 
     def _check_triton_step(self, batch) -> None:
-        """The triton set's first step (eager) against the fast set's on the same batch and weights, before any
-        weight moves: its kernels are compiled by Triton for this very GPU, which no test here has run, so the
-        run trusts them only once they agree (`step_disagreement`, at the --compile check's tolerance); KernelError
-        if they do not. A model that draws at random in training is checked in eval mode, where neither draws."""
+        """The triton set's first step against the fast set's on the same batch and weights, before any weight
+        moves: Triton compiles its kernels for this very GPU, which no test here has run, so the run trusts them only
+        once they agree (KernelError otherwise). A model that draws at random is checked in eval mode."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         fast = GPT(self.config.model, KERNEL_SETS["fast"]).to(self.device)
         fast.load_state_dict(self.model.state_dict())
@@ -284,17 +270,16 @@ class Trainer:
             )
 
     def _step(self, batch, module: torch.nn.Module) -> Step:
-        """The batch's loss and gradients through `module`, the gradients cloned and the parameters' .grad cleared."""
+        """The batch's loss and gradients through `module`, the parameters' .grad cleared."""
         loss = float(self._gradients(batch, module))
         grads = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
         self.optimizer.zero_grad(set_to_none=True)
         return Step(loss, grads)
 
     def _float64_step(self, batch) -> Step | None:
-        """The eager step's loss and gradients computed in float64 on a copy of the model (on this device, with no
-        autocast), in the eager step's units (times fp16's loss scale); None where there is no float64 to compute
-        in (MPS, a kernel that takes no float64) or the eager step's gradients are averaged over ranks, which a
-        local copy's are not."""
+        """The eager step in float64 on a copy of the model, to measure the eager step's own rounding (in its units:
+        times fp16's loss scale); None where there is no float64 (MPS, a kernel that takes none) or the eager step's
+        gradients are averaged over ranks, which a local copy's are not."""
         if self.rank.distributed or self.device.type == "mps":
             return None
         wide = deepcopy(self.model).double()
@@ -308,10 +293,8 @@ class Trainer:
         return Step(float(loss), grads)
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
-        """Held-out metrics and probes, in full float32 whatever the run's dtype and TF32 setting, by the eager
-        model even in a compiled run: the weights are float32, and `gpt-train eval`, the probes, inspect and the
-        pictures all compute in float32, so final.json's metrics are the numbers anyone scoring the run later
-        gets, whatever the compiler does."""
+        """Every split's metrics and the probes, by the eager model in full float32 whatever the run's dtype, TF32
+        or compiler: so final.json's metrics are the numbers `gpt-train eval` and inspect give later."""
         metrics = {}
         if self.rank.is_main:
             with full_float32():
@@ -414,10 +397,9 @@ class Trainer:
         return Outcome("diverged", self.step, detail=detail)
 
     def _computing(self, what: str, work: Callable[[], T]) -> T:
-        """Run `work`, a step or an evaluation. In a run with chosen kernels, an error from it (other than
-        gpt-train's own) is a KernelFailure naming the kernels, `what` and the error; nothing of the failed
-        step has been written, so the last checkpoint is where the run resumes. Without chosen kernels
-        an error is gpt-core's or gpt-train's own, and keeps its traceback."""
+        """Run `work`, a step or an evaluation. With chosen kernels, an error from it (other than gpt-train's own)
+        is a KernelFailure naming them and `what`: nothing of the step is written, so the last checkpoint is where the
+        run resumes. Without them an error is gpt-core's or gpt-train's own, and keeps its traceback."""
         try:
             return work()
         except Exception as error:
@@ -450,9 +432,8 @@ def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
 
 
 def _check_optimiser_state(saved: dict[str, Any], optimizer: Optimizer) -> None:
-    """The checkpoint's optimiser state against this run's optimiser: each parameter number one of its parameters,
-    each moving average of that parameter's shape, each step count one number (RunDirError otherwise), so that a
-    mismatched state stops the resume here rather than in the first step."""
+    """The checkpoint's optimiser state against this run's parameters' number and shapes, so that a mismatched
+    state stops the resume here in one line rather than in the first step."""
     params = [param for group in optimizer.param_groups for param in group["params"]]
     for index, slots in saved["state"].items():
         if not 0 <= int(index) < len(params):
