@@ -61,6 +61,8 @@ def test_the_report_states_the_findings_first_then_a_section_per_analysis(report
     assert findings < first_section
     assert "layer 0&#x27;s attention is" in page[findings:first_section]
     assert "the answer appears after" in page[findings:first_section]
+    assert '<p class="rules">Rules: a layer is unused when' in page[findings:first_section]
+    assert "__" not in page.replace(MARKED_NAME, "")  # every template marker filled
     for anchor in ("heads", "logit-lens", "patch-resid_pre", "patch-attn_out", "patch-mlp_out", "reads"):
         section = page[page.index(f'<section id="{anchor}">') :]
         section = section[: section.index("</section>")]

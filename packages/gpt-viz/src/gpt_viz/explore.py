@@ -159,14 +159,8 @@ def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, A
     if not layout.heads_ablation.is_file():
         return None
     table = _checked_ablation(read_json_object(layout.heads_ablation), layout.heads_ablation, heads)
-    return table | {"final_step": _final_step(layout)}
-
-
-def _final_step(layout: RunLayout) -> int | None:
-    if not layout.final.is_file():
-        return None
-    step = read_json_object(layout.final).get("step")
-    return step if _is_step(step) else None
+    final = read_json_object(layout.final).get("step") if layout.final.is_file() else None  # None: still training
+    return table | {"final_step": final if _is_step(final) else None}
 
 
 def _is_step(value: Any) -> bool:

@@ -168,7 +168,7 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         "TITLE": html.escape(title),
         "SUMMARY": html.escape(summary),
         "FINDINGS": findings_list([finding for part in found.values() for finding in part]),
-        "findings.RULES": html.escape(findings.RULES),
+        "RULES": html.escape(findings.RULES),
         "SECTIONS": "".join(sections),
     }
     return fill_template(template, parts)
