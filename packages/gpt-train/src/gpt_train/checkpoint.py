@@ -1,10 +1,7 @@
-"""Checkpoints: one safetensors file holding weights, optimiser state and RNG state.
-
-Written atomically (a temporary file in the same directory, fsync, then os.replace), so a
-crash mid-write leaves the previous checkpoint whole. Loaded without unpickling anything:
-safetensors holds only tensors, and the rest (step, optimiser hyperparameters) is JSON in its
-metadata, together with a sha256 of every tensor's bytes that catches corruption the file
-format alone would not.
+"""Checkpoints: one safetensors file holding weights, optimiser state and RNG state, written atomically
+(`gpt_train.files`) so a crash mid-write leaves the previous checkpoint whole. Loaded without unpickling anything:
+safetensors holds only tensors, and the rest (step, optimiser hyperparameters) is JSON in its metadata, with a
+sha256 of every tensor's bytes that catches corruption the file format alone would not.
 """
 
 from __future__ import annotations
@@ -104,8 +101,7 @@ GROUP_NUMBERS = ("lr", "eps", "weight_decay")
 
 
 def _check_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Every tensor one `save_checkpoint` writes: a known kind and name, and a dtype and shape it can have. The
-    checksum only says the file is as some writer left it, and anyone can recompute it."""
+    """Every tensor of a known kind and name, and a dtype and shape it can have: anyone can recompute the checksum."""
     cpu_size = torch.get_rng_state().numel()
     for name, tensor in tensors.items():
         kind, _, rest = name.partition("/")
@@ -181,8 +177,7 @@ def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float, int
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:
     """Read and verify a checkpoint written by `save_checkpoint` for a run of `task`: its checksum, then every
-    tensor's name, dtype and shape and every metadata field's type (`_check_tensors`, `_param_groups`,
-    `_step_and_elapsed`), so that a file edited with its checksum recomputed is one line, not a traceback."""
+    tensor and metadata field, so that a file edited with its checksum recomputed is one line, not a traceback."""
     tensors, meta = _read(path)
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
@@ -203,8 +198,8 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:
-    """The weights alone at `step`, in the checkpoint format (checksummed, written atomically); a WriteError
-    naming the snapshot if it, or its folder, cannot be written."""
+    """The weights alone at `step`, in the checkpoint format; a WriteError naming the snapshot if it, or its
+    folder, cannot be written."""
     try:
         path.parent.mkdir(exist_ok=True)
     except OSError as error:
@@ -241,11 +236,10 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 
 def check_fits_checkpoint(config: GPTConfig, path: Path) -> None:
-    """A run's model settings (config.json) against its checkpoint's header, read without loading a tensor:
-    every weight a float, and the sizes that bound the model (its layers, the token table vocab_size x n_embd,
-    the learned position table) as the checkpoint holds them. So a config.json whose model the checkpoint does
-    not hold (a billion-wide embedding, a million layers) is one line, never built or allocated; the model then
-    built is the checkpoint's size, and `load_weights` compares every other shape."""
+    """A run's model settings (config.json) against its checkpoint's header, read without loading a tensor: every
+    weight a float, and the sizes that bound the model (its layers, embedding tables) as the checkpoint holds them.
+    So a config.json whose model the checkpoint does not hold (a billion-wide embedding) is one line, never built or
+    allocated; `load_weights` compares every other shape."""
     weights = {name.removeprefix("model/"): slot for name, slot in read_header(path).items() if name[:6] == "model/"}
     for name, (dtype, _) in weights.items():
         if dtype not in WEIGHT_DTYPES:

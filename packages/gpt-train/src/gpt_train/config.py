@@ -93,23 +93,15 @@ class RunConfig:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             _check_json_types(data)
-            task_files = tuple(data.get("task_files", ()))
-            kept = {name: str(RunLayout(run_dir).task_file(name)) for name in task_files}
-            return cls(
-                task=data["task"],
-                task_params=data["task_params"] | kept,
-                model=GPTConfig.from_dict(data["model"]),
-                train=build_params(TrainSettings, data["train"], what="training setting"),
-                primary_metric=data["primary_metric"],
-                higher_is_better=data["higher_is_better"],
-                eval_splits=tuple(data["eval_splits"]),
-                versions=data.get("versions", {}),
-                task_files=task_files,
-                kernels=dict(data.get("kernels", {})),
-                unverified_kernels=tuple(data.get("unverified_kernels", ())),
-                kernel_folders={slot: str(folder) for slot, folder in data.get("kernel_folders", {}).items()},
-                init_from=data.get("init_from", ""),
-            )
+            given = {key: tuple(v) if isinstance(v, list) else v for key, v in data.items() if key in JSON_TYPES}
+            kept = {name: str(RunLayout(run_dir).task_file(name)) for name in given.get("task_files", ())}
+            built = {
+                "task_params": data["task_params"] | kept,
+                "model": GPTConfig.from_dict(data["model"]),
+                "train": build_params(TrainSettings, data["train"], what="training setting"),
+                "eval_splits": tuple(data["eval_splits"]),
+            }
+            return cls(**given | built)
         except (ValueError, KeyError, TypeError, OSError) as error:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
 

@@ -1,9 +1,5 @@
-"""The base of gpt-train's domain errors.
-
-Each layer raises its own subclass (ConfigError, CheckpointError, RunDirError, DeviceError,
-CompileError) with a message fit to show a user as one line; only the CLI turns them into
-`gpt-train: error: <message>` and an exit status. None of them knows about the command line.
-"""
+"""The base of gpt-train's domain errors: each layer raises its own subclass with a message fit to show a user as
+one line; only the CLI turns them into `gpt-train: error: <message>` and an exit status."""
 
 
 class TrainError(Exception):

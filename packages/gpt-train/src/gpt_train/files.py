@@ -53,12 +53,9 @@ def write_atomically(
     what: str = "",
     failures: tuple[type[Exception], ...] = (OSError,),
 ) -> None:
-    """Call `write(temporary)`, make the bytes durable, then rename the temporary over `path`.
-
-    A failure (an OSError, or what `write` raises for one, listed in `failures`: safetensors'
-    SafetensorError) becomes a WriteError naming the file and the reason; the temporary is removed (where
-    the filesystem allows: on a read-only one there is none to remove) and `path` keeps its old content.
-    """
+    """Call `write(temporary)`, make the bytes durable, then rename the temporary over `path`. A failure (one of
+    `failures`: an OSError, or safetensors' SafetensorError) becomes a WriteError naming the file and the reason;
+    the temporary is removed and `path` keeps its old content."""
     tmp = temporary_path(path)
     try:
         write(tmp)

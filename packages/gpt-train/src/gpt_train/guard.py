@@ -1,12 +1,9 @@
 """A chosen kernel that fails is a failure of that kernel, said in one line, not the end of the program.
 
-The verification harness and the training loop treat an exception from a kernel as that kernel's
-failure, but `SystemExit` is no `Exception`: it would pass both and end the process with the kernel's
-exit status, 0 for `sys.exit(0)`, with nothing checked or trained. `guarded` turns it into a KernelExit,
-an ordinary exception naming the kernel. Ctrl-C (KeyboardInterrupt) is left alone: it is the user's.
-An error while a run computes with chosen kernels becomes a KernelFailure naming them (`kernel_failure`), and so
-does one from a module-path kernel of an opened run, which passed its check at open but meets other inputs after
-(`failures_named`).
+`SystemExit` is no `Exception`: from a kernel it would pass the verification harness and the training loop and
+end the process with the kernel's exit status, 0 for `sys.exit(0)`, with nothing checked or trained. `guarded`
+turns it into a KernelExit naming the kernel (Ctrl-C is left alone: it is the user's). An error while a run
+computes with chosen kernels becomes a KernelFailure naming them (`kernel_failure`, `failures_named`).
 """
 
 from __future__ import annotations
@@ -72,8 +69,8 @@ def exit_origin(exit_: SystemExit) -> str:
 def kernel_failure(
     what: str, error: Exception, kernels: Mapping[str, str], unverified: Iterable[str], kept: str
 ) -> KernelFailure:
-    """The one line for `error` raised during `what` (a step, an evaluation) of a run computing with `kernels`
-    (slot -> name, those in `unverified` marked so); `kept` says where the run can resume from."""
+    """The one line for `error` raised during `what` (a step, an evaluation) of a run computing with `kernels`;
+    `kept` says where the run can resume from."""
     unverified = set(unverified)
     chosen = [f"{slot}={name}" + " (unverified)" * (slot in unverified) for slot, name in kernels.items()]
     return KernelFailure(

@@ -1,11 +1,9 @@
 """Kernel plugins: found through the `gpt_kernels` entry-point group, named on the command line as
 `--kernel SLOT=NAME`, pinned against PyTorch, and turned into a model's `gpt_core.Kernels`.
 
-Loading is gpt_core.plugins' (the one loader of tasks and kernels): a plugin that fails to import or to
-register is a warning naming it, and every other kernel and every task keeps working; two plugins
-registering one SLOT=NAME make that name an error naming both. This registry lives in gpt-train because
-gpt-train is where a run chooses its kernels, records them in config.json and holds PyTorch's references
-to verify them with; a kernel plugin itself needs gpt-core alone.
+Loading is gpt_core.plugins' (the one loader of tasks and kernels). This registry lives in gpt-train because
+gpt-train is where a run chooses its kernels, records them in config.json and holds PyTorch's references to verify
+them with; a kernel plugin itself needs gpt-core alone.
 
 A plugin is a module with a `register_kernels` hook, declared in the entry-point group:
 
@@ -228,29 +226,18 @@ def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
     """The distribution and version of each chosen registered kernel, for config.json's `versions`."""
     found = {}
     for slot, name in choices.items():
-        if ":" in name:  # a module path belongs to no distribution
+        if is_module_path(name):  # a module path belongs to no distribution
             continue
-        with contextlib.suppress(KernelError):  # not installed: build_kernels refuses it, in its own words
+        with contextlib.suppress(KernelError):  # not installed: checked_kernels refuses it, in its own words
             info = default_kernel_registry().info(slot, name)
             found[info.distribution] = info.version
     return found
 
 
-def build_kernels(
-    choices: Mapping[str, str], base: Kernels = DEFAULT_KERNELS, saved: Mapping[str, Path] | None = None
-) -> Kernels:
-    """The kernel table `base` with each chosen slot replaced, each guarded so that a kernel calling sys.exit
-    fails as that kernel; KernelError if one cannot be found. With `saved` (slot -> folder), the choices are a
-    saved run's."""
-    folders = saved or {}
-    found = {slot: resolve_kernel(slot, name, saved is not None, folders.get(slot)) for slot, name in choices.items()}
-    return dataclasses.replace(base, **{slot: guarded(slot, choices[slot], kernel) for slot, kernel in found.items()})
-
-
 def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
     """`kernel`, raising a TypeError from its own call when its output is not a plain dense tensor on its inputs'
-    device: what is compared with PyTorch's output must be one, and a tensor on another device (a learner's
-    `.cuda()`), a sparse one or a tensor subclass would otherwise fail the comparison, not the kernel."""
+    device: a tensor on another device (a learner's `.cuda()`), a sparse one or a subclass would otherwise fail
+    the comparison with PyTorch's output, not the kernel."""
 
     @wraps(kernel)
     def checked_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -297,14 +284,18 @@ def checked_kernels(
     base: Kernels = DEFAULT_KERNELS,
     saved: Mapping[str, Path] | None = None,
 ) -> Kernels:
-    """The kernels a model computes with: the set `base` with each chosen one found and, with `verify` (True:
-    every chosen slot, or a collection of slots), pinned against PyTorch. With `saved` they are a saved run's,
-    opened rather than trained (`build_kernels`).
+    """The kernels a model computes with: the set `base` with each chosen one found, guarded (one calling sys.exit
+    fails as that kernel) and, with `verify` (True: every chosen slot, or a collection of slots), pinned against
+    PyTorch. With `saved` (slot -> folder) they are a saved run's, opened rather than trained.
 
-    Raises KernelError naming the kernel and its first failing case (case, output, difference, index), or
-    the reason it cannot be used with this model; for a slot in `unverified` a failure is only a warning.
+    Raises KernelError naming the kernel and its first failing case, or the reason it cannot be used with this
+    model; for a slot in `unverified` a failure is only a warning.
     """
-    kernels, opened = build_kernels(choices, base, saved), saved is not None
+    opened, folders = saved is not None, saved or {}
+    found = {slot: resolve_kernel(slot, name, opened, folders.get(slot)) for slot, name in choices.items()}
+    kernels = dataclasses.replace(
+        base, **{slot: guarded(slot, choices[slot], kernel) for slot, kernel in found.items()}
+    )
     try:
         kernels.check_dropout(dropout)
     except ValueError as error:

@@ -45,10 +45,9 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
 
 
 def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
-    """How many tokens `gpt-train sample` and the explorer write after a prompt of `n_prompt` tokens: a
-    prompt-answer task's answer to a prompt of that length (sort's: one per digit), within the positions the
-    model has; for text, as many as fill the block. At least one. A prompt-answer prompt longer than the model's
-    positions is a PromptError (text slides past the block instead)."""
+    """How many tokens `gpt-train sample` and the explorer write after a prompt of `n_prompt` tokens (at least one):
+    a prompt-answer task's answer within the model's positions (a longer prompt is a PromptError), or for text as
+    many as fill the block."""
     if not isinstance(vocabulary, PromptAnswerTask):
         return max(1, model.config.block_size + 1 - n_prompt)
     limit = model.config.position_limit
@@ -59,9 +58,8 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
 
 
 def untrained_prompt_note(vocabulary: Vocabulary, ids: Sequence[int]) -> str:
-    """A sentence when the task never trains on a prompt like `ids` ('' otherwise): the model's answer to such a
-    prompt is not what the task taught it, and a learner should know. A task with a `prompt_note(ids)` of its
-    own (modadd: two numbers then '=') says it; a prompt-answer task's prompts are of its `prompt_lengths`."""
+    """A sentence when the task never trains on a prompt like `ids` ('' otherwise): the model's answer to it is not
+    what the task taught, and a learner should know. A task may say so itself (`prompt_note(ids)`)."""
     own = getattr(vocabulary, "prompt_note", None)
     if callable(own):
         return own(list(ids))

@@ -143,12 +143,9 @@ def new_run(
 
 
 def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> RunLock:
-    """Create and lock the directory for a new run of `config`.
-
-    A directory holding run files is refused unless `force`, which removes them (and nothing else) —
-    except one whose run of this same configuration stopped before its first checkpoint: there is
-    nothing in it to keep, so the same command simply starts it again.
-    """
+    """Create and lock the directory for a new run of `config`. A directory holding run files is refused unless
+    `force`, which removes them (and nothing else), or its run of this same configuration stopped before its first
+    checkpoint: there is nothing in it to keep, so the same command simply starts it again."""
     root = layout.root
     if root.exists() and not root.is_dir():
         raise RunDirError(f"--out {root} exists and is not a directory")
@@ -176,8 +173,8 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> Run
 
 
 def _make_snapshots_folder(layout: RunLayout, config: RunConfig) -> None:
-    """snapshots/, made as the run starts when it keeps snapshots (`snapshot_every`), so that a file of that name or
-    a disk too full for a folder stops it before its first step, in one line."""
+    """snapshots/, made as a run that keeps snapshots starts, so that a file of that name or a full disk stops it
+    before its first step, in one line."""
     folder = layout.root / RunLayout.SNAPSHOTS
     if not config.train.snapshot_every:
         return
@@ -309,9 +306,9 @@ class MetricsLog:
         self.path = path
 
     def keep_through(self, step: int) -> None:
-        """Drop the lines past `step` (the checkpoint a run resumes from), so the file reads as if the run
-        had never stopped. An incomplete last line (a process killed mid-write) is dropped with a warning;
-        a damaged line elsewhere is an error, since the file is not one this run wrote."""
+        """Drop the lines past `step`, where a run resumes, so the file reads as if the run had never stopped. An
+        incomplete last line (a process killed mid-write) is dropped with a warning; a damaged line elsewhere is an
+        error, since the file is not one this run wrote."""
         if not self.path.exists():
             return
         try:

@@ -1,9 +1,5 @@
-"""The training settings of a run: one typed, validated object.
-
-A run's settings are TrainSettings' own defaults, then the task's overrides (`Task.defaults().train`, a
-mapping by name), then the user's flags and `--set` values (`gpt_train.config`); every value is checked
-once, here, by the type that owns the field.
-"""
+"""The training settings of a run: TrainSettings' own defaults, then the task's overrides, then the user's flags
+and `--set` values (`gpt_train.config`), every value checked once, here, by the type that owns the field."""
 
 from __future__ import annotations
 
@@ -20,40 +16,28 @@ PRECISIONS: tuple[Dtype, ...] = get_args(Dtype)
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """Optimisation and bookkeeping of a run. The defaults suit a small model on a CPU; a task
-    overrides what it needs by name.
+    """Optimisation and bookkeeping of a run. The defaults suit a small model on a CPU; a task overrides what it
+    needs by name.
 
-    lr rises linearly over `warmup_steps`, then follows `schedule` (cosine decay to `min_lr` at the
-    last step, or constant). With the constant schedule, `cooldown_steps` N > 0 makes the last N steps (every
-    step after the warm-up, in a shorter run) a cool-down: lr falls linearly from `lr` towards `min_lr`, which
-    the step after the last would reach, so the run ends at a small learning rate, settled rather than wherever
-    its last large step left it. `cooldown_trigger` x > 0 ends the run by the trigger instead: at the first
-    evaluation whose primary held-out metric reaches x, lr drops to `min_lr` at once, and the run ends
-    `cooldown_steps` later; an evaluation below x meanwhile (a collapse) puts lr back to `lr` until x is reached
-    again, so the run ends only after `cooldown_steps` at min_lr with every evaluation at or above x. `steps` is
-    then the longest it may train: a run that never reaches x cools over its last N steps as before.
-    `cooldown_steps` 0 turns both off.
-    AdamW's weight decay applies to weight matrices only (the position
-    table too when `decay_position_embedding`). `grad_clip` 0 turns clipping off.
-    `final_eval_limit` None scores the whole held-out split at the end.
+    lr rises linearly over `warmup_steps`, then follows `schedule` (cosine decay to `min_lr` at the last step, or
+    constant). With the constant schedule, `cooldown_steps` N > 0 makes the last N steps a cool-down: lr falls
+    linearly towards `min_lr`, so the run ends settled rather than wherever its last large step left it.
+    `cooldown_trigger` x > 0 ends the run by the trigger instead: at the first evaluation whose primary held-out
+    metric reaches x, lr drops to `min_lr` and the run ends `cooldown_steps` later; an evaluation below x meanwhile
+    (a collapse) puts lr back to `lr` until x is reached again. `steps` is then the longest it may train.
+    AdamW's weight decay applies to weight matrices only (the position table too when `decay_position_embedding`).
+    `grad_clip` 0 turns clipping off. `final_eval_limit` None scores the whole held-out split at the end.
     The run evaluates every `eval_every` steps and, with `early_eval_every` N > 0 smaller than it, also every N
-    steps up to step `early_eval_until`, so that the curve shows a task learnt in its first few hundred steps
-    being learnt (`evaluates_at`); an evaluation never draws from the training's random numbers, so it changes
-    nothing the run trains.
-    `snapshot_every` N > 0 keeps the weights alone at step 0 and every N steps (the run directory's
-    snapshots/), to measure how a mechanism forms after the run; 0 keeps none.
-    `grokfast_lambda` > 0 turns on Grokfast (Lee et al. 2024): each gradient gets `grokfast_lambda` times its
-    exponential moving average (decay `grokfast_alpha`) added before the optimiser step; 0 is plain AdamW.
+    steps up to step `early_eval_until`, so that the curve shows a task learnt in its first few hundred steps being
+    learnt; an evaluation never draws from the training's random numbers, so it changes nothing the run trains.
+    `snapshot_every` N > 0 keeps the weights alone at step 0 and every N steps (snapshots/), to measure how a
+    mechanism forms after the run. `grokfast_lambda` > 0 turns on Grokfast (`gpt_train.grokfast`).
 
-    `dtype` is the precision of the forward pass: fp32, or bf16/fp16 under autocast (mixed precision:
-    the weights, the optimiser and the gradients stay float32; fp16 also scales the loss, and needs
-    CUDA); evaluation is float32 whatever it is. `grad_accum` N splits each step's `batch_size`
-    sequences into N micro-batches of batch_size / N, whose gradients add up to the whole batch's: the
-    same optimisation in less memory, so batch_size must be a multiple of it. `tf32` lets CUDA compute
-    float32 matrix products in TF32 (as nanoGPT does; no effect elsewhere); evaluation never uses it.
-
-    `kernels` names the kernel set the model computes with (`gpt_core.KERNEL_SETS`): "fast", the default,
-    or "reference", each piece as its plain-autograd definition; a run's `--kernel` choices replace slots of it.
+    `dtype` is the precision of the forward pass: fp32, or bf16/fp16 under autocast (`gpt_train.precision`; fp16
+    needs CUDA). `grad_accum` N splits each step's `batch_size` sequences into N micro-batches whose gradients add
+    up to the whole batch's: the same optimisation in less memory. `tf32` lets CUDA compute float32 matrix products
+    in TF32 (as nanoGPT does). Evaluation is full float32 whatever these say. `kernels` names the kernel set the
+    model computes with (`gpt_core.KERNEL_SETS`); a run's `--kernel` choices replace slots of it.
     """
 
     steps: int = 2000
@@ -120,16 +104,13 @@ class TrainSettings:
         )
 
     def last_step(self, triggered: int | None = None) -> int:
-        """Where the run stops: `steps`, or `cooldown_steps` after step `triggered` (where `cooldown_trigger` was
-        reached) when that comes earlier."""
+        """Where the run stops: `steps`, or `cooldown_steps` after step `triggered` when that comes earlier."""
         if triggered is None or not self.cooldown_steps:
             return self.steps
         return min(self.steps, triggered + self.cooldown_steps)
 
     def evaluates_at(self, step: int) -> bool:
-        """Whether the run evaluates after training step `step` (the final evaluation, after the last step, aside):
-        every `eval_every` steps, and every `early_eval_every` steps up to `early_eval_until` when that is more
-        often."""
+        """Whether the run evaluates after training step `step` (the final evaluation aside)."""
         if step >= self.steps:
             return False
         early = 0 < self.early_eval_every < self.eval_every and step <= self.early_eval_until

@@ -39,20 +39,14 @@ TORCH_LABELS = {
 
 
 BF16_TOLERANCE = 2.0**-4
-"""The largest difference accepted in `gpt-train verify --dtype bf16`, relative to the scale of the
-reference (its largest |value|, or 1 if smaller; `gpt_core.verification`), which runs in float64 on the
-same bf16 values.
+"""The largest difference accepted in `gpt-train verify --dtype bf16`, relative to the scale of the reference (its
+largest |value|, or 1), which runs in float64 on the same bf16 values.
 
-bf16 keeps 8 significant bits: values 1 apart are spaced 2^-7 (torch.finfo eps) and rounding moves one
-by up to 2^-8 = 0.0039 of itself. An output rounded once to bf16 is off by up to 2^-8 of the scale
-(Linear, LayerNorm, softmax, cross-entropy: all within 0.0039 over 1,000 fresh input draws). A kernel
-that computes in bf16 rounds more than once: GELU's polynomial (up to 0.017 on gradients), attention's
-scores and probabilities, each rounded before the next product (up to 0.026, 7 roundings' worth).
-2^-4 = 0.0625 is 16 roundings: 2.4x the largest difference seen in those 1,000 draws, so fresh inputs
-do not fail a correct kernel. What it catches is what goes wrong in 16 bits: an overflow (a softmax
-without its max shift gives inf on the logits x 1000 case), a dtype a kernel cannot take, an error
-of several percent. Smaller mistakes in the mathematics, such as GELU's erf form for its tanh form
-(3e-4), are below bf16's resolution: the float64 check is the one that pins the mathematics.
+bf16 keeps 8 significant bits: one rounding moves a value by up to 2^-8 = 0.0039 of itself, and a kernel that
+computes in bf16 rounds several times (attention: up to 0.026 over 1,000 fresh input draws, 7 roundings' worth).
+2^-4 = 0.0625 is 16 roundings, 2.4x the largest difference seen, so fresh inputs do not fail a correct kernel. It
+catches what goes wrong in 16 bits (an overflow, a dtype a kernel cannot take, an error of several percent);
+smaller mistakes in the mathematics are below bf16's resolution: the float64 check pins those.
 """
 
 FP32_TOLERANCE = 1e-4

@@ -1,10 +1,6 @@
-"""The gpt-train command line: run, tasks, kernels, eval, sample, verify, export, inspect, serve, learn.
-
-One module per command group, each defining its commands: `run` trains, `trained` holds eval and sample,
-`listing` the installed tasks and kernels, `verification` verify, `learn` the graded exercises of
-gpt_train.learn; export comes from its own module, inspect and serve from the lab (gpt_train.lab). The group in
-`gpt_train.cli.group` (which also turns every error into one line and an exit status) imports each only when it
-is used, so that `gpt-train --help` answers without importing torch.
+"""The gpt-train command line, one module per command group. The group in `gpt_train.cli.group` (which also turns
+every error into one line and an exit status) imports each command only when it is used, so that `gpt-train --help`
+answers without importing torch.
 """
 
 from gpt_train.cli.formatting import format_value, wrong_count

@@ -1,10 +1,8 @@
 """The command group, and the one place where errors become what a user sees.
 
-Every layer below raises its own domain error (a TrainError subclass, gpt-tasks' TaskError and
-ParamError, or gpt-viz's VizError) and knows nothing of exit codes; the group turns each into
-`gpt-train: error: <one line>` and a non-zero exit, the click way, as a ClickException. A `sys.exit` inside
-a command (a kernel or a plugin calling it) is such an error too, naming where it was called, never a silent
-exit 0.
+Every layer below raises its own domain error and knows nothing of exit codes; the group turns each into
+`gpt-train: error: <one line>` and a non-zero exit. A `sys.exit` inside a command (a kernel or a plugin calling
+it) is such an error too, naming where it was called, never a silent exit 0.
 """
 
 from __future__ import annotations
@@ -138,8 +136,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The `gpt-train` program: the command group, with warnings shown as one line each, on a heap that keeps
-    what a step frees for the next (`gpt_train.heap`)."""
+    """The `gpt-train` program, with warnings shown as one line each, on a heap that keeps what a step frees."""
     try:
         warnings.showwarning = _show_warning
         keep_freed_memory()
