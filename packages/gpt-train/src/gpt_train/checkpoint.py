@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -20,6 +21,8 @@ from safetensors.torch import save_file
 from gpt_core import GPTConfig
 from gpt_train.errors import TrainError
 from gpt_train.files import WriteError, write_atomically
+
+T = TypeVar("T")
 
 
 class CheckpointError(TrainError):
@@ -77,15 +80,23 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
     write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
 
 
-def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _opened(path: Path, read: Callable[[Path], T]) -> T:
+    """What `read` reads from a checkpoint, or a CheckpointError saying it is missing or damaged."""
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
-        with safe_open(str(path), framework="pt") as archive:
-            meta = archive.metadata() or {}
-            tensors = {name: archive.get_tensor(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
-    except (SafetensorError, OSError, ValueError) as error:
+        return read(path)
+    except HEADER_ERRORS as error:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({error})") from None
+
+
+def _tensors_and_metadata(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    with safe_open(str(path), framework="pt") as archive:
+        return {name: archive.get_tensor(name) for name in archive.keys()}, archive.metadata() or {}  # noqa: SIM118
+
+
+def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    tensors, meta = _opened(path, _tensors_and_metadata)
     if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
         raise CheckpointError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
     return tensors, meta
@@ -225,22 +236,13 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
 
 
-def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """A checkpoint's `safetensors_header`, or a CheckpointError saying it is missing or damaged."""
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}")
-    try:
-        return safetensors_header(path)
-    except HEADER_ERRORS as error:
-        raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({error})") from None
-
-
 def check_fits_checkpoint(config: GPTConfig, path: Path) -> None:
     """A run's model settings (config.json) against its checkpoint's header, read without loading a tensor: every
     weight a float, and the sizes that bound the model (its layers, embedding tables) as the checkpoint holds them.
     So a config.json whose model the checkpoint does not hold (a billion-wide embedding) is one line, never built or
     allocated; `load_weights` compares every other shape."""
-    weights = {name.removeprefix("model/"): slot for name, slot in read_header(path).items() if name[:6] == "model/"}
+    header = _opened(path, safetensors_header)
+    weights = {name.removeprefix("model/"): slot for name, slot in header.items() if name[:6] == "model/"}
     for name, (dtype, _) in weights.items():
         if dtype not in WEIGHT_DTYPES:
             raise CheckpointError(f"checkpoint {path}: weight {name} is {dtype}, not a float")

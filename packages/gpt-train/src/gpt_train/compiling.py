@@ -1,10 +1,9 @@
-"""torch.compile for a run: its preconditions, checked before a run writes anything; the compiled model; the
-check of the first compiled step against an eager one; and the compiler's failures in one line.
+"""torch.compile for a run: its preconditions, the check of the first compiled step against an eager one, and the
+compiler's failures in one line.
 
-A compiler can be wrong in a way nobody sees: Inductor on CUDA compiled a hand-written LayerNorm backward
-into gradients off by ~64, and the run trained, exited 0 and reached 0.0001 held-out exact match where the
-eager run reached 0.9999. So a compiled run's first step is also taken eagerly, on the same batch and
-weights, and the two must agree (`check_compiled_step`) before training goes on.
+A compiler can be wrong in a way nobody sees: Inductor on CUDA compiled a hand-written LayerNorm backward into
+gradients off by ~64, and the run exited 0 at 0.0001 held-out exact match where the eager run reached 0.9999. So
+a compiled run's first step is also taken eagerly, and the two must agree before training goes on.
 """
 
 from __future__ import annotations
@@ -23,11 +22,9 @@ from gpt_train.errors import TrainError
 T = TypeVar("T")
 
 COMPILED_STEP_TOLERANCE = {"fp32": 1e-2, "bf16": 5e-2, "fp16": 5e-2}
-"""The relative difference always accepted between the compiled and the eager first step, by the run's dtype:
-for the loss |compiled - eager| / |eager|, for each parameter's gradient ||compiled - eager|| / ||eager||
-(2-norms). Compiled and eager round differently (fused kernels, another summation order; TF32 products on CUDA
-round to 10 bits, bf16 and fp16 to 8 and 11), which leaves float32 runs around 1e-6 apart on a CPU; a wrong
-gradient differs by the order of the gradient itself (1e-1 to 1e+2 relative in the compiled LayerNorm above)."""
+"""The relative difference always accepted between the compiled and the eager first step's loss and each gradient
+(2-norms), by the run's dtype. Compiled and eager round differently (fused kernels, another summation order),
+which leaves float32 runs around 1e-6 apart on a CPU; a wrong gradient differs by the order of the gradient itself."""
 
 ROUNDING_MARGIN = 10.0
 """Where the eager step's own rounding is larger than the tolerance (a model near convergence, whose small

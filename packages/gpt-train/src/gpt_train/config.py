@@ -1,11 +1,9 @@
 """The resolved configuration of a run: the task's defaults with the user's values laid over them.
 
-The user's values (flags such as --steps and every --set KEY=VALUE) are routed to the task's
-parameters, the model (gpt_core.GPTConfig) or the training settings (gpt_train.settings.TrainSettings)
-in one place, `route`, which alone refuses unknown keys; each value is then checked by the type that
-owns its field. A task's own training overrides (`Task.defaults().train`) are checked the same way, and
-an unknown one names the task. Everything a run depends on ends up in a RunConfig and in the run directory's
-config.json, so that `eval`, `sample` and `--resume` rebuild exactly the same task and model.
+The user's values (flags and every --set KEY=VALUE) are routed to the task's parameters, the model or the training
+settings in one place, `route`, which alone refuses unknown keys; each value is then checked by the type that owns
+its field. Everything a run depends on ends up in a RunConfig and in config.json, so that `eval`, `sample` and
+`--resume` rebuild exactly the same task and model.
 """
 
 from __future__ import annotations
@@ -160,11 +158,8 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def route(values: dict[str, Any], task_type: type[Task]) -> Routed:
-    """Send each value to the task, the model or the training settings; the one check for unknown keys.
-
-    A key may be prefixed (`task.length`, `model.n_layer`, `train.lr`) where a name is ambiguous;
-    bare keys are looked up in the task's parameters first, then the model, then training.
-    """
+    """Send each value to the task, the model or the training settings; the one check for unknown keys. A key may
+    be prefixed (`task.length`, `model.n_layer`, `train.lr`); bare keys are looked up in that order."""
     names = {
         "task": set(field_types(task_type.Params)),
         "model": set(field_types(GPTConfig)) - set(TASK_FIXED_MODEL_FIELDS),
@@ -243,8 +238,8 @@ def _check_json_types(data: Any) -> None:
 
 
 def override(instance: T, values: dict[str, Any], what: str) -> T:
-    """`instance` with `values` (strings from the command line or Python values) in place of its fields,
-    each coerced to its declared type and checked by the type's own validation."""
+    """`instance` with `values` (strings or Python values) in place of its fields, each coerced to its declared type
+    and checked by the type's own validation."""
     types = field_types(type(instance))
     try:
         return dataclasses.replace(instance, **{key: coerce(key, value, types[key]) for key, value in values.items()})
@@ -259,13 +254,9 @@ def resolve_run_config(
     unverified: bool = False,
     init_from: Path | None = None,
 ) -> tuple[RunConfig, Task]:
-    """The task's defaults with the user's `values` (flags and --set, keys as `route` reads them) laid over,
-    and the chosen `kernels` (slot -> name; all of them recorded as unverified with `unverified`). With
-    `init_from`, a GPT-2 directory, the model is its shape, and a text task reads its tokenizer.
-
-    Returns the configuration and the task it built (building a task can hash its whole split,
-    so it is built once).
-    """
+    """The task's defaults with the user's `values` (keys as `route` reads them) laid over, and the chosen
+    `kernels`. With `init_from`, a GPT-2 directory, the model is its shape, and a text task reads its tokenizer.
+    Returns the configuration and the task it built (building a task can hash its whole split: it is built once)."""
     routed = route(values, task_class(task_name))
     if init_from is not None:
         routed.task.update(tokenizer_params(init_from, task_class(task_name).Params, routed.task))
@@ -295,8 +286,7 @@ def resolve_run_config(
 
 
 def train_settings(task_name: str, overrides: dict[str, Any]) -> TrainSettings:
-    """TrainSettings with a task's overrides (its `defaults().train`, by name) laid over its own defaults; a name
-    TrainSettings does not have, or a value it refuses, is a ConfigError naming the task."""
+    """TrainSettings with a task's `defaults().train` laid over; a refused one is a ConfigError naming the task."""
     try:
         return build_params(TrainSettings, overrides, what="training setting")
     except ParamError as error:

@@ -11,12 +11,9 @@ import torch.distributed as dist
 
 from gpt_train.errors import TrainError
 
-LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-"""What torchrun sets for each process, read by `Rank.from_env`."""
-RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
-"""Where the processes of a distributed run meet (torchrun sets them too); init_process_group needs both."""
-LARGEST = 2**31 - 1
-"""The largest rank or world size PyTorch's process group takes (a C int)."""
+LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what torchrun sets for each process
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # where the processes meet; init_process_group needs both
+LARGEST = 2**31 - 1  # the largest rank or world size PyTorch's process group takes (a C int)
 
 
 class DistributedError(TrainError):
@@ -47,15 +44,12 @@ class Rank:
         for name, value in given.items():
             least = 1 if name == "WORLD_SIZE" else 0
             if not re.fullmatch(r"\s*[0-9]+\s*", value) or int(value) < least:
-                raise DistributedError(
-                    f"{name}={value!r} is not what torchrun sets (a whole number, {least} or more): start with "
-                    f"torchrun, or unset {name}"
-                )
-            if int(value) > LARGEST:
-                raise DistributedError(
-                    f"{name}={value!r} is past what torchrun sets (at most {LARGEST:,}): start with torchrun, or "
-                    f"unset {name}"
-                )
+                problem = f"not what torchrun sets (a whole number, {least} or more)"
+            elif int(value) > LARGEST:
+                problem = f"past what torchrun sets (at most {LARGEST:,})"
+            else:
+                continue
+            raise DistributedError(f"{name}={value!r} is {problem}: start with torchrun, or unset {name}")
         rank, world_size = int(given.get("RANK", "0")), int(given.get("WORLD_SIZE", "1"))
         if "RANK" not in given or world_size <= 1:
             return cls()

@@ -19,8 +19,7 @@ from gpt_train.errors import TrainError
 
 
 class WriteError(TrainError):
-    """A run file that could not be written (a full disk, a read-only directory); the previous one is kept.
-    `reason` is the operating system's word for why (empty when the message is all there is)."""
+    """A run file that could not be written (a full disk); the previous one is kept. `reason`: the system's why."""
 
     def __init__(self, message: str, reason: str = ""):
         super().__init__(message)
@@ -33,8 +32,7 @@ def temporary_path(path: Path) -> Path:
 
 
 LIBRARY_TEMPORARY = re.compile(r"\.tmp[A-Za-z0-9]{6}")
-"""The temporary safetensors writes a file through, beside it, before renaming it into place (Rust's `tempfile`:
-`.tmp` and six letters or digits); a process killed mid-write leaves it, as large as the file."""
+"""The temporary safetensors writes a file through (Rust's `tempfile`), left as large as the file by a kill."""
 
 
 def stale_temporaries(*directories: Path) -> list[Path]:

@@ -23,34 +23,32 @@ class KernelFailure(TrainError):
     """A run with chosen kernels failed while its model computed: where, with which kernels, and the error."""
 
 
-def guarded(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """`kernel`, computing the same, with a SystemExit it raises turned into a KernelExit naming it."""
+def _rewrapped(kernel: Callable[..., Any], caught: type[BaseException], failure: Callable[[Any], TrainError]):
+    """`kernel`, computing the same, with what it raises of `caught` (gpt-train's own errors aside) as `failure`."""
 
     @functools.wraps(kernel)
-    def guarded_kernel(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return kernel(*args, **kwargs)
-        except SystemExit as exit_:
-            raise KernelExit(f"kernel {slot}={name} called sys.exit({exit_.code!r})") from None
-
-    return guarded_kernel
-
-
-def failures_named(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """`kernel`, computing the same, with an exception it raises turned into a KernelFailure naming it."""
-
-    @functools.wraps(kernel)
-    def named_kernel(*args: Any, **kwargs: Any) -> Any:
+    def wrapped_kernel(*args: Any, **kwargs: Any) -> Any:
         try:
             return kernel(*args, **kwargs)
         except TrainError:
             raise
-        except Exception as error:
-            raise KernelFailure(
-                f"kernel {slot}={name} failed: {type(error).__name__}: {' '.join(str(error).split())}"
-            ) from None
+        except caught as error:
+            raise failure(error) from None
 
-    return named_kernel
+    return wrapped_kernel
+
+
+def guarded(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, with a SystemExit it raises turned into a KernelExit naming it."""
+    return _rewrapped(
+        kernel, SystemExit, lambda exit_: KernelExit(f"kernel {slot}={name} called sys.exit({exit_.code!r})")
+    )
+
+
+def failures_named(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """`kernel`, with an exception it raises turned into a KernelFailure naming it."""
+    said = lambda error: f"kernel {slot}={name} failed: {type(error).__name__}: {' '.join(str(error).split())}"
+    return _rewrapped(kernel, Exception, lambda error: KernelFailure(said(error)))
 
 
 def exit_origin(exit_: SystemExit) -> str:

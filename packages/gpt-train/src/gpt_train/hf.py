@@ -86,9 +86,8 @@ def _check_types(hf: dict[str, Any]) -> None:
 
 
 def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
-    """config.json's model against model.safetensors' header: every weight of a GPT-2 dtype, then the
-    layers, the embedding tables (vocab_size, n_positions, n_embd) and every other shape as the file holds
-    them, so that no model larger than the file is ever built, not even on the meta device."""
+    """config.json's model against model.safetensors' header: every weight's dtype, the layers, the embedding tables
+    and every other shape, so that no model larger than the file is ever built, not even on the meta device."""
     path = _weights_path(directory)
     try:
         raw = safetensors_header(path)
@@ -210,8 +209,8 @@ class Pretrained:
 
 # --init-from ---------------------------------------------------------------------------------------
 def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) -> dict[str, Any]:
-    """For a task that reads a tokenizer file (text), the parameters that make it use the directory's
-    tokenizer.json, the one the model was trained with; nothing for a task with its own vocabulary."""
+    """For a task that reads a tokenizer file (text), the parameters that make it use the directory's tokenizer.json,
+    the one the model was trained with."""
     read_config(directory)  # a directory that is no GPT-2 is named as such before its tokenizer is looked for
     if "tokenizer_file" not in field_types(params_type):
         return {}
@@ -224,9 +223,8 @@ def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) 
 
 
 def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, given: dict[str, Any]) -> GPTConfig:
-    """The model of a run initialised from `directory`: its GPT-2 shape, trained on windows of `block_size`
-    (its position table keeps all of GPT-2's positions). Only dropout may be set (`given`): the rest
-    would not fit the weights."""
+    """The model of a run initialised from `directory`: its GPT-2 shape, trained on windows of `block_size` (its
+    position table keeps all of GPT-2's). Only dropout may be set (`given`): the rest would not fit the weights."""
     refused = sorted(set(given) - {"dropout"})
     if refused:
         raise HFError(f"--init-from {directory} fixes the model; drop --set {', '.join(refused)}")
@@ -241,12 +239,10 @@ def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, g
 
 # writing ---------------------------------------------------------------------------------------
 def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
-    """Write `model` as a Hugging Face GPT-2 directory `out` (new or empty): config.json and
-    model.safetensors, and the tokenizer's files when there is one. Returns the files written.
-
-    A new `out` is written as a hidden temporary directory beside it, renamed into place when every file
-    is; into an empty `out`, what was written is removed on failure. Either way a failed export (a full
-    disk, a read-only folder) leaves nothing behind, and the same command can be run again."""
+    """Write `model` as a Hugging Face GPT-2 directory `out` (new or empty), with the tokenizer's files when there
+    is one; returns the files written. A new `out` is written as a hidden temporary directory renamed into place
+    when complete; into an empty `out`, what was written is removed on failure. Either way a failed export (a full
+    disk) leaves nothing behind, and the same command can be run again."""
     try:
         config = hf_config(model.config)
         tensors = hf_state_dict(model)

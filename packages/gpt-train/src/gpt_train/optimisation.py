@@ -113,10 +113,8 @@ def fused_adamw_runs_on(device: torch.device) -> bool:
 
 
 def make_optimizer(model: GPT, s: TrainSettings) -> Optimizer:
-    """AdamW with weight decay on weight matrices only: not on norms and biases (vectors), and not on
-    the position table unless asked, since shrinking it towards zero erases position information.
-    One fused kernel for every parameter, ~4x faster than the per-tensor loop on CPU, where the device
-    has it; else torch.optim's loop."""
+    """AdamW with weight decay on weight matrices only: not on norms and biases, and not on the position table
+    unless asked, since shrinking it erases position information. Fused (~4x faster on CPU) where the device has it."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         is_position_table = name.startswith("wpe.")

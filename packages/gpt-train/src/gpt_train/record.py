@@ -43,9 +43,8 @@ class Record:
             save_checkpoint(self.layout.checkpoint, state())
 
     def snapshot(self, step: int, weights: dict[str, torch.Tensor]) -> None:
-        """The weights at `step`, kept beside the checkpoints. A snapshot is optional: one that cannot be written
-        (a full disk) is a warning, and the run goes on, keeping those written and no more, to its checkpoints
-        (which stop it, in one line, if they cannot be written either)."""
+        """The weights at `step`. A snapshot is optional: one that cannot be written (a full disk) is a warning, and
+        the run goes on without more, to its checkpoints (which stop it if they cannot be written either)."""
         if not (self.active and self.snapshots_kept):
             return
         path = self.layout.snapshot(step)

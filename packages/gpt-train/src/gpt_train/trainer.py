@@ -1,12 +1,8 @@
 """The training loop: draw a batch, take a step, now and then evaluate and checkpoint.
 
-Around it, each concern is a named part in its own module: the learning-rate schedule and the
-optimiser (`optimisation`), the stop request on Ctrl-C (`signals`), the record of a run in its
-directory, written by rank 0 only (`record`), and the progress bar (`progress`). `train(run)` is the
-whole of a training process: it joins the process group under torchrun, runs the loop, draws the
-pictures and returns how the run ended, which the CLI alone turns into a message and an exit status.
-A chosen kernel that fails mid-training (raises, exits, or returns what the model cannot use) stops
-the run with a KernelFailure naming it and the step, before anything of that step is written.
+Around it, each concern is a named part in its own module (`optimisation`, `signals`, `record`, `progress`).
+`train(run)` is the whole of a training process: it joins the process group under torchrun, runs the loop, draws
+the pictures and returns how the run ended, which the CLI alone turns into a message and an exit status.
 """
 
 from __future__ import annotations
@@ -56,8 +52,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a run ended. `final` holds the final metrics of a finished run; `detail` says what happened
-    to one that stopped early."""
+    """How a run ended: the final metrics of a finished run, or what happened to one that stopped early."""
 
     reason: Literal["finished", "interrupted", "diverged"]
     step: int
@@ -150,7 +145,7 @@ class Trainer:
         rng = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        model = {name: p for name, p in self.model.named_parameters()}
+        model = dict(self.model.named_parameters())
         grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
         optimizer, precision = self.optimizer.state_dict(), self.precision.state_dict()
         return TrainingState(
@@ -176,13 +171,10 @@ class Trainer:
             module = compiled(module)
         return module
 
-    def _batch_seed(self, step: int) -> int:
-        """Each (seed, rank, step) draws its own batch: ranks see different data, and a resumed run
-        draws exactly the batches the uninterrupted one would have, with no generator state to save."""
-        return ((self.settings.seed * 1_000_003 + self.rank.rank) * 1_000_000_007 + step) % 2**63
-
     def draw_batch(self, step: int):
-        self.data_rng.manual_seed(self._batch_seed(step))
+        """Each (seed, rank, step) draws its own batch: ranks see different data, and a resumed run draws exactly
+        the batches the uninterrupted one would have, with no generator state to save."""
+        self.data_rng.manual_seed(((self.settings.seed * 1_000_003 + self.rank.rank) * 1_000_000_007 + step) % 2**63)
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:
@@ -349,10 +341,8 @@ class Trainer:
         return self._finish(loss, elapsed)
 
     def _follow_cooldown_trigger(self, metrics: dict[str, float], progress: Progress) -> None:
-        """The first evaluation whose primary held-out metric reaches `cooldown_trigger` drops lr to min_lr, and
-        the run now ends `cooldown_steps` later; an evaluation below it meanwhile (a collapse) puts lr back to the
-        full rate until the metric reaches the trigger again. Only rank 0 evaluates: under torchrun every rank
-        takes its verdict, so that all of them change the learning rate and stop at the same step."""
+        """The first evaluation reaching `cooldown_trigger` starts the cool-down, one below it ends it
+        (`TrainSettings`). Only rank 0 evaluates: every rank takes its verdict, so all of them stop at the same step."""
         trigger = self.settings.cooldown_trigger
         if trigger <= 0:
             return

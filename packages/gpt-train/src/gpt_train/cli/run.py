@@ -207,8 +207,8 @@ def _exit_for(outcome: Outcome, run_dir: Path) -> None:
 
 
 def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
-    """The end-of-run line. A higher-is-better primary score that is a whole number of examples (the
-    built-in exact match and accuracy) also says how many were wrong, so 7 errors never read as none."""
+    """The end-of-run line; a per-example score (exact match, accuracy) says how many were wrong, so 7 errors never
+    read as none."""
     primary = config.primary_metric
     parsed = parse_metric_key(primary)
     examples = final.get(metric_key(parsed.split, EXAMPLES)) if parsed else None
@@ -226,8 +226,7 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
 
 def held_out_course(config: RunConfig, run_dir: Path) -> str:
     """For a run that scores its train split too (grokking): since when the held-out score has stayed at or above
-    0.99, and whether it fell below it again after first reaching it (the slingshot's collapses), from the run's
-    evaluations; "" for any other run."""
+    0.99, and whether it fell below it after first reaching it (the slingshot's collapses); "" for any other run."""
     if TRAIN not in config.eval_splits or not config.higher_is_better:
         return ""
     try:

@@ -68,14 +68,9 @@ def verify(
     cached decoding against the full forward); a failure says which case and output differ, by how
     much and where.
 
-    With --dtype bf16, the kernels run on bf16 inputs, as under autocast, and the tolerance is bf16's:
-    2^-4 of the reference's scale, 16 roundings to bf16's 8 significant bits.
-
-    With --device, everything runs on that device (float64 there; float32 on mps, which has no float64,
-    with float32's tolerance), plus a whole GPT's logits, loss and gradients there against the same
-    weights on the CPU. With --compile, each kernel a training step calls and a whole GPT's training
-    step are also run through torch.compile and compared with the eager call (float32, tolerance 1e-4 of
-    the eager scale). Run it first on a new GPU, or after upgrading PyTorch.
+    With --dtype bf16, the kernels run on bf16 inputs, as under autocast, at bf16's tolerance. With --device,
+    everything runs there (float32 on mps, which has no float64, at float32's tolerance); --compile's comparison
+    is held to 1e-4 of the eager scale. Run it first on a new GPU, or after upgrading PyTorch.
 
     \b
     Examples:
@@ -130,7 +125,6 @@ def verify(
 
 
 def _check_compiled(kernels, device, seed: int | None, what: str) -> None:
-    """torch.compile against eager on `device`: the table, then the verdict."""
     from gpt_core import format_report
     from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
 
