@@ -52,8 +52,7 @@ kv_cache() {  # kv_cache SECONDS ARGS...: benchmarks/kv_cache.py on $DEVICE for 
   step "verify reference" $PYTHON -m gpt_train verify --device $DEVICE --compile --kernels reference --seed 0
   step "verify triton" $PYTHON -m gpt_train verify --device $DEVICE --kernels triton --seed 0
   step "triton tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-core/tests/test_triton_set.py \
-    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py \
-    packages/gpt-core/tests/test_triton_static_decoding.py
+    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py
   step "accelerator tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-train/tests/test_accelerators.py \
     packages/gpt-core/tests/test_compile.py packages/gpt-core/tests/test_kv_cache_and_generate.py \
     packages/gpt-core/tests/test_static_decoding.py -k "cuda or accelerator"
