@@ -1,4 +1,5 @@
-"""The transcripts of docs/learn.md, made by the tests that run them (a uniquely named module, as train_helpers is).
+"""The transcripts of docs/learn.md, made by the tests that run them, and the learner's folder the learn tests write
+(a uniquely named module, as train_helpers is).
 
 A `Session` is a learner's terminal: each command goes through `gpt-train learn` in process, from the folder that
 holds `my-gpt`, and what it printed is kept with the prose and code between the commands. `update_page` puts the
@@ -12,12 +13,52 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from gpt_train.cli.learn import learn
+from gpt_train.learn.grader import Verdict, check_file
+from gpt_train.learn.steps import BY_NAME
+
+SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
+IMPORTED = {"block": ("multi_head_attention",), "model": ("multi_head_attention", "block")}
+"""The earlier steps' files a step's file imports."""
+
+
+def write(folder: Path, step: str, source: str) -> Path:
+    """`source` as the learner's file for `step` in `folder`, beside the answers of the steps it imports."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for imported in IMPORTED.get(step, ()):
+        shutil.copy(SOLUTIONS / f"{imported}.py", folder)
+    path = folder / f"{step}.py"
+    path.write_text(source)
+    return path
+
+
+def answer(step: str, *replacements: tuple[str, str]) -> str:
+    """The step's answer with each (old, new) replacement made, `old` found there once."""
+    source = (SOLUTIONS / f"{step}.py").read_text()
+    for old, new in replacements:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+def checked(folder: Path, step: str, *replacements: tuple[str, str]) -> Verdict:
+    """The check's verdict on the step's answer with the replacements made, as the learner's file in `folder`."""
+    return check_file(BY_NAME[step], write(folder, step, answer(step, *replacements)))
+
+
+def solved(folder: Path, *steps: str) -> Path:
+    """`folder` holding the answer of each step."""
+    for step in steps:
+        write(folder, step, answer(step))
+    return folder
+
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "learn.md"
 WRITE = "GPT_TRAIN_WRITE_DOCS"

@@ -7,12 +7,10 @@ comparison picture."""
 from __future__ import annotations
 
 import copy
-import shutil
-from importlib.resources import files
-from pathlib import Path
 
 import pytest
 import torch
+from learn_transcript import answer, checked, solved, write
 
 import gpt_core
 from gpt_train.distributed import Rank
@@ -23,23 +21,6 @@ from gpt_train.learn.training_step_check import gpt_train_step
 from gpt_train.optimisation import make_optimizer
 from gpt_train.runs import new_run
 from gpt_train.trainer import Trainer
-
-SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
-
-
-def _write(folder: Path, step: str, source: str) -> Path:
-    path = folder / BY_NAME[step].file_name
-    path.write_text(source)
-    return path
-
-
-def _solution(step: str, *replacements: tuple[str, str]) -> str:
-    source = (SOLUTIONS / BY_NAME[step].file_name).read_text()
-    for old, new in replacements:
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    return source
-
 
 DECAY_RULE = 'return param.dim() >= 2 and not name.startswith("wpe.")'
 CLIP_THEN_STEP = (
@@ -95,7 +76,7 @@ LEARNER_MISTAKES = {
 @pytest.mark.parametrize("what", list(LEARNER_MISTAKES))
 def test_each_classic_mistake_written_as_a_learner_writes_it_is_named(tmp_path, what):
     step, replacements, said = LEARNER_MISTAKES[what]
-    verdict = check_file(BY_NAME[step], _write(tmp_path, step, _solution(step, *replacements)))
+    verdict = checked(tmp_path, step, *replacements)
     assert not verdict.passed
     assert verdict.message.splitlines()[0].startswith(said), verdict.message
     second = verdict.message.splitlines()[1]  # where it first differs, or the exception it raises as the mistake does
@@ -140,14 +121,12 @@ REFUSED = {
 @pytest.mark.parametrize("what", list(REFUSED))
 def test_the_built_ins_a_step_replaces_are_refused(tmp_path, what):
     step, replacements, said = REFUSED[what]
-    verdict = check_file(BY_NAME[step], _write(tmp_path, step, _solution(step, *replacements)))
-    assert not verdict.passed
-    assert verdict.message.startswith(said), verdict.message
+    assert checked(tmp_path, step, *replacements).message.startswith(said)  # a refusal, never a pass
 
 
 def test_generation_with_use_cache_that_reads_the_whole_sequence_again_is_refused(tmp_path):
-    source = _solution("generation", ("forward(model, token[:, None], cache) if use_cache else ", ""))
-    verdict = check_file(BY_NAME["generation"], _write(tmp_path, "generation", source))
+    source = answer("generation", ("forward(model, token[:, None], cache) if use_cache else ", ""))
+    verdict = check_file(BY_NAME["generation"], write(tmp_path, "generation", source))
     assert verdict.message == (
         "generation: with use_cache=True your generate puts the whole sequence through the model again at every "
         "step: keep each block's keys and values, and feed only the new token"
@@ -155,21 +134,21 @@ def test_generation_with_use_cache_that_reads_the_whole_sequence_again_is_refuse
 
 
 def test_a_step_that_moves_no_parameter_is_one_line(tmp_path):
-    source = _solution(
+    source = answer(
         "training_step",
         ("            param.mul_(1.0 - lr * settings.weight_decay)\n", "            pass\n"),
         ("        param.sub_(lr * (m / (1.0 - settings.beta1**t)) / denominator)",
          "        param = param - lr * (m / (1.0 - settings.beta1**t)) / denominator"),
     )  # fmt: skip
-    verdict = check_file(BY_NAME["training_step"], _write(tmp_path, "training_step", source))
+    verdict = check_file(BY_NAME["training_step"], write(tmp_path, "training_step", source))
     assert verdict.message.startswith("training_step: your training_step leaves every parameter as it was")
 
 
 def test_an_unwritten_helper_is_named_at_its_raise(tmp_path):
-    source = _solution("training_step", ('    """Weight decay on the weight matrices alone: not biases, not norms, not '
+    source = answer("training_step", ('    """Weight decay on the weight matrices alone: not biases, not norms, not '
                                          'the position table."""\n    ' + DECAY_RULE,
                                          '    """."""\n    raise NotImplementedError'))  # fmt: skip
-    path = _write(tmp_path, "training_step", source)
+    path = write(tmp_path, "training_step", source)
     line = source.splitlines().index("    raise NotImplementedError") + 1
     verdict = check_file(BY_NAME["training_step"], path)
     assert verdict.message == (
@@ -199,7 +178,7 @@ def test_the_check_s_step_is_the_step_a_gpt_train_run_takes(tmp_path):
 
 
 def test_the_learners_gpt_computes_on_the_run_s_own_parameters(tmp_path):
-    shutil.copy(SOLUTIONS / "model.py", tmp_path / "model.py")
+    solved(tmp_path, "model")
     torch.manual_seed(0)
     model = gpt_core.GPT(gpt_core.GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
     theirs = LearnersGPT(model, learners_model_class(tmp_path / "model.py"))
@@ -216,7 +195,7 @@ def test_the_learners_gpt_computes_on_the_run_s_own_parameters(tmp_path):
 def test_learn_train_s_trainer_runs_the_learners_gpt_says_each_evaluation_and_draws_the_comparison(tmp_path):
     """A short run of sort (40 steps) on the learner's GPT, counted: every training step and evaluation goes
     through it; a line at each evaluation; the picture of both runs' losses."""
-    shutil.copy(SOLUTIONS / "model.py", tmp_path / "model.py")
+    solved(tmp_path, "model")
     model_class = learners_model_class(tmp_path / "model.py")
     calls = []
     counted = type("Counted", (model_class,), {"forward": lambda self, *a: calls.append(1) or model_class.forward(

@@ -7,22 +7,17 @@ named, written as a learner writes them."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
+from learn_transcript import write
 
 from gpt_train.cli.learn import learn
 from gpt_train.learn.grader import check_file, grade
+from gpt_train.learn.solutions.layer_norm_backward import LayerNorm as LayerNormByHand
 from gpt_train.learn.steps import BY_NAME
-
-
-def _write(folder: Path, step: str, source: str) -> Path:
-    path = folder / BY_NAME[step].file_name
-    path.write_text(source)
-    return path
 
 
 def _end_aligned(q, k, causal):
@@ -51,24 +46,13 @@ def _attention_formula(q, k, v, causal):
     return e / e.sum(-1, keepdim=True) @ v
 
 
-class _LayerNormBuiltinForward(torch.autograd.Function):
-    """F.layer_norm in the forward, a right hand-written backward."""
+class _LayerNormBuiltinForward(LayerNormByHand):
+    """F.layer_norm in the forward, the answer's hand-written backward."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        rstd = ((x - x.mean(-1, keepdim=True)).square().mean(-1, keepdim=True) + eps).rsqrt()
-        xhat = (x - x.mean(-1, keepdim=True)) * rstd
-        ctx.save_for_backward(xhat, rstd, weight)
-        ctx.has_bias = bias is not None
+        LayerNormByHand.forward(ctx, x, weight, bias, eps)  # saves what the backward needs
         return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
-
-    @staticmethod
-    def backward(ctx, dy):
-        xhat, rstd, weight = ctx.saved_tensors
-        g = dy * weight
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-        rows = (-1, dy.shape[-1])
-        return dx, (dy * xhat).reshape(rows).sum(0), dy.reshape(rows).sum(0) if ctx.has_bias else None, None
 
 
 class _AttentionBuiltinForward(torch.autograd.Function):
@@ -118,7 +102,7 @@ def test_a_call_to_the_builtin_a_step_is_graded_against_fails_it_in_every_step(s
 
 def test_flash_attention_calling_the_fused_builtin_is_reported_not_passed_by_the_tile_guard(tmp_path):
     """PyTorch's fused kernel makes its (T, T) scores where the tile guard cannot see them: through the CLI."""
-    _write(
+    write(
         tmp_path,
         "flash_attention",
         "import torch.nn.functional as F\n\n\ndef attention(q, k, v, causal):\n"
@@ -156,7 +140,7 @@ def test_the_builtin_is_reported_under_any_alias(alias):
     assert verdict.message.startswith(f"softmax: your softmax calls {name}, the built-in it is graded against")
 
 
-def test_attention_calling_torch_softmax_is_reported_as_a_builtin_the_course_has_you_write():
+def test_attention_calling_torch_softmax_is_reported_as_a_builtin_the_course_has_youwrite():
     def attention(q, k, v, causal):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         mask = _end_aligned(q, k, causal)
@@ -181,13 +165,13 @@ SHIPPED = {
 @pytest.mark.parametrize("what", list(SHIPPED))
 def test_gpt_cores_kernels_and_the_shipped_solutions_called_from_the_learners_file_are_reported(tmp_path, what):
     source, said = SHIPPED[what]
-    verdict = check_file(BY_NAME["softmax"], _write(tmp_path, "softmax", source))
+    verdict = check_file(BY_NAME["softmax"], write(tmp_path, "softmax", source))
     assert not verdict.passed
     assert verdict.message == f"softmax: your softmax calls {said}; write it yourself in your file"
 
 
 def test_the_shipped_flash_solution_imported_is_reported(tmp_path):
-    path = _write(tmp_path, "flash_attention", "from gpt_train.learn.solutions.flash_attention import attention\n")
+    path = write(tmp_path, "flash_attention", "from gpt_train.learn.solutions.flash_attention import attention\n")
     verdict = check_file(BY_NAME["flash_attention"], path)
     assert verdict.message == ("flash_attention: your attention calls gpt_train.learn.solutions.flash_attention."
                                "attention, the shipped solution; write it yourself in your file")  # fmt: skip
@@ -280,14 +264,14 @@ def attention(q, k, v, causal):
 
 @pytest.mark.parametrize("step", ["attention_backward", "flash_attention"])
 def test_a_function_around_the_builtin_whose_backward_asks_autograd_is_refused(tmp_path, step):
-    verdict = check_file(BY_NAME[step], _write(tmp_path, step, R11))
+    verdict = check_file(BY_NAME[step], write(tmp_path, step, R11))
     assert verdict.message.startswith(f"{step}: your attention calls F.scaled_dot_product_attention, ")
 
 
 def test_a_file_that_replaces_part_of_the_grader_fails(tmp_path):
     source = ("import gpt_train.learn.grader as g\ng.first_failure = lambda rows, tolerance=None: None\n\n\n"
               "def softmax(x):\n    return x * 0 + 1\n")  # fmt: skip
-    path = _write(tmp_path, "softmax", source)
+    path = write(tmp_path, "softmax", source)
     verdict = check_file(BY_NAME["softmax"], path)
     assert verdict == type(verdict)(False, f"{path}: it replaced gpt_train.learn.grader.first_failure, a part of "
                                            "the check: leave the grader alone")  # fmt: skip
@@ -300,7 +284,7 @@ def test_a_cross_entropy_without_the_max_shift_fails_on_large_logits_and_is_name
         "    logits, targets = logits[scored], targets[scored]\n"
         "    return (logits.exp().sum(-1).log() - logits.gather(-1, targets[:, None])[:, 0]).mean()\n"
     )
-    verdict = check_file(BY_NAME["cross_entropy"], _write(tmp_path, "cross_entropy", source))
+    verdict = check_file(BY_NAME["cross_entropy"], write(tmp_path, "cross_entropy", source))
     lines = verdict.message.splitlines()
     assert lines[0].startswith("cross_entropy: no max shift: log(sum(exp(logits))) overflows on large logits")
     assert lines[1].startswith("  first difference: cross_entropy, ignore_index, logits x 1000: output [] is inf")
@@ -345,20 +329,10 @@ def test_dtype_shape_none_and_a_detached_output_are_each_named_before_the_values
     assert verdict.message.startswith(said) and len(verdict.message.splitlines()) == 1, verdict.message
 
 
-class _LayerNormNoWeightGradient(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        rstd = ((x - x.mean(-1, keepdim=True)).square().mean(-1, keepdim=True) + eps).rsqrt()
-        xhat = (x - x.mean(-1, keepdim=True)) * rstd
-        ctx.save_for_backward(xhat, rstd, weight)
-        return xhat * weight + (bias if bias is not None else 0.0)
-
+class _LayerNormNoWeightGradient(LayerNormByHand):
     @staticmethod
     def backward(ctx, dy):
-        xhat, rstd, weight = ctx.saved_tensors
-        g = dy * weight
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-        return dx, None, None, None
+        return LayerNormByHand.backward(ctx, dy)[0], None, None, None
 
 
 def test_a_hand_written_backward_returning_none_for_a_gradient_is_named():
@@ -466,11 +440,11 @@ def gelu(x):
 @pytest.mark.parametrize("form", list(FORMS))
 def test_a_common_wrong_form_written_as_a_learner_writes_it_is_named(tmp_path, form):
     step, source, said = FORMS[form]
-    verdict = check_file(BY_NAME[step], _write(tmp_path, step, source))
+    verdict = check_file(BY_NAME[step], write(tmp_path, step, source))
     assert not verdict.passed
     assert verdict.message.splitlines()[0].startswith(said), verdict.message
 
 
 def test_the_learner_style_attention_backward_passes(tmp_path):
-    verdict = check_file(BY_NAME["attention_backward"], _write(tmp_path, "attention_backward", ATTENTION_BACKWARD))
+    verdict = check_file(BY_NAME["attention_backward"], write(tmp_path, "attention_backward", ATTENTION_BACKWARD))
     assert verdict.passed, verdict.message

@@ -4,15 +4,15 @@ refused; and the steps' answers together are a minimal GPT equal to `gpt_core.GP
 
 from __future__ import annotations
 
-from importlib.resources import files
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from learn_transcript import SOLUTIONS, answer, checked, write
 
 import gpt_core
 from gpt_train.learn.grader import check_file
+from gpt_train.learn.loading import solution
 from gpt_train.learn.solutions import (
     attention,
     attention_backward,
@@ -21,11 +21,8 @@ from gpt_train.learn.solutions import (
     gelu,
     layer_norm,
     layer_norm_backward,
-    model,
 )
 from gpt_train.learn.steps import BY_NAME
-
-SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
 
 KERNEL_SETS = {
     "the forward steps' kernels": SimpleNamespace(attention=attention.attention, layer_norm=layer_norm.layer_norm,
@@ -46,7 +43,7 @@ def test_the_solutions_together_are_gpt_core_s_gpt_to_1e_12(kernels):
     with torch.no_grad():  # off GPT-2's init (norms at 1, biases at 0), so that every parameter shows
         for param in theirs.parameters():
             param.add_(torch.randn_like(param) * 0.2)
-    ours = model.GPT(13, 16, 3, 2, 16, KERNEL_SETS[kernels]).double()
+    ours = solution("model").GPT(13, 16, 3, 2, 16, KERNEL_SETS[kernels]).double()
     ours.load_state_dict(theirs.state_dict())  # the same names: gpt-core's weights load as they are
     assert ours.lm_head.weight is ours.wte.weight
     idx, targets = torch.randint(13, (2, 16)), torch.randint(13, (2, 16))
@@ -65,18 +62,6 @@ def test_the_minimal_gpt_is_short_and_has_no_hooks_cache_or_switches():
     source = (SOLUTIONS / "model.py").read_text()
     assert len(source.splitlines()) <= 100
     assert not any(word in source for word in ("hook", "cache", "ablation", "residual:", "if self."))
-
-
-def _write(folder: Path, step: str, source: str) -> Path:
-    path = folder / BY_NAME[step].file_name
-    path.write_text(source)
-    return path
-
-
-def _solution(step: str, old: str, new: str) -> str:
-    source = (SOLUTIONS / BY_NAME[step].file_name).read_text()
-    assert source.count(old) >= 1, old
-    return source.replace(old, new)
 
 
 LEARNER_MISTAKES = {
@@ -120,7 +105,7 @@ LEARNER_MISTAKES = {
 @pytest.mark.parametrize("what", list(LEARNER_MISTAKES))
 def test_each_model_steps_classic_mistake_written_as_a_learner_writes_it_is_named(tmp_path, what):
     step, (old, new), said = LEARNER_MISTAKES[what]
-    verdict = check_file(BY_NAME[step], _write(tmp_path, step, _solution(step, old, new)))
+    verdict = checked(tmp_path, step, (old, new))
     assert not verdict.passed
     assert verdict.message.splitlines()[0].startswith(said), verdict.message
 
@@ -146,16 +131,14 @@ REFUSED = {
 @pytest.mark.parametrize("what", list(REFUSED))
 def test_pytorchs_and_gpt_cores_modules_inside_a_model_step_are_refused(tmp_path, what):
     step, (old, new), said = REFUSED[what]
-    verdict = check_file(BY_NAME[step], _write(tmp_path, step, _solution(step, old, new)))
-    assert not verdict.passed
-    assert verdict.message.startswith(said), verdict.message
+    assert checked(tmp_path, step, (old, new)).message.startswith(said)  # a refusal, never a pass
 
 
 def test_parameters_named_otherwise_than_gpt_core_s_are_one_line(tmp_path):
-    source = _solution("multi_head_attention", "self.proj = nn.Linear", "self.out = nn.Linear").replace(
+    source = answer("multi_head_attention", ("self.proj = nn.Linear", "self.out = nn.Linear")).replace(
         "self.proj(", "self.out("
     )
-    verdict = check_file(BY_NAME["multi_head_attention"], _write(tmp_path, "multi_head_attention", source))
+    verdict = check_file(BY_NAME["multi_head_attention"], write(tmp_path, "multi_head_attention", source))
     assert verdict.message == (
         "multi_head_attention: your MultiHeadAttention has a parameter out.bias that "
         "gpt-core's has not (gpt-core's are qkv.weight, qkv.bias, proj.weight, proj.bias)"

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from importlib.resources import files
 from pathlib import Path
 
 from click.testing import CliRunner
-from learn_transcript import Session, update_page
+from learn_transcript import SOLUTIONS, Session, update_page
 
 from gpt_train.cli.learn import learn
 from gpt_train.learn.steps import SAMPLING_SOFTMAX_SLOT, STEPS
 
-SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
 FOLDER = Path("my-gpt")
 
 

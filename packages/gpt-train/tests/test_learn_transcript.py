@@ -6,16 +6,14 @@ it, numbers aside (`learn_transcript`)."""
 from __future__ import annotations
 
 import shutil
-from importlib.resources import files
 from pathlib import Path
 
 from click.testing import CliRunner
-from learn_transcript import Session, update_page
+from learn_transcript import SOLUTIONS, Session, answer, update_page, write
 
 from gpt_train.cli.learn import learn
 from gpt_train.learn.steps import BY_NAME, STEPS
 
-SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
 FOLDER = Path("my-gpt")
 
 SCORES_OVER_D = """\
@@ -78,16 +76,6 @@ MISTAKES = (
 NEW_STEPS = ("multi_head_attention", "block", "model", "training_step", "generation")
 
 
-def _answer_with(step: str, old: str | tuple[str, ...], new: str | tuple[str, ...]) -> str:
-    """The step's answer with `old` replaced by `new` (each a text, or texts replaced in turn)."""
-    source = (SOLUTIONS / BY_NAME[step].file_name).read_text()
-    pairs = [(old, new)] if isinstance(old, str) else list(zip(old, new, strict=True))
-    for before, after in pairs:
-        assert source.count(before) == 1, before
-        source = source.replace(before, after)
-    return source
-
-
 def test_the_transcript_of_every_step(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     session = Session()
@@ -125,8 +113,9 @@ def test_the_transcript_of_every_step(tmp_path, monkeypatch):
     for step, prose, shown, old, new in MISTAKES:
         session.say(prose)
         session.code(shown)
-        (FOLDER / BY_NAME[step].file_name).write_text(_answer_with(step, old, new))
+        write(FOLDER, step, answer(step, *([(old, new)] if isinstance(old, str) else zip(old, new, strict=True))))
         said = session.run("check", step)
+        shutil.copy(SOLUTIONS / BY_NAME[step].file_name, FOLDER)  # the next step's check imports it
         assert said.startswith(f"{step}: ") and "passed" not in said.splitlines()[0], said
         assert "first difference" in said, said  # a named mistake, then where the numbers part
         named.add(step)

@@ -10,6 +10,7 @@ whole sequence again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +21,12 @@ from torch import Tensor, nn
 
 import gpt_core
 from gpt_core.generate import generate as gpt_core_generate
-from gpt_train.learn.assembly import KERNELS, _randomised, difference_verdict
-from gpt_train.learn.loading import describe, is_stub, where
-from gpt_train.learn.solutions import model as minimal
+from gpt_train.learn.assembly import gpt_cores
 from gpt_train.learn.steps import Step
-from gpt_train.learn.training_step_check import handed_code, raising_function
+from gpt_train.learn.training_step_check import handed_code, handed_model
+from gpt_train.learn.verdicts import Verdict, attempt, first_mistake, judge, same_error
 from gpt_train.learn.watch import Watch
-from gpt_train.learn.zoo import MISTAKES, Mistake
+from gpt_train.learn.zoo import Mistake
 
 SEED = 0
 SIZES = {"vocab_size": 13, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16}
@@ -70,21 +70,11 @@ the tokens drawn after it (a cached token put at the wrong position changes gree
 
 
 def _weights(seed: int) -> gpt_core.GPT:
-    """gpt-core's GPT with its parameters drawn afresh (`assembly._randomised`), in float64."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = gpt_core.GPT(gpt_core.GPTConfig(**SIZES))
-    model = _randomised(model, torch.Generator().manual_seed(seed)).eval()
+    """gpt-core's GPT with its parameters drawn afresh, in float64."""
+    model = gpt_cores(gpt_core.GPT, gpt_core.GPTConfig(**SIZES), seed).eval()
     with torch.no_grad():
         model.wpe.weight.mul_(POSITION_SCALE)
     return model
-
-
-def _model(seed: int) -> nn.Module:
-    """The model step's GPT with the course's kernels and gpt-core's weights."""
-    model = minimal.GPT(**SIZES, kernels=KERNELS).double()
-    model.load_state_dict(_weights(seed).state_dict())
-    return model.eval()
 
 
 def _prompt(seed: int) -> Tensor:
@@ -105,19 +95,14 @@ def generation_outcomes(function: Callable[..., Any], watch: Watch | None = None
     call = function if watch is None else watch.watched(function)
     outcomes = []
     for case in CASES:
-        model, widths = _model(SEED), []
+        model, widths = handed_model(SIZES, SEED, _weights(SEED)).eval(), []
         hooks = [block.attn.qkv.register_forward_hook(_recorder(widths)) for block in model.blocks]
-        try:
-            tokens = call(model, _prompt(SEED + 1), NEW_TOKENS, case.temperature, case.top_k, case.use_cache,
-                          torch.Generator().manual_seed(case.seed))  # fmt: skip
-            outcomes.append(Outcome(tokens, widths=tuple(widths)))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # a learner's SystemExit too: their code's result
-            outcomes.append(Outcome(None, error))
-        finally:
-            for hook in hooks:
-                hook.remove()
+        generator = torch.Generator().manual_seed(case.seed)
+        arguments = (model, _prompt(SEED + 1), NEW_TOKENS, case.temperature, case.top_k, case.use_cache, generator)
+        tokens, error = attempt(functools.partial(call, *arguments))
+        for hook in hooks:
+            hook.remove()
+        outcomes.append(Outcome(tokens, error, tuple(widths)))
     return outcomes
 
 
@@ -132,33 +117,22 @@ def _recorder(widths: list[int]) -> Callable[..., None]:
     return record
 
 
-# grading -------------------------------------------------------------------------------------------------------------
-def grade_generation(step: Step, function: Callable[..., Any], path: Path | None = None) -> tuple[bool, str]:
+def grade_generation(step: Step, function: Callable[..., Any], path: Path | None = None) -> Verdict:
     """Whether the learner's `generate` passes, and the line (or lines) that say so or what is wrong."""
     watch = Watch(step.forbidden, allowed=handed_code())
     outcomes = generation_outcomes(function, watch)
-    expected = reference_outcomes()
-    raised = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
-    if raised is not None:
-        if is_stub(raised):
-            return False, (f"{where(raised, path)}: {raising_function(raised, path, step.function)} is not written "
-                           "yet (it raises NotImplementedError): write its body in place of the raise")  # fmt: skip
-        mistake = diagnose_generation(outcomes)
-        said = f"{where(raised, path)}: {step.function} raised {describe(raised)}"
-        return False, said if mistake is None else f"{step.name}: {mistake.message}\n  {said}"
-    problem = _malformed(step, outcomes, expected)
-    if problem is not None:
-        return False, f"{step.name}: {problem}"
-    failure = _first_difference(outcomes, expected)
-    refusal = watch.refusal(step.function, step.graded_against)
-    if failure is not None:
-        return difference_verdict(step, failure, diagnose_generation(outcomes), refusal)
-    refusal = refusal or _cache_unused(outcomes)
-    if refusal is not None:
-        return False, f"{step.name}: {refusal}"
-    tokens = len(CASES) * PROMPTS * NEW_TOKENS
-    return True, (f"{step.name}: passed, {len(CASES)} generations, {tokens} tokens, the same as gpt-core's generate "
-                  "(greedy, temperature, top-k; with and without the KV cache)")  # fmt: skip
+
+    def diagnose() -> Mistake | None:
+        return first_mistake(step, outcomes, generation_outcomes, _agree)
+
+    return judge(step, path, watch, outcomes, reference_outcomes(), diagnose, _malformed, _first_difference, _passed)
+
+
+def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
+    return (
+        f"{len(CASES)} generations, {len(CASES) * PROMPTS * NEW_TOKENS} tokens, the same as gpt-core's generate "
+        "(greedy, temperature, top-k; with and without the KV cache)"
+    )
 
 
 def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
@@ -184,7 +158,9 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
     return None
 
 
-def _first_difference(outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    """Where the tokens first differ; else why a use_cache=True generation did not decode from the cache (a qkv
+    projection took more than the new position after the prompt), said only when the projections' calls were seen."""
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         differs = (got.tokens != want.tokens).nonzero()
         if len(differs):
@@ -192,33 +168,19 @@ def _first_difference(outcomes: list[Outcome], expected: list[Outcome]) -> str |
             yours, theirs = int(got.tokens[row, column]), int(want.tokens[row, column])
             return (f"{case.name}: prompt {row}, new token {column - PROMPT_LENGTH + 1} is {yours} where gpt-core's "
                     f"generate gives {theirs}")  # fmt: skip
-    return None
-
-
-def _cache_unused(outcomes: list[Outcome]) -> str | None:
-    """Why a use_cache=True generation did not decode from the cache (a qkv projection took more than the new
-    position after the prompt), or None; said only when the calls were seen (the projections called as modules)."""
-    blocks = SIZES["n_layer"]
     for case, got in zip(CASES, outcomes, strict=True):
-        if case.use_cache and any(width > 1 for width in got.widths[blocks:]):
+        if case.use_cache and any(width > 1 for width in got.widths[SIZES["n_layer"] :]):
             return ("with use_cache=True your generate puts the whole sequence through the model again at every "
                     "step: keep each block's keys and values, and feed only the new token")  # fmt: skip
     return None
 
 
-def diagnose_generation(outcomes: list[Outcome]) -> Mistake | None:
-    """The first of the step's mistakes whose generate gives the learner's tokens on every case (or raises the same
-    exception on the same cases)."""
-    for mistake in MISTAKES.get("generation", ()):
-        for variant in mistake.kernels:
-            if all(_agree(got, made) for got, made in zip(outcomes, generation_outcomes(variant), strict=True)):
-                return mistake
-    return None
-
-
 def _agree(got: Outcome, made: Outcome) -> bool:
+    """The same tokens on every case, or the same exception."""
     if got.error is not None or made.error is not None:
-        return (got.error is not None and made.error is not None and type(got.error) is type(made.error)
-                and describe(got.error) == describe(made.error))  # fmt: skip
-    return (isinstance(got.tokens, Tensor) and got.tokens.shape == made.tokens.shape
-            and bool((got.tokens == made.tokens).all()))  # fmt: skip
+        return same_error(got.error, made.error)
+    return (
+        isinstance(got.tokens, Tensor)
+        and got.tokens.shape == made.tokens.shape
+        and torch.equal(got.tokens, made.tokens)
+    )

@@ -1,24 +1,13 @@
-"""Grade a learner's kernel: in float64, forward and backward, on `gpt-train verify`'s cases and the course's own,
-and when it fails, say what is wrong by naming the classic mistake its results agree with.
-
-The order: run it on the course's cases (gpt_train.learn.cases) with a `Watch` on (an unwritten stub or an
-exception is one line naming the file and line, or the mistake that raises the same way); then its output's
-structure before any value: None, the dtype, the shape, an output detached from its inputs, a hand-written backward
-returning None; then the values: pinned against PyTorch with `gpt_train.kernels.verify_kernel` (the check
-`run --kernel` makes) and on the course's cases (large logits among them), naming the mistake it matches or else
-the first failing case, output and index; then what it called that the course has the learner write (a built-in
-the step is graded against, gpt-core's own code, a shipped solution, autograd in a hand-written backward); then what
-the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor.
+"""Grade a learner's kernel in float64, forward and backward, on `gpt-train verify`'s cases and the course's own
+(`cases`), then what the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +23,13 @@ from gpt_train.learn.generation_check import grade_generation
 from gpt_train.learn.loading import (
     LearnerError,
     autograd_kept,
-    autograd_off_at_import,
-    describe,
     guarded,
-    is_stub,
     learner_function,
     load_module,
-    where,
 )
 from gpt_train.learn.steps import Step
 from gpt_train.learn.training_step_check import grade_training_step
+from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
 
@@ -58,23 +44,11 @@ LARGEST_TILE = 128
 DEFAULT_TILE = 64
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Whether the step passes, and the line (or lines) that say so or say what is wrong."""
-
-    passed: bool
-    message: str
-
-
-class Malformed(Exception):
-    """The learner's function returned something no value check can be made on, said in one line."""
-
-
 CHECK_MODULES = (
     "gpt_train.learn.grader", "gpt_train.learn.assembly", "gpt_train.learn.training_step_check",
     "gpt_train.learn.generation_check", "gpt_train.learn.cases", "gpt_train.learn.zoo",
-    "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.kernels", "gpt_train.verify",
-    "gpt_train.optimisation", "gpt_core.generate", "gpt_core.testing.verification",
+    "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.learn.verdicts", "gpt_train.kernels",
+    "gpt_train.verify", "gpt_train.optimisation", "gpt_core.generate", "gpt_core.testing.verification",
 )  # fmt: skip
 """The modules whose functions grade the learner's code: a name in one of them replaced by the learner's code
 (`grader.first_failure = ...`) fails the check."""
@@ -86,8 +60,6 @@ def check_file(step: Step, path: Path, source: bytes | None = None) -> Verdict:
     parts = _check_parts()
     try:
         module = load_module(path, source)
-        if (refusal := autograd_off_at_import(path)) is not None:
-            return Verdict(False, refusal)
         kernel = learner_function(module, path, step.function, step.parameters)
     except LearnerError as error:
         return Verdict(False, str(error))
@@ -107,47 +79,31 @@ def _check_parts() -> dict[str, object]:
 def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, tile: int = DEFAULT_TILE) -> Verdict:
     """Grade `kernel` as the answer to `step` (for a module step, the class; `tile` is the tiled step's); `path` is
     its file, named in what the verdict says."""
-    if step.kind == "module":
-        return Verdict(*grade_module(step, kernel, path))
-    if step.kind == "training":
-        return Verdict(*grade_training_step(step, kernel, path))
-    if step.kind == "generation":
-        return Verdict(*grade_generation(step, kernel, path))
+    if step.kind != "kernel":
+        return {"module": grade_module, "training": grade_training_step, "generation": grade_generation}[step.kind](
+            step, kernel, path
+        )
     watch = Watch(step.forbidden)
     kernel = _returns_something(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
     kernel = autograd_kept(kernel)  # autograd left off: the kernel's failure, not the checks'
     cases = cases_for(step.function, SEED)
-    label, reference = REFERENCES[step.function]
     with watch.on():  # the backward of the learner's output is the learner's too
         outcomes = [try_case(kernel, case, SEED) for case in cases]
-    expected = [run_case(reference, case, SEED) for case in cases]
-    raised = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
-    if raised is not None:
-        return _raised(step, raised, path, diagnose(step, outcomes, expected, tile))
-    problem = _malformed(step, cases, outcomes, expected)
-    if problem is not None:
-        return Verdict(False, f"{step.name}: {problem}")
+    expected = [run_case(REFERENCES[step.function][1], case, SEED) for case in cases]
     kernel = guarded(kernel)  # from here a SystemExit is the kernel failing a check, as any exception is
-    rows = verify_kernel(step.slot, kernel, seed=SEED)
-    failure = first_failure(rows) or _first_difference(step, cases, outcomes, expected, label)
-    refusal = watch.refusal(step.function, step.graded_against, step.handwritten_backward)
-    if failure is not None:
-        mistake = diagnose(step, outcomes, expected, tile)
-        lines = [f"{step.name}: {mistake.message}"] if mistake else []
-        lines.append(f"{step.name}: {failure}" if mistake is None else f"  first difference: {failure}")
-        lines += [f"  and {refusal}"] if refusal else []
-        return Verdict(False, "\n".join(lines))
-    refusal = refusal or _requirement_unmet(step, kernel) or watch.refusal(
-        step.function, step.graded_against, step.handwritten_backward)  # fmt: skip
-    if refusal is not None:
-        return Verdict(False, f"{step.name}: {refusal}")
-    return Verdict(True, f"{step.name}: passed, {len(rows) + len(cases)} checks forward and backward in float64, "
-                         f"largest difference {largest_difference(rows):.1e}")  # fmt: skip
+    rows: list[Row] = []
 
+    def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+        rows.extend(verify_kernel(step.slot, kernel, seed=SEED))  # the check `run --kernel` makes
+        return first_failure(rows) or _first_difference(step, outcomes, expected)
 
-def largest_difference(rows: list[Row]) -> float:
-    return max(max(row.forward, row.grad or 0.0) for row in rows)
+    def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
+        largest = max(max(row.forward, row.grad or 0.0) for row in rows)
+        return f"{len(rows) + len(cases)} checks forward and backward in float64, largest difference {largest:.1e}"
+
+    return judge(step, path, watch, outcomes, expected, lambda: diagnose(step, outcomes, expected, tile), _malformed,
+                 difference, passed, lambda: _requirement_unmet(step, kernel))  # fmt: skip
 
 
 def _returns_something(kernel: Callable[..., Any], function: str) -> Callable[..., Any]:
@@ -163,16 +119,6 @@ def _returns_something(kernel: Callable[..., Any], function: str) -> Callable[..
     return call
 
 
-def _raised(step: Step, error: BaseException, path: Path | None, mistake: Mistake | None) -> Verdict:
-    if is_stub(error):
-        return Verdict(False, f"{where(error, path)}: {step.function} is not written yet (it raises "
-                              "NotImplementedError): write its body in place of the raise")  # fmt: skip
-    if isinstance(error, Malformed):
-        return Verdict(False, f"{step.name}: {error}")
-    said = f"{where(error, path)}: {step.function} raised {describe(error)}"
-    return Verdict(False, said if mistake is None else f"{step.name}: {mistake.message}\n  {said}")
-
-
 # structure, then values ----------------------------------------------------------------------------------------------
 def _dtype(tensor: Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
@@ -183,10 +129,10 @@ def _leaf_names(step: Step, case: Case) -> list[str]:
             if isinstance(arg, Tensor) and arg.requires_grad]  # fmt: skip
 
 
-def _malformed(step: Step, cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     """What is wrong with the learner's outputs before their values are looked at, or None: the dtype, the shape, an
     output detached from its inputs, and in a hand-written backward a gradient returned as None."""
-    fn = step.function
+    fn, cases = step.function, cases_for(step.function, SEED)
     for case, got, want in zip(cases, outcomes, expected, strict=True):
         output, right = got.output, want.output
         if output.dtype != right.dtype:
@@ -204,12 +150,9 @@ def _malformed(step: Step, cases: list[Case], outcomes: list[Outcome], expected:
     return None
 
 
-def _first_difference(
-    step: Step, cases: list[Case], outcomes: list[Outcome], expected: list[Outcome], label: str
-) -> str | None:
-    """Where the learner's results on the course's own cases first differ from PyTorch's by more than the
-    tolerance (relative to the reference's scale, when that is above 1), or None."""
-    for case, got, want in zip(cases, outcomes, expected, strict=True):
+def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    """Where the learner's results on the course's own cases first differ from PyTorch's, or None."""
+    for case, got, want in zip(cases_for(step.function, SEED), outcomes, expected, strict=True):
         pairs = [("output", got.output, want.output)]
         names = _leaf_names(step, case)
         pairs += [(f"gradient of {name}", g, r) for name, g, r in zip(names, got.grads, want.grads, strict=True)]
@@ -218,17 +161,15 @@ def _first_difference(
                 continue
             if ours is None:
                 return f"{case.name}: {what} is missing: the kernel gave no gradient"
-            difference = (ours.detach().double() - theirs.detach().double()).abs().nan_to_num(nan=math.inf)
-            flat = int(difference.argmax()) if difference.numel() else 0
-            if not difference.numel() or difference.flatten()[flat] <= TOLERANCE * max(1.0, theirs.abs().max()):
+            if (excess := first_excess(ours, theirs)) is None:
                 continue
-            index = index_of(flat, difference.shape)
+            flat, by = excess
+            index = index_of(flat, theirs.shape)
             got_value, right_value = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
             if not math.isfinite(got_value):
                 return f"{step.function}, {case.name}: {what} {index} is {got_value}, expected {right_value:.6g}"
-            by = difference.flatten()[flat].item()
-            return (f"{step.function}, {case.name}: {what} {index} differs from {label} by {by:.1e}, which exceeds "
-                    f"the tolerance {TOLERANCE:.0e}")  # fmt: skip
+            return (f"{step.function}, {case.name}: {what} {index} differs from {REFERENCES[step.function][0]} by "
+                    f"{by:.1e}, which exceeds the tolerance {TOLERANCE:.0e}")  # fmt: skip
     return None
 
 
@@ -252,23 +193,13 @@ def diagnose(step: Step, outcomes: list[Outcome], expected: list[Outcome], tile:
 
 def _agree(got: Outcome, mistaken: Outcome, with_gradients: bool) -> bool:
     if got.error is not None or mistaken.error is not None:
-        return _same_error(got.error, mistaken.error)
+        return same_error(got.error, mistaken.error)
     pairs = [(got.output, mistaken.output)]
     if with_gradients:
         if len(got.grads) != len(mistaken.grads):
             return False
         pairs += list(zip(got.grads, mistaken.grads, strict=True))
     return all(close(a, b) for a, b in pairs)
-
-
-def _same_error(a: BaseException | None, b: BaseException | None) -> bool:
-    """Both raised, the same exception with the same message (but for the name of a learner's autograd.Function)."""
-    if a is None or b is None or type(a) is not type(b):
-        return False
-    return _FUNCTION_NAME.sub("Function", describe(a)) == _FUNCTION_NAME.sub("Function", describe(b))
-
-
-_FUNCTION_NAME = re.compile(r"Function \w+")
 
 
 # what a step asks beyond the numbers ---------------------------------------------------------

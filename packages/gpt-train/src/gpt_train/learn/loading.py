@@ -6,6 +6,7 @@ arguments: each becomes a LearnerError, one line that names the file and the lin
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import traceback
@@ -16,14 +17,11 @@ from typing import Any
 
 import torch
 
+from gpt_train.learn.steps import BY_NAME
+
 
 class LearnerError(Exception):
     """Something in the learner's file that keeps it from being graded, said in one line."""
-
-
-def module_name(path: Path) -> str:
-    """The name a learner's file is imported under: its own, so two steps' files never clash."""
-    return f"gpt_learn_{path.stem}"
 
 
 def load_module(path: Path, source: bytes | None = None) -> types.ModuleType:
@@ -45,16 +43,32 @@ def load_module(path: Path, source: bytes | None = None) -> types.ModuleType:
         raise LearnerError(f"{at}: syntax error: {error.msg}") from None
     except ValueError as error:  # what compile raises for bytes no Python file could hold
         raise LearnerError(f"{path}: cannot compile it ({describe(error)})") from None
-    module = types.ModuleType(module_name(path))
+    module = types.ModuleType(f"gpt_learn_{path.stem}")  # its own name: two steps' files never clash
     module.__file__ = str(path)
     sys.modules[module.__name__] = module  # dataclasses and pickling look the module up by name
+    for name in BY_NAME:  # an earlier step's file it imports (`from block import Block`) is read afresh from its folder
+        sys.modules.pop(name, None)
+    sys.path.append(str(path.parent))  # last: a file there named like an installed module never replaces it
     try:
         exec(code, module.__dict__)
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # a learner's SystemExit too: it is their code's result, not ours
         raise LearnerError(f"{where(error, path)}: importing it raised {describe(error)}") from None
+    finally:
+        sys.path.remove(str(path.parent))
+    if not torch.is_grad_enabled():  # switched off for the whole process: the checks need it on
+        torch.set_grad_enabled(True)
+        raise LearnerError(
+            f"{path}: importing {AUTOGRAD_OFF}; leave it on, and use torch.no_grad() only inside a with block"
+        )
     return module
+
+
+@functools.cache
+def solution(name: str) -> types.ModuleType:
+    """The shipped answer of step `name`, loaded as a learner's file is."""
+    return load_module(Path(__file__).parent / "solutions" / f"{name}.py")
 
 
 def learner_function(module: types.ModuleType, path: Path, name: str, parameters: tuple[str, ...]) -> Callable:
@@ -122,15 +136,6 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 AUTOGRAD_OFF = "it switched autograd off (torch.set_grad_enabled(False) or no_grad left on): the checks need gradients"
-
-
-def autograd_off_at_import(path: Path) -> str | None:
-    """Why the learner's module, just imported, cannot be graded because it switched autograd off for the whole
-    process (None when it did not); autograd is switched back on."""
-    if torch.is_grad_enabled():
-        return None
-    torch.set_grad_enabled(True)
-    return f"{path}: importing {AUTOGRAD_OFF}; leave it on, and use torch.no_grad() only inside a with block"
 
 
 def autograd_kept(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -14,7 +15,7 @@ from gpt_core import GPT
 from gpt_core.plugins import hookimpl
 from gpt_tasks import PromptAnswerTask, Registry
 from gpt_train.learn.grader import Verdict
-from gpt_train.learn.loading import LearnerError, autograd_off_at_import, describe, is_stub, load_module, where
+from gpt_train.learn.loading import LearnerError, describe, is_stub, load_module, where
 
 STEPS, BATCH, LR = 120, 64, 3e-3
 EVAL_LIMIT = 500
@@ -23,30 +24,6 @@ EVAL_LIMIT = 500
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 32}
 LEARNED = 0.5
 """The final loss must be below this fraction of the first: the task's answers can be learned from its prompts."""
-
-
-class _Plugin:
-    """The learner's module as the `gpt_tasks` entry point of an installed plugin would give it."""
-
-    def __init__(self, task_class: type[PromptAnswerTask]):
-        self.task_class = task_class
-
-    @hookimpl
-    def register_tasks(self, register) -> None:
-        register(self.task_class)
-
-
-class _EntryPoint:
-    """What gpt-tasks' Registry reads of an entry point: a name, no distribution, and what it loads."""
-
-    dist = None
-
-    def __init__(self, plugin: _Plugin):
-        self.name = "learn"
-        self._plugin = plugin
-
-    def load(self) -> _Plugin:
-        return self._plugin
 
 
 def task_class_in(module: types.ModuleType, path: Path) -> type[PromptAnswerTask]:
@@ -62,14 +39,13 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
     small model on it and score it."""
     try:
         module = load_module(path, source)
-        if (refusal := autograd_off_at_import(path)) is not None:
-            return Verdict(False, refusal)
         task_class = task_class_in(module, path)
     except LearnerError as error:
         return Verdict(False, str(error))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        registry = Registry(plugins=[_EntryPoint(_Plugin(task_class))])
+        plugin = SimpleNamespace(register_tasks=hookimpl(lambda register: register(task_class)))
+        registry = Registry(plugins=[SimpleNamespace(name="learn", dist=None, load=lambda: plugin)])  # as if installed
     if caught:
         return Verdict(False, f"{path}: {caught[0].message}")
     try:

@@ -1,25 +1,20 @@
 """`learn train`: the seed task trained on the learner's own GPT (their model step's class) and every kernel they
 have passed, beside the same run on gpt-core's.
 
-The learner's kernels go in as `--kernel SLOT=module:function` would give them (the module is the step's file in
-the learner's folder), so the run verifies them, records them in config.json and trains exactly as `gpt-train run
---kernel` does. The learner's GPT, once the model step passes, computes every training step's forward and loss
-(and so, through autograd, its backward) and every evaluation's logits, on the run's own parameters: gpt-core's GPT
-holds them (built with the same seed, so both runs start from the same weights), and draws from them what needs
-its hooks (the probes, the attention pictures), and the checkpoint is gpt-core's layout, which `gpt-train eval`,
-`sample` and `inspect` read. gpt-core's run has the same task, settings and seed.
-
-Each evaluation is one line (`report`): the step, the loss, the held-out exact match and the time so far, so that a
-run of minutes is never silent.
+The learner's kernels go in as `--kernel SLOT=module:function` would give them, so the run verifies and records
+them as `gpt-train run --kernel` does. The learner's GPT computes every forward and loss on the run's own parameters,
+which gpt-core's GPT holds: its hooks serve the probes and pictures, and its checkpoint is what `gpt-train eval`,
+`sample` and `inspect` read. Each evaluation is one line, so that a run of minutes is never silent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +30,7 @@ from gpt_train.learn.loading import LearnerError, learner_function, load_module
 from gpt_train.learn.progress import status
 from gpt_train.learn.steps import BY_NAME, STEPS, Step
 from gpt_train.pictures import write_pictures
+from gpt_train.precision import full_float32
 from gpt_train.runs import Run, new_run
 from gpt_train.trainer import Outcome, Trainer, evaluate_splits
 from gpt_viz import probe_key
@@ -60,11 +56,7 @@ class Figure:
 
 def passed_kernels(folder: Path) -> dict[str, Step]:
     """For each kernel slot, the latest step filling it that the folder passes."""
-    chosen: dict[str, Step] = {}
-    for step in STEPS:
-        if step.slot is not None and status(folder, step) == "passed":
-            chosen[step.slot] = step
-    return chosen
+    return {step.slot: step for step in STEPS if step.slot is not None and status(folder, step) == "passed"}
 
 
 def kernel_choices(steps: dict[str, Step]) -> dict[str, str]:
@@ -188,11 +180,11 @@ class CourseTrainer(Trainer):
         self._last_loss = loss
         return loss, stop
 
-    def _scores(self, limit: int | None) -> dict[str, float]:
-        if self.learners is None:
-            return super()._scores(limit)
-        metrics = evaluate_splits(self.task, self.learners, self.device, self.config.eval_splits, limit)
-        probes = measure_probes(self.task, self.model, self.device)  # they read attention through gpt-core's hooks
+    def _learners_scores(self, limit: int | None) -> dict[str, float]:
+        """Trainer.evaluate's metrics with the learner's GPT giving the logits (one process: no ranks to wait for)."""
+        with full_float32():
+            metrics = evaluate_splits(self.task, self.learners, self.device, self.config.eval_splits, limit)
+            probes = measure_probes(self.task, self.model, self.device)  # they read attention through gpt-core's hooks
         return metrics | {probe_key(name): value for name, value in probes.items()}
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
@@ -201,7 +193,7 @@ class CourseTrainer(Trainer):
         final = self.step >= s.steps
         if final:
             self._report(f"{head}; scoring every held-out example")
-        metrics = super().evaluate(limit)
+        metrics = super().evaluate(limit) if self.learners is None else self._learners_scores(limit)
         seconds = time.monotonic() - self._began
         if METRIC in metrics and EXAMPLES in metrics:
             score, examples = metrics[METRIC], int(metrics[EXAMPLES])
@@ -229,16 +221,13 @@ def _train(run: Run, report: Callable[[str], None], model_class: type[nn.Module]
         run.close()
 
 
-class _importable:
+@contextlib.contextmanager
+def _importable(folder: Path, modules: list[str]) -> Iterator[None]:
     """The learner's folder first on sys.path, and the step modules imported afresh from it."""
-
-    def __init__(self, folder: Path, modules: list[str]):
-        self.folder, self.modules = str(folder.resolve()), modules
-
-    def __enter__(self) -> None:
-        for name in self.modules:
-            sys.modules.pop(name, None)
-        sys.path.insert(0, self.folder)
-
-    def __exit__(self, *exc: object) -> None:
-        sys.path.remove(self.folder)
+    for name in modules:
+        sys.modules.pop(name, None)
+    sys.path.insert(0, str(folder.resolve()))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(folder.resolve()))

@@ -13,8 +13,8 @@ lr x rounding / 1e-8, about 1e-11 after a few steps, and another correct order o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +25,13 @@ from torch import Tensor, nn
 
 import gpt_core
 from gpt_train.kernels import TOLERANCE
-from gpt_train.learn.assembly import KERNELS, _randomised, difference_verdict
+from gpt_train.learn.assembly import KERNELS, gpt_cores
 from gpt_train.learn.cases import close, index_of
-from gpt_train.learn.loading import describe, is_stub, where
-from gpt_train.learn.solutions import model as minimal
+from gpt_train.learn.loading import solution
 from gpt_train.learn.steps import Step
+from gpt_train.learn.verdicts import Verdict, attempt, first_mistake, judge, same_error
 from gpt_train.learn.watch import Watch
-from gpt_train.learn.zoo import MISTAKES, Mistake
+from gpt_train.learn.zoo import Mistake
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.settings import TrainSettings
 
@@ -67,14 +67,21 @@ class Outcome:
     error: BaseException | None = None
 
 
-def _model(seed: int) -> nn.Module:
-    """The model step's GPT with the course's kernels and gpt-core's (randomised) weights, in float64."""
+def handed_model(sizes: dict[str, int], seed: int, theirs: nn.Module | None = None) -> nn.Module:
+    """The model step's GPT with the course's kernels and gpt-core's weights (`theirs`, or else randomised), in
+    float64."""
+    theirs = theirs or gpt_cores(gpt_core.GPT, gpt_core.GPTConfig(**sizes), seed)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        theirs = _randomised(gpt_core.GPT(gpt_core.GPTConfig(**SIZES)), torch.Generator().manual_seed(seed))
-        model = minimal.GPT(**SIZES, kernels=KERNELS).double()
+        model = solution("model").GPT(**sizes, kernels=KERNELS).double()
     model.load_state_dict(theirs.state_dict())
     return model
+
+
+def handed_code() -> tuple[Callable[..., Any], ...]:
+    """What the learner's code may call of the shipped code: the forwards of the model it is handed (the model
+    step's answer), and the kernels it computes with."""
+    forwards = {type(module).forward for module in handed_model(SIZES, SEED).modules()}
+    return (*forwards, *vars(KERNELS).values())
 
 
 def _batches(case: Case, seed: int) -> list[tuple[Tensor, Tensor]]:
@@ -108,15 +115,13 @@ def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Te
 
 def reference_outcomes() -> list[Outcome]:
     """gpt-train's own step, run on each case."""
-    outcomes = []
-    for i, case in enumerate(CASES):
-        model, snapshots = _model(SEED + i), []
-        optimizer = make_optimizer(model, case.settings)
-        for step, (inputs, targets) in enumerate(_batches(case, SEED + i)):
-            gpt_train_step(model, optimizer, inputs, targets, step, case.settings)
-            snapshots.append(_parameters(model))
-        outcomes.append(Outcome(snapshots))
-    return outcomes
+    return step_outcomes(_gpt_trains)
+
+
+def _gpt_trains(model: nn.Module, state: dict, inputs: Tensor, targets: Tensor, step: int, s: TrainSettings) -> None:
+    if not state:
+        state["optimizer"] = make_optimizer(model, s)
+    gpt_train_step(model, state["optimizer"], inputs, targets, step, s)
 
 
 def step_outcomes(function: Callable[..., Any], watch: Watch | None = None) -> list[Outcome]:
@@ -126,63 +131,38 @@ def step_outcomes(function: Callable[..., Any], watch: Watch | None = None) -> l
     call = function if watch is None else watch.watched(function)
     outcomes = []
     for i, case in enumerate(CASES):
-        model, state, snapshots = _model(SEED + i), {}, []
-        try:
-            for step, (inputs, targets) in enumerate(_batches(case, SEED + i)):
-                settings = dataclasses.replace(case.settings)  # a copy of its own, to change as it likes
-                call(model, state, inputs, targets, step, settings)
-                snapshots.append(_parameters(model))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # a learner's SystemExit too: their code's result
-            outcomes.append(Outcome(snapshots, error))
-            continue
-        outcomes.append(Outcome(snapshots))
+        snapshots: list[dict[str, Tensor]] = []
+        _, error = attempt(functools.partial(_train, call, case, SEED + i, snapshots))
+        outcomes.append(Outcome(snapshots, error))
     return outcomes
 
 
-# grading -------------------------------------------------------------------------------------------------------------
-def grade_training_step(step: Step, function: Callable[..., Any], path: Path | None = None) -> tuple[bool, str]:
+def _train(call: Callable[..., Any], case: Case, seed: int, snapshots: list[dict[str, Tensor]]) -> None:
+    model, state = handed_model(SIZES, seed), {}
+    for step, (inputs, targets) in enumerate(_batches(case, seed)):
+        call(model, state, inputs, targets, step, dataclasses.replace(case.settings))  # settings of its own to change
+        snapshots.append(_parameters(model))
+
+
+def grade_training_step(step: Step, function: Callable[..., Any], path: Path | None = None) -> Verdict:
     """Whether the learner's `training_step` passes, and the line (or lines) that say so or what is wrong."""
     watch = Watch(step.forbidden, allowed=handed_code())
     outcomes = step_outcomes(function, watch)
     expected = reference_outcomes()
-    raised = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
-    if raised is not None:
-        if is_stub(raised):
-            return False, (f"{where(raised, path)}: {raising_function(raised, path, step.function)} is not written "
-                           "yet (it raises NotImplementedError): write its body in place of the raise")  # fmt: skip
-        mistake = diagnose_training_step(outcomes)
-        said = f"{where(raised, path)}: {step.function} raised {describe(raised)}"
-        return False, said if mistake is None else f"{step.name}: {mistake.message}\n  {said}"
-    problem = _malformed(step, outcomes, expected)
-    if problem is not None:
-        return False, f"{step.name}: {problem}"
-    failure = _first_difference(outcomes, expected)
-    refusal = watch.refusal(step.function, step.graded_against)
-    if failure is not None:
-        return difference_verdict(step, failure, diagnose_training_step(outcomes), refusal)
-    if refusal is not None:
-        return False, f"{step.name}: {refusal}"
-    steps = sum(case.settings.steps for case in CASES)
+
+    def diagnose() -> Mistake | None:
+        return first_mistake(step, outcomes, step_outcomes, _agree)
+
+    return judge(step, path, watch, outcomes, expected, diagnose, _malformed, _first_difference, _passed)
+
+
+def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
     largest = max(_largest(got, want) for got, want in zip(outcomes, expected, strict=True))
-    return True, (f"{step.name}: passed, {steps} steps on {len(CASES)} runs beside gpt-train's own step in float64, "
-                  f"every parameter after every step within {TOLERANCE:.0e} (the key bias {KEY_BIAS_TOLERANCE:.0e}), "
-                  f"largest difference {largest:.1e}")  # fmt: skip
-
-
-def handed_code() -> tuple[Callable[..., Any], ...]:
-    """What the learner's code may call of the shipped code: the model it is handed (the model step's answer), and
-    the kernels it computes with."""
-    modules = (minimal.GPT, minimal.Block, minimal.MLP, minimal.MultiHeadAttention, minimal.LayerNorm)
-    return (*(module.forward for module in modules), *vars(KERNELS).values())
-
-
-def raising_function(error: BaseException, path: Path | None, default: str) -> str:
-    """The name of the learner's function the error came from (a helper still a stub), or `default`."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if path is not None
-              and frame.filename == str(path)]  # fmt: skip
-    return frames[-1].name if frames else default
+    return (
+        f"{sum(case.settings.steps for case in CASES)} steps on {len(CASES)} runs beside gpt-train's own step in "
+        f"float64, every parameter after every step within {TOLERANCE:.0e} (the key bias "
+        f"{KEY_BIAS_TOLERANCE:.0e}), largest difference {largest:.1e}"
+    )
 
 
 def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
@@ -198,7 +178,7 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
                     return (f"after your {fn}, {name} is {str(mine.dtype).removeprefix('torch.')} of shape "
                             f"{tuple(mine.shape)} where {str(value.dtype).removeprefix('torch.')} of shape "
                             f"{tuple(value.shape)} is expected: update each parameter in place")  # fmt: skip
-    first = _model(SEED)
+    first = handed_model(SIZES, SEED)
     if all(torch.equal(value, param) for (_, value), param in zip(outcomes[0].snapshots[-1].items(),
                                                                    first.parameters(), strict=True)):  # fmt: skip
         return (f"your {fn} leaves every parameter as it was: change them in place (param.sub_(...) or "
@@ -216,7 +196,7 @@ def _tolerances(name: str, like: Tensor, scale: float) -> Tensor:
     return tolerance
 
 
-def _first_difference(outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         for number, (after, right) in enumerate(zip(got.snapshots, want.snapshots, strict=True), 1):
             for name, value in right.items():
@@ -243,19 +223,9 @@ def _largest(got: Outcome, want: Outcome) -> float:
     return largest
 
 
-def diagnose_training_step(outcomes: list[Outcome]) -> Mistake | None:
-    """The first of the step's mistakes whose step gives the learner's parameters after every step of every case
-    (or raises the same exception after as many steps)."""
-    for mistake in MISTAKES.get("training_step", ()):
-        for variant in mistake.kernels:
-            if all(_agree(got, made) for got, made in zip(outcomes, step_outcomes(variant), strict=True)):
-                return mistake
-    return None
-
-
 def _agree(got: Outcome, made: Outcome) -> bool:
+    """The same parameters after every step, or the same exception after as many steps."""
     if got.error is not None or made.error is not None:
-        same = got.error is not None and made.error is not None and type(got.error) is type(made.error)
-        return same and describe(got.error) == describe(made.error) and len(got.snapshots) == len(made.snapshots)
+        return same_error(got.error, made.error) and len(got.snapshots) == len(made.snapshots)
     return all(close(after.get(name), value) for after, right in zip(got.snapshots, made.snapshots, strict=True)
                for name, value in right.items())  # fmt: skip

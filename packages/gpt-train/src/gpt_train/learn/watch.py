@@ -46,6 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import gpt_core
 import gpt_train.learn.solutions
 import gpt_train.optimisation
+from gpt_train.learn.steps import Step
 
 
 @dataclass(frozen=True)
@@ -132,14 +133,8 @@ AUTOGRAD_ENTRIES = {
         (torch.autograd.grad, "torch.autograd.grad"),
         (torch.autograd.backward, "torch.autograd.backward"),
         (torch.Tensor.backward, ".backward()"),
-        (torch.func.vjp, "torch.func.vjp"),
-        (torch.func.grad, "torch.func.grad"),
-        (torch.func.grad_and_value, "torch.func.grad_and_value"),
-        (torch.func.jacrev, "torch.func.jacrev"),
-        (torch.func.jacfwd, "torch.func.jacfwd"),
-        (torch.func.hessian, "torch.func.hessian"),
-        (torch.func.jvp, "torch.func.jvp"),
-        (torch.func.linearize, "torch.func.linearize"),
+        *((getattr(torch.func, name), f"torch.func.{name}")
+          for name in ("vjp", "grad", "grad_and_value", "jacrev", "jacfwd", "hessian", "jvp", "linearize")),
         (torch.autograd.forward_ad.make_dual, "forward-mode AD (torch.autograd.forward_ad)"),
     )
     if (code := _code(function)) is not None
@@ -266,20 +261,19 @@ class Watch:
         return None
 
     # what it found ----------------------------------------------------------------------------------------------
-    def refusal(self, function: str, graded_against: str | None, handwritten_backward: bool = False) -> str | None:
-        """One line saying what the learner's `function` called that it may not, or None."""
+    def refusal(self, step: Step) -> str | None:
+        """One line saying what the learner's function for `step` called that it may not, or None."""
         if self.builtins:
             call = self.builtins[0]
-            family = FAMILIES[call.what]
-            what = "the built-in it is graded against" if call.what == graded_against else (
+            what = "the built-in it is graded against" if call.what == step.graded_against else (
                 "a built-in this course has you write")  # fmt: skip
-            return f"your {function} calls {call.name}, {what}; {family.hint}"
+            return f"your {step.function} calls {call.name}, {what}; {FAMILIES[call.what].hint}"
         if self.shipped:
             call = self.shipped[0]
-            return f"your {function} calls {call.name}, {call.what}; write it yourself in your file"
-        if handwritten_backward and self.autograd:
-            return (f"your {function} calls {self.autograd[0]}, so autograd derives its gradient: write the backward "
-                    "by hand from the saved tensors, with no autograd inside it")  # fmt: skip
+            return f"your {step.function} calls {call.name}, {call.what}; write it yourself in your file"
+        if step.handwritten_backward and self.autograd:
+            return (f"your {step.function} calls {self.autograd[0]}, so autograd derives its gradient: write the "
+                    "backward by hand from the saved tensors, with no autograd inside it")  # fmt: skip
         return None
 
 

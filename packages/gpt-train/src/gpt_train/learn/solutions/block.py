@@ -2,6 +2,7 @@
 MultiHeadAttention of the step before."""
 
 import torch
+from multi_head_attention import MultiHeadAttention
 from torch import nn
 
 
@@ -12,19 +13,6 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.kernel(x, self.weight, self.bias, 1e-5)
-
-
-class MultiHeadAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, attention):
-        super().__init__()
-        self.n_head, self.attention = n_head, attention
-        self.qkv = nn.Linear(n_embd, 3 * n_embd)
-        self.proj = nn.Linear(n_embd, n_embd)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
-        return self.proj(self.attention(q, k, v, True).transpose(1, 2).reshape(B, T, C))
 
 
 class MLP(nn.Module):

@@ -1,5 +1,5 @@
-"""The model step's answer, and with the kernel steps' answers a whole minimal GPT: token and position embeddings,
-pre-norm blocks, a final norm, the head tied to the token embedding, the loss over the scored targets.
+"""The model step's answer, and with the answers before it a whole minimal GPT: token and position embeddings,
+the pre-norm blocks of block.py, a final norm, the head tied to the token embedding, the loss over the scored targets.
 
 Its parameters carry gpt-core's names, so gpt-core's weights load into it as they are; a test pins it to
 `gpt_core.GPT` (logits, loss and every gradient within 1e-12 in float64). `kernels` holds the functions of the
@@ -8,52 +8,8 @@ kernels.cross_entropy(logits, targets).
 """
 
 import torch
+from block import Block, LayerNorm
 from torch import nn
-
-
-class LayerNorm(nn.Module):
-    def __init__(self, dim: int, kernel):
-        super().__init__()
-        self.weight, self.bias, self.kernel = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.zeros(dim)), kernel
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernel(x, self.weight, self.bias, 1e-5)
-
-
-class MultiHeadAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, attention):
-        super().__init__()
-        self.n_head, self.attention = n_head, attention
-        self.qkv = nn.Linear(n_embd, 3 * n_embd)  # q, k and v of every head in one product
-        self.proj = nn.Linear(n_embd, n_embd)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
-        y = self.attention(q, k, v, True)  # (B, H, T, d)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))  # heads side by side again: (B, T, C)
-
-
-class MLP(nn.Module):
-    def __init__(self, n_embd: int, gelu):
-        super().__init__()
-        self.fc, self.gelu, self.proj = nn.Linear(n_embd, 4 * n_embd), gelu, nn.Linear(4 * n_embd, n_embd)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(self.gelu(self.fc(x)))
-
-
-class Block(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, kernels):
-        super().__init__()
-        self.ln1 = LayerNorm(n_embd, kernels.layer_norm)
-        self.attn = MultiHeadAttention(n_embd, n_head, kernels.attention)
-        self.ln2 = LayerNorm(n_embd, kernels.layer_norm)
-        self.mlp = MLP(n_embd, kernels.gelu)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))  # the residual stream x is added to, never normalised itself
-        return x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):

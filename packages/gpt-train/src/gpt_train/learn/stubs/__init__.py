@@ -1,1 +1,1 @@
-"""The stub `gpt-train learn start STEP` writes, one file per step, read as text (never imported)."""
+"""The stub `gpt-train learn start STEP` writes, one file per step (the task step's answer builds on its stub)."""

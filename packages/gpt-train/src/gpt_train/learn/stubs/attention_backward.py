@@ -20,7 +20,8 @@ import torch
 class Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal):
-        """The forward of step 2; ctx.save_for_backward(q, k, v, P) for backward."""
+        """The forward of step 2, with P = softmax(scores) the weights; ctx.save_for_backward(q, k, v, P) and
+        ctx.scale = 1 / sqrt(d) keep what backward needs."""
         raise NotImplementedError
 
     @staticmethod

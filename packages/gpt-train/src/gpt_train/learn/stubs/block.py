@@ -5,9 +5,9 @@ x and adds its result back to x itself.
     x = x + mlp(ln2(x))                  the MLP: each position on its own, fc (C -> 4C), GELU, proj (4C -> C)
 
 The stream x is never normalised in place: the norms feed the sub-layers only (post-norm, the original
-Transformer's ln(x + attn(x)), trains worse deep). Paste your MultiHeadAttention from multi_head_attention.py
-below. The parameters carry gpt-core's names (ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj): the check
-copies gpt_core.Block's weights into yours and compares the output and every gradient in float64.
+Transformer's ln(x + attn(x)), trains worse deep). Your MultiHeadAttention comes from multi_head_attention.py,
+step 9's file beside this one. The parameters carry gpt-core's names (ln1, attn.qkv, attn.proj, ln2, mlp.fc,
+mlp.proj): the check copies gpt_core.Block's weights into yours and compares the output and every gradient in float64.
 
 Check it with `gpt-train learn check block`: it hands your block `kernels`, with kernels.attention(q, k, v, causal),
 kernels.layer_norm(x, weight, bias, eps) and kernels.gelu(x) (your kernel steps' signatures); PyTorch's own
@@ -15,6 +15,7 @@ kernels.layer_norm(x, weight, bias, eps) and kernels.gelu(x) (your kernel steps'
 """
 
 import torch
+from multi_head_attention import MultiHeadAttention  # yours, from step 9
 from torch import nn
 
 
@@ -40,19 +41,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C): proj(gelu(fc(x)))."""
-        raise NotImplementedError
-
-
-class MultiHeadAttention(nn.Module):
-    """Paste yours from multi_head_attention.py in place of this class."""
-
-    def __init__(self, n_embd: int, n_head: int, attention):
-        super().__init__()
-        self.n_head, self.attention = n_head, attention
-        self.qkv = nn.Linear(n_embd, 3 * n_embd)
-        self.proj = nn.Linear(n_embd, n_embd)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
 

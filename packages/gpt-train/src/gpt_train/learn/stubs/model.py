@@ -6,15 +6,16 @@
     loss = cross_entropy(logits, targets)  over (B*T, V) and (B*T,): the mean over targets that are not -100
 
 The head is tied to the token embedding (GPT-2's): one (V, C) matrix reads a token in and scores every token out,
-so lm_head.weight IS wte.weight, not a copy. Paste your Block, MLP and MultiHeadAttention from block.py below. The
-parameters carry gpt-core's names (wte, wpe, blocks.0.ln1 ..., ln_f, lm_head): the check copies gpt_core.GPT's
-weights into yours and compares the logits, the loss and every gradient in float64.
+so lm_head.weight IS wte.weight, not a copy. Your Block and LayerNorm come from block.py, step 10's file beside
+this one. The parameters carry gpt-core's names (wte, wpe, blocks.0.ln1 ..., ln_f, lm_head): the check copies
+gpt_core.GPT's weights into yours and compares the logits, the loss and every gradient in float64.
 
 Check it with `gpt-train learn check model`: it hands your model `kernels`, with kernels.attention,
 kernels.layer_norm, kernels.gelu and kernels.cross_entropy(logits, targets) (your kernel steps' signatures).
 """
 
 import torch
+from block import Block, LayerNorm  # yours, from step 10
 from torch import nn
 
 
@@ -35,52 +36,3 @@ class GPT(nn.Module):
         are what cross_entropy takes.
         """
         raise NotImplementedError
-
-
-class Block(nn.Module):
-    """Paste yours (and MLP and MultiHeadAttention below) from block.py in place of these classes."""
-
-    def __init__(self, n_embd: int, n_head: int, kernels):
-        super().__init__()
-        self.ln1 = LayerNorm(n_embd, kernels.layer_norm)
-        self.attn = MultiHeadAttention(n_embd, n_head, kernels.attention)
-        self.ln2 = LayerNorm(n_embd, kernels.layer_norm)
-        self.mlp = MLP(n_embd, kernels.gelu)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class MLP(nn.Module):
-    def __init__(self, n_embd: int, gelu):
-        super().__init__()
-        self.fc = nn.Linear(n_embd, 4 * n_embd)
-        self.gelu = gelu
-        self.proj = nn.Linear(4 * n_embd, n_embd)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class MultiHeadAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, attention):
-        super().__init__()
-        self.n_head, self.attention = n_head, attention
-        self.qkv = nn.Linear(n_embd, 3 * n_embd)
-        self.proj = nn.Linear(n_embd, n_embd)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class LayerNorm(nn.Module):
-    """A LayerNorm module around the layer_norm kernel: its weight and bias are parameters (eps 1e-5)."""
-
-    def __init__(self, dim: int, kernel):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-        self.kernel = kernel
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernel(x, self.weight, self.bias, 1e-5)

@@ -1,0 +1,133 @@
+"""What a check says, and the order every check says it in: an exception (an unwritten stub, or the mistake that
+raises the same way), then what is malformed before any value, then where the values first differ (with the mistake
+they agree with), then a call the step may not make; else the pass."""
+
+from __future__ import annotations
+
+import math
+import re
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from gpt_train.kernels import TOLERANCE
+from gpt_train.learn.loading import describe, is_stub, where
+from gpt_train.learn.steps import Step
+from gpt_train.learn.watch import Watch
+from gpt_train.learn.zoo import MISTAKES, Mistake
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the step passes, and the line (or lines) that say so or say what is wrong."""
+
+    passed: bool
+    message: str
+
+
+class Malformed(Exception):
+    """The learner's code gave something no value check can be made on, said in one line."""
+
+
+Judged = Callable[[Step, Sequence, Sequence], Any]
+"""(step, the learner's outcomes, the right outcomes) -> what a check says of them."""
+
+
+def judge(
+    step: Step,
+    path: Path | None,
+    watch: Watch,
+    outcomes: Sequence,
+    expected: Sequence,
+    diagnose: Callable[[], Mistake | None],
+    malformed: Judged,
+    difference: Judged,
+    passed: Judged,
+    requirement: Callable[[], str | None] | None = None,
+) -> Verdict:
+    """The verdict on `outcomes` (each with an `error`), each later question asked only when the earlier ones pass."""
+    error = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
+    if error is not None:
+        return raised(step, error, path, diagnose)
+    if (problem := malformed(step, outcomes, expected)) is not None:
+        return Verdict(False, f"{step.name}: {problem}")
+    failure, refusal = difference(step, outcomes, expected), watch.refusal(step)
+    if failure is not None:
+        return differs(step, failure, diagnose(), refusal)
+    if refusal is None and requirement is not None:  # what the step asks beyond the numbers (it runs the code again)
+        refusal = requirement() or watch.refusal(step)
+    if refusal is not None:
+        return Verdict(False, f"{step.name}: {refusal}")
+    return Verdict(True, f"{step.name}: passed, {passed(step, outcomes, expected)}")
+
+
+def differs(step: Step, failure: str, mistake: Mistake | None, refusal: str | None) -> Verdict:
+    """The verdict of results that differ from the reference's: the mistake they agree with, where they first differ,
+    and a refused call if there was one too."""
+    lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else []
+    lines = (lines or [f"{step.name}: {failure}"]) + ([f"  and {refusal}"] if refusal else [])
+    return Verdict(False, "\n".join(lines))
+
+
+def raised(step: Step, error: BaseException, path: Path | None, diagnose: Callable[[], Mistake | None]) -> Verdict:
+    if is_stub(error):
+        who = _raising_function(error, path, step)
+        return Verdict(
+            False,
+            f"{where(error, path)}: {who} is not written yet (it raises NotImplementedError): write "
+            "its body in place of the raise",
+        )
+    mistake = diagnose()
+    if isinstance(error, Malformed):
+        return Verdict(False, f"{step.name}: {mistake.message if mistake else error}")
+    said = f"{where(error, path)}: {step.function} raised {describe(error)}"
+    return Verdict(False, said if mistake is None else f"{step.name}: {mistake.message}\n  {said}")
+
+
+def _raising_function(error: BaseException, path: Path | None, step: Step) -> str:
+    """The learner's function the error came from (a helper still a stub), or the step's own (a class's method)."""
+    names = [frame.name for frame in traceback.extract_tb(error.__traceback__) if frame.filename == str(path)]
+    return names[-1] if names and step.kind in ("training", "generation") else step.function
+
+
+def first_mistake(step: Step, outcomes: Sequence, run: Callable[[Any], Sequence], agree: Callable) -> Mistake | None:
+    """The first of the step's mistakes with a variant whose outcomes (`run(variant)`) all agree with the learner's."""
+    for mistake in MISTAKES.get(step.name, ()):
+        for variant in mistake.kernels:
+            if all(agree(got, made) for got, made in zip(outcomes, run(variant), strict=True)):
+                return mistake
+    return None
+
+
+def first_excess(ours: Tensor, theirs: Tensor) -> tuple[int, float] | None:
+    """The flat index where `ours` differs most from `theirs`, and by how much, when that exceeds the tolerance
+    (relative to the reference's scale, when that is above 1); else None."""
+    difference = (ours.detach().double() - theirs.detach().double()).abs().nan_to_num(nan=math.inf)
+    if not difference.numel() or float(difference.max()) <= TOLERANCE * max(1.0, float(theirs.abs().max())):
+        return None
+    flat = int(difference.argmax())
+    return flat, float(difference.flatten()[flat])
+
+
+def same_error(a: BaseException | None, b: BaseException | None) -> bool:
+    """Both raised, the same exception with the same message (but for the name of a learner's autograd.Function)."""
+    if a is None or b is None or type(a) is not type(b):
+        return False
+    return _FUNCTION_NAME.sub("Function", describe(a)) == _FUNCTION_NAME.sub("Function", describe(b))
+
+
+_FUNCTION_NAME = re.compile(r"Function \w+")
+
+
+def attempt(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """`call()`'s result, or the exception it raised (but Ctrl-C): a learner's SystemExit is their code's result."""
+    try:
+        return call(), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        return None, error
