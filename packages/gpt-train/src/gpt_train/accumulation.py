@@ -1,13 +1,9 @@
 """Gradient accumulation: one optimiser step's batch as several micro-batches, forward and backward in turn.
 
-A micro-batch's loss is the mean over its scored targets (those not IGNORE_INDEX), and micro-batches
-need not score equally many (prompts of different lengths, a window that is all prompt). Weighting
-each micro-batch's mean by its share of the batch's scored targets, n_i / n, makes the weighted sum
-exactly the whole batch's mean, sum_i (n_i / n) (S_i / n_i) = S / n; so the summed gradients are
-those of the whole batch, not of an average of averages.
-
-Under DistributedDataParallel the gradients are all-reduced once per step, on the backward of the
-last micro-batch: the earlier ones run under `no_sync`, which only adds their gradients locally.
+A micro-batch's loss is the mean over its scored targets, and micro-batches need not score equally many (prompts
+of different lengths). Weighting each micro-batch's mean by its share of the batch's scored targets, n_i / n,
+makes the weighted sum exactly the whole batch's mean, sum_i (n_i / n) (S_i / n_i) = S / n; so the summed
+gradients are those of the whole batch, not of an average of averages.
 """
 
 from __future__ import annotations

@@ -69,9 +69,8 @@ class RunConfig:
     """Task parameters that point at a file kept in the run directory (Task.files(), RunLayout.task_file):
     config.json names the kept file, and `load` points the parameter at it wherever the directory now is."""
     kernels: dict[str, str] = field(default_factory=dict)
-    """The kernel slots the model computes with something other than gpt-core's own: slot -> a registered
-    name or module:function (`gpt_train.kernels`); `eval`, `sample` and `--resume` need them installed, and opening
-    a run with a module:function one takes --trust-kernels (`gpt_train.runs.saved_kernels`)."""
+    """The kernel slots the model computes with something other than gpt-core's own: slot -> a registered name or
+    module:function; opening a run with a module:function one takes --trust-kernels (`gpt_train.runs.saved_kernels`)."""
     unverified_kernels: tuple[str, ...] = ()
     """The swapped slots trained without verification against PyTorch (`run --unverified`)."""
     kernel_folders: dict[str, str] = field(default_factory=dict)
@@ -209,8 +208,7 @@ JSON_PLURALS = {dict: "mappings", list: "lists", str: "strings", bool: "true or 
 
 
 def _check_json_types(data: Any) -> None:
-    """Each field of config.json of its JSON type, and the model's settings of theirs (a list where a mapping
-    belongs, a string where a number does: one line, not a traceback or a model built from it)."""
+    """Each field of config.json, and each model setting, of its JSON type: one line, not a traceback."""
     if not isinstance(data, dict):
         raise ValueError(f"it holds {type(data).__name__}, not a mapping")
     for key, (kind, item) in JSON_TYPES.items():
@@ -294,9 +292,8 @@ def train_settings(task_name: str, overrides: dict[str, Any]) -> TrainSettings:
 
 
 def check_float_range(config: RunConfig) -> None:
-    """Every float setting of the model and the training within what float32 holds: the weights, gradients
-    and optimiser state are float32 whatever `dtype` (bf16 and fp16 are autocast over the forward pass), so
-    a larger setting overflows on the first step and a smaller non-zero one is the same as 0."""
+    """Every float setting within what float32 holds: the weights, gradients and optimiser state are float32
+    whatever `dtype`, so a larger setting overflows on the first step and a smaller non-zero one is 0."""
     finite = torch.finfo(torch.float32)
     for settings in (config.model, config.train):
         for f in dataclasses.fields(settings):

@@ -136,8 +136,7 @@ def default_kernel_registry() -> KernelRegistry:
 
 
 def default_kernel_set(device: torch.device) -> str:
-    """The kernel set a run computes with unless told: the triton set on CUDA where Triton is installed (its
-    hand-written GPU kernels), the fast set everywhere else."""
+    """The kernel set a run computes with unless told: triton on CUDA where Triton is installed, else fast."""
     return "triton" if device.type == "cuda" and "triton" in KERNEL_SETS else "fast"
 
 
@@ -266,8 +265,7 @@ def _not_plain(output: Any, device: torch.device | None) -> str | None:
 def verify_kernel(
     slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
 ) -> list[Row]:
-    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, in `dtype` (float64); an
-    output that is not a dense tensor on the inputs' device fails the case (`output_checked`)."""
+    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, in `dtype`."""
     return kernel_report(slot, output_checked(kernel), torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
 
 

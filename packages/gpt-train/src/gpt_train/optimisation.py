@@ -13,9 +13,7 @@ from gpt_train.settings import TrainSettings
 
 
 def learning_rate(step: int, s: TrainSettings, triggered: int | None = None) -> float:
-    """Linear warmup to lr, then cosine decay to min_lr at the last step, or constant with its last
-    `cooldown_steps` falling linearly towards min_lr; from step `triggered`, where the run reached
-    `cooldown_trigger`, min_lr at once (`TrainSettings.last_step`)."""
+    """The learning rate at `step`, as `TrainSettings` describes it; from step `triggered`, min_lr at once."""
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
     if s.schedule == "constant":
@@ -30,12 +28,8 @@ def learning_rate(step: int, s: TrainSettings, triggered: int | None = None) -> 
 
 class FusedAdamW:
     """AdamW by `torch.optim.adamw.adamw(..., fused=True)`, the function `torch.optim.AdamW(fused=True)` steps
-    with, so the same numbers bit for bit, with its `state_dict` layout (a checkpoint written by
-    torch.optim.AdamW resumes here, bit for bit).
-
-    Why not torch.optim.AdamW itself: its constructor and its methods import torch._dynamo, the compiler,
-    which is more than a second of a run's start-up on a 2-core CPU (docs/results/speed.md), and eager
-    training never needs it; the function imports nothing."""
+    with: the same numbers and `state_dict` layout, bit for bit. Not torch.optim.AdamW itself, whose methods import
+    torch._dynamo, more than a second of a run's start-up on a 2-core CPU (docs/results/speed.md)."""
 
     def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float], eps: float = 1e-8):
         self.param_groups = [

@@ -12,9 +12,8 @@ from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_viz import TRAIN, AttentionSnapshot, RunLayout
 
 ATTENTION_EXAMPLES = 4
-"""Held-out examples a run keeps the attention of, at most: enough to choose between in `gpt-viz explore`.
-Large models keep fewer (gpt_viz.ATTENTION_BUDGET caps the file, each example being n_layer x n_head x T x T
-numbers), at least one."""
+"""Held-out examples a run keeps the attention of, at most: enough to choose between in `gpt-viz explore` (large
+models keep fewer, at least one: gpt_viz.ATTENTION_BUDGET caps the file)."""
 
 
 def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> None:
@@ -48,8 +47,7 @@ def attention_on(
 
 def prompt_tokens(task: Task, dropped: int, kept: int) -> int | None:
     """How many of an attention example's `kept` tokens are its prompt, once its first `dropped` tokens are cut
-    for the file's budget: a prompt-answer task's prompt length, less those cut; None for another task, or when
-    the prompt is cut away entirely."""
+    for the file's budget (None for a task without prompts, or when the prompt is cut away entirely)."""
     if not isinstance(task, PromptAnswerTask):
         return None
     left = min(task.prompt_length - dropped, kept)
@@ -57,8 +55,7 @@ def prompt_tokens(task: Task, dropped: int, kept: int) -> int | None:
 
 
 def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
-    """attention.png: every head of `layer` (the first, until head ablation says which layer matters most), the
-    prompt/answer boundary marked when the example has one."""
+    """attention.png: every head of `layer` (the first, until head ablation says which layer matters most)."""
     snapshot = gpt_viz.load_attention(layout.root)
     layer = min(layer, snapshot.weights.shape[0] - 1)
     prompt = snapshot.prompt_length

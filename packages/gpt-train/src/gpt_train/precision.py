@@ -24,9 +24,8 @@ from gpt_train.optimisation import Optimizer
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 MAX_SKIPPED_STEPS = 50
-"""Steps in a row whose gradients were not finite after which an fp16 run counts as diverged. Each
-skip halves the loss scale: 50 skips take it from 2^16 to 2^-34, so gradients that are still not finite
-are not an overflow that scaling could avoid but a model that produces nan."""
+"""Steps in a row with gradients not finite after which an fp16 run counts as diverged: 50 halvings take the scale
+from 2^16 to 2^-34, so gradients still not finite are not an overflow but a model that produces nan."""
 
 
 def check_precision(dtype: str, device: torch.device) -> None:

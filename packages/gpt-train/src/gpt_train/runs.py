@@ -63,8 +63,8 @@ def describe(error: OSError) -> str:
 
 
 class RunLock:
-    """An exclusive advisory lock (flock) on the run directory itself, held for the life of the process's
-    run: no lock file is left behind, and the kernel releases the lock when a killed process dies."""
+    """An exclusive advisory lock (flock) on the run directory itself: no lock file is left behind, and the
+    kernel releases the lock when a killed process dies."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -261,8 +261,7 @@ def saved_kernels(
 
 
 def recorded_folders(kernels: dict[str, str], run_dir: Path) -> dict[str, str]:
-    """For each module-path kernel (imported by now), the folder its module was found in, relative to the run
-    directory: what config.json records for `saved_kernels`."""
+    """For each module-path kernel (imported by now), the folder its module was found in, relative to the run."""
     found = {slot: kernel_folder(name) for slot, name in kernels.items()}
     return {slot: _relative(folder, run_dir.resolve()) for slot, folder in found.items() if folder is not None}
 

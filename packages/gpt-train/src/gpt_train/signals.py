@@ -30,10 +30,7 @@ class StopRequest:
         self.requested = False
 
     def installed(self) -> contextlib.AbstractContextManager[None]:
-        def handler(signum, frame):
-            self.requested = True
-
-        return sigint_handled_by(handler)
+        return sigint_handled_by(lambda signum, frame: setattr(self, "requested", True))
 
 
 def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:

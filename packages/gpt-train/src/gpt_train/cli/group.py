@@ -62,8 +62,7 @@ class LazyCommand:
 
 
 class _Group(click.Group):
-    """Turns the domain errors of every layer, and click's own usage errors, into a CommandError; imports each
-    of the `lazy` commands when it is first looked up."""
+    """Turns every layer's errors into a CommandError; imports each `lazy` command when it is first looked up."""
 
     lazy: dict[str, LazyCommand] = {}
 
