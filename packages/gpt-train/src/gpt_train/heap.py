@@ -34,9 +34,8 @@ def _on_glibc() -> bool:
 
 
 def keep_freed_memory() -> bool:
-    """Raise glibc's trim and mmap thresholds for this process; True when they were set.
-
-    Nothing is changed off glibc (macOS, Windows, musl), or when the user set the thresholds themselves."""
+    """Raise glibc's trim and mmap thresholds for this process (nothing changes off glibc, or when the user set the
+    thresholds); True when they were set."""
     if not _on_glibc() or user_set_thresholds(os.environ):
         return False
     libc = ctypes.CDLL(None)  # the process's own C library, already loaded

@@ -282,13 +282,9 @@ def checked_kernels(
     base: Kernels = DEFAULT_KERNELS,
     saved: Mapping[str, Path] | None = None,
 ) -> Kernels:
-    """The kernels a model computes with: the set `base` with each chosen one found, guarded (one calling sys.exit
-    fails as that kernel) and, with `verify` (True: every chosen slot, or a collection of slots), pinned against
-    PyTorch. With `saved` (slot -> folder) they are a saved run's, opened rather than trained.
-
-    Raises KernelError naming the kernel and its first failing case, or the reason it cannot be used with this
-    model; for a slot in `unverified` a failure is only a warning.
-    """
+    """The kernels a model computes with: the set `base` with each chosen one found, guarded (`guarded`) and, with
+    `verify` (True, or the slots to check), pinned against PyTorch: a KernelError naming its first failing case, a
+    warning for a slot in `unverified`. With `saved` (slot -> folder) they are a saved run's, opened not trained."""
     opened, folders = saved is not None, saved or {}
     found = {slot: resolve_kernel(slot, name, opened, folders.get(slot)) for slot, name in choices.items()}
     kernels = dataclasses.replace(

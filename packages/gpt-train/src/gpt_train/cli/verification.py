@@ -115,23 +115,18 @@ def verify(
         )
         click.echo(format_report(rows))
         _check_rows(rows, tolerance, what, torch_dtype)
-        if compile_:
-            _check_compiled(kernels, target, seed, what)
+        if compile_:  # torch.compile against eager on the device
+            from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
+
+            click.echo(f"\ntorch.compile against eager on {target} (float32):")
+            rows = compiled_report(kernels, target, seed)
+            click.echo(format_report(rows))
+            _check_rows(rows, COMPILED_TOLERANCE, what, torch.float32)
         return
     for slot, name in choices.items():
         rows = verify_kernel(slot, guarded(slot, name, resolve_kernel(slot, name)), seed, torch_dtype)
         click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
         _check_rows(rows, tolerance, f"kernel {slot}={name}: ", torch_dtype)
-
-
-def _check_compiled(kernels, device, seed: int | None, what: str) -> None:
-    from gpt_core import format_report
-    from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
-
-    click.echo(f"\ntorch.compile against eager on {device} (float32):")
-    rows = compiled_report(kernels, device, seed)
-    click.echo(format_report(rows))
-    _check_rows(rows, COMPILED_TOLERANCE, what, torch.float32)
 
 
 def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
