@@ -24,7 +24,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from gpt_train.learn.grader import Verdict
+from gpt_train.learn.grader import Verdict, check_file
+from gpt_train.learn.loading import describe
+from gpt_train.learn.steps import BY_NAME
+from gpt_train.learn.task_check import check_task
 
 TIME_LIMIT = 120.0
 """Seconds a check may take, start of the child process included (a check takes under 10 on a laptop)."""
@@ -134,35 +137,21 @@ def child_main() -> None:
     source = sys.stdin.buffer.read()
     verdict_path, token = header.pop("verdict"), header.pop("token")
     try:
-        verdict = _grade(header["step"], Path(header["path"]), source)
+        step, path = BY_NAME[header["step"]], Path(header["path"])
+        verdict = check_task(path, source) if step.kind == "task" else check_file(step, path, source)
         record = {"token": token, "passed": verdict.passed is True, "message": str(verdict.message)}
     except KeyboardInterrupt:  # no Ctrl-C reaches the child (a session of its own): the learner's code raised it
         message = (f"{header['path']}: the code in it raised KeyboardInterrupt (Ctrl-C's exception); a kernel "
                    "fails by raising an ordinary exception")  # fmt: skip
         record = {"token": token, "passed": False, "message": message}
     except BaseException as error:  # the grader's own failure (or the learner's, escaping it): a failed check
-        message = f"{header['path']}: the check itself failed ({_described(error)})"
+        message = f"{header['path']}: the check itself failed ({describe(error)})"
         record = {"token": token, "passed": False, "message": message}
     flush()
     descriptor = opened(verdict_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     write(descriptor, dumps(record).encode("utf-8"))
     close(descriptor)
     end(0)
-
-
-def _grade(step_name: str, path: Path, source: bytes) -> Verdict:
-    from gpt_train.learn.grader import check_file
-    from gpt_train.learn.steps import BY_NAME
-    from gpt_train.learn.task_check import check_task
-
-    step = BY_NAME[step_name]
-    return check_task(path, source) if step.kind == "task" else check_file(step, path, source)
-
-
-def _described(error: BaseException) -> str:
-    from gpt_train.learn.loading import describe
-
-    return describe(error)
 
 
 def _flush() -> None:

@@ -201,15 +201,14 @@ def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcom
         for number, (after, right) in enumerate(zip(got.snapshots, want.snapshots, strict=True), 1):
             for name, value in right.items():
                 difference = (after[name] - value).abs().nan_to_num(nan=math.inf)
-                excess = difference - _tolerances(name, value, float(value.abs().max()))
-                if not bool((excess > 0).any()):
+                tolerances = _tolerances(name, value, float(value.abs().max()))
+                if not bool((difference > tolerances).any()):
                     continue
-                flat = int(excess.argmax())
-                by = float(difference.flatten()[flat])
-                tolerance = float(_tolerances(name, value, float(value.abs().max())).flatten()[flat])
+                flat = int((difference - tolerances).argmax())
                 return (f"{case.name}: after step {number} of {case.settings.steps}, {name} "
-                        f"{index_of(flat, difference.shape)} differs from gpt-train's step by {by:.1e}, which "
-                        f"exceeds the tolerance {tolerance:.0e}")  # fmt: skip
+                        f"{index_of(flat, difference.shape)} differs from gpt-train's step by "
+                        f"{float(difference.flatten()[flat]):.1e}, which exceeds the tolerance "
+                        f"{float(tolerances.flatten()[flat]):.0e}")  # fmt: skip
     return None
 
 
