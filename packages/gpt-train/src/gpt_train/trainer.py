@@ -284,14 +284,18 @@ class Trainer:
         grads = {name: p.grad * scale for name, p in wide.named_parameters() if p.grad is not None}
         return Step(float(loss), grads)
 
+    def scored_model(self) -> Any:
+        """What gives the logits the evaluation scores: the run's model (`learn train`: the learner's GPT)."""
+        return self.model
+
     def evaluate(self, limit: int | None) -> dict[str, float]:
         """Every split's metrics and the probes, by the eager model in full float32 whatever the run's dtype, TF32
         or compiler: so final.json's metrics are the numbers `gpt-train eval` and inspect give later."""
         metrics = {}
         if self.rank.is_main:
             with full_float32():
-                metrics = evaluate_splits(self.task, self.model, self.device, self.config.eval_splits, limit)
-                probes = measure_probes(self.task, self.model, self.device)
+                metrics = evaluate_splits(self.task, self.scored_model(), self.device, self.config.eval_splits, limit)
+                probes = measure_probes(self.task, self.model, self.device)  # through gpt-core's hooks
             metrics |= {probe_key(name): value for name, value in probes.items()}
         self.rank.barrier()
         return metrics

@@ -23,17 +23,14 @@ import torch
 from torch import Tensor, nn
 
 from gpt_core import GPT, GPTOutput
-from gpt_tasks import measure_probes
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.learn.loading import LearnerError, learner_function, load_module
 from gpt_train.learn.progress import status
 from gpt_train.learn.steps import BY_NAME, STEPS, Step
 from gpt_train.pictures import write_pictures
-from gpt_train.precision import full_float32
 from gpt_train.runs import Run, new_run
-from gpt_train.trainer import Outcome, Trainer, evaluate_splits
-from gpt_viz import probe_key
+from gpt_train.trainer import Outcome, Trainer
 
 TASK = "sort"
 METRIC = "heldout_exact_match"
@@ -180,12 +177,8 @@ class CourseTrainer(Trainer):
         self._last_loss = loss
         return loss, stop
 
-    def _learners_scores(self, limit: int | None) -> dict[str, float]:
-        """Trainer.evaluate's metrics with the learner's GPT giving the logits (one process: no ranks to wait for)."""
-        with full_float32():
-            metrics = evaluate_splits(self.task, self.learners, self.device, self.config.eval_splits, limit)
-            probes = measure_probes(self.task, self.model, self.device)  # they read attention through gpt-core's hooks
-        return metrics | {probe_key(name): value for name, value in probes.items()}
+    def scored_model(self) -> Any:
+        return self.model if self.learners is None else self.learners
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         s = self.settings
@@ -193,7 +186,7 @@ class CourseTrainer(Trainer):
         final = self.step >= s.steps
         if final:
             self._report(f"{head}; scoring every held-out example")
-        metrics = super().evaluate(limit) if self.learners is None else self._learners_scores(limit)
+        metrics = super().evaluate(limit)
         seconds = time.monotonic() - self._began
         if METRIC in metrics and EXAMPLES in metrics:
             score, examples = metrics[METRIC], int(metrics[EXAMPLES])
