@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import math
+import os
 from pathlib import Path
 from urllib.error import URLError
 
@@ -22,7 +23,8 @@ from gpt_core import IGNORE_INDEX
 from gpt_tasks import ParamError, get_task, is_heldout
 from gpt_tasks.builtin import shakespeare
 
-SHARED_CORPUS = Path(__file__).parents[3].parent / "shared/data/tinyshakespeare.txt"
+CORPUS = Path(os.environ.get("GPT_DATA", "tinyshakespeare.txt"))
+"""The real text, as the experiments find it: the file $GPT_DATA names (else tinyshakespeare.txt here)."""
 
 
 def serve(payload: bytes):
@@ -217,9 +219,9 @@ def test_bad_params_are_refused():
         get_task("shakespeare", block_size=64, chunk_size=64)
 
 
-@pytest.mark.skipif(not SHARED_CORPUS.is_file(), reason=f"tiny-shakespeare not present at {SHARED_CORPUS}")
+@pytest.mark.skipif(not CORPUS.is_file(), reason=f"tiny-shakespeare not present at {CORPUS} (set GPT_DATA)")
 def test_the_real_corpus_has_65_characters_and_a_tenth_of_its_chunks_held_out():
-    task = get_task("shakespeare", data=str(SHARED_CORPUS))
+    task = get_task("shakespeare", data=str(CORPUS))
     assert task.vocab_size == 65 + 1  # every character occurs in a training chunk; and the unknown token
     assert len(task.chunk_offsets) == 1090 and len(task.chunks("heldout")) == 109
     assert len(task.evaluation_windows("heldout", None)) == 1744  # 109 chunks of 1,023 targets, windows of 64
