@@ -280,11 +280,13 @@ def main() -> None:
     print("tokenisation: nanoGPT's train.bin + val.bin equal our token stream, id for id; vocabularies identical")
     print(f"nanoGPT's checkpoint: iteration {record['iter_num']}, its own validation estimate "
           f"(20 random batches) {record['best_val_loss']:.4f}")  # fmt: skip
-    print(f"our {mine} run's own held-out loss (every held-out window, final.json): {own:.4f}")
+    which = "first-90%" if gpu else "default"
+    print(f"our {which} run's own held-out loss (every held-out window, final.json): {own:.4f}")
     for name, wall in walls.items():
         print(f"{name}: " + (f"trained in {wall:.1f} s" if wall is not None else "read back from --out"))
-    if None not in walls.values():
-        print(f"wall time, ours, first 90% / nanoGPT: {walls['ours, first 90%'] / walls['nanoGPT']:.2f}")
+    ours_name = "ours, first 90%" if gpu else "ours"
+    if walls[ours_name] is not None and walls["nanoGPT"] is not None:
+        print(f"wall time, {ours_name} / nanoGPT: {walls[ours_name] / walls['nanoGPT']:.2f}")
     print()
     print("| model | shared characters | ours (nats/char) | nanoGPT (nats/char) "
           "| nanoGPT - ours, 95% interval (bootstrap over chunks) |")  # fmt: skip
