@@ -90,6 +90,11 @@ class RunConfig:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             _check_json_types(data)
+            unset = dataclasses.MISSING
+            required = [f.name for f in dataclasses.fields(cls) if f.default is unset and f.default_factory is unset]
+            missing = next((name for name in required if name not in data), None)
+            if missing is not None:
+                raise ValueError(f"it has no {missing!r}")
             given = {key: tuple(v) if isinstance(v, list) else v for key, v in data.items() if key in JSON_TYPES}
             kept = {name: str(RunLayout(run_dir).task_file(name)) for name in given.get("task_files", ())}
             built = {
