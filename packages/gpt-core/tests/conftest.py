@@ -7,6 +7,7 @@ has seen per component; the run's terminal summary lists them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import pytest
@@ -14,6 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from gpt_core import IGNORE_INDEX
+
+if not torch.cuda.is_available():  # before any test imports Triton: its kernels then run on CPU tensors
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _LARGEST: dict[str, float] = {}
 
