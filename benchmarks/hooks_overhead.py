@@ -1,11 +1,13 @@
-"""Hook points' cost: the step-time benchmark's training step, and cached decoding, before and after them.
+"""Hook points' cost: the step-time benchmark's training step, and cached decoding, with every name hooked, with
+no hook set, and (given `--before`) in a tree before the hook points.
 
+    python benchmarks/hooks_overhead.py                  # no hooks against every name hooked
     git archive <commit before the hooks> packages/gpt-core/src | tar -x -C /tmp/before
     python benchmarks/hooks_overhead.py --before /tmp/before/packages/gpt-core/src
     python benchmarks/hooks_overhead.py --before ... --after /tmp/after/packages/gpt-core/src  # two commits
 
-Three sides with the same initial weights take turns in every round (the order running through all
-six permutations, round after round): gpt-core from `--before` (an earlier tree, imported beside the
+The sides, with the same initial weights, take turns in every round (the order running through every
+permutation, round after round): gpt-core from `--before` when given (an earlier tree, imported beside the
 installed one), gpt-core with hook points (`--after`, another tree, or by default the installed one)
 with no hook set, and the same with an identity hook (returning None) on every hook name. `--after`
 at the hooks' own commit keeps later changes out of the comparison. The claim to check is that a
@@ -60,17 +62,19 @@ def import_tree(src: Path) -> ModuleType:
 
 
 def three_models(
-    before: ModuleType, after: ModuleType, config: gpt_core.GPTConfig, stack: ExitStack
+    before: ModuleType | None, after: ModuleType, config: gpt_core.GPTConfig, stack: ExitStack
 ) -> list[torch.nn.Module]:
-    """Before, after, and after with an identity hook on every name (set for as long as `stack` lasts)."""
+    """Before (when given), after, and after with an identity hook on every name (set while `stack` lasts)."""
     torch.manual_seed(0)
     plain = after.GPT(after.GPTConfig(**config.to_dict()))
-    known = {field.name for field in dataclasses.fields(before.GPTConfig)}  # an earlier tree has fewer switches
-    old = before.GPT(before.GPTConfig(**{k: v for k, v in config.to_dict().items() if k in known}))
-    old.load_state_dict(plain.state_dict())
     hooked = after.GPT(plain.config)
     hooked.load_state_dict(plain.state_dict())
     stack.enter_context(hooked.hooks(dict.fromkeys(hooked.hook_names(), lambda activation, name: None)))
+    if before is None:
+        return [plain, hooked]
+    known = {field.name for field in dataclasses.fields(before.GPTConfig)}  # an earlier tree has fewer switches
+    old = before.GPT(before.GPTConfig(**{k: v for k, v in config.to_dict().items() if k in known}))
+    old.load_state_dict(plain.state_dict())
     return [old, plain, hooked]
 
 
@@ -90,15 +94,17 @@ def rotated_rounds(fns: Sequence[Callable[[], object]], rounds: int, calls: int,
 
 
 def row(label: str, times: list[list[float]], unit: float) -> list[str]:
-    """Median times, the per-round ratios to before, and the ratio of the fastest rounds (the least
-    disturbed by a shared machine's load)."""
-    before, after, hooked = times
+    """Median times and the per-round ratios; with a before side, the ratios to it and the ratio of the fastest
+    rounds (the least disturbed by a shared machine's load)."""
     ms = [f"{statistics.median(t) * unit:.2f}" for t in times]
+    if len(times) == 2:
+        return [label, *ms, ratio_spread(times[1], times[0]).plain()]
+    before, after, hooked = times
     ratios = [ratio_spread(after, before).plain(), ratio_spread(hooked, before).plain()]
     return [label, *ms, *ratios, f"{min(after) / min(before):.3f}"]
 
 
-def training_row(before: ModuleType, after: ModuleType, name: str, rounds: int, per_round: int) -> list[str]:
+def training_row(before: ModuleType | None, after: ModuleType, name: str, rounds: int, per_round: int) -> list[str]:
     config, batch = CONFIGS[name]
     with ExitStack() as stack:
         models = three_models(before, after, config, stack)
@@ -107,13 +113,13 @@ def training_row(before: ModuleType, after: ModuleType, name: str, rounds: int, 
     return row(f"{name}: training step (batch {batch})", times, 1e3)
 
 
-def decoding_row(before: ModuleType, after: ModuleType, name: str, rounds: int, per_round: int) -> list[str]:
+def decoding_row(before: ModuleType | None, after: ModuleType, name: str, rounds: int, per_round: int) -> list[str]:
     config, _ = CONFIGS[name]
     prompt = torch.randint(config.vocab_size, (1, 1), generator=torch.Generator().manual_seed(1))
     n_new = min(DECODE_TOKENS, config.block_size)
     with ExitStack() as stack:
         models = [m.eval() for m in three_models(before, after, config, stack)]
-        makers = (before.generate, after.generate, after.generate)
+        makers = ([before.generate] if before else []) + [after.generate, after.generate]
         calls = [lambda m=m, g=g: g(m, prompt, n_new, temperature=0.0) for m, g in zip(models, makers, strict=True)]
         times = rotated_rounds(calls, rounds, calls=per_round, warmup=2)
     return row(f"{name}: cached greedy decoding, {n_new} tokens (batch 1), per token", times, 1e3 / n_new)
@@ -121,18 +127,18 @@ def decoding_row(before: ModuleType, after: ModuleType, name: str, rounds: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", type=Path, required=True, help="an earlier tree's packages/gpt-core/src")
+    parser.add_argument("--before", type=Path, help="an earlier tree's packages/gpt-core/src (default: none)")
     parser.add_argument("--after", type=Path, help="a tree with hook points (default: the installed gpt_core)")
     parser.add_argument("--rounds", type=int, default=24, help="rounds, best a multiple of 6 orders (default 24)")
     parser.add_argument("--steps-per-round", type=int, default=5, help="calls of each side per round (default 5)")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     args = parser.parse_args()
-    before = import_tree(args.before)
+    before = import_tree(args.before) if args.before else None
     after = import_tree(args.after) if args.after else gpt_core
     if not hasattr(after.GPT, "hook_names"):
         raise SystemExit(f"hooks_overhead.py: {Path(after.__file__).parent} has no hook points")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"before: {Path(before.__file__).parent}\nafter: {Path(after.__file__).parent}")
+    print(f"before: {Path(before.__file__).parent if before else '-'}\nafter: {Path(after.__file__).parent}")
     rows = []
     for name in args.configs:
         rows.append(training_row(before, after, name, args.rounds, args.steps_per_round))
@@ -141,7 +147,8 @@ def main() -> None:
         progress(f"{name}: decoding done")
     print(f"{args.rounds} rounds of {args.steps_per_round} calls of each side; ratio: median over rounds (range)\n")
     header = ["what", "before ms", "no hooks ms", "every name hooked ms", "no hooks / before", "hooked / before",
-              "no hooks / before, fastest rounds"]  # fmt: skip
+              "no hooks / before, fastest rounds"] if before else ["what", "no hooks ms", "every name hooked ms",
+              "hooked / no hooks"]  # fmt: skip
     print_table(header, rows)
 
 

@@ -107,7 +107,7 @@ def decode_model():
 
     from gpt_core import GPT
 
-    config, _ = MODELS["6L-6H-384d, block 256"]
+    _, config, _ = MODELS["6l"]
     torch.manual_seed(0)
     return GPT(config).eval()
 

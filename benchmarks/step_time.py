@@ -181,11 +181,11 @@ def main() -> None:
 
 def time_kernel(args: argparse.Namespace) -> None:
     """The --kernel table: one row per configuration."""
-    from gpt_train.kernels import KernelError, build_kernels, parse_kernel_choices  # only this table needs gpt-train
+    from gpt_train.kernels import KernelError, checked_kernels, parse_kernel_choices  # only this table needs gpt-train
 
     try:
         choices = parse_kernel_choices([args.kernel])
-        kernels = build_kernels(choices)
+        kernels = checked_kernels(choices, dropout=0.0, seed=0)
     except KernelError as error:
         raise SystemExit(f"step_time.py: {error}") from None
     slot, kernel = next(iter(choices.items()), (None, None))  # None: gpt-core's own
