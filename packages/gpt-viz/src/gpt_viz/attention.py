@@ -56,24 +56,17 @@ def draw_attention(
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     if prompt_length is not None:
-        mark_prompt_end(ax, prompt_length, len(tokens))
+        if not is_prompt_length(prompt_length, len(tokens)):
+            raise VizError(
+                f"prompt_length must be a whole number from 1 to the {len(tokens)} positions, got {prompt_length!r}"
+            )
+        if prompt_length < len(tokens):  # a line between prompt and answer; none when the whole sequence is prompt
+            for draw in (ax.axvline, ax.axhline):
+                draw(prompt_length - 0.5, color=BOUNDARY_COLOUR, linewidth=1.3)
     return image
 
 
-def mark_prompt_end(ax: Axes, prompt_length: int, positions: int) -> None:
-    """A line on both axes between the prompt's last position and the first answer position; none when the
-    whole sequence is prompt."""
-    if not is_prompt_length(prompt_length, positions):
-        raise VizError(
-            f"prompt_length must be a whole number from 1 to the {positions} positions, got {prompt_length!r}"
-        )
-    if prompt_length < positions:
-        for draw in (ax.axvline, ax.axhline):
-            draw(prompt_length - 0.5, color=BOUNDARY_COLOUR, linewidth=1.3)
-
-
 def caption(prompt_length: int | None, positions: int) -> str:
-    """What a row and a bright cell mean, and, when the boundary is drawn, what its lines are."""
     return READING + (f"\n{BOUNDARY}" if prompt_length is not None and prompt_length < positions else "")
 
 

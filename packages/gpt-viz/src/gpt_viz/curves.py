@@ -70,24 +70,21 @@ def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | Non
     ax.grid(alpha=0.3)
     if metric is None:
         ax.set_title("training loss (config names no primary_metric)")
-    else:
-        handles += _draw_metric_on_twin(ax, records, metric, source)
+    else:  # the metric on a twin axis
+        steps, values = metric_series(records, metric, source=source)
+        twin = ax.twinx()
+        marker = point_marker(metric, steps)
+        handles += twin.plot(
+            steps, values, color=METRIC_COLOUR, marker=marker, markersize=3, linewidth=1.2, label=metric
+        )
+        twin.set_ylabel(metric, color=METRIC_COLOUR)
+        twin.tick_params(axis="y", labelcolor=METRIC_COLOUR)
+        if is_loss(metric):
+            use_log_scale(twin, "y")
+        elif _all_fractions(values):
+            twin.set_ylim(-0.02, 1.02)
         ax.set_title(f"training loss and {metric}")
     legend_below(ax, handles)
-
-
-def _draw_metric_on_twin(ax: Axes, records: Sequence[Record], metric: str, source: str) -> list:
-    steps, values = metric_series(records, metric, source=source)
-    twin = ax.twinx()
-    marker = point_marker(metric, steps)
-    handles = twin.plot(steps, values, color=METRIC_COLOUR, marker=marker, markersize=3, linewidth=1.2, label=metric)
-    twin.set_ylabel(metric, color=METRIC_COLOUR)
-    twin.tick_params(axis="y", labelcolor=METRIC_COLOUR)
-    if is_loss(metric):
-        use_log_scale(twin, "y")
-    elif _all_fractions(values):
-        twin.set_ylim(-0.02, 1.02)
-    return handles
 
 
 PER_HEAD_PROBE = re.compile(r"_l\d+h\d+$")

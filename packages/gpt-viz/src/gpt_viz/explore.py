@@ -138,36 +138,24 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
     row_max = weights.max(axis=-1)  # (L, H, T)
     scale = np.where(row_max > 0, row_max, 1.0)[..., None]
     levels = np.rint(weights / scale * 255).astype(np.uint8)
+    prompt = snapshot.prompt_length  # the page draws the prompt/answer line only at a prompt's token count
     return {
         "tokens": list(snapshot.tokens),
-        "prompt_length": prompt_boundary(snapshot.prompt_length, len(snapshot.tokens)),
+        "prompt_length": int(prompt) if is_prompt_length(prompt, len(snapshot.tokens)) else None,
         "shape": list(weights.shape),
         "weights": base64.b64encode(levels.tobytes()).decode("ascii"),
         "row_max": base64.b64encode(row_max.astype("<f4").tobytes()).decode("ascii"),
     }
 
 
-def prompt_boundary(prompt_length: Any, positions: int) -> int | None:
-    """Where the page draws the prompt/answer line: the prompt's token count, if it is one, else None."""
-    return int(prompt_length) if is_prompt_length(prompt_length, positions) else None
-
-
 def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:
     """The run's head-ablation table when `gpt-train inspect RUN heads` has written it, checked against ``heads``
     (n_layer, n_head of the attention file) so a table from another model is refused, not drawn."""
     layout = RunLayout(run)
-    if not layout.heads_ablation.is_file():
+    path = layout.heads_ablation
+    if not path.is_file():
         return None
-    table = _checked_ablation(read_json_object(layout.heads_ablation), layout.heads_ablation, heads)
-    final = read_json_object(layout.final).get("step") if layout.final.is_file() else None  # None: still training
-    return table | {"final_step": final if _is_step(final) else None}
-
-
-def _is_step(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] | None) -> dict[str, Any]:
+    table = read_json_object(path)
     if not isinstance(table.get("metric"), str):
         raise VizError(f'{path} needs "metric", the name of the metric it scores')
     baseline = table.get("baseline")
@@ -180,6 +168,7 @@ def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] 
     if heads is not None and shapes["zero"] != tuple(heads):
         raise VizError(f"{path} covers {shapes['zero']} layers x heads but the attention file has {tuple(heads)}")
     examples = table.get("examples")
+    final = read_json_object(layout.final).get("step") if layout.final.is_file() else None  # None: still training
     return {
         "metric": table["metric"],
         "split": str(table.get("split", "")),
@@ -188,11 +177,15 @@ def _checked_ablation(table: dict[str, Any], path: Path, heads: tuple[int, int] 
         "step": table.get("step") if _is_step(table.get("step")) else None,
         "higher_is_better": table.get("higher_is_better") is not False,
         **grids,
+        "final_step": final if _is_step(final) else None,
     }
 
 
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _layer_by_head(grid: Any, path: Path, kind: str) -> list[list[float]]:
-    """A non-empty rectangular list of lists of finite numbers: one row per layer, one value per head."""
     rows_ok = isinstance(grid, list) and grid and all(isinstance(row, list) and row for row in grid)
     if not rows_ok or len({len(row) for row in grid}) != 1 or not all(_is_number(v) for row in grid for v in row):
         raise VizError(f'{path}: "{kind}" must be a list per layer of one finite number per head')

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -43,9 +42,19 @@ def length_generalisation(
     bar_width = _GROUP_WIDTH / len(scores)
     for index, by_length in enumerate(scores.values()):
         offset = (index - (len(scores) - 1) / 2) * bar_width
-        _draw_encoding(ax, lengths, by_length, offset, bar_width, f"C{index}", top)
+        colour = f"C{index}"
+        for slot, length in enumerate(lengths):
+            x = slot + offset
+            score = by_length.get(length)
+            if score is None:
+                ax.text(x, 0.02 * top, NOT_APPLICABLE, rotation=90, ha="center", va="bottom", fontsize=8, color="0.35")
+            else:
+                mean, std = score
+                ax.bar(x, mean, width=bar_width * 0.95, yerr=std, color=colour, capsize=2, error_kw={"elinewidth": 0.8})
     if trained_up_to is not None:
-        _mark_trained(ax, lengths, trained_up_to, top)
+        boundary = sum(length <= trained_up_to for length in lengths) - 0.5
+        ax.axvline(boundary, color="0.4", linestyle="--", linewidth=1.0, gid=TRAINED_MARK)
+        ax.text(boundary, 0.98 * top, f" trained ≤ {trained_up_to}", ha="left", va="top", fontsize=8, color="0.3")
     ax.set_xticks(range(len(lengths)), [str(length) for length in lengths])
     ax.set_ylim(0.0, top)
     ax.set_xlabel(xlabel)
@@ -56,12 +65,6 @@ def length_generalisation(
     # Beside the axes, not over them: with several encodings every slot has a tall bar a legend would hide.
     ax.legend(handles=legend_handles, title=legend_title, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return figure
-
-
-def _mark_trained(ax: Axes, lengths: Sequence[int], trained_up_to: int, top: float) -> None:
-    boundary = sum(length <= trained_up_to for length in lengths) - 0.5
-    ax.axvline(boundary, color="0.4", linestyle="--", linewidth=1.0, gid=TRAINED_MARK)
-    ax.text(boundary, 0.98 * top, f" trained ≤ {trained_up_to}", ha="left", va="top", fontsize=8, color="0.3")
 
 
 def _normalise(name: str, by_length: Mapping[int, Score]) -> dict[int, tuple[float, float] | None]:
@@ -84,22 +87,3 @@ def _axis_top(scores: Mapping[str, Mapping[int, tuple[float, float] | None]]) ->
     """At least 1 so accuracies keep their full 0–1 range; taller if error bars need it."""
     highs = [mean + std for by_length in scores.values() for mean, std in filter(None, by_length.values())]
     return max([1.0, *highs]) * 1.08
-
-
-def _draw_encoding(
-    ax: Axes,
-    lengths: Sequence[int],
-    by_length: Mapping[int, tuple[float, float] | None],
-    offset: float,
-    width: float,
-    colour: str,
-    top: float,
-) -> None:
-    for slot, length in enumerate(lengths):
-        x = slot + offset
-        score = by_length.get(length)
-        if score is None:
-            ax.text(x, 0.02 * top, NOT_APPLICABLE, rotation=90, ha="center", va="bottom", fontsize=8, color="0.35")
-        else:
-            mean, std = score
-            ax.bar(x, mean, width=width * 0.95, yerr=std, color=colour, capsize=2, error_kw={"elinewidth": 0.8})

@@ -45,8 +45,7 @@ def grokking(
     keys = _split_keys(metric)
     loss_keys = _split_keys(loss) if loss is not None else None
     if isinstance(run, (str, os.PathLike)):
-        source = str(run_directory(run))
-        records = load_metrics(run)
+        source, records = str(run_directory(run)), load_metrics(run)
     else:
         source, records = "the records", list(run)
 
@@ -58,8 +57,9 @@ def grokking(
     crossings, collapsed = [], []
     for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
         steps, values = _positive_steps(records, key, source)
-        crossings.append((_draw_accuracy(ax, steps, values, f"{prefix} {label}", colour, threshold), colour))
-        collapsed.append(_draw_collapses(ax, steps, values, prefix, colour, threshold))
+        crossing, spans = _draw_split(ax, steps, values, prefix, label, colour, threshold)
+        crossings.append((crossing, colour))
+        collapsed.append(spans)
     ax.axhline(threshold, color="0.5", linestyle=":", linewidth=0.8)
     ax.set_ylim(-0.02, 1.05)
     ax.set_ylabel(label)
@@ -133,28 +133,23 @@ def _split_keys(metric: str) -> list[str]:
     return [metric_key(split, metric) for split, _, _ in _SPLIT_STYLE]
 
 
-def _draw_collapses(ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, colour: str, threshold: float) -> int:
-    """Shade each span back below ``threshold`` after reaching it; returns how many there are."""
-    spans = collapses(steps, values, threshold)
-    if not spans:
-        return 0
-    last = float(steps[-1])
-    times = "once" if len(spans) == 1 else f"{len(spans)} times"
-    label = f"{prefix} below {threshold:g} again, {times}" + (" (the slingshot)" if prefix == "train" else "")
-    for i, (start, end) in enumerate(spans):
-        ax.axvspan(start, last if end is None else end, color=colour, alpha=0.12, label=None if i else label)
-    return len(spans)
-
-
-def _draw_accuracy(
-    ax: Axes, steps: np.ndarray, values: np.ndarray, name: str, colour: str, threshold: float
-) -> int | None:
-    """The curve with its crossing marked; returns the crossing step (None if it never crosses)."""
+def _draw_split(
+    ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, label: str, colour: str, threshold: float
+) -> tuple[int | None, int]:
+    """One split's curve, its first step at ``threshold`` dashed and each later span back below it shaded; returns
+    that step (None if it never gets there) and how many spans there are."""
     crossing = first_crossing(steps, values, threshold)
     reached = f"never reaches {threshold:g}" if crossing is None else f"≥ {threshold:g} at step {crossing}"
-    ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{name} ({reached})")
+    ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{prefix} {label} ({reached})")
     if crossing is not None:
         ax.axvline(crossing, color=colour, linestyle="--", linewidth=1.0)
         text = {"xytext": (4, 0), "textcoords": "offset points", "rotation": 90, "va": "center", "fontsize": 9}
         ax.annotate(f"step {crossing}", xy=(crossing, 0.5), color=colour, **text)
-    return crossing
+    spans = collapses(steps, values, threshold)
+    times = "once" if len(spans) == 1 else f"{len(spans)} times"
+    shaded = f"{prefix} below {threshold:g} again, {times}" + (" (the slingshot)" if prefix == "train" else "")
+    for i, (start, end) in enumerate(spans):
+        ax.axvspan(
+            start, float(steps[-1]) if end is None else end, color=colour, alpha=0.12, label=None if i else shaded
+        )
+    return crossing, len(spans)

@@ -168,7 +168,7 @@ def head_reads_picture(record: Mapping[str, Any]) -> Figure:
     n_layer, n_head = reads.shape[:2]
     on_answer = np.array(_field(record, "on_answer"), dtype=float)
     figure = new_figure(1.2 + 2.6 * n_head, 1.0 + 2.6 * n_layer)
-    axes = np.atleast_2d(figure.subplots(n_layer, n_head, squeeze=False))
+    axes = figure.subplots(n_layer, n_head, squeeze=False)
     high = float(reads.max()) or 1.0
     for (layer, head), ax in np.ndenumerate(axes):
         image = ax.imshow(reads[layer, head], cmap=CMAP, vmin=0.0, vmax=high, interpolation="nearest")

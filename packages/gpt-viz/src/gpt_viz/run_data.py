@@ -94,9 +94,7 @@ def read_text(path: Path) -> str:
 def load_config(run_dir: PathLike) -> dict[str, Any]:
     """Read ``config.json``; a missing file gives ``{}`` so copied-out metrics still plot."""
     path = RunLayout(run_directory(run_dir)).config
-    if not path.is_file():
-        return {}
-    return read_json_object(path)
+    return read_json_object(path) if path.is_file() else {}
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -136,7 +134,6 @@ def _parse_metrics_line(line: str, path: Path, number: int) -> dict[str, Any]:
 
 
 def available_metrics(records: Iterable[Record]) -> list[str]:
-    """Names of every metric logged at least once, sorted (``step``/``elapsed`` excluded)."""
     names = {key for record in records for key in record}
     return sorted(names - AXIS_KEYS)
 
@@ -160,7 +157,6 @@ THRESHOLD = 0.99
 
 
 def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float = THRESHOLD) -> int | None:
-    """The first step whose value reaches ``threshold``, or None if none does."""
     reached = np.flatnonzero(values >= threshold)
     return int(steps[reached[0]]) if reached.size else None
 
@@ -197,7 +193,11 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
     if not path.is_file():
         raise VizError(f"{path} is missing")
     arrays = _read_npz_arrays(path, ("weights", "tokens"), optional=("lengths", "prompt_lengths"))
-    weights, tokens = _as_float32(arrays["weights"], path), arrays["tokens"]
+    tokens = arrays["tokens"]
+    try:
+        weights = arrays["weights"].astype(np.float32)
+    except (TypeError, ValueError) as error:
+        raise VizError(f"{path}: weights are not numbers ({arrays['weights'].dtype})") from error
     if weights.ndim == 4:  # one example, as runs wrote it before they kept several
         return [_checked_snapshot(weights, np.asarray(tokens).ravel())]
     if weights.ndim != 5:
@@ -216,15 +216,7 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
     ]
 
 
-def _as_float32(weights: np.ndarray, path: Path) -> np.ndarray:
-    try:
-        return weights.astype(np.float32)
-    except (TypeError, ValueError) as error:
-        raise VizError(f"{path}: weights are not numbers ({weights.dtype})") from error
-
-
 def _whole_numbers(values: np.ndarray | None, low: int | np.ndarray, high: int | np.ndarray, shape: tuple) -> bool:
-    """Whether ``values`` are whole numbers of ``shape``, each from ``low`` to ``high``."""
     return (
         values is not None
         and values.shape == shape
@@ -315,38 +307,29 @@ def _read_npz_arrays(path: Path, names: tuple[str, ...], optional: tuple[str, ..
     """The named arrays of an .npz archive, and those of ``optional`` it holds; pickled arrays are refused, not
     executed. A file that does not start like a zip is refused up front: ``np.load`` would call random bytes
     "pickled data" and an empty file EOF."""
-    if not _starts_like_a_zip(path):
-        raise VizError(f"{path} is not a readable .npz archive (not a zip of numpy arrays)")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            present = names + tuple(name for name in optional if f"{name}.npy" in archive.zip.namelist())
-            _check_members(archive, path, names, present)
-            return {name: archive[name] for name in present}
-    except _DAMAGED_ARCHIVE as error:
-        raise VizError(f"{path} is not a readable .npz archive: {error}") from error
-
-
-def _starts_like_a_zip(path: Path) -> bool:
     try:
         with path.open("rb") as file:
             start = file.read(4)
     except OSError as error:
         raise VizError(f"cannot read {path}: {error.strerror or error}") from error
-    return start in _ZIP_STARTS
-
-
-def _check_members(archive: Any, path: Path, names: tuple[str, ...], present: tuple[str, ...]) -> None:
-    """Fail unless each of ``names`` is stored and none of ``present`` would need unpickling."""
-    members = set(archive.zip.namelist())
-    missing = [name for name in names if f"{name}.npy" not in members]
-    if missing:
-        raise VizError(f"{path} lacks the array {missing[0]!r}; it needs {', '.join(map(repr, names))}")
-    pickled = [name for name in present if _stored_dtype(archive, name).hasobject]
-    if pickled:
-        raise VizError(
-            f"{path} stores {pickled[0]!r} as pickled Python objects, which gpt-viz never loads; "
-            "store tokens as strings"
-        )
+    if start not in _ZIP_STARTS:
+        raise VizError(f"{path} is not a readable .npz archive (not a zip of numpy arrays)")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            members = set(archive.zip.namelist())
+            missing = [name for name in names if f"{name}.npy" not in members]
+            if missing:
+                raise VizError(f"{path} lacks the array {missing[0]!r}; it needs {', '.join(map(repr, names))}")
+            present = names + tuple(name for name in optional if f"{name}.npy" in members)
+            pickled = [name for name in present if _stored_dtype(archive, name).hasobject]
+            if pickled:
+                raise VizError(
+                    f"{path} stores {pickled[0]!r} as pickled Python objects, which gpt-viz never loads; "
+                    "store tokens as strings"
+                )
+            return {name: archive[name] for name in present}
+    except _DAMAGED_ARCHIVE as error:
+        raise VizError(f"{path} is not a readable .npz archive: {error}") from error
 
 
 def _stored_dtype(archive: Any, name: str) -> np.dtype:
@@ -359,7 +342,6 @@ def _stored_dtype(archive: Any, name: str) -> np.dtype:
 
 
 def check_attention_shape(weights: np.ndarray, tokens: Sequence[str]) -> None:
-    """Fail unless the last two axes are square (query × key) and match the token count."""
     if weights.ndim < 2 or weights.shape[-1] != weights.shape[-2]:
         raise VizError(f"attention weights of shape {weights.shape} are not square (query × key)")
     positions = weights.shape[-1]

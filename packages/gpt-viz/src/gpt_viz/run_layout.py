@@ -157,7 +157,6 @@ class RunLayout:
         return self.root / self.SNAPSHOTS / f"step-{step:07d}.safetensors"
 
     def snapshots(self) -> dict[int, Path]:
-        """The snapshots present, by step, in step order."""
         paths = self.root.glob(f"{self.SNAPSHOTS}/step-*.safetensors")
         found = {int(step): path for path in paths if (step := path.stem.removeprefix("step-")).isdigit()}
         return dict(sorted(found.items()))

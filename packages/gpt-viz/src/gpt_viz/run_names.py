@@ -49,8 +49,6 @@ class RunArgument(click.ParamType):
     name = "RUN"
 
     def convert(self, value: str | Path, param: click.Parameter | None, ctx: click.Context | None) -> Path:
-        if isinstance(value, Path) and value.exists():
-            return value
         path, chosen = resolve_run_dir(value)  # RunNameError: the command's one-line error
         if chosen:
             click.echo(f"using {path} (the newest {value} run)", err=True)
