@@ -20,7 +20,7 @@ from gpt_core.compiling import compiled
 from gpt_core.kernels import Kernels
 from gpt_core.model import GPT, GPTConfig
 from gpt_core.reference import IGNORE_INDEX
-from gpt_core.testing.verification import Row, _difference, _inputs_from, _largest, _raised
+from gpt_core.testing.verification import Row, _difference, _inputs_from, _largest, _leaf, _raised
 
 COMPILED_TOLERANCE = 1e-4
 """The largest difference accepted between compiled and eager float32 results, over max(1, |eager|): float32
@@ -60,7 +60,7 @@ def _slot_cases(gen: torch.Generator) -> list[tuple[str, Callable[..., Tensor], 
 
 
 def _kernel_row(component: str, fn, inputs: Sequence[Tensor], kernels: Kernels, gen, device) -> Row:
-    inputs = [x.detach().to(device).requires_grad_(x.requires_grad) for x in inputs]
+    inputs = [_leaf(x, device) for x in inputs]
     leaves = [x for x in inputs if x.requires_grad]
     label = "the same call, eager"
     eager = fn(kernels, *inputs)

@@ -106,7 +106,7 @@ def _attention_cases(ref: References) -> list[_Case]:
     cover in several tiles and a ragged last one. Then the attention weights, against the reference's
     attention with v the identity (P I = P)."""
     B, H, T, d = 2, 4, 7, 16
-    long = (1, 3, 133, 5)  # (B, H, T, d)
+    b, h, t, dh = 1, 3, 133, 5  # the long cases'
 
     def shapes(b: int, h: int, tq: int, tk: int, dh: int, with_v: bool = True):
         def make(g, dt):
@@ -116,9 +116,13 @@ def _attention_cases(ref: References) -> list[_Case]:
         return make
 
     def theirs(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-        if causal and q.shape[-2] < k.shape[-2]:
-            return _suffix_attention(ref, q, k, v)
-        return ref["sdpa"](q, k, v, causal)
+        """Causal queries that are the last Tq positions: the reference runs on a full-length query block (zeros
+        in front) with its own top-left causal mask, and the last Tq rows are kept."""
+        n_missing = k.shape[-2] - q.shape[-2]
+        if not causal or n_missing <= 0:
+            return ref["sdpa"](q, k, v, causal)
+        padded = torch.cat((q.new_zeros(*q.shape[:-2], n_missing, q.shape[-1]), q), dim=-2)
+        return ref["sdpa"](padded, k, v, True)[..., n_missing:, :]
 
     def case(component: str, inputs, causal: bool) -> _Case:
         return _Case(component, "sdpa", "attention", ("q", "k", "v"), inputs,
@@ -133,7 +137,6 @@ def _attention_cases(ref: References) -> list[_Case]:
         return _Case(component, "sdpa", "attention_weights", ("q", "k"), inputs,
                      lambda kernels, q, k: kernels.attention_weights(q, k, causal), weights)  # fmt: skip
 
-    b, h, t, dh = long
     return [
         case("sdpa causal", shapes(B, H, T, T, d), True),
         case("sdpa non-causal", shapes(B, H, T, T, d), False),
@@ -205,23 +208,6 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
     ]  # fmt: skip
 
 
-def _suffix_attention(ref: References, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The reference's answer for queries that are the last Tq positions: run it on a full-length
-    query block (zeros in front) with its own top-left causal mask and keep the last Tq rows."""
-    n_missing = k.shape[-2] - q.shape[-2]
-    padded = torch.cat((q.new_zeros(*q.shape[:-2], n_missing, q.shape[-1]), q), dim=-2)
-    return ref["sdpa"](padded, k, v, True)[..., n_missing:, :]
-
-
-def _index(flat: int, shape: torch.Size) -> list[int]:
-    """The multi-index of a flat position in a tensor of `shape`."""
-    where = []
-    for size in reversed(shape):
-        flat, i = divmod(flat, size)
-        where.append(i)
-    return where[::-1]
-
-
 def is_relative(dtype: torch.dtype) -> bool:
     """Whether differences in `dtype` are measured relative to the reference's scale: 16-bit floats."""
     return dtype.is_floating_point and torch.finfo(dtype).bits == 16
@@ -245,7 +231,7 @@ def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool =
     if relative and math.isfinite(scale):
         diff /= max(1.0, scale)
     flat = int(diff.argmax())
-    where = _index(flat, diff.shape)
+    where = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
     value = diff.flatten()[flat].item()
     if math.isinf(value):
         got, expected = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
@@ -263,39 +249,28 @@ def _largest(differences: Sequence[Difference]) -> Difference:
 def _row(
     component: str, reference: str, dtype: torch.dtype, forward: Difference, grad: Difference | None = None
 ) -> Row:
-    relative = is_relative(dtype)
-    if grad is None:
-        return Row(component, reference, forward[0], None, forward[1], relative=relative)
-    return Row(component, reference, forward[0], grad[0], forward[1], grad[1], relative)
+    grad_value, grad_at = grad or (None, "")
+    return Row(component, reference, forward[0], grad_value, forward[1], grad_at, is_relative(dtype))
 
 
-def _in_float64(x: Tensor) -> Tensor:
-    """The same values in float64 (every 16-bit float is one exactly), a leaf of its own if `x` wants a gradient."""
-    if not x.is_floating_point():
-        return x
-    return x.detach().double().requires_grad_(x.requires_grad)
-
-
-def _on(x: Tensor, device: torch.device | str) -> Tensor:
-    """`x` on `device`, a leaf of its own there if `x` wants a gradient (inputs are drawn on the CPU, so a
-    seed gives the same numbers on every device)."""
-    return x.detach().to(device).requires_grad_(x.requires_grad)
+def _leaf(x: Tensor, to: torch.device | str | torch.dtype) -> Tensor:
+    """`x` moved to a device or a dtype, a leaf of its own there if `x` wants a gradient (inputs are drawn on the
+    CPU, so a seed gives the same numbers on every device; every 16-bit float is a float64 exactly)."""
+    return x.detach().to(to).requires_grad_(x.requires_grad)
 
 
 def _raised(what: str, error: Exception) -> Difference:
     return math.inf, f"{what} raised {type(error).__name__}: {' '.join(str(error).split())}"
 
 
-def _compare(
-    case: _Case, kernels: Kernels, gen: torch.Generator, dtype: torch.dtype, label: str, device: torch.device | str
-) -> Row:
+def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Mapping[str, str] | None, device) -> Row:
     """One case: forward outputs, then the gradients of a random cotangent through both, each on `device`. The
     kernel under test may fail in any way (raise, return a wrong shape or nan, drop the gradient): each is
     this row's result, said in its `forward_at` or `grad_at`, not an error. In a 16-bit dtype the reference
     runs on the same values in float64 (see the module's docstring)."""
-    relative = is_relative(dtype)
-    inputs = [_on(x, device) for x in case.inputs(gen, dtype)]
-    reference_inputs = [_in_float64(x) for x in inputs] if relative else inputs
+    relative, label = is_relative(dtype), (labels or {}).get(case.reference, case.reference)
+    inputs = [_leaf(x, device) for x in case.inputs(gen, dtype)]
+    reference_inputs = [_leaf(x, torch.float64) if x.is_floating_point() else x for x in inputs] if relative else inputs
     theirs = case.theirs(*reference_inputs)
     cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device)
     try:
@@ -319,6 +294,9 @@ def _compare(
     return _row(case.component, label, dtype, forward, grad)
 
 
+_SMALL_GPT = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
+
+
 def kv_cache_row(
     gen: torch.Generator,
     dtype: torch.dtype,
@@ -330,9 +308,8 @@ def kv_cache_row(
     """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix, on `device`; a
     randomized model's sorted random position ids (Ruoss et al. 2023) are drawn once and used by both."""
     shape = {"max_positions": 40, "randomized_positions": True} if randomized else {}
-    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos, **shape)
     with torch.device("cpu"):  # beside the inputs, whatever the default device
-        model = GPT(config, kernels).to(dtype).eval()
+        model = GPT(dataclasses.replace(_SMALL_GPT, pos=pos, **shape), kernels).to(dtype).eval()
     idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
     drawn = model.sample_positions(2, 12, gen) if randomized else None  # None: the cache's own offsets
     model, idx, drawn = model.to(device), idx.to(device), None if drawn is None else drawn.to(device)
@@ -359,67 +336,55 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_p
     strided views of the fused qkv projection, LayerNorm without bias when the config says so). With
     `hook_pattern`, every block's `pattern` is hooked (a hook keeping the weights), so that the model
     computes its attention from the `attention_weights` kernel."""
-    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
     with torch.device("cpu"):  # beside the inputs, whatever the default device
-        ours = GPT(config, kernels).to(dtype)
-        theirs = GPT(config).to(dtype)
+        ours = GPT(_SMALL_GPT, kernels).to(dtype)
+        theirs = GPT(_SMALL_GPT).to(dtype)
     theirs.load_state_dict(ours.state_dict())
-    idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
-    targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
-    component, reference = "GPT forward and backward", "GPT (gpt-core's kernels)"
-    component += ", pattern hooked" if hook_pattern else ""
-    expected = theirs(idx, targets)
-    expected.loss.backward()
-    patterns = [name for name in ours.hook_names() if name.endswith(".pattern")] if hook_pattern else []
-    try:
-        with ours.hooks(dict.fromkeys(patterns, lambda weights, name: None)):
-            got = ours(idx, targets)
-        got.loss.backward()
-    except Exception as error:
-        return _row(component, reference, dtype, _raised("the model", error))
-    relative = is_relative(dtype)
-    forward = _largest([
-        _difference("logits", got.logits, expected.logits, relative),
-        _difference("loss", got.loss, expected.loss, relative),
-    ])  # fmt: skip
-    grad = _largest([
-        _difference(f"gradient of {name}", a.grad, b.grad, relative)
-        for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)
-    ])  # fmt: skip
-    return _row(component, reference, dtype, forward, grad)
+    component = "GPT forward and backward" + (", pattern hooked" if hook_pattern else "")
+    hooked = [name for name in ours.hook_names() if name.endswith(".pattern")] if hook_pattern else []
+    return _gpt_row(component, "GPT (gpt-core's kernels)", is_relative(dtype), ours, theirs, gen, hooked=hooked)
 
 
 def device_model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, device: torch.device | str) -> Row:
     """A whole GPT computed with `kernels` on `device` in `dtype` vs the same weights on the CPU in float64: the
     logits, the loss and every parameter's gradient (relative to the CPU's scale, as a 16-bit row is, when
     `dtype` is not float64). What a kernel check on one device cannot see: a tensor the model makes on another."""
-    config = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
     with torch.device("cpu"):
-        theirs = GPT(config, kernels).double()
-        ours = GPT(config, kernels).to(dtype)
+        theirs = GPT(_SMALL_GPT, kernels).double()
+        ours = GPT(_SMALL_GPT, kernels).to(dtype)
     ours.load_state_dict(theirs.state_dict())
+    component, reference = f"GPT forward and backward on {device}", "GPT on cpu (float64)"
+    return _gpt_row(component, reference, dtype != torch.float64, ours, theirs, gen, device, prompt=4)
+
+
+def _gpt_row(
+    component, reference, relative: bool, ours: GPT, theirs: GPT, gen, device="cpu", prompt=0, hooked=()
+) -> Row:
+    """`ours`, moved to `device`, against `theirs` on the CPU, on one random batch: logits, loss and every
+    parameter's gradient. The first `prompt` targets are IGNORE_INDEX, and then `ours` reads only the rest
+    (`read`), as in the tasks' batches; each name in `hooked` gets a hook that keeps its activation."""
     idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
     targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
-    targets[:, :4] = IGNORE_INDEX  # a prompt, unscored, as the tasks' batches have
-    component, reference = f"GPT forward and backward on {device}", "GPT on cpu (float64)"
+    targets[:, :prompt] = IGNORE_INDEX
+    read = (targets != IGNORE_INDEX) if prompt else None
     expected = theirs(idx, targets)
     expected.loss.backward()
-    relative = dtype != torch.float64
     try:
         ours.to(device)
-        got = ours(idx.to(device), targets.to(device), read=(targets != IGNORE_INDEX).to(device))
+        with ours.hooks(dict.fromkeys(hooked, lambda weights, name: None)):
+            got = ours(idx.to(device), targets.to(device), read=None if read is None else read.to(device))
         got.loss.backward()
     except Exception as error:
-        return _row(component, reference, dtype, _raised("the model", error))
+        return Row(component, reference, math.inf, None, _raised("the model", error)[1], relative=relative)
     forward = _largest([
-        _difference("logits", got.logits.cpu(), expected.logits[targets != IGNORE_INDEX], relative),
+        _difference("logits", got.logits.cpu(), expected.logits if read is None else expected.logits[read], relative),
         _difference("loss", got.loss.cpu(), expected.loss, relative),
     ])  # fmt: skip
     grad = _largest([
         _difference(f"gradient of {name}", None if a.grad is None else a.grad.cpu(), b.grad, relative)
         for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)
     ])  # fmt: skip
-    return dataclasses.replace(_row(component, reference, dtype, forward, grad), relative=relative)
+    return Row(component, reference, forward[0], grad[0], forward[1], grad[1], relative)
 
 
 @contextlib.contextmanager
@@ -453,15 +418,9 @@ def verification_report(
     """
     _check_references(references)
     with _inputs_from(seed) as gen:
-        rows = [
-            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference), device)
-            for case in _cases(references, device)
-        ]
-        rows += [kv_cache_row(gen, dtype, pos, kernels=kernels, device=device) for pos in ("learned", "rope", "none")]
-        rows += [
-            kv_cache_row(gen, dtype, pos, randomized=True, kernels=kernels, device=device)
-            for pos in ("learned", "rope")
-        ]
+        rows = [_compare(case, kernels, gen, dtype, labels, device) for case in _cases(references, device)]
+        kv_cases = [(pos, False) for pos in ("learned", "rope", "none")] + [("learned", True), ("rope", True)]
+        rows += [kv_cache_row(gen, dtype, pos, randomized, kernels, device) for pos, randomized in kv_cases]
         if torch.device(device).type != "cpu":
             rows.append(device_model_row(gen, dtype, kernels, device))
     return rows
@@ -484,11 +443,7 @@ def kernel_report(
     _check_references(references)
     kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: kernel})
     with _inputs_from(seed) as gen:
-        rows = [
-            _compare(case, kernels, gen, dtype, (labels or {}).get(case.reference, case.reference), "cpu")
-            for case in _cases(references)
-            if case.slot == slot
-        ]
+        rows = [_compare(case, kernels, gen, dtype, labels, "cpu") for case in _cases(references) if case.slot == slot]
         if slot != "sampling_softmax":  # a training step never calls it: only generate samples from it
             rows.append(model_row(gen, dtype, kernels, hook_pattern=slot == "attention_weights"))
         if slot == "attention":
