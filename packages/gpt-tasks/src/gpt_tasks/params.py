@@ -22,7 +22,6 @@ class ParamError(ValueError):
 
 
 def field_types(cls: type) -> dict[str, Any]:
-    """Each dataclass field's resolved type annotation."""
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 

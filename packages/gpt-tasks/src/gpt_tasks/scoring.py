@@ -21,7 +21,7 @@ from gpt_tasks.task import Batch, evaluating
 Report = Callable[[str, int, int], None]
 """report(split, examples done, examples in all), called as an evaluation starts and after each chunk."""
 
-_report: ContextVar[Report | None] = ContextVar("gpt_tasks_evaluation_report", default=None)
+_report: ContextVar[Report] = ContextVar("gpt_tasks_evaluation_report", default=lambda split, done, total: None)
 
 
 @contextmanager
@@ -36,13 +36,11 @@ def reporting_progress(report: Report) -> Iterator[None]:
 def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.Tensor]:
     """`examples` (N, ...) `size` at a time, reporting the start (0 done) and each chunk done."""
     report, done = _report.get(), 0
-    if report is not None:
-        report(split, 0, len(examples))
+    report(split, 0, len(examples))
     for chunk in examples.split(size):
         yield chunk
         done += len(chunk)
-        if report is not None:
-            report(split, done, len(examples))
+        report(split, done, len(examples))
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,6 @@ def is_heldout(data: bytes, fraction: float, salt: bytes) -> bool:
 
 
 def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> torch.Tensor:
-    """Bool tensor: True for each encoded example that belongs to the held-out split."""
     return torch.from_numpy(unit_hashes(encodings, salt) < fraction)
 
 

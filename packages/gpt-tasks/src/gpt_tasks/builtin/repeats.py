@@ -84,7 +84,6 @@ class RepeatsTask(Task):
         return Sequences(tokens.gather(1, read), copy_start)
 
     def heldout(self, sequences: Sequences) -> torch.Tensor:
-        """(N,) bool: whether each sequence is held out."""
         return heldout_mask(as_bytes(sequences.tokens), self.params.heldout_fraction, b"repeats")
 
     def sample(self, split: str, n: int, generator: torch.Generator) -> Sequences:

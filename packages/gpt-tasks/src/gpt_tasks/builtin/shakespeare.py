@@ -25,12 +25,10 @@ def cache_path() -> Path:
     return user_cache() / "tinyshakespeare.txt"
 
 
-def download(path: Path, url: str | None = None, sha256: str | None = None) -> Path:
-    """Fetch the corpus (default CORPUS_URL) into `path`, verifying its sha256 (default CORPUS_SHA256); nothing
-    is left behind on failure."""
-    url, sha256 = url or CORPUS_URL, sha256 or CORPUS_SHA256
+def download(path: Path) -> Path:
+    """Fetch the corpus from CORPUS_URL into `path`, verifying its sha256; nothing is left behind on failure."""
     try:
-        with urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
+        with urlopen(CORPUS_URL, timeout=DOWNLOAD_TIMEOUT) as response:
             data = response.read()
     except (OSError, ValueError) as error:  # URLError, timeouts and refused connections are OSErrors
         raise ValueError(
@@ -40,8 +38,10 @@ def download(path: Path, url: str | None = None, sha256: str | None = None) -> P
         ) from error
     path.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(data).hexdigest()
-    if digest != sha256:
-        raise ValueError(f"downloaded {url} has sha256 {digest}, expected {sha256}; the download was deleted")
+    if digest != CORPUS_SHA256:
+        raise ValueError(
+            f"downloaded {CORPUS_URL} has sha256 {digest}, expected {CORPUS_SHA256}; the download was deleted"
+        )
     write_atomically(path, data)
     return path
 

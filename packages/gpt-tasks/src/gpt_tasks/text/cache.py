@@ -44,7 +44,6 @@ def user_cache() -> Path:
 
 
 def cache_root(cache_dir: str = "") -> Path:
-    """Where token caches live: `cache_dir` when given, else user_cache()/text."""
     return Path(cache_dir).expanduser() if cache_dir else user_cache() / "text"
 
 
@@ -242,7 +241,6 @@ def _batches(chunks: Iterable[str]) -> Iterator[list[str]]:
 
 
 def cached_tokenizer(path: Path, kind: str, learn: Callable[[], Tokenizer]) -> Tokenizer:
-    """The tokenizer saved at `path`, or `learn()`'s, saved there first."""
     with contextlib.suppress(OSError, ValueError):  # absent or damaged: learned again
         return load_tokenizer(kind, path.read_bytes())
     tokenizer = learn()

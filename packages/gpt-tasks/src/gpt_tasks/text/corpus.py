@@ -68,10 +68,10 @@ class Corpus:
     def texts(self) -> Iterator[str]:
         return (text for _, text in self.pieces())
 
-    def sha256(self, desc: str = "reading corpus") -> str:
+    def sha256(self) -> str:
         """sha256 of the joined text as UTF-8 (a single file's own sha256); reading it checks that it is text."""
         digest = hashlib.sha256()
-        with tqdm(total=self.size, unit="B", unit_scale=True, desc=desc, leave=False, disable=None) as bar:
+        with tqdm(total=self.size, unit="B", unit_scale=True, desc="reading corpus", leave=False, disable=None) as bar:
             for raw, _ in self.pieces():
                 digest.update(raw)
                 bar.update(len(raw))

@@ -77,7 +77,6 @@ def _codepoints(text: str) -> np.ndarray:
 
 
 def learn_alphabet(texts: Iterable[str]) -> str:
-    """The sorted distinct characters of `texts`."""
     seen = np.zeros(0, dtype="<u4")
     for text in texts:
         seen = np.union1d(seen, np.unique(_codepoints(text)))
@@ -118,8 +117,6 @@ class CharTokenizer(Tokenizer):
 
 
 class ByteTokenizer(Tokenizer):
-    """The UTF-8 bytes of the text, one id each."""
-
     kind = "byte"
 
     def encode(self, text: str) -> np.ndarray:
@@ -195,7 +192,7 @@ class BpeTokenizer(Tokenizer):
         return self.data
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, length: int | None = None) -> BpeTokenizer:
+def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
     """A byte-level BPE of at most `vocab_size` tokens (fewer if the text allows no more merges) trained on
     `texts`: the 256 byte symbols, then merges learned from the text, no special tokens."""
     if vocab_size < MIN_BPE_VOCAB:
@@ -208,7 +205,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, length: int | None = None) 
     trainer = hf.trainers.BpeTrainer(
         vocab_size=vocab_size, initial_alphabet=level.alphabet(), special_tokens=[], show_progress=False
     )
-    tokenizer.train_from_iterator(texts, trainer, length=length)
+    tokenizer.train_from_iterator(texts, trainer)
     return BpeTokenizer(tokenizer.to_str().encode())
 
 
