@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Any
+
 from gpt_core import GPT, block_hook
 from gpt_tasks import PromptAnswerTask, Task
 from gpt_train.errors import TrainError
@@ -11,15 +14,17 @@ class InspectError(TrainError):
     """An analysis that cannot be run as asked: a hook, layer or head the model lacks, or a task of the wrong shape."""
 
 
+class Record:
+    """A dataclass whose fields, as they are, are its JSON record."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def check_index(name: str, value: int, count: int, holder: str) -> None:
     """Refuse `value` unless it is one of `count`: "head 5 is out of range: each layer has 2 heads (0..1)"."""
     if not 0 <= value < count:
         raise InspectError(f"{name} {value} is out of range: {holder.format(count)} (0..{count - 1})")
-
-
-def check_head(model: GPT, layer: int, head: int) -> None:
-    check_index("layer", layer, model.config.n_layer, "the model has {} layers")
-    check_index("head", head, model.config.n_head, "each layer has {} heads")
 
 
 def block_points(model: GPT, point: str) -> list[str]:

@@ -6,19 +6,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from gpt_core import GPT, block_hook, generate, log_softmax
 from gpt_tasks import evaluating
-from gpt_train.lab.logit_lens import decode, depth_labels, residual_names
+from gpt_train.lab.common import Record
+from gpt_train.lab.logit_lens import decode, depths
 from gpt_train.prompts import Vocabulary, answer_tokens, encoded, untrained_prompt_note
 
 
 @dataclass(frozen=True)
-class PromptView:
+class PromptView(Record):
     """`tokens`: labels of what the model reads; `attention[layer][head][query][key]`; `lens_top[depth][position]`
     and `lens_probability`: the logit lens's most likely next token and its probability; `note`: for a prompt the
     task never trains on, the sentence saying so ('' otherwise)."""
@@ -35,9 +35,6 @@ class PromptView:
     lens_top: list[list[str]]
     lens_probability: list[list[float]]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def labels(vocabulary: Vocabulary, ids: Sequence[int]) -> list[str]:
     token_labels = getattr(vocabulary, "token_labels", None)
@@ -47,13 +44,12 @@ def labels(vocabulary: Vocabulary, ids: Sequence[int]) -> list[str]:
 def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:
     ids = encoded(vocabulary, model, text)
     n_new = answer_tokens(vocabulary, model, len(ids))
-    c = model.config
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
         out = generate(model, prompt, n_new, 0.0, None, use_cache=True, slide=True)[0].tolist()
         read = torch.tensor([out[:-1]], device=device)  # (1, T): what the model reads
-        patterns = [block_hook(layer, "pattern") for layer in range(c.n_layer)]
-        residuals = residual_names(model)
+        patterns = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
+        residuals = list(depths(model))
         logits, cache = model.run_with_cache(read, names=patterns + residuals)
         log_probs = log_softmax(logits[0].float())  # (T, V)
         answer = out[len(ids) :]
@@ -71,7 +67,7 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         answer_tokens=labels(vocabulary, answer),
         answer_probability=answer_probability,
         attention=attention.cpu().tolist(),
-        depths=depth_labels(model),
+        depths=list(depths(model).values()),
         lens_top=[labels(vocabulary, row) for row in top.tolist()],
         lens_probability=top_log_prob.exp().tolist(),
     )

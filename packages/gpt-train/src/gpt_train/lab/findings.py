@@ -25,38 +25,29 @@ RULES = (
 Record = Mapping[str, Any]
 
 
-def _shift(value: float, baseline: float) -> float:
-    return abs(value - baseline) / (abs(baseline) or 1.0)
-
-
-def _cost(value: float, baseline: float, higher_is_better: bool) -> float:
-    """How much worse `value` is than `baseline`, as a share of it (of 1 for a zero baseline); negative when better."""
-    worse = baseline - value if higher_is_better else value - baseline
+def _cost(record: Record, value: float) -> float:
+    """How much worse `value` is than the baseline, as a share of it (of 1 for a zero baseline); below 0 when better."""
+    baseline = record["baseline"]
+    worse = baseline - value if record.get("higher_is_better", True) else value - baseline
     return worse / (abs(baseline) or 1.0)
 
 
 def unused_layers(record: Record) -> list[int]:
+    """The layers whose heads, all zero-ablated, move the metric (either way) by at most UNUSED_TOLERANCE."""
     baseline = record["baseline"]
-    return [
-        layer for layer, value in enumerate(record.get("layer_zero", [])) if _shift(value, baseline) <= UNUSED_TOLERANCE
-    ]
+    shifts = [abs(value - baseline) / (abs(baseline) or 1.0) for value in record.get("layer_zero", [])]
+    return [layer for layer, shift in enumerate(shifts) if shift <= UNUSED_TOLERANCE]
 
 
 def minor_layers(record: Record) -> list[int]:
     """The layers unused or nearly unused: zero-ablating all their heads costs at most NEEDED_COST."""
-    baseline, better = record["baseline"], record.get("higher_is_better", True)
-    return [
-        layer
-        for layer, value in enumerate(record.get("layer_zero", []))
-        if _cost(value, baseline, better) <= NEEDED_COST
-    ]
+    return [layer for layer, value in enumerate(record.get("layer_zero", [])) if _cost(record, value) <= NEEDED_COST]
 
 
 def needed_heads(record: Record) -> list[tuple[int, int]]:
     """The costliest first."""
-    baseline, better = record["baseline"], record.get("higher_is_better", True)
     costs = [
-        (_cost(value, baseline, better), layer, head)
+        (_cost(record, value), layer, head)
         for layer, row in enumerate(record["zero"])
         for head, value in enumerate(row)
     ]
@@ -72,10 +63,9 @@ def head_findings(record: Record) -> list[str]:
         if layer in unused_layers(record):
             found.append(f"layer {layer}'s attention is unused: {removed} ({clean}, within {UNUSED_TOLERANCE:.1%})")
         elif layer in minor_layers(record):
-            cost = _cost(value, baseline, record.get("higher_is_better", True))
             found.append(
-                f"layer {layer}'s attention is nearly unused: {removed} ({clean}: it costs {cost:.2%}, under "
-                f"{NEEDED_COST:.0%})"
+                f"layer {layer}'s attention is nearly unused: {removed} ({clean}: it costs "
+                f"{_cost(record, value):.2%}, under {NEEDED_COST:.0%})"
             )
         else:
             found.append(f"layer {layer}'s attention is used: {removed} ({clean})")

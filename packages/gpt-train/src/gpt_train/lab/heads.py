@@ -9,15 +9,16 @@ which keeps whatever the head writes regardless of the input (a bias the next la
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
+from torch.nn.functional import pad
 
 from gpt_core import GPT, HookFn, block_hook
 from gpt_tasks import Task
-from gpt_train.lab.common import check_head
+from gpt_train.lab.common import Record, check_index
 from gpt_viz import HELDOUT
 
 Ablation = Literal["zero", "mean"]
@@ -26,7 +27,7 @@ Head = tuple[int, int]  # (layer, head)
 
 
 @dataclass(frozen=True)
-class HeadAblation:
+class HeadAblation(Record):
     """The primary metric with no head removed, with each head removed alone by each ablation ([layer][head]), and
     with every head of a layer zero-ablated together (`layer_zero`: a layer can be unused although each of its heads
     alone seems to matter); `to_json` is inspect_heads.json."""
@@ -39,9 +40,6 @@ class HeadAblation:
     layer_zero: list[float]
     higher_is_better: bool = True
     split: str = HELDOUT
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class HeadMeans:
@@ -59,21 +57,15 @@ class HeadMeans:
         def record(z: Tensor, name: str) -> None:  # z: (B, H, T, d)
             start = model.hook_offset
             end = start + z.shape[2]
-            self._grow(layer, end, z)
-            self.sums[layer][:, start:end] += z.double().sum(dim=0)
-            self.counts[layer][start:end] += z.shape[0]
+            sums = self.sums.get(layer, z.new_zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64))
+            counts = self.counts.get(layer, z.new_zeros(0, dtype=torch.float64))
+            if end > len(counts):  # positions no call reached before
+                sums, counts = pad(sums, (0, 0, 0, end - len(counts))), pad(counts, (0, end - len(counts)))
+            sums[:, start:end] += z.double().sum(dim=0)
+            counts[start:end] += z.shape[0]
+            self.sums[layer], self.counts[layer] = sums, counts
 
         return record
-
-    def _grow(self, layer: int, length: int, z: Tensor) -> None:
-        if layer not in self.sums:
-            self.sums[layer] = z.new_zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64)
-            self.counts[layer] = z.new_zeros(0, dtype=torch.float64)
-        missing = length - self.counts[layer].shape[0]
-        if missing > 0:
-            sums, counts = self.sums[layer], self.counts[layer]
-            self.sums[layer] = torch.cat((sums, sums.new_zeros(sums.shape[0], missing, sums.shape[2])), dim=1)
-            self.counts[layer] = torch.cat((counts, counts.new_zeros(missing)))
 
     def of(self, layer: int) -> Tensor:
         """(H, P, d): each head's mean z at each position the scoring reached."""
@@ -86,7 +78,8 @@ def ablation_hooks(
     """Hooks on z that remove `heads` ((layer, head) pairs): set to zero, or to the head's recorded mean."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
-        check_head(model, layer, head)
+        check_index("layer", layer, model.config.n_layer, "the model has {} layers")
+        check_index("head", head, model.config.n_head, "each layer has {} heads")
         by_layer.setdefault(layer, []).append(head)
     if how == "mean" and means is None:
         raise ValueError("mean ablation needs the heads' recorded means")

@@ -22,7 +22,7 @@ from gpt_tasks import PromptAnswerTask, Task
 from gpt_train import lab
 from gpt_train.cli.options import TRUST_KERNELS_OPTION
 from gpt_train.devices import resolve_device
-from gpt_train.files import write_json_atomically
+from gpt_train.files import write_bytes_atomically, write_json_atomically
 from gpt_train.lab import InspectError, findings
 from gpt_train.lab.common import prompt_answer_task
 from gpt_train.loading import load_run
@@ -74,13 +74,6 @@ class Inspected(NamedTuple):
     layout: RunLayout
 
 
-def loaded(run_dir: Path, device: str, trust_kernels: bool) -> Inspected:
-    target = resolve_device(device)
-    saved = load_run(run_dir, target, trust_kernels)
-    click.echo(f"inspecting the checkpoint of step {saved.step:,}")
-    return Inspected(saved.config.build_task(), saved.model, target, saved.step, RunLayout(run_dir))
-
-
 def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -> Callable:
     """Register `analyse` (called with the loaded run's fields, then --examples and its own options) as a subcommand
     of `gpt-train inspect` with --examples, --device and --trust-kernels; --examples is checked against the split
@@ -96,7 +89,10 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
         @click.pass_obj
         @functools.wraps(analyse)
         def command(run_dir: Path, examples: int, device: str, trust_kernels: bool, **options: Any) -> None:
-            run = loaded(run_dir, device, trust_kernels)
+            target = resolve_device(device)
+            saved = load_run(run_dir, target, trust_kernels)
+            click.echo(f"inspecting the checkpoint of step {saved.step:,}")
+            run = Inspected(saved.config.build_task(), saved.model, target, saved.step, RunLayout(run_dir))
             if prompt_answer:
                 prompt_answer_task(run.task, name)
             check_examples(run.task, examples)
@@ -107,20 +103,16 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
     return decorate
 
 
-def held_out_examples(task: Task) -> int | None:
-    """How many held-out examples (or text windows) the task scores at most; None for a task that does not say."""
-    if isinstance(task, PromptAnswerTask):
-        return len(task.split.evaluation_ids(HELDOUT, None))
-    windows = getattr(task, "evaluation_windows", None)
-    return len(windows(HELDOUT, None)) if callable(windows) else None
-
-
 def check_examples(task: Task, examples: int) -> None:
-    """Refuse a given --examples above what the split holds, rather than read it as the whole split (a typo of a few
-    digits would otherwise score everything, for minutes)."""
+    """Refuse a given --examples above the held-out examples (or text windows) the task scores at most, rather than
+    read it as the whole split (a typo of a few digits would otherwise score everything, for minutes)."""
     if click.get_current_context().get_parameter_source("examples") == click.core.ParameterSource.DEFAULT:
         return  # the default is a sample size that a smaller split simply holds all of
-    held = held_out_examples(task)
+    if isinstance(task, PromptAnswerTask):
+        held = len(task.split.evaluation_ids(HELDOUT, None))
+    else:  # a text task scores windows; one that does not say how many is not checked
+        windows = getattr(task, "evaluation_windows", None)
+        held = len(windows(HELDOUT, None)) if callable(windows) else None
     if held is not None and examples > held:
         raise InspectError(
             f"--examples {examples:,} is more than the {held:,} held-out examples of this run; "
@@ -414,7 +406,7 @@ def report_command(run: Inspected, examples: int, pairs: int) -> None:
       gpt-train inspect sort report
       gpt-train inspect sort report --examples 2000
     """
-    from gpt_train.lab.report import REPORT_POINTS, write_report
+    from gpt_train.lab.report import REPORT_POINTS, report_page
 
     records = {
         "heads": inspect_heads(run, examples),
@@ -422,4 +414,5 @@ def report_command(run: Inspected, examples: int, pairs: int) -> None:
         "patching": {point: inspect_patch(*run, point, pairs) for point in REPORT_POINTS},
         "reads": inspect_reads(run, examples),
     }
-    click.echo(f"wrote {write_report(run.layout, run.task.name, records)}")
+    write_bytes_atomically(run.layout.report, report_page(run.layout, run.task.name, records).encode("utf-8"))
+    click.echo(f"wrote {run.layout.report}")

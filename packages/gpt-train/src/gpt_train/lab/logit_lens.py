@@ -8,15 +8,14 @@ same right prefix.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from gpt_core import GPT, block_hook, log_softmax
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import prompt_answer_task
+from gpt_train.lab.common import Record, prompt_answer_task
 from gpt_viz import HELDOUT
 
 CHUNK = 1024
@@ -24,7 +23,7 @@ CHUNK = 1024
 
 
 @dataclass(frozen=True)
-class LogitLens:
+class LogitLens(Record):
     """Per depth (the embeddings, then each layer's attention and MLP added): exact match, loss, and the accuracy and
     loss at each answer position; `to_json` is inspect_logit_lens.json."""
 
@@ -37,23 +36,15 @@ class LogitLens:
     position_loss: list[list[float]]  # [depth][answer position]
     split: str = HELDOUT
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-def residual_names(model: GPT) -> list[str]:
-    """The residual stream entering layer 0, then in each layer after its attention and after its MLP."""
-    names = [block_hook(0, "resid_pre")]
+def depths(model: GPT) -> dict[str, str]:
+    """The residual stream entering layer 0, then in each layer after its attention and after its MLP: each hook
+    name and its label."""
+    names = {block_hook(0, "resid_pre"): "embeddings"}
     for layer in range(model.config.n_layer):
-        names += [block_hook(layer, "resid_mid"), block_hook(layer, "resid_post")]
+        names[block_hook(layer, "resid_mid")] = f"{layer}: + attention"
+        names[block_hook(layer, "resid_post")] = f"{layer}: + MLP"
     return names
-
-
-def depth_labels(model: GPT) -> list[str]:
-    labels = ["embeddings"]
-    for layer in range(model.config.n_layer):
-        labels += [f"{layer}: + attention", f"{layer}: + MLP"]
-    return labels
 
 
 def decode(model: GPT, residual: Tensor) -> Tensor:
@@ -68,7 +59,7 @@ def answer_sequences(task: PromptAnswerTask, examples: int) -> Tensor:
 def logit_lens(task: Task, model: GPT, device: torch.device, examples: int) -> LogitLens:
     task = prompt_answer_task(task, "logit-lens")
     sequences = answer_sequences(task, examples)
-    names = residual_names(model)
+    names = list(depths(model))
     queries = task.answer_queries()
     right, losses = [], []  # per chunk: (depths, n, answer)
     with evaluating(model):
@@ -84,7 +75,7 @@ def logit_lens(task: Task, model: GPT, device: torch.device, examples: int) -> L
     right_all, loss_all = torch.cat(right, dim=1), torch.cat(losses, dim=1)  # (D, N, A)
     return LogitLens(
         examples=len(sequences),
-        depths=depth_labels(model),
+        depths=list(depths(model).values()),
         answer_positions=task.answer_position_names(),
         exact_match=right_all.all(dim=2).double().mean(dim=1).tolist(),
         loss=loss_all.mean(dim=(1, 2)).tolist(),

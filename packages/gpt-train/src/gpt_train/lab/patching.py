@@ -9,15 +9,14 @@ corrupted run, the share of that difference that comes back says how much of it 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from gpt_core import GPT, HookFn
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import InspectError, block_points, check_index, prompt_answer_task
+from gpt_train.lab.common import InspectError, Record, block_points, check_index, prompt_answer_task
 from gpt_viz import HELDOUT
 
 HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})
@@ -27,7 +26,7 @@ CANDIDATES = 8
 
 
 @dataclass(frozen=True)
-class Patching:
+class Patching(Record):
     """restored[layer][position]: the share of the logit difference that patching `point` there brings back (0: none,
     1: all); `to_json` is inspect_patch_<point>.json."""
 
@@ -41,9 +40,6 @@ class Patching:
     restored: list[list[float]]
     example: dict[str, str]
     split: str = HELDOUT
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -158,12 +154,13 @@ def patch(
                 row.append((patched - corrupted_diff) / (clean_diff - corrupted_diff))
             restored.append(row)
     first = pairs.clean[0], pairs.corrupted[0]
+    labels = [f"prompt {i}" for i in range(task.prompt_length)] + [f"answer {i}" for i in range(task.answer_length)]
     return Patching(
         point=point,
         examples=len(pairs.clean),
         corrupted_position=pairs.corrupted_position,
         answer_position=pairs.answer_position,
-        positions=position_labels(task, query + 1),
+        positions=labels[: query + 1],
         clean_difference=clean_diff,
         corrupted_difference=corrupted_diff,
         restored=restored,
@@ -180,9 +177,3 @@ def copy_position(source: Tensor, position: int, dim: int) -> HookFn:
         return patched
 
     return replace
-
-
-def position_labels(task: PromptAnswerTask, length: int) -> list[str]:
-    labels = [f"prompt {i}" for i in range(task.prompt_length)]
-    labels += [f"answer {i}" for i in range(task.answer_length)]
-    return labels[:length]

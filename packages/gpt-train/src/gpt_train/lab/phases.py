@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +46,7 @@ class GrokkingProgress:
     def phases(self) -> Phases:
         return grokking_phases(self.records)
 
-    @property
-    def chance(self) -> float:
-        return math.log(self.p)
-
-    def at(self, key: str, step: int | None) -> float | None:
-        if step is None:
-            return None
+    def at(self, key: str, step: int) -> float:
         return next(float(r[key]) for r in self.records if r["step"] == step)
 
     def spike_steps(self) -> list[int]:
@@ -109,34 +103,19 @@ def open_snapshot_run(run: str | Path, device: torch.device | str = "cpu", trust
 
 
 def measure_progress(
-    run: SnapshotRun | str | Path,
-    device: torch.device | str = "cpu",
-    trust_kernels: bool = False,
-    progress: Callable[[int], None] | None = None,
+    run: SnapshotRun | str | Path, progress: Callable[[int], None] = lambda _: None
 ) -> GrokkingProgress:
-    """The progress measures of a modadd run (opened, or a directory or task name to open) at each snapshot;
-    `progress(1)` is called after each."""
+    """The progress measures of a modadd run (opened, or a directory or task name to open on the CPU) at each
+    snapshot; `progress(1)` is called after each."""
     from gpt_train.loading import load_snapshots
 
     if not isinstance(run, SnapshotRun):
-        run = open_snapshot_run(run, device, trust_kernels)
+        run = open_snapshot_run(run)
     records = []
     for step, model in load_snapshots(run.run_dir, run.device, run.trust_kernels):
         measures = ProgressMeasures.of(model, run.task, run.keys, run.device)
-        records.append(
-            {
-                "step": step,
-                TRAIN_ACCURACY: measures.train_accuracy,
-                HELDOUT_ACCURACY: measures.heldout_accuracy,
-                TRAIN_LOSS: measures.train_loss,
-                HELDOUT_LOSS: measures.heldout_loss,
-                "restricted_loss": measures.restricted_loss,
-                "excluded_loss": measures.excluded_loss,
-                "weight_norm": measures.weight_norm,
-            }
-        )
-        if progress is not None:
-            progress(1)
+        records.append({"step": step, **asdict(measures)})  # its fields are the keys: train_accuracy, ...
+        progress(1)
     return GrokkingProgress(run.task.params.p, run.keys, records)
 
 
@@ -144,7 +123,8 @@ TABLE_HEADER = ("at", "step", "train acc", "held-out acc", "train loss", "held-o
                 "excluded loss", "weight norm")  # fmt: skip
 
 
-def boundary_rows(result: GrokkingProgress) -> list[tuple[str, int]]:
+def table_rows(result: GrokkingProgress) -> list[tuple[str, ...]]:
+    """A row at the first snapshot, at each phase boundary the run reached, and at the last snapshot."""
     phases = result.phases
     named = [
         ("first snapshot", result.records[0]["step"]),
@@ -153,15 +133,12 @@ def boundary_rows(result: GrokkingProgress) -> list[tuple[str, int]]:
         (f"t_gen (held-out acc >= {GENERALISED:g})", phases.generalised),
         ("last snapshot", result.records[-1]["step"]),
     ]
-    return [(name, int(step)) for name, step in named if step is not None]
-
-
-def table_rows(result: GrokkingProgress) -> list[tuple[str, ...]]:
     keys = (TRAIN_ACCURACY, HELDOUT_ACCURACY, TRAIN_LOSS, HELDOUT_LOSS, "restricted_loss", "excluded_loss")
     rows = []
-    for name, step in boundary_rows(result):
-        values = [f"{result.at(key, step):.4f}" for key in keys]
-        rows.append((name, f"{step:,}", *values, f"{result.at('weight_norm', step):.1f}"))
+    for name, step in named:
+        if step is not None:
+            values = [f"{result.at(key, step):.4f}" for key in keys]
+            rows.append((name, f"{int(step):,}", *values, f"{result.at('weight_norm', step):.1f}"))
     return rows
 
 
@@ -196,7 +173,7 @@ def phases_findings(result: GrokkingProgress) -> list[str]:
     end = f.cleanup if f.cleanup is not None else last
     formation = (
         f"the restricted loss {_moves(at('restricted_loss', f.fit), at('restricted_loss', end))} nats while the "
-        f"held-out loss is {at(HELDOUT_LOSS, end):.2f} (chance ln {result.p} = {result.chance:.2f}), and the "
+        f"held-out loss is {at(HELDOUT_LOSS, end):.2f} (chance ln {result.p} = {math.log(result.p):.2f}), and the "
         f"excluded loss {_moves(at('excluded_loss', f.fit), at('excluded_loss', end))}"
     )
     if f.cleanup is None:

@@ -6,20 +6,19 @@ the prompt length, so 1.0 is attention spread evenly over the prompt.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from gpt_core import GPT, block_hook
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import InspectError, prompt_answer_task
+from gpt_train.lab.common import InspectError, Record, prompt_answer_task
 from gpt_train.lab.logit_lens import CHUNK, answer_sequences
 from gpt_viz import HELDOUT
 
 
 @dataclass(frozen=True)
-class HeadReads:
+class HeadReads(Record):
     """reads[layer][head][written][read]: a head's mean attention, times the prompt length, on a prompt token of value
     values[read] from an answer position reading values[written] (a pair never seen: 0 with count 0);
     on_answer[layer][head]: its mean weight on the answer written so far. `to_json` is inspect_reads.json."""
@@ -31,9 +30,6 @@ class HeadReads:
     on_answer: list[list[float]]
     prompt_length: int
     split: str = HELDOUT
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def read_values(task: PromptAnswerTask, sequences: torch.Tensor) -> list[int]:

@@ -49,7 +49,7 @@ def of_type(kind: type) -> Callable[[Any], Any]:
     return check
 
 
-text, flag = of_type(str), of_type(bool)
+text, flag, mapping = of_type(str), of_type(bool), of_type(dict)
 
 
 def listed(value: Any, item: Callable[[Any], Any], length: int | None = None) -> list[Any]:
@@ -59,93 +59,74 @@ def listed(value: Any, item: Callable[[Any], Any], length: int | None = None) ->
     return [item(entry) for entry in value]
 
 
-def numbers(length: int | None = None) -> Callable[[Any], list[float]]:
-    return lambda value: listed(value, number, length)
-
-
-def grid(rows: int | None, columns: int | None, item: Callable[[Any], Any] = number) -> Callable[[Any], list[Any]]:
+def grid(value: Any, rows: int | None, columns: int | None, item: Callable[[Any], Any] = number) -> list[Any]:
     """Rows of numbers (or of what `item` checks), `rows` by `columns`; rows of one length when `columns` is None."""
-
-    def check(value: Any) -> list[Any]:
-        found = listed(value, lambda row: listed(row, item, columns), rows)
-        if len({len(row) for row in found}) != 1:
-            raise Unusable
-        return found
-
-    return check
-
-
-def field(record: dict[str, Any], key: str, check: Callable[[Any], Any]) -> Any:
-    if key not in record:
+    found = listed(value, lambda row: listed(row, item, columns), rows)
+    if len({len(row) for row in found}) != 1:
         raise Unusable
-    return check(record[key])
+    return found
 
 
 def heads(record: dict[str, Any], model: GPTConfig) -> dict[str, Any]:
     """inspect_heads.json: one row per layer, one column per head, with whole layers ablated (`layer_zero`)."""
-    shape = grid(model.n_layer, model.n_head)
     return {
-        "metric": field(record, "metric", text),
-        "examples": field(record, "examples", count),
-        "baseline": field(record, "baseline", number),
-        "zero": field(record, "zero", shape),
-        "mean": field(record, "mean", shape),
-        "layer_zero": field(record, "layer_zero", numbers(model.n_layer)),
+        "metric": text(record["metric"]),
+        "examples": count(record["examples"]),
+        "baseline": number(record["baseline"]),
+        "zero": grid(record["zero"], model.n_layer, model.n_head),
+        "mean": grid(record["mean"], model.n_layer, model.n_head),
+        "layer_zero": listed(record["layer_zero"], number, model.n_layer),
         "higher_is_better": flag(record.get("higher_is_better", True)),
     }
 
 
 def logit_lens(record: dict[str, Any], model: GPTConfig) -> dict[str, Any]:
     """inspect_logit_lens.json: the embeddings then each layer's attention and MLP, by answer position."""
-    depths = field(record, "depths", lambda value: listed(value, text, 1 + 2 * model.n_layer))
-    positions = field(record, "answer_positions", lambda value: listed(value, text))
+    depths = listed(record["depths"], text, 1 + 2 * model.n_layer)
+    positions = listed(record["answer_positions"], text)
     return {
-        "examples": field(record, "examples", count),
+        "examples": count(record["examples"]),
         "depths": depths,
         "answer_positions": positions,
-        "exact_match": field(record, "exact_match", numbers(len(depths))),
-        "loss": field(record, "loss", numbers(len(depths))),
-        "accuracy": field(record, "accuracy", grid(len(depths), len(positions))),
+        "exact_match": listed(record["exact_match"], number, len(depths)),
+        "loss": listed(record["loss"], number, len(depths)),
+        "accuracy": grid(record["accuracy"], len(depths), len(positions)),
     }
 
 
 def patching(record: dict[str, Any], model: GPTConfig) -> dict[str, Any]:
     """inspect_patch_<point>.json: one row per layer, one column per patched position."""
-    positions = field(record, "positions", lambda value: listed(value, text))
-    example = field(record, "example", lambda value: value if isinstance(value, dict) else {})
+    positions = listed(record["positions"], text)
+    example = mapping(record["example"])
     return {
-        "point": field(record, "point", text),
-        "examples": field(record, "examples", count),
-        "answer_position": field(record, "answer_position", count),
+        "point": text(record["point"]),
+        "examples": count(record["examples"]),
+        "answer_position": count(record["answer_position"]),
         "positions": positions,
-        "restored": field(record, "restored", grid(model.n_layer, len(positions))),
-        "example": {"clean": field(example, "clean", text), "corrupted": field(example, "corrupted", text)},
+        "restored": grid(record["restored"], model.n_layer, len(positions)),
+        "example": {"clean": text(example["clean"]), "corrupted": text(example["corrupted"])},
     }
 
 
 def reads(record: dict[str, Any], model: GPTConfig) -> dict[str, Any]:
     """inspect_reads.json: for each layer and head, a table by the value written and the value read."""
-    values = field(record, "values", lambda value: listed(value, text))
-    table = grid(len(values), len(values))
+    values = listed(record["values"], text)
+    table = lambda value: grid(value, len(values), len(values))
     return {
         "values": values,
-        "counts": field(record, "counts", grid(len(values), len(values), count)),
-        "reads": field(
-            record,
-            "reads",
-            lambda value: listed(value, lambda heads: listed(heads, table, model.n_head), model.n_layer),
-        ),
-        "on_answer": field(record, "on_answer", grid(model.n_layer, model.n_head)),
+        "counts": grid(record["counts"], len(values), len(values), count),
+        "reads": listed(record["reads"], lambda heads: listed(heads, table, model.n_head), model.n_layer),
+        "on_answer": grid(record["on_answer"], model.n_layer, model.n_head),
     }
 
 
 def usable(
     record: Any, check: Callable[[dict[str, Any], GPTConfig], dict[str, Any]], model: GPTConfig
 ) -> dict[str, Any] | None:
-    """The fields of `record` that `check` reads, checked against `model`; None where any is unusable."""
+    """The fields of `record` that `check` reads, checked against `model`; None where any is missing or unusable."""
     if not isinstance(record, dict):
         return None
     try:
         return check(record, model)
-    except Unusable:
+    except (Unusable, KeyError):
         return None

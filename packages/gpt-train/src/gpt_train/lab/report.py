@@ -13,7 +13,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpt_train.files import write_bytes_atomically
 from gpt_train.lab import findings
 from gpt_viz import RunLayout
 from gpt_viz.explore import page_head
@@ -70,13 +69,6 @@ def findings_list(findings: Sequence[str]) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(finding)}</li>" for finding in findings) + "</ul>"
 
 
-def section(anchor: str, title: str, findings: Sequence[str], meaning: str, image: Path, tables: Sequence[str]) -> str:
-    return (
-        f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{findings_list(findings)}'
-        f"<p>{html.escape(meaning)}</p><figure>{picture(image)}</figure>{''.join(tables)}</section>"
-    )
-
-
 def heads_tables(record: Mapping[str, Any]) -> list[str]:
     rows = [
         (f"{layer}.{head}", f"{zero:.4f}", f"{record['mean'][layer][head]:.4f}")
@@ -123,24 +115,14 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         **{f"patch-{point}": findings.patching_findings(patching[point]) for point in REPORT_POINTS},
         "reads": findings.reads_findings(reads, findings.minor_layers(heads)),
     }
-    sections = [
-        section(
-            "heads",
-            "Which heads matter: ablation",
-            found["heads"],
-            MEANING["heads"],
-            layout.heads_picture,
-            heads_tables(heads),
-        ),
-        section(
-            "logit-lens",
-            "Where the answer appears: the logit lens",
-            found["logit-lens"],
-            MEANING["logit_lens"],
-            layout.logit_lens_picture,
-            logit_lens_tables(lens),
-        ),
-    ]
+
+    def section(anchor: str, title: str, meaning: str, image: Path, tables: Sequence[str]) -> str:
+        return (
+            f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{findings_list(found[anchor])}'
+            f"<p>{html.escape(meaning)}</p><figure>{picture(image)}</figure>{''.join(tables)}</section>"
+        )
+
+    patches = []
     for point in REPORT_POINTS:
         record, example = patching[point], patching[point]["example"]
         pair = (
@@ -149,14 +131,19 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         )
         title = f"What the answer depends on: patching {point}"
         meaning, picture_path = MEANING["patching"] + pair, layout.patching_picture(point)
-        sections.append(
-            section(f"patch-{point}", title, found[f"patch-{point}"], meaning, picture_path, patching_tables(record))
-        )
-    sections.append(
+        patches.append(section(f"patch-{point}", title, meaning, picture_path, patching_tables(record)))
+    sections = [
+        section("heads", "Which heads matter: ablation", MEANING["heads"], layout.heads_picture, heads_tables(heads)),
         section(
-            "reads", "What each head reads", found["reads"], MEANING["reads"], layout.reads_picture, reads_tables(reads)
-        )
-    )
+            "logit-lens",
+            "Where the answer appears: the logit lens",
+            MEANING["logit_lens"],
+            layout.logit_lens_picture,
+            logit_lens_tables(lens),
+        ),
+        *patches,
+        section("reads", "What each head reads", MEANING["reads"], layout.reads_picture, reads_tables(reads)),
+    ]
     summary = (
         f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
@@ -178,8 +165,3 @@ def fill_template(template: str, parts: Mapping[str, str]) -> str:
     """`template` with each marker __NAME__ replaced by parts[NAME] in one pass, so a part's own text (a run named
     `x__SECTIONS__`) is never searched for markers; a marker without a part is kept."""
     return MARKER.sub(lambda match: parts.get(match.group(1), match.group(0)), template)
-
-
-def write_report(layout: RunLayout, task: str, records: Mapping[str, Any]) -> Path:
-    write_bytes_atomically(layout.report, report_page(layout, task, records).encode("utf-8"))
-    return layout.report

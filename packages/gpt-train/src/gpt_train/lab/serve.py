@@ -28,7 +28,6 @@ import torch
 
 from gpt_core import GPT
 from gpt_train.cli.options import TRUST_KERNELS_OPTION
-from gpt_train.config import RunConfig
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.lab import records as record_checks
@@ -50,7 +49,6 @@ CONNECTION_TIMEOUT = 30.0
 """Seconds a connection may wait for the client's next bytes (or for it to take the answer) before it is closed."""
 MAX_CONNECTIONS = 64
 """Connections served at once; one more is answered 503 and closed, so idle clients cannot pile up threads."""
-QUIET_ERRORS = (ConnectionError, TimeoutError)  # a client that went away or went quiet
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "connect-src 'self'; img-src 'self' data:",
@@ -89,10 +87,9 @@ def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[s
 
 def findings_of(records: dict[str, Any]) -> list[str]:
     """The findings the saved records show, as far as they can be read."""
-    found = []
+    found: list[str] = []
     try:
-        for finding in all_findings(records):
-            found.append(finding)
+        found.extend(all_findings(records))  # those before a record that cannot be read are kept
     except (KeyError, TypeError, ValueError, IndexError):
         found.append("a saved inspect record could not be read; run `gpt-train inspect RUN report` again")
     return found
@@ -105,7 +102,6 @@ class ServeError(TrainError):
 class Explorer:
     def __init__(self, run_dir: Path, device: torch.device, trust_kernels: bool = False):
         saved = load_run(run_dir, device, trust_kernels)
-        self.config: RunConfig = saved.config
         self.model = saved.model
         self.device = device
         self.vocabulary: Vocabulary = saved.config.build_sampler()
@@ -233,7 +229,7 @@ class ExplorerServer(ThreadingHTTPServer):
             self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], QUIET_ERRORS):
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a client gone away or quiet
             return
         super().handle_error(request, client_address)
 
