@@ -230,8 +230,9 @@ def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool =
     scale = expected.abs().max()
     if relative and math.isfinite(scale):
         diff /= max(1.0, scale)
-    flat = int(diff.argmax())
-    where = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
+    largest = diff.argmax()  # on diff's device: no tensor made on the default device
+    flat = int(largest)
+    where = [int(i) for i in torch.unravel_index(largest, diff.shape)]
     value = diff.flatten()[flat].item()
     if math.isinf(value):
         got, expected = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
