@@ -18,7 +18,6 @@ from gpt_train.learn.training import (
     TASK,
     compare_picture,
     finished_figure,
-    kernel_choices,
     learners_model_class,
     passed_kernels,
     passed_model,
@@ -136,7 +135,7 @@ def train_command(folder: Path, device: str) -> None:
     if not steps and model_file is None:
         raise CommandError(f"no kernel step and no model step passed in {folder} yet: see `gpt-train learn list`")
     target = resolve_device(device)
-    kernels = kernel_choices(steps)
+    kernels = {slot: f"{step.name}:{step.function}" for slot, step in steps.items()}  # `module:function` in DIR
     yours = ", ".join(f"{slot}={step.name}" for slot, step in steps.items())
     with_kernels = f"your kernels: {yours}" if steps else "gpt-core's kernels (no kernel step passed yet)"
     runs = folder / "runs"

@@ -20,21 +20,20 @@ from torch import Tensor, nn
 
 import gpt_core
 from gpt_train.kernels import TOLERANCE
-from gpt_train.learn.cases import close, index_of
+from gpt_train.learn.cases import SEED, close, index_of
+from gpt_train.learn.loading import attempt
 from gpt_train.learn.solutions.attention import attention
 from gpt_train.learn.solutions.cross_entropy import cross_entropy
 from gpt_train.learn.solutions.gelu import gelu
 from gpt_train.learn.solutions.layer_norm import layer_norm
 from gpt_train.learn.steps import Step
-from gpt_train.learn.verdicts import Malformed, Verdict, attempt, first_excess, first_mistake, judge, same_error
+from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, first_mistake, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import Mistake
 
 KERNELS = SimpleNamespace(attention=attention, layer_norm=layer_norm, gelu=gelu, cross_entropy=cross_entropy)
 """The kernels a module step's module is built with: kernels.attention(q, k, v, causal), kernels.layer_norm(x,
 weight, bias, eps), kernels.gelu(x), kernels.cross_entropy(logits, targets)."""
-
-SEED = 0
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,6 @@ THEIRS: dict[str, Callable[[dict[str, int]], nn.Module]] = {
     "block": lambda s: gpt_core.Block(_config(s)),
     "model": lambda s: gpt_core.GPT(_config(s)),
 }
-"""gpt-core's module of each step, built for the case's sizes."""
 
 _HEADS = (
     Case("4 heads of 8", {"n_embd": 32, "n_head": 4}, 2, 7),
@@ -149,7 +147,6 @@ def _run(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
     """The module's outputs on `inputs` and the gradients of its parameters (and of x) for a fixed cotangent (the
     loss, for the whole model). `forward` calls the module (by default, plainly)."""
     got = (forward or module)(*inputs)
-    params = _parameters(module)
     if step.name == "model":
         logits, loss = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
         outputs, end, cotangent, leaves = {"logits": logits, "loss": loss}, loss, None, {}
@@ -159,19 +156,17 @@ def _run(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
             cotangent = torch.randn(got.shape, generator=torch.Generator().manual_seed(seed), dtype=got.dtype)
     if not isinstance(end, Tensor) or not end.requires_grad:
         return Outcome(outputs, {})
-    leaves |= params
+    leaves |= _parameters(module)
     grads = torch.autograd.grad(end, list(leaves.values()), cotangent, allow_unused=True)
     return Outcome({k: v.detach() if isinstance(v, Tensor) else v for k, v in outputs.items()},
                    dict(zip(leaves, grads, strict=True)))  # fmt: skip
 
 
 def reference_outcomes(step: Step) -> list[Outcome]:
-    """gpt-core's module's outcome on each case of `step`."""
-    outcomes = []
-    for i, case in enumerate(CASES[step.name]):
-        theirs = gpt_cores(THEIRS[step.name], case.sizes, SEED + i)
-        outcomes.append(_run(step, theirs, _inputs(step, case, SEED + i), SEED + i))
-    return outcomes
+    return [
+        _run(step, gpt_cores(THEIRS[step.name], case.sizes, SEED + i), _inputs(step, case, SEED + i), SEED + i)
+        for i, case in enumerate(CASES[step.name])
+    ]
 
 
 def module_outcomes(step: Step, cls: Callable[..., nn.Module], watch: Watch | None = None) -> list[Outcome]:
@@ -216,7 +211,6 @@ def _counted(kernels: SimpleNamespace) -> tuple[SimpleNamespace, list[int]]:
 
 
 def grade_module(step: Step, cls: Callable[..., nn.Module], path: Path | None = None) -> Verdict:
-    """Whether the learner's class `cls` passes `step`, and the line (or lines) that say so or what is wrong."""
     watch = Watch(step.forbidden, allowed=tuple(vars(KERNELS).values()))
     outcomes = module_outcomes(step, cls, watch)
     expected = reference_outcomes(step)

@@ -6,6 +6,7 @@ queries offset as in cached decoding, 133 positions (several tiles and a ragged 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,6 +15,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gpt_core import IGNORE_INDEX
+from gpt_train.learn.loading import attempt
+
+SEED = 0
+"""The seed of every check's inputs, models and draws: a check gives the same verdict every time it is run."""
 
 
 @dataclass(frozen=True)
@@ -152,9 +157,5 @@ def index_of(flat: int, shape: torch.Size) -> list[int]:
 
 def try_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcome:
     """`run_case`, with whatever the kernel raises (but Ctrl-C) kept in the outcome's `error`."""
-    try:
-        return run_case(kernel, case, seed)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:  # a learner's SystemExit too: their code's result
-        return Outcome(None, (), error)
+    outcome, error = attempt(functools.partial(run_case, kernel, case, seed))
+    return outcome if error is None else Outcome(None, (), error)

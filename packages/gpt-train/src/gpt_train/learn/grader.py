@@ -18,7 +18,7 @@ from gpt_core import Row
 from gpt_core.testing import LargestTensor
 from gpt_train.kernels import TOLERANCE, first_failure, output_checked, verify_kernel
 from gpt_train.learn.assembly import grade_module
-from gpt_train.learn.cases import REFERENCES, Case, Outcome, cases_for, close, index_of, run_case, try_case
+from gpt_train.learn.cases import REFERENCES, SEED, Case, Outcome, cases_for, close, index_of, run_case, try_case
 from gpt_train.learn.generation_check import grade_generation
 from gpt_train.learn.loading import (
     LearnerError,
@@ -32,9 +32,6 @@ from gpt_train.learn.training_step_check import grade_training_step
 from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
-
-SEED = 0
-"""The verification inputs' seed: a check gives the same verdict every time it is run."""
 
 FLASH_POSITIONS, FLASH_HEAD = 512, 16
 LARGEST_TILE = 128

@@ -31,8 +31,7 @@ from gpt_train.learn.task_check import check_task
 
 TIME_LIMIT = 120.0
 """Seconds a check may take, start of the child process included (a check takes under 10 on a laptop)."""
-LONGEST_TIME_LIMIT = 86_400.0
-"""The longest time limit a check takes: a day."""
+LONGEST_TIME_LIMIT = 86_400.0  # a day
 
 CHILD = "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; " \
         "from gpt_train.learn.isolation import child_main; child_main()"  # fmt: skip
@@ -49,7 +48,7 @@ def grade_in_child(step_name: str, path: Path, source: bytes, time_limit: float 
         return _graded(step_name, path, source, time_limit)
     except Terminated as terminated:  # the child is stopped and the folder removed by now
         restore()
-        signal.raise_signal(terminated.number)
+        signal.raise_signal(terminated.args[0])
         raise
     finally:
         restore()
@@ -78,11 +77,8 @@ def _graded(step_name: str, path: Path, source: bytes, time_limit: float) -> Ver
 
 
 class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived while a check ran (a BaseException, so that nothing on the way catches it)."""
-
-    def __init__(self, number: int):
-        super().__init__(number)
-        self.number = number
+    """SIGTERM or SIGHUP (its number the one argument) arrived while a check ran (a BaseException, so that nothing
+    on the way catches it)."""
 
 
 def _catch_termination() -> Callable[[], None]:
@@ -139,17 +135,15 @@ def child_main() -> None:
     try:
         step, path = BY_NAME[header["step"]], Path(header["path"])
         verdict = check_task(path, source) if step.kind == "task" else check_file(step, path, source)
-        record = {"token": token, "passed": verdict.passed is True, "message": str(verdict.message)}
+        passed, message = verdict.passed is True, str(verdict.message)
     except KeyboardInterrupt:  # no Ctrl-C reaches the child (a session of its own): the learner's code raised it
-        message = (f"{header['path']}: the code in it raised KeyboardInterrupt (Ctrl-C's exception); a kernel "
-                   "fails by raising an ordinary exception")  # fmt: skip
-        record = {"token": token, "passed": False, "message": message}
+        passed, message = False, (f"{header['path']}: the code in it raised KeyboardInterrupt (Ctrl-C's exception); "
+                                  "a kernel fails by raising an ordinary exception")  # fmt: skip
     except BaseException as error:  # the grader's own failure (or the learner's, escaping it): a failed check
-        message = f"{header['path']}: the check itself failed ({describe(error)})"
-        record = {"token": token, "passed": False, "message": message}
+        passed, message = False, f"{header['path']}: the check itself failed ({describe(error)})"
     flush()
     descriptor = opened(verdict_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    write(descriptor, dumps(record).encode("utf-8"))
+    write(descriptor, dumps({"token": token, "passed": passed, "message": message}).encode("utf-8"))
     close(descriptor)
     end(0)
 

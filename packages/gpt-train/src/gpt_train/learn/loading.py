@@ -116,6 +116,16 @@ def _text(show: Callable[[Any], str], value: Any) -> str:
     return str.__str__(text) if isinstance(text, str) else ""  # a plain str, whatever subclass it was
 
 
+def attempt(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """`call()`'s result, or the exception it raised (but Ctrl-C): a learner's SystemExit is their code's result."""
+    try:
+        return call(), None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        return None, error
+
+
 def is_stub(error: BaseException) -> bool:
     return type(error) is NotImplementedError
 

@@ -26,10 +26,6 @@ except ImportError:  # Windows: no advisory locks
 RECORD = ".learn.json"
 
 
-def digest(source: bytes) -> str:
-    return hashlib.sha256(source).hexdigest()
-
-
 def _record(folder: Path) -> dict[str, str]:
     """Each passed step's digest; a record that is missing, unreadable or not of this shape counts as none."""
     try:
@@ -61,7 +57,7 @@ def record_pass(folder: Path, step: Step, source: bytes | None = None) -> None:
     if source is None:
         source = (folder / step.file_name).read_bytes()
     with _locked(folder):
-        passed = _record(folder) | {step.name: digest(source)}
+        passed = _record(folder) | {step.name: hashlib.sha256(source).hexdigest()}
         write_json_atomically(folder / RECORD, {"passed": passed})
 
 
@@ -81,4 +77,4 @@ def status(folder: Path, step: Step) -> str:
         source = path.read_bytes()
     except OSError:
         return "not passed"
-    return "passed" if _record(folder).get(step.name) == digest(source) else "not passed"
+    return "passed" if _record(folder).get(step.name) == hashlib.sha256(source).hexdigest() else "not passed"

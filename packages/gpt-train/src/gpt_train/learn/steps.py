@@ -8,8 +8,7 @@ from pathlib import Path
 SAMPLING_SOFTMAX_SLOT = "sampling_softmax"
 """The kernel slot the softmax step fills in `learn train`: the softmax generation samples from."""
 
-DEFAULT_DIR = Path("my-gpt")
-"""The learner's folder when --dir is not given."""
+DEFAULT_DIR = Path("my-gpt")  # the learner's folder when --dir is not given
 
 
 @dataclass(frozen=True)

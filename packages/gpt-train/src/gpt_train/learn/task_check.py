@@ -4,7 +4,6 @@ side of its hash split."""
 
 from __future__ import annotations
 
-import types
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,22 +25,18 @@ LEARNED = 0.5
 """The final loss must be below this fraction of the first: the task's answers can be learned from its prompts."""
 
 
-def task_class_in(module: types.ModuleType, path: Path) -> type[PromptAnswerTask]:
-    found = [value for value in vars(module).values() if isinstance(value, type) and issubclass(value, PromptAnswerTask)
-             and value.__module__ == module.__name__]  # fmt: skip
-    if len(found) != 1:
-        raise LearnerError(f"{path}: define exactly one PromptAnswerTask subclass (found {len(found)})")
-    return found[0]
-
-
 def check_task(path: Path, source: bytes | None = None) -> Verdict:
     """Load the learner's task file (from `source`, its bytes as read, when given), register its task, train a
     small model on it and score it."""
     try:
         module = load_module(path, source)
-        task_class = task_class_in(module, path)
     except LearnerError as error:
         return Verdict(False, str(error))
+    found = [value for value in vars(module).values() if isinstance(value, type) and issubclass(value, PromptAnswerTask)
+             and value.__module__ == module.__name__]  # fmt: skip
+    if len(found) != 1:
+        return Verdict(False, f"{path}: define exactly one PromptAnswerTask subclass (found {len(found)})")
+    task_class = found[0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plugin = SimpleNamespace(register_tasks=hookimpl(lambda register: register(task_class)))

@@ -56,11 +56,6 @@ def passed_kernels(folder: Path) -> dict[str, Step]:
     return {step.slot: step for step in STEPS if step.slot is not None and status(folder, step) == "passed"}
 
 
-def kernel_choices(steps: dict[str, Step]) -> dict[str, str]:
-    """slot -> `module:function`, the module being the step's file in the learner's folder."""
-    return {slot: f"{step.name}:{step.function}" for slot, step in steps.items()}
-
-
 def passed_model(folder: Path) -> Path | None:
     """The learner's model file, when the folder passes the model step."""
     return folder / MODEL_STEP.file_name if status(folder, MODEL_STEP) == "passed" else None
@@ -85,8 +80,7 @@ def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.d
         outcome = _train(handed, report, model_class)
     if outcome.reason != "finished":
         raise TrainError(f"the run in {out} {outcome.reason} at step {outcome.step}: {outcome.detail}")
-    final = outcome.final
-    return Figure(final[METRIC], int(final[EXAMPLES]), out)
+    return Figure(outcome.final[METRIC], int(outcome.final[EXAMPLES]), out)
 
 
 def finished_figure(out: Path) -> Figure | None:

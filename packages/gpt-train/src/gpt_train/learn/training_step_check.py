@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,16 +26,15 @@ from torch import Tensor, nn
 import gpt_core
 from gpt_train.kernels import TOLERANCE
 from gpt_train.learn.assembly import KERNELS, gpt_cores
-from gpt_train.learn.cases import close, index_of
-from gpt_train.learn.loading import solution
+from gpt_train.learn.cases import SEED, close, index_of
+from gpt_train.learn.loading import attempt, solution
 from gpt_train.learn.steps import Step
-from gpt_train.learn.verdicts import Verdict, attempt, first_mistake, judge, same_error
+from gpt_train.learn.verdicts import Verdict, first_mistake, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import Mistake
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.settings import TrainSettings
 
-SEED = 0
 KEY_BIAS_TOLERANCE = 1e-9
 """The key bias's tolerance (the module docstring says why it is not TOLERANCE)."""
 
@@ -84,20 +83,14 @@ def handed_code() -> tuple[Callable[..., Any], ...]:
     return (*forwards, *vars(KERNELS).values())
 
 
-def _batches(case: Case, seed: int) -> list[tuple[Tensor, Tensor]]:
+def _batches(case: Case, seed: int) -> Iterator[tuple[Tensor, Tensor]]:
     generator = torch.Generator().manual_seed(seed + 1)
-    batches = []
     for _ in range(case.settings.steps):
         shape = (BATCH, SIZES["block_size"])
         inputs = torch.randint(SIZES["vocab_size"], shape, generator=generator, device="cpu")
         targets = torch.randint(SIZES["vocab_size"], shape, generator=generator, device="cpu")
         targets[:, : shape[1] // 2] = gpt_core.IGNORE_INDEX  # a prompt, unscored
-        batches.append((inputs, targets))
-    return batches
-
-
-def _parameters(model: nn.Module) -> dict[str, Tensor]:
-    return {name: param.detach().clone() for name, param in model.named_parameters()}
+        yield inputs, targets
 
 
 def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Tensor, step: int, s: TrainSettings):
@@ -114,7 +107,6 @@ def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Te
 
 
 def reference_outcomes() -> list[Outcome]:
-    """gpt-train's own step, run on each case."""
     return step_outcomes(_gpt_trains)
 
 
@@ -141,11 +133,10 @@ def _train(call: Callable[..., Any], case: Case, seed: int, snapshots: list[dict
     model, state = handed_model(SIZES, seed), {}
     for step, (inputs, targets) in enumerate(_batches(case, seed)):
         call(model, state, inputs, targets, step, dataclasses.replace(case.settings))  # settings of its own to change
-        snapshots.append(_parameters(model))
+        snapshots.append({name: param.detach().clone() for name, param in model.named_parameters()})
 
 
 def grade_training_step(step: Step, function: Callable[..., Any], path: Path | None = None) -> Verdict:
-    """Whether the learner's `training_step` passes, and the line (or lines) that say so or what is wrong."""
     watch = Watch(step.forbidden, allowed=handed_code())
     outcomes = step_outcomes(function, watch)
     expected = reference_outcomes()

@@ -56,21 +56,15 @@ def judge(
     if (problem := malformed(step, outcomes, expected)) is not None:
         return Verdict(False, f"{step.name}: {problem}")
     failure, refusal = difference(step, outcomes, expected), watch.refusal(step)
-    if failure is not None:
-        return differs(step, failure, diagnose(), refusal)
+    if failure is not None:  # the mistake the results agree with, where they first differ, and a refused call too
+        mistake = diagnose()
+        said = f"{mistake.message}\n  first difference: {failure}" if mistake else failure
+        return Verdict(False, f"{step.name}: {said}" + (f"\n  and {refusal}" if refusal else ""))
     if refusal is None and requirement is not None:  # what the step asks beyond the numbers (it runs the code again)
         refusal = requirement() or watch.refusal(step)
     if refusal is not None:
         return Verdict(False, f"{step.name}: {refusal}")
     return Verdict(True, f"{step.name}: passed, {passed(step, outcomes, expected)}")
-
-
-def differs(step: Step, failure: str, mistake: Mistake | None, refusal: str | None) -> Verdict:
-    """The verdict of results that differ from the reference's: the mistake they agree with, where they first differ,
-    and a refused call if there was one too."""
-    lines = [f"{step.name}: {mistake.message}", f"  first difference: {failure}"] if mistake else []
-    lines = (lines or [f"{step.name}: {failure}"]) + ([f"  and {refusal}"] if refusal else [])
-    return Verdict(False, "\n".join(lines))
 
 
 def raised(step: Step, error: BaseException, path: Path | None, diagnose: Callable[[], Mistake | None]) -> Verdict:
@@ -121,13 +115,3 @@ def same_error(a: BaseException | None, b: BaseException | None) -> bool:
 
 
 _FUNCTION_NAME = re.compile(r"Function \w+")
-
-
-def attempt(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
-    """`call()`'s result, or the exception it raised (but Ctrl-C): a learner's SystemExit is their code's result."""
-    try:
-        return call(), None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:
-        return None, error

@@ -146,20 +146,12 @@ ENGINE_CALL = "run_backward"
 
 GPT_CORE = Path(gpt_core.__file__).resolve().parent
 SHIPPED = {
-    GPT_CORE: "gpt-core's own code",
-    Path(gpt_train.learn.solutions.__file__).resolve().parent: "the shipped solution",
+    str(GPT_CORE): "gpt-core's own code",
+    str(Path(gpt_train.learn.solutions.__file__).resolve().parent): "the shipped solution",
 }
 """Folders whose code a learner's function may not call, and how a message says whose it is."""
 NOT_SHIPPED = (str(GPT_CORE / "testing"),)
 """gpt-core's test instruments (the tile guard's LargestTensor runs around the learner's code), not its kernels."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One thing the learner's code called that the course has them write: what, and why it is refused."""
-
-    name: str
-    what: str  # the built-in family's key, or whose code it is ("gpt-core's own code")
 
 
 class Watch:
@@ -170,8 +162,8 @@ class Watch:
     def __init__(self, forbidden: tuple[str, ...] = (), allowed: tuple[Callable[..., Any], ...] = ()):
         self.families = [FAMILIES[key] for key in forbidden]
         self._allowed = {code for function in allowed if (code := _code(function)) is not None}  # the check's own
-        self.builtins: list[Call] = []  # first seen first, each name once
-        self.shipped: list[Call] = []
+        self.builtins: dict[str, str] = {}  # each built-in called (first seen first) -> its family's key
+        self.shipped: dict[str, str] = {}  # each shipped function entered -> whose code it is
         self.autograd: list[str] = []
         self._depth = 0  # nested on()
         self._forward = 0  # inside the learner's function
@@ -179,30 +171,24 @@ class Watch:
         self._functions = {fn: (name, fam.key) for fam in self.families for fn, name in fam.functions.items()}
         self._entries = {code: (name, fam.key) for fam in self.families for fn, name in fam.entries.items()
                          if (code := _code(fn)) is not None}  # fmt: skip
-        self._shipped = {str(folder): whose for folder, whose in SHIPPED.items()}
 
     # switching on and off ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def on(self) -> Iterator[None]:
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
-        previous = sys.getprofile()
-        self._depth = 1
-        function_mode, dispatch_mode = _Functions(self), _Operators(self)
+        self._depth += 1
         try:
-            with function_mode, dispatch_mode:
+            if self._depth > 1:
+                yield
+                return
+            previous = sys.getprofile()
+            with _Functions(self), _Operators(self):
                 sys.setprofile(self._profile)
                 try:
                     yield
                 finally:
                     sys.setprofile(previous)
         finally:
-            self._depth = 0
+            self._depth -= 1
 
     def watched(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function`, called with the watch on and counted as the learner's forward."""
@@ -219,31 +205,26 @@ class Watch:
         return call
 
     # recording --------------------------------------------------------------------------------------------------
-    def _builtin(self, name: str, family: str) -> None:
-        if all(call.name != name for call in self.builtins):
-            self.builtins.append(Call(name, family))
-
     def _operator(self, operator: str) -> None:
         for family in self.families:
             for prefix, name in family.operators.items():
                 if operator.startswith(prefix):
-                    if all(call.what != family.key for call in self.builtins):  # the function mode named it
-                        self._builtin(name, family.key)
+                    if family.key not in self.builtins.values():  # else the function mode named it
+                        self.builtins.setdefault(name, family.key)
                     return
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             code = frame.f_code
             if (found := self._entries.get(code)) is not None:
-                self._builtin(*found)
+                self.builtins.setdefault(*found)
             entry = AUTOGRAD_ENTRIES.get(code)
             if entry is not None and (self._forward or self._engine) and entry not in self.autograd:
                 self.autograd.append(entry)
             whose = None if code in self._allowed else self._whose(code.co_filename)
             if whose is not None and (frame.f_back is None or self._whose(frame.f_back.f_code.co_filename) is None):
                 name = f"{frame.f_globals.get('__name__', '?')}.{code.co_qualname}"
-                if all(call.name != name for call in self.shipped):
-                    self.shipped.append(Call(name, whose))
+                self.shipped.setdefault(name, whose)
         elif getattr(arg, "__name__", None) == ENGINE_CALL:
             if event == "c_call":
                 if (self._forward or self._engine) and not self.autograd:
@@ -255,22 +236,19 @@ class Watch:
     def _whose(self, filename: str) -> str | None:
         if filename.startswith(NOT_SHIPPED):
             return None
-        for folder, whose in self._shipped.items():
-            if filename.startswith(folder):
-                return whose
-        return None
+        return next((whose for folder, whose in SHIPPED.items() if filename.startswith(folder)), None)
 
     # what it found ----------------------------------------------------------------------------------------------
     def refusal(self, step: Step) -> str | None:
         """One line saying what the learner's function for `step` called that it may not, or None."""
         if self.builtins:
-            call = self.builtins[0]
-            what = "the built-in it is graded against" if call.what == step.graded_against else (
+            name, family = next(iter(self.builtins.items()))
+            what = "the built-in it is graded against" if family == step.graded_against else (
                 "a built-in this course has you write")  # fmt: skip
-            return f"your {step.function} calls {call.name}, {what}; {FAMILIES[call.what].hint}"
+            return f"your {step.function} calls {name}, {what}; {FAMILIES[family].hint}"
         if self.shipped:
-            call = self.shipped[0]
-            return f"your {step.function} calls {call.name}, {call.what}; write it yourself in your file"
+            name, whose = next(iter(self.shipped.items()))
+            return f"your {step.function} calls {name}, {whose}; write it yourself in your file"
         if step.handwritten_backward and self.autograd:
             return (f"your {step.function} calls {self.autograd[0]}, so autograd derives its gradient: write the "
                     "backward by hand from the saved tensors, with no autograd inside it")  # fmt: skip
@@ -285,7 +263,7 @@ class _Functions(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         found = self.watch._functions.get(func)
         if found is not None:
-            self.watch._builtin(*found)
+            self.watch.builtins.setdefault(*found)
         return func(*args, **(kwargs or {}))
 
 

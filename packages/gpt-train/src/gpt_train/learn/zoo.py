@@ -9,6 +9,7 @@ mistyped constant) is recognised by what its results show (`matches`) instead; i
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,10 +98,7 @@ SOFTMAX = (
 
 
 # attention -----------------------------------------------------------------------------------
-def _attention(*edits: tuple[str, str]) -> Callable[..., Tensor]:
-    return _answer("attention", *edits)
-
-
+_attention = functools.partial(_answer, "attention")
 _SCALE, _MASK = " / math.sqrt(q.shape[-1])", ".tril(n_keys - n_queries)"
 ATTENTION = (
     Mistake("scale_d", "your scores are divided by d, not sqrt(d)", (_attention((_SCALE, " / q.shape[-1]")),)),
@@ -128,10 +126,7 @@ ATTENTION = (
 
 
 # layer_norm ----------------------------------------------------------------------------------
-def _layer_norm(*edits: tuple[str, str]) -> Callable[..., Tensor]:
-    return _answer("layer_norm", *edits)
-
-
+_layer_norm = functools.partial(_answer, "layer_norm")
 LAYER_NORM = (
     Mistake("eps_outside", "epsilon outside the square root: divide by sqrt(var + eps)",
             (_layer_norm(("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")),)),
@@ -153,14 +148,6 @@ def _gelu_tanh_form(c: float = _GELU_C, a: float = _GELU_A, half: float = 0.5) -
     return lambda x: half * x * (1.0 + torch.tanh(c * (x + a * x**3)))
 
 
-def _gelu_erf(x: Tensor) -> Tensor:
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-
-def _gelu_sigmoid(x: Tensor) -> Tensor:
-    return x * torch.sigmoid(1.702 * x)
-
-
 def _gelu_tanh_by_exp(x: Tensor) -> Tensor:
     e = (2.0 * _GELU_C * (x + _GELU_A * x**3)).exp()
     return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0))
@@ -172,42 +159,36 @@ def _gelu_tanh_by_exp_pair(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + (u.exp() - (-u).exp()) / (u.exp() + (-u).exp()))
 
 
-def _gelu_constants(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> tuple[float, float] | None:
-    """The constants (c, a) of 0.5 x (1 + tanh(c (x + a x^3))) that the kernel's output on the first case fits,
-    by least squares on atanh(2 y / x - 1) = c x + c a x^3 where tanh is far from saturating; None when the output
-    is not of that form."""
+def _gelu_constant_mistyped(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
+    """The tanh form 0.5 x (1 + tanh(c (x + a x^3))) with c = sqrt(2/pi) or a = 0.044715 near the right value but not
+    it (a rounded or mistyped digit). (c, a) are fitted to the output on the first case by least squares on
+    atanh(2 y / x - 1) = c x + c a x^3 where tanh is far from saturating; an output not of that form is not it."""
     if outcomes[0].error is not None or outcomes[0].output is None:
-        return None
+        return False
     x, y = cases[0].args[0].detach(), outcomes[0].output.detach().double()
     if y.shape != x.shape:
-        return None
+        return False
     t = 2.0 * y / x - 1.0
     usable = (x.abs() > 0.1) & (t.abs() < 0.9)
     if int(usable.sum()) < 8:
-        return None
+        return False
     x, u = x[usable], torch.atanh(t[usable])
     design = torch.stack((x, x**3), dim=-1)
     fitted = torch.linalg.lstsq(design, u[:, None]).solution[:, 0]
     if not bool(((design @ fitted - u).abs() <= 1e-9 * (1.0 + u.abs())).all()):
-        return None
-    c, ca = float(fitted[0]), float(fitted[1])
-    return c, ca / c
-
-
-def _gelu_constant_mistyped(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
-    """The tanh form with sqrt(2/pi) or 0.044715 near the right value but not it (a rounded or mistyped digit)."""
-    fitted = _gelu_constants(cases, outcomes, expected)
-    if fitted is None:
         return False
-    c, a = fitted
+    c = float(fitted[0])
+    a = float(fitted[1]) / c
     near = 0.5 < c / _GELU_C < 2.0 and 0.05 < a / _GELU_A < 20.0
     exact = math.isclose(c, _GELU_C, rel_tol=1e-12) and math.isclose(a, _GELU_A, rel_tol=1e-12)
     return near and not exact
 
 
 GELU = (
-    Mistake("erf", "erf GELU, the slot is the tanh approximation", (_gelu_erf,)),
-    Mistake("sigmoid", "x sigmoid(1.702 x) is another approximation; the slot is the tanh one", (_gelu_sigmoid,)),
+    Mistake("erf", "erf GELU, the slot is the tanh approximation",
+            (lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))),)),
+    Mistake("sigmoid", "x sigmoid(1.702 x) is another approximation; the slot is the tanh one",
+            (lambda x: x * torch.sigmoid(1.702 * x),)),
     Mistake("no_cubic", "the cubic term 0.044715 x^3 inside the tanh is missing", (_gelu_tanh_form(a=0.0),)),
     Mistake("sqrt_2pi", "the constant is sqrt(2/pi), not sqrt(2 pi)", (_gelu_tanh_form(c=math.sqrt(2 * math.pi)),)),
     Mistake("no_half", "the factor 0.5 is missing", (_gelu_tanh_form(half=1.0),)),
@@ -221,61 +202,42 @@ GELU = (
 
 
 # cross_entropy -------------------------------------------------------------------------------
-def _per_row_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """logsumexp - the target's logit, each row (N,); a row whose target is -100 picks no logit."""
+def _ignored_scored(logits: Tensor, targets: Tensor) -> Tensor:
+    """logsumexp - the target's logit, the mean over every row: a row whose target is -100 picks no logit."""
     onehot = targets.unsqueeze(-1) == torch.arange(logits.shape[-1], device=logits.device)  # (N, V); all False for -100
     row_max = logits.amax(dim=-1, keepdim=True)
     lse = (logits - row_max).exp().sum(dim=-1).log() + row_max.squeeze(-1)
-    return lse - (logits * onehot).sum(dim=-1)
+    return (lse - (logits * onehot).sum(dim=-1)).mean()
 
 
-def _scored_rows_over(denominator: str, sign: float = 1.0) -> Callable[[Tensor, Tensor], Tensor]:
-    def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
-        scored = targets != IGNORE_INDEX
-        total = sign * (_per_row_loss(logits, targets) * scored).sum()
-        return {"all": total / len(targets), "none": total, "scored": total / scored.sum()}[denominator]
-
-    return cross_entropy
+_cross_entropy = functools.partial(_answer, "cross_entropy")
+_SCORED_ROWS = "logits, targets = logits[scored], targets[scored]"
 
 
-def _clamped_to_class_0(denominator: str) -> Callable[[Tensor, Tensor], Tensor]:
-    """-100 turned into class 0 (targets.clamp(min=0), so that gather does not fail) and scored as class 0."""
-
-    def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
-        losses = _per_row_loss(logits, targets.clamp(min=0))
-        count = len(targets) if denominator == "all" else (targets != IGNORE_INDEX).sum()
-        return losses.sum() / count
-
-    return cross_entropy
-
-
-def _cross_entropy_without_max(per_row: str) -> Callable[[Tensor, Tensor], Tensor]:
-    """log(sum(exp(logits))) with no max subtracted ("logsumexp"), or -log of exp(logit) / sum exp ("probability")."""
-
-    def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
-        scored = targets != IGNORE_INDEX
-        logits, targets = logits[scored], targets[scored]
-        picked = logits.gather(-1, targets[:, None]).squeeze(-1)
-        total = logits.exp().sum(dim=-1)
-        losses = total.log() - picked if per_row == "logsumexp" else -(picked.exp() / total).log()
-        return losses.mean()
-
-    return cross_entropy
+def _cross_entropy_by_probability(logits: Tensor, targets: Tensor) -> Tensor:
+    """-log(exp(logit) / sum(exp(logits))), with no max subtracted."""
+    scored = targets != IGNORE_INDEX
+    logits, targets = logits[scored], targets[scored]
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+    return -(picked.exp() / logits.exp().sum(dim=-1)).log().mean()
 
 
 CROSS_ENTROPY = (
     Mistake("ignored_scored", "targets equal to -100 were scored: leave those rows out of the loss and the mean",
-            (lambda logits, targets: _per_row_loss(logits, targets).mean(),)),
+            (_ignored_scored,)),
     Mistake("mean_over_all", "the mean is over all N rows; divide by the number of scored targets (not -100)",
-            (_scored_rows_over("all"),)),
-    Mistake("summed", "the loss is summed; it is the mean over the scored targets", (_scored_rows_over("none"),)),
+            (_cross_entropy((".mean()", ".sum() / len(scored)")),)),
+    Mistake("summed", "the loss is summed; it is the mean over the scored targets",
+            (_cross_entropy((".mean()", ".sum()")),)),
     Mistake("sign", "the sign is flipped: the loss is minus the log-probability of the target",
-            (_scored_rows_over("scored", sign=-1.0),)),
+            (_cross_entropy(("return (", "return -(")),)),
     Mistake("ignored_clamped", "targets of -100 were clamped to class 0 and scored: leave those rows out of the "
-            "loss and out of the count", (_clamped_to_class_0("all"), _clamped_to_class_0("scored"))),
+            "loss and out of the count", (_cross_entropy((_SCORED_ROWS, "targets = targets.clamp(min=0)")),
+                                          _cross_entropy((_SCORED_ROWS, "targets = targets.clamp(min=0)"),
+                                                         (".mean()", ".sum() / scored.sum()")))),
     Mistake("no_max_shift", "no max shift: log(sum(exp(logits))) overflows on large logits (exp(1000) is inf); "
             "subtract each row's max m first: m + log(sum(exp(logits - m)))",
-            (_cross_entropy_without_max("logsumexp"), _cross_entropy_without_max("probability")),
+            (_cross_entropy(("m = logits.amax(dim=-1, keepdim=True)", "m = 0.0")), _cross_entropy_by_probability),
             matches=_overflows),
 )  # fmt: skip
 
@@ -375,10 +337,7 @@ MODEL = (
 )  # fmt: skip
 
 
-def _step(*edits: tuple[str, str]) -> Callable[..., Any]:
-    return _answer("training_step", *edits)
-
-
+_step = functools.partial(_answer, "training_step")
 _DECAYS = 'return param.dim() >= 2 and not name.startswith("wpe.")'
 _CLIP = "    if settings.grad_clip > 0:\n        clip_gradients(model, settings.grad_clip)"
 _UPDATE = "    adamw(model, state, lr, settings)\n"
