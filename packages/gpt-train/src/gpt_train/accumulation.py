@@ -22,13 +22,6 @@ Loss = Callable[[Tensor, Tensor], Tensor]  # (inputs, targets) -> mean loss over
 NoSync = Callable[[], contextlib.AbstractContextManager]
 
 
-def micro_batches(batch: Batch, n: int) -> list[Batch]:
-    """`batch` split into `n` equal micro-batches along the batch dimension, in order."""
-    return [
-        Batch(inputs, targets) for inputs, targets in zip(batch.inputs.chunk(n), batch.targets.chunk(n), strict=True)
-    ]
-
-
 def scored_counts(parts: list[Batch]) -> list[int]:
     """How many targets each micro-batch scores (one transfer from the device for all of them)."""
     return torch.stack([(part.targets != IGNORE_INDEX).sum() for part in parts]).tolist()
@@ -54,7 +47,7 @@ def accumulate_gradients(
     whole batch's mean loss; returns that loss (detached; nan, as the whole batch's, when no target is scored).
     `no_sync`, DistributedDataParallel's, is entered for every backward but the last one run, so each process
     all-reduces exactly once per step."""
-    parts = micro_batches(batch, n)
+    parts = [Batch(*pair) for pair in zip(batch.inputs.chunk(n), batch.targets.chunk(n), strict=True)]
     weights = micro_batch_weights(parts)
     last = max(weights)
     losses = []

@@ -56,7 +56,8 @@ KINDS = ("model", "rng", "grokfast", "precision")
 """The parts of a TrainingState saved as tensors named `<kind>/<name>` (and the optimiser's, `optim/<n>/<slot>`)."""
 
 
-def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") -> None:
+    """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
     tensors = {f"{kind}/{k}": v for kind in KINDS for k, v in getattr(state, kind).items()}
     for index, slots in state.optimizer["state"].items():
         tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
@@ -70,12 +71,6 @@ def _flatten(state: TrainingState) -> tuple[dict[str, torch.Tensor], dict[str, s
     }
     if state.cooldown_from is not None:
         meta["cooldown_from"] = str(state.cooldown_from)
-    return tensors, meta
-
-
-def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") -> None:
-    """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
-    tensors, meta = _flatten(state)
     write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
     write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
 
@@ -90,13 +85,13 @@ def _opened(path: Path, read: Callable[[Path], T]) -> T:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted ({error})") from None
 
 
-def _tensors_and_metadata(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     with safe_open(str(path), framework="pt") as archive:
         return {name: archive.get_tensor(name) for name in archive.keys()}, archive.metadata() or {}  # noqa: SIM118
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    tensors, meta = _opened(path, _tensors_and_metadata)
+    tensors, meta = _opened(path, read_safetensors)
     if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
         raise CheckpointError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
     return tensors, meta

@@ -90,11 +90,9 @@ class RunConfig:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             _check_json_types(data)
-            unset = dataclasses.MISSING
-            required = [f.name for f in dataclasses.fields(cls) if f.default is unset and f.default_factory is unset]
-            missing = next((name for name in required if name not in data), None)
-            if missing is not None:
-                raise ValueError(f"it has no {missing!r}")
+            for f in dataclasses.fields(cls):
+                if f.name not in data and f.default is f.default_factory is dataclasses.MISSING:  # a required field
+                    raise ValueError(f"it has no {f.name!r}")
             given = {key: tuple(v) if isinstance(v, list) else v for key, v in data.items() if key in JSON_TYPES}
             kept = {name: str(RunLayout(run_dir).task_file(name)) for name in given.get("task_files", ())}
             built = {
@@ -114,9 +112,10 @@ class RunConfig:
         made = {key: getattr(self.model, key) for key in TASK_FIXED_MODEL_FIELDS}
         found = {key: getattr(task, key) for key in TASK_FIXED_MODEL_FIELDS}
         if not overrides and found != made:
+            sizes = lambda values: ", ".join(f"{key} {value:,}" for key, value in values.items())
             raise ConfigError(
-                f"config.json's task parameters make a {self.task} task of {_sizes(found)}, but its model was made "
-                f"for {_sizes(made)}"
+                f"config.json's task parameters make a {self.task} task of {sizes(found)}, but its model was made "
+                f"for {sizes(made)}"
             )
         return task
 
@@ -192,10 +191,6 @@ def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
     if "data" not in field_types(task_class(task_name).Params):
         raise ConfigError(f"task {task_name!r} reads no data file; drop --data")
     return {"task.data": str(data.absolute())}  # eval and sample may run from another directory
-
-
-def _sizes(values: dict[str, int]) -> str:
-    return ", ".join(f"{key} {value:,}" for key, value in values.items())
 
 
 def _json_type(hint: Any) -> tuple[type, type | None]:

@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from gpt_core import GPT, GPTConfig
 from gpt_core.gpt2 import IGNORED_BUFFERS, PREFIX, config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
 from gpt_tasks import field_types
 from gpt_tasks.text import BpeTokenizer
-from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, safetensors_header
+from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, load_weights, read_safetensors, safetensors_header
 from gpt_train.errors import TrainError
 from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically
 
@@ -137,9 +137,8 @@ def read_weights(directory: Path, config: GPTConfig) -> dict[str, torch.Tensor]:
     """The parameters of the GPT-2 in `directory`, under gpt-core's names, checked against `config`."""
     path = _weights_path(directory)
     try:
-        with safe_open(str(path), framework="pt") as archive:
-            tensors = {name: archive.get_tensor(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
-    except (SafetensorError, OSError, ValueError) as error:
+        tensors, _ = read_safetensors(path)
+    except HEADER_ERRORS as error:
         raise HFError(f"{path} is not a readable safetensors file ({error})") from None
     try:
         weights = state_dict_from_hf(tensors, config)
@@ -161,21 +160,13 @@ def _is_buffer(name: str) -> bool:
     return first == "h" and rest.partition(".")[2] in IGNORED_BUFFERS
 
 
-def copy_weights(model: GPT, weights: dict[str, torch.Tensor]) -> None:
-    """Copy `weights` (gpt-core names, every parameter of `model`) into the model, in its dtype."""
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, param in params.items():
-            param.copy_(weights[name])
-
-
 def load_model(directory: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
     """The GPT-2 in `directory` as a gpt-core GPT in `dtype`, on `device`, in eval mode."""
     config = read_config(directory)
     weights = read_weights(directory, config)
     torch.manual_seed(0)  # the draws are overwritten; seeded so building the model disturbs nothing by chance
     model = GPT(config).to(dtype)
-    copy_weights(model, weights)
+    load_weights(model, weights)
     return model.to(device).eval()
 
 
@@ -289,17 +280,12 @@ def _write_files(
     write_json_atomically(folder / CONFIG, config)
     save = lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"})
     write_atomically(folder / WEIGHTS, save, what="weights", failures=(OSError, SafetensorError))
-    names = [CONFIG, WEIGHTS]
-    if tokenizer is not None:
-        names += _write_tokenizer(tokenizer, folder, config["n_positions"])
-    return names
-
-
-def _write_tokenizer(tokenizer: BpeTokenizer, out: Path, n_positions: int) -> list[str]:
-    """tokenizer.json, and the tokenizer_config.json that lets transformers' AutoTokenizer load it."""
-    write_atomically(out / TOKENIZER, lambda tmp: tmp.write_bytes(tokenizer.serialize()))
-    settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": n_positions}
+    if tokenizer is None:
+        return [CONFIG, WEIGHTS]
+    # tokenizer.json, and the tokenizer_config.json that lets transformers' AutoTokenizer load it
+    write_atomically(folder / TOKENIZER, lambda tmp: tmp.write_bytes(tokenizer.serialize()))
+    settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config["n_positions"]}
     if tokenizer.hf.token_to_id(END_OF_TEXT) is not None:
         settings |= {"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT}
-    write_json_atomically(out / "tokenizer_config.json", settings)
-    return [TOKENIZER, "tokenizer_config.json"]
+    write_json_atomically(folder / "tokenizer_config.json", settings)
+    return [CONFIG, WEIGHTS, TOKENIZER, "tokenizer_config.json"]

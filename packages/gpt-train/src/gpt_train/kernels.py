@@ -92,11 +92,6 @@ class KernelInfo:
         return f"kernel {self.slot}={self.name}"
 
 
-def _builtins() -> list[KernelInfo]:
-    own = version("gpt-core")
-    return [KernelInfo(s, BUILTIN, getattr(DEFAULT_KERNELS, s), "builtin", "gpt-core", own) for s in KERNEL_SLOTS]
-
-
 def _accept(origin: core_plugins.Origin, slot: Any, name: Any, function: Any) -> KernelInfo:
     """One `register(slot, name, kernel)` call of a plugin, checked."""
     if slot not in KERNEL_SLOTS:
@@ -115,7 +110,11 @@ class KernelRegistry:
     """gpt-core's own kernels and those of a set of plugins (by default, every installed entry point)."""
 
     def __init__(self, plugins: Iterable[EntryPoint] | None = None):
-        self._table = core_plugins.PluginTable(KERNEL_PLUGINS, plugins, builtins=_builtins())
+        own = version("gpt-core")
+        builtins = [
+            KernelInfo(s, BUILTIN, getattr(DEFAULT_KERNELS, s), "builtin", "gpt-core", own) for s in KERNEL_SLOTS
+        ]
+        self._table = core_plugins.PluginTable(KERNEL_PLUGINS, plugins, builtins=builtins)
 
     def kernels(self) -> list[KernelInfo]:
         """Every usable kernel, by slot (in KERNEL_SLOTS order) and name, gpt-core's own first."""
@@ -242,24 +241,19 @@ def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
     def checked_kernel(*args: Any, **kwargs: Any) -> Any:
         output = kernel(*args, **kwargs)
         device = next((arg.device for arg in args if isinstance(arg, torch.Tensor)), None)
-        problem = _not_plain(output, device)
-        if problem is not None:
-            raise TypeError(f"its output {problem}; a kernel returns a dense torch.Tensor on its inputs' device")
-        return output
+        if not isinstance(output, torch.Tensor):
+            problem = f"is a {type(output).__name__}, not a tensor"
+        elif type(output) not in (torch.Tensor, torch.nn.Parameter):
+            problem = f"is a {type(output).__name__}, a tensor subclass"
+        elif output.layout != torch.strided:
+            problem = f"is a sparse tensor ({output.layout})"
+        elif device is not None and output.device != device:
+            problem = f"is on device {output.device}, not {device}"
+        else:
+            return output
+        raise TypeError(f"its output {problem}; a kernel returns a dense torch.Tensor on its inputs' device")
 
     return checked_kernel
-
-
-def _not_plain(output: Any, device: torch.device | None) -> str | None:
-    if not isinstance(output, torch.Tensor):
-        return f"is a {type(output).__name__}, not a tensor"
-    if type(output) not in (torch.Tensor, torch.nn.Parameter):
-        return f"is a {type(output).__name__}, a tensor subclass"
-    if output.layout != torch.strided:
-        return f"is a sparse tensor ({output.layout})"
-    if device is not None and output.device != device:
-        return f"is on device {output.device}, not {device}"
-    return None
 
 
 def verify_kernel(

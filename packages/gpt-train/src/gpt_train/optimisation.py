@@ -75,10 +75,9 @@ class FusedAdamW:
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Restore a `state_dict()` of this class or of torch.optim.AdamW (the hyperparameters with it);
         ValueError if its groups do not hold as many parameters as this optimiser's."""
-        sizes = [len(g["params"]) for g in saved["param_groups"]]
-        if sizes != [len(g["params"]) for g in self.param_groups]:
-            raise ValueError(f"its parameter groups hold {sizes} parameters, this run's optimiser's "
-                             f"{[len(g['params']) for g in self.param_groups]}")  # fmt: skip
+        sizes, ours = ([len(g["params"]) for g in groups] for groups in (saved["param_groups"], self.param_groups))
+        if sizes != ours:
+            raise ValueError(f"its parameter groups hold {sizes} parameters, this run's optimiser's {ours}")
         for group, kept in zip(self.param_groups, saved["param_groups"], strict=True):
             group.update({k: kept[k] for k in ("lr", "eps", "weight_decay")}, betas=tuple(kept["betas"]))
         params = {i: p for p, i in self._index().items()}

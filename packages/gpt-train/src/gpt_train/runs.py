@@ -54,10 +54,6 @@ class RunWarning(UserWarning):
     """Something the user should know about a run directory that does not stop the run."""
 
 
-def default_run_dir(task: str) -> Path:
-    return Path("runs") / f"{task}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
 def describe(error: OSError) -> str:
     return error.strerror or str(error)
 
@@ -127,7 +123,7 @@ def new_run(
     check_kernel_set(config.train.kernels, device)
     found = run_kernels(config, verify=True, device=device)
     check_precision(config.train.dtype, device)
-    layout = RunLayout(out if out is not None else default_run_dir(task_name))
+    layout = RunLayout(out if out is not None else Path("runs") / f"{task_name}-{datetime.now():%Y%m%d-%H%M%S}")
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
     lock = None
     if rank.is_main:
@@ -251,9 +247,7 @@ def saved_kernels(
             "that code: pass --trust-kernels if you trust it (load_run(..., trust_kernels=True) in Python), "
             "and they are verified against PyTorch first"
         )
-    folders = {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
-    verify = True if verify_all else set(modules)
-    kernels = run_kernels(config, verify=verify, run_dir=run_dir, saved=folders, device=device)
+    kernels = run_kernels(config, verify=True if verify_all else set(modules), run_dir=run_dir, device=device)
     if verify_all:  # resuming: the trainer names a failing kernel itself
         return kernels
     named = {slot: failures_named(slot, name, getattr(kernels, slot)) for slot, name in modules.items()}
@@ -277,12 +271,12 @@ def run_kernels(
     config: RunConfig,
     verify: bool | Collection[str] = False,
     run_dir: Path | None = None,
-    saved: dict[str, Path] | None = None,
     device: torch.device | str | None = None,
 ) -> Kernels:
     """The kernels a run's model computes with on `device` (`kernel_set_for`), each found and, with `verify` (True,
-    or the slots to check), pinned against PyTorch (`checked_kernels`); for a saved run (`run_dir`, and `saved`
-    folders when it is opened), a missing or failing kernel is one line naming the run."""
+    or the slots to check), pinned against PyTorch (`checked_kernels`); for a saved run (`run_dir`), opened from the
+    folders it recorded, a missing or failing kernel is one line naming the run."""
+    saved = None if run_dir is None else {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
     try:
         base = kernel_set_for(config.train.kernels, device)
         return checked_kernels(

@@ -36,7 +36,7 @@ from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, kernel_failure
-from gpt_train.hf import copy_weights, read_weights
+from gpt_train.hf import read_weights
 from gpt_train.kernels import KernelError
 from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
@@ -72,7 +72,7 @@ def initial_model(
     torch.manual_seed(config.train.seed)
     model = GPT(config.model, kernels)
     if config.init_from and pretrained:
-        copy_weights(model, read_weights(Path(config.init_from), model.config))
+        load_weights(model, read_weights(Path(config.init_from), model.config))
     return model.to(device)
 
 
@@ -86,11 +86,11 @@ def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit:
 class Trainer:
     """The model, its optimiser and the loop over steps of one run."""
 
-    def __init__(self, run: Run, quiet: bool = False, on_step: Callable[[int], None] | None = None):
+    def __init__(self, run: Run, quiet: bool = False):
         self.config, self.task, self.device, self.rank = run.config, run.task, run.device, run.rank
         self.settings = run.config.train
         self.quiet = quiet or not run.rank.is_main
-        self.on_step = on_step
+        self.on_step: Callable[[int], None] | None = None  # called after each step: how a test stops a run
         self.stop = StopRequest()
         self.record = Record(run)
         self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
@@ -202,16 +202,12 @@ class Trainer:
         self.precision.step(self.optimizer, finite)
         return loss_value, stop
 
-    def _gradients(self, batch, module: torch.nn.Module) -> torch.Tensor:
-        """The batch's loss through `module`, its gradients added to the parameters' .grad (by micro-batch)."""
+    def _gradients(self, batch, module: torch.nn.Module, precision: Precision | None = None) -> torch.Tensor:
+        """The batch's loss through `module`, its gradients added to the parameters' .grad (by micro-batch). The
+        loss is the mean over the scored targets, the last block's MLP and the head computing only where one is."""
         no_sync = self.ddp.no_sync if self.ddp is not None else None
-        loss_of = lambda inputs, targets: self._loss(module, inputs, targets)
-        return accumulate_gradients(loss_of, batch, self.settings.grad_accum, self.precision, no_sync)
-
-    @staticmethod
-    def _loss(module: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean loss over the scored targets, the last block's MLP and the head computing only where one is."""
-        return module(inputs, targets, read=targets != IGNORE_INDEX).loss
+        loss_of = lambda inputs, targets: module(inputs, targets, read=targets != IGNORE_INDEX).loss
+        return accumulate_gradients(loss_of, batch, self.settings.grad_accum, precision or self.precision, no_sync)
 
     def _checked_compiled_step(self, batch) -> torch.Tensor:
         """The first compiled step's loss and gradients, once they agree with an eager step on the same batch and
@@ -222,7 +218,6 @@ class Trainer:
         try:
             exact = self._float64_step(batch)
             eager = self._step(batch, self.ddp if self.ddp is not None else self.model)  # without the compiler
-            self.optimizer.zero_grad(set_to_none=True)
             loss = self._gradients(batch, self.forward)
             grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
             tolerance = COMPILED_STEP_TOLERANCE[self.settings.dtype]
@@ -275,9 +270,8 @@ class Trainer:
         if self.rank.distributed or self.device.type == "mps":
             return None
         wide = deepcopy(self.model).double()
-        loss_of = lambda inputs, targets: self._loss(wide, inputs, targets)
         try:
-            loss = accumulate_gradients(loss_of, batch, self.settings.grad_accum, Precision("fp32", self.device))
+            loss = self._gradients(batch, wide, Precision("fp32", self.device))
         except Exception:  # the check then holds the compiled step to the tolerance alone
             return None
         scale = self.precision.scale or 1.0
@@ -333,7 +327,9 @@ class Trainer:
                         )
                         self._follow_cooldown_trigger(latest, progress)
                     if evaluated or (self.step % s.log_every == 0 and self.step < self.last_step):
-                        self.record.log(self._line(loss, elapsed()) | (latest if evaluated else {}))
+                        lr = self.optimizer.param_groups[0]["lr"]
+                        line = {"step": self.step, "elapsed": round(elapsed(), 3), "loss": loss, "lr": lr}
+                        self.record.log(line | (latest if evaluated else {}))
                     progress.update(loss, latest)
                     if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
                         self.save(elapsed())
@@ -355,14 +351,6 @@ class Trainer:
         if (self.cooldown_from is None) == reached:
             self.cooldown_from = self.step if reached else None
             progress.ends_at(self.last_step)
-
-    def _line(self, loss: float, elapsed: float) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "elapsed": round(elapsed, 3),
-            "loss": loss,
-            "lr": self.optimizer.param_groups[0]["lr"],
-        }
 
     def _finish(self, loss: float, elapsed: Callable[[], float]) -> Outcome:
         with evaluation_progress(self.quiet):

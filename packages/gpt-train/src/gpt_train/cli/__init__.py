@@ -8,7 +8,7 @@ from gpt_train.cli.group import CONTEXT, Aborted, CommandError, LazyCommand, cli
 
 cli.lazy = {
     "eval": LazyCommand("gpt_train.cli.trained", "evaluate"),
-    "export": LazyCommand("gpt_train.export", "export"),
+    "export": LazyCommand("gpt_train.cli.trained", "export"),
     "inspect": LazyCommand("gpt_train.lab.inspect", "inspect_command"),
     "kernels": LazyCommand("gpt_train.cli.listing", "kernels"),
     "learn": LazyCommand("gpt_train.cli.learn", "learn"),

@@ -10,12 +10,7 @@ from gpt_train.cli.formatting import echo_table
 from gpt_train.cli.group import CONTEXT
 from gpt_train.kernels import default_kernel_registry
 
-PROVIDER_HEADER = {
-    "plugin": "PLUGIN",
-    "distribution": "DISTRIBUTION",
-    "version": "VERSION",
-    "description": "DESCRIPTION",
-}
+PROVIDER_HEADER = {key: key.upper() for key in ("plugin", "distribution", "version", "description")}
 
 
 @click.command(context_settings=CONTEXT)

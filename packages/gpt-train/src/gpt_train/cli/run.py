@@ -18,7 +18,7 @@ from gpt_train.distributed import Rank
 from gpt_train.kernels import default_kernel_set, parse_kernel_choices
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import new_run, resumed_run
-from gpt_train.trainer import Outcome, train
+from gpt_train.trainer import train
 from gpt_viz import (
     EXAMPLES,
     THRESHOLD,
@@ -31,8 +31,6 @@ from gpt_viz import (
     metric_series,
     parse_metric_key,
 )
-
-EXIT_CODES = {"diverged": 1, "interrupted": 130}
 
 
 @click.command(context_settings=CONTEXT)
@@ -182,7 +180,11 @@ def run(
     outcome = train(handed, quiet=quiet, pictures=not no_pictures)
     if rank.is_main and outcome.pictures_problem:
         click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
-    _exit_for(outcome, handed.layout.root)
+    if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
+        again = f"Resume with: gpt-train run --resume {handed.layout.root}"
+        raise CommandError(f"interrupted at step {outcome.step}; {outcome.detail}. {again}", exit_code=130)
+    if outcome.reason == "diverged":
+        raise CommandError(outcome.detail, exit_code=1)
     if rank.is_main and not quiet:
         click.echo(summary(handed.config, outcome.final, handed.layout.root))
 
@@ -195,15 +197,6 @@ def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: 
         raise CommandError(
             f"--resume continues a run with its saved configuration; drop {', '.join(sorted(set(named)))}"
         )
-
-
-def _exit_for(outcome: Outcome, run_dir: Path) -> None:
-    """A run that stopped early ends the command with its reason and exit status."""
-    if outcome.reason == "interrupted":
-        message = f"interrupted at step {outcome.step}; {outcome.detail}. Resume with: gpt-train run --resume {run_dir}"
-        raise CommandError(message, exit_code=EXIT_CODES["interrupted"])
-    if outcome.reason == "diverged":
-        raise CommandError(outcome.detail, exit_code=EXIT_CODES["diverged"])
 
 
 def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
