@@ -146,3 +146,9 @@ def test_the_findings_say_which_phase_a_run_never_reached():
     assert memorised[-1].endswith("train longer to see it generalise")
     cleaning = phases_findings(GrokkingProgress(113, [5], records(80, 300, None)))
     assert cleaning[-1].startswith("cleanup from step 300: held-out accuracy never reaches 0.99 by step 600")
+
+
+def test_a_measure_at_a_phase_never_reached_is_none():
+    progress = GrokkingProgress(113, [5], records(80, None, None))
+    assert progress.at("weight_norm", progress.phases.generalised) is None
+    assert progress.at("weight_norm", progress.phases.fit) == progress.at("weight_norm", 80)

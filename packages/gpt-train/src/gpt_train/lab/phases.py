@@ -46,7 +46,10 @@ class GrokkingProgress:
     def phases(self) -> Phases:
         return grokking_phases(self.records)
 
-    def at(self, key: str, step: int) -> float:
+    def at(self, key: str, step: int | None) -> float | None:
+        """`key` at `step`, or None for a phase the run never reached (step None)."""
+        if step is None:
+            return None
         return next(float(r[key]) for r in self.records if r["step"] == step)
 
     def spike_steps(self) -> list[int]:
