@@ -57,8 +57,10 @@ class HeadMeans:
         def record(z: Tensor, name: str) -> None:  # z: (B, H, T, d)
             start = model.hook_offset
             end = start + z.shape[2]
-            sums = self.sums.get(layer, z.new_zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64))
-            counts = self.counts.get(layer, z.new_zeros(0, dtype=torch.float64))
+            if layer not in self.sums:
+                self.sums[layer] = z.new_zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64)
+                self.counts[layer] = z.new_zeros(0, dtype=torch.float64)
+            sums, counts = self.sums[layer], self.counts[layer]
             if end > len(counts):  # positions no call reached before
                 sums, counts = pad(sums, (0, 0, 0, end - len(counts))), pad(counts, (0, end - len(counts)))
             sums[:, start:end] += z.double().sum(dim=0)
