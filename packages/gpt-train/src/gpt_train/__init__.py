@@ -1,8 +1,5 @@
-"""gpt_train: the gpt-train command line and the training loop behind it.
-
-The names below are imported on first use (`__getattr__`), so that `gpt-train --help`, which imports this
-package, does not import torch.
-"""
+"""gpt_train: the gpt-train command line and the training loop behind it; the names below are imported on first use,
+so that `gpt-train --help` does not import torch."""
 
 from __future__ import annotations
 
@@ -17,7 +14,6 @@ _PUBLIC = {
     "trainer": ("Outcome", "Trainer", "train"),
 }
 _DEFINED_IN = {name: module for module, names in _PUBLIC.items() for name in names}
-"""Each public name, and the module of gpt_train that defines it."""
 
 
 def __getattr__(name: str) -> Any:

@@ -1,10 +1,5 @@
-"""Gradient accumulation: one optimiser step's batch as several micro-batches, forward and backward in turn.
-
-A micro-batch's loss is the mean over its scored targets, and micro-batches need not score equally many (prompts
-of different lengths). Weighting each micro-batch's mean by its share of the batch's scored targets, n_i / n,
-makes the weighted sum exactly the whole batch's mean, sum_i (n_i / n) (S_i / n_i) = S / n; so the summed
-gradients are those of the whole batch, not of an average of averages.
-"""
+"""Gradient accumulation: a step's batch as micro-batches. Each micro-batch's mean loss is weighted by its share
+n_i / n of the scored targets, so sum_i (n_i / n) (S_i / n_i) = S / n is exactly the whole batch's mean."""
 
 from __future__ import annotations
 
@@ -23,14 +18,11 @@ NoSync = Callable[[], contextlib.AbstractContextManager]
 
 
 def scored_counts(parts: list[Batch]) -> list[int]:
-    """How many targets each micro-batch scores (one transfer from the device for all of them)."""
     return torch.stack([(part.targets != IGNORE_INDEX).sum() for part in parts]).tolist()
 
 
 def micro_batch_weights(parts: list[Batch]) -> dict[int, float]:
-    """The micro-batches to run, each with its share n_i / n of the batch's scored targets; those that score none
-    are left out, unless none scores any: then all run with weight 1. A single micro-batch is not counted: counting
-    waits for the device, which a step without accumulation should not do."""
+    """The micro-batches to run and their weights n_i / n: none scoring nothing, unless all do (then weight 1)."""
     if len(parts) == 1:
         return {0: 1.0}
     counts = scored_counts(parts)
@@ -43,10 +35,8 @@ def micro_batch_weights(parts: list[Batch]) -> dict[int, float]:
 def accumulate_gradients(
     loss_of: Loss, batch: Batch, n: int, precision: Precision, no_sync: NoSync | None = None
 ) -> Tensor:
-    """Forward and backward of `batch` as `n` micro-batches, adding to each parameter's .grad the gradient of the
-    whole batch's mean loss; returns that loss (detached; nan, as the whole batch's, when no target is scored).
-    `no_sync`, DistributedDataParallel's, is entered for every backward but the last one run, so each process
-    all-reduces exactly once per step."""
+    """Forward and backward of `batch` as `n` micro-batches, adding the whole batch's gradient to .grad; returns its
+    loss (detached). DDP's `no_sync` holds every backward but the last one's all-reduce."""
     parts = [Batch(*pair) for pair in zip(batch.inputs.chunk(n), batch.targets.chunk(n), strict=True)]
     weights = micro_batch_weights(parts)
     last = max(weights)

@@ -1,8 +1,5 @@
-"""Checkpoints: one safetensors file holding weights, optimiser state and RNG state, written atomically
-(`gpt_train.files`) so a crash mid-write leaves the previous checkpoint whole. Loaded without unpickling anything:
-safetensors holds only tensors, and the rest (step, optimiser hyperparameters) is JSON in its metadata, with a
-sha256 of every tensor's bytes that catches corruption the file format alone would not.
-"""
+"""Checkpoints: one safetensors file of weights, optimiser and RNG state, written atomically and read without
+unpickling; the rest is JSON in its metadata, with a sha256 of every tensor's bytes."""
 
 from __future__ import annotations
 
@@ -76,7 +73,6 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
 
 
 def _opened(path: Path, read: Callable[[Path], T]) -> T:
-    """What `read` reads from a checkpoint, or a CheckpointError saying it is missing or damaged."""
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
@@ -107,7 +103,7 @@ GROUP_NUMBERS = ("lr", "eps", "weight_decay")
 
 
 def _check_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Every tensor of a known kind and name, and a dtype and shape it can have: anyone can recompute the checksum."""
+    """Every tensor of a known kind, name, dtype and shape: anyone can recompute the checksum."""
     cpu_size = torch.get_rng_state().numel()
     for name, tensor in tensors.items():
         kind, _, rest = name.partition("/")
@@ -134,8 +130,7 @@ def _finite_number(value: Any) -> bool:
 
 
 def _param_groups(path: Path, text: str) -> list[dict[str, Any]]:
-    """The optimiser's parameter groups from the checkpoint's metadata: each its parameters' numbers, the numbers
-    a resumed run takes (GROUP_NUMBERS, `betas`), and flags (true, false or null) for anything else."""
+    """The optimiser's parameter groups from the metadata: parameter numbers, GROUP_NUMBERS, `betas` and flags."""
     try:
         groups = json.loads(text)
     except ValueError:
@@ -182,8 +177,7 @@ def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float, int
 
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:
-    """Read and verify a checkpoint written by `save_checkpoint` for a run of `task`: its checksum, then every
-    tensor and metadata field, so that a file edited with its checksum recomputed is one line, not a traceback."""
+    """Read a checkpoint of a run of `task`, checking its checksum, then every tensor and metadata field."""
     tensors, meta = _read(path)
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
@@ -204,8 +198,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:
-    """The weights alone at `step`, in the checkpoint format; a WriteError naming the snapshot if it, or its
-    folder, cannot be written."""
+    """The weights alone at `step`, in the checkpoint format."""
     try:
         path.parent.mkdir(exist_ok=True)
     except OSError as error:
@@ -224,18 +217,15 @@ HEADER_ERRORS = (SafetensorError, OSError, ValueError)
 
 
 def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Each tensor's dtype (safetensors' name: F32, BOOL, ...) and shape, from the file's header alone (one of
-    HEADER_ERRORS where the file cannot be read as safetensors)."""
+    """Each tensor's dtype (F32, BOOL, ...) and shape, from the file's header alone (or one of HEADER_ERRORS)."""
     with safe_open(str(path), framework="pt") as archive:
         slices = {name: archive.get_slice(name) for name in archive.keys()}  # noqa: SIM118 (not a dict)
         return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
 
 
 def check_fits_checkpoint(config: GPTConfig, path: Path) -> None:
-    """A run's model settings (config.json) against its checkpoint's header, read without loading a tensor: every
-    weight a float, and the sizes that bound the model (its layers, embedding tables) as the checkpoint holds them.
-    So a config.json whose model the checkpoint does not hold (a billion-wide embedding) is one line, never built or
-    allocated; `load_weights` compares every other shape."""
+    """config.json's model against the checkpoint's header, before any model is built: float weights, and the layers
+    and embedding tables that bound its size (`load_weights` compares every other shape)."""
     header = _opened(path, safetensors_header)
     weights = {name.removeprefix("model/"): slot for name, slot in header.items() if name[:6] == "model/"}
     for name, (dtype, _) in weights.items():

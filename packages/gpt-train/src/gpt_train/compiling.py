@@ -1,10 +1,5 @@
-"""torch.compile for a run: its preconditions, the check of the first compiled step against an eager one, and the
-compiler's failures in one line.
-
-A compiler can be wrong in a way nobody sees: Inductor on CUDA compiled a hand-written LayerNorm backward into
-gradients off by ~64, and the run exited 0 at 0.0001 held-out exact match where the eager run reached 0.9999. So
-a compiled run's first step is also taken eagerly, and the two must agree before training goes on.
-"""
+"""torch.compile for a run: its preconditions, its failures in one line, and the check of the first compiled step
+against an eager one, since a compiler can compute a model wrong silently (it has: a LayerNorm backward on CUDA)."""
 
 from __future__ import annotations
 
@@ -22,14 +17,10 @@ from gpt_train.errors import TrainError
 T = TypeVar("T")
 
 COMPILED_STEP_TOLERANCE = {"fp32": 1e-2, "bf16": 5e-2, "fp16": 5e-2}
-"""The relative difference always accepted between the compiled and the eager first step's loss and each gradient
-(2-norms), by the run's dtype. Compiled and eager round differently (fused kernels, another summation order),
-which leaves float32 runs around 1e-6 apart on a CPU; a wrong gradient differs by the order of the gradient itself."""
-
+"""The relative difference (2-norms) always accepted between two first steps' loss and gradients, by dtype: rounding
+differs by far less, a wrong gradient by the order of the gradient itself."""
 ROUNDING_MARGIN = 10.0
-"""Where the eager step's own rounding is larger than the tolerance (a model near convergence, whose small
-gradients are differences of large terms; TF32 or 16-bit products), a quantity may differ by up to this many
-times the eager step's distance from the same step in float64, measured on the same batch and weights."""
+"""Where the eager step's own rounding exceeds the tolerance, this many times its distance from the float64 step."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +44,7 @@ def check_compiler(device: torch.device) -> None:
 
 
 def compiler_failures_explained(work: Callable[[], T]) -> T:
-    """Run `work`, a first step under --compile (where compilation happens); a compiler failure becomes a
-    CompileError instead of a traceback."""
+    """Run `work`, a first step under --compile; a compiler failure becomes a CompileError."""
     try:
         return work()
     except CompileError:
@@ -65,8 +55,7 @@ def compiler_failures_explained(work: Callable[[], T]) -> T:
 
 
 def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
-    """||compiled - eager|| / ||eager|| in float64 over the finite entries (0 when both are 0, inf when only
-    eager is, or when the two are not finite in the same places: fp16's first scaled gradients may overflow)."""
+    """||compiled - eager|| / ||eager|| over the finite entries (inf where those differ, or only eager is 0)."""
     compiled, eager = compiled.double(), eager.double()
     finite = eager.isfinite()
     if not torch.equal(finite, compiled.isfinite()):
@@ -92,9 +81,8 @@ def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: St
 
 
 def step_disagreement(eager: Step, compiled: Step, tolerance: float, exact: Step | None = None) -> str | None:
-    """None if `compiled`'s loss and every gradient agree with `eager`'s (the reference step), else the loss or the
-    parameter that differs most, in words. Each may differ by `tolerance` (relative), or, given `exact` (the
-    reference step in float64), by ROUNDING_MARGIN times the reference step's own distance from it."""
+    """None if `compiled`'s loss and gradients agree with `eager`'s within `tolerance` (or ROUNDING_MARGIN times
+    eager's distance from `exact`, its float64 step), else what differs most, in words."""
     bound = lambda difference_from_exact: max(tolerance, ROUNDING_MARGIN * difference_from_exact)
     loss_bound = bound(0.0 if exact is None else relative_loss_difference(eager.loss, exact.loss))
     checks = {"the loss": (relative_loss_difference(compiled.loss, eager.loss), loss_bound)}
@@ -110,6 +98,5 @@ def step_disagreement(eager: Step, compiled: Step, tolerance: float, exact: Step
 
 
 def relative_loss_difference(loss: float, reference: float) -> float:
-    """|loss - reference| / |reference| (inf for a non-finite loss)."""
     difference = abs(loss - reference)
     return difference / max(abs(reference), 1e-12) if math.isfinite(difference) else float("inf")

@@ -1,10 +1,5 @@
-"""The resolved configuration of a run: the task's defaults with the user's values laid over them.
-
-The user's values (flags and every --set KEY=VALUE) are routed to the task's parameters, the model or the training
-settings in one place, `route`, which alone refuses unknown keys; each value is then checked by the type that owns
-its field. Everything a run depends on ends up in a RunConfig and in config.json, so that `eval`, `sample` and
-`--resume` rebuild exactly the same task and model.
-"""
+"""A run's resolved configuration: the task's defaults with the user's values (routed by `route`, checked by the
+type owning each field) laid over. config.json holds all of it, so eval, sample and --resume rebuild the same run."""
 
 from __future__ import annotations
 
@@ -65,19 +60,11 @@ class RunConfig:
     higher_is_better: bool
     eval_splits: tuple[str, ...] = (HELDOUT,)
     versions: dict[str, str] = field(default_factory=dict)
-    task_files: tuple[str, ...] = ()
-    """Task parameters that point at a file kept in the run directory (Task.files(), RunLayout.task_file):
-    config.json names the kept file, and `load` points the parameter at it wherever the directory now is."""
-    kernels: dict[str, str] = field(default_factory=dict)
-    """The kernel slots the model computes with something other than gpt-core's own: slot -> a registered name or
-    module:function; opening a run with a module:function one takes --trust-kernels (`gpt_train.runs.saved_kernels`)."""
-    unverified_kernels: tuple[str, ...] = ()
-    """The swapped slots trained without verification against PyTorch (`run --unverified`)."""
-    kernel_folders: dict[str, str] = field(default_factory=dict)
-    """For each module-path kernel, the folder its module was found in when the run was made, relative to the
-    run directory: where opening the run with --trust-kernels imports it from (never the working directory)."""
-    init_from: str = ""
-    """A Hugging Face GPT-2 directory whose weights the run started from (`run --init-from`), or empty."""
+    task_files: tuple[str, ...] = ()  # task parameters naming a file kept in the run directory (Task.files())
+    kernels: dict[str, str] = field(default_factory=dict)  # slot -> a registered name or module:function
+    unverified_kernels: tuple[str, ...] = ()  # `run --unverified`
+    kernel_folders: dict[str, str] = field(default_factory=dict)  # a module-path kernel's folder, run-relative
+    init_from: str = ""  # the GPT-2 directory of `run --init-from`
 
     def save(self, run_dir: Path) -> None:
         write_json_atomically(RunLayout(run_dir).config, dataclasses.asdict(self))  # tuples are written as lists
@@ -106,8 +93,7 @@ class RunConfig:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
 
     def build_task(self, overrides: dict[str, Any] | None = None) -> Task:
-        """The run's task, or with `overrides` another of its kind (`eval --set length=8`). The run's own must be the
-        size its model was made for: task parameters edited in config.json are one line, not a task of any size."""
+        """The run's task, checked against its model's size, or with `overrides` another of its kind."""
         task = make_task(self.task, self.task_params | (overrides or {}))
         made = {key: getattr(self.model, key) for key in TASK_FIXED_MODEL_FIELDS}
         found = {key: getattr(task, key) for key in TASK_FIXED_MODEL_FIELDS}
@@ -120,8 +106,7 @@ class RunConfig:
         return task
 
     def build_sampler(self) -> Task | TextVocabulary:
-        """What `sample` encodes prompts and decodes tokens with: the task, or for a text run whose corpus file
-        is gone, the tokenizer the run recorded (a prompt needs no corpus; the default prompts do)."""
+        """What `sample` encodes with: the task, or the recorded tokenizer of a text run whose corpus is gone."""
         data = self.task_params.get("data")
         if not (issubclass(task_class(self.task), TextTask) and data and not Path(data).exists()):
             return self.build_task()
@@ -150,7 +135,6 @@ def make_task(name: str, params: dict[str, Any]) -> Task:
 
 
 def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
-    """['key=value', ...] -> {key: value}; a pair without '=' is an error."""
     parsed = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -161,8 +145,8 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def route(values: dict[str, Any], task_type: type[Task]) -> Routed:
-    """Send each value to the task, the model or the training settings; the one check for unknown keys. A key may
-    be prefixed (`task.length`, `model.n_layer`, `train.lr`); bare keys are looked up in that order."""
+    """Send each value (`length`, or prefixed: `task.length`) to the task, the model or the training settings,
+    looked up in that order; the one check for unknown keys."""
     names = {
         "task": set(field_types(task_type.Params)),
         "model": set(field_types(GPTConfig)) - set(TASK_FIXED_MODEL_FIELDS),
@@ -185,7 +169,6 @@ def route(values: dict[str, Any], task_type: type[Task]) -> Routed:
 
 
 def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
-    """--data as a task parameter, refused in one line by a task that reads no data file."""
     if data is None:
         return {}
     if "data" not in field_types(task_class(task_name).Params):
@@ -194,21 +177,18 @@ def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
 
 
 def _json_type(hint: Any) -> tuple[type, type | None]:
-    """A RunConfig field's JSON type (a tuple is a list, a dataclass a mapping), and its items' where fixed."""
     origin = get_origin(hint) or hint
     kind = {tuple: list, GPTConfig: dict, TrainSettings: dict}.get(origin, origin)
     items = [arg for arg in get_args(hint) if arg is not Ellipsis]
     return kind, items[-1] if items and items[-1] is not Any else None
 
 
-JSON_TYPES = {name: _json_type(hint) for name, hint in get_type_hints(RunConfig).items()}
-"""config.json's fields by JSON type, and the type of each item (each value of a mapping) where it is fixed."""
+JSON_TYPES = {name: _json_type(hint) for name, hint in get_type_hints(RunConfig).items()}  # (type, item type)
 JSON_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
 JSON_PLURALS = {dict: "mappings", list: "lists", str: "strings", bool: "true or false values"}
 
 
 def _check_json_types(data: Any) -> None:
-    """Each field of config.json, and each model setting, of its JSON type: one line, not a traceback."""
     if not isinstance(data, dict):
         raise ValueError(f"it holds {type(data).__name__}, not a mapping")
     for key, (kind, item) in JSON_TYPES.items():
@@ -236,8 +216,7 @@ def _check_json_types(data: Any) -> None:
 
 
 def override(instance: T, values: dict[str, Any], what: str) -> T:
-    """`instance` with `values` (strings or Python values) in place of its fields, each coerced to its declared type
-    and checked by the type's own validation."""
+    """`instance` with `values` in its fields, each coerced to its declared type and checked by the type."""
     types = field_types(type(instance))
     try:
         return dataclasses.replace(instance, **{key: coerce(key, value, types[key]) for key, value in values.items()})
@@ -252,9 +231,8 @@ def resolve_run_config(
     unverified: bool = False,
     init_from: Path | None = None,
 ) -> tuple[RunConfig, Task]:
-    """The task's defaults with the user's `values` (keys as `route` reads them) laid over, and the chosen
-    `kernels`. With `init_from`, a GPT-2 directory, the model is its shape, and a text task reads its tokenizer.
-    Returns the configuration and the task it built (building a task can hash its whole split: it is built once)."""
+    """The task's defaults with the user's `values` and `kernels` laid over (`init_from`: a GPT-2's shape and
+    tokenizer); the configuration and the task, built once (building can hash a whole split)."""
     routed = route(values, task_class(task_name))
     if init_from is not None:
         routed.task.update(tokenizer_params(init_from, task_class(task_name).Params, routed.task))
@@ -284,7 +262,6 @@ def resolve_run_config(
 
 
 def train_settings(task_name: str, overrides: dict[str, Any]) -> TrainSettings:
-    """TrainSettings with a task's `defaults().train` laid over; a refused one is a ConfigError naming the task."""
     try:
         return build_params(TrainSettings, overrides, what="training setting")
     except ParamError as error:
@@ -292,8 +269,7 @@ def train_settings(task_name: str, overrides: dict[str, Any]) -> TrainSettings:
 
 
 def check_float_range(config: RunConfig) -> None:
-    """Every float setting within what float32 holds: the weights, gradients and optimiser state are float32
-    whatever `dtype`, so a larger setting overflows on the first step and a smaller non-zero one is 0."""
+    """Every float setting within float32's range, the weights' and optimiser state's whatever `dtype`."""
     finite = torch.finfo(torch.float32)
     for settings in (config.model, config.train):
         for f in dataclasses.fields(settings):

@@ -38,8 +38,7 @@ class Rank:
 
     @classmethod
     def from_env(cls) -> Rank:
-        """This process's rank as torchrun's variables say: one line for values torchrun never sets, or for a
-        distributed run whose processes have nowhere to meet (variables left in a shell inside a job)."""
+        """This process's rank as torchrun's variables say, refusing values torchrun never sets."""
         given = {name: os.environ[name] for name in LAUNCH if name in os.environ}
         for name, value in given.items():
             least = 1 if name == "WORLD_SIZE" else 0
@@ -72,7 +71,6 @@ class Rank:
         return cls(rank, int(given.get("LOCAL_RANK", "0")), world_size)
 
     def device_for(self, device: torch.device) -> torch.device:
-        """Under torchrun each rank takes its own GPU (cuda:LOCAL_RANK)."""
         if self.distributed and device.type == "cuda":
             return torch.device("cuda", self.local_rank)
         return device
@@ -92,7 +90,7 @@ class Rank:
             dist.barrier()
 
     def mean_and_any(self, value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
-        """The mean of `value` and the logical OR of `flag` over every rank (one all-reduce)."""
+        """The mean of `value` and the OR of `flag` over every rank."""
         if not self.distributed:
             return value, flag
         packed = torch.tensor([value, float(flag)], dtype=torch.float64, device=device)

@@ -1,5 +1,4 @@
-"""The base of gpt-train's domain errors: each layer raises its own subclass with a message fit to show a user as
-one line; only the CLI turns them into `gpt-train: error: <message>` and an exit status."""
+"""The base of gpt-train's errors, each a one-line message that the CLI alone turns into an exit status."""
 
 
 class TrainError(Exception):
@@ -7,8 +6,7 @@ class TrainError(Exception):
 
 
 def message_of(error: Exception) -> str:
-    """The text an error was raised with, as one line for a user: its message itself (a KeyError's str is the
-    message's repr, quotes and all), else str(error)."""
+    """The text an error was raised with (a KeyError's str is its repr, quotes and all)."""
     if len(error.args) == 1 and isinstance(error.args[0], str):
         return error.args[0]
     return str(error)

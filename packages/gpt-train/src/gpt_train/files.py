@@ -1,9 +1,5 @@
-"""Atomic writes: every file of a run is written to a temporary name beside it, then renamed over it.
-
-A crash (or a full disk) mid-write leaves the previous file whole and, at worst, a temporary
-`.<name>.tmp-<pid>`, or safetensors' own `.tmpXXXXXX` (it writes through one too), which the next process to use
-the directory removes (`stale_temporaries`).
-"""
+"""Atomic writes: every file of a run is written to a temporary name beside it, then renamed over it; a crash
+leaves the previous file whole and a temporary that the next process removes (`stale_temporaries`)."""
 
 from __future__ import annotations
 
@@ -27,16 +23,13 @@ class WriteError(TrainError):
 
 
 def temporary_path(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place: hidden, and unique to this process."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-LIBRARY_TEMPORARY = re.compile(r"\.tmp[A-Za-z0-9]{6}")
-"""The temporary safetensors writes a file through (Rust's `tempfile`), left as large as the file by a kill."""
+LIBRARY_TEMPORARY = re.compile(r"\.tmp[A-Za-z0-9]{6}")  # the temporary safetensors writes through
 
 
 def stale_temporaries(*directories: Path) -> list[Path]:
-    """Temporary files that a process killed mid-write left in `directories`: ours and safetensors'."""
     found = []
     for directory in directories:
         ours = directory.glob(".*.tmp-*")
@@ -51,9 +44,7 @@ def write_atomically(
     what: str = "",
     failures: tuple[type[Exception], ...] = (OSError,),
 ) -> None:
-    """Call `write(temporary)`, make the bytes durable, then rename the temporary over `path`. A failure (one of
-    `failures`: an OSError, or safetensors' SafetensorError) becomes a WriteError naming the file and the reason;
-    the temporary is removed and `path` keeps its old content."""
+    """Call `write(temporary)`, fsync, then rename it over `path`; one of `failures` becomes a WriteError."""
     tmp = temporary_path(path)
     try:
         write(tmp)

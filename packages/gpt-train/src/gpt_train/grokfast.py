@@ -1,15 +1,7 @@
-"""Grokfast (Lee et al. 2024, "Grokfast: Accelerated Grokking by Amplifying Slow Gradients").
+"""Grokfast (Lee et al. 2024): amplify the slow part of each gradient, a low-pass filter, as `gradfilter_ema` does:
 
-Grokking's delay is the slow drift of the weights (under weight decay) from a memorising solution
-to a generalising one, buried under the fast, noisy part of each gradient. Grokfast keeps an
-exponential moving average of every parameter's gradient (a low-pass filter) and adds it, amplified,
-to the gradient before the optimiser step:
-
-    ema <- alpha * ema + (1 - alpha) * g      (the first step's ema is its gradient)
-    g   <- g + lambda * ema
-
-as the authors' `gradfilter_ema` does. The averages are training state: a checkpoint holds them, so
-a resumed run continues exactly as an uninterrupted one.
+ema <- alpha * ema + (1 - alpha) * g      (the first step's ema is its gradient)
+g   <- g + lambda * ema
 """
 
 from __future__ import annotations
@@ -26,7 +18,6 @@ class Grokfast:
         self.ema: dict[str, Tensor] = {}
 
     def apply(self, model: nn.Module) -> None:
-        """Update each parameter's gradient average, then add `lamb` times it to the gradient."""
         with torch.no_grad():
             for name, param in model.named_parameters():
                 if param.grad is None:
@@ -42,7 +33,6 @@ class Grokfast:
         return dict(self.ema)
 
     def load_state_dict(self, state: dict[str, Tensor], model: nn.Module) -> None:
-        """Take saved averages, refusing any that name or shape no parameter of `model` (ValueError)."""
         params = dict(model.named_parameters())
         for name, ema in state.items():
             if name not in params or params[name].shape != ema.shape:

@@ -1,10 +1,5 @@
-"""A chosen kernel that fails is a failure of that kernel, said in one line, not the end of the program.
-
-`SystemExit` is no `Exception`: from a kernel it would pass the verification harness and the training loop and
-end the process with the kernel's exit status, 0 for `sys.exit(0)`, with nothing checked or trained. `guarded`
-turns it into a KernelExit naming the kernel (Ctrl-C is left alone: it is the user's). An error while a run
-computes with chosen kernels becomes a KernelFailure naming them (`kernel_failure`, `failures_named`).
-"""
+"""A chosen kernel that fails is a failure of that kernel, in one line: its SystemExit (which would end the process,
+0 for `sys.exit(0)`) becomes a KernelExit, an error while a run computes with it a KernelFailure."""
 
 from __future__ import annotations
 
@@ -24,7 +19,6 @@ class KernelFailure(TrainError):
 
 
 def _rewrapped(kernel: Callable[..., Any], caught: type[BaseException], failure: Callable[[Any], TrainError]):
-    """`kernel`, computing the same, with what it raises of `caught` (gpt-train's own errors aside) as `failure`."""
 
     @functools.wraps(kernel)
     def wrapped_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -39,21 +33,18 @@ def _rewrapped(kernel: Callable[..., Any], caught: type[BaseException], failure:
 
 
 def guarded(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """`kernel`, with a SystemExit it raises turned into a KernelExit naming it."""
     return _rewrapped(
         kernel, SystemExit, lambda exit_: KernelExit(f"kernel {slot}={name} called sys.exit({exit_.code!r})")
     )
 
 
 def failures_named(slot: str, name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """`kernel`, with an exception it raises turned into a KernelFailure naming it."""
     said = lambda error: f"kernel {slot}={name} failed: {type(error).__name__}: {' '.join(str(error).split())}"
     return _rewrapped(kernel, Exception, lambda error: KernelFailure(said(error)))
 
 
 def exit_origin(exit_: SystemExit) -> str:
-    """Where a SystemExit that escaped every guard was raised, for a one-line error: `module:function`,
-    as --kernel names a kernel, or the module whose import called it."""
+    """Where an unguarded SystemExit was raised: `module:function`, or the module whose import called it."""
     frame = None
     traceback = exit_.__traceback__
     while traceback is not None:  # the innermost Python frame: the code that called sys.exit
@@ -67,8 +58,7 @@ def exit_origin(exit_: SystemExit) -> str:
 def kernel_failure(
     what: str, error: Exception, kernels: Mapping[str, str], unverified: Iterable[str], kept: str
 ) -> KernelFailure:
-    """The one line for `error` raised during `what` (a step, an evaluation) of a run computing with `kernels`;
-    `kept` says where the run can resume from."""
+    """The one line for `error` raised during `what` of a run computing with `kernels`; `kept`: where it resumes."""
     unverified = set(unverified)
     chosen = [f"{slot}={name}" + " (unverified)" * (slot in unverified) for slot, name in kernels.items()]
     return KernelFailure(

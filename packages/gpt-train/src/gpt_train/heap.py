@@ -1,13 +1,6 @@
-"""Keeping the memory a training step frees for the next step, under glibc's malloc (Linux).
-
-A step on the CPU allocates and frees the same activations and gradients every time. glibc gives memory back to
-the kernel once more than M_TRIM_THRESHOLD lies free at the top of its heap, and maps each block above
-M_MMAP_THRESHOLD fresh (both start at 128 KiB): the next step then page-faults on every page again, and the kernel
-zeroes each one, system time rather than arithmetic. Raising both thresholds keeps freed memory for the next
-allocation; the arithmetic is untouched (PyTorch aligns every CPU buffer to 64 bytes), so a run trains to the same
-bits. glibc's own settings win: with any of its variables or tunables for these thresholds set (GLIBC_VARIABLES,
-MALLOC_TUNABLES), the heap is left as they say.
-"""
+"""Keeping the memory a training step frees for the next one under glibc (Linux): above 128 KiB glibc returns
+freed memory to the kernel, and each step page-faults it back in. The bits trained are the same; a user's own
+glibc settings win."""
 
 from __future__ import annotations
 
@@ -23,7 +16,6 @@ MMAP_THRESHOLD = 32 << 20  # the largest block glibc lets the heap serve (DEFAUL
 GLIBC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
 TUNABLES = "GLIBC_TUNABLES"
 MALLOC_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
-"""The tunables (in GLIBC_TUNABLES, `name=value` joined by ':') that set what GLIBC_VARIABLES set."""
 
 
 def _on_glibc() -> bool:
@@ -34,8 +26,7 @@ def _on_glibc() -> bool:
 
 
 def keep_freed_memory() -> bool:
-    """Raise glibc's trim and mmap thresholds for this process (nothing changes off glibc, or when the user set the
-    thresholds); True when they were set."""
+    """Raise glibc's trim and mmap thresholds (unless off glibc or set by the user); True when they were set."""
     if not _on_glibc() or user_set_thresholds(os.environ):
         return False
     libc = ctypes.CDLL(None)  # the process's own C library, already loaded
@@ -45,8 +36,7 @@ def keep_freed_memory() -> bool:
 
 
 def user_set_thresholds(environment: Mapping[str, str]) -> bool:
-    """Whether `environment` sets glibc's heap thresholds: one of GLIBC_VARIABLES, or one of MALLOC_TUNABLES in
-    GLIBC_TUNABLES."""
+    """Whether `environment` sets glibc's heap thresholds (GLIBC_VARIABLES, or MALLOC_TUNABLES in GLIBC_TUNABLES)."""
     if any(name in environment for name in GLIBC_VARIABLES):
         return True
     named = {entry.partition("=")[0].strip() for entry in environment.get(TUNABLES, "").split(":")}

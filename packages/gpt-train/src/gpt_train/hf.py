@@ -1,17 +1,6 @@
-"""GPT-2 directories in the Hugging Face layout: reading one into gpt-core, and writing a model as one.
-
-A directory holds `config.json`, `model.safetensors` and, for text, `tokenizer.json` (Hugging Face
-`tokenizers`): what `GPT2LMHeadModel.save_pretrained` writes and what a download of `gpt2` holds.
-Weights are read from safetensors only: a pickle checkpoint (`pytorch_model.bin`) can run code when
-loaded, so it is refused, with the one-line conversion that makes it usable. The names and the
-transposed Conv1D weights are mapped by `gpt_core.gpt2`; this module does the files, and says in one
-line what is wrong with a directory that is not a GPT-2 gpt-core can compute.
-
-A directory is checked before anything is built from it: config.json's settings by type, and its shape
-against model.safetensors' header, read without loading a weight, so that a config.json whose model the file
-does not hold (a billion-wide embedding) is refused in one line instead of being built; so are weights of a
-dtype GPT-2's never have and, once loaded, weights that are not finite.
-"""
+"""GPT-2 directories in the Hugging Face layout (config.json, model.safetensors, tokenizer.json): reading one into
+gpt-core, and writing a model as one. The names are mapped by `gpt_core.gpt2`; this module does the files, checks a
+directory against its safetensors header before building anything, and never unpickles (see docs/gpt2.md)."""
 
 from __future__ import annotations
 
@@ -40,8 +29,7 @@ WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 SHARD_INDEX = "model.safetensors.index.json"
-TOKENIZER_PARAMS = ("tokenizer", "tokenizer_file", "vocab_size")
-"""The parameters of a task reading a tokenizer file (text) that --init-from sets to the directory's."""
+TOKENIZER_PARAMS = ("tokenizer", "tokenizer_file", "vocab_size")  # what --init-from sets to the directory's
 END_OF_TEXT = "<|endoftext|>"
 BOOLEANS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention", "tie_word_embeddings")
 NUMBERS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon")
@@ -53,7 +41,6 @@ class HFError(TrainError):
 
 # reading -----------------------------------------------------------------------------------------
 def read_config(directory: Path) -> GPTConfig:
-    """The GPTConfig of the GPT-2 in `directory`; one line naming what is wrong otherwise."""
     if not directory.is_dir():
         raise HFError(f"{directory} is not a directory")
     path = directory / CONFIG
@@ -86,8 +73,8 @@ def _check_types(hf: dict[str, Any]) -> None:
 
 
 def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
-    """config.json's model against model.safetensors' header: every weight's dtype, the layers, the embedding tables
-    and every other shape, so that no model larger than the file is ever built, not even on the meta device."""
+    """config.json's model against model.safetensors' header (dtypes and every shape): no model larger than the file
+    is ever built."""
     path = _weights_path(directory)
     try:
         raw = safetensors_header(path)
@@ -155,13 +142,11 @@ def read_weights(directory: Path, config: GPTConfig) -> dict[str, torch.Tensor]:
 
 
 def _is_buffer(name: str) -> bool:
-    """Whether a tensor name (prefix removed) is one of the per-block buffers older checkpoints hold."""
     first, _, rest = name.partition(".")
     return first == "h" and rest.partition(".")[2] in IGNORED_BUFFERS
 
 
 def load_model(directory: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
-    """The GPT-2 in `directory` as a gpt-core GPT in `dtype`, on `device`, in eval mode."""
     config = read_config(directory)
     weights = read_weights(directory, config)
     torch.manual_seed(0)  # the draws are overwritten; seeded so building the model disturbs nothing by chance
@@ -171,7 +156,6 @@ def load_model(directory: Path, device: torch.device | str = "cpu", dtype: torch
 
 
 def read_tokenizer(directory: Path) -> BpeTokenizer:
-    """The directory's tokenizer.json as gpt-tasks' byte-level BPE tokenizer."""
     path = directory / TOKENIZER
     if not path.is_file():
         raise HFError(f"{directory} has no {TOKENIZER} (the Hugging Face tokenizers file of GPT-2's BPE)")
@@ -200,8 +184,7 @@ class Pretrained:
 
 # --init-from ---------------------------------------------------------------------------------------
 def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) -> dict[str, Any]:
-    """For a task that reads a tokenizer file (text), the parameters that make it use the directory's tokenizer.json,
-    the one the model was trained with."""
+    """For a task that reads a tokenizer file (text), the parameters that make it read the directory's."""
     read_config(directory)  # a directory that is no GPT-2 is named as such before its tokenizer is looked for
     if "tokenizer_file" not in field_types(params_type):
         return {}
@@ -214,8 +197,7 @@ def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) 
 
 
 def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, given: dict[str, Any]) -> GPTConfig:
-    """The model of a run initialised from `directory`: its GPT-2 shape, trained on windows of `block_size` (its
-    position table keeps all of GPT-2's). Only dropout may be set (`given`): the rest would not fit the weights."""
+    """A run's model from `directory`: its GPT-2 shape on windows of `block_size`; only dropout may be set."""
     refused = sorted(set(given) - {"dropout"})
     if refused:
         raise HFError(f"--init-from {directory} fixes the model; drop --set {', '.join(refused)}")
@@ -230,10 +212,8 @@ def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, g
 
 # writing ---------------------------------------------------------------------------------------
 def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
-    """Write `model` as a Hugging Face GPT-2 directory `out` (new or empty), with the tokenizer's files when there
-    is one; returns the files written. A new `out` is written as a hidden temporary directory renamed into place
-    when complete; into an empty `out`, what was written is removed on failure. Either way a failed export (a full
-    disk) leaves nothing behind, and the same command can be run again."""
+    """Write `model` (and the tokenizer's files) as a GPT-2 directory `out`, new or empty; returns the files written.
+    A failed export leaves nothing behind: a new `out` is built under a temporary name."""
     try:
         config = hf_config(model.config)
         tensors = hf_state_dict(model)
@@ -261,7 +241,6 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
 
 
 def _remove_contents(folder: Path, whole: bool) -> None:
-    """Undo a failed export: the temporary directory (`whole`), or what was written into an empty `out`."""
     if whole:
         shutil.rmtree(folder, ignore_errors=True)
         return
@@ -276,7 +255,6 @@ def _remove_contents(folder: Path, whole: bool) -> None:
 def _write_files(
     folder: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor], tokenizer: BpeTokenizer | None
 ) -> list[str]:
-    """The export's files, written into `folder`; returns their names."""
     write_json_atomically(folder / CONFIG, config)
     save = lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"})
     write_atomically(folder / WEIGHTS, save, what="weights", failures=(OSError, SafetensorError))

@@ -1,24 +1,5 @@
-"""Kernel plugins: found through the `gpt_kernels` entry-point group, named on the command line as
-`--kernel SLOT=NAME`, pinned against PyTorch, and turned into a model's `gpt_core.Kernels`.
-
-Loading is gpt_core.plugins' (the one loader of tasks and kernels). This registry lives in gpt-train because
-gpt-train is where a run chooses its kernels, records them in config.json and holds PyTorch's references to verify
-them with; a kernel plugin itself needs gpt-core alone.
-
-A plugin is a module with a `register_kernels` hook, declared in the entry-point group:
-
-    [project.entry-points.gpt_kernels]
-    flash = "gpt_kernel_flash"
-
-    @hookimpl                    # from gpt_core.plugins import hookimpl
-    def register_kernels(register):
-        register("attention", "flash", flash_attention)
-
-A kernel not packaged yet is named by module path instead, `--kernel attention=mymodule:attention`,
-looked up from the current directory as `python -m` would. A saved run's module-path kernel is code that opening
-the run would run: it is imported only when the user trusts the run (`--trust-kernels`), from the folder the run
-recorded (`kernel_folder`), never from the working directory (`resolve_kernel`).
-"""
+"""Kernel plugins (the `gpt_kernels` entry-point group, as examples/gpt-kernel-flash declares one) and module-path
+kernels, named as `--kernel SLOT=NAME`, pinned against PyTorch, and turned into a model's `gpt_core.Kernels`."""
 
 from __future__ import annotations
 
@@ -45,10 +26,8 @@ from gpt_train.verify import TORCH_LABELS, torch_references
 
 ENTRY_POINT_GROUP = "gpt_kernels"
 HOOK = "register_kernels"
-BUILTIN = "gpt-core"
-"""The name of gpt-core's own kernel in every slot."""
-TOLERANCE = 1e-12
-"""The largest |difference| from PyTorch (float64) a kernel may show, forward or backward, to train with."""
+BUILTIN = "gpt-core"  # gpt-core's own kernel in every slot
+TOLERANCE = 1e-12  # the largest |difference| from PyTorch (float64) a kernel may show to train with
 
 
 class KernelError(TrainError):
@@ -93,7 +72,6 @@ class KernelInfo:
 
 
 def _accept(origin: core_plugins.Origin, slot: Any, name: Any, function: Any) -> KernelInfo:
-    """One `register(slot, name, kernel)` call of a plugin, checked."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"register() takes a slot among {', '.join(KERNEL_SLOTS)}, got {slot!r}")
     if not isinstance(name, str) or not name or any(c in name for c in ":= ") or name == BUILTIN:
@@ -117,7 +95,7 @@ class KernelRegistry:
         self._table = core_plugins.PluginTable(KERNEL_PLUGINS, plugins, builtins=builtins)
 
     def kernels(self) -> list[KernelInfo]:
-        """Every usable kernel, by slot (in KERNEL_SLOTS order) and name, gpt-core's own first."""
+        """Every usable kernel, by slot and name, gpt-core's own first."""
         order = {slot: i for i, slot in enumerate(KERNEL_SLOTS)}
         return sorted(self._table.items(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
 
@@ -130,7 +108,6 @@ class KernelRegistry:
 
 @lru_cache(maxsize=1)
 def default_kernel_registry() -> KernelRegistry:
-    """The registry of every installed kernel plugin, discovered once per process."""
     return KernelRegistry()
 
 
@@ -153,8 +130,7 @@ def check_kernel_set(name: str, device: torch.device) -> None:
 
 
 def kernel_set_for(name: str, device: torch.device | str | None) -> Kernels:
-    """The set `name` as a model on `device` computes with it: a run trained with the triton set is evaluated,
-    sampled or resumed with the fast set where Triton cannot run (the same functions, both pinned to PyTorch)."""
+    """The set `name` on `device`: the fast set stands in for triton where Triton cannot run."""
     if name == "triton" and device is not None and not _triton_runs_on(torch.device(device)):
         return KERNEL_SETS["fast"]
     return KERNEL_SETS[name]
@@ -176,14 +152,12 @@ def parse_kernel_choices(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def is_module_path(name: str) -> bool:
-    """Whether a kernel name is `module:function` (code to import) rather than a registered plugin's name."""
     return ":" in name
 
 
 def resolve_kernel(slot: str, name: str, saved: bool = False, folder: Path | None = None) -> Callable[..., Any]:
-    """The kernel NAME for `slot`: a registered one, or `module:function` imported from the current directory (as
-    `python -m` would), or, for a `saved` run, from `folder` (where the run recorded it was found) or the installed
-    modules, never from the working directory, which is taken off sys.path while it imports."""
+    """The kernel NAME for `slot`: a registered one, or `module:function` imported from the current directory, or
+    for a `saved` run from `folder` or the installed modules, never from the working directory."""
     if not is_module_path(name):
         return default_kernel_registry().info(slot, name).function
     cwd = os.getcwd()
@@ -210,8 +184,7 @@ def resolve_kernel(slot: str, name: str, saved: bool = False, folder: Path | Non
 
 
 def kernel_folder(name: str) -> Path | None:
-    """The folder an imported module-path kernel's module was found in (for a package, the folder holding it),
-    or None for a registered kernel or a module with no file."""
+    """The folder an imported module-path kernel's module (or package) was found in, else None."""
     if not is_module_path(name):
         return None
     top = sys.modules.get(name.partition(":")[0].split(".")[0])
@@ -221,7 +194,7 @@ def kernel_folder(name: str) -> Path | None:
 
 
 def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
-    """The distribution and version of each chosen registered kernel, for config.json's `versions`."""
+    """The distribution and version of each chosen registered kernel, for config.json."""
     found = {}
     for slot, name in choices.items():
         if is_module_path(name):  # a module path belongs to no distribution
@@ -233,9 +206,8 @@ def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
 
 
 def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """`kernel`, raising a TypeError from its own call when its output is not a plain dense tensor on its inputs'
-    device: a tensor on another device (a learner's `.cuda()`), a sparse one or a subclass would otherwise fail
-    the comparison with PyTorch's output, not the kernel."""
+    """`kernel`, raising a TypeError when its output is not a plain dense tensor on its inputs' device, so the
+    kernel fails rather than the comparison with PyTorch's output."""
 
     @wraps(kernel)
     def checked_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -259,7 +231,6 @@ def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
 def verify_kernel(
     slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
 ) -> list[Row]:
-    """`kernel` in `slot` against PyTorch's built-in on gpt-core's verification cases, in `dtype`."""
     return kernel_report(slot, output_checked(kernel), torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
 
 
@@ -276,9 +247,8 @@ def checked_kernels(
     base: Kernels = DEFAULT_KERNELS,
     saved: Mapping[str, Path] | None = None,
 ) -> Kernels:
-    """The kernels a model computes with: the set `base` with each chosen one found, guarded (`guarded`) and, with
-    `verify` (True, or the slots to check), pinned against PyTorch: a KernelError naming its first failing case, a
-    warning for a slot in `unverified`. With `saved` (slot -> folder) they are a saved run's, opened not trained."""
+    """The set `base` with each chosen kernel found, guarded and, with `verify` (True, or slots), pinned against
+    PyTorch (a KernelError, or a warning for a slot in `unverified`); `saved` (slot -> folder): a saved run's."""
     opened, folders = saved is not None, saved or {}
     found = {slot: resolve_kernel(slot, name, opened, folders.get(slot)) for slot, name in choices.items()}
     kernels = dataclasses.replace(

@@ -1,6 +1,4 @@
-"""`gpt_train.load_run`: a trained run in one call, for every command that reads one (eval, sample, serve,
-inspect, export) and for a notebook or a script: `load_run("sort").model.run_with_cache(...)`.
-"""
+"""`gpt_train.load_run`: a trained run in one call, for every command that reads one and for a notebook."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ from gpt_viz import RunLayout
 
 @dataclass
 class LoadedRun:
-    """A run's trained model (eval mode), its configuration, the step of its checkpoint and the directory it was
-    read from; `task`, the task it was trained on, is built when first asked for (a text task reads its corpus)."""
+    """A run's trained model (eval mode), configuration, checkpoint step and directory; `task` is built when asked."""
 
     model: GPT
     config: RunConfig
@@ -38,9 +35,8 @@ class LoadedRun:
 def load_run(
     run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False, with_kernels: bool = True
 ) -> LoadedRun:
-    """The run in directory `run`, or, given a task name, that task's newest run under ./runs; its model on
-    `device`, computing with the kernels it was trained with (module-path ones need `trust_kernels`: importing them
-    runs their code), or without `with_kernels` with gpt-core's own: for what needs only its weights (`export`)."""
+    """The run in directory `run` (or a task's newest under ./runs), its model on `device` with the kernels it was
+    trained with (module-path ones need `trust_kernels`), or gpt-core's own without `with_kernels`."""
     run_dir, _ = resolve_run_dir(run)
     if not run_dir.is_dir():
         raise RunDirError(f"run directory {run_dir} is not a directory")
@@ -57,8 +53,7 @@ def load_run(
 def load_snapshots(
     run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False
 ) -> Iterator[tuple[int, GPT]]:
-    """(step, model) for each snapshot the run kept (`--set snapshot_every=N`), in step order: one model in eval
-    mode whose weights are replaced at each step, so a long run's snapshots are read one at a time."""
+    """(step, model) for each snapshot the run kept, in step order: one model whose weights each step replaces."""
     loaded = load_run(run, device, trust_kernels)
     for step, path in RunLayout(loaded.run_dir).snapshots().items():
         state = load_checkpoint(path, loaded.config.task)

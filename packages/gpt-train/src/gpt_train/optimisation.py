@@ -27,9 +27,8 @@ def learning_rate(step: int, s: TrainSettings, triggered: int | None = None) -> 
 
 
 class FusedAdamW:
-    """AdamW by `torch.optim.adamw.adamw(..., fused=True)`, the function `torch.optim.AdamW(fused=True)` steps
-    with: the same numbers and `state_dict` layout, bit for bit. Not torch.optim.AdamW itself, whose methods import
-    torch._dynamo, more than a second of a run's start-up on a 2-core CPU (docs/results/speed.md)."""
+    """torch.optim.AdamW(fused=True)'s numbers and `state_dict`, bit for bit, without its import of torch._dynamo
+    (a second of start-up)."""
 
     def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float], eps: float = 1e-8):
         self.param_groups = [
@@ -47,7 +46,6 @@ class FusedAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
-        """One AdamW step for every parameter that has a gradient."""
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             states = [self._state(p) for p in params]
@@ -66,15 +64,13 @@ class FusedAdamW:
         return {p: i for i, p in enumerate(params)}
 
     def state_dict(self) -> dict[str, Any]:
-        """torch.optim's layout: each state by the parameter's position over the groups, in order."""
         index = self._index()
         groups = [{k: v for k, v in g.items() if k != "params"} | {"params": [index[p] for p in g["params"]]}
                   for g in self.param_groups]  # fmt: skip
         return {"state": {index[p]: dict(s) for p, s in self.state.items()}, "param_groups": groups}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Restore a `state_dict()` of this class or of torch.optim.AdamW (the hyperparameters with it);
-        ValueError if its groups do not hold as many parameters as this optimiser's."""
+        """Restore a `state_dict()` of this class or of torch.optim.AdamW, hyperparameters included."""
         sizes, ours = ([len(g["params"]) for g in groups] for groups in (saved["param_groups"], self.param_groups))
         if sizes != ours:
             raise ValueError(f"its parameter groups hold {sizes} parameters, this run's optimiser's {ours}")
@@ -95,7 +91,6 @@ Optimizer = FusedAdamW | torch.optim.Optimizer
 
 
 def fused_adamw_runs_on(device: torch.device) -> bool:
-    """Whether this PyTorch has the fused AdamW kernel for `device` (CPU from PyTorch 2.4; CUDA and MPS)."""
     param, grad, exp_avg, exp_avg_sq, step = (torch.zeros(1, device=device) for _ in range(5))
     try:
         adamw([param], [grad], [exp_avg], [exp_avg_sq], [], [step], fused=True, amsgrad=False, beta1=0.9,
@@ -106,8 +101,7 @@ def fused_adamw_runs_on(device: torch.device) -> bool:
 
 
 def make_optimizer(model: GPT, s: TrainSettings) -> Optimizer:
-    """AdamW with weight decay on weight matrices only: not on norms and biases, and not on the position table
-    unless asked, since shrinking it erases position information. Fused (~4x faster on CPU) where the device has it."""
+    """AdamW, fused where the device has it, decaying weight matrices only (the position table only if asked)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         is_position_table = name.startswith("wpe.")

@@ -1,6 +1,5 @@
-"""The pictures a finished run leaves behind: curves, attention maps, and the grokking plot. Drawing belongs to
-gpt-viz; this module gathers the arrays and asks for the figures. A picture that cannot be drawn is reported and
-skipped: it must never cost the user the run it describes."""
+"""The pictures a finished run leaves (curves, attention, grokking), drawn by gpt-viz from the arrays gathered here;
+one that cannot be drawn is reported, never costing the run."""
 
 from __future__ import annotations
 
@@ -11,15 +10,12 @@ from gpt_core import GPT, block_hook
 from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_viz import TRAIN, AttentionSnapshot, RunLayout
 
-ATTENTION_EXAMPLES = 4
-"""Held-out examples a run keeps the attention of, at most: enough to choose between in `gpt-viz explore` (large
-models keep fewer, at least one: gpt_viz.ATTENTION_BUDGET caps the file)."""
+ATTENTION_EXAMPLES = 4  # examples whose attention a run keeps, at most (gpt_viz.ATTENTION_BUDGET caps the file)
 
 
 def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> None:
-    """attention.npz: every layer's attention on as many of the task's first ATTENTION_EXAMPLES attention examples
-    as the file's budget holds, applied before the model runs, so memory stays bounded too. A first example too
-    long for the budget alone keeps its last tokens, and the attention is the model's on those tokens alone."""
+    """attention.npz: every layer's attention on as many of the task's attention examples as the file's budget
+    holds (a first example too long keeps its last tokens), chosen before the model runs."""
     texts = task.attention_examples(ATTENTION_EXAMPLES)[:ATTENTION_EXAMPLES]
     encoded = [task.encode(text)[: model.config.block_size] for text in texts]
     kept = gpt_viz.attention_lengths_within_budget(
@@ -36,8 +32,7 @@ def save_attention(task: Task, model: GPT, device: torch.device, layout: RunLayo
 def attention_on(
     task: Task, model: GPT, device: torch.device, ids: list[int], prompt_length: int | None = None
 ) -> AttentionSnapshot:
-    """Every layer's attention (n_layer, n_head, T, T) on the tokens `ids`, their labels, and how many of them
-    are the prompt (None: not a prompt then its answer)."""
+    """Every layer's attention (n_layer, n_head, T, T) on `ids`, their labels, and how many are the prompt."""
     names = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
     _, cache = model.run_with_cache(torch.tensor([ids], device=device), names=names)
     attention = torch.stack([cache[name][0] for name in names])  # (L, H, T, T)
@@ -46,8 +41,7 @@ def attention_on(
 
 
 def prompt_tokens(task: Task, dropped: int, kept: int) -> int | None:
-    """How many of an attention example's `kept` tokens are its prompt, once its first `dropped` tokens are cut
-    for the file's budget (None for a task without prompts, or when the prompt is cut away entirely)."""
+    """How many of an example's `kept` tokens, after `dropped`, are its prompt (None: none, or no prompts)."""
     if not isinstance(task, PromptAnswerTask):
         return None
     left = min(task.prompt_length - dropped, kept)
@@ -64,8 +58,7 @@ def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
 
 
 def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout, draw: bool = True) -> str | None:
-    """Write the run's attention arrays and, with `draw`, curves.png, attention.png and, for a task scored on both
-    splits, grokking.png; returns None, or why that failed."""
+    """The run's attention arrays and, with `draw`, its pictures; None, or why that failed."""
     try:
         save_attention(task, model, device, layout)
         if draw:

@@ -1,15 +1,5 @@
-"""Mixed precision: the forward pass under autocast (bf16 or fp16), and fp16's loss scaling.
-
-The weights, the optimiser state and the gradients stay float32 whatever the setting: autocast runs the matrix
-products in 16 bits, and gpt-core's kernels keep their statistics (softmax, LayerNorm, the loss) in float32.
-fp16 has 5 exponent bits, so gradients below 2^-24 would flush to zero: its loss is multiplied by a scale
-(torch.amp.GradScaler) before the backward, and a step whose gradients overflowed is skipped and the scale halved.
-bf16 has float32's exponent range and needs no scaling.
-
-On CUDA, float32 matrix products run in TF32 by default (`tf32`, as nanoGPT trains: several times faster, for a
-relative rounding of 2^-11 per product). Evaluation runs in full float32 whatever the setting (`full_float32`), so
-a run's metrics are those `gpt-train eval` gives.
-"""
+"""Mixed precision: the forward pass under autocast (bf16 or fp16; weights, gradients and optimiser state stay
+float32), fp16's loss scaling (its 5 exponent bits flush small gradients to zero), and TF32 on CUDA."""
 
 from __future__ import annotations
 
@@ -23,13 +13,10 @@ from gpt_train.optimisation import Optimizer
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-MAX_SKIPPED_STEPS = 50
-"""Steps in a row with gradients not finite after which an fp16 run counts as diverged: 50 halvings take the scale
-from 2^16 to 2^-34, so gradients still not finite are not an overflow but a model that produces nan."""
+MAX_SKIPPED_STEPS = 50  # fp16 steps skipped in a row that mean divergence: the scale went from 2^16 to 2^-34
 
 
 def check_precision(dtype: str, device: torch.device) -> None:
-    """Raise ConfigError if `device` cannot train in `dtype` (before anything is written)."""
     if dtype == "fp16" and device.type != "cuda":
         raise ConfigError(
             f"dtype=fp16 needs a CUDA device (its loss scaling is for CUDA's fp16), not {device.type}; "
@@ -42,14 +29,12 @@ def check_precision(dtype: str, device: torch.device) -> None:
 
 
 def use_tf32(enabled: bool, device: torch.device) -> None:
-    """On CUDA, float32 matrix products in TF32 (`enabled`) or in full float32; other devices have no TF32."""
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high" if enabled else "highest")
 
 
 @contextlib.contextmanager
 def full_float32() -> Iterator[None]:
-    """Float32 matrix products in full float32 (no TF32) within the with-block."""
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
@@ -59,8 +44,7 @@ def full_float32() -> Iterator[None]:
 
 
 class Precision:
-    """The run's precision around a forward pass, its backward and the optimiser step, and the count of steps
-    fp16's scaler skipped in a row."""
+    """The run's precision around a forward pass, its backward and the optimiser step."""
 
     def __init__(self, dtype: str, device: torch.device, scaler: torch.amp.GradScaler | None = None):
         self.dtype = dtype
@@ -83,8 +67,7 @@ class Precision:
         (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
     def unscale(self, optimizer: Optimizer, params: Iterable[torch.Tensor]) -> bool:
-        """Bring the gradients back to their true size (fp16: divide by the scale); whether they are finite (without
-        a scaler, always: a non-finite loss is the trainer's divergence check)."""
+        """Divide fp16's gradients by the scale; whether they are finite (without a scaler: True)."""
         if self.scaler is None:
             return True
         self.scaler.unscale_(optimizer)
@@ -101,7 +84,6 @@ class Precision:
         self.skipped_in_a_row = 0 if finite else self.skipped_in_a_row + 1
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """What a resumed fp16 run needs to scale as the uninterrupted one (empty without a scaler)."""
         if self.scaler is None:
             return {}
         saved = self.scaler.state_dict()
@@ -109,7 +91,6 @@ class Precision:
         return dict(zip(("scale", "growth_tracker", "skipped_in_a_row"), map(torch.tensor, numbers), strict=True))
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore `state_dict()`'s values; ValueError if the checkpoint's precision is not this run's."""
         if (self.scaler is None) != (not state):
             raise ValueError("one of them scales the loss (fp16) and the other does not")
         if self.scaler is None:

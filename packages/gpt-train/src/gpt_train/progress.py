@@ -12,8 +12,7 @@ from gpt_train.config import RunConfig
 
 
 class Progress:
-    """The progress bar: steps, the last loss and the latest primary metric. It redraws at tqdm's own pace
-    (at most ten times a second), not at every step: a redraw costs more than a small model's step."""
+    """The progress bar: steps, the last loss and the latest primary metric, redrawn at tqdm's pace."""
 
     def __init__(self, config: RunConfig, start: int, quiet: bool):
         self.primary = config.primary_metric
@@ -29,7 +28,6 @@ class Progress:
         self.bar.update(1)
 
     def ends_at(self, step: int) -> None:
-        """The run now stops at `step` (`cooldown_trigger` moved its end)."""
         self.bar.total = step
         self.bar.refresh()
 
@@ -39,8 +37,7 @@ class Progress:
 
 @contextmanager
 def evaluation_progress(quiet: bool) -> Iterator[None]:
-    """Within the with-block, a bar on stderr for each split an evaluation walks in chunks (none when quiet):
-    scoring a whole held-out split takes long enough to look like a hang without one."""
+    """Within the block, a bar for each split an evaluation walks (none when quiet): a long one looks like a hang."""
     if quiet:
         yield
         return

@@ -1,5 +1,4 @@
-"""What a prompt to a trained model is, for `gpt-train sample` and the explorer (gpt_train.lab.serve) alike:
-the checks a prompt must pass, how many tokens answer it, and the note for a prompt the task never trains on."""
+"""A prompt to a trained model, for `gpt-train sample` and the explorer: its checks, its answer's length, a note."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask
 from gpt_train.errors import TrainError
 
-MAX_PROMPT_CHARACTERS = 2_000
-"""Longer text is refused before it is encoded: no prompt a block can hold is longer."""
+MAX_PROMPT_CHARACTERS = 2_000  # refused before encoding: no prompt a block can hold is longer
 
 
 class PromptError(TrainError):
@@ -25,7 +23,6 @@ class Vocabulary(Protocol):
 
 
 def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
-    """The prompt's token ids, or a one-line PromptError saying what is wrong with it."""
     if not text:
         raise PromptError("type a prompt: it is empty")
     if len(text) > MAX_PROMPT_CHARACTERS:
@@ -45,9 +42,8 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
 
 
 def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
-    """How many tokens `gpt-train sample` and the explorer write after a prompt of `n_prompt` tokens (at least one):
-    a prompt-answer task's answer within the model's positions (a longer prompt is a PromptError), or for text as
-    many as fill the block."""
+    """How many tokens answer a prompt of `n_prompt`: a prompt-answer task's answer within the model's positions,
+    or for text as many as fill the block."""
     if not isinstance(vocabulary, PromptAnswerTask):
         return max(1, model.config.block_size + 1 - n_prompt)
     limit = model.config.position_limit
@@ -58,8 +54,7 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
 
 
 def untrained_prompt_note(vocabulary: Vocabulary, ids: Sequence[int]) -> str:
-    """A sentence when the task never trains on a prompt like `ids` ('' otherwise): the model's answer to it is not
-    what the task taught, and a learner should know. A task may say so itself (`prompt_note(ids)`)."""
+    """A sentence when the task never trains on a prompt like `ids` (or the task's own `prompt_note`), else ''."""
     own = getattr(vocabulary, "prompt_note", None)
     if callable(own):
         return own(list(ids))

@@ -24,11 +24,10 @@ class Record:
         self.snapshots_kept = True  # until one cannot be written
 
     def restore(self) -> TrainingState:
-        """The checkpoint a resumed run continues from."""
         return load_checkpoint(self.layout.checkpoint, self.task_name)
 
     def start_at(self, step: int) -> None:
-        """Forget what was written past `step`, where a resumed run continues (it writes them again)."""
+        """Forget what was written past `step`, where a resumed run continues."""
         if self.active:
             self.metrics.keep_through(step)
             for later in [path for at, path in self.layout.snapshots().items() if at > step]:
@@ -43,8 +42,7 @@ class Record:
             save_checkpoint(self.layout.checkpoint, state())
 
     def snapshot(self, step: int, weights: dict[str, torch.Tensor]) -> None:
-        """The weights at `step`. A snapshot is optional: one that cannot be written (a full disk) is a warning, and
-        the run goes on without more, to its checkpoints (which stop it if they cannot be written either)."""
+        """The weights at `step`; one that cannot be written is a warning, and the run goes on without more."""
         if not (self.active and self.snapshots_kept):
             return
         path = self.layout.snapshot(step)
@@ -64,6 +62,5 @@ class Record:
             write_json_atomically(self.layout.final, final)
 
     def last_checkpoint(self) -> str:
-        """Where a run that stopped on a failure can be resumed from, said for its error line."""
         checkpoint = self.layout.checkpoint
         return f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"

@@ -1,5 +1,4 @@
-"""A RUN on gpt-train's command line: a run directory, or a task name for its newest run (gpt_viz.run_names,
-shared with gpt-viz's commands), its failures gpt-train's one-line RunDirError."""
+"""A RUN on gpt-train's command line (gpt_viz.run_names), its failures gpt-train's RunDirError."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ __all__ = ["RUN", "RUNS", "newest_run_of", "resolve_run_dir"]
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
-    """The run directory `run` names and whether it was chosen as a task's newest run (gpt_viz.run_names)."""
     try:
         return run_names.resolve_run_dir(run, runs)
     except RunNameError as error:
@@ -23,8 +21,6 @@ def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
 
 
 class RunArgument(run_names.RunArgument):
-    """gpt-viz's RUN argument, failing as gpt-train's commands do."""
-
     def convert(self, value: str | Path, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         try:
             return super().convert(value, param, ctx)

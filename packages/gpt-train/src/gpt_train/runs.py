@@ -1,11 +1,5 @@
-"""Run directories: building a run once (new or resumed), guarding its directory, and a saved run's kernels.
-
-A directory holds one run, laid out as gpt_viz.RunLayout says. While a process trains in it, that
-process holds an exclusive lock on the directory, so a second `run --out` or `run --resume` on
-the same directory refuses to start instead of interleaving two runs' metrics. A directory whose run
-stopped before its first checkpoint holds nothing worth keeping: a plain re-run reuses it, and
-`--resume` starts it again from step 0 with its saved configuration.
-"""
+"""Run directories (gpt_viz.RunLayout): building a run once, new or resumed, and a saved run's kernels. A training
+process locks its directory, so a second `run` on it refuses to start rather than interleave two runs' metrics."""
 
 from __future__ import annotations
 
@@ -59,8 +53,7 @@ def describe(error: OSError) -> str:
 
 
 class RunLock:
-    """An exclusive advisory lock (flock) on the run directory itself: no lock file is left behind, and the
-    kernel releases the lock when a killed process dies."""
+    """An exclusive flock on the run directory itself: no lock file, and a killed process's lock is released."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -139,9 +132,8 @@ def new_run(
 
 
 def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> RunLock:
-    """Create and lock the directory for a new run of `config`. A directory holding run files is refused unless
-    `force`, which removes them (and nothing else), or its run of this same configuration stopped before its first
-    checkpoint: there is nothing in it to keep, so the same command simply starts it again."""
+    """Create and lock a new run's directory: one holding run files is refused unless `force` (which removes them)
+    or it holds this same configuration's run stopped before its first checkpoint (nothing to keep)."""
     root = layout.root
     if root.exists() and not root.is_dir():
         raise RunDirError(f"--out {root} exists and is not a directory")
@@ -169,8 +161,7 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> Run
 
 
 def _make_snapshots_folder(layout: RunLayout, config: RunConfig) -> None:
-    """snapshots/, made as a run that keeps snapshots starts, so that a file of that name or a full disk stops it
-    before its first step, in one line."""
+    """snapshots/, made as a run that keeps snapshots starts, so that a problem stops it before its first step."""
     folder = layout.root / RunLayout.SNAPSHOTS
     if not config.train.snapshot_every:
         return
@@ -236,10 +227,8 @@ def resumed_run(
 def saved_kernels(
     config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False, device: torch.device | str | None = None
 ) -> Kernels:
-    """The kernels a saved run's model computes with, for opening or (`verify_all`: every kernel pinned against
-    PyTorch) resuming it. A module-path kernel is code that importing would run, named by a file anyone can edit:
-    it is refused unless `trust`, then imported from the folder the run recorded (never the working directory) and
-    pinned against PyTorch, so that one edited since training is refused, not used."""
+    """The kernels a saved run computes with, to open it or (`verify_all`) resume it. A module-path kernel is refused
+    unless `trust`, then imported from the folder the run recorded and pinned against PyTorch (edited: refused)."""
     modules = {slot: name for slot, name in config.kernels.items() if is_module_path(name)}
     if modules and not trust:
         raise KernelError(
@@ -273,9 +262,8 @@ def run_kernels(
     run_dir: Path | None = None,
     device: torch.device | str | None = None,
 ) -> Kernels:
-    """The kernels a run's model computes with on `device` (`kernel_set_for`), each found and, with `verify` (True,
-    or the slots to check), pinned against PyTorch (`checked_kernels`); for a saved run (`run_dir`), opened from the
-    folders it recorded, a missing or failing kernel is one line naming the run."""
+    """The kernels a run computes with on `device`, found and with `verify` (True, or slots) checked;
+    a saved run's (`run_dir`) are opened from the folders it recorded."""
     saved = None if run_dir is None else {slot: run_dir / folder for slot, folder in config.kernel_folders.items()}
     try:
         base = kernel_set_for(config.train.kernels, device)
@@ -299,9 +287,7 @@ class MetricsLog:
         self.path = path
 
     def keep_through(self, step: int) -> None:
-        """Drop the lines past `step`, where a run resumes, so the file reads as if the run had never stopped. An
-        incomplete last line (a process killed mid-write) is dropped with a warning; a damaged line elsewhere is an
-        error, since the file is not one this run wrote."""
+        """Drop the lines past `step`, where a run resumes; an incomplete last line is dropped with a warning."""
         if not self.path.exists():
             return
         try:

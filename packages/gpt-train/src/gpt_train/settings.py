@@ -1,5 +1,4 @@
-"""The training settings of a run: TrainSettings' own defaults, then the task's overrides, then the user's flags
-and `--set` values (`gpt_train.config`), every value checked once, here, by the type that owns the field."""
+"""A run's training settings, every value checked once, here."""
 
 from __future__ import annotations
 
@@ -16,28 +15,14 @@ PRECISIONS: tuple[Dtype, ...] = get_args(Dtype)
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """Optimisation and bookkeeping of a run. The defaults suit a small model on a CPU; a task overrides what it
-    needs by name.
+    """Optimisation and bookkeeping of a run; the defaults suit a small model on a CPU, a task overrides by name.
 
-    lr rises linearly over `warmup_steps`, then follows `schedule` (cosine decay to `min_lr` at the last step, or
-    constant). With the constant schedule, `cooldown_steps` N > 0 makes the last N steps a cool-down: lr falls
-    linearly towards `min_lr`, so the run ends settled rather than wherever its last large step left it.
-    `cooldown_trigger` x > 0 ends the run by the trigger instead: at the first evaluation whose primary held-out
-    metric reaches x, lr drops to `min_lr` and the run ends `cooldown_steps` later; an evaluation below x meanwhile
-    (a collapse) puts lr back to `lr` until x is reached again. `steps` is then the longest it may train.
-    AdamW's weight decay applies to weight matrices only (the position table too when `decay_position_embedding`).
-    `grad_clip` 0 turns clipping off. `final_eval_limit` None scores the whole held-out split at the end.
-    The run evaluates every `eval_every` steps and, with `early_eval_every` N > 0 smaller than it, also every N
-    steps up to step `early_eval_until`, so that the curve shows a task learnt in its first few hundred steps being
-    learnt; an evaluation never draws from the training's random numbers, so it changes nothing the run trains.
-    `snapshot_every` N > 0 keeps the weights alone at step 0 and every N steps (snapshots/), to measure how a
-    mechanism forms after the run. `grokfast_lambda` > 0 turns on Grokfast (`gpt_train.grokfast`).
-
-    `dtype` is the precision of the forward pass: fp32, or bf16/fp16 under autocast (`gpt_train.precision`; fp16
-    needs CUDA). `grad_accum` N splits each step's `batch_size` sequences into N micro-batches whose gradients add
-    up to the whole batch's: the same optimisation in less memory. `tf32` lets CUDA compute float32 matrix products
-    in TF32 (as nanoGPT does). Evaluation is full float32 whatever these say. `kernels` names the kernel set the
-    model computes with (`gpt_core.KERNEL_SETS`); a run's `--kernel` choices replace slots of it.
+    lr warms up over `warmup_steps`, then follows `schedule`: cosine to `min_lr`, or constant, whose last
+    `cooldown_steps` fall linearly to `min_lr`. `cooldown_trigger` x > 0 starts that cool-down at the first evaluation
+    whose primary metric reaches x (one below x meanwhile restores `lr`); `steps` is then the longest run.
+    `early_eval_every` N also evaluates every N steps up to `early_eval_until`. `snapshot_every` N keeps the weights
+    every N steps. `dtype` is the forward pass's precision (autocast); `grad_accum` N splits each batch into N
+    micro-batches; `kernels` names the kernel set (`gpt_core.KERNEL_SETS`). 0 turns off `grad_clip` and Grokfast.
     """
 
     steps: int = 2000

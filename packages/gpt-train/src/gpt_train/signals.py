@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterator
 
 @contextlib.contextmanager
 def sigint_handled_by(handler: Callable) -> Iterator[None]:
-    """Within the block, SIGINT calls `handler`; the previous handler is back afterwards. Outside the main
-    thread, where Python allows no handler, signals are left alone."""
+    """Within the block, SIGINT calls `handler` (outside the main thread, signals are left alone)."""
     try:
         previous = signal.signal(signal.SIGINT, handler)
     except ValueError:  # not the main thread
@@ -34,6 +33,5 @@ class StopRequest:
 
 
 def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:
-    """Within the block, SIGINT raises KeyboardInterrupt, even in a process started with SIGINT ignored (which
-    Python then leaves ignored): a command that says "Ctrl-C stops it" keeps its word however it was launched."""
+    """Within the block, SIGINT raises KeyboardInterrupt, even in a process started with SIGINT ignored."""
     return sigint_handled_by(signal.default_int_handler)

@@ -1,9 +1,5 @@
-"""The training loop: draw a batch, take a step, now and then evaluate and checkpoint.
-
-Around it, each concern is a named part in its own module (`optimisation`, `signals`, `record`, `progress`).
-`train(run)` is the whole of a training process: it joins the process group under torchrun, runs the loop, draws
-the pictures and returns how the run ended, which the CLI alone turns into a message and an exit status.
-"""
+"""The training loop: draw a batch, take a step, now and then evaluate and checkpoint. `train(run)` is a whole
+training process; it returns how the run ended, which the CLI alone turns into a message and an exit status."""
 
 from __future__ import annotations
 
@@ -64,9 +60,8 @@ class Outcome:
 def initial_model(
     config: RunConfig, device: torch.device | str = "cpu", pretrained: bool = True, kernels: Kernels | None = None
 ) -> GPT:
-    """The model a run starts from, computing with the run's kernels (`kernels`, else found from config.json). Its
-    draws are seeded by the run's settings alone, so step 0 of any run can be rebuilt from its config.json; a run
-    `init_from` a GPT-2 directory starts from its weights, unless not `pretrained` (its checkpoint replaces them)."""
+    """The model a run starts from, seeded by its settings alone so step 0 can be rebuilt from config.json; from
+    `init_from`'s weights when `pretrained`."""
     if kernels is None:
         kernels = run_kernels(config)  # found before the seed: a kernel plugin imported now cannot shift the draws
     torch.manual_seed(config.train.seed)
@@ -141,19 +136,19 @@ class Trainer:
         """Where the run stops: `steps`, or earlier once an evaluation has reached `cooldown_trigger`."""
         return self.settings.last_step(self.cooldown_from)
 
+    def save(self, elapsed: float) -> None:
+        self.record.checkpoint(lambda: self._state(elapsed))
+
     def _state(self, elapsed: float) -> TrainingState:
         rng = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        model = dict(self.model.named_parameters())
+        model, optimizer = dict(self.model.named_parameters()), self.optimizer.state_dict()
         grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
-        optimizer, precision = self.optimizer.state_dict(), self.precision.state_dict()
+        precision = self.precision.state_dict()
         return TrainingState(
             self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from
         )
-
-    def save(self, elapsed: float) -> None:
-        self.record.checkpoint(lambda: self._state(elapsed))
 
     def keep_snapshot(self) -> None:
         every = self.settings.snapshot_every
@@ -178,8 +173,7 @@ class Trainer:
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:
-        """One optimiser step; returns the (rank-averaged) loss and whether any rank asked to stop. After a
-        non-finite loss the weights are not touched; after non-finite fp16 gradients the scaler skips the step."""
+        """One optimiser step (none after a non-finite loss): the mean loss over ranks and whether one asked to stop."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s, self.cooldown_from)
@@ -203,16 +197,14 @@ class Trainer:
         return loss_value, stop
 
     def _gradients(self, batch, module: torch.nn.Module, precision: Precision | None = None) -> torch.Tensor:
-        """The batch's loss through `module`, its gradients added to the parameters' .grad (by micro-batch). The
-        loss is the mean over the scored targets, the last block's MLP and the head computing only where one is."""
+        """The batch's mean loss over its scored targets through `module`, its gradients added to .grad."""
         no_sync = self.ddp.no_sync if self.ddp is not None else None
         loss_of = lambda inputs, targets: module(inputs, targets, read=targets != IGNORE_INDEX).loss
         return accumulate_gradients(loss_of, batch, self.settings.grad_accum, precision or self.precision, no_sync)
 
     def _checked_compiled_step(self, batch) -> torch.Tensor:
-        """The first compiled step's loss and gradients, once they agree with an eager step on the same batch and
-        weights (CompileError before any weight moves otherwise). A model that draws at random in training (dropout,
-        randomized positions) is checked in eval mode, since the compiler's random numbers are not eager's."""
+        """The first compiled step, once it agrees with an eager one on the same batch and weights (else CompileError).
+        A model that draws at random (dropout, randomized positions) is checked in eval mode."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         self.model.train(not draws)
         try:
@@ -233,9 +225,8 @@ class Trainer:
         return loss
 
     def _check_triton_step(self, batch) -> None:
-        """The triton set's first step against the fast set's on the same batch and weights, before any weight
-        moves: Triton compiles its kernels for this very GPU, which no test here has run, so the run trusts them only
-        once they agree (KernelError otherwise). A model that draws at random is checked in eval mode."""
+        """The triton set's first step against the fast set's (else KernelError): Triton compiles for this very GPU,
+        which no test here has run. A model that draws at random is checked in eval mode."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         fast = GPT(self.config.model, KERNEL_SETS["fast"]).to(self.device)
         fast.load_state_dict(self.model.state_dict())
@@ -264,9 +255,8 @@ class Trainer:
         return Step(loss, grads)
 
     def _float64_step(self, batch) -> Step | None:
-        """The eager step in float64 on a copy of the model, to measure the eager step's own rounding (in its units:
-        times fp16's loss scale); None where there is no float64 (MPS, a kernel that takes none) or the eager step's
-        gradients are averaged over ranks, which a local copy's are not."""
+        """The eager step in float64 on a copy, measuring the eager step's own rounding (times fp16's loss scale);
+        None without float64 (MPS, a kernel) or under torchrun, whose gradients a local copy's are not."""
         if self.rank.distributed or self.device.type == "mps":
             return None
         wide = deepcopy(self.model).double()
@@ -283,8 +273,7 @@ class Trainer:
         return self.model
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
-        """Every split's metrics and the probes, by the eager model in full float32 whatever the run's dtype, TF32
-        or compiler: so final.json's metrics are the numbers `gpt-train eval` and inspect give later."""
+        """Every split's metrics and the probes, eagerly in full float32: the numbers `gpt-train eval` gives later."""
         metrics = {}
         if self.rank.is_main:
             with full_float32():
@@ -341,8 +330,8 @@ class Trainer:
         return self._finish(loss, elapsed)
 
     def _follow_cooldown_trigger(self, metrics: dict[str, float], progress: Progress) -> None:
-        """The first evaluation reaching `cooldown_trigger` starts the cool-down, one below it ends it
-        (`TrainSettings`). Only rank 0 evaluates: every rank takes its verdict, so all of them stop at the same step."""
+        """Start the cool-down at the first evaluation reaching `cooldown_trigger`, end it at one below; every rank
+        takes rank 0's verdict."""
         trigger = self.settings.cooldown_trigger
         if trigger <= 0:
             return
@@ -379,9 +368,8 @@ class Trainer:
         return Outcome("diverged", self.step, detail=detail)
 
     def _computing(self, what: str, work: Callable[[], T]) -> T:
-        """Run `work`, a step or an evaluation. With chosen kernels, an error from it (other than gpt-train's own)
-        is a KernelFailure naming them and `what`: nothing of the step is written, so the last checkpoint is where the
-        run resumes. Without them an error is gpt-core's or gpt-train's own, and keeps its traceback."""
+        """Run `work` (a step, an evaluation); with chosen kernels, a foreign error from it is a KernelFailure naming
+        them and `what`. Without them an error is gpt-core's or gpt-train's own, and keeps its traceback."""
         try:
             return work()
         except Exception as error:
@@ -392,9 +380,7 @@ class Trainer:
 
 
 def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
-    """The whole of one training process: join the process group, train, draw the pictures (rank 0; the
-    attention arrays alone without `pictures`), and leave together. The run's lock is released on the way
-    out, whatever happens."""
+    """One training process: join the process group, train, draw the pictures (rank 0), leave together, unlock."""
     rank = run.rank
     try:
         rank.init(run.device)
@@ -403,8 +389,7 @@ def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
         if outcome.reason == "finished" and rank.is_main:
             problem = write_pictures(run.task, trainer.model, run.device, run.layout, draw=pictures)
             outcome = Outcome(outcome.reason, outcome.step, outcome.final, pictures_problem=problem)
-        # Every rank leaves together: a gloo rank that tore down its group while rank 0 was still
-        # drawing aborted ("terminate called without an active exception"), 4 of 72 CPU test runs.
+        # a gloo rank that tore down its group while rank 0 still drew aborted the process
         if outcome.reason == "finished":
             rank.barrier()
         return outcome
@@ -414,8 +399,7 @@ def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
 
 
 def _check_optimiser_state(saved: dict[str, Any], optimizer: Optimizer) -> None:
-    """The checkpoint's optimiser state against this run's parameters' number and shapes, so that a mismatched
-    state stops the resume here in one line rather than in the first step."""
+    """The checkpoint's optimiser state against this run's parameters, so a mismatch is one line, not a failed step."""
     params = [param for group in optimizer.param_groups for param in group["params"]]
     for index, slots in saved["state"].items():
         if not 0 <= int(index) < len(params):
