@@ -31,7 +31,7 @@ WARM_UP = "settings.lr * (step + 1) / settings.warmup_steps"
 TEMPERATURE = "    logits = logits / temperature  # before the softmax: T < 1 sharpens, T > 1 flattens\n"
 DRAW = "return torch.multinomial(exp / exp.sum(dim=-1, keepdim=True), 1, generator=generator)"
 KTH = "logits.topk(top_k, dim=-1).values[:, -1:]"
-POSITIONS = "torch.arange(start, start + T, device=idx.device)"
+POSITIONS = "torch.arange(start, start + T, device=idx.device))  # (B, T, C)"
 
 LEARNER_MISTAKES = {
     "decay on every parameter": ("training_step", [(DECAY_RULE, "return True")],
@@ -68,7 +68,7 @@ LEARNER_MISTAKES = {
         "generation: top-k keeps k + 1 tokens"),
     "top-k masking the k-th best itself": ("generation", [("logits < kth_best", "logits <= kth_best")],
                                            "generation: top-k keeps k - 1 tokens"),
-    "the cache's positions from 0": ("generation", [(POSITIONS, "torch.arange(T, device=idx.device)")],
+    "the cache's positions from 0": ("generation", [(POSITIONS, "torch.arange(T, device=idx.device))  # (B, T, C)")],
                                      "generation: the cache's positions are not offset"),
 }  # fmt: skip
 
@@ -110,9 +110,8 @@ REFUSED = {
         "generation", [(DRAW, "return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)")],
         "generation: your generate calls torch.softmax, a built-in this course has you write"),
     "gpt-core's sampling": (
-        "generation", [('    """logits (B, V) -> (B,): the argmax at temperature 0, else one draw from '
-                        'softmax(logits / T) over the top k."""\n',
-                        '    """gpt-core\'s."""\n    from gpt_core.generate import next_token as theirs\n\n'
+        "generation", [("    if temperature == 0:\n        return logits.argmax(dim=-1)\n",
+                        "    from gpt_core.generate import next_token as theirs\n\n"
                         "    return theirs(logits, temperature, top_k, generator)\n")],
         "generation: your generate calls gpt_core.generate.next_token, gpt-core's own code"),
 }  # fmt: skip
@@ -145,9 +144,7 @@ def test_a_step_that_moves_no_parameter_is_one_line(tmp_path):
 
 
 def test_an_unwritten_helper_is_named_at_its_raise(tmp_path):
-    source = answer("training_step", ('    """Weight decay on the weight matrices alone: not biases, not norms, not '
-                                         'the position table."""\n    ' + DECAY_RULE,
-                                         '    """."""\n    raise NotImplementedError'))  # fmt: skip
+    source = answer("training_step", (DECAY_RULE, "raise NotImplementedError"))
     path = write(tmp_path, "training_step", source)
     line = source.splitlines().index("    raise NotImplementedError") + 1
     verdict = check_file(BY_NAME["training_step"], path)

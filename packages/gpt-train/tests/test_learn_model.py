@@ -91,7 +91,7 @@ LEARNER_MISTAKES = {
                   "        x = self.ln2(x)\n        return x + self.mlp(x)"),
         "block: the norm is applied to the residual stream itself"),
     "positions from 1": (
-        "model", ("torch.arange(T, device=idx.device)", "torch.arange(1, T + 1, device=idx.device)"),
+        "model", ("wpe(torch.arange(T, device=idx.device))", "wpe(torch.arange(1, T + 1, device=idx.device))"),
         "model: the positions are off by one"),
     "the head untied": (
         "model", ("self.lm_head.weight = self.wte.weight", "pass"),

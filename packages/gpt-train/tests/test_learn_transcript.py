@@ -46,7 +46,7 @@ MISTAKES = (
      "self.lm_head.weight = self.wte.weight", "pass"),
     ("model", "Then the positions counted from 1:",
      "x = self.wte(idx) + self.wpe(torch.arange(1, T + 1, device=idx.device))",
-     "torch.arange(T, device=idx.device)", "torch.arange(1, T + 1, device=idx.device)"),
+     "wpe(torch.arange(T, device=idx.device))", "wpe(torch.arange(1, T + 1, device=idx.device))"),
     ("training_step", "Step 12, `decays` deciding by the name, so that the norms' weights decay too:",
      'return name.endswith("weight")',
      'return param.dim() >= 2 and not name.startswith("wpe.")', 'return name.endswith("weight")'),
@@ -71,7 +71,8 @@ MISTAKES = (
      "logits.topk(top_k, dim=-1).values[:, -1:]", "logits.sort(dim=-1, descending=True).values[:, top_k : top_k + 1]"),
     ("generation", "Then the new token's position counted from 0 in the cached forward:",
      "x = model.wte(idx) + model.wpe(torch.arange(T, device=idx.device))",
-     "torch.arange(start, start + T, device=idx.device)", "torch.arange(T, device=idx.device)"),
+     "torch.arange(start, start + T, device=idx.device))  # (B, T, C)",
+     "torch.arange(T, device=idx.device))  # (B, T, C)"),
 )  # fmt: skip
 NEW_STEPS = ("multi_head_attention", "block", "model", "training_step", "generation")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from importlib.resources import files
 from pathlib import Path
 
 import click
@@ -13,7 +12,7 @@ from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.learn.isolation import LONGEST_TIME_LIMIT, TIME_LIMIT, grade_in_child
 from gpt_train.learn.progress import forget_pass, record_pass, status
-from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS
+from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS, stub
 from gpt_train.learn.training import (
     TASK,
     compare_picture,
@@ -69,11 +68,11 @@ def start(step_name: str, folder: Path) -> None:
     if path.exists():
         click.echo(f"{path} already exists: it is kept as it is; check it with `gpt-train learn check {step.name}`")
         return
-    stub = files("gpt_train.learn.stubs").joinpath(step.file_name).read_text(encoding="utf-8")
+    source = stub(step)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with path.open("x", encoding="utf-8") as out:  # "x": never replaces a file that appeared meanwhile
-            out.write(stub)
+            out.write(source)
     except OSError as error:
         raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
     click.echo(f"wrote {path}: write {step.signature}, then `gpt-train learn check {step.name}`")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +82,18 @@ STEPS: tuple[Step, ...] = (
 )  # fmt: skip
 
 BY_NAME = {step.name: step for step in STEPS}
+
+
+SOLUTIONS = Path(__file__).parent / "solutions"
+ANSWER = re.compile(r"^( *)# BEGIN SOLUTION\n.*?^ *# END SOLUTION\n", re.MULTILINE | re.DOTALL)
+
+
+def stub(step: Step) -> str:
+    """The file `learn start` writes: the step's answer with each body between `# BEGIN SOLUTION` and `# END SOLUTION`
+    a `raise NotImplementedError` and each line marked `# solution only` left out (the task step's answer extends a
+    stub of its own)."""
+    own = SOLUTIONS.parent / "stubs" / step.file_name
+    if own.is_file():
+        return own.read_text(encoding="utf-8")
+    source = re.sub(r"^.*# solution only.*\n", "", (SOLUTIONS / step.file_name).read_text(encoding="utf-8"), flags=re.M)
+    return ANSWER.sub(r"\1raise NotImplementedError\n", source)

@@ -99,7 +99,7 @@ SOFTMAX = (
 
 # attention -----------------------------------------------------------------------------------
 _attention = functools.partial(_answer, "attention")
-_SCALE, _MASK = " / math.sqrt(q.shape[-1])", ".tril(n_keys - n_queries)"
+_SCALE, _MASK = " / q.shape[-1] ** 0.5", ".tril(n_keys - n_queries)"
 ATTENTION = (
     Mistake("scale_d", "your scores are divided by d, not sqrt(d)", (_attention((_SCALE, " / q.shape[-1]")),)),
     Mistake("no_scale", "your scores are not scaled: divide q k^T by sqrt(d)", (_attention((_SCALE, "")),)),
@@ -341,7 +341,7 @@ _step = functools.partial(_answer, "training_step")
 _DECAYS = 'return param.dim() >= 2 and not name.startswith("wpe.")'
 _CLIP = "    if settings.grad_clip > 0:\n        clip_gradients(model, settings.grad_clip)"
 _UPDATE = "    adamw(model, state, lr, settings)\n"
-_V_HAT = "(v / (1.0 - settings.beta2**t)).sqrt() + EPS"
+_V_HAT = "(v / (1.0 - settings.beta2**t)).sqrt() + 1e-8"
 TRAINING_STEP = (
     Mistake("decay_on_vectors", "weight decay is applied to biases and norms: AdamW's decay goes on the weight "
             "matrices alone (param.dim() >= 2), never on a bias or a LayerNorm's weight and bias",
@@ -358,10 +358,10 @@ TRAINING_STEP = (
     Mistake("clip_per_parameter", "each gradient is clipped by its own norm: clip by the global norm, the square "
             "root of the sum of every gradient's squared norm, one scale for all",
             (_step(("    total = torch.stack([grad.norm() for grad in grads]).norm()\n", ""),
-                   ("    scale = (max_norm / (total + CLIP_EPS)).clamp(max=1.0)\n", ""),
-                   ("grad.mul_(scale)", "grad.mul_((max_norm / (grad.norm() + CLIP_EPS)).clamp(max=1.0))")),)),
+                   ("    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)\n", ""),
+                   ("grad.mul_(scale)", "grad.mul_((max_norm / (grad.norm() + 1e-6)).clamp(max=1.0))")),)),
     Mistake("clip_without_eps", "the clip scale is grad_clip / total: gpt-train's (PyTorch's clip_grad_norm_) is "
-            "grad_clip / (total + 1e-6)", (_step(("(total + CLIP_EPS)", "total")),)),
+            "grad_clip / (total + 1e-6)", (_step(("(total + 1e-6)", "total")),)),
     Mistake("clip_when_off", "grad_clip 0 turns clipping off: clip only when settings.grad_clip > 0 (a scale of "
             "0 / total wipes every gradient)", (_step(("settings.grad_clip > 0", "settings.grad_clip >= 0")),)),
     Mistake("schedule_off_by_one", "the learning-rate schedule is off by one: steps count from 0, the first step's "
@@ -381,8 +381,8 @@ TRAINING_STEP = (
             (_step(("(1.0 - settings.beta2**t)", "1.0"), ("(1.0 - settings.beta1**t)", "1.0")),)),
     Mistake("eps_misplaced", "epsilon is not where AdamW puts it: m_hat / (sqrt(v_hat) + 1e-8), outside the square "
             "root and after the bias correction",
-            (_step((_V_HAT, "(v / (1.0 - settings.beta2**t) + EPS).sqrt()")),
-             _step((_V_HAT, "(v.sqrt() + EPS) / math.sqrt(1.0 - settings.beta2**t)")))),
+            (_step((_V_HAT, "(v / (1.0 - settings.beta2**t) + 1e-8).sqrt()")),
+             _step((_V_HAT, "(v.sqrt() + 1e-8) / math.sqrt(1.0 - settings.beta2**t)")))),
 )  # fmt: skip
 
 _PROBABILITIES = "torch.multinomial(exp / exp.sum(dim=-1, keepdim=True)"

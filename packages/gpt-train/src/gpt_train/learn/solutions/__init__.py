@@ -1,3 +1,2 @@
-"""A passing answer to every step, as a learner's folder would hold it (the tests and the docs' transcript use
-them): each written here from tensor operations alone, as the learner writes it (the check refuses the built-ins
-and gpt-core's own kernels), a hand-derived backward in the backward steps, a tiled attention and a small task."""
+"""Each step's lesson, hints and passing answer, one file a step: `learn start` writes the stub from it (`steps.stub`),
+and a learner's folder of these files passes every step (the tests and the docs' transcript use them)."""

@@ -1,7 +1,20 @@
-"""The flash_attention step's answer: attention tile by tile with an online softmax, as a learner writes it
-(autograd derives the backward, one tile-sized operation at a time)."""
+"""Step 8: FlashAttention: the same attention, in tiles, never forming the (Tq, Tk) scores.
 
-import math
+Cut the queries and the keys into tiles of TILE. For each query tile keep, per row, a running max m, a
+running sum l and an unnormalised output acc, and visit the key tiles left to right:
+
+    s = q_tile k_tile^T / sqrt(d)              (tile, tile), -inf where a key lies after its query
+    m_new = max(m, rowmax(s))
+    p = exp(s - m_new)
+    l = l * exp(m - m_new) + rowsum(p)         what was summed so far was measured against the old max
+    acc = acc * exp(m - m_new) + p v_tile
+    m = m_new
+and the tile's output is acc / l (the online softmax). Query i still sits at position Tk - Tq + i.
+
+Check it with `gpt-train learn check flash_attention`: it runs T = 512 and refuses any tensor larger than
+a 128 x 128 tile (or the inputs), and F.scaled_dot_product_attention and torch.softmax. Autograd may derive
+the backward: each operation it records is a tile.
+"""
 
 import torch
 
@@ -9,12 +22,18 @@ TILE = 64
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """q: (B, H, Tq, d); k, v: (B, H, Tk, d) -> (B, H, Tq, d); query i sits at position Tk - Tq + i."""
+    """q: (B, H, Tq, d); k, v: (B, H, Tk, d) -> (B, H, Tq, d), tile by tile.
+
+    Hints: q[..., i : i + TILE, :] is a tile (the last one may be shorter); collect the output tiles in a
+    list and torch.cat them (in-place writes into one tensor get in autograd's way); with causal, a key tile
+    that starts after the query tile's last position can be skipped.
+    """
+    # BEGIN SOLUTION
     n_queries, n_keys = q.shape[-2], k.shape[-2]
     offset = n_keys - n_queries
     out = []
     for i in range(0, n_queries, TILE):
-        q_tile = q[..., i : i + TILE, :] / math.sqrt(q.shape[-1])  # (B, H, tq, d)
+        q_tile = q[..., i : i + TILE, :] / q.shape[-1] ** 0.5  # (B, H, tq, d)
         last_query = offset + i + q_tile.shape[-2] - 1
         running_max = q_tile.new_full((*q_tile.shape[:-1], 1), float("-inf"))  # m
         running_sum = q_tile.new_zeros((*q_tile.shape[:-1], 1))  # l
@@ -33,3 +52,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
             running_max = new_max
         out.append(acc / running_sum)
     return torch.cat(out, dim=-2)
+    # END SOLUTION

@@ -1,1 +1,1 @@
-"""The stub `gpt-train learn start STEP` writes, one file per step (the task step's answer builds on its stub)."""
+"""The task step's stub, which its answer extends; every other step's stub is written from its answer (`steps.stub`)."""
