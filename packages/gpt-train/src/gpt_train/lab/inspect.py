@@ -1,16 +1,12 @@
-"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report|phases`: the analyses of gpt_train.lab on a saved run.
-
-Each command prints its table and its findings (gpt_train.lab.findings), and writes its record (JSON) and picture
-into the run under gpt_viz.RunLayout's names; `report` runs them all and writes report.html. An InspectError (a
-TrainError) is one line from the command group.
-"""
+"""`gpt-train inspect RUN heads|logit-lens|patch|reads|report|phases`: each analysis prints its table and findings
+and writes its record and picture into the run; `report` runs them all (see docs/results/inspect.md)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import click
 import torch
@@ -30,9 +26,6 @@ from gpt_train.pictures import draw_attention_picture
 from gpt_train.run_names import RUN
 from gpt_viz import HELDOUT, RunLayout
 from gpt_viz import inspect_pictures as pictures
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 DEVICE_OPTION = click.option(
     "--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
@@ -64,8 +57,7 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
 
 
 class Inspected(NamedTuple):
-    """A saved run loaded for an analysis: its task, its model on `device`, and the step of the checkpoint read
-    (which a run still training moves on from: every record says which model it describes)."""
+    """A saved run loaded for an analysis; `step` is the checkpoint read, which every record names."""
 
     task: Task
     model: GPT
@@ -75,10 +67,8 @@ class Inspected(NamedTuple):
 
 
 def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -> Callable:
-    """Register `analyse` (called with the loaded run's fields, then --examples and its own options) as a subcommand
-    of `gpt-train inspect` with --examples, --device and --trust-kernels; --examples is checked against the split
-    after `prompt_answer` tasks are checked for, so a refusal comes first. `analyse` itself is returned as it is."""
-
+    """Register `analyse(run, examples, **options)` as `gpt-train inspect NAME` with --examples, --device and
+    --trust-kernels; a task of the wrong shape is refused before --examples is checked."""
     help = f"{what} (a fixed held-out sample; at most the split's size)."
 
     def decorate(analyse: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,8 +94,7 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
 
 
 def check_examples(task: Task, examples: int) -> None:
-    """Refuse a given --examples above the held-out examples (or text windows) the task scores at most, rather than
-    read it as the whole split (a typo of a few digits would otherwise score everything, for minutes)."""
+    """Refuse an --examples given above the held-out examples (or text windows) the task has: a typo would score all."""
     if click.get_current_context().get_parameter_source("examples") == click.core.ParameterSource.DEFAULT:
         return  # the default is a sample size that a smaller split simply holds all of
     if isinstance(task, PromptAnswerTask):
@@ -120,15 +109,8 @@ def check_examples(task: Task, examples: int) -> None:
         )
 
 
-def save(
-    record: dict[str, Any],
-    step: int,
-    draw: Callable[[dict[str, Any]], Figure],
-    paths: tuple[Path, Path],
-    find: Callable[[dict[str, Any]], Sequence[str]],
-) -> dict[str, Any]:
-    """Write the record, stamped with the step of the checkpoint it describes, and its picture (`paths`); print the
-    findings `find` reads in it; return the record."""
+def save(record: dict[str, Any], step: int, draw: Callable, paths: tuple[Path, Path], find: Callable) -> dict[str, Any]:
+    """Write the record, stamped with its checkpoint's step, and the picture `draw` makes; print what `find` finds."""
     record = record | {"step": step}
     json_path, picture_path = paths
     write_json_atomically(json_path, record)
@@ -337,11 +319,9 @@ def inspect_reads(run: Inspected, examples: int) -> dict[str, Any]:
                 (value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)
             ]
             click.echo(format_table(("written", *reads.values), rows))
-    minor = saved_minor_layers(run.layout, run.model)
-    find = lambda record: findings.reads_findings(record, minor)
-    return save(
-        reads.to_json(), run.step, pictures.head_reads_picture, (run.layout.reads, run.layout.reads_picture), find
-    )
+    find = functools.partial(findings.reads_findings, unused=saved_minor_layers(run.layout, run.model))
+    paths = run.layout.reads, run.layout.reads_picture
+    return save(reads.to_json(), run.step, pictures.head_reads_picture, paths, find)
 
 
 def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:

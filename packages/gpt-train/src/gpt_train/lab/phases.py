@@ -1,13 +1,7 @@
-"""Grokking's progress measures on a modadd run's own snapshots (Nanda et al. 2023, section 5):
-`gpt-train inspect RUN phases`.
-
-The key frequencies are those holding at least 5% of the trained model's number-embedding Fourier power. From each
-snapshot's weights, over every pair of each split (definitions: gpt_tasks.builtin.progress_measures): each split's
-accuracy and loss, which bound the phases (gpt_viz.phases); the *restricted loss*, the held-out loss of the logits'
-key-frequency part alone, which falls while the circuit forms, long before the held-out loss does; the *excluded
-loss*, the training loss with that part removed, which rises once training pairs are answered through the circuit;
-and the weight norm, which weight decay shrinks as memorisation is cleaned up.
-"""
+"""`gpt-train inspect RUN phases`: grokking's progress measures (Nanda et al. 2023, section 5) at each snapshot of
+a modadd run, with the key frequencies of its trained model: the restricted loss falls as the circuit forms, the
+excluded loss rises as it takes over, the weight norm shrinks in cleanup (gpt_tasks.builtin.progress_measures
+defines them; docs/results/grokking-phases.md shows them)."""
 
 from __future__ import annotations
 
@@ -25,10 +19,8 @@ from gpt_train.lab.common import InspectError
 from gpt_viz import HELDOUT, TRAIN, RunLayout, metric_key
 from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, grokking_phases
 
-SNAPSHOT_EVERY = 20
-"""The snapshot interval the error for a run without snapshots suggests: modadd's evaluation interval."""
-SPIKE = 0.05
-"""Nats: a training loss above it after the fit is a spike (a fitted modadd model's is below 0.01)."""
+SNAPSHOT_EVERY = 20  # what a run without snapshots is told to keep: modadd's evaluation interval
+SPIKE = 0.05  # nats: a training loss above it after the fit is a spike (a fitted modadd model's is below 0.01)
 
 TRAIN_ACCURACY, HELDOUT_ACCURACY = metric_key(TRAIN, "accuracy"), metric_key(HELDOUT, "accuracy")
 TRAIN_LOSS, HELDOUT_LOSS = metric_key(TRAIN, "loss"), metric_key(HELDOUT, "loss")
@@ -84,8 +76,7 @@ class SnapshotRun:
 
 
 def open_snapshot_run(run: str | Path, device: torch.device | str = "cpu", trust_kernels: bool = False) -> SnapshotRun:
-    """The modadd run `run` (a directory, or a task name for its newest run) and its key frequencies; a run of
-    another task, or one without snapshots, is one line (InspectError)."""
+    """The modadd run `run` (a directory or a task name) and its key frequencies; refuse one without snapshots."""
     from gpt_train.loading import load_run  # the loading of runs, imported with the command that reads one
 
     loaded = load_run(run, device, trust_kernels)
@@ -108,8 +99,7 @@ def open_snapshot_run(run: str | Path, device: torch.device | str = "cpu", trust
 def measure_progress(
     run: SnapshotRun | str | Path, progress: Callable[[int], None] = lambda _: None
 ) -> GrokkingProgress:
-    """The progress measures of a modadd run (opened, or a directory or task name to open on the CPU) at each
-    snapshot; `progress(1)` is called after each."""
+    """The measures at each snapshot of `run` (opened, or opened here on the CPU); `progress(1)` after each."""
     from gpt_train.loading import load_snapshots
 
     if not isinstance(run, SnapshotRun):

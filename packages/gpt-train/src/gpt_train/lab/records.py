@@ -1,11 +1,6 @@
-"""The inspect records a run holds, read back for the explorer: each checked field by field against the model it
-describes, and kept only as the fields the explorer and the findings read.
-
-A record is a JSON file anyone can edit, so nothing in it is trusted: every number must be a finite int or float
-(not a bool, not NaN or infinity, which Python's json reads and strict JSON cannot carry), every text a string,
-every grid of the model's shape (its layers, heads and depths) with rows of one length. A record that fails any
-check is one `usable` returns None for, and the explorer leaves it out, as if it had never been written.
-"""
+"""The inspect records a run holds, read back for the explorer: a JSON file anyone can edit, so each field the
+explorer and the findings read is checked (finite numbers, not bools; grids of the model's shape) and only those are
+kept; a record failing any check is left out as if never written."""
 
 from __future__ import annotations
 
@@ -118,15 +113,3 @@ def reads(record: dict[str, Any], model: GPTConfig) -> dict[str, Any]:
         "reads": listed(record["reads"], lambda heads: listed(heads, table, model.n_head), model.n_layer),
         "on_answer": grid(record["on_answer"], model.n_layer, model.n_head),
     }
-
-
-def usable(
-    record: Any, check: Callable[[dict[str, Any], GPTConfig], dict[str, Any]], model: GPTConfig
-) -> dict[str, Any] | None:
-    """The fields of `record` that `check` reads, checked against `model`; None where any is missing or unusable."""
-    if not isinstance(record, dict):
-        return None
-    try:
-        return check(record, model)
-    except (Unusable, KeyError):
-        return None

@@ -1,7 +1,5 @@
-"""report.html: one page per run that explains the trained model, findings first (gpt_train.lab.findings), then each
-analysis's picture, its table and how to read it. Pictures (base64) and styles are inline, so the file opens offline
-and never fetches anything; every text is HTML-escaped.
-"""
+"""report.html: one page per run that explains the trained model, findings first, then each analysis's picture, its
+table and how to read it; pictures and styles inline, so it opens offline and fetches nothing."""
 
 from __future__ import annotations
 
@@ -17,12 +15,8 @@ from gpt_train.lab import findings
 from gpt_viz import RunLayout
 from gpt_viz.explore import page_head
 
-REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")
-"""The hook points the report patches: where the difference sits entering each layer, then what each
-layer's attention and MLP add."""
-TEMPLATE = "report_template.html"
-MARKER = re.compile(r"__([A-Z]+)__")
-"""Where report_template.html takes a part of the page (__HEAD__, __TITLE__, __SUMMARY__, __FINDINGS__, ...)."""
+REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")  # what enters each layer, then what attention and MLP add
+MARKER = re.compile(r"__([A-Z]+)__")  # where report_template.html takes a part of the page: __TITLE__, ...
 
 MEANING = {
     "heads": (
@@ -32,7 +26,7 @@ MEANING = {
         f"heads at once: a layer within {findings.UNUSED_TOLERANCE:.1%} of the clean model is unused, within "
         f"{findings.NEEDED_COST:.0%} nearly unused."
     ),
-    "logit_lens": (
+    "logit-lens": (
         "The residual stream read out early, through the final LayerNorm and the output head, as if the model "
         "stopped there. The left curve is exact match at each depth; the grid splits accuracy by answer "
         f"position. The answer appears at the first depth reaching {findings.APPEARS_SHARE:.0%} of the model's "
@@ -116,7 +110,8 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         "reads": findings.reads_findings(reads, findings.minor_layers(heads)),
     }
 
-    def section(anchor: str, title: str, meaning: str, image: Path, tables: Sequence[str]) -> str:
+    def section(anchor: str, title: str, image: Path, tables: Sequence[str], meaning: str | None = None) -> str:
+        meaning = MEANING[anchor] if meaning is None else meaning
         return (
             f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{findings_list(found[anchor])}'
             f"<p>{html.escape(meaning)}</p><figure>{picture(image)}</figure>{''.join(tables)}</section>"
@@ -129,26 +124,21 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
             f" Pairs such as {example['clean']} against {example['corrupted']}, measured at answer position "
             f"{record['answer_position']}."
         )
-        title = f"What the answer depends on: patching {point}"
-        meaning, picture_path = MEANING["patching"] + pair, layout.patching_picture(point)
-        patches.append(section(f"patch-{point}", title, meaning, picture_path, patching_tables(record)))
+        title, image = f"What the answer depends on: patching {point}", layout.patching_picture(point)
+        patches.append(section(f"patch-{point}", title, image, patching_tables(record), MEANING["patching"] + pair))
     sections = [
-        section("heads", "Which heads matter: ablation", MEANING["heads"], layout.heads_picture, heads_tables(heads)),
+        section("heads", "Which heads matter: ablation", layout.heads_picture, heads_tables(heads)),
         section(
-            "logit-lens",
-            "Where the answer appears: the logit lens",
-            MEANING["logit_lens"],
-            layout.logit_lens_picture,
-            logit_lens_tables(lens),
+            "logit-lens", "Where the answer appears: the logit lens", layout.logit_lens_picture, logit_lens_tables(lens)
         ),
         *patches,
-        section("reads", "What each head reads", MEANING["reads"], layout.reads_picture, reads_tables(reads)),
+        section("reads", "What each head reads", layout.reads_picture, reads_tables(reads)),
     ]
     summary = (
         f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
-    template = resources.files("gpt_train.lab").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    template = resources.files("gpt_train.lab").joinpath("report_template.html").read_text(encoding="utf-8")
     title = f"{task} — {layout.root.name}"
     parts = {
         "HEAD": page_head(f"{title} · gpt-train report"),
@@ -158,10 +148,5 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         "RULES": html.escape(findings.RULES),
         "SECTIONS": "".join(sections),
     }
-    return fill_template(template, parts)
-
-
-def fill_template(template: str, parts: Mapping[str, str]) -> str:
-    """`template` with each marker __NAME__ replaced by parts[NAME] in one pass, so a part's own text (a run named
-    `x__SECTIONS__`) is never searched for markers; a marker without a part is kept."""
+    # in one pass, so a part's own text (a run named `x__SECTIONS__`) is never searched for markers
     return MARKER.sub(lambda match: parts.get(match.group(1), match.group(0)), template)

@@ -1,13 +1,6 @@
-"""`gpt-train serve RUN`: the explorer on the learner's own prompt, served from this machine.
-
-The page (serve_page.html) asks for two things only: the run's summary (`/api/run`: its shape, the head to open on,
-the findings and the inspect records it holds) and the model on a prompt (`/api/prompt?text=...`,
-gpt_train.lab.explain). No file is read on request, and the page fetches nothing from anywhere else.
-
-The standard library's ThreadingHTTPServer is enough for one learner's browser and adds no dependency; threads keep a
-slow prompt from stalling the page's other request, and one lock lets one request at a time use the model (its hooks
-are per model, not per thread). It listens on 127.0.0.1 unless --host names another address.
-"""
+"""`gpt-train serve RUN`: the explorer on the learner's own prompt. The page (serve_page.html) asks for the run's
+summary (/api/run) and the model on a prompt (/api/prompt?text=...); no file is read on request. The stdlib's
+threading server adds no dependency; one lock lets one request at a time use the model (its hooks are per model)."""
 
 from __future__ import annotations
 
@@ -43,12 +36,9 @@ from gpt_viz.inspect_pictures import load_inspection, most_needed_head
 PAGE = "serve_page.html"
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8765
-MAX_REQUEST_LINE = 8_192
-"""Longer request lines (a prompt far past any block) are refused with 414 before they are parsed."""
-CONNECTION_TIMEOUT = 30.0
-"""Seconds a connection may wait for the client's next bytes (or for it to take the answer) before it is closed."""
-MAX_CONNECTIONS = 64
-"""Connections served at once; one more is answered 503 and closed, so idle clients cannot pile up threads."""
+MAX_REQUEST_LINE = 8_192  # longer ones (a prompt far past any block) are refused with 414 before they are parsed
+CONNECTION_TIMEOUT = 30.0  # seconds a connection may wait for the client's next bytes before it is closed
+MAX_CONNECTIONS = 64  # served at once; one more is answered 503, so idle clients cannot pile up threads
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "connect-src 'self'; img-src 'self' data:",
@@ -59,8 +49,7 @@ SECURITY_HEADERS = {
 
 
 def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[str]]:
-    """The inspect records the run holds, each checked against this model (gpt_train.lab.records) and kept as the
-    fields the page and the findings read; and the names of the files left out as unreadable or unusable."""
+    """The run's inspect records that `records` finds usable for this model, and the names of those left out."""
     records: dict[str, Any] = {"patching": {}}
     left_out = []
     checks = [
@@ -73,8 +62,8 @@ def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[s
         if not path.is_file():
             continue
         try:
-            record = record_checks.usable(load_inspection(path), check, model.config)
-        except VizError:
+            record = check(load_inspection(path), model.config)
+        except (VizError, record_checks.Unusable, KeyError):  # unreadable, or a field missing or unusable
             record = None
         if record is None:
             left_out.append(path.name)
@@ -152,11 +141,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             fields = parse_qs(query, keep_blank_values=True, errors="strict", max_num_fields=4)
         except UnicodeDecodeError:
-            self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the prompt is not UTF-8 text"})
-            return
+            return self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the prompt is not UTF-8 text"})
         except ValueError:
-            self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the request has too many fields"})
-            return
+            return self.send_json(HTTPStatus.BAD_REQUEST, {"error": "the request has too many fields"})
         try:
             view = self.explorer.prompt(fields.get("text", [""])[0])
             body = json.dumps(view, allow_nan=False).encode("utf-8")  # NaN from a model's weights: its failure
@@ -196,8 +183,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class ExplorerServer(ThreadingHTTPServer):
-    """At most MAX_CONNECTIONS connections at once, each in its own thread; one that disconnects or times out
-    ends without a word."""
+    """At most MAX_CONNECTIONS connections, each in its own thread; one that disconnects or times out ends quietly."""
 
     daemon_threads = True  # a request still running never keeps Ctrl-C from ending the process
     busy_reply = (
