@@ -1,16 +1,9 @@
 """Decoding in steps whose shapes never change, so that a GPU can record one step and replay it per token.
 
-A KV-cached step is one token's worth of arithmetic spread over about a hundred small operations, so on a
-GPU its time goes to launching kernels. A CUDA graph records the launches once and replays them as one,
-but only a step that is the same every time can be recorded: the same shapes, the same memory, and no
-number read back to the host. The model's own cached forward is none of these (each step's keys are one
-longer, the filled length is a Python int, the position ids are checked on the host). The step here
- - writes its keys and values at a position held in a device tensor (`KVCache.write`),
- - attends over every slot of the preallocated cache, the slots after its own masked out,
- - advances that position itself, on the device.
-Its arithmetic is the model's: the same modules, weights and kernels, with attention written out as its
-definition, softmax(q k^T / sqrt(d) + mask) v, by the kernel set's softmax (an attention kernel takes no
-mask). The prompt is prefilled by the model's forward, exactly as without it.
+A cached step's time on a GPU goes to launching about a hundred small kernels; a CUDA graph replays them as one,
+but only for a step with the same shapes and memory every time and nothing read back to the host. So the step here
+writes its keys and values at a position held on the device, attends over every slot of the cache with the unfilled
+ones masked (softmax(q k^T / sqrt(d) + mask) v, by the kernel set's softmax), and advances that position itself.
 """
 
 from __future__ import annotations
@@ -27,8 +20,7 @@ WARMUP_STEPS = 3
 
 
 def static_step_refusal(model: GPT) -> str | None:
-    """Why `model` cannot decode with the static step (None: it can): the step fires no hooks and applies no
-    dropout, so a hooked model, or one training with dropout, keeps the model's own cached forward."""
+    """Why `model` cannot decode with the static step (None: it can): the step fires no hooks and applies no dropout."""
     if model._hooks:
         return "the static decoding step fires no hooks; remove them or decode with static=False"
     if model.training and model.config.dropout:
@@ -39,10 +31,8 @@ def static_step_refusal(model: GPT) -> str | None:
 class StaticDecoder:
     """Decodes `model` one token per row at a time for up to `max_length` positions, in steps of fixed shapes.
 
-    `positions` (B, max_length): each row's position ids (a randomized model's); None: the model's own
-    0, 1, 2, ... With `graph` (CUDA only) the first step is captured as a CUDA graph and every step replays
-    it; without, each step runs eagerly, the same operations on the same shapes.
-    """
+    `positions` (B, max_length): each row's ids (None: 0, 1, 2, ...). With `graph` (CUDA only) the first step is
+    captured as a CUDA graph and every step replays it."""
 
     def __init__(self, model: GPT, batch_size: int, max_length: int, positions: Tensor | None = None,
                  graph: bool = False):  # fmt: skip
@@ -85,8 +75,7 @@ class StaticDecoder:
         return self.logits
 
     def _capture(self) -> None:
-        """Warm up on a side stream, then record one step. The warm-up steps each write this token's keys and
-        values where the first replay writes them again, and each puts the write position back."""
+        """Warm up on a side stream (each step putting the write position back), then record one step."""
         start = self.at.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -117,8 +106,7 @@ class StaticDecoder:
         return model.lm_head(model.ln_f(x))  # (B, 1, V)
 
     def _attend(self, attn: MultiHeadAttention, x: Tensor, where: Tensor, hidden: Tensor) -> Tensor:
-        """`attn` for one new token per row (B, 1, C), attending over every slot of the cache, the hidden ones
-        masked: softmax(q k^T / sqrt(d) + mask) v by the kernel set's softmax."""
+        """`attn` for one new token per row (B, 1, C) over every slot of the cache, the hidden ones masked."""
         B, _, C = x.shape
         q, k, v = attn.qkv(x).view(B, 1, 3, attn.n_head, C // attn.n_head).permute(2, 0, 3, 1, 4)  # (B, H, 1, d)
         if attn.rope is not None:

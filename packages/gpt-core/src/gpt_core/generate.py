@@ -20,9 +20,8 @@ def next_token(
     generator: torch.Generator | None = None,
     softmax: Callable[[Tensor], Tensor] = softmax,
 ) -> Tensor:
-    """Pick one token per row of logits (B, V): argmax when temperature is 0, else a sample
-    from softmax(logits / temperature) restricted to the top_k most likely tokens (`softmax`: the
-    kernel, a model's `kernels.sampling_softmax`)."""
+    """One token per row of logits (B, V): argmax at temperature 0, else a sample from
+    softmax(logits / temperature) over the top_k most likely tokens."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
@@ -46,22 +45,10 @@ def generate(
 ) -> Tensor:
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
 
-    temperature 0 is greedy decoding. With learned positions the model has no vectors past
-    block_size, so generation stops when the model would have to read more than block_size
-    tokens: the output holds at most block_size + 1 tokens (the last one predicted from a full
-    block). With `slide`, it instead continues from the last block_size // 2 tokens as a fresh
-    prompt, block after block, for text longer than the model can see at once. With rope or
-    none positions it runs as far as asked, past the trained length. (Where `max_positions`
-    is set, it takes block_size's place in all of this.)
-    A model with randomized_positions decodes as Ruoss et al. (2023) evaluate: each sequence gets
-    sorted random position ids for its whole length (prompt and new tokens), drawn once with
-    `generator` (the global RNG if None), so cached and uncached decoding see the same ids.
-    Without the cache, each step re-runs the whole sequence; with it, only the new token.
-    `static` decodes with the cache in steps of fixed shapes (`gpt_core.decode`): on CUDA the step is captured
-    once as a CUDA graph and replayed for every token, elsewhere it runs eagerly; the tokens are the cached
-    path's. It is asked for, not the default, until a GPU has measured it (`benchmarks/kv_cache.py`).
-    Runs in inference mode (no autograd bookkeeping at all, which a cached batch-1 step would feel
-    even under no_grad) and returns an ordinary tensor, which later training may use.
+    With learned positions it stops at position_limit + 1 tokens, or with `slide` continues from the last
+    position_limit // 2 tokens as a fresh prompt; rope and none run as far as asked. A randomized model's
+    position ids are drawn once for the whole sequence with `generator`. `static` decodes in steps of fixed
+    shapes (`gpt_core.decode`), a CUDA graph on CUDA. Runs in inference mode; returns an ordinary tensor.
     """
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
@@ -112,7 +99,6 @@ def _generate_once(
         return idx
 
     length = T + n_new - 1  # the last token is never read
-    # Sampled once for the whole sequence; None gives the model's own 0 .. T-1.
     positions = model.sample_positions(B, length, generator) if config.randomized_positions else None
     if static:
         decoder = StaticDecoder(model, B, length, positions, graph=idx.device.type == "cuda")

@@ -1,14 +1,8 @@
 """GPT-2 in the Hugging Face layout: its config.json and tensor names, to and from gpt-core's.
 
-gpt-core's default architecture is GPT-2's (pre-norm blocks, learned positions, tanh GELU, biases,
-LayerNorm eps 1e-5, attention scaled by 1/sqrt(head size), the head tied to the token embedding), so
-a GPT-2 checkpoint is the same numbers under other names. Two differences of layout: Hugging Face
-stores the four projections (c_attn, attn.c_proj, c_fc, mlp.c_proj) as Conv1D, weight (in, out),
-where gpt-core's Linear holds (out, in); and its names carry a `transformer.` prefix (saved by
-`GPT2LMHeadModel`) or none (OpenAI's converted checkpoints, `GPT2Model`).
-
-Only the mapping lives here, on dictionaries and tensors: no file is read, and neither transformers
-nor safetensors is needed (gpt-train reads and writes the files).
+gpt-core's default architecture is GPT-2's, so a GPT-2 checkpoint is the same numbers under other names; Hugging
+Face stores the four projections as Conv1D, weight (in, out), and prefixes names with `transformer.` (or not, in
+OpenAI's converted checkpoints). Only the mapping lives here: gpt-train reads and writes the files.
 """
 
 from __future__ import annotations
@@ -22,10 +16,7 @@ from torch import Tensor
 from gpt_core.model import GPT, GPTConfig
 
 LAYER_NORM_EPS = 1e-5
-"""gpt-core's LayerNorm epsilon, which is GPT-2's."""
-
-TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")
-"""Hugging Face's names for the tanh approximation of GELU (the same function, two implementations)."""
+TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh")  # Hugging Face's names for the tanh GELU
 
 HF_DEFAULTS: dict[str, Any] = {
     "vocab_size": 50257,
@@ -47,9 +38,7 @@ HF_DEFAULTS: dict[str, Any] = {
 """transformers.GPT2Config's defaults: what a config.json that leaves a key out means."""
 
 PREFIX = "transformer."
-CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-"""Per-block modules Hugging Face stores as Conv1D, weight (in, out)."""
-
+CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # stored as Conv1D, weight (in, out)
 BLOCK_NAMES = {
     "ln_1": "ln1",
     "attn.c_attn": "attn.qkv",
@@ -80,7 +69,8 @@ def config_from_hf(hf: Mapping[str, Any]) -> GPTConfig:
     _require(c["add_cross_attention"] is False, c, "add_cross_attention", "false (a decoder only)")
     rates = {name: c[name] for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
     if len(set(rates.values())) != 1:
-        raise ValueError(f"gpt-core has one dropout rate; config.json has {_listed(rates)}")
+        listed = ", ".join(f"{k}={v}" for k, v in rates.items())
+        raise ValueError(f"gpt-core has one dropout rate; config.json has {listed}")
     return GPTConfig(
         vocab_size=c["vocab_size"],
         block_size=c["n_positions"],
@@ -95,10 +85,6 @@ def config_from_hf(hf: Mapping[str, Any]) -> GPTConfig:
 def _require(holds: bool, config: dict[str, Any], key: str, wanted: str) -> None:
     if not holds:
         raise ValueError(f"{key} is {config[key]!r}; gpt-core computes GPT-2 with {wanted}")
-
-
-def _listed(values: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
 def not_gpt2(config: GPTConfig) -> str | None:
@@ -117,11 +103,15 @@ def not_gpt2(config: GPTConfig) -> str | None:
     return f"{', '.join(named)}: GPT-2 has learned positions, LayerNorm, residual connections, biases and MLPs"
 
 
-def hf_config(config: GPTConfig) -> dict[str, Any]:
-    """The Hugging Face config.json (a dict) of a GPT-2 model of `config`; ValueError if it is not GPT-2's."""
+def _check_gpt2(config: GPTConfig) -> None:
     reason = not_gpt2(config)
     if reason is not None:
         raise ValueError(f"not a GPT-2 architecture ({reason})")
+
+
+def hf_config(config: GPTConfig) -> dict[str, Any]:
+    """The Hugging Face config.json (a dict) of a GPT-2 model of `config`; ValueError if it is not GPT-2's."""
+    _check_gpt2(config)
     return HF_DEFAULTS | {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -166,12 +156,8 @@ def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
 
 
 def state_dict_from_hf(tensors: Mapping[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
-    """A Hugging Face GPT-2 state dict -> gpt-core's parameters of a GPT of `config`, by name.
-
-    Conv1D weights are transposed (a view; copying into the model makes them contiguous). A tied head's
-    `lm_head.weight`, where a checkpoint holds one, is left out: tied, the head is the token embedding,
-    as transformers ties it. ValueError naming the first tensor that is unknown, missing or misshapen.
-    """
+    """A Hugging Face GPT-2 state dict -> gpt-core's parameters of a GPT of `config`, Conv1D weights transposed
+    (views), a tied head left out; ValueError naming the first tensor that is unknown, missing or misshapen."""
     shapes = expected_shapes(config)
     ours: dict[str, Tensor] = {}
     for hf_name, tensor in tensors.items():
@@ -213,9 +199,7 @@ def _hf_name(our_name: str) -> str:
 def hf_state_dict(model: GPT) -> dict[str, Tensor]:
     """The model's parameters under GPT2LMHeadModel's names, Conv1D weights transposed, each a contiguous
     copy on the CPU (what safetensors writes); a tied head is written once, as the token embedding."""
-    reason = not_gpt2(model.config)
-    if reason is not None:
-        raise ValueError(f"not a GPT-2 architecture ({reason})")
+    _check_gpt2(model.config)
     tensors = {}
     for name, param in model.named_parameters():  # a tied head is the embedding: listed once
         hf_name = _hf_name(name)

@@ -1,21 +1,10 @@
 """Hook points: a name for every intermediate of the forward pass, and the functions set on them.
 
-Reading a model's insides (the residual stream, each head's output) and editing them (zeroing a head,
-patching in an activation from another prompt) is how one finds out what each piece does. Every
-activation the forward computes has a name (`hook_names`); a hook is a function `fn(tensor, name)`
-that reads the activation and returns None to keep it, or returns a tensor of the same shape that
-replaces it from there on, autograd included. `GPT.hooks` sets them for a with-block and
-`GPT.run_with_cache` records them.
-
-The model keeps one `Hooks` per model, shared by its blocks. It is empty while no hook is set, so a
-forward without hooks pays one emptiness test per hook point and nothing else: `HookPoints.hook` is
-a plain method, not a module per point, because a module call per point would cost more than a
-KV-cached decoding step can spare. While hooks are set, `offset` says where in its sequences the
-forward now firing them starts (the KV cache's filled length): a hook is handed (.., T, ..)
-activations of the call's T new positions, and a KV-cached call of any length (a one-token prompt,
-a prefill after a prefix) can only be placed by it. A forward given `read` (the positions whose logits
-are wanted) hands the last block's hooks from `ln2` on, and `ln_final` and `logits`, the N read rows alone:
-(N, C), (N, 4C), (N, V).
+A hook `fn(activation, name)` reads an activation and returns None to keep it or a tensor of the same shape to
+replace it from there on, autograd included (zeroing a head, patching an activation in). `GPT.hooks` sets them for
+a with-block, `GPT.run_with_cache` records them. A hook is handed the (.., T, ..) activations of the call's T new
+positions, the first at `offset` (the KV cache's filled length); with `read`, the last block's hooks from `ln2` on,
+`ln_final` and `logits` see only the N read rows.
 """
 
 from __future__ import annotations
@@ -56,8 +45,7 @@ MLP_POINTS = ("ln2", "mlp_hidden", "mlp_out")
 
 
 def hook_names(n_layer: int, learned_positions: bool, mlp: bool = True) -> list[str]:
-    """Every hook name of a model with `n_layer` blocks, in forward order (pos_embed only with a learned table,
-    the MLP's points only with MLPs)."""
+    """Every hook name of a model with `n_layer` blocks, in forward order."""
     points = BLOCK_POINTS if mlp else tuple(point for point in BLOCK_POINTS if point not in MLP_POINTS)
     names = ["embed", "pos_embed"] if learned_positions else ["embed"]
     names += [block_hook(layer, point) for layer in range(n_layer) for point in points]
@@ -80,8 +68,7 @@ def check_hooks(fns: Mapping[str, object], known: Sequence[str]) -> None:
 
 
 def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
-    """What a hook's return value makes of `activation`: itself for None, else the returned tensor,
-    which must have the activation's shape (a mistake here would otherwise surface layers later)."""
+    """What a hook's return value makes of `activation`: itself for None, else the tensor, of the same shape."""
     if returned is None:
         return activation
     if not isinstance(returned, Tensor):
@@ -95,16 +82,10 @@ def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
 
 
 class Hooks(dict[str, list[HookFn]]):
-    """The hooks set on one model: for each name, the functions to call, in the order they were set.
+    """The hooks set on one model: for each name, the functions to call, outer (first set) first.
 
-    A dict, so that `if hooks:` at a hook point is the C-level emptiness test of a dict, far cheaper
-    than a Python `__bool__` (`benchmarks/hooks_overhead.py`). Nested `added` blocks compose: on a name hooked
-    twice the outer hook runs first and the inner one sees its result. Each block removes exactly
-    what it added when it ends, whether or not it raised.
-
-    `offset` is the sequence index of the first of the T positions the current forward hands its hooks:
-    `GPT.forward` sets it (to its KV cache's filled length, 0 without a cache) before firing anything,
-    and only while a hook is set, so a forward without hooks does not pay for it.
+    A dict, so that `if hooks:` at a hook point is a dict's C-level emptiness test, which a forward without hooks
+    pays instead of a module call per point. `offset` is set by `GPT.forward` only while a hook is set.
     """
 
     offset: int = 0
@@ -117,7 +98,7 @@ class Hooks(dict[str, list[HookFn]]):
 
     @contextmanager
     def added(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
-        """Set `fns` (already checked) for the with-block."""
+        """Set `fns` (already checked) for the with-block; it removes exactly what it added, raising or not."""
         entries = list(fns.items())
         for name, fn in entries:
             self.setdefault(name, []).append(fn)
@@ -128,7 +109,6 @@ class Hooks(dict[str, list[HookFn]]):
                 self._remove(name, fn)
 
     def _remove(self, name: str, fn: HookFn) -> None:
-        """Remove the last-set occurrence of `fn` on `name`, and the name once nothing is left on it."""
         chain = self[name]
         del chain[max(i for i, f in enumerate(chain) if f is fn)]
         if not chain:

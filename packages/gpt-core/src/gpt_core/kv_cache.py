@@ -33,10 +33,8 @@ class KVCache:
         self.length = 0
 
     def store(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write this step's k, v (B, H, T, d) after the filled part; return all filled keys and values.
-
-        `length` is advanced once per model forward by `advance`, after every layer has stored.
-        """
+        """Write this step's k, v (B, H, T, d) after the filled part; return all filled keys and values. `length`
+        is advanced once per forward by `advance`, after every layer has stored."""
         end = self.length + k.shape[-2]
         if end > self.max_length:
             raise ValueError(f"KV cache is full: {end} positions needed, {self.max_length} allocated")
@@ -48,12 +46,8 @@ class KVCache:
         self.length += n_positions
 
     def write(self, layer: int, k: Tensor, v: Tensor, at: Tensor) -> tuple[Tensor, Tensor]:
-        """Write one step's k, v (B, H, 1, d) at the position held in the device tensor `at` (1,); return the whole
-        buffers (B, H, T_max, d), unfilled positions included, for the caller to mask.
-
-        Nothing is read back to the host and the shapes never change, so a step built on it can be captured as a
-        CUDA graph. `length` is the caller's to advance, on the host, beside its position on the device.
-        """
+        """Write one step's k, v (B, H, 1, d) at the device position `at` (1,); return the whole buffers
+        (B, H, T_max, d) for the caller to mask. Nothing goes to the host: a CUDA graph can capture it."""
         keys, values = self.keys[layer], self.values[layer]  # (B, H, T_max, d) views into the buffers
         keys.index_copy_(2, at, k.to(keys.dtype))
         values.index_copy_(2, at, v.to(values.dtype))

@@ -27,15 +27,11 @@ from gpt_core.reference import dropout
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Everything that fixes a model's shape. Validated on construction.
+    """Everything that fixes a model's shape, validated on construction.
 
-    pos: "learned" (a table of position vectors), "rope" (rotary, applied to queries and keys) or
-    "none"; `max_positions` (0: block_size) is the range of position ids and `randomized_positions`
-    draws them at random in training (`gpt_core.positions` explains both). `layernorm`, `residual` and
-    `mlp` switch those parts off (mlp=False: attention-only blocks, with no ln2, mlp_hidden, mlp_out hook
-    points); `tie_weights` shares the token embedding with the output head. `init_scale` multiplies every
-    initial weight matrix (GPT-2's std 0.02 init): a larger weight norm at initialisation delays
-    generalisation, the lever behind grokking (Liu et al. 2022, "Omnigrok"); 1.0 is GPT-2's init exactly.
+    pos, max_positions (0: block_size) and randomized_positions: see `gpt_core.positions`. `layernorm`, `residual`
+    and `mlp` switch those parts off. `init_scale` multiplies every initial weight matrix: a larger weight norm
+    delays generalisation, the lever behind grokking (Liu et al. 2022, "Omnigrok").
     """
 
     vocab_size: int
@@ -163,10 +159,7 @@ class GELU(nn.Module):
 
 class MultiHeadAttention(HookPoints, nn.Module):
     """Causal self-attention: one fused qkv projection, split into heads, attention, output projection.
-
-    Fires the hook points q, k, v, pattern and z of block `layer`; the k and v hooks see this call's
-    new positions before they enter the cache, so a replacement is what later cached steps attend to.
-    """
+    The k and v hooks see the new positions before they enter the cache, so later steps attend to a replacement."""
 
     def __init__(self, n_embd: int, n_head: int, bias: bool, dropout_p: float, rope: RotaryEmbedding | None = None,
                  kernels: Kernels = DEFAULT_KERNELS, hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
@@ -249,10 +242,7 @@ class Block(HookPoints, nn.Module):
 
 class GPT(HookPoints, nn.Module):
     """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head.
-
-    `kernels` are the functions this model alone computes attention, LayerNorm, GELU, the loss and
-    sampling's softmax with; they draw no random numbers, so the initial weights are the same whichever are chosen.
-    """
+    Its `kernels` draw no random numbers, so the initial weights are the same whichever are chosen."""
 
     def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
         super().__init__()
@@ -281,8 +271,7 @@ class GPT(HookPoints, nn.Module):
                 nn.init.normal_(block.mlp.proj.weight, std=std)
 
     def _scale_initial_weights(self) -> None:
-        """Every weight matrix times `init_scale` (Omnigrok's alpha), after the draws, so that with 1.0 the
-        weights are the unscaled model's; norms and biases keep their 1 and 0, a tied embedding is scaled once."""
+        """Every weight matrix (a tied one once) times `init_scale`, after the draws; norms and biases unchanged."""
         with torch.no_grad():
             for param in self.parameters():  # each tensor once, however many modules share it
                 if param.dim() >= 2:
@@ -297,26 +286,22 @@ class GPT(HookPoints, nn.Module):
 
     @contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
-        """Within the with-block, every forward (cached or not) passes each named activation to its
-        fn(activation, name), which returns None to keep it or a tensor of the same shape to use
-        instead (gradients flow through it). Nested blocks compose, outer hook first; each removes
-        its own hooks when it ends, raising or not. An unknown name is a ValueError, nothing set."""
+        """Within the with-block, every forward hands each named activation to fn(activation, name), which returns
+        None to keep it or a tensor of the same shape to use instead; nested blocks compose, outer hook first."""
         check_hooks(fns, self.hook_names())
         with self._hooks.added(fns):
             yield
 
     @property
     def hook_offset(self) -> int:
-        """For a hook, during a forward: the sequence index of the first of the T positions its activation
-        (.., T, ..) holds, i.e. the KV cache's filled length before this call (0 without a cache)."""
+        """For a hook: the sequence index of the first of the T positions its activation holds."""
         return self._hooks.offset
 
     def run_with_cache(
         self, idx: Tensor, names: Iterable[str] | None = None, **forward_kwargs: Any
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The logits of `self(idx, **forward_kwargs)` and the named activations (every hook name when
-        `names` is None), detached, keyed by name in forward order. Runs in the caller's grad mode:
-        wrap it in torch.no_grad() when only the numbers are wanted."""
+        """The logits of `self(idx, **forward_kwargs)` and the named activations (all by default), detached, in
+        forward order; in the caller's grad mode."""
         wanted = self.hook_names() if names is None else list(names)
         recorded: dict[str, Tensor] = {}
 
@@ -342,11 +327,9 @@ class GPT(HookPoints, nn.Module):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | None = None,
                 positions: Tensor | None = None, read: Tensor | None = None) -> GPTOutput:  # fmt: skip
-        """Token ids (B, T) -> GPTOutput: logits (B, T, V) and, given targets (B, T), the loss over those not
-        IGNORE_INDEX. With a `cache`, `idx` holds only the new tokens. `positions` (T,) or (B, T): the tokens'
-        ids (default: the next T after the cache's; drawn in training with randomized_positions). `read` (B, T)
-        bool: the last block asks from its first True position (no hooks set), its MLP and the head run only where
-        True: logits `logits[read]` (N, V), the loss over `targets[read]`, the hooks from that MLP on N rows."""
+        """Token ids (B, T) -> logits (B, T, V) and, given targets, the loss over those not IGNORE_INDEX. With a
+        `cache`, `idx` holds only the new tokens; `positions` (T,) or (B, T) are their ids (default: the next T).
+        `read` (B, T) bool: the last block's MLP and the head run only where True, giving `logits[read]` (N, V)."""
         B, T = idx.shape
         offset = cache.length if cache is not None else None
         if positions is None:

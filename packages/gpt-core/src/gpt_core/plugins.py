@@ -1,30 +1,9 @@
-"""The one plugin system of tasks and kernels: one pluggy project, one `hookimpl` marker, one hookspec
-class holding every hook, and one loader that keeps a broken plugin from taking the others down.
+"""The one plugin system of tasks and kernels: one pluggy project, one `hookimpl` marker, one loader.
 
-A plugin is a module with a function marked `@hookimpl`, named by an entry point of an installed
-distribution, one entry-point group per kind of plugin:
-
-    [project.entry-points.gpt_tasks]           # or gpt_kernels
-    reverse = "gpt_task_reverse"
-
-    from gpt_core.plugins import hookimpl
-
-    @hookimpl
-    def register_tasks(register):              # register(TaskClass), once per task
-        register(ReverseTask)
-
-    @hookimpl
-    def register_kernels(register):            # register(slot, name, kernel), once per kernel
-        register("attention", "flash", flash_attention)
-
-It lives in gpt-core because it is what both kinds depend on: a kernel plugin needs gpt-core alone, a task
-plugin gpt-tasks (which uses gpt-core). Each registry (gpt_tasks.Registry, gpt_train.kernels.KernelRegistry)
-says what a registration is and checks it; loading is the same for both, here: a plugin that fails to import,
-or whose hook raises (a registration refused by the check included), is one warning naming it, and nothing it
-registered is kept; a name two plugins register is an error naming both; every other plugin keeps working.
-
-The contract (these hooks, the `Task` members, the kernel slots and their signatures) is version API_VERSION,
-declared in gpt-tasks' README ("The plugin contract"), with the rule for changing it.
+A plugin module marks `register_tasks(register)` or `register_kernels(register)` with `@hookimpl` and is named by
+an entry point in the group `gpt_tasks` or `gpt_kernels`. A plugin that fails to import or register is one warning
+and keeps nothing; a name two plugins register is an error naming both. The contract is version API_VERSION
+(gpt-tasks' README, "The plugin contract").
 """
 
 from __future__ import annotations
@@ -43,22 +22,18 @@ from typing import Any, Generic, Protocol, TypeVar
 import pluggy
 
 API_VERSION = 1
-"""The version of the plugin contract: a plugin needing a later one raises on import (`if API_VERSION < 2: raise
-ImportError(...)`), which the loader reports as that plugin failing to load. A change that breaks a plugin raises it."""
+"""A plugin needing a later version raises ImportError on import, which the loader reports as a failed load."""
 
 PROJECT = "gpt_plugins"
-"""The pluggy project of `hookimpl` and `hookspec`."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 class PluginSpecs:
-    """Every hook a plugin may implement; a registry of one kind calls only its own."""
-
     @hookspec
     def register_tasks(self, register: Callable[[type], None]) -> None:
-        """Call `register(TaskClass)` once for every task (a gpt_tasks.Task subclass) this plugin provides."""
+        """Call `register(TaskClass)` once for every task this plugin provides."""
 
     @hookspec
     def register_kernels(self, register: Callable[[str, str, Callable[..., Any]], None]) -> None:
@@ -71,7 +46,7 @@ class PluginWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a registration comes from: the plugin (its entry point's name) and the distribution installing it."""
+    """Where a registration comes from: the plugin (its entry point's name) and its distribution."""
 
     plugin: str
     distribution: str
@@ -86,19 +61,17 @@ class Origin:
 
 
 class Registered(Protocol):
-    """What a registry keeps for one registration (gpt_tasks.TaskInfo, gpt_train.kernels.KernelInfo)."""
+    """What a registry keeps for one registration: the `key` it is found by, and, as messages say them, the key
+    (`label`: "task 'sort'") and its plugin and distribution (`source`: "plugin 'flash' (gpt-kernel-flash 0.2.0)")."""
 
     @property
-    def key(self) -> Hashable:
-        """The name it is found by: two plugins registering one key clash."""
+    def key(self) -> Hashable: ...
 
     @property
-    def label(self) -> str:
-        """The key as messages say it: "task 'sort'", "kernel gelu=mine"."""
+    def label(self) -> str: ...
 
     @property
-    def source(self) -> str:
-        """Its plugin and distribution as messages say them: "plugin 'flash' (gpt-kernel-flash 0.2.0)"."""
+    def source(self) -> str: ...
 
 
 Item = TypeVar("Item", bound=Registered)
@@ -106,8 +79,8 @@ Item = TypeVar("Item", bound=Registered)
 
 @dataclass(frozen=True)
 class PluginKind(Generic[Item]):
-    """One kind of plugin: its entry-point group, the hook each plugin implements, and `accept`, which turns
-    one call of the hook's `register(...)` into the registry's item, raising on a registration it refuses."""
+    """One kind of plugin: its entry-point group, its hook, and `accept`, which turns one `register(...)` call into
+    the registry's item, raising on a registration it refuses."""
 
     noun: str
     group: str
@@ -117,8 +90,8 @@ class PluginKind(Generic[Item]):
 
 
 class PluginTable(Generic[Item]):
-    """The items that the plugins of one kind register (by default every installed entry point of its group),
-    by key, after `builtins`; the keys two plugins register are kept apart as clashes."""
+    """The items the plugins of one kind register (by default every installed entry point of its group), by key,
+    after `builtins`; the keys two plugins register are kept apart as clashes."""
 
     def __init__(
         self, kind: PluginKind[Item], plugins: Iterable[EntryPoint] | None = None, builtins: Iterable[Item] = ()
@@ -145,8 +118,7 @@ class PluginTable(Generic[Item]):
         def register(*args: Any, **kwargs: Any) -> None:
             registered.append(self.kind.accept(origin, *args, **kwargs))
 
-        # This plugin's hook alone, so that one raising is attributed to it and what it registered before
-        # raising is dropped without touching anyone else's.
+        # This plugin's hook alone, so that one raising is attributed to it and drops only what it registered.
         for hook in getattr(self._manager.hook, self.kind.hook).get_hookimpls():
             if hook.plugin_name != entry_point.name:
                 continue
@@ -173,8 +145,7 @@ class PluginTable(Generic[Item]):
         warnings.warn(self.clash(item.key), self.kind.warning, stacklevel=4)
 
     def clash(self, key: Hashable) -> str | None:
-        """The message of a `key` that more than one plugin registers ("task 'dup' is registered by both
-        plugin 'a' (...) and plugin 'b' (...)"), else None."""
+        """The message of a `key` that more than one plugin registers, else None."""
         items = self._clashes.get(key)
         if items is None:
             return None
@@ -196,9 +167,8 @@ class PluginTable(Generic[Item]):
 
 @contextlib.contextmanager
 def plugin_modules(directory: Path, group: str) -> Iterator[Callable[[str, str], EntryPoint]]:
-    """Plugins as an installed distribution would declare them, without installing one (for tests):
-    `make(module, source)` writes `source` as `directory/module.py` and returns an entry point of `group`
-    naming it. On leaving, `directory` leaves sys.path and the written modules leave sys.modules."""
+    """For tests, plugins without installing one: `make(module, source)` writes `directory/module.py` and returns
+    an entry point of `group` naming it; on leaving, the directory and the modules are forgotten."""
     path = str(directory)
     sys.path.insert(0, path)
     written: list[str] = []

@@ -1,18 +1,14 @@
 """Where each token sits: learned positions, rotary positions (RoPE), randomized ids, and the limit.
 
- - learned ("learned"): a table of position vectors added to the token embeddings (`GPT.wpe`), one
-   per id in range(block_size), or range(max_positions) when that is set.
- - rotary ("rope"): each pair of channels (i, i + d/2) of a query or key at position m is rotated
-   by the angle m * base^(-2i/d). The dot product of a rotated query at m and key at n then depends
-   on the positions only through m - n, which is why RoPE needs no table and can run past the length
-   it was trained on.
- - none ("none"): causal attention alone must infer order.
- - randomized ids (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization
-   of Transformers"), for learned and rotary positions: in training each sequence's ids are a sorted
-   random subset of range(max_positions), which must then be larger than block_size, so every id a
-   longer test sequence uses has been trained.
-The limit is how many positions a sequence may use; `check_positions` is the one check of it, with
-one message, for the model, generation and every task's evaluation.
+ - learned: a table of position vectors added to the token embeddings, one per id in range(block_size or
+   max_positions).
+ - rope: channels (i, i + d/2) of a query or key at position m are rotated by the angle m * base^(-2i/d), so the
+   dot product of a query at m and a key at n depends on the positions only through m - n: no table, and it runs
+   past the trained length.
+ - none: causal attention alone must infer order.
+ - randomized ids (Ruoss et al. 2023): in training each sequence's ids are a sorted random subset of
+   range(max_positions) > block_size, so every id a longer test sequence uses has been trained.
+`check_positions` is the one check of the limit, with one message, for the model, generation and evaluation.
 """
 
 from __future__ import annotations
@@ -84,9 +80,8 @@ def check_positions(c: GPTConfig, n: int, what: str = "the input") -> None:
 def sample_positions(
     c: GPTConfig, batch_size: int, length: int, device: torch.device, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Randomized position ids (B, T) on `device`: for each sequence, `length` distinct ids drawn uniformly
-    from range(max_positions), in increasing order. Drawn with `generator`, on its device, or else with
-    the global RNG on `device`, as dropout is, so a seeded run and a resumed one draw the same ids."""
+    """Randomized position ids (B, T) on `device`: per sequence, `length` distinct sorted ids from
+    range(max_positions), drawn with `generator` on its device, else with the global RNG on `device`."""
     check_positions(c, length, "the sequence")
     where = generator.device if generator is not None else device
     keys = torch.rand(batch_size, position_limit(c), device=where, generator=generator)  # (B, L)
@@ -131,8 +126,7 @@ class RotaryEmbedding(nn.Module):
         work = torch.float64 if dtype == torch.float64 else torch.float32
         device = self.inv_freq.device
         if work == torch.float64:
-            # Recomputed in float64: the float32 buffer's rounding (2^-24 relative) grows with the
-            # position into the angles, far above a float64 model's own rounding.
+            # Recomputed: the float32 buffer's rounding grows with the position, far above float64's.
             exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=work) / self.head_dim
             inv_freq = self.base**-exponents
         else:
@@ -141,12 +135,7 @@ class RotaryEmbedding(nn.Module):
         return theta.cos().to(dtype), theta.sin().to(dtype)
 
     def forward(self, x: Tensor, positions: int | Tensor = 0) -> Tensor:
-        """x: (B, H, T, d) -> rotated x of the same shape.
-
-        `positions` is where x's tokens sit: an int offset (positions offset .. offset + T - 1), or
-        the position ids themselves, (T,) shared by the batch or (B, T) one row per sequence (the
-        randomized positions of Ruoss et al. 2023 are increasing but not consecutive).
-        """
+        """x (B, H, T, d) rotated by `positions`: an int offset, or the ids, (T,) or (B, T) one row per sequence."""
         if isinstance(positions, int):
             positions = torch.arange(positions, positions + x.shape[-2], device=x.device)
         cos, sin = self.angles(positions, x.dtype)

@@ -1,10 +1,7 @@
 """The reference kernels: each piece of the model as its definition, in plain autograd.
 
-This is what a learner writes first: a few lines under each formula, with autograd deriving every
-backward. `REFERENCE_KERNELS` (in `gpt_core.kernels`) is a kernel table of these functions, and
-`GPT(config, REFERENCE_KERNELS)` trains with them. The fast set (`gpt_core.kernels`) computes the
-same functions, pinned to these and to PyTorch in float64, with hand-derived backward passes and the
-speed work each of its modules explains.
+What a learner writes first, a few lines under each formula; `REFERENCE_KERNELS` is a kernel table of them. The fast
+set computes the same functions, pinned to these, with hand-derived backward passes.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """The kernel table and the fast kernels: the functions a model calls for its hand-written pieces.
 
-A `GPT` takes its kernels from one `Kernels` value and hands it to the modules that call it, so
-another implementation of a piece can be swapped in for one model alone: nothing global changes, and
-two models in one process can use different kernels. Every slot has the signature in
-KERNEL_SIGNATURES, which is what `gpt_core.testing.kernel_report` pins a replacement to.
-
-Two sets come with gpt-core. REFERENCE_KERNELS is `gpt_core.reference`: each piece as its
-definition in plain autograd. FAST_KERNELS, the default, is the modules of this package, one per
-piece, each opening with the maths it implements and why each of its tricks is there:
-    attention.py      fused attention, hand-derived backward, base-2 softmax, cached mask; its weights
-    layer_norm.py     hand-derived backward, variance from one norm, float32 statistics
-    gelu.py           hand-derived backward, tanh through sigmoid
-    cross_entropy.py  hand-derived backward from the saved log-sum-exp
-    softmax.py        softmax and log-softmax, float32 statistics
-    linear.py         Linear's product, Embedding's lookup and the rows a forward reads (not slots)
-    precision.py      the float32 statistics for 16-bit inputs
+A `GPT` takes its kernels from one `Kernels` value, so another implementation of a piece can be swapped in for one
+model alone. REFERENCE_KERNELS is `gpt_core.reference`, each piece as its definition; FAST_KERNELS, the default, is
+this package's modules, each opening with the maths it implements and why each of its tricks is there.
 """
 
 from __future__ import annotations
@@ -48,19 +36,13 @@ KERNEL_SIGNATURES = {
 }
 """Each slot of `Kernels`, with the signature a kernel for it must have."""
 
-AttentionKernel = Callable[..., Tensor]
-
 
 @dataclass(frozen=True)
 class Kernels:
-    """The functions a model calls for attention (and its weights, where a hook reads them), LayerNorm, GELU,
-    the loss, and sampling's softmax.
+    """The functions a model calls for its hand-written pieces; Linear and Embedding, one tensor operation each,
+    are not slots (`kernels/linear.py`)."""
 
-    Linear and Embedding are not slots: each is one tensor operation, with nothing to write by hand
-    (`kernels/linear.py`).
-    """
-
-    attention: AttentionKernel = fast_attention
+    attention: Callable[..., Tensor] = fast_attention
     attention_weights: Callable[[Tensor, Tensor, bool], Tensor] = fast_attention_weights
     sampling_softmax: Callable[[Tensor], Tensor] = fast_softmax
     layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = fast_layer_norm
@@ -72,8 +54,7 @@ class Kernels:
         return [f.name for f in fields(self) if getattr(self, f.name) is not f.default]
 
     def check_dropout(self, dropout: float) -> None:
-        """Raise ValueError if a model with this attention dropout cannot use these kernels: one whose
-        attention kernel takes no `dropout_p` would silently apply none."""
+        """Raise ValueError if the attention kernel takes no `dropout_p` and would silently apply no `dropout`."""
         if dropout and not _takes_dropout(self.attention):
             raise ValueError(
                 f"dropout {dropout} needs gpt-core's own attention kernel (or one taking dropout_p): a swapped-in "
@@ -102,9 +83,7 @@ REFERENCE_KERNELS = Kernels(
 
 
 class _KernelSets(Mapping[str, Kernels]):
-    """The kernel sets gpt-core ships, by name: "fast", "reference", and "triton" where Triton is installed
-    (`pip install gpt-core[triton]`), imported on first use so that a process that never asks for it never
-    loads Triton."""
+    """The kernel sets gpt-core ships, by name; "triton" where Triton is installed, imported on first use."""
 
     def __init__(self, **sets: Kernels):
         self._sets = sets
@@ -130,4 +109,3 @@ def _triton_installed() -> bool:
 
 
 KERNEL_SETS: Mapping[str, Kernels] = _KernelSets(fast=FAST_KERNELS, reference=REFERENCE_KERNELS)
-"""The kernel sets gpt-core ships, by name (`_KernelSets`)."""

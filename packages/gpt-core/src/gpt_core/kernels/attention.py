@@ -2,22 +2,13 @@
 
     S = q k^T / sqrt(d) (+ the causal mask),   P = softmax(S),   O = P v
 
-`_Attention` is a `torch.autograd.Function` whose backward is derived by hand: with dO the gradient
-of the output,
+With dO the gradient of the output, `_Attention`'s backward is
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),   dQ = dS K,   dK = dS^T Q
-(times the 1/sqrt(d) scale), so the forward keeps only q, k, v and P instead of every
-intermediate of the softmax. The tricks, each explained where it is used:
- - the softmax in base 2 (`_log2_scores`): exp2 in place of exp, the log2(e) riding on the scale;
- - the mask as an additive bias built once per shape (`_causal_bias`);
- - contiguous copies of k and v made once for the backward (`_Attention.forward`), so no matmul of the
-   backward copies a strided head again;
- - with one query, the backward's two products over the query axis as outer products (`_transposed_times`);
- - the softmax's statistics in float32 for 16-bit inputs (`precision`);
- - without a gradient to record, the forward runs bare, without the Function's bookkeeping.
-`attention_weights` computes P by the same arithmetic with plain differentiable operations: the fast
-set's weights function, where the weights a model shows (its `pattern` hook, `run_with_cache`, the
-pictures) come from.
-`benchmarks/kernels.py` times the tricks.
+(times the 1/sqrt(d) scale), so the forward keeps only q, k, v and P. The tricks, each explained where it is used:
+ - the softmax in base 2 (`_log2_scores`), the mask as an additive bias built once per shape (`_causal_bias`);
+ - contiguous copies of k and v made once for the backward; with one query, outer products (`_transposed_times`);
+ - the softmax's statistics in float32 for 16-bit inputs; without a gradient to record, no Function at all.
+`attention_weights` computes P by the same arithmetic with plain differentiable operations (the `pattern` hook's).
 """
 
 from __future__ import annotations
@@ -34,22 +25,15 @@ _LOG2_E = math.log2(math.e)
 
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """Boolean (n_queries, n_keys) mask, True where attention is allowed.
-
-    The queries are the last `n_queries` positions of the key sequence (the KV-cache case:
-    query i sits at absolute position n_keys - n_queries + i), so query i sees keys
-    0 .. n_keys - n_queries + i.
-    """
+    """Boolean (n_queries, n_keys) mask, True where allowed: the queries are the last of the keys' positions (the
+    KV-cache case), so query i sees keys 0 .. n_keys - n_queries + i."""
     offset = n_keys - n_queries
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril_(offset)
 
 
 def _causal_bias(n_queries: int, n_keys: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """`causal_mask` as an additive (n_queries, n_keys) bias: 0 where allowed, -inf where not.
-
-    Adding it to the scores is one cheap elementwise pass, where masked_fill with a broadcast
-    boolean mask is a much slower one on CPU. In eager mode the bias is built once per shape.
-    """
+    """`causal_mask` as an additive bias, 0 or -inf, built once per shape in eager mode: adding it is one cheap
+    pass, where masked_fill with a broadcast boolean mask is a slow one on CPU."""
     if torch.compiler.is_compiling():  # in the graph, where the compiler folds it into the kernel
         return _new_causal_bias(n_queries, n_keys, device, dtype)
     return _cached_causal_bias(n_queries, n_keys, device, dtype)
@@ -64,12 +48,10 @@ _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
 def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), and q times scale log2(e).
+    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), in float32 at least, and q times scale log2(e).
 
-    Scores in base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp2 runs much faster than exp on
-    CPU (exp's slow path for -inf and large negatives dominates a masked softmax), so the log2(e)
-    factor rides on the scale at no cost. 16-bit scores are widened to float32, so the softmax's max
-    and sum are never rounded to 16 bits.
+    Base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp is slow on -inf and large negatives on CPU where
+    exp2 is not; the log2(e) rides on the scale at no cost.
     """
     q = q * (scale * _LOG2_E)
     scores = upcast(q @ k.transpose(-2, -1))  # (B, H, Tq, Tk)
@@ -98,9 +80,8 @@ def _attention_forward(
 
 
 def _transposed_times(a: Tensor, b: Tensor) -> Tensor:
-    """a^T b over the query axis: (B, H, Tq, Tk), (B, H, Tq, d) -> (B, H, Tk, d). With one query (a model
-    read only at its last position) each entry is a single product, so the outer product by broadcasting
-    gives the same numbers, where batched GEMM on such (Tk, 1) x (1, d) shapes is several times slower."""
+    """a^T b over the query axis: (B, H, Tq, Tk), (B, H, Tq, d) -> (B, H, Tk, d); with one query, the outer
+    product by broadcasting (the same numbers), where batched GEMM on (Tk, 1) x (1, d) shapes is slow."""
     if a.shape[-2] == 1:
         return a.transpose(-2, -1) * b
     return a.transpose(-2, -1) @ b
@@ -111,8 +92,7 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, dropout_p: float):
         out, probs, keep, q_log2 = _attention_forward(q, k, v, causal, scale, dropout_p)  # the no-grad path's bits
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            # The backward multiplies by k and v again: contiguous copies made once here, where every
-            # matmul would otherwise copy the strided heads (views into the fused qkv projection).
+            # Contiguous copies once here, where every matmul of the backward would copy the strided heads.
             k, v = k.contiguous(), v.contiguous()
         ctx.scale = scale
         ctx.save_for_backward(q_log2, k, v, probs, keep, out)
@@ -127,9 +107,8 @@ class _Attention(torch.autograd.Function):
         d_probs = d_out @ v.transpose(-2, -1)
         if keep is not None:
             d_probs = d_probs * keep
-        # rowsum(dP * P) = rowsum(dO * O): the same numbers from a (Tq, d) product instead of a (Tq, Tk) one.
-        # A softmax statistic, so float32 for 16-bit inputs: rounded to bf16, its error is shared by the
-        # whole row and adds up over every key in dQ = dS K, growing with the number of keys.
+        # rowsum(dP * P) = rowsum(dO * O), from a (Tq, d) product instead of a (Tq, Tk) one; float32, since a
+        # rounding error of it is shared by the whole row and adds up over every key in dQ = dS K.
         rows = torch.linalg.vecdot(upcast(d_out), upcast(out)).unsqueeze(-1)  # (B, H, Tq, 1)
         d_scores = upcast(d_probs).sub_(rows).mul_(probs).to(d_probs.dtype)  # dL/dS, S = scale q k^T
         d_q = (d_scores @ k).mul_(ctx.scale)
@@ -138,14 +117,9 @@ class _Attention(torch.autograd.Function):
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
-    """Attention softmax(q k^T / sqrt(d)) v, fused, with a hand-derived backward.
+    """Attention softmax(q k^T / sqrt(d)) v, fused, with a hand-derived backward and `dropout_p` on the weights.
 
-    The fast set's `attention` slot. `dropout_p` drops attention weights inside the fused forward (a model
-    in training passes its dropout).
-
-    q: (B, H, Tq, d); k, v: (B, H, Tk, d) with Tq <= Tk when causal. With `causal`, the queries are aligned
-    to the end of the keys (see `causal_mask`), which is exactly the layout of incremental decoding with a
-    KV cache. Returns the output (B, H, Tq, d).
+    q (B, H, Tq, d); k, v (B, H, Tk, d), Tq <= Tk when causal, the queries aligned to the end (`causal_mask`).
     """
     if causal and q.shape[-2] > k.shape[-2]:
         raise ValueError(f"causal attention needs no more queries than keys, got {q.shape[-2]} > {k.shape[-2]}")
@@ -158,12 +132,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: f
 
 
 def attention_weights(q: Tensor, k: Tensor, causal: bool = True) -> Tensor:
-    """The attention weights softmax(q k^T / sqrt(d)) (B, H, Tq, Tk), by plain differentiable operations.
-
-    The fast set's `attention_weights` slot: the same numbers as the fused `attention`'s weights, in the same
-    arithmetic, but autograd differentiates them: a hook that replaces the weights (and wants the replacement
-    to reach the output and the gradients) needs them computed this way.
-    """
+    """The weights softmax(q k^T / sqrt(d)) (B, H, Tq, Tk): the fused `attention`'s arithmetic, differentiated by
+    autograd, so that a hook's replacement of them reaches the output and the gradients."""
     scores, _ = _log2_scores(q, k, causal, 1.0 / math.sqrt(q.shape[-1]))
     probs = (scores - scores.detach().amax(dim=-1, keepdim=True)).exp2()  # the shift changes no gradient
     return (probs / probs.sum(dim=-1, keepdim=True)).to(q.dtype)

@@ -17,15 +17,8 @@ from gpt_core.reference import IGNORE_INDEX
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """Mean negative log-likelihood of the targets over the scored (non-ignored) rows.
-
-    Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere.
-    Keeps the logits and the per-row logsumexp; the softmax is rebuilt in one pass.
-
-    16-bit logits: the log-sum-exp, the loss and the softmax of the backward are computed in float32;
-    the loss stays float32 (as PyTorch's cross-entropy gives under autocast), the gradient is handed
-    back in the logits' dtype.
-    """
+    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere. For 16-bit logits
+    the statistics are float32 and the loss stays float32 (as PyTorch's under autocast)."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
@@ -50,10 +43,7 @@ class _CrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
-    """Mean cross-entropy of `logits` (..., V) against integer `targets` (...).
-
-    Positions whose target equals `ignore_index` are not scored and get zero gradient. If no
-    position is scored the mean is 0/0 = nan, as in PyTorch.
-    """
+    """Mean cross-entropy of `logits` (..., V) against `targets` (...), those equal to `ignore_index` unscored
+    (nan, 0/0, when none is scored, as in PyTorch)."""
     vocab = logits.shape[-1]
     return _CrossEntropy.apply(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index)

@@ -18,19 +18,13 @@ _GELU_A = 0.044715
 
 
 def _gelu_gate(x: Tensor) -> Tensor:
-    """s = sigmoid(2u), so that gelu(x) = x s.
-
-    One scratch tensor becomes 2u and then s in place: every allocating multiply of a (B, T, 4C)
-    tensor would fill a fresh buffer outside the cache, so the forward allocates only s and the output.
-    """
+    """s = sigmoid(2u), so that gelu(x) = x s, in place in one scratch tensor: each fresh (B, T, 4C) buffer costs."""
     return (x * x).mul_(2.0 * _GELU_C * _GELU_A).add_(2.0 * _GELU_C).mul_(x).sigmoid_()
 
 
 class _GELU(torch.autograd.Function):
-    """GELU in its tanh form: 0.5 x (1 + tanh(u)), u = c (x + a x^3), c = sqrt(2/pi), a = 0.044715.
-
-    Computed through the identity 0.5 (1 + tanh(u)) = sigmoid(2u): the same function, and PyTorch's
-    CPU sigmoid is much faster than its tanh (`benchmarks/kernels.py`). With s = sigmoid(2u),
+    """Through 0.5 (1 + tanh(u)) = sigmoid(2u), since PyTorch's CPU sigmoid is faster than its tanh. With
+    u = c (x + a x^3), c = sqrt(2/pi), a = 0.044715 and s = sigmoid(2u):
         y = x s,    dy/dx = s + x s (1 - s) 2c (1 + 3a x^2).
     """
 

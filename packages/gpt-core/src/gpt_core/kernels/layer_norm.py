@@ -2,15 +2,10 @@
 
     y = (x - mean) / sqrt(var + eps) * weight + bias,   var the biased variance of the row
 
-Autograd would save every intermediate of the forward and replay one kernel per operation; the
-closed-form gradient (in `_LayerNorm`) needs only xhat and 1/std and a handful of kernels. Where no
-gradient is being recorded (generation, evaluation) the same forward runs without the Function's
-per-call bookkeeping. Mean and variance are float32 for 16-bit inputs (`precision`).
-
-Under torch.compile the kernel is the plain formula (`reference.layer_norm`), whose backward the
-compiler derives and fuses itself: Inductor on CUDA compiled `_LayerNorm`'s hand-written backward
-wrong (gradients off by ~64 on a (4, 16, 64) input, torch 2.11), while the plain formula compiles
-right on every device measured, and a fused kernel is what the hand-written backward was for.
+Autograd would save every intermediate and replay one kernel per operation; the closed-form gradient (`_LayerNorm`)
+needs only xhat and 1/std. Mean and variance are float32 for 16-bit inputs. Under torch.compile the kernel is the
+plain formula, whose backward the compiler derives and fuses itself: Inductor on CUDA compiled `_LayerNorm`'s
+backward wrong.
 """
 
 from __future__ import annotations
@@ -23,8 +18,7 @@ from gpt_core.reference import layer_norm as layer_norm_formula
 
 
 def _layer_norm_forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """The normalised, scaled and shifted output (in x's dtype), with the xhat and 1/std its backward
-    needs (float32 at least: the statistics are never rounded to 16 bits)."""
+    """The output in x's dtype, with the xhat and 1/std (float32 at least) its backward needs."""
     width = x.shape[-1]
     wide, weight = upcast(x), upcast(weight)
     xhat = wide - wide.mean(dim=-1, keepdim=True)  # centred, normalised in place below
@@ -36,20 +30,11 @@ def _layer_norm_forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: flo
 
 
 class _LayerNorm(torch.autograd.Function):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dimension.
-
-    Backward, with xhat the normalised input and g = dy * weight:
+    """Backward, with xhat the normalised input and g = dy * weight:
         dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-    The two row means are matrix-vector products, mean(g) = dy @ weight / C and
-    mean(g * xhat) = (dy * xhat) @ weight / C, and dy * xhat is needed anyway for the weight's
-    gradient: so the backward allocates two (N, C) buffers and the forward two (xhat and y). On
-    CPU a fresh buffer is memory outside the cache, and filling it costs more than the arithmetic
-    on rows of 64-128 features. The variance comes from the norm of the centred rows: one
-    reduction and no scratch buffer, where torch.var_mean is a slow path on such short rows
-    (`benchmarks/kernels.py` times both).
-
-    16-bit inputs are normalised in float32 and the gradients computed in float32 from the saved
-    float32 xhat and 1/std, then handed back in each input's own dtype.
+    The row means are matrix-vector products, mean(g) = dy @ weight / C and mean(g * xhat) = (dy * xhat) @ weight / C,
+    and dy * xhat is the weight's gradient's anyway: two (N, C) buffers, since on CPU filling a fresh buffer costs
+    more than the arithmetic on short rows. The variance is the centred rows' norm: one reduction, no scratch.
     """
 
     @staticmethod
@@ -78,7 +63,7 @@ class _LayerNorm(torch.autograd.Function):
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Layer normalisation over the last dimension, with a hand-derived backward."""
-    if torch.compiler.is_compiling():  # the compiler's own backward of the formula (see the module's docstring)
+    if torch.compiler.is_compiling():  # the compiler's own backward of the formula
         wide_bias = upcast(bias) if bias is not None else None
         return layer_norm_formula(upcast(x), upcast(weight), wide_bias, eps).to(x.dtype)
     if not torch.is_grad_enabled():  # no graph to record: skip the Function's bookkeeping

@@ -2,13 +2,8 @@
 
     linear(x, W, b) = x W^T + b        embedding(ids, W) = W[ids]
 
-Neither needs a hand-written backward: each is one tensor operation, so neither is a slot of the
-kernel table. What is here is the route each takes:
- - a product over the flattened leading dimensions is one fused multiply-add (addmm);
- - the lookup is `index_select`, whose backward is an index_add, instead of `W[ids]`, whose backward
-   is the accumulating index_put behind advanced indexing, a much slower route on CPU for the same
-   gradient (`benchmarks/kernels.py` times both);
- - the rows a forward reads (`read_rows`) are taken by `index_select` too.
+Each is one tensor operation, so neither is a kernel slot. The product is one addmm; the lookup (and `read_rows`)
+is `index_select`, whose backward is an index_add, not advanced indexing's much slower index_put on CPU.
 """
 
 from __future__ import annotations
@@ -31,10 +26,8 @@ def embedding(ids: Tensor, weight: Tensor) -> Tensor:
 
 
 def read_rows(x: Tensor, read: Tensor) -> Tensor:
-    """The vectors of `x` (B, T, C) at the True positions of `read` (B, T) -> (N, C), in row-major order:
-    `x[read]`, by `index_select`, whose backward is an index_add, not advanced indexing's index_put; when
-    every position is read (a language model's loss), the flattened `x` itself, with no copy (not under
-    torch.compile, where that test would branch on the data and break the graph)."""
+    """`x[read]` (N, C) for `x` (B, T, C) and `read` (B, T), by `index_select`; when every position is read, the
+    flattened `x` itself (not under torch.compile, where that test would break the graph)."""
     flat = x.reshape(-1, x.shape[-1])  # (B * T, C)
     if not torch.compiler.is_compiling() and bool(read.all()):
         return flat
@@ -42,10 +35,8 @@ def read_rows(x: Tensor, read: Tensor) -> Tensor:
 
 
 def first_read_position(read: Tensor) -> int:
-    """The first position that any row of `read` (B, T) reads (0 when none does): the last block needs
-    queries, its MLP and the head only from there on, the positions before it serving only as keys.
-    Under torch.compile, 0: a start read off the data would make the graph's shapes depend on it (a sync
-    and a graph break), and asking from every position gives the same read rows."""
+    """The first position any row of `read` (B, T) reads (0 when none does), before which positions serve only as
+    keys; 0 under torch.compile, where shapes read off the data would break the graph."""
     if torch.compiler.is_compiling():
         return 0
     return int(read.any(dim=0).int().argmax())

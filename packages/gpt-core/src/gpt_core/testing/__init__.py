@@ -1,6 +1,4 @@
-"""The verification harness: every kernel, and a model computed with it, against references passed in.
-
-Not part of the model's reading path: `gpt-train verify`, `gpt-train learn` and a kernel plugin's tests use it;
+"""The verification harness: every kernel, and a model computed with it, against references passed in;
 `LargestTensor` measures the largest tensor code makes (a tiled kernel's check).
 """
 

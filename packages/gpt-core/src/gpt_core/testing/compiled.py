@@ -1,11 +1,7 @@
 """torch.compile against eager: each kernel slot, and a whole GPT's training step, on a device, in float32.
 
-A compiler can compute a model wrong where no eager check looks: Inductor on CUDA compiled the fast LayerNorm's
-hand-written backward into gradients off by ~64, and a compiled run trained to nothing. So each kernel, and
-a training step of a whole GPT (forward with `read`, as the trainer calls it, then backward), runs compiled
-and eagerly on the same inputs, and the outputs and every gradient are compared. Each is compiled whole
-(`fullgraph`), so a graph break fails its row rather than leaving part of it eager and unchecked. float32,
-the dtype a run trains in; differences over max(1, the eager value's largest |value|), as a 16-bit row's are.
+A compiler can compute a model wrong where no eager check looks (a hand-written backward compiled wrong trains to
+nothing), so each is compiled whole (`fullgraph`, a graph break fails its row) and compared with the eager call.
 """
 
 from __future__ import annotations
@@ -23,14 +19,12 @@ from gpt_core.reference import IGNORE_INDEX
 from gpt_core.testing.verification import Row, _difference, _inputs_from, _largest, _leaf, _raised
 
 COMPILED_TOLERANCE = 1e-4
-"""The largest difference accepted between compiled and eager float32 results, over max(1, |eager|): float32
-keeps 24 significant bits (6e-8 relative), and a fused kernel that sums in another order moves a result by a
-few of those per term summed; the wrong compiled LayerNorm was off by ~64."""
+"""The largest difference accepted over max(1, |eager|): a fused kernel summing in another order moves a float32
+result by a few roundings per term summed."""
 
 
 class GraphCounter:
-    """A torch.compile backend that counts the graphs it is given and runs each as traced: a test counts
-    graphs to see a recompilation or a graph break."""
+    """A torch.compile backend that counts the graphs it is given (a recompilation, a graph break)."""
 
     def __init__(self) -> None:
         self.graphs = 0
@@ -113,9 +107,8 @@ def _model_step_row(kernels: Kernels, gen: torch.Generator, device) -> Row:
 
 
 def compiled_report(kernels: Kernels, device: torch.device | str = "cpu", seed: int | None = None) -> list[Row]:
-    """Each kernel of `kernels` that a training step calls, and a whole GPT's training step, compiled by
-    torch.compile (Inductor) against the same call eager, float32, on `device`; `Row.failure` with
-    COMPILED_TOLERANCE says what differs. Each compilation starts from an empty compiler cache."""
+    """Each kernel a training step calls, and a whole GPT's training step, compiled against the same call eager,
+    float32, on `device`, each from an empty compiler cache."""
     with _inputs_from(seed) as gen:
         rows = [_kernel_row(name, fn, inputs, kernels, gen, device) for name, fn, inputs in _slot_cases(gen)]
         rows.append(_model_step_row(kernels, gen, device))

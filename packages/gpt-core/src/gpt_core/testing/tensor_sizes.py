@@ -10,9 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class LargestTensor(TorchDispatchMode):
-    """Records, in `largest`, the element count of the largest tensor any operator returns while active. A
-    dispatch mode, unlike a torch-function mode, also sees the operators the autograd engine runs in a
-    Function's backward."""
+    """Records in `largest` the element count of the largest tensor any operator returns while active, a
+    Function's backward included (a dispatch mode sees what the autograd engine runs)."""
 
     def __init__(self) -> None:
         super().__init__()

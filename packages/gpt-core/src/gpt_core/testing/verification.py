@@ -1,21 +1,9 @@
-"""Compare every hand-written piece with a reference implementation, on fresh random inputs.
+"""Compare every hand-written piece with references the caller passes in (REFERENCE_SIGNATURES), on random inputs.
 
-The references are passed in by the caller, one callable per piece with the hand-written
-piece's own signature (see REFERENCE_SIGNATURES). gpt-train passes PyTorch's built-ins; this
-package never names them, so its source stays hand-written from end to end.
-
-In float64 (and float32) a difference is absolute: max |ours - theirs|, both computed in that dtype.
-In a 16-bit dtype (bf16, fp16) the kernel runs on 16-bit inputs and the reference on the same values
-in float64, and the difference is relative to the reference's scale: max |ours - theirs| / max(1, max |theirs|).
- - float64 reference: the reference's own 16-bit rounding is not ours to answer for. A built-in whose
-   statistics are rounded to 16 bits can be off from the float64 answer by the whole of a tiny
-   gradient (the softmax's on logits x 1000), where a kernel with float32 statistics is not.
- - relative: rounding to 8 significant bits (bf16) moves a value by up to 2^-8 of itself, so a kernel
-   is off by 0.03 on outputs near 8 and by 0.0001 on outputs near 0.03; a relative measure has one
-   bound for both. Below a scale of 1 it is absolute: a gradient that is ~0 (that softmax's) is not
-   held to a precision relative to itself that no 16- or 32-bit arithmetic reaches.
-
-The cases and the comparison are one module so that each case's shapes read beside what it compares.
+gpt-train passes PyTorch's built-ins, so this package never names them. In float64 a difference is absolute. In a
+16-bit dtype the kernel runs on 16-bit inputs and the reference on the same values in float64 (its own 16-bit rounding
+is not ours to answer for), and the difference is over max(1, max |reference|): rounding moves a value by a fraction of
+itself, and below a scale of 1 a ~0 gradient is not held to a precision relative to itself.
 """
 
 from __future__ import annotations
@@ -52,12 +40,8 @@ References = Mapping[str, Callable[..., Tensor]]
 
 @dataclass(frozen=True)
 class Row:
-    """One comparison: the largest |difference| of the outputs and of the gradients, and where each is.
-
-    `forward_at` and `grad_at` name the output (or input gradient) holding the largest difference and
-    its index, e.g. "output [1, 3, 0, 12]", "gradient of k [0, 2, 6, 4]"; or say what went wrong
-    instead (a kernel that raised, returned the wrong shape, or gave no gradient: difference inf).
-    """
+    """One comparison: the largest |difference| of the outputs and of the gradients, and where each is
+    ("gradient of k [0, 2, 6, 4]"), or what went wrong (a kernel that raised or gave no gradient: inf)."""
 
     component: str
     reference: str
@@ -101,10 +85,8 @@ def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
 
 
 def _attention_cases(ref: References) -> list[_Case]:
-    """Attention on the shapes that catch a kernel's mistakes: odd sizes, a single query (a decoding step),
-    queries offset as in cached decoding, causal and not, and 133 positions, which a tiled kernel must
-    cover in several tiles and a ragged last one. Then the attention weights, against the reference's
-    attention with v the identity (P I = P)."""
+    """Attention on shapes that catch mistakes: odd sizes, one query, queries offset as in cached decoding, and 133
+    positions (several tiles and a ragged last one); then the weights, as the reference's attention of v = I."""
     B, H, T, d = 2, 4, 7, 16
     b, h, t, dh = 1, 3, 133, 5  # the long cases'
 
@@ -116,8 +98,7 @@ def _attention_cases(ref: References) -> list[_Case]:
         return make
 
     def theirs(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-        """Causal queries that are the last Tq positions: the reference runs on a full-length query block (zeros
-        in front) with its own top-left causal mask, and the last Tq rows are kept."""
+        # Queries that are the last Tq positions: the reference runs on zeros in front, its mask top-left aligned.
         n_missing = k.shape[-2] - q.shape[-2]
         if not causal or n_missing <= 0:
             return ref["sdpa"](q, k, v, causal)
@@ -153,7 +134,6 @@ def _attention_cases(ref: References) -> list[_Case]:
 
 
 def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
-    """The comparisons, as (inputs, ours, theirs). Shapes follow the seed: (B, H, T, d) = (2, 4, 7, 16)."""
     B, T, C, V = 2, 7, 32, 11
     ids = torch.tensor([[0, 3, 7, 1], [10, 2, 2, 5]], device=device)
 
@@ -209,14 +189,12 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
 
 
 def is_relative(dtype: torch.dtype) -> bool:
-    """Whether differences in `dtype` are measured relative to the reference's scale: 16-bit floats."""
     return dtype.is_floating_point and torch.finfo(dtype).bits == 16
 
 
 def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = False) -> Difference:
-    """The largest |ours - theirs| and where it is ("output [0, 1, 2, 5]"); divided by max(1, max |theirs|)
-    if `relative`. The subtraction is in float64, so it adds no rounding of its own. A missing tensor, a wrong
-    shape or a non-finite value is an infinite difference: nan must fail, not compare false."""
+    """The largest |ours - theirs| in float64 and where it is, over max(1, max |theirs|) if `relative`. A missing
+    tensor, a wrong shape or a non-finite value is an infinite difference: nan must fail, not compare false."""
     if ours is None:
         return math.inf, f"{name} is missing: the kernel gave no gradient"
     if not isinstance(ours, Tensor):
@@ -255,8 +233,7 @@ def _row(
 
 
 def _leaf(x: Tensor, to: torch.device | str | torch.dtype) -> Tensor:
-    """`x` moved to a device or a dtype, a leaf of its own there if `x` wants a gradient (inputs are drawn on the
-    CPU, so a seed gives the same numbers on every device; every 16-bit float is a float64 exactly)."""
+    """`x` moved to a device or a dtype, a leaf of its own there if `x` wants a gradient."""
     return x.detach().to(to).requires_grad_(x.requires_grad)
 
 
@@ -265,10 +242,8 @@ def _raised(what: str, error: Exception) -> Difference:
 
 
 def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Mapping[str, str] | None, device) -> Row:
-    """One case: forward outputs, then the gradients of a random cotangent through both, each on `device`. The
-    kernel under test may fail in any way (raise, return a wrong shape or nan, drop the gradient): each is
-    this row's result, said in its `forward_at` or `grad_at`, not an error. In a 16-bit dtype the reference
-    runs on the same values in float64 (see the module's docstring)."""
+    """One case's outputs, then the gradients of a random cotangent through both; a kernel failing in any way
+    (raising, a wrong shape, nan, no gradient) is this row's result, not an error."""
     relative, label = is_relative(dtype), (labels or {}).get(case.reference, case.reference)
     inputs = [_leaf(x, device) for x in case.inputs(gen, dtype)]
     reference_inputs = [_leaf(x, torch.float64) if x.is_floating_point() else x for x in inputs] if relative else inputs
@@ -306,8 +281,8 @@ def kv_cache_row(
     kernels: Kernels = DEFAULT_KERNELS,
     device: torch.device | str = "cpu",
 ) -> Row:
-    """Logits from token-by-token decoding with the KV cache vs one full forward of the prefix, on `device`; a
-    randomized model's sorted random position ids (Ruoss et al. 2023) are drawn once and used by both."""
+    """Logits from token-by-token decoding with the KV cache vs one full forward; a randomized model's position
+    ids are drawn once and used by both."""
     shape = {"max_positions": 40, "randomized_positions": True} if randomized else {}
     with torch.device("cpu"):  # beside the inputs, whatever the default device
         model = GPT(dataclasses.replace(_SMALL_GPT, pos=pos, **shape), kernels).to(dtype).eval()
@@ -332,11 +307,8 @@ def kv_cache_row(
 
 
 def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_pattern: bool = False) -> Row:
-    """A whole GPT computed with `kernels` vs the same GPT, same weights, with gpt-core's own: the logits,
-    the loss and every parameter's gradient. It feeds the kernels what a model does (attention on
-    strided views of the fused qkv projection, LayerNorm without bias when the config says so). With
-    `hook_pattern`, every block's `pattern` is hooked (a hook keeping the weights), so that the model
-    computes its attention from the `attention_weights` kernel."""
+    """A whole GPT computed with `kernels` vs the same weights with gpt-core's own: logits, loss and gradients.
+    With `hook_pattern` every block's `pattern` is hooked, so the model uses the `attention_weights` kernel."""
     with torch.device("cpu"):  # beside the inputs, whatever the default device
         ours = GPT(_SMALL_GPT, kernels).to(dtype)
         theirs = GPT(_SMALL_GPT).to(dtype)
@@ -347,9 +319,8 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_p
 
 
 def device_model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, device: torch.device | str) -> Row:
-    """A whole GPT computed with `kernels` on `device` in `dtype` vs the same weights on the CPU in float64: the
-    logits, the loss and every parameter's gradient (relative to the CPU's scale, as a 16-bit row is, when
-    `dtype` is not float64). What a kernel check on one device cannot see: a tensor the model makes on another."""
+    """A whole GPT with `kernels` on `device` in `dtype` vs the same weights on the CPU in float64 (relative unless
+    `dtype` is float64): it catches a tensor the model makes on another device."""
     with torch.device("cpu"):
         theirs = GPT(_SMALL_GPT, kernels).double()
         ours = GPT(_SMALL_GPT, kernels).to(dtype)
@@ -361,9 +332,8 @@ def device_model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels,
 def _gpt_row(
     component, reference, relative: bool, ours: GPT, theirs: GPT, gen, device="cpu", prompt=0, hooked=()
 ) -> Row:
-    """`ours`, moved to `device`, against `theirs` on the CPU, on one random batch: logits, loss and every
-    parameter's gradient. The first `prompt` targets are IGNORE_INDEX, and then `ours` reads only the rest
-    (`read`), as in the tasks' batches; each name in `hooked` gets a hook that keeps its activation."""
+    """`ours` on `device` vs `theirs` on the CPU, one batch; the first `prompt` targets are IGNORE_INDEX and `ours`
+    reads only the rest, as in the tasks' batches. Each name in `hooked` gets a hook keeping its activation."""
     idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
     targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
     targets[:, :prompt] = IGNORE_INDEX
@@ -390,9 +360,8 @@ def _gpt_row(
 
 @contextlib.contextmanager
 def _inputs_from(seed: int | None) -> Iterator[torch.Generator]:
-    """A generator for the inputs, seeded or fresh. The models built in a report draw their initial weights
-    from the global RNG: it is forked and seeded too, so a seeded report is fully reproducible and no
-    report disturbs the caller's random stream."""
+    """A generator for the inputs, seeded or fresh; the global RNG (the models' weights) is forked and seeded
+    too, so a seeded report is reproducible and no report disturbs the caller's random stream."""
     gen = torch.Generator()
     gen.manual_seed(seed) if seed is not None else gen.seed()
     with torch.random.fork_rng(devices=[]):
@@ -408,15 +377,8 @@ def verification_report(
     kernels: Kernels = FAST_KERNELS,
     device: torch.device | str = "cpu",
 ) -> list[Row]:
-    """Run every comparison on fresh random inputs and return one Row per component.
-
-    `references` maps each name of REFERENCE_SIGNATURES to the implementation to compare with
-    (gpt-train's are PyTorch's built-ins); `labels` optionally names them for the table.
-    `seed` fixes the inputs; by default they are fresh. `kernels` is the set under test (and the one
-    the KV-cache rows' models compute with): the fast set by default, or `REFERENCE_KERNELS`. On another
-    `device` than the CPU, kernels, references and the KV-cache rows run there (the inputs are drawn on the
-    CPU and moved), and a last row compares a whole GPT there with the same weights on the CPU.
-    """
+    """One Row per comparison of `kernels` with `references` (named in the table by `labels`). On a `device`
+    other than the CPU everything runs there, and a last row compares a whole GPT with the same one on the CPU."""
     _check_references(references)
     with _inputs_from(seed) as gen:
         rows = [_compare(case, kernels, gen, dtype, labels, device) for case in _cases(references, device)]
@@ -435,10 +397,8 @@ def kernel_report(
     seed: int | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> list[Row]:
-    """Pin `kernel`, a replacement for `slot` of `Kernels`, to the references on every case of that slot,
-    forward and backward (the cases `verification_report` runs gpt-core's own kernel on); then the whole
-    model computed with it against gpt-core's kernels, and, for attention, cached decoding against the
-    full forward. `Row.failure` says what differs and where."""
+    """Pin `kernel`, a replacement for `slot`, to the references on every case of that slot; then a whole model
+    computed with it against gpt-core's kernels and, for attention, cached decoding against the full forward."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"unknown kernel slot {slot!r}; slots: {', '.join(KERNEL_SLOTS)}")
     _check_references(references)
@@ -459,8 +419,7 @@ def _check_references(references: References) -> None:
 
 
 def format_report(rows: Sequence[Row]) -> str:
-    """A plain-text table: component, reference, max |diff| forward, max |diff| grad (each over
-    max(1, max |ref|) when the rows are relative, as in a 16-bit report)."""
+    """A plain-text table: component, reference, max |diff| forward and grad (relative in a 16-bit report)."""
     diff = "max |diff|/max(1,|ref|)" if any(r.relative for r in rows) else "max |diff|"
     header = ("component", "reference", f"{diff} fwd", f"{diff} grad")
     body = [(r.component, r.reference, f"{r.forward:.1e}", "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]
