@@ -1,8 +1,5 @@
-"""gpt_tasks: the task registry (entry-point group `gpt_tasks`) and the built-in tasks.
-
-Everything a trainer or a plugin needs is exported here; the plugin contract is version
-`gpt_core.plugins.API_VERSION` (this package's README, "The plugin contract").
-"""
+"""gpt_tasks: the task registry (entry-point group `gpt_tasks`), the built-in tasks, and everything a trainer or a
+plugin needs (the README's "The plugin contract")."""
 
 from gpt_tasks.params import ParamError, build_params, coerce, field_types
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, measure_probes

@@ -1,9 +1,5 @@
-"""Typed parameters from Python values or command-line strings, with errors that name the key.
-
-Task parameters and model shapes are both frozen dataclasses; `build_params` turns a mapping of
-overrides into one, refusing unknown keys and values of the wrong type, so that
-`--set lenght=8` or `--set length=eight` fails loudly instead of training the wrong thing.
-"""
+"""Typed parameters (frozen dataclasses) from Python values or command-line strings: an unknown key or a value of
+the wrong type (`--set lenght=8`, `--set length=eight`) fails naming the key instead of training the wrong thing."""
 
 from __future__ import annotations
 
@@ -42,25 +38,21 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
         if isinstance(value, bool) or (isinstance(value, str) and value.lower() in _BOOLS):
             return value if isinstance(value, bool) else _BOOLS[value.lower()]
         raise ParamError(f"{key} must be true or false, got {value!r}")
-    if annotation in (int, float):
-        return _coerce_number(key, value, annotation)
     if annotation is str:
         return str(value)
-    raise ParamError(f"{key}: unsupported parameter type {annotation!r}")
-
-
-def _coerce_number(key: str, value: Any, kind: type) -> int | float:
+    if annotation not in (int, float):
+        raise ParamError(f"{key}: unsupported parameter type {annotation!r}")
     if isinstance(value, bool):
-        raise ParamError(f"{key} must be {kind.__name__}, got {value!r}")
-    wanted = "an integer" if kind is int else "a number"
+        raise ParamError(f"{key} must be {annotation.__name__}, got {value!r}")
+    wanted = "an integer" if annotation is int else "a number"
     try:
         if isinstance(value, str):
-            value = kind(value) if kind is float else int(value, 10)
+            value = float(value) if annotation is float else int(value, 10)
     except ValueError:
         raise ParamError(f"{key} must be {wanted}, got {value!r}") from None
-    if not isinstance(value, int if kind is int else int | float):
+    if not isinstance(value, int if annotation is int else int | float):
         raise ParamError(f"{key} must be {wanted}, got {value!r}")
-    return kind(value)
+    return annotation(value)
 
 
 def build_params(cls: type[T], overrides: dict[str, Any], what: str = "parameter") -> T:
@@ -78,12 +70,12 @@ def build_params(cls: type[T], overrides: dict[str, Any], what: str = "parameter
 
 
 def check_between(name: str, value: float, low: float, high: float, why: str = "") -> None:
-    """A Params check: the ValueError of a value outside low .. high (both included); `why` explains the bounds."""
+    """A Params check: low <= value <= high, else a ValueError (`why` explains the bounds)."""
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low} and {high}{why}, got {value}")
 
 
 def check_fraction(name: str, value: float) -> None:
-    """A Params check: the ValueError of a fraction that is not strictly between 0 and 1."""
+    """A Params check: 0 < value < 1, else a ValueError."""
     if not 0.0 < value < 1.0:
         raise ValueError(f"{name} must be in (0, 1), got {value}")

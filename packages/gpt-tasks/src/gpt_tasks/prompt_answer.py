@@ -1,10 +1,6 @@
-"""The shape most algorithmic tasks share: a numbered example is a prompt followed by a fixed-length answer,
-scored on the answer only; exact match is whether greedy generation writes the whole answer.
-
-Exact match needs no generation: greedy decoding reads the true prefix up to its first wrong token, so the
-answer is right exactly when every teacher-forced argmax equals its target, and one forward pass scores a batch
-(test_prompt_answer.py checks the equality against generation).
-"""
+"""The shape most algorithmic tasks share: a numbered example is a prompt then a fixed-length answer, scored on the
+answer. Exact match needs no generation: greedy decoding reads the true prefix up to its first wrong token, so the
+answer is right exactly when every teacher-forced argmax equals its target (test_prompt_answer.py checks it)."""
 
 from __future__ import annotations
 
@@ -18,9 +14,7 @@ from gpt_tasks.scoring import in_chunks
 from gpt_tasks.splits import IndexedSplit
 from gpt_tasks.task import Batch, Task, evaluating
 
-EVAL_BATCH = 512
-"""Sequences per forward pass of the evaluation: measured large enough to hide per-call overhead, small enough
-that a chunk's activations stay in cache."""
+EVAL_BATCH = 512  # sequences per forward pass: enough to hide per-call overhead, few enough to stay in cache
 
 
 class PromptAnswerTask(Task):
@@ -31,13 +25,11 @@ class PromptAnswerTask(Task):
 
     @property
     @abstractmethod
-    def prompt_length(self) -> int:
-        """Tokens generation starts from."""
+    def prompt_length(self) -> int: ...
 
     @property
     @abstractmethod
-    def answer_length(self) -> int:
-        """Tokens generated and scored."""
+    def answer_length(self) -> int: ...
 
     @abstractmethod
     def sequences(self, ids: torch.Tensor) -> torch.Tensor:
@@ -45,12 +37,10 @@ class PromptAnswerTask(Task):
 
     @property
     def prompt_lengths(self) -> tuple[int, ...]:
-        """The prompt lengths training draws. A prompt of another length asks the model something it never
-        learned (`gpt-train sample` says so)."""
+        """The prompt lengths training draws (`gpt-train sample` notes a prompt of another length)."""
         return (self.prompt_length,)
 
     def answer_length_for(self, prompt_length: int) -> int:
-        """Tokens that answer a prompt of `prompt_length` tokens."""
         return self.answer_length
 
     def answer_position_names(self) -> list[str]:
@@ -65,16 +55,13 @@ class PromptAnswerTask(Task):
         return answer_batch(self.sequences(self.split.sample("train", batch_size, generator)), self.prompt_length)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        """`exact_match`, greedy generation's (the module docstring says why the teacher-forced count is it);
-        `<position>_accuracy` and `token_metric`: the share of answer tokens that are the argmax given the true
-        prompt and the true answer before them (greedy decoding, which reads its own earlier tokens, can score
-        a position lower after an earlier mistake)."""
+        """`exact_match` (greedy generation's), and the teacher-forced accuracy of each answer position and of all
+        (`token_metric`): greedy decoding, reading its own earlier tokens, may score a position lower."""
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
         correct = torch.zeros(self.answer_length, dtype=torch.long, device="cpu")
         exact = 0
-        # Only a model with randomized positions draws anything (its position ids, as generation would draw
-        # them): seeded, so every evaluation of a model scores the same.
+        # Only randomized positions draw anything: seeded, so every evaluation of a model scores the same.
         generator = torch.Generator().manual_seed(0)
         with evaluating(model):
             for chunk in in_chunks(ids, EVAL_BATCH, split):
@@ -84,14 +71,12 @@ class PromptAnswerTask(Task):
                 correct += hits.sum(dim=0).cpu()
         n = len(ids)
         metrics = {"exact_match": exact / n, self.token_metric: float(correct.sum()) / (n * self.answer_length)}
-        metrics |= {
-            f"{name}_accuracy": float(c) / n for name, c in zip(self.answer_position_names(), correct, strict=True)
-        }
+        names = self.answer_position_names()
+        metrics |= {f"{name}_accuracy": float(c) / n for name, c in zip(names, correct, strict=True)}
         return metrics | {"examples": float(n)}
 
     def answer_hits(self, model: GPT, batch: Batch, generator: torch.Generator) -> torch.Tensor:
-        """Whether each answer token of `batch` is the model's argmax given the true prefix, (N, answer_length),
-        from one forward pass that runs the head at the answer positions alone."""
+        """Whether each answer token is the argmax given the true prefix (N, answer_length), from the head run there."""
         read = batch.targets != IGNORE_INDEX  # (N, T): answer_length positions in every row
         n, length = batch.inputs.shape
         positions = model.sample_positions(n, length, generator) if model.config.randomized_positions else None
@@ -103,14 +88,12 @@ class PromptAnswerTask(Task):
         return answer_batch(self.sequences(ids), self.prompt_length)
 
     def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor | None:
-        """Optional, for activation patching (`gpt-train inspect patch`): for each example number of `ids`
-        (N,), the example numbers whose prompts differ from its prompt in exactly one token, (N, K), the same
-        K for every row (`one_digit_changes` when the prompt is the number's digits). None, the default,
-        says the task cannot name them, and patching refuses it in one line."""
+        """For activation patching: the example numbers whose prompts differ from each of `ids` (N,) in exactly one
+        token (N, K); None, the default, when the task cannot name them."""
         return None
 
     def answer_queries(self) -> slice:
-        """The input positions whose outputs predict the answer: answer token i is read at prompt_length - 1 + i."""
+        """The input positions whose outputs predict the answer."""
         return slice(self.prompt_length - 1, self.prompt_length - 1 + self.answer_length)
 
     def example_prompts(self) -> list[str]:
@@ -118,13 +101,12 @@ class PromptAnswerTask(Task):
         return [self.decode(row.tolist()) for row in self.sequences(ids)[:, : self.prompt_length]]
 
     def attention_examples(self, n: int) -> list[str]:
-        """Whole held-out sequences but the last token (what the model reads)."""
         ids = self.split.evaluation_ids("heldout", n, seed=1)
         return [self.decode(row.tolist()) for row in self.sequences(ids)[:, :-1]]
 
 
 def answer_batch(seq: torch.Tensor, prompt_length: int) -> Batch:
-    """Whole sequences (N, T) -> the batch that reads all but the last token, scored on the answer alone."""
+    """Whole sequences (N, T) -> the batch that reads all but the last token, scored on the answer."""
     targets = seq[:, 1:].clone()
     targets[:, : prompt_length - 1] = IGNORE_INDEX
     return Batch(seq[:, :-1], targets)

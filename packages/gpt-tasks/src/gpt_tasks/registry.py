@@ -1,11 +1,5 @@
-"""Discover task plugins through the `gpt_tasks` entry-point group and build tasks by name.
-
-A plugin is a module with a function marked `@hookimpl` (`from gpt_core.plugins import hookimpl`) named
-`register_tasks`, which a distribution names in the entry-point group (`[project.entry-points.gpt_tasks]`,
-`reverse = "gpt_task_reverse"`). Loading is gpt_core.plugins' (the one loader of tasks and kernels): a plugin
-that raises while importing or registering is a warning naming it and is left out, and two plugins claiming
-one name make that name (and only that name) an error that names both.
-"""
+"""Task plugins, found through the `gpt_tasks` entry-point group by gpt_core.plugins' loader, and tasks built by
+name (the README's "The registry")."""
 
 from __future__ import annotations
 
@@ -85,7 +79,7 @@ class Registry:
         return self._table.find(name, TaskError, f"unknown task {name!r}; available tasks: {available}")
 
     def get(self, name: str, **params: Any) -> Task:
-        """Build task `name` with `params` (Python values or strings), validated against its Params."""
+        """Task `name` built with `params` (Python values or strings), checked against its Params."""
         task_class = self.info(name).task_class
         return task_class(build_params(task_class.Params, params, what=f"{name} task parameter"))
 

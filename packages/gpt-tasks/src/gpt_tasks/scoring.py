@@ -1,10 +1,5 @@
-"""Teacher-forced scoring: the evaluation loop of every task that scores a model by its loss on the true next
-tokens rather than by generating (modadd, text, a plugin's language model). Only how examples become batches
-differs between them, and that is the task's `make_batch`.
-
-`in_chunks` is how an evaluation walks its examples; within `reporting_progress(report)` it tells `report`
-how far it has got, which is how a trainer shows the progress of a long final evaluation.
-"""
+"""Teacher-forced scoring, the evaluation loop of every task scored by its loss on the true next tokens; and
+`in_chunks`, how an evaluation walks its examples, telling `reporting_progress`'s `report` how far it has got."""
 
 from __future__ import annotations
 
@@ -18,8 +13,7 @@ import torch
 from gpt_core import GPT, IGNORE_INDEX, cross_entropy
 from gpt_tasks.task import Batch, evaluating
 
-Report = Callable[[str, int, int], None]
-"""report(split, examples done, examples in all), called as an evaluation starts and after each chunk."""
+Report = Callable[[str, int, int], None]  # report(split, examples done, examples in all)
 
 _report: ContextVar[Report] = ContextVar("gpt_tasks_evaluation_report", default=lambda split, done, total: None)
 
@@ -34,7 +28,7 @@ def reporting_progress(report: Report) -> Iterator[None]:
 
 
 def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.Tensor]:
-    """`examples` (N, ...) `size` at a time, reporting the start (0 done) and each chunk done."""
+    """`examples` (N, ...) `size` at a time, reporting the start and each chunk done."""
     report, done = _report.get(), 0
     report(split, 0, len(examples))
     for chunk in examples.split(size):
@@ -45,8 +39,7 @@ def in_chunks(examples: torch.Tensor, size: int, split: str) -> Iterator[torch.T
 
 @dataclass(frozen=True)
 class Scores:
-    """loss: the mean cross-entropy over every scored target (nats per scored token); accuracy: the share of
-    scored targets that are the model's most likely token; and how many examples and targets were scored."""
+    """The mean cross-entropy (nats) and argmax accuracy over every scored target, and how many were scored."""
 
     loss: float
     accuracy: float
@@ -62,9 +55,8 @@ def score_examples(
     chunk_size: int,
     split: str = "",
 ) -> Scores:
-    """Score `model` on `examples` (N, ...), `chunk_size` at a time, each chunk made into a Batch by
-    `make_batch`. Examples may score different numbers of targets: the loss weighs every scored target alike.
-    The head runs only at the scored positions (`GPT.forward`'s `read`)."""
+    """Score `model` on `examples` (N, ...), each chunk made a Batch by `make_batch`; every scored target weighs
+    alike, and the head runs only at them."""
     total_loss, correct, scored = 0.0, 0, 0
     with evaluating(model):
         for chunk in in_chunks(examples, chunk_size, split):

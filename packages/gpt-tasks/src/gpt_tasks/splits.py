@@ -1,8 +1,5 @@
-"""Stable train / held-out splits by hashing a canonical encoding of each example (the README's "Hash splits").
-
-Python's built-in hash function is salted per process, so a split built on it would move between
-runs; blake2b of the example's bytes gives every example the same side on every machine.
-"""
+"""Train / held-out splits by the blake2b hash of each example's canonical bytes, the same on every machine (Python's
+hash() is salted per process); the README's "Hash splits"."""
 
 from __future__ import annotations
 
@@ -14,20 +11,13 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch
 
-MAX_ENUMERATED = 2_000_000
-"""Example spaces up to this size have their split computed once, in full."""
-
-SAMPLED_EVALUATION = 20_000
-"""Examples scored when a split is too large to list and no limit is given."""
-
-CACHED_FROM = 100_000
-"""Enumerated spaces from this size keep their split in the user's cache (hashing a million examples takes
-seconds; smaller ones hash in a blink)."""
+MAX_ENUMERATED = 2_000_000  # example spaces up to this size have their split computed once, in full
+SAMPLED_EVALUATION = 20_000  # examples scored when a split is too large to list and no limit is given
+CACHED_FROM = 100_000  # enumerated spaces from this size keep their split in the user's cache
 
 
 def unit_hashes(encodings: Iterable[bytes], salt: bytes) -> np.ndarray:
-    """A number in [0, 1) fixed by each encoding and `salt`, (N,) float64: the first 8 bytes of blake2b as a
-    fraction (the digests joined, then read and scaled all at once)."""
+    """A number in [0, 1) fixed by each encoding and `salt` (N,): the 8-byte blake2b digest as a fraction."""
     salt = salt[:16].ljust(16, b"\0")
     digests = b"".join(hashlib.blake2b(data, digest_size=8, salt=salt).digest() for data in encodings)
     return np.frombuffer(digests, dtype=">u8").astype(np.float64) / 2**64  # correctly rounded, as int / 2**64
@@ -48,9 +38,8 @@ def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> to
 def enumerated_mask(
     size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes
 ) -> torch.Tensor:
-    """`heldout_mask` of every id 0 .. size-1, one bit each in the user's cache (`user_cache()/splits`) when a
-    process computed it before. The cache key holds the split's numbers and the encodings of a spread of ids, so
-    a changed encoding is a new key; an unreadable or unwritable cache only means the hashes are computed."""
+    """`heldout_mask` of every id 0 .. size-1, kept in the user's cache one bit each; the key holds the encodings of
+    a spread of ids, so a changed encoding is a new key. A cache that fails only means the hashes are computed."""
     if size < CACHED_FROM:
         return heldout_mask(encode(torch.arange(size, device="cpu")), fraction, salt)
     from gpt_tasks.text.cache import key_of, user_cache, write_atomically  # it imports us
@@ -74,8 +63,7 @@ def enumerated_mask(
 
 
 class IndexedSplit:
-    """The split of an example space numbered 0 .. size-1, each number encoded by `encode`: listed in full up to
-    MAX_ENUMERATED, else sampled by drawing candidates and keeping those whose hash puts them on the wanted side."""
+    """The split of the examples 0 .. size-1, each encoded by `encode`: listed up to MAX_ENUMERATED, else sampled."""
 
     def __init__(self, size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes):
         self.size, self.encode, self.fraction, self.salt = size, encode, fraction, salt
@@ -86,17 +74,16 @@ class IndexedSplit:
             self._ids = {"heldout": every[mask], "train": every[~mask]}
 
     def count(self, split: str) -> int | None:
-        """Number of examples in `split`, or None when the space is too large to list."""
+        """Examples in `split`; None when the space is too large to list."""
         return len(self._ids[split]) if self.enumerated else None
 
     def ids(self, split: str) -> torch.Tensor:
-        """Every id of `split` (only for enumerated spaces)."""
         if not self.enumerated:
             raise ValueError(f"the example space ({self.size:,}) is too large to list; sample it instead")
         return self._ids[split]
 
     def sample(self, split: str, n: int, generator: torch.Generator) -> torch.Tensor:
-        """n ids drawn uniformly (with replacement) from `split`."""
+        """n ids drawn uniformly, with replacement; an unlisted space keeps the candidates its hash puts there."""
         if self.enumerated:
             pool = self._ids[split]
             return pool[torch.randint(len(pool), (n,), generator=generator, device="cpu")]
@@ -108,9 +95,8 @@ class IndexedSplit:
         return torch.cat(kept)[:n]
 
     def evaluation_ids(self, split: str, limit: int | None, seed: int = 0) -> torch.Tensor:
-        """The ids an evaluation scores: all of `split` (enumerated, no limit) or a sample (`limit` examples, or
-        SAMPLED_EVALUATION when the space is too large to list), the same on every call so that metrics logged
-        during training are comparable."""
+        """All of `split` when listed and `limit` is None, else a sample of `limit` (or SAMPLED_EVALUATION), the same
+        on every call so that logged metrics compare."""
         generator = torch.Generator().manual_seed(seed)
         if self.enumerated:
             pool = self._ids[split]

@@ -1,8 +1,5 @@
-"""The toolkit of task authors, built-in and third-party alike, so that a vocabulary error reads the same in every
-task and a run of symbols hashes to the same split bytes everywhere: `CharVocab`, one token per character;
-`DIGITS`, the symbols of bases up to 36 (base b uses the first b); `digits_of` and `one_digit_changes`, example
-numbers as their symbols; `as_bytes`, the split bytes of rows of symbols (`IndexedSplit`'s `encode`).
-"""
+"""The task author's toolkit, built-in and plugin tasks alike, so that a vocabulary error reads the same in every
+task and a run of symbols hashes to the same split bytes everywhere (the README's "The task author's toolkit")."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"  # the symbols of bases up to 36 (base b uses the first b)
 
 
 class CharVocab:
@@ -47,8 +44,7 @@ def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
 
 def one_digit_changes(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:
     """Every example number that differs from each of `ids` (N,) in exactly one of its `length` base-`base`
-    digits: (N, length * (base - 1)), digit by digit from the most significant. For a task whose prompt
-    tokens are its example number's digits, these are the prompts that differ in one token."""
+    digits: (N, length * (base - 1)), digit by digit from the most significant."""
     digits = digits_of(ids, length, base)  # (N, length)
     powers = base ** torch.arange(length - 1, -1, -1, device=ids.device)  # (length,)
     values = torch.arange(base, device=ids.device)  # (base,)
@@ -58,6 +54,5 @@ def one_digit_changes(ids: torch.Tensor, length: int, base: int) -> torch.Tensor
 
 
 def as_bytes(rows: torch.Tensor) -> list[bytes]:
-    """One byte per symbol of each row (N, L), values below 256, whatever the tensor's dtype: split hashes are
-    taken over these bytes."""
+    """One byte per symbol (below 256) of each row (N, L), whatever the dtype: the bytes split hashes are taken of."""
     return [row.tobytes() for row in rows.numpy().astype(np.uint8)]

@@ -1,9 +1,5 @@
-"""The task contract: what a task must tell the trainer, and nothing about how training works.
-
-A task is its vocabulary and its data: its tokens (`self.vocab`), its examples and their split, how to draw a
-training batch, and how to score a model. It talks to the model only through gpt_core's public interface:
-calling the model on token ids (forward) and `gpt_core.generate`.
-"""
+"""The task contract: a task's vocabulary and data, its batches and how to score a model, and nothing about how
+training works (the README's "The task contract" says what each member means)."""
 
 from __future__ import annotations
 
@@ -35,16 +31,15 @@ class Batch:
 
 @dataclass(frozen=True)
 class Defaults:
-    """What `gpt-train run --task NAME` uses when the user sets nothing: the model, and the training settings
-    in which a good CPU run of the task differs from the trainer's own defaults, by name (`{"lr": 3e-3}`).
-    The trainer owns the training settings and checks each name and value (gpt-train's TrainSettings)."""
+    """The model of a good CPU run of the task, and the training settings (by name) in which it differs from the
+    trainer's own defaults; gpt-train's TrainSettings checks each."""
 
     model: GPTConfig
     train: dict[str, Any] = field(default_factory=dict)
 
 
 class Task(ABC):
-    """Base class of every task; the README's "The task contract" says what each member means."""
+    """Base class of every task."""
 
     name: ClassVar[str]  # the registry name, as in `gpt-train run --task NAME`
     description: ClassVar[str] = ""  # one line for `gpt-train tasks`
@@ -53,9 +48,7 @@ class Task(ABC):
     higher_is_better: ClassVar[bool] = True
     eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)  # of "train" and "heldout"
 
-    vocab: CharVocab
-    """The tokens, set in __init__ (or a property): a CharVocab, or any object with its len, encode, decode and
-    token_labels. The four vocabulary members below come from it."""
+    vocab: CharVocab  # set in __init__ (or a property); any object with len, encode, decode and token_labels
 
     def __init__(self, params: Any):
         self.params = params
@@ -72,61 +65,52 @@ class Task(ABC):
         return self.vocab.decode(ids)
 
     def token_labels(self, ids: Sequence[int]) -> list[str]:
-        """One printable label per token, for the tick labels of attention pictures."""
         return self.vocab.token_labels(ids)
 
     @property
     @abstractmethod
-    def block_size(self) -> int:
-        """Length of the model's input sequences."""
+    def block_size(self) -> int: ...
 
     @abstractmethod
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """A training batch drawn with `generator`; it never contains a held-out example."""
+        """A training batch drawn with `generator`, never holding a held-out example."""
 
     @abstractmethod
     def evaluate(
         self, model: GPT, split: str, device: torch.device | str, limit: int | None = None
     ) -> dict[str, float]:
-        """Named metrics of `model` on `split` ("train" or "heldout"): the whole split when `limit` is None, else
-        a fixed sample of `limit` examples."""
+        """Named metrics of `model` on `split`: all of it when `limit` is None, else a fixed sample of `limit`."""
 
     @abstractmethod
-    def defaults(self) -> Defaults:
-        """The model of a good CPU run of this task, and the training settings in which it differs from the
-        trainer's defaults."""
+    def defaults(self) -> Defaults: ...
 
     def model_config(self, **shape: Any) -> GPTConfig:
-        """A GPTConfig with vocab_size and block_size from this task and the rest (n_layer, ...) from `shape`."""
+        """A GPTConfig with this task's vocab_size and block_size, the rest (n_layer, ...) from `shape`."""
         return GPTConfig(vocab_size=self.vocab_size, block_size=self.block_size, **shape)
 
     def files(self) -> dict[str, bytes]:
-        """Files the task needs to be rebuilt exactly that its parameters cannot hold inline (a trained
-        tokenizer), by the name of the parameter that points at each. Default: none."""
+        """Files that rebuilding the task needs (a trained tokenizer), by the parameter that points at each."""
         return {}
 
     def probe_batch(self) -> Batch | None:
-        """The fixed held-out examples whose activations `probes` reads; None when they read the weights alone."""
+        """The fixed held-out examples `probes` reads; None when they read the weights alone."""
         return None
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
-        """Named scalars about how `model` computes (gpt_tasks.probes), from `cache`: every hook point of `model`
-        on `probe_batch()`. Default: none, and nothing is run."""
+        """Named scalars about how `model` computes, from every hook point on `probe_batch()` (gpt_tasks.probes)."""
         return {}
 
     @abstractmethod
-    def example_prompts(self) -> list[str]:
-        """A few prompts for sampling from a trained model."""
+    def example_prompts(self) -> list[str]: ...
 
     @abstractmethod
     def attention_examples(self, n: int) -> list[str]:
-        """At most `n` held-out examples (text of at most block_size tokens) whose attention a run keeps for its
-        pictures, in a fixed order so that every run shows the same ones; the first is the one a picture draws."""
+        """At most `n` held-out examples of at most block_size tokens, in a fixed order (a picture draws the first)."""
 
 
 @contextmanager
 def evaluating(model: GPT) -> Iterator[GPT]:
-    """Put a model in eval mode with gradients off, and restore its mode after."""
+    """Eval mode with gradients off, the model's mode restored after."""
     was_training = model.training
     model.eval()
     try:

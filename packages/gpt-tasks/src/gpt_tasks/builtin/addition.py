@@ -1,10 +1,5 @@
-"""addition: read two `digits`-digit numbers, then write their sum (a `PromptAnswerTask`).
-
-An example is its operand pair (a, b), numbered a * 10^digits + b. Its text is the operands
-zero-padded to `digits`, then the sum zero-padded to digits + 1 and, by default, written least
-significant digit first ("123+456=9750" is 123 + 456 = 579), the order in which a carry can be
-computed left to right.
-"""
+"""addition: read two `digits`-digit numbers a and b (example a * 10^digits + b), then write their sum, zero-padded
+and by default least significant digit first ("123+456=9750"), the order in which a carry is computed."""
 
 from __future__ import annotations
 
@@ -47,13 +42,11 @@ class AdditionTask(PromptAnswerTask):
 
     def __init__(self, params: AdditionParams):
         super().__init__(params)
-        # A pair's split bytes: one byte per operand digit, a's then b's, most significant first.
         encode = lambda ids: as_bytes(digits_of(ids, 2 * params.digits, 10))
         self.split = IndexedSplit(10 ** (2 * params.digits), encode, params.heldout_fraction, salt=b"addition")
 
     @property
-    def prompt_length(self) -> int:
-        """Tokens up to and including "=": the part generation starts from."""
+    def prompt_length(self) -> int:  # up to and including "="
         return 2 * self.params.digits + 2
 
     @property
@@ -81,8 +74,7 @@ class AdditionTask(PromptAnswerTask):
         return torch.cat((operands[:, :d], plus, operands[:, d:], equals, answer), dim=1)
 
     def carries(self, inputs: Tensor) -> Tensor:
-        """Whether a carry comes into each answer digit, from the operands in `inputs` (N, >= prompt_length):
-        (N, answer_length) in answer order. The units digit never receives one; the top digit is the carry."""
+        """Whether a carry comes into each answer digit, from the operands in `inputs`: (N, answer_length)."""
         d = self.params.digits
         a, b = inputs[:, :d].flip(1), inputs[:, d + 1 : 2 * d + 1].flip(1)  # (N, d), units first
         carry = torch.zeros(len(inputs), dtype=torch.bool, device=inputs.device)
@@ -94,9 +86,8 @@ class AdditionTask(PromptAnswerTask):
         return by_place if self.params.reverse else by_place.flip(1)
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
-        """Teacher-forced accuracy on the answer digits that receive a carry (`carry_digit_accuracy`) and
-        on those that do not (`no_carry_digit_accuracy`): carries are what addition models learn last.
-        A kind absent from the probe batch is left out rather than reported as 0 of 0."""
+        """Teacher-forced accuracy on the answer digits with and without a carry into them (learnt last); a kind
+        absent from the probe batch is left out."""
         queries = self.answer_queries()
         predicted = cache["logits"][:, queries].argmax(dim=-1)  # (N, answer)
         right = predicted == cache.batch.targets[:, queries]

@@ -1,10 +1,8 @@
 """modadd: a + b (mod p), the grokking task of Power et al. (2022) and Nanda et al. (2023).
 
-The model reads [a, b, =] and is scored only at "=", on c = (a + b) mod p; only `train_fraction` of the p^2
-pairs are trained on, as one full batch. Training accuracy reaches 100% early; held-out accuracy stays near
-chance for many times as long and then jumps ("grokking"), driven by the weight decay. The network that
-generalises adds with a few Fourier frequencies (Nanda et al. 2023), which `fourier_spectrum` measures in its
-embedding of the numbers.
+The model reads [a, b, =] and is scored at "=" on c = (a + b) mod p, trained full batch on `train_fraction` of the
+pairs. Training accuracy reaches 100% early; held-out accuracy stays near chance many times as long, then jumps,
+driven by weight decay. The network that generalises adds with a few Fourier frequencies of its number embedding.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ EVAL_BATCH = 4096
 MAX_P = int(MAX_ENUMERATED**0.5)  # every one of the p^2 pairs is listed: 1414
 EQUALS_TEXT = "="
 TOP_FREQUENCIES = 5
-FOURIER_SHARE = f"fourier_top{TOP_FREQUENCIES}_share"
-"""The metric: the share of the number embedding's (non-constant) Fourier power in its 5 strongest frequencies."""
+FOURIER_SHARE = f"fourier_top{TOP_FREQUENCIES}_share"  # the number embedding's Fourier power in its top 5
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class ModAddParams:
 
 
 class Numbers:
-    """modadd's vocabulary: the numbers 0 .. p-1, then "=" (token p), written with spaces between them."""
+    """The numbers 0 .. p-1, then "=" (token p), written with spaces between them."""
 
     def __init__(self, p: int):
         self.p = p
@@ -66,19 +63,14 @@ class Numbers:
 
 
 def pair_bytes(a: torch.Tensor, b: torch.Tensor) -> list[bytes]:
-    """The canonical encoding of each pair: a then b as big-endian 16-bit integers."""
     rows = np.stack((a.numpy(), b.numpy()), axis=1).astype(">u2")
     return [row.tobytes() for row in rows]
 
 
 def fourier_spectrum(embedding: torch.Tensor) -> torch.Tensor:
-    """Power of an embedding of the numbers 0..p-1 (p, d) at each frequency k = 0 .. p // 2 (index k).
-
-    The discrete Fourier transform runs over the numbers a, for each of the d dimensions, and the
-    power is summed over dimensions. Frequencies k and p - k are the same real wave (cos and sin of
-    2 pi k a / p), so their power is one entry; k = 0 is the mean vector, which says nothing about a.
-    The entries add up to p times the embedding's squared norm (Parseval).
-    """
+    """Power of an embedding of the numbers 0..p-1 (p, d) at each frequency k = 0 .. p // 2, the DFT over the
+    numbers summed over dimensions. k and p - k are the same real wave, so their power is one entry; k = 0 is the
+    mean vector. The entries add up to p times the embedding's squared norm (Parseval)."""
     p = embedding.shape[0]
     power = torch.fft.rfft(embedding.detach().double(), dim=0).abs().square().sum(dim=1)  # (p // 2 + 1,)
     k = torch.arange(len(power), device=power.device)
@@ -86,8 +78,8 @@ def fourier_spectrum(embedding: torch.Tensor) -> torch.Tensor:
 
 
 def top_frequency_share(spectrum: torch.Tensor, top: int = TOP_FREQUENCIES) -> float:
-    """The share of the non-constant power (k >= 1) held by the `top` strongest frequencies: about
-    top / (p // 2) for a random embedding, near 1 once a few frequencies carry the numbers."""
+    """The share of the power at k >= 1 in the `top` strongest frequencies: top / (p // 2) for a random embedding,
+    near 1 once a few frequencies carry the numbers."""
     waves = spectrum[1:]
     return float(waves.topk(min(top, len(waves))).values.sum() / waves.sum())
 
@@ -112,8 +104,7 @@ class ModAddTask(Task):
         return 3
 
     def examples(self, ids: torch.Tensor) -> Batch:
-        """Pair numbers (N,) -> inputs [a, b, =] (N, 3) and targets (N, 3) scored only at "=",
-        where the answer is c = (a + b) mod p: the same examples for training and evaluation."""
+        """Pair numbers (N,) -> inputs [a, b, =] (N, 3), scored at "=" on c = (a + b) mod p."""
         p = self.params.p
         a, b = ids // p, ids % p
         inputs = torch.stack((a, b, torch.full_like(a, self.equals)), dim=1)
@@ -122,36 +113,29 @@ class ModAddTask(Task):
         return Batch(inputs, targets)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """The whole training set (in a fixed order) when batch_size covers it, else a random sample
-        without replacement."""
+        """The whole training set (in a fixed order) when batch_size covers it, else a sample without replacement."""
         ids = self.split.ids("train")
         if batch_size < len(ids):
             ids = ids[torch.randperm(len(ids), generator=generator, device="cpu")[:batch_size]]
         return self.examples(ids)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        """Accuracy and loss at "=", and the progress measure `fourier_top5_share`: a property of the
-        weights, not of the split, so every split reports the same value."""
+        """Accuracy and loss at "=", and `fourier_top5_share`, the weights' (the same for every split)."""
         ids = self.split.evaluation_ids(split, limit)
-        scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)  # one scored token per example
+        scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)
         metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(len(ids))}
         return metrics | self.probes(model, None)
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
-        """`fourier_top5_share` of the number embedding, read from the weights alone (no probe batch). The
-        evaluation reports it too, under each split, where the grokking experiments have always read it."""
         return {FOURIER_SHARE: top_frequency_share(fourier_spectrum(model.wte.weight[: self.params.p]))}
 
     def defaults(self) -> Defaults:
-        """Nanda et al.'s recipe (1 layer, no LayerNorm, AdamW with betas 0.9/0.98, full batch) at half their
-        width, with 8x GPT-2's initial weights (Omnigrok: a large weight norm memorises fast and generalises only
-        once weight decay has shrunk it), and a learning rate dropped tenfold for the last 600 steps once held-out
-        accuracy reaches 0.99 (at the full rate the generalised model keeps collapsing and recovering). The
-        README's modadd section says why each setting; docs/results/grokking.md measures them on twenty seeds."""
+        """Nanda et al.'s recipe at half their width, 8x GPT-2's initial weights, and the rate dropped tenfold once
+        held-out accuracy reaches 0.99; the README's modadd section says why each setting."""
         return Defaults(
             model=self.model_config(n_layer=1, n_head=4, n_embd=64, tie_weights=False, layernorm=False, init_scale=8.0),
             train={
-                "steps": 10000,  # the most: the run ends 600 steps after held-out accuracy first reaches 0.99
+                "steps": 10000,  # the most: the run ends 600 steps after the cooldown starts
                 "batch_size": self.split.count("train"),  # full batch
                 "lr": 1.2e-2,
                 "warmup_steps": 10,
@@ -162,7 +146,7 @@ class ModAddTask(Task):
                 "weight_decay": 1.0,
                 "beta2": 0.98,
                 "grad_clip": 0.0,
-                "eval_every": 20,  # the whole of both splits, often enough to see the jump's shape
+                "eval_every": 20,  # often enough to see the jump's shape
                 "eval_limit": self.params.p**2,  # every pair of the split
             },
         )
@@ -171,8 +155,7 @@ class ModAddTask(Task):
         return self.attention_examples(3)
 
     def prompt_note(self, ids: Sequence[int]) -> str:
-        """A sentence when `ids` is not a prompt the task trains on, two numbers then "=" ('' when it is): what
-        `gpt-train sample` and the explorer say beside the model's answer to any other sequence of its tokens."""
+        """What `gpt-train sample` and the explorer say when `ids` is not two numbers then "=" ('' when it is)."""
         numbers = [int(i) for i in ids[:2]]
         if len(ids) == 3 and all(0 <= n < self.params.p for n in numbers) and int(ids[2]) == self.equals:
             return ""
@@ -182,6 +165,5 @@ class ModAddTask(Task):
         )
 
     def attention_examples(self, n: int) -> list[str]:
-        """Model inputs of a fixed sample of held-out pairs (the same first pairs whatever `n`)."""
         inputs = self.examples(self.split.evaluation_ids("heldout", n, seed=1)).inputs
         return [self.decode(row.tolist()) for row in inputs]

@@ -1,11 +1,10 @@
 """Grokking's progress measures (Nanda et al. 2023, section 5), for a model trained on modadd.
 
-The generalising network's logit of each answer c at "=" lies, as a function of the pair (a, b), in the span of
-cos and sin of w_k (a + b) for a few key frequencies k (w_k = 2 pi k / p). The *restricted* logits keep only
-those directions: their held-out loss falls as the Fourier circuit forms, before memorisation lets the whole
-model's does. The *excluded* logits are the rest: their training loss rises as the training set comes to be
-fitted through the circuit. With the weight norm, they split training into memorisation, circuit formation and
-cleanup. Only the p number logits are projected; the logit of "=" is kept as it is.
+The generalising network's logit of each answer c at "=", as a function of the pair (a, b), lies in the span of
+cos and sin of w_k (a + b) for a few key frequencies k (w_k = 2 pi k / p). The *restricted* logits keep only those
+directions: their held-out loss falls as the Fourier circuit forms. The *excluded* logits are the rest: their
+training loss rises as the training set comes to be fitted through the circuit. With the weight norm, they split
+training into memorisation, circuit formation and cleanup. Only the p number logits are projected.
 """
 
 from __future__ import annotations
@@ -21,23 +20,18 @@ from gpt_core import GPT
 from gpt_tasks.builtin.modadd import EVAL_BATCH, ModAddTask, fourier_spectrum
 from gpt_tasks.task import evaluating
 
-KEY_SHARE = 0.05
-"""A frequency is key when it holds at least this share of the number embedding's non-constant Fourier power:
-a random embedding spreads its power evenly (1 / 56 = 0.018 each at p = 113), a trained one puts almost all
-of it in a handful of frequencies."""
+KEY_SHARE = 0.05  # of the embedding's power at k >= 1: a random one holds 1 / 56 per frequency at p = 113
 
 
 def key_frequencies(embedding: Tensor, share: float = KEY_SHARE) -> list[int]:
-    """The frequencies k (1 <= k <= p // 2) holding at least `share` of the embedding's (p, d) non-constant
-    Fourier power, in increasing order."""
+    """The frequencies k >= 1 holding at least `share` of the embedding's (p, d) power at k >= 1, in order."""
     waves = fourier_spectrum(embedding)[1:]
     return [k + 1 for k in range(len(waves)) if waves[k] >= share * waves.sum()]
 
 
 def sum_waves(p: int, frequencies: Sequence[int]) -> Tensor:
-    """(p * p, 2 * len(frequencies)) float64: for each frequency k, the unit vectors cos(w_k (a + b)) and
-    sin(w_k (a + b)) over the pairs in modadd's order (pair id a * p + b). Distinct frequencies 1 <= k < p / 2
-    give orthonormal columns; sin vanishes at k = p / 2 (an even p) and is dropped there."""
+    """(p * p, 2 * len(frequencies)) float64: for each k, the unit vectors cos(w_k (a + b)) and sin(w_k (a + b))
+    over the pairs a * p + b, orthonormal; sin vanishes at k = p / 2 (an even p) and is dropped there."""
     ids = torch.arange(p * p, dtype=torch.float64, device="cpu")
     total = ids.div(p, rounding_mode="floor") + ids.remainder(p)  # a + b
     columns = []
@@ -49,21 +43,19 @@ def sum_waves(p: int, frequencies: Sequence[int]) -> Tensor:
 
 
 def key_part(numbers: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
-    """The component of number logits (p * p, p), one row per pair, along the key frequencies' directions."""
+    """The component of number logits (p * p, p) along the key frequencies' directions."""
     basis = sum_waves(p, frequencies).to(numbers)
     return basis @ (basis.T @ numbers)
 
 
 def restricted_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
-    """The logits (p * p, vocab) at "=" of every pair with their number part reduced to each answer's mean
-    over the pairs plus its key-frequency component; "=" keeps its logit."""
+    """The logits (p * p, vocab) with their number part reduced to its mean plus its key-frequency component."""
     numbers = logits[:, :p]
     return torch.cat((numbers.mean(dim=0, keepdim=True) + key_part(numbers, p, frequencies), logits[:, p:]), dim=1)
 
 
 def excluded_logits(logits: Tensor, p: int, frequencies: Sequence[int]) -> Tensor:
-    """The logits (p * p, vocab) at "=" of every pair with the key-frequency component of their number part
-    removed."""
+    """The logits (p * p, vocab) with the key-frequency component of their number part removed."""
     numbers = logits[:, :p]
     return torch.cat((numbers - key_part(numbers, p, frequencies), logits[:, p:]), dim=1)
 
@@ -80,30 +72,29 @@ def pair_logits(model: GPT, task: ModAddTask, device: torch.device | str = "cpu"
 
 
 def pair_answers(p: int, ids: Tensor) -> Tensor:
-    """c = (a + b) mod p of each pair id a * p + b."""
     return (ids.div(p, rounding_mode="floor") + ids.remainder(p)) % p
 
 
 def answer_loss(logits: Tensor, p: int, ids: Tensor) -> float:
-    """Mean cross-entropy (nats) of the logits (p * p, vocab) at the pairs `ids` against c = (a + b) mod p."""
+    """Mean cross-entropy of the logits (p * p, vocab) at the pairs `ids`."""
     log_probs = torch.log_softmax(logits[ids], dim=-1)
     return float(-log_probs.gather(1, pair_answers(p, ids)[:, None]).mean())
 
 
 def answer_accuracy(logits: Tensor, p: int, ids: Tensor) -> float:
-    """The share of the pairs `ids` whose largest logit (p * p, vocab) is the answer c = (a + b) mod p."""
+    """The share of the pairs `ids` whose largest logit is the answer."""
     return float((logits[ids].argmax(dim=-1) == pair_answers(p, ids)).double().mean())
 
 
 def weight_norm(model: torch.nn.Module) -> float:
-    """The L2 norm of every parameter together: what weight decay shrinks."""
+    """The L2 norm of every parameter together."""
     return float(torch.sqrt(sum(p.detach().double().square().sum() for p in model.parameters())))
 
 
 @dataclass(frozen=True)
 class ProgressMeasures:
-    """The measures of one model, with the key frequencies read from the trained one, and its accuracy and loss
-    on each split (all of its pairs), which bound the phases."""
+    """The measures of one model, given the key frequencies of the trained one, and its accuracy and loss on each
+    split, which bound the phases."""
 
     train_accuracy: float
     heldout_accuracy: float

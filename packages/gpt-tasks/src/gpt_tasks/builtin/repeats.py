@@ -1,18 +1,12 @@
-"""repeats: random tokens ending in a copy of an earlier segment, where copying from the context is the only way to
-predict.
-
-Each sequence is block_size + 1 uniform random tokens whose last `length` tokens (block_size // 4 ..
-block_size // 2) repeat the segment at a random earlier start. Only the copy's tokens after its first can be
-predicted, and since where the segment starts and how long it is vary, only by finding the current token's
-earlier occurrence and copying what came after it: what an induction head does (Olsson et al. 2022). A
-two-layer attention-only model learns it within minutes on a CPU.
+"""repeats: block_size + 1 random tokens whose last `length` (block_size // 4 .. block_size // 2) copy the segment
+at a random earlier start. The copy's tokens after its first can be predicted only by finding the current token's
+earlier occurrence and copying what came after it: what an induction head does (Olsson et al. 2022).
 """
 
 from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
@@ -27,6 +21,7 @@ from gpt_tasks.task import Batch, Defaults, Task
 SYMBOLS = string.ascii_letters + string.digits  # token i is written as SYMBOLS[i]
 EVAL_EXAMPLES = 4096  # a fixed sample of each split, drawn once
 EVAL_BATCH = 512
+SEEDS = {"train": 0, "heldout": 1}  # of the fixed samples
 
 
 @dataclass(frozen=True)
@@ -62,17 +57,17 @@ class RepeatsTask(Task):
     Params = RepeatsParams
     primary_metric = "copy_accuracy"
 
-    @cached_property
-    def vocab(self) -> CharVocab:
-        return CharVocab(SYMBOLS[: self.params.vocab])
+    def __init__(self, params: RepeatsParams):
+        super().__init__(params)
+        self.vocab = CharVocab(SYMBOLS[: params.vocab])
+        self._fixed: dict[str, Sequences] = {}
 
     @property
     def block_size(self) -> int:
         return self.params.block_size
 
     def draw(self, n: int, generator: torch.Generator) -> Sequences:
-        """n sequences, train and held-out alike: random tokens, the last `length` of them a copy of the segment
-        at a random earlier start."""
+        """n sequences, train and held-out alike."""
         T = self.block_size
         tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator, device="cpu")
         length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator, device="cpu")
@@ -98,16 +93,10 @@ class RepeatsTask(Task):
         return Sequences(torch.cat([s.tokens for s in kept])[:n], torch.cat([s.copy_starts for s in kept])[:n])
 
     def fixed(self, split: str) -> Sequences:
-        """The split's fixed evaluation sample (EVAL_EXAMPLES sequences, the same on every call)."""
+        """The split's fixed evaluation sample, drawn once."""
+        if split not in self._fixed:
+            self._fixed[split] = self.sample(split, EVAL_EXAMPLES, torch.Generator().manual_seed(SEEDS[split]))
         return self._fixed[split]
-
-    @cached_property
-    def _fixed(self) -> dict[str, Sequences]:
-        seeds = {"train": 0, "heldout": 1}
-        return {
-            split: self.sample(split, EVAL_EXAMPLES, torch.Generator().manual_seed(seed))
-            for split, seed in seeds.items()
-        }
 
     def examples(self, sequences: Sequences, copyable_only: bool = False) -> Batch:
         """Inputs and next-token targets; with `copyable_only`, only the targets after the copy's first token."""
@@ -125,12 +114,8 @@ class RepeatsTask(Task):
         rows = torch.arange(len(sequences), device="cpu")
         copy = score_examples(model, rows, lambda r: self.examples(sequences[r], True), device, EVAL_BATCH)
         every = score_examples(model, rows, lambda r: self.examples(sequences[r]), device, EVAL_BATCH)
-        return {
-            "copy_accuracy": copy.accuracy,
-            "copy_loss": copy.loss,
-            "loss": every.loss,
-            "examples": float(len(rows)),
-        }
+        metrics = {"copy_accuracy": copy.accuracy, "copy_loss": copy.loss, "loss": every.loss}
+        return metrics | {"examples": float(len(rows))}
 
     def probe_batch(self) -> Batch:
         return self.examples(self.fixed("heldout")[:PROBE_EXAMPLES])
@@ -141,14 +126,7 @@ class RepeatsTask(Task):
     def defaults(self) -> Defaults:
         return Defaults(
             model=self.model_config(n_layer=2, n_head=2, n_embd=64, mlp=False, pos="rope"),
-            train={
-                "steps": 1000,
-                "lr": 3e-3,
-                "weight_decay": 0.0,
-                "eval_every": 25,
-                "eval_limit": 512,
-                "warmup_steps": 50,
-            },
+            train=dict(steps=1000, lr=3e-3, weight_decay=0.0, eval_every=25, eval_limit=512, warmup_steps=50),
         )
 
     def example_prompts(self) -> list[str]:

@@ -1,9 +1,5 @@
-"""shakespeare: tiny-shakespeare (Karpathy's char-rnn input.txt), the named case of the text task.
-
-It is `text` with its own corpus (`data` when given, else the user cache, else a download checked against its
-known sha256), its own split salt (so its held-out chunks are the ones it has always held out) and the loss as
-its primary metric.
-"""
+"""shakespeare: the text task on tiny-shakespeare (char-rnn's input.txt, downloaded once and checked), with its own
+split salt (its held-out chunks are the ones it has always held out) and the loss as its primary metric."""
 
 from __future__ import annotations
 
@@ -21,12 +17,12 @@ PROMPTS = ("ROMEO:", "JULIET:", "KING RICHARD III:", "MENENIUS:")
 
 
 def cache_path() -> Path:
-    """Where a downloaded corpus is kept: $XDG_CACHE_HOME (or ~/.cache)/gpt-tasks/tinyshakespeare.txt."""
+    """Where the downloaded corpus is kept."""
     return user_cache() / "tinyshakespeare.txt"
 
 
 def download(path: Path) -> Path:
-    """Fetch the corpus from CORPUS_URL into `path`, verifying its sha256; nothing is left behind on failure."""
+    """Fetch the corpus into `path`, checking its sha256; nothing is left behind on failure."""
     try:
         with urlopen(CORPUS_URL, timeout=DOWNLOAD_TIMEOUT) as response:
             data = response.read()

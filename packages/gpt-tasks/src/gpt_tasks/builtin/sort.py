@@ -1,9 +1,8 @@
 """sort: read `length` symbols, then write them in sorted order (a `PromptAnswerTask`).
 
-Two options make length generalisation possible, both off by default (the seed task exactly): `separator` puts
-"=" between the input and its sorted order, so the model sees where the input ends instead of counting
-positions; with `min_length`, each training batch is drawn at one length from min_length .. length, each length
-split by its own hash, so a run's held-out side never depends on the mix.
+For length generalisation (both off by default): `separator` puts "=" between the input and its sorted order, so
+the model sees where the input ends; with `min_length`, each training batch is drawn at one length from
+min_length .. length, each length split by its own hash, so a run's held-out side never depends on the mix.
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ class SortParams:
             )
 
     @property
-    def lengths(self) -> range:
-        """The lengths training batches are drawn at."""
+    def lengths(self) -> range:  # that training batches are drawn at
         return range(self.length if self.min_length is None else self.min_length, self.length + 1)
 
 
@@ -67,8 +65,7 @@ class SortTask(PromptAnswerTask):
         self.split = self.splits[params.length]
 
     def split_at(self, length: int) -> IndexedSplit:
-        """The split of the runs of `length` symbols: a hash of the run's symbols alone, so a run is on the
-        same side whatever the separator, the mix of lengths, or the length the task evaluates."""
+        """The split of the runs of `length` symbols, by their symbols alone (whatever the separator or the mix)."""
         encode = lambda ids: as_bytes(self.digits(ids, length))
         return IndexedSplit(self.params.vocab**length, encode, self.params.heldout_fraction, salt=b"sort")
 
@@ -77,7 +74,6 @@ class SortTask(PromptAnswerTask):
         return self.prompt_length_at(self.params.length)
 
     def prompt_length_at(self, length: int) -> int:
-        """The input run, and the separator after it when there is one."""
         return length + self.params.separator
 
     @property
@@ -89,7 +85,6 @@ class SortTask(PromptAnswerTask):
         return tuple(self.prompt_length_at(length) for length in self.params.lengths)
 
     def answer_length_for(self, prompt_length: int) -> int:
-        """One token per input symbol: the prompt without its separator."""
         return max(1, prompt_length - self.params.separator)
 
     def digits(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
@@ -100,7 +95,7 @@ class SortTask(PromptAnswerTask):
         return one_digit_changes(ids, self.params.length, self.params.vocab)
 
     def sequences(self, ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
-        """Input, the separator if any, then the sorted order: (N, prompt_length + answer_length) at `length`."""
+        """Input, the separator if any, then the sorted order, at `length`."""
         digits = self.digits(ids, length)
         parts = [digits, digits.sort(dim=1).values]
         if self.params.separator:
@@ -108,7 +103,7 @@ class SortTask(PromptAnswerTask):
         return torch.cat(parts, dim=1)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
-        """Training sequences at one length, drawn uniformly from `lengths` (no draw when there is one)."""
+        """Training sequences at one length drawn from `lengths` (no draw when there is one)."""
         lengths = self.params.lengths
         if len(lengths) == 1:
             return super().batch(batch_size, generator)
@@ -119,16 +114,12 @@ class SortTask(PromptAnswerTask):
         return answer_batch(self.sequences(ids, length), self.prompt_length_at(length))
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
-        """`source_attention`: at each answer position, the share of attention that the head attending most
-        there puts on the input digit(s) equal to the one it must write, averaged over answer positions;
-        about 1 / (positions read) for a head that reads everything alike, 1 for one that reads the
-        source alone."""
+        """`source_attention`: at each answer position, the share of attention that the head attending most there
+        puts on the input digit(s) it must write, averaged over answer positions (1 for one that reads it alone)."""
         return {"source_attention": float(source_attention(self, model, cache).flatten(0, 1).amax(dim=0).mean())}
 
     def defaults(self) -> Defaults:
-        # Two layers learn the task as well as three, a third cheaper per step; 1,200 steps, chosen on seeds 0, 1
-        # and 2 (the gpt-tasks README has their figures). The task is mostly learnt by step 250, the first regular
-        # evaluation: evaluating every 25 steps until then, the curve shows it being learnt.
+        # Evaluating every 25 steps to step 250 shows the task being learnt (the README has the figures).
         return Defaults(
             model=self.model_config(n_layer=2, n_head=4, n_embd=64),
             train={"steps": 1200, "batch_size": 128, "lr": 3e-3, "early_eval_every": 25, "early_eval_until": 250},
@@ -136,8 +127,8 @@ class SortTask(PromptAnswerTask):
 
 
 def source_attention(task: SortTask, model: GPT, cache: ProbeCache) -> Tensor:
-    """The attention weight each head puts on the source of each answer digit (the input positions holding
-    that digit's value), averaged over the probe batch: (n_layer, n_head, answer_length)."""
+    """The attention weight each head puts on the input positions holding each answer digit's value, averaged over
+    the probe batch: (n_layer, n_head, answer_length)."""
     queries = task.answer_queries()
     inputs, targets = cache.batch.inputs, cache.batch.targets
     digits = inputs[:, : task.params.length]  # (N, length)
