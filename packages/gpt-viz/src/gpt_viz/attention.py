@@ -1,6 +1,5 @@
-"""Attention heatmaps: query positions down, key positions across, so a causal model's weights form a lower
-triangle and a broken mask shows at a glance. Each picture says under it how to read it, and given the prompt's
-length a line on both axes splits the prompt from the answer."""
+"""Attention heatmaps: queries down, keys across, so a causal model's weights form a lower triangle and a broken mask
+shows at a glance; a red line on both axes splits the prompt from the answer."""
 
 from __future__ import annotations
 
@@ -17,12 +16,9 @@ from gpt_viz.errors import VizError
 from gpt_viz.run_data import check_attention_shape, is_prompt_length
 
 CMAP = "viridis"
-# Above this many positions, tick labels are thinned so they stay legible.
-MAX_TICK_LABELS = 48
-# Characters that would be invisible or break mathtext as tick labels.
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "$": r"\$"}
-BOUNDARY_COLOUR = "red"
-"""The prompt/answer line: red stands out on viridis's dark purple, green and yellow alike."""
+MAX_TICK_LABELS = 48  # above it, tick labels are thinned so they stay legible
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "$": r"\$"}  # invisible, or breaking mathtext, as tick labels
+BOUNDARY_COLOUR = "red"  # the prompt/answer line: red stands out on all of viridis
 READING = "Each row: the position that reads (query). A bright cell: the position it reads (key)."
 BOUNDARY = "Red lines: the prompt ends and the answer begins; below them, what each answer position reads."
 
@@ -32,14 +28,9 @@ def display_token(token: str) -> str:
 
 
 def draw_attention(
-    ax: Axes,
-    weights_2d: np.ndarray,
-    tokens: Sequence[str],
-    vmax: float | None = None,
-    prompt_length: int | None = None,
+    ax: Axes, weights_2d: np.ndarray, tokens: Sequence[str], vmax: float | None = None, prompt_length: int | None = None
 ) -> AxesImage:
-    """One query × key heatmap with the tokens as tick labels, its colours from 0 (so masked positions are the
-    darkest) to ``vmax`` (several heads may share one), and the prompt/answer boundary after ``prompt_length``."""
+    """One query × key heatmap, its colours from 0 (so masked positions are the darkest) to ``vmax``."""
     weights_2d = np.asarray(weights_2d)
     if weights_2d.ndim != 2:
         raise VizError(f"attention map must be 2-D (query × key), got shape {weights_2d.shape}")
@@ -71,7 +62,7 @@ def caption(prompt_length: int | None, positions: int) -> str:
 
 
 def caption_axes(ax: Axes, prompt_length: int | None, positions: int) -> None:
-    """The caption under one heatmap's x label, when the heatmap shares its figure with other panels."""
+    """The caption under a heatmap's x label, for a heatmap sharing its figure."""
     ax.annotate(
         caption(prompt_length, positions),
         xy=(0.5, 0.0),
@@ -87,7 +78,6 @@ def caption_axes(ax: Axes, prompt_length: int | None, positions: int) -> None:
 def attention_map(
     weights_2d: np.ndarray, tokens: Sequence[str], title: str = "attention", prompt_length: int | None = None
 ) -> Figure:
-    """One attention matrix (T, T) as a heatmap with a colorbar and its caption."""
     figure = new_figure(6.4, 5.8)
     ax = figure.add_subplot()
     image = draw_attention(ax, weights_2d, tokens, prompt_length=prompt_length)
@@ -100,8 +90,8 @@ def attention_map(
 def attention_grid(
     weights_layer: np.ndarray, tokens: Sequence[str], layer: int | None = None, prompt_length: int | None = None
 ) -> Figure:
-    """Every head of one layer (``weights_layer``: (n_head, T, T)) side by side on one colour scale, so a sharp
-    head really is brighter than a diffuse one; ``layer`` only labels the figure."""
+    """Every head of one layer (n_head, T, T) on one colour scale, so a sharp head really is brighter than a diffuse
+    one."""
     weights_layer = np.asarray(weights_layer)
     if weights_layer.ndim != 3 or weights_layer.shape[0] == 0:
         raise VizError(f"layer attention must have shape (n_head, T, T) with n_head >= 1, got {weights_layer.shape}")

@@ -1,5 +1,4 @@
-"""Creating and saving figures without pyplot: on an Agg canvas, drawing works on a headless machine, never touches
-pyplot's global figure registry, and a figure is freed as soon as the caller drops it."""
+"""Figures on an Agg canvas, without pyplot: drawing works headless, and a figure is freed when the caller drops it."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from matplotlib.ticker import LogFormatter
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike
 
-# Dots per inch of saved raster images: sharp on screens and in slides, still small files.
-SAVE_DPI = 150
+SAVE_DPI = 150  # sharp on screens and in slides, still small files
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -27,8 +25,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 CAPTION_SIZE = 8.5
-CAPTION_CHARACTERS_PER_INCH = 16
-"""About how many characters of the caption's font fit in an inch: a longer line is wrapped."""
+CAPTION_CHARACTERS_PER_INCH = 16  # of the caption's font: a longer line is wrapped
 
 
 def caption_below(figure: Figure, *lines: str) -> None:
@@ -59,9 +56,8 @@ def use_log_scale(ax: Axes, which: Literal["x", "y"]) -> None:
 
 
 def save_figure(fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)) -> list[Path]:
-    """Write ``fig`` once per format, creating parent directories, and return the paths written. An image suffix of
-    ``path`` is replaced by each format (``curves.png`` and ``curves`` both give ``curves.svg``), so names containing
-    dots survive."""
+    """Write ``fig`` once per format, an image suffix of ``path`` replaced by each (``curves.png`` and ``curves`` both
+    give ``curves.svg``, and names containing dots survive); return the paths written."""
     supported = fig.canvas.get_supported_filetypes()
     stem = Path(path)
     if stem.suffix.lower().lstrip(".") in supported:

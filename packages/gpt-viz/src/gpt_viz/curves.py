@@ -32,10 +32,8 @@ def point_marker(metric: str, steps: np.ndarray) -> str | None:
 
 
 def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
-    """The headline figure of a run. Left: training loss (log scale) against step, with ``metric`` (default: the
-    config's ``primary_metric``) on a twin axis, and under it the task probes the run logged. Right, when
-    ``attention.npz`` exists: the last layer's attention on the held-out example, averaged over heads (what the
-    layer as a whole reads, without singling out one head), with the prompt/answer boundary and a caption."""
+    """A run's headline figure: training loss with ``metric`` (default: the config's primary_metric) on a twin axis,
+    the task probes under it, and beside them, given attention.npz, the last layer's attention averaged over heads."""
     run = run_directory(run_dir)
     records = load_metrics(run)
     config = load_config(run)
@@ -87,8 +85,7 @@ def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | Non
     legend_below(ax, handles)
 
 
-PER_HEAD_PROBE = re.compile(r"_l\d+h\d+$")
-"""A probe measured per head (``heldout_probe_induction_l1h0``): the induction picture's, not the curves panel's."""
+PER_HEAD_PROBE = re.compile(r"_l\d+h\d+$")  # heldout_probe_induction_l1h0: the induction picture's, not this panel's
 
 
 def probe_keys(records: Sequence[Record]) -> list[str]:
@@ -129,13 +126,10 @@ def _draw_last_layer_attention(figure: Figure, ax: Axes, run: Path) -> None:
 
 
 def compare_runs(
-    run_dirs: Sequence[PathLike],
-    metric: str,
-    labels: Sequence[str] | None = None,
-    log_y: bool | None = None,
+    run_dirs: Sequence[PathLike], metric: str, labels: Sequence[str] | None = None, log_y: bool | None = None
 ) -> Figure:
-    """Several runs' ``metric`` (``"loss"`` or any logged key) against step on one axis, as for an ablation;
-    ``labels`` default to the directory names, ``log_y`` to a log axis for losses only."""
+    """Several runs' ``metric`` against step on one axis, as for an ablation; ``labels`` default to the directory
+    names, ``log_y`` to a log axis for losses only."""
     runs = [run_directory(run_dir) for run_dir in run_dirs]
     if not runs:
         raise VizError("compare needs at least one run directory")

@@ -1,10 +1,6 @@
-"""The explorer page: one self-contained HTML file with every head of every layer, the run's curves and, once
-`gpt-train inspect RUN heads` has written it, the head-ablation table. Data, script and styles are inline, so the
-file opens offline and never fetches anything.
-
-The data travels as JSON in a ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` escaped, so
-no token text can end the element or become markup; the script puts token text on the page as text, never HTML.
-"""
+"""The explorer page: one self-contained HTML file (it opens offline and fetches nothing) with the run's curves,
+every head of every layer and, once `gpt-train inspect RUN heads` has run, the head-ablation table. The data travels
+as JSON with ``<``, ``>`` and ``&`` escaped, so no token text can end its script element or become markup."""
 
 from __future__ import annotations
 
@@ -48,7 +44,7 @@ def explorer_page(run_dir: PathLike) -> str:
 
 
 def page_head(title: str) -> str:
-    """The start of every page the project writes, up to its styles: doctype, charset, viewport and title."""
+    """The start of every page the project writes, up to its styles."""
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{html.escape(title)}</title>\n'
@@ -56,7 +52,6 @@ def page_head(title: str) -> str:
 
 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
-    """Write the page to ``target`` (default ``RUN_DIR/explore.html``) and return its path."""
     page = explorer_page(run_dir)
     path = Path(target) if target is not None else run_directory(run_dir) / PAGE_NAME
     try:
@@ -68,8 +63,8 @@ def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
 
 
 def page_data(run: Path) -> dict[str, Any]:
-    """Everything the page draws, as plain JSON-ready values. The page opens on the head the model needs most by
-    the head-ablation table, else on the first layer's first (a small model often leaves its last layer unused)."""
+    """Everything the page draws, JSON-ready. It opens on the head the ablation table finds most needed, else on the
+    first layer's first (a small model often leaves its last layer unused)."""
     config = load_config(run)
     attention = _attention_examples(run)
     task = config.get("task")
@@ -114,7 +109,7 @@ def _series(records: list[Record], key: str) -> tuple[list[int], list[float | No
 
 
 def _attention_examples(run: Path) -> list[AttentionSnapshot]:
-    """The attention file's examples; none before the run writes it at its end."""
+    """None before the run writes its attention file at its end."""
     path = RunLayout(run).attention
     if not path.is_file():
         return []
@@ -127,13 +122,8 @@ def _attention_examples(run: Path) -> list[AttentionSnapshot]:
 
 
 def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
-    """One example: its tokens, its prompt length, and its weights (n_layer, n_head, T, T) as base64 bytes, each the
-    weight as a fraction 0..255 of its row's largest, with those row maxima as base64 float32.
-
-    One byte a weight keeps the page at a quarter of float32's size; scaling by the row's own maximum keeps a
-    diffuse row as finely resolved as a sharp one: every weight comes back within 0.002, finer than the page's
-    256 colours and the three decimals its readout shows.
-    """
+    """One example, its weights as base64 bytes, each a fraction 0..255 of its row's largest (the row maxima as base64
+    float32): a quarter of float32's size, and a diffuse row as finely resolved as a sharp one (within 0.002)."""
     weights = np.asarray(snapshot.weights, dtype=np.float64)  # (L, H, T, T)
     row_max = weights.max(axis=-1)  # (L, H, T)
     scale = np.where(row_max > 0, row_max, 1.0)[..., None]
@@ -149,8 +139,8 @@ def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
 
 
 def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, Any] | None:
-    """The run's head-ablation table when `gpt-train inspect RUN heads` has written it, checked against ``heads``
-    (n_layer, n_head of the attention file) so a table from another model is refused, not drawn."""
+    """The head-ablation table if written, checked against ``heads`` (the attention file's n_layer, n_head) so a table
+    from another model is refused, not drawn."""
     layout = RunLayout(run)
     path = layout.heads_ablation
     if not path.is_file():

@@ -1,6 +1,5 @@
-"""The Fourier spectrum of an embedding of the numbers 0..p-1 at several moments of a run: a network that has grokked
-modular addition represents each number a by waves cos, sin(2 pi k a / p) at a handful of frequencies k (Nanda et al.
-2023), one that has only memorised does not. gpt-tasks' ``fourier_spectrum`` computes them; this only draws arrays."""
+"""Fourier spectra of an embedding of 0..p-1 (from gpt-tasks' ``fourier_spectrum``): a network that has grokked
+modular addition writes each number a as waves cos, sin(2 pi k a / p) at a few frequencies k (Nanda et al. 2023)."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ TOP = 5
 
 
 def fourier_spectra(spectra: Mapping[str, Sequence[float]], top: int = TOP) -> Figure:
-    """One panel per labelled spectrum (the power at k = 0 .. p // 2) on a shared frequency axis, each the share of
-    the power at k >= 1 (k = 0, the mean, says nothing about which number is which), so weights of any size compare;
-    the ``top`` strongest frequencies in colour, labelled with their k."""
+    """A panel per spectrum (power at k = 0 .. p // 2), as shares of the power at k >= 1 (the mean says nothing about
+    which number is which) so weights of any size compare; the ``top`` strongest frequencies in colour."""
     if not spectra:
         raise VizError("fourier_spectra needs at least one spectrum, as {label: power per frequency}")
     shares = {label: _share_per_frequency(label, power) for label, power in spectra.items()}

@@ -25,10 +25,8 @@ def length_generalisation(
     legend_title: str = "position encoding",
     trained_up_to: int | None = None,
 ) -> Figure:
-    """Grouped bars, one group per evaluation length, one bar per position encoding: ``results`` maps each to
-    ``{length: (mean, std) or None}``, lengths as ints or numeric strings. None, or a missing length, is "n/a" at
-    the bar's place (learned positions cannot run past their table), never a bar of 0. `trained_up_to` draws a
-    dashed line after the trained lengths."""
+    """A group of bars per length, a bar per encoding: ``results`` maps each to ``{length: (mean, std) or None}``;
+    None or a missing length is "n/a", never a bar of 0 (learned positions cannot run past their table)."""
     if not results:
         raise VizError("results mapping is empty; expected {encoding: {length: (mean, std) or None}}")
     scores = {name: _normalise(name, by_length) for name, by_length in results.items()}

@@ -25,7 +25,6 @@ from gpt_viz.run_data import (
 from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key, parse_metric_key
 
 METRIC = "accuracy"
-# Each split's legend prefix and colour.
 _SPLIT_STYLE = ((TRAIN, "train", "tab:blue"), (HELDOUT, "held-out", "tab:red"))
 
 
@@ -37,11 +36,9 @@ def grokking(
     loss: str | None = None,
     progress: str | None = None,
 ) -> Figure:
-    """Train and held-out ``metric`` (a task metric name without its split) against step on a log axis, without
-    step 0. The first step each reaches ``threshold`` is a dashed line, so the delay between memorising and
-    generalising reads off; each later span back below it is shaded (`collapses`: the slingshot). ``run`` is a
-    run directory or loaded records. ``progress`` (a metric key) adds its curve in a panel under the accuracy,
-    ``loss`` (a metric name) the two losses at the bottom; the crossing lines run through every panel."""
+    """Train and held-out ``metric`` (a name without its split) on a log step axis, each first step at ``threshold``
+    dashed (the delay between memorising and generalising) and each later span back below it shaded (the slingshot);
+    ``progress`` (a metric key) adds a panel under it, ``loss`` (a name) the two losses at the bottom."""
     keys = _split_keys(metric)
     loss_keys = _split_keys(loss) if loss is not None else None
     if isinstance(run, (str, os.PathLike)):
@@ -136,8 +133,7 @@ def _split_keys(metric: str) -> list[str]:
 def _draw_split(
     ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, label: str, colour: str, threshold: float
 ) -> tuple[int | None, int]:
-    """One split's curve, its first step at ``threshold`` dashed and each later span back below it shaded; returns
-    that step (None if it never gets there) and how many spans there are."""
+    """One split's curve, crossing and collapses; returns the crossing (or None) and how many collapses."""
     crossing = first_crossing(steps, values, threshold)
     reached = f"never reaches {threshold:g}" if crossing is None else f"≥ {threshold:g} at step {crossing}"
     ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{prefix} {label} ({reached})")

@@ -1,6 +1,6 @@
-"""Induction heads forming (Olsson et al. 2022): at one step the loss drops, the in-context-learning score (loss late
-in the context minus early) falls, and some second-layer heads start to attend from a repeated token to the token
-after its earlier occurrence. Drawn from the induction probes' keys, for any run of a task that logs them."""
+"""Induction heads forming (Olsson et al. 2022): at one step the loss and the in-context-learning score fall as
+second-layer heads start to attend from a repeated token to the token after its earlier occurrence; drawn from the
+induction probes' keys of any run that logs them."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def induction_formation(
     if not induction:
         raise VizError(f"{source} logs no induction probes (heldout_probe_induction_l<layer>h<head>)")
     last = max(layer for layer, _ in induction)
-    figure = new_figure(8.0, 9.6)  # 0.6 of it for the caption
+    figure = new_figure(8.0, 9.6)
     axes = list(figure.subplots(4, 1, sharex=True, height_ratios=[2, 2, 3, 2], squeeze=False)[:, 0])
     steps, values = metric_series(records, metric_key(HELDOUT, loss), source=source)
     axes[0].plot(steps, values, color="tab:red", linewidth=1.4, label=f"held-out {loss.replace('_', ' ')}")
@@ -78,17 +78,11 @@ LOOK_AT = (
     "an induction head forming. It copies the token that followed the current token's earlier occurrence,",
     "finding it through a layer-0 previous-token head (bottom), whose score rises with it.",
 )
-"""The induction picture's caption: what moves together at the phase change (Olsson et al. 2022)."""
 
-
-SPAN = 0.1
-"""A sharp move happens within a tenth of the run's steps..."""
-SHARE = 0.5
-"""...and covers at least half of the series' whole range (max - min over the run)..."""
-MIN_MOVE = 0.1
-"""...and at least 0.1 (score units, or nats for the ICL score), so that a flat, noisy series has none."""
-PREVIOUS_TOKEN = INDUCTION = 0.5
-"""A head is a previous-token or an induction head once at least half of its attention goes where its score reads."""
+# A sharp move happens within SPAN of the run's steps, covers at least SHARE of the series' range and at least
+# MIN_MOVE (score units, or nats for the ICL score), so that a flat, noisy series has none.
+SPAN, SHARE, MIN_MOVE = 0.1, 0.5, 0.1
+PREVIOUS_TOKEN = INDUCTION = 0.5  # the share of its attention going where its score reads that makes a head one
 
 
 @dataclass(frozen=True)
@@ -103,8 +97,8 @@ class Move:
 
 @dataclass(frozen=True)
 class PhaseChange:
-    """The step at which the ICL score falls and `head`'s induction score rises sharply together, the two moves,
-    the induction move's evaluations (`rise`), and the first step a layer-0 previous-token head forms."""
+    """Where the ICL score falls as `head`'s induction score rises (`rise`: that move's evaluations), and the first
+    step a layer-0 previous-token head forms."""
 
     step: int
     head: tuple[int, int]
@@ -115,8 +109,7 @@ class PhaseChange:
 
 
 def sharpest_move(steps: np.ndarray, values: np.ndarray, sign: int, span: float = SPAN) -> Move | None:
-    """The largest change of `values` in direction `sign` (+1 rise, -1 fall) between two evaluations at most
-    `span` of the run's steps apart, if it is sharp: at least SHARE of the series' range and MIN_MOVE."""
+    """The largest change in direction `sign` (+1 rise, -1 fall) within `span` of the run's steps, if it is sharp."""
     steps, values = np.asarray(steps), np.asarray(values, dtype=float)
     if len(steps) < 2:
         return None
@@ -139,8 +132,7 @@ def sharpest_move(steps: np.ndarray, values: np.ndarray, sign: int, span: float 
 
 
 def phase_change(records: Sequence[Record]) -> PhaseChange | None:
-    """The last layer's head with the largest sharp rise of its induction score, to at least INDUCTION, overlapping
-    a sharp fall of the ICL score; None when there is none."""
+    """The last layer's head whose induction score rises most sharply, to at least INDUCTION, as the ICL score falls."""
     icl = sharpest_move(*metric_series(records, probe_key("icl_score")), sign=-1)
     induction = head_keys(records, "induction")
     if icl is None or not induction:

@@ -1,5 +1,4 @@
-"""Pictures of the records `gpt-train inspect` writes into a run (gpt_viz.RunLayout's inspect files), so each can be
-redrawn from the file alone; a record missing what its picture needs is one VizError line."""
+"""Pictures of the records `gpt-train inspect` writes into a run, so each can be redrawn from its file alone."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike, read_json_object
 
 CMAP = "viridis"
-MAX_ANNOTATED_CELLS = 160
-"""Above this many cells, values are left to the colour bar: numbers would overlap."""
+MAX_ANNOTATED_CELLS = 160  # above it, values are left to the colour bar: numbers would overlap
 
 
 def load_inspection(path: PathLike) -> dict[str, Any]:
@@ -47,7 +45,6 @@ def _field(record: Mapping[str, Any], key: str) -> Any:
 def _heatmap(
     ax: Axes, grid: np.ndarray, vmin: float, vmax: float, rows: Sequence[str], columns: Sequence[str], fmt: str
 ):
-    """A grid of values with its row and column labels, each cell annotated while they stay legible."""
     image = ax.imshow(grid, cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xticks(range(len(columns)), columns, rotation=90 if max(map(len, columns)) > 3 else 0)
@@ -65,14 +62,13 @@ def _at_step(record: Mapping[str, Any]) -> str:
 
 
 def _cell_text(value: float, fmt: str) -> str:
-    """`value` as `fmt` writes it, except that a value rounding to zero never reads "-0.00"."""
+    """Never "-0.00"."""
     text = format(value, fmt)
     return text.lstrip("-") if float(text) == 0 else text
 
 
 def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
-    """Layer x head: the metric with that head zero-ablated (left) and mean-ablated (right) on one colour scale; a
-    dark cell is a head the model cannot do without."""
+    """Layer x head: the metric with that head zero- and mean-ablated, on one colour scale."""
     zero, mean = _grid(record, "zero"), _grid(record, "mean")
     if zero.shape != mean.shape:
         raise VizError(f"'zero' is {zero.shape} layers x heads but 'mean' is {mean.shape}")
@@ -96,8 +92,7 @@ def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
 
 
 def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
-    """Left: exact match and loss of the residual stream decoded at each depth. Right: accuracy by depth and
-    answer position."""
+    """Exact match and loss of the residual stream decoded at each depth, and accuracy by depth and position."""
     depths = list(_field(record, "depths"))
     positions = list(_field(record, "answer_positions"))
     accuracy = _grid(record, "accuracy")
@@ -130,8 +125,7 @@ def logit_lens_picture(record: Mapping[str, Any]) -> Figure:
 
 
 def patching_picture(record: Mapping[str, Any]) -> Figure:
-    """Layer x position: the share of the logit difference restored by patching there, clean into corrupted, with
-    the corrupted prompt token and the position that writes the answer marked."""
+    """Layer x position: the share of the logit difference restored by patching there, clean into corrupted."""
     restored = _grid(record, "restored")
     positions = list(_field(record, "positions"))
     if restored.shape[1] != len(positions):
@@ -155,8 +149,8 @@ def patching_picture(record: Mapping[str, Any]) -> Figure:
 
 
 def head_reads_picture(record: Mapping[str, Any]) -> Figure:
-    """One heatmap per head: its mean attention from the answer positions onto a prompt token, by the value just
-    written (rows) and the prompt token's value (columns), times the prompt length, on one colour scale."""
+    """Per head: its mean attention from the answer positions onto a prompt token, by the value just written and the
+    prompt token's value, times the prompt length."""
     values = [str(value) for value in _field(record, "values")]
     shape_error = VizError(f"'reads' must be layers x heads x {len(values)} x {len(values)} finite numbers")
     try:
@@ -188,8 +182,7 @@ def head_reads_picture(record: Mapping[str, Any]) -> Figure:
 
 
 def most_needed_head(record: Mapping[str, Any]) -> tuple[int, int]:
-    """The (layer, head) whose zero ablation alone costs the metric most (the first on a tie): the head the
-    pictures and the explorers open on."""
+    """The (layer, head) whose zero ablation costs the metric most: the head the explorers open on."""
     zero = _grid(record, "zero")
     sign = 1.0 if record.get("higher_is_better", True) else -1.0
     layer, head = np.unravel_index(np.argmin(sign * zero), zero.shape)  # argmin takes the first of equals

@@ -1,7 +1,5 @@
-"""Grokking's three phases (Nanda et al. 2023), memorisation, circuit formation and cleanup, drawn with the progress
-measures that separate them: `restricted_loss` (held-out loss of the logits' key-frequency part alone),
-`excluded_loss` (training loss with that part removed) and `weight_norm`, at each kept step. The boundaries come
-from the accuracies alone, so the measures can be compared against them."""
+"""Grokking's three phases (Nanda et al. 2023), memorisation, circuit formation and cleanup, found from the
+accuracies alone and drawn with the progress measures that separate them, so the two can be compared."""
 
 from __future__ import annotations
 
@@ -16,19 +14,15 @@ from gpt_viz.errors import VizError
 from gpt_viz.run_data import Record, metric_series
 from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key
 
-FITTED = 0.99
-"""Training accuracy that ends memorisation (t_fit)."""
-LEFT_CHANCE = 0.10
-"""Held-out accuracy that starts cleanup: above it the held-out loss has begun its fall."""
-GENERALISED = 0.99
-"""Held-out accuracy that ends cleanup (t_gen)."""
+FITTED = 0.99  # training accuracy that ends memorisation (t_fit)
+LEFT_CHANCE = 0.10  # held-out accuracy that starts cleanup: above it the held-out loss has begun its fall
+GENERALISED = 0.99  # held-out accuracy that ends cleanup (t_gen)
 MEASURES = ("restricted_loss", "excluded_loss", "weight_norm")
 
 
 @dataclass(frozen=True)
 class Phases:
-    """The evaluation steps that bound the phases: memorisation [0, fit], circuit formation [fit, cleanup],
-    cleanup [cleanup, generalised]; None where the run never got there."""
+    """The steps that end memorisation, circuit formation and cleanup; None where the run never got there."""
 
     fit: int | None
     cleanup: int | None
@@ -59,8 +53,7 @@ _PHASE_SHADES = (("memorisation", "tab:blue"), ("circuit formation", "tab:orange
 
 
 def progress_measures(records: Sequence[Record], *, title: str = "") -> Figure:
-    """Accuracy, the four losses (log scale) and the weight norm against the step, each phase shaded, the
-    boundaries under the title and what to look at (LOOK_AT) under the picture."""
+    """Accuracy, the four losses and the weight norm against the step, each phase shaded."""
     missing = [key for key in MEASURES if not any(key in r for r in records)]
     if missing:
         raise VizError(f"the records hold no {', '.join(missing)} (grokking's progress measures)")
@@ -107,4 +100,3 @@ LOOK_AT = (
     "Look at circuit formation (orange): the restricted loss (purple) falls while the held-out loss (red) stays high, "
     "and the excluded loss (dashed) rises; in cleanup (green) the held-out loss and the weight norm fall."
 )
-"""The phases picture's caption: what Nanda et al. (2023) read off each phase."""

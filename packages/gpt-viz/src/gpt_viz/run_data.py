@@ -1,18 +1,10 @@
-"""Reading what the trainer writes into a run directory (names: :mod:`gpt_viz.run_layout`), and writing
-``attention.npz``, so that its format is spelled once, beside its reader. Malformed input (unreadable, not UTF-8,
-not JSON, not an archive) is a one-line :class:`~gpt_viz.errors.VizError` naming the file, never a traceback.
+"""Reading what the trainer writes into a run directory, and writing ``attention.npz`` beside its reader; malformed
+input is a one-line VizError naming the file, never a traceback.
 
-``attention.npz`` (``np.savez_compressed``) holds N examples padded to the longest, T:
-
-- ``weights`` (N, n_layer, n_head, T, T) float16, query × key, zero outside each example's own corner (float16
-  keeps a weight in [0, 1] to within 2**-12, finer than any picture, at half float32's bytes);
-- ``tokens`` (N, T) strings, ``""`` after each example's last token;
-- ``lengths`` (N,) integers, each example's token count;
-- ``prompt_lengths`` (N,) integers, optional: each example's prompt token count, 0 where it has none.
-
-At most :data:`ATTENTION_BUDGET` weights, padding included, so the file and the memory that computes it stay
-bounded for any model. Older files (float32, uncompressed, no ``prompt_lengths``) read the same way; one from
-before runs kept several examples holds ``weights`` (n_layer, n_head, T, T) and ``tokens`` (T,) and reads as one.
+``attention.npz`` holds N examples padded to the longest, T: ``weights`` (N, n_layer, n_head, T, T) float16, query
+× key, zero outside each example's corner; ``tokens`` (N, T) strings, ``""`` as padding; ``lengths`` (N,) token
+counts; optionally ``prompt_lengths`` (N,), 0 where an example has no prompt. Older files (float32, no
+``prompt_lengths``, or one example as (n_layer, n_head, T, T) and (T,)) read the same way.
 """
 
 from __future__ import annotations
@@ -35,26 +27,14 @@ from gpt_viz.run_layout import AXIS_KEYS, RunLayout
 PathLike = Union[str, "os.PathLike[str]"]
 Record = Mapping[str, Any]
 
-# How reading damaged archive bytes fails: numpy parses a garbled .npy header with ast and tokenize and lets their
-# errors through, a garbled shape may ask for terabytes, and zipfile meets a flipped flag as a RuntimeError.
-_DAMAGED_ARCHIVE = (
-    OSError,
-    RuntimeError,
-    ValueError,
-    EOFError,
-    SyntaxError,
-    MemoryError,
-    tokenize.TokenError,
-    zipfile.BadZipFile,
-    zlib.error,
-)
-# The first bytes by which np.load tells an .npz (a zip, possibly empty) from a pickle or a bare .npy.
-_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
-
+# How damaged archive bytes fail: numpy parses a garbled .npy header with ast and tokenize, a garbled shape may ask
+# for terabytes, and zipfile meets a flipped flag as a RuntimeError.
+_DAMAGED_ARCHIVE = (OSError, RuntimeError, ValueError, EOFError, SyntaxError, MemoryError, tokenize.TokenError,
+                    zipfile.BadZipFile, zlib.error)  # fmt: skip
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # how an .npz (a zip, possibly empty) starts
 
 ATTENTION_BUDGET = 4 * 2**20
-"""Most weights one attention.npz holds (examples x n_layer x n_head x T x T): 8 MiB as float16. The default sort
-model's four examples use 3,872; a 12-layer, 12-head model at T = 1,024 keeps the last 170 tokens of one."""
+"""Most weights, padding included, one attention.npz holds: 8 MiB as float16, whatever the model."""
 
 
 class AttentionSnapshot(NamedTuple):
@@ -67,7 +47,6 @@ class AttentionSnapshot(NamedTuple):
 
 
 def is_prompt_length(value: Any, positions: int) -> bool:
-    """Whether ``value`` can be the prompt's token count of ``positions`` tokens: a whole number from 1 to them."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 1 <= value <= positions
 
 
@@ -79,7 +58,6 @@ def run_directory(run_dir: PathLike) -> Path:
 
 
 def read_text(path: Path) -> str:
-    """The file's text; unreadable or non-UTF-8 bytes become one line naming the file, not a traceback."""
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -98,7 +76,6 @@ def load_config(run_dir: PathLike) -> dict[str, Any]:
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
-    """The JSON object in the file at ``path``; anything else (unreadable, not JSON, a list) is one line naming it."""
     try:
         value = json.loads(read_text(path))
     except json.JSONDecodeError as error:
@@ -109,8 +86,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
-    """``metrics.jsonl``, one dict per logged step; blank lines skipped, any other line not a JSON object with a
-    ``"step"`` reported with its number."""
+    """One dict per logged step; blank lines skipped."""
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
@@ -162,10 +138,8 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float = THR
 
 
 def collapses(steps: np.ndarray, values: np.ndarray, threshold: float = THRESHOLD) -> list[tuple[int, int | None]]:
-    """Each time the series falls back below ``threshold`` after first reaching it: (the first step below, the
-    first step at or above it again, None if it never comes back), in order. In a grokking run, train accuracy
-    collapses and recovers several times after the fit, with a loss spike each time (the slingshot, Thilak et
-    al. 2022), and held-out accuracy with it: a run that stops inside one ends ungeneralised."""
+    """Each (first step below, first step back at or above it or None) after the series first reaches
+    ``threshold``: grokking's slingshot (Thilak et al. 2022), where a run that stops inside one ends ungeneralised."""
     spans: list[tuple[int, int | None]] = []
     above = values >= threshold
     if not above.any():
@@ -183,12 +157,11 @@ def collapses(steps: np.ndarray, values: np.ndarray, threshold: float = THRESHOL
 
 
 def load_attention(run_dir: PathLike) -> AttentionSnapshot:
-    """The first example of ``attention.npz``: the one a single picture draws."""
     return load_attention_examples(run_dir)[0]
 
 
 def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
-    """Every example of ``attention.npz``, each cut to its own length and checked against its tokens."""
+    """Every example, each cut to its own length."""
     path = RunLayout(run_directory(run_dir)).attention
     if not path.is_file():
         raise VizError(f"{path} is missing")
@@ -238,7 +211,6 @@ def _checked_lengths(lengths: np.ndarray | None, shape: tuple[int, ...], path: P
 
 
 def _checked_prompt_lengths(prompt_lengths: np.ndarray | None, lengths: np.ndarray, path: Path) -> list[int | None]:
-    """Each example's prompt length, None where the file says 0 or holds none."""
     if prompt_lengths is None:
         return [None] * len(lengths)
     if not _whole_numbers(prompt_lengths, 0, lengths, lengths.shape):
@@ -256,9 +228,8 @@ def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray, prompt_length: in
 
 
 def attention_lengths_within_budget(lengths: Sequence[int], n_layer: int, n_head: int) -> list[int]:
-    """How many tokens to keep of each of the first examples (of ``lengths`` tokens) while their padded attention
-    fits the budget, never fewer than one example. A first example too long is cut to the most tokens that fit, so a
-    run still has a picture of a shorter text; every other is kept whole or left out."""
+    """How many tokens to keep of each of the first examples while their padded attention fits the budget: the first
+    cut to what fits if it must (a run always has a picture), every other kept whole or left out."""
     heads, budget = n_layer * n_head, ATTENTION_BUDGET
     kept: list[int] = []
     for length in lengths:
@@ -272,8 +243,7 @@ def attention_lengths_within_budget(lengths: Sequence[int], n_layer: int, n_head
 
 
 def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnapshot]) -> Path:
-    """Write ``attention.npz`` for ``examples`` and return its path; more than :data:`ATTENTION_BUDGET` weights are
-    refused (choose the examples with :func:`attention_lengths_within_budget`)."""
+    """Write ``attention.npz``; more than ATTENTION_BUDGET weights are refused (attention_lengths_within_budget)."""
     if not examples:
         raise VizError("no attention examples to save")
     for example in examples:
@@ -304,9 +274,8 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
 
 
 def _read_npz_arrays(path: Path, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """The named arrays of an .npz archive, and those of ``optional`` it holds; pickled arrays are refused, not
-    executed. A file that does not start like a zip is refused up front: ``np.load`` would call random bytes
-    "pickled data" and an empty file EOF."""
+    """The named arrays and those of ``optional`` present, pickles refused. A file not starting like a zip is refused
+    up front: ``np.load`` would call random bytes "pickled data" and an empty file EOF."""
     try:
         with path.open("rb") as file:
             start = file.read(4)
@@ -333,7 +302,6 @@ def _read_npz_arrays(path: Path, names: tuple[str, ...], optional: tuple[str, ..
 
 
 def _stored_dtype(archive: Any, name: str) -> np.dtype:
-    """The dtype in a member's .npy header, read without loading the data."""
     with archive.zip.open(f"{name}.npy") as member:
         version = np.lib.format.read_magic(member)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0

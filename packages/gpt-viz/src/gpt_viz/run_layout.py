@@ -1,13 +1,10 @@
-"""The schema of a run directory: the name of every file a run leaves, and the grammar of metric keys.
+"""The schema of a run directory: every file name a run leaves, and the grammar of metric keys, defined once for
+gpt-train, gpt-viz, the experiments and the benchmarks (plain Python: no torch, no numpy).
 
-gpt-train writes through this module and gpt-viz, the experiments and the benchmarks read through it, so each name
-is defined once; it is plain Python (no torch, no numpy). gpt-tasks, which imports no sibling but gpt-core, follows
-the grammar without importing it; gpt-train's tests/test_run_schema.py holds the two together.
-
-A run logs each metric a task's evaluation returns (``exact_match``, ``position_3_accuracy``) under a *key* naming
-the split too: ``<split>_<name>`` (``heldout_exact_match``). A name ``<label>_<index>_<measure>`` is a per-position
-detail that summaries leave out; a name starting ``probe_`` is a task probe (gpt-tasks' ``Task.probes``), measured
-on held-out examples at every evaluation. ``loss``, ``lr``, ``step`` and ``elapsed`` carry no split.
+A metric key is ``<split>_<name>`` (``heldout_exact_match``); a name ``<label>_<index>_<measure>`` is a
+per-position detail that summaries leave out, and one starting ``probe_`` a task probe. ``loss``, ``lr``, ``step``
+and ``elapsed`` carry no split. gpt-tasks follows the grammar without importing it (gpt-train's
+tests/test_run_schema.py holds the two together).
 """
 
 from __future__ import annotations
@@ -18,21 +15,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 SPLITS = ("train", "heldout")
-"""The splits a task evaluates on (gpt-tasks' `Task.evaluate`), which start a metric key."""
 TRAIN, HELDOUT = SPLITS
-EXAMPLES = "examples"
-"""The metric every evaluation reports: how many examples it scored."""
-
-AXIS_KEYS = frozenset({"step", "elapsed"})
-"""Bookkeeping on every metrics line: axes, not metrics."""
+EXAMPLES = "examples"  # the metric every evaluation reports: how many examples it scored
+AXIS_KEYS = frozenset({"step", "elapsed"})  # on every metrics line: axes, not metrics
 PROBE_PREFIX = "probe_"
 
 _POSITION_NAME = re.compile(r"^(?P<label>[a-z]+)_(?P<index>\d+)_(?P<measure>[a-z_]+)$")
 
 
 class MetricKey(NamedTuple):
-    """A parsed metric key: the split it was measured on and the task's metric name."""
-
     split: str
     name: str
 
@@ -48,13 +39,12 @@ class MetricKey(NamedTuple):
 def metric_key(split: str, name: str) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if not name:
-        raise ValueError("a metric key needs a metric name after the split")  # "train_" would not read back
+    if not name:  # "train_" would not parse back
+        raise ValueError("a metric key needs a metric name after the split")
     return f"{split}_{name}"
 
 
 def probe_key(name: str) -> str:
-    """``heldout_probe_<name>``: task probes are measured on held-out examples."""
     return metric_key(HELDOUT, PROBE_PREFIX + name)
 
 
@@ -76,48 +66,37 @@ class RunLayout:
 
     root: Path
 
-    CONFIG = "config.json"
-    """Everything the run was resolved to: task, parameters, model, training settings, versions."""
-    METRICS = "metrics.jsonl"
-    """One JSON object per logged step: step, elapsed, loss, lr and, at evaluations, metric keys."""
-    FINAL = "final.json"
-    """The last record: the final evaluation of every split."""
-    CHECKPOINT = "checkpoint.safetensors"
-    """Weights, optimiser and RNG state (written atomically)."""
-    ATTENTION = "attention.npz"
-    """Every layer's attention on a few held-out examples (format: gpt_viz.run_data)."""
+    CONFIG = "config.json"  # everything the run was resolved to: task, model, training settings, versions
+    METRICS = "metrics.jsonl"  # a JSON object per logged step: step, elapsed, loss, lr and, at evaluations, metrics
+    FINAL = "final.json"  # the last record: the final evaluation of every split
+    CHECKPOINT = "checkpoint.safetensors"  # weights, optimiser and RNG state (written atomically)
+    ATTENTION = "attention.npz"  # every layer's attention on a few held-out examples (format: gpt_viz.run_data)
     CURVES_PICTURE = "curves.png"
     ATTENTION_PICTURE = "attention.png"
     GROKKING_PICTURE = "grokking.png"
-
     FILES = (CONFIG, METRICS, FINAL, CHECKPOINT, ATTENTION, CURVES_PICTURE, ATTENTION_PICTURE, GROKKING_PICTURE)
     """Every file a run writes under a fixed name; with the inspections and task files, what `--force` removes."""
+
+    # What each `gpt-train inspect RUN <analysis>` writes beside the run: a record and its picture.
     HEADS_ABLATION = "inspect_heads.json"
-    """`gpt-train inspect RUN heads`: the primary metric with each head zero- and mean-ablated:
-    {"metric", "split", "examples", "baseline", "zero": [[per head] per layer], "mean": [[...]]}."""
+    """The primary metric with each head ablated: {"metric", "split", "examples", "baseline", "zero": [[per head]
+    per layer], "mean": [[...]]}."""
     HEADS_PICTURE = "inspect_heads.png"
-    LOGIT_LENS = "inspect_logit_lens.json"
-    """`gpt-train inspect RUN logit-lens`: metric and loss of the residual stream decoded after each layer."""
+    LOGIT_LENS = "inspect_logit_lens.json"  # metric and loss of the residual stream decoded after each layer
     LOGIT_LENS_PICTURE = "inspect_logit_lens.png"
-    PATCHING_PREFIX = "inspect_patch_"
-    """`gpt-train inspect RUN patch --hook POINT`: the share of the logit difference each patch restores, one record
-    and picture per hook point (`inspect_patch_resid_pre.json`, `.png`)."""
-    READS = "inspect_reads.json"
-    """`gpt-train inspect RUN reads`: each head's attention onto prompt tokens by value."""
+    PATCHING_PREFIX = "inspect_patch_"  # one record and picture per hook point: inspect_patch_resid_pre.json, .png
+    READS = "inspect_reads.json"  # each head's attention onto prompt tokens by value
     READS_PICTURE = "inspect_reads.png"
-    PHASES = "inspect_phases.json"
-    """`gpt-train inspect RUN phases`: grokking's phases and progress measures at every snapshot."""
+    PHASES = "inspect_phases.json"  # grokking's phases and progress measures at every snapshot
     PHASES_PICTURE = "inspect_phases.png"
     REPORT = "report.html"
     INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, PHASES,
                    PHASES_PICTURE, REPORT)  # fmt: skip
-    """What `gpt-train inspect` writes beside a finished run under a fixed name (and the patching files):
-    its model's, so a replaced run drops them."""
+    """The inspect files of a fixed name (and the patching files): its model's, so a replaced run drops them."""
     SNAPSHOTS = "snapshots"
     """With `--set snapshot_every=N`: the weights alone at step 0 and every N steps
     (`snapshots/step-0000020.safetensors`, gpt-train's checkpoint format without optimiser or RNG state)."""
-    TASK_FILE_PREFIX = "task."
-    """A task's own files (`Task.files()`), one per task parameter that points at it: `task.tokenizer_file`."""
+    TASK_FILE_PREFIX = "task."  # a task's own files, one per parameter that points at it: task.tokenizer_file
 
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))

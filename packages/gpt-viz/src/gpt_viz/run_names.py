@@ -1,5 +1,5 @@
-"""A RUN on the command line: a run directory, or a task name (`sort`) for the newest `runs/sort-*` directory that
-holds a run, since `gpt-train run` names runs by a timestamp nobody types twice. An existing path is the path."""
+"""A RUN on the command line: a run directory, or a task name (`sort`) for the newest `runs/sort-*` run, since
+`gpt-train run` names runs by a timestamp nobody types twice."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ class RunNameError(VizError):
     """A RUN that is neither a run directory nor a task with runs under ./runs."""
 
 
-RUNS = Path("runs")
-"""Where `gpt-train run` puts a run not given --out, relative to the working directory."""
+RUNS = Path("runs")  # where `gpt-train run` puts a run not given --out
 
 
 def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest `runs/<task>-<timestamp>` directory holding a run's config.json (the last by name), or None."""
+    """The newest (last by name) `runs/<task>-<timestamp>` directory holding a config.json, or None."""
     if not runs.is_dir() or "/" in task or task in (".", ".."):
         return None
     candidates = [path for path in runs.glob(f"{task}-*") if RunLayout(path).config.is_file()]
@@ -44,7 +43,7 @@ def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
 
 
 class RunArgument(click.ParamType):
-    """A click RUN argument: a run directory or a task name; says on stderr which directory a name chose."""
+    """Says on stderr which directory a task name chose."""
 
     name = "RUN"
 
