@@ -60,8 +60,7 @@ class StaticDecoder:
         return logits
 
     def step(self, token: Tensor) -> Tensor:
-        """Feed each row's next token (B, 1); the logits (B, 1, V) for the token after it. With `graph`, the
-        logits are the graph's output tensor: read them before the next step, which overwrites them."""
+        """Feed each row's next token (B, 1); the logits (B, 1, V) after it, which the next step overwrites."""
         cache = self.cache
         if cache.length >= cache.max_length:  # the host's count, checked before a write out of the buffers
             raise ValueError(f"KV cache is full: {cache.length + 1} positions needed, {cache.max_length} allocated")

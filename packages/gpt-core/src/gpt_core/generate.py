@@ -13,15 +13,10 @@ from gpt_core.kernels.softmax import softmax
 from gpt_core.model import GPT
 
 
-def next_token(
-    logits: Tensor,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    generator: torch.Generator | None = None,
-    softmax: Callable[[Tensor], Tensor] = softmax,
-) -> Tensor:
-    """One token per row of logits (B, V): argmax at temperature 0, else a sample from
-    softmax(logits / temperature) over the top_k most likely tokens."""
+def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+               generator: torch.Generator | None = None,
+               softmax: Callable[[Tensor], Tensor] = softmax) -> Tensor:  # fmt: skip
+    """One token per row of logits (B, V): argmax at temperature 0, else sampled from the top_k."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / temperature
@@ -32,17 +27,9 @@ def next_token(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def generate(
-    model: GPT,
-    idx: Tensor,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    use_cache: bool = True,
-    generator: torch.Generator | None = None,
-    slide: bool = False,
-    static: bool = False,
-) -> Tensor:
+def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+             use_cache: bool = True, generator: torch.Generator | None = None, slide: bool = False,
+             static: bool = False) -> Tensor:  # fmt: skip
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
 
     With learned positions it stops at position_limit + 1 tokens, or with `slide` continues from the last
@@ -78,16 +65,8 @@ def generate(
     return out.clone()  # an inference-mode tensor could not be saved for a later backward
 
 
-def _generate_once(
-    model: GPT,
-    idx: Tensor,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    use_cache: bool,
-    generator: torch.Generator | None,
-    static: bool,
-) -> Tensor:
+def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
+                   use_cache: bool, generator: torch.Generator | None, static: bool) -> Tensor:  # fmt: skip
     """One pass of generation, never reading past the learned table (block_size or max_positions)."""
     B, T = idx.shape
     n_new = max_new_tokens

@@ -49,15 +49,14 @@ BLOCK_NAMES = {
 }
 """A block's modules: Hugging Face name -> gpt-core name."""
 
-TOP_NAMES = {"wte": "wte", "wpe": "wpe", "ln_f": "ln_f"}
+TOP_MODULES = ("wte", "wpe", "ln_f")  # named alike in both
 IGNORED_BUFFERS = ("attn.bias", "attn.masked_bias")
 """Per-block buffers older checkpoints hold (the causal mask and its fill value): no weights."""
 
 
 # configuration ----------------------------------------------------------------------------------
 def config_from_hf(hf: Mapping[str, Any]) -> GPTConfig:
-    """The GPTConfig of a Hugging Face GPT-2 config.json (a dict); ValueError naming the first setting
-    gpt-core cannot compute exactly."""
+    """The GPTConfig of a GPT-2 config.json; ValueError naming a setting gpt-core cannot compute."""
     if hf.get("model_type") != "gpt2":
         raise ValueError(f"model_type is {hf.get('model_type')!r}, not 'gpt2'")
     c = HF_DEFAULTS | dict(hf)
@@ -131,13 +130,10 @@ def hf_config(config: GPTConfig) -> dict[str, Any]:
 
 # tensors ---------------------------------------------------------------------------------------
 def _our_name(hf_name: str) -> tuple[str, bool] | None:
-    """gpt-core's name for a Hugging Face tensor name (prefix already removed) and whether it is a Conv1D
-    weight; None for a buffer that holds no weights. KeyError for a name GPT-2 does not have."""
-    if hf_name == "lm_head.weight":
-        return "lm_head.weight", False
+    """(gpt-core's name, is a Conv1D weight) of a Hugging Face name, None for a buffer; KeyError if unknown."""
     first, _, rest = hf_name.partition(".")
-    if first in TOP_NAMES and rest in ("weight", "bias"):
-        return f"{TOP_NAMES[first]}.{rest}", False
+    if hf_name == "lm_head.weight" or (first in TOP_MODULES and rest in ("weight", "bias")):
+        return hf_name, False
     if first == "h":
         layer, _, inner = rest.partition(".")
         module, _, kind = inner.rpartition(".")
@@ -197,8 +193,7 @@ def _hf_name(our_name: str) -> str:
 
 
 def hf_state_dict(model: GPT) -> dict[str, Tensor]:
-    """The model's parameters under GPT2LMHeadModel's names, Conv1D weights transposed, each a contiguous
-    copy on the CPU (what safetensors writes); a tied head is written once, as the token embedding."""
+    """The model's parameters under GPT2LMHeadModel's names, contiguous copies on the CPU, a tied head once."""
     _check_gpt2(model.config)
     tensors = {}
     for name, param in model.named_parameters():  # a tied head is the embedding: listed once

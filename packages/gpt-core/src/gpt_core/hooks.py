@@ -17,31 +17,16 @@ from torch import Tensor
 HookFn = Callable[[Tensor, str], "Tensor | None"]
 """fn(activation, name) -> None (keep it) or a tensor of the same shape (use it instead)."""
 
-BLOCK_POINTS = (
-    "resid_pre",
-    "ln1",
-    "q",
-    "k",
-    "v",
-    "pattern",
-    "z",
-    "attn_out",
-    "resid_mid",
-    "ln2",
-    "mlp_hidden",
-    "mlp_out",
-    "resid_post",
-)
+MLP_POINTS = ("ln2", "mlp_hidden", "mlp_out")
+"""The block points an attention-only block (GPTConfig.mlp=False) does not have."""
+
+BLOCK_POINTS = ("resid_pre", "ln1", "q", "k", "v", "pattern", "z", "attn_out", "resid_mid", *MLP_POINTS, "resid_post")
 """The hook points of each block, in the order the forward reaches them."""
 
 
 def block_hook(layer: int, point: str) -> str:
     """The name of hook point `point` of block `layer`: blocks.{layer}.{point}."""
     return f"blocks.{layer}.{point}"
-
-
-MLP_POINTS = ("ln2", "mlp_hidden", "mlp_out")
-"""The block points an attention-only block (GPTConfig.mlp=False) does not have."""
 
 
 def hook_names(n_layer: int, learned_positions: bool, mlp: bool = True) -> list[str]:
@@ -106,18 +91,14 @@ class Hooks(dict[str, list[HookFn]]):
             yield
         finally:
             for name, fn in reversed(entries):
-                self._remove(name, fn)
-
-    def _remove(self, name: str, fn: HookFn) -> None:
-        chain = self[name]
-        del chain[max(i for i, f in enumerate(chain) if f is fn)]
-        if not chain:
-            del self[name]
+                chain = self[name]
+                del chain[max(i for i, f in enumerate(chain) if f is fn)]  # the last-set occurrence
+                if not chain:
+                    del self[name]
 
 
 class HookPoints:
-    """Mixed into a module that fires hook points: `hook(point, x)` hands `x` to the hooks on the name
-    `prefix + point` (for example "blocks.2." + "ln1"), the prefix fixed when the module is built."""
+    """Mixed into a module that fires hook points: `hook(point, x)` fires the name `prefix + point`."""
 
     _hooks: Hooks
     _prefix: str

@@ -1,10 +1,6 @@
-"""A key/value cache for incremental decoding.
-
-Without a cache every new token re-runs the whole prefix through every layer. With one, each
-layer keeps the keys and values it has already computed in buffers preallocated for the whole
-generation, so a step costs one token's worth of projections plus one row of attention.
-`store` hands back the filled part, a new length each step; `write` hands back the whole buffers,
-the same shapes every step, for a step that a GPU records once and replays (`gpt_core.decode`).
+"""A key/value cache for incremental decoding: each layer keeps the keys and values it has computed in buffers
+preallocated for the whole generation, so a step costs one token's projections and one row of attention. `store`
+returns the filled part; `write` the whole buffers, the same shapes every step (`gpt_core.decode`).
 """
 
 from __future__ import annotations
@@ -16,16 +12,8 @@ from torch import Tensor
 class KVCache:
     """Preallocated keys and values for every layer, and how many positions are filled."""
 
-    def __init__(
-        self,
-        n_layer: int,
-        batch_size: int,
-        n_head: int,
-        head_dim: int,
-        max_length: int,
-        device: torch.device | str,
-        dtype: torch.dtype,
-    ):
+    def __init__(self, n_layer: int, batch_size: int, n_head: int, head_dim: int, max_length: int,
+                 device: torch.device | str, dtype: torch.dtype):  # fmt: skip
         shape = (n_layer, batch_size, n_head, max_length, head_dim)  # (L, B, H, T_max, d)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
@@ -33,8 +21,7 @@ class KVCache:
         self.length = 0
 
     def store(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write this step's k, v (B, H, T, d) after the filled part; return all filled keys and values. `length`
-        is advanced once per forward by `advance`, after every layer has stored."""
+        """Write k, v (B, H, T, d) after the filled part; return all filled keys and values."""
         end = self.length + k.shape[-2]
         if end > self.max_length:
             raise ValueError(f"KV cache is full: {end} positions needed, {self.max_length} allocated")

@@ -241,8 +241,7 @@ class Block(HookPoints, nn.Module):
 
 
 class GPT(HookPoints, nn.Module):
-    """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head.
-    Its `kernels` draw no random numbers, so the initial weights are the same whichever are chosen."""
+    """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head."""
 
     def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
         super().__init__()
@@ -258,17 +257,12 @@ class GPT(HookPoints, nn.Module):
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
-        self._scale_residual_projections()
-        self._scale_initial_weights()
-
-    def _scale_residual_projections(self) -> None:
-        """GPT-2's init: each residual branch's output projection gets std 0.02 / sqrt(2 n_layer),
-        so the residual stream's variance does not grow with depth."""
-        std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        std = 0.02 / math.sqrt(2 * config.n_layer)  # GPT-2's init of the residual branches' output projections
         for block in self.blocks:
             nn.init.normal_(block.attn.proj.weight, std=std)
             if block.mlp is not None:
                 nn.init.normal_(block.mlp.proj.weight, std=std)
+        self._scale_initial_weights()
 
     def _scale_initial_weights(self) -> None:
         """Every weight matrix (a tied one once) times `init_scale`, after the draws; norms and biases unchanged."""
@@ -300,8 +294,7 @@ class GPT(HookPoints, nn.Module):
     def run_with_cache(
         self, idx: Tensor, names: Iterable[str] | None = None, **forward_kwargs: Any
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The logits of `self(idx, **forward_kwargs)` and the named activations (all by default), detached, in
-        forward order; in the caller's grad mode."""
+        """The logits and the named activations (all by default), detached, in forward order."""
         wanted = self.hook_names() if names is None else list(names)
         recorded: dict[str, Tensor] = {}
 

@@ -167,8 +167,7 @@ class PluginTable(Generic[Item]):
 
 @contextlib.contextmanager
 def plugin_modules(directory: Path, group: str) -> Iterator[Callable[[str, str], EntryPoint]]:
-    """For tests, plugins without installing one: `make(module, source)` writes `directory/module.py` and returns
-    an entry point of `group` naming it; on leaving, the directory and the modules are forgotten."""
+    """For tests: `make(module, source)` writes a plugin module and returns an entry point naming it."""
     path = str(directory)
     sys.path.insert(0, path)
     written: list[str] = []

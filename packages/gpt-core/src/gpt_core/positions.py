@@ -26,8 +26,7 @@ POSITION_ENCODINGS = ("learned", "rope", "none")
 
 
 def check_position_fields(c: GPTConfig) -> None:
-    """Raise ValueError for a position encoding that cannot work, or max_positions and
-    randomized_positions where they would have no effect."""
+    """Raise ValueError for positions that cannot work or settings that would have no effect."""
     if c.pos not in POSITION_ENCODINGS:
         raise ValueError(f"pos must be one of {', '.join(POSITION_ENCODINGS)}, got {c.pos!r}")
     if c.pos == "rope" and c.head_dim % 2:
@@ -53,8 +52,7 @@ def check_position_fields(c: GPTConfig) -> None:
 
 
 def position_limit(c: GPTConfig) -> int | None:
-    """The most positions a sequence may use: the learned table's length, or the range randomized
-    ids are drawn from (n distinct ids need n <= max_positions); None when nothing limits it."""
+    """The most positions a sequence may use (None: no limit)."""
     if c.pos == "learned" or c.randomized_positions:
         return c.max_positions or c.block_size
     return None
@@ -92,8 +90,7 @@ def sample_positions(
 def forward_positions(
     c: GPTConfig, batch_size: int, length: int, offset: int | None, training: bool, device: torch.device
 ) -> Tensor:
-    """The ids a forward uses when given none: sampled (B, T) for a randomized model's training forward
-    without a cache; otherwise the T ids after the `offset` positions already cached, (T,)."""
+    """A forward's ids when given none: sampled (B, T) in randomized training, else the next T (T,)."""
     if training and c.randomized_positions and offset is None:
         return sample_positions(c, batch_size, length, device)
     start = offset or 0

@@ -39,8 +39,7 @@ KERNEL_SIGNATURES = {
 
 @dataclass(frozen=True)
 class Kernels:
-    """The functions a model calls for its hand-written pieces; Linear and Embedding, one tensor operation each,
-    are not slots (`kernels/linear.py`)."""
+    """The functions a model calls for its hand-written pieces (Linear and Embedding are not slots)."""
 
     attention: Callable[..., Tensor] = fast_attention
     attention_weights: Callable[[Tensor, Tensor, bool], Tensor] = fast_attention_weights

@@ -25,8 +25,7 @@ _LOG2_E = math.log2(math.e)
 
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """Boolean (n_queries, n_keys) mask, True where allowed: the queries are the last of the keys' positions (the
-    KV-cache case), so query i sees keys 0 .. n_keys - n_queries + i."""
+    """Boolean (n_queries, n_keys) mask, True where allowed, the queries the last of the keys' positions."""
     offset = n_keys - n_queries
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril_(offset)
 
@@ -132,8 +131,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: f
 
 
 def attention_weights(q: Tensor, k: Tensor, causal: bool = True) -> Tensor:
-    """The weights softmax(q k^T / sqrt(d)) (B, H, Tq, Tk): the fused `attention`'s arithmetic, differentiated by
-    autograd, so that a hook's replacement of them reaches the output and the gradients."""
+    """softmax(q k^T / sqrt(d)) (B, H, Tq, Tk) by `attention`'s arithmetic, differentiated by autograd."""
     scores, _ = _log2_scores(q, k, causal, 1.0 / math.sqrt(q.shape[-1]))
     probs = (scores - scores.detach().amax(dim=-1, keepdim=True)).exp2()  # the shift changes no gradient
     return (probs / probs.sum(dim=-1, keepdim=True)).to(q.dtype)

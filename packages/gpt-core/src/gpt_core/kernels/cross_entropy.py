@@ -2,9 +2,8 @@
 
     loss = mean over the scored rows n of  logsumexp(logits_n) - logits_n[target_n]
 
-Rows whose target is IGNORE_INDEX are not scored. The gradient is softmax(logits) - onehot(target),
-over the number of scored rows: it is rebuilt from the logits and the saved log-sum-exp in one pass,
-instead of autograd keeping the whole softmax.
+Rows whose target is IGNORE_INDEX are not scored. The gradient, softmax(logits) - onehot(target) over the number
+of scored rows, is rebuilt from the logits and the saved log-sum-exp instead of autograd keeping the softmax.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from gpt_core.reference import IGNORE_INDEX
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere. For 16-bit logits
-    the statistics are float32 and the loss stays float32 (as PyTorch's under autocast)."""
+    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
@@ -43,7 +41,6 @@ class _CrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
-    """Mean cross-entropy of `logits` (..., V) against `targets` (...), those equal to `ignore_index` unscored
-    (nan, 0/0, when none is scored, as in PyTorch)."""
+    """Mean cross-entropy of `logits` (..., V) against `targets` (...), `ignore_index` unscored."""
     vocab = logits.shape[-1]
     return _CrossEntropy.apply(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index)

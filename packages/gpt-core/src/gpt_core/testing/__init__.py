@@ -3,15 +3,7 @@
 """
 
 from gpt_core.testing.tensor_sizes import LargestTensor
-from gpt_core.testing.verification import (
-    REFERENCE_SIGNATURES,
-    Row,
-    format_report,
-    kernel_report,
-    kv_cache_row,
-    model_row,
-    verification_report,
-)
+from gpt_core.testing.verification import REFERENCE_SIGNATURES, Row, format_report, kernel_report, verification_report
 
 __all__ = [
     "LargestTensor",
@@ -19,7 +11,5 @@ __all__ = [
     "Row",
     "format_report",
     "kernel_report",
-    "kv_cache_row",
-    "model_row",
     "verification_report",
 ]

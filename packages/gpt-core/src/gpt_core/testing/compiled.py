@@ -107,8 +107,7 @@ def _model_step_row(kernels: Kernels, gen: torch.Generator, device) -> Row:
 
 
 def compiled_report(kernels: Kernels, device: torch.device | str = "cpu", seed: int | None = None) -> list[Row]:
-    """Each kernel a training step calls, and a whole GPT's training step, compiled against the same call eager,
-    float32, on `device`, each from an empty compiler cache."""
+    """Each kernel a training step calls, and a GPT's training step, compiled against eager, float32."""
     with _inputs_from(seed) as gen:
         rows = [_kernel_row(name, fn, inputs, kernels, gen, device) for name, fn, inputs in _slot_cases(gen)]
         rows.append(_model_step_row(kernels, gen, device))

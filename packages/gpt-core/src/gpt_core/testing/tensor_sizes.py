@@ -10,8 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class LargestTensor(TorchDispatchMode):
-    """Records in `largest` the element count of the largest tensor any operator returns while active, a
-    Function's backward included (a dispatch mode sees what the autograd engine runs)."""
+    """Records in `largest` the element count of the largest tensor any operator returns, backward included."""
 
     def __init__(self) -> None:
         super().__init__()

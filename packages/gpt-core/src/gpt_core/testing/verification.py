@@ -242,8 +242,7 @@ def _raised(what: str, error: Exception) -> Difference:
 
 
 def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Mapping[str, str] | None, device) -> Row:
-    """One case's outputs, then the gradients of a random cotangent through both; a kernel failing in any way
-    (raising, a wrong shape, nan, no gradient) is this row's result, not an error."""
+    """One case's outputs and gradients; a kernel failing in any way is this row's result, not an error."""
     relative, label = is_relative(dtype), (labels or {}).get(case.reference, case.reference)
     inputs = [_leaf(x, device) for x in case.inputs(gen, dtype)]
     reference_inputs = [_leaf(x, torch.float64) if x.is_floating_point() else x for x in inputs] if relative else inputs
@@ -273,16 +272,9 @@ def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Map
 _SMALL_GPT = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
 
 
-def kv_cache_row(
-    gen: torch.Generator,
-    dtype: torch.dtype,
-    pos: str = "rope",
-    randomized: bool = False,
-    kernels: Kernels = DEFAULT_KERNELS,
-    device: torch.device | str = "cpu",
-) -> Row:
-    """Logits from token-by-token decoding with the KV cache vs one full forward; a randomized model's position
-    ids are drawn once and used by both."""
+def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope", randomized: bool = False,
+                 kernels: Kernels = DEFAULT_KERNELS, device: torch.device | str = "cpu") -> Row:  # fmt: skip
+    """Logits from token-by-token decoding with the KV cache vs one full forward."""
     shape = {"max_positions": 40, "randomized_positions": True} if randomized else {}
     with torch.device("cpu"):  # beside the inputs, whatever the default device
         model = GPT(dataclasses.replace(_SMALL_GPT, pos=pos, **shape), kernels).to(dtype).eval()
@@ -319,8 +311,7 @@ def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_p
 
 
 def device_model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, device: torch.device | str) -> Row:
-    """A whole GPT with `kernels` on `device` in `dtype` vs the same weights on the CPU in float64 (relative unless
-    `dtype` is float64): it catches a tensor the model makes on another device."""
+    """A whole GPT with `kernels` on `device` in `dtype` vs the same weights on the CPU in float64."""
     with torch.device("cpu"):
         theirs = GPT(_SMALL_GPT, kernels).double()
         ours = GPT(_SMALL_GPT, kernels).to(dtype)
@@ -360,8 +351,7 @@ def _gpt_row(
 
 @contextlib.contextmanager
 def _inputs_from(seed: int | None) -> Iterator[torch.Generator]:
-    """A generator for the inputs, seeded or fresh; the global RNG (the models' weights) is forked and seeded
-    too, so a seeded report is reproducible and no report disturbs the caller's random stream."""
+    """A generator for the inputs, seeded or fresh, and the global RNG forked and seeded from it."""
     gen = torch.Generator()
     gen.manual_seed(seed) if seed is not None else gen.seed()
     with torch.random.fork_rng(devices=[]):
@@ -369,14 +359,9 @@ def _inputs_from(seed: int | None) -> Iterator[torch.Generator]:
         yield gen
 
 
-def verification_report(
-    references: References,
-    dtype: torch.dtype = torch.float64,
-    seed: int | None = None,
-    labels: Mapping[str, str] | None = None,
-    kernels: Kernels = FAST_KERNELS,
-    device: torch.device | str = "cpu",
-) -> list[Row]:
+def verification_report(references: References, dtype: torch.dtype = torch.float64, seed: int | None = None,
+                        labels: Mapping[str, str] | None = None, kernels: Kernels = FAST_KERNELS,
+                        device: torch.device | str = "cpu") -> list[Row]:  # fmt: skip
     """One Row per comparison of `kernels` with `references` (named in the table by `labels`). On a `device`
     other than the CPU everything runs there, and a last row compares a whole GPT with the same one on the CPU."""
     _check_references(references)
@@ -389,14 +374,9 @@ def verification_report(
     return rows
 
 
-def kernel_report(
-    slot: str,
-    kernel: Callable[..., Tensor],
-    references: References,
-    dtype: torch.dtype = torch.float64,
-    seed: int | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> list[Row]:
+def kernel_report(slot: str, kernel: Callable[..., Tensor], references: References,
+                  dtype: torch.dtype = torch.float64, seed: int | None = None,
+                  labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
     """Pin `kernel`, a replacement for `slot`, to the references on every case of that slot; then a whole model
     computed with it against gpt-core's kernels and, for attention, cached decoding against the full forward."""
     if slot not in KERNEL_SLOTS:
