@@ -49,12 +49,10 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-KINDS = ("model", "rng", "grokfast", "precision")
-"""The parts of a TrainingState saved as tensors named `<kind>/<name>` (and the optimiser's, `optim/<n>/<slot>`)."""
+KINDS = ("model", "rng", "grokfast", "precision")  # saved as `<kind>/<name>`, the optimiser's as `optim/<n>/<slot>`
 
 
 def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") -> None:
-    """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
     tensors = {f"{kind}/{k}": v for kind in KINDS for k, v in getattr(state, kind).items()}
     for index, slots in state.optimizer["state"].items():
         tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
@@ -94,12 +92,10 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-OPTIMISER_SLOTS = ("step", "exp_avg", "exp_avg_sq")
-"""AdamW's state of each parameter, as torch.optim and gpt_train.optimisation keep it."""
+OPTIMISER_SLOTS = ("step", "exp_avg", "exp_avg_sq")  # AdamW's state of each parameter
 PRECISION_STATE = ("scale", "growth_tracker", "skipped_in_a_row")
 RNG_STATES = ("cpu", "cuda")
-GROUP_NUMBERS = ("lr", "eps", "weight_decay")
-"""The numbers of an optimiser parameter group a resumed run takes from the checkpoint (with `betas`, two)."""
+GROUP_NUMBERS = ("lr", "eps", "weight_decay")  # a parameter group's numbers a resumed run takes (and `betas`)
 
 
 def _check_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
@@ -198,7 +194,6 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:
-    """The weights alone at `step`, in the checkpoint format."""
     try:
         path.parent.mkdir(exist_ok=True)
     except OSError as error:
@@ -208,12 +203,8 @@ def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Ten
     save_checkpoint(path, state, what="snapshot")
 
 
-WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
-"""safetensors' names of the dtypes a model's weights are saved in."""
-
-
-HEADER_ERRORS = (SafetensorError, OSError, ValueError)
-"""What `safetensors_header` raises on a file that is not a readable safetensors file."""
+WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names of the float dtypes
+HEADER_ERRORS = (SafetensorError, OSError, ValueError)  # what `safetensors_header` raises on an unreadable file
 
 
 def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -25,8 +25,6 @@ ROUNDING_MARGIN = 10.0
 
 @dataclass(frozen=True)
 class Step:
-    """One step's loss and the gradient of each parameter, by name."""
-
     loss: float
     grads: Mapping[str, torch.Tensor]
 
@@ -69,7 +67,6 @@ def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
 
 
 def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: Step | None = None) -> str | None:
-    """None if the compiled step agrees with the eager one (`step_disagreement`), else the one-line error."""
     found = step_disagreement(eager, compiled, tolerance, exact)
     if found is None:
         return None

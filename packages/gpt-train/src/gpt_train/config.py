@@ -43,8 +43,6 @@ class ConfigError(TrainError):
 
 @dataclass(frozen=True)
 class Routed:
-    """The user's values, sorted by the object they configure."""
-
     task: dict[str, Any]
     model: dict[str, Any]
     train: dict[str, Any]

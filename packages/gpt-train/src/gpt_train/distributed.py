@@ -90,7 +90,6 @@ class Rank:
             dist.barrier()
 
     def mean_and_any(self, value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
-        """The mean of `value` and the OR of `flag` over every rank."""
         if not self.distributed:
             return value, flag
         packed = torch.tensor([value, float(flag)], dtype=torch.float64, device=device)

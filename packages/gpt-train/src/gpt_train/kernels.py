@@ -44,8 +44,6 @@ class UnverifiedKernelWarning(UserWarning):
 
 @dataclass(frozen=True)
 class KernelInfo:
-    """A registered kernel and where it comes from."""
-
     slot: str
     name: str
     function: Callable[..., Any]
@@ -95,7 +93,6 @@ class KernelRegistry:
         self._table = core_plugins.PluginTable(KERNEL_PLUGINS, plugins, builtins=builtins)
 
     def kernels(self) -> list[KernelInfo]:
-        """Every usable kernel, by slot and name, gpt-core's own first."""
         order = {slot: i for i, slot in enumerate(KERNEL_SLOTS)}
         return sorted(self._table.items(), key=lambda i: (order[i.slot], i.name != BUILTIN, i.name))
 
@@ -194,7 +191,6 @@ def kernel_folder(name: str) -> Path | None:
 
 
 def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
-    """The distribution and version of each chosen registered kernel, for config.json."""
     found = {}
     for slot, name in choices.items():
         if is_module_path(name):  # a module path belongs to no distribution
@@ -261,15 +257,17 @@ def checked_kernels(
     checked = set(choices) if verify is True else set(verify or ())
     for slot, name in choices.items():
         failure = first_failure(verify_kernel(slot, getattr(kernels, slot), seed)) if slot in checked else None
+        if failure is None:
+            continue
         said = f"kernel {slot}={name} fails verification, {failure}"
-        if failure is not None and slot in unverified:
+        if slot in unverified:
             anyway = (
                 "using it anyway (trained with --unverified)" if opened else "training with it anyway (--unverified)"
             )
             warnings.warn(f"{said}; {anyway}", UnverifiedKernelWarning, stacklevel=2)
-        elif failure is not None and opened:
+        elif opened:
             raise KernelError(f"{said}: it does not compute what the run was trained with (edited since?)")
-        elif failure is not None:
+        else:
             raise KernelError(
                 f"{said}; see `gpt-train verify --kernel {slot}={name}`, or train anyway with --unverified"
             )

@@ -75,7 +75,6 @@ class Precision:
         return bool(finite) and bool(torch.stack(finite).all())
 
     def step(self, optimizer: Optimizer, finite: bool) -> None:
-        """The optimiser step, which fp16's scaler skips (and counts) when the gradients are not finite."""
         if self.scaler is None:
             optimizer.step()
             return

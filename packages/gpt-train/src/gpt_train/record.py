@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint, save_snapshot
 from gpt_train.files import WriteError, write_json_atomically
-from gpt_train.runs import MetricsLog, Run, RunWarning
+from gpt_train.runs import Run, RunDirError, RunWarning, describe
 
 
 class Record:
@@ -20,22 +22,20 @@ class Record:
         self.layout = run.layout
         self.task_name = run.config.task
         self.active = run.rank.is_main
-        self.metrics = MetricsLog(run.layout.metrics)
         self.snapshots_kept = True  # until one cannot be written
 
     def restore(self) -> TrainingState:
         return load_checkpoint(self.layout.checkpoint, self.task_name)
 
     def start_at(self, step: int) -> None:
-        """Forget what was written past `step`, where a resumed run continues."""
         if self.active:
-            self.metrics.keep_through(step)
+            _keep_metrics_through(self.layout.metrics, step)
             for later in [path for at, path in self.layout.snapshots().items() if at > step]:
                 later.unlink()
 
     def log(self, record: dict[str, Any]) -> None:
         if self.active:
-            self.metrics.write(record)
+            _write(self.layout.metrics, json.dumps(record) + "\n", mode="a")
 
     def checkpoint(self, state: Callable[[], TrainingState]) -> None:
         if self.active:
@@ -64,3 +64,39 @@ class Record:
     def last_checkpoint(self) -> str:
         checkpoint = self.layout.checkpoint
         return f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"
+
+
+def _keep_metrics_through(path: Path, step: int) -> None:
+    """Drop metrics.jsonl's lines past `step`, where a run resumes; an incomplete last line, with a warning."""
+    if not path.exists():
+        return
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunDirError(f"cannot read {path}: {error}") from None
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise RunDirError(f"{path} line {number} is not valid JSON; the file is damaged") from None
+            warnings.warn(f"dropped the incomplete last line of {path}", RunWarning, stacklevel=2)
+            continue
+        logged = record.get("step", 0) if isinstance(record, dict) else None
+        if isinstance(logged, bool) or not isinstance(logged, int):
+            raise RunDirError(
+                f"{path} line {number} is not a metrics record (a JSON object whose step is a whole number); "
+                "the file is damaged"
+            )
+        if logged <= step:
+            kept.append(line)
+    _write(path, "".join(line + "\n" for line in kept), mode="w")
+
+
+def _write(path: Path, text: str, mode: str) -> None:
+    try:
+        with open(path, mode, encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise RunDirError(f"cannot write {path} ({describe(error)})") from None

@@ -4,7 +4,6 @@ process locks its directory, so a second `run` on it refuses to start rather tha
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import warnings
 from collections.abc import Collection
@@ -278,47 +277,3 @@ def run_kernels(
 
 def _named(kernels: dict[str, str]) -> str:
     return ", ".join(f"{slot}={name}" for slot, name in kernels.items())
-
-
-class MetricsLog:
-    """metrics.jsonl: one JSON object per logged step, appended as the run goes."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def keep_through(self, step: int) -> None:
-        """Drop the lines past `step`, where a run resumes; an incomplete last line is dropped with a warning."""
-        if not self.path.exists():
-            return
-        try:
-            lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except (OSError, UnicodeDecodeError) as error:
-            raise RunDirError(f"cannot read {self.path}: {error}") from None
-        kept = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                if number < len(lines):
-                    raise RunDirError(f"{self.path} line {number} is not valid JSON; the file is damaged") from None
-                warnings.warn(f"dropped the incomplete last line of {self.path}", RunWarning, stacklevel=2)
-                continue
-            logged = record.get("step", 0) if isinstance(record, dict) else None
-            if isinstance(logged, bool) or not isinstance(logged, int):
-                raise RunDirError(
-                    f"{self.path} line {number} is not a metrics record (a JSON object whose step is a whole number); "
-                    "the file is damaged"
-                )
-            if logged <= step:
-                kept.append(line)
-        self._write("".join(line + "\n" for line in kept), mode="w")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._write(json.dumps(record) + "\n", mode="a")
-
-    def _write(self, text: str, mode: str) -> None:
-        try:
-            with open(self.path, mode, encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError as error:
-            raise RunDirError(f"cannot write {self.path} ({describe(error)})") from None

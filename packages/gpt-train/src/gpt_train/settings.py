@@ -95,7 +95,6 @@ class TrainSettings:
         return min(self.steps, triggered + self.cooldown_steps)
 
     def evaluates_at(self, step: int) -> bool:
-        """Whether the run evaluates after training step `step` (the final evaluation aside)."""
         if step >= self.steps:
             return False
         early = 0 < self.early_eval_every < self.eval_every and step <= self.early_eval_until

@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable
 from copy import deepcopy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -72,7 +72,6 @@ def initial_model(
 
 
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:
-    """Every metric of every split, under its metric key (`heldout_exact_match`)."""
     scores = {split: task.evaluate(model, split, device, limit) for split in splits}
     return {metric_key(split, name): value for split, metrics in scores.items() for name, value in metrics.items()}
 
@@ -89,8 +88,8 @@ class Trainer:
         self.stop = StopRequest()
         self.record = Record(run)
         self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
-        self.optimizer = make_optimizer(self.model, self.settings)
         s = self.settings
+        self.optimizer = make_optimizer(self.model, s)
         self.precision = Precision.for_run(s.dtype, run.device)
         use_tf32(s.tf32, run.device)
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
@@ -133,7 +132,6 @@ class Trainer:
 
     @property
     def last_step(self) -> int:
-        """Where the run stops: `steps`, or earlier once an evaluation has reached `cooldown_trigger`."""
         return self.settings.last_step(self.cooldown_from)
 
     def save(self, elapsed: float) -> None:
@@ -248,7 +246,6 @@ class Trainer:
             )
 
     def _step(self, batch, module: torch.nn.Module) -> Step:
-        """The batch's loss and gradients through `module`, the parameters' .grad cleared."""
         loss = float(self._gradients(batch, module))
         grads = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
         self.optimizer.zero_grad(set_to_none=True)
@@ -285,7 +282,6 @@ class Trainer:
 
     # the run -------------------------------------------------------------------------------
     def run(self) -> Outcome:
-        """Train to the configured number of steps, or until stopped; says how it ended."""
         s = self.settings
         start = time.perf_counter()
         elapsed = lambda: self.elapsed_before + time.perf_counter() - start
@@ -358,10 +354,8 @@ class Trainer:
             return {}
         with torch.no_grad():
             checksum = sum(float(p.double().sum()) for p in self.model.parameters())
-        return {
-            "world_size": self.rank.world_size,
-            "rank_weight_checksums": self.rank.gather_floats(checksum, self.device),
-        }
+        checksums = self.rank.gather_floats(checksum, self.device)
+        return {"world_size": self.rank.world_size, "rank_weight_checksums": checksums}
 
     def _diverged(self, what: str) -> Outcome:
         detail = f"{what} at step {self.step + 1}; stopped ({self.record.last_checkpoint()})"
@@ -386,12 +380,11 @@ def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
         rank.init(run.device)
         trainer = Trainer(run, quiet=quiet)
         outcome = trainer.run()
-        if outcome.reason == "finished" and rank.is_main:
-            problem = write_pictures(run.task, trainer.model, run.device, run.layout, draw=pictures)
-            outcome = Outcome(outcome.reason, outcome.step, outcome.final, pictures_problem=problem)
-        # a gloo rank that tore down its group while rank 0 still drew aborted the process
         if outcome.reason == "finished":
-            rank.barrier()
+            if rank.is_main:
+                problem = write_pictures(run.task, trainer.model, run.device, run.layout, draw=pictures)
+                outcome = replace(outcome, pictures_problem=problem)
+            rank.barrier()  # a gloo rank that tore down its group while rank 0 still drew aborted the process
         return outcome
     finally:
         rank.shutdown()

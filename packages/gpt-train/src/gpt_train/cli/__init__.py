@@ -1,7 +1,4 @@
-"""The gpt-train command line, one module per command group. The group in `gpt_train.cli.group` (which also turns
-every error into one line and an exit status) imports each command only when it is used, so that `gpt-train --help`
-answers without importing torch.
-"""
+"""The gpt-train command line, one module per command group, each imported only when used (`gpt_train.cli.group`)."""
 
 from gpt_train.cli.formatting import format_value, wrong_count
 from gpt_train.cli.group import CONTEXT, Aborted, CommandError, LazyCommand, cli, main
@@ -18,6 +15,5 @@ cli.lazy = {
     "tasks": LazyCommand("gpt_train.cli.listing", "tasks"),
     "verify": LazyCommand("gpt_train.cli.verification", "verify"),
 }
-"""Every command, by name: where it is defined, and what `gpt-train --help` says of it."""
 
 __all__ = ["CONTEXT", "Aborted", "CommandError", "LazyCommand", "cli", "format_value", "main", "wrong_count"]

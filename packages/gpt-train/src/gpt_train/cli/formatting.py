@@ -23,7 +23,7 @@ def wrong_count(fraction: float, examples: float) -> int | None:
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:
-    """Every summary metric (per-position details left out), with the digits its split's example count needs."""
+    """Every summary metric (no per-position details), with the digits its split's example count needs."""
     from gpt_viz import EXAMPLES, metric_key, parse_metric_key  # numpy: imported by a command, never by --help
 
     parts = []

@@ -1,9 +1,5 @@
-"""The command group, and the one place where errors become what a user sees.
-
-Every layer below raises its own domain error and knows nothing of exit codes; the group turns each into
-`gpt-train: error: <one line>` and a non-zero exit. A `sys.exit` inside a command (a kernel or a plugin calling
-it) is such an error too, naming where it was called, never a silent exit 0.
-"""
+"""The command group, and the one place where errors (a stray `sys.exit` too) become what a user sees:
+`gpt-train: error: <one line>` and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -47,14 +43,12 @@ class Aborted(CommandError):
 
 @dataclass(frozen=True)
 class LazyCommand:
-    """A command imported only when it is used: `gpt-train --help` lists it by its docstring, read from its
-    module's source without importing the module, and so without torch."""
+    """A command imported only when used: `gpt-train --help` reads its docstring from its source, without torch."""
 
     module: str
     attribute: str
 
     def short_help(self, limit: int) -> str:
-        """What click lists for this command, cut to `limit` characters."""
         path = Path(__file__).parents[1].joinpath(*self.module.split(".")[1:]).with_suffix(".py")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         function = next(node for node in tree.body if getattr(node, "name", None) == self.attribute)
@@ -76,7 +70,6 @@ class _Group(click.Group):
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list, as click writes it, with the commands not imported yet summarised from `lazy`."""
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(map(len, names))
         helps = {name: entry.short_help for name, entry in self.lazy.items()}
@@ -130,7 +123,6 @@ def cli() -> None:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A warning as one line, like the errors: `gpt-train: warning: ...`."""
     click.echo(f"gpt-train: warning: {' '.join(str(message).split())}", err=True)
 
 

@@ -1,5 +1,5 @@
-"""What several commands share on their command line: the device and kernel options' help and the opt-in to a
-saved run's module-path kernels (`--kernel SLOT=NAME` itself is read by `gpt_train.kernels.parse_kernel_choices`)."""
+"""What several commands share on their command line: the device and kernel options' help, --set, and the opt-in
+to a saved run's module-path kernels."""
 
 from __future__ import annotations
 
@@ -13,10 +13,19 @@ KERNEL_SET_HELP = (
     "slots of it."
 )
 
-TRUST_KERNELS_OPTION = click.option(
-    "--trust-kernels",
-    is_flag=True,
-    help="Open a run trained with module-path kernels (module:function): import them from the folder the run "
-    "recorded (never the working directory) and verify them against PyTorch. Without it such a run is refused: "
-    "importing a module runs its code.",
-)
+
+def set_option(help: str):
+    return click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help=help)
+
+
+def trust_kernels_option(opens: str = "Open a run"):
+    return click.option(
+        "--trust-kernels",
+        is_flag=True,
+        help=f"{opens} trained with module-path kernels (module:function): import them from the folder the run "
+        "recorded (never the working directory) and verify them against PyTorch. Without it such a run is refused: "
+        "importing a module runs its code.",
+    )
+
+
+TRUST_KERNELS_OPTION = trust_kernels_option()

@@ -10,7 +10,7 @@ import click
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.formatting import format_value, wrong_count
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP
+from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP, set_option, trust_kernels_option
 from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
@@ -57,13 +57,7 @@ from gpt_viz import (
     help="Train through torch.compile. Its first step is checked against an eager step on the same batch; a "
     "disagreement stops the run with one line naming the parameter. Evaluation runs eagerly.",
 )
-@click.option(
-    "--set",
-    "assignments",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a task, model or training parameter (repeatable), e.g. --set pos=rope.",
-)
+@set_option("Override a task, model or training parameter (repeatable), e.g. --set pos=rope.")
 @click.option(
     "--data",
     type=click.Path(path_type=Path),
@@ -78,13 +72,7 @@ from gpt_viz import (
 @click.option(
     "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
 )
-@click.option(
-    "--trust-kernels",
-    is_flag=True,
-    help="With --resume, continue a run trained with module-path kernels (module:function): import them from the "
-    "folder the run recorded (never the working directory) and verify them. Without it such a run is refused: "
-    "importing a module runs its code.",
-)
+@trust_kernels_option("With --resume, continue a run")
 @click.option("--force", is_flag=True, help="Replace a run already in --out.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary (for scripts).")
 @click.option(
@@ -200,8 +188,7 @@ def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: 
 
 
 def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
-    """The end-of-run line; a per-example score (exact match, accuracy) says how many were wrong, so 7 errors never
-    read as none."""
+    """The end-of-run line; a per-example score says how many were wrong, so 7 errors never read as none."""
     primary = config.primary_metric
     parsed = parse_metric_key(primary)
     examples = final.get(metric_key(parsed.split, EXAMPLES)) if parsed else None
@@ -218,8 +205,8 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
 
 
 def held_out_course(config: RunConfig, run_dir: Path) -> str:
-    """For a run that scores its train split too (grokking): since when the held-out score has stayed at or above
-    0.99, and whether it fell below it after first reaching it (the slingshot's collapses); "" for any other run."""
+    """For a run scoring its train split too (grokking): since when the held-out score has stayed at or above the
+    threshold, and how often it fell below it after first reaching it; "" for any other run."""
     if TRAIN not in config.eval_splits or not config.higher_is_better:
         return ""
     try:

@@ -1,7 +1,5 @@
-"""The commands on a trained model: `gpt-train eval` scores a saved run, `gpt-train sample` generates
-from it (or from a GPT-2 directory), `gpt-train export` writes it as a Hugging Face GPT-2 directory that transformers
-loads (a run whose architecture GPT-2 cannot express, rope or no positions, no LayerNorm, no biases, ..., is
-refused, naming the settings)."""
+"""The commands on a trained model: `gpt-train eval`, `sample` (or from a GPT-2 directory) and `export` (as a
+Hugging Face GPT-2 directory)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from gpt_core import generate
 from gpt_tasks.text import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION
+from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION, set_option
 from gpt_train.config import RunConfig, parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
@@ -28,13 +26,7 @@ from gpt_viz import SPLITS, metric_key
 @click.command("eval", context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN)
 @click.option("--split", type=click.Choice(SPLITS[::-1]), default="heldout", show_default=True)
-@click.option(
-    "--set",
-    "assignments",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a task parameter for this evaluation, e.g. --set length=8.",
-)
+@set_option("Override a task parameter for this evaluation, e.g. --set length=8.")
 @click.option("--limit", type=click.IntRange(min=1), help="Score a fixed sample of this many examples. [default: all]")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
@@ -138,8 +130,7 @@ def sample(
 
 
 def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
-    """The BPE a text run trained with (kept in its directory), or None: a character or byte vocabulary,
-    or a task's own symbols, has no Hugging Face tokenizer file."""
+    """The BPE a text run trained with (kept in its directory), or None: no other vocabulary has a HF file."""
     if config.task_params.get("tokenizer") != "bpe" or not config.task_params.get("tokenizer_file"):
         return None
     path = Path(config.task_params["tokenizer_file"])

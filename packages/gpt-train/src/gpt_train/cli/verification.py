@@ -130,7 +130,6 @@ def verify(
 
 
 def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
-    """The verdict on a report: the first failure as the one-line error (exit 1), or the all-clear."""
     failure = first_failure(rows, tolerance)
     if failure is not None:
         raise CommandError(f"{what}{failure}", exit_code=1)
