@@ -1,13 +1,10 @@
-"""text: a language model on the user's own corpus, with character, byte or byte-level BPE tokens (the
-README's text section).
-
-A chunk of `chunk_size` characters is held out when the hash of its UTF-8 bytes says so, and the tokenizer is
-learned from the training chunks only, so nothing about the held-out text leaks into it. Bits per character and
-per byte, unlike nats per token, do not depend on the tokenizer, so runs with different tokenizers rank by them.
-"""
+"""text: a language model on the user's own corpus, with character, byte or byte-level BPE tokens. A chunk of
+`chunk_size` characters is held out by the hash of its UTF-8 bytes, and the tokenizer learned from the training
+chunks alone; bits per character and per byte, unlike nats per token, rank runs whatever their tokenizer."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -27,16 +24,16 @@ from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
 from gpt_tasks.task import Batch, Defaults, Task
-from gpt_tasks.text.cache import cache_root, cached_tokenizer, changed_while_read, key_of, prepare, say
+from gpt_tasks.text.cache import cache_root, changed_while_read, key_of, prepare, say, write_atomically
 from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
-    KINDS,
     MIN_BPE_VOCAB,
     BpeTokenizer,
     ByteTokenizer,
     CharTokenizer,
     Tokenizer,
     learn_alphabet,
+    load_tokenizer,
     token_sizes,
     train_bpe,
 )
@@ -75,8 +72,6 @@ class TextParams:
                 "a window of block_size + 1 tokens must fit inside one chunk"
             )
         check_fraction("heldout_fraction", self.heldout_fraction)
-        if self.tokenizer not in KINDS:
-            raise ValueError(f"tokenizer must be one of {', '.join(KINDS)}, got {self.tokenizer!r}")
         owners = {"vocab_size": "bpe", "tokenizer_file": "bpe", "alphabet": "char"}
         for name, owner in owners.items():
             if getattr(self, name) not in (None, "") and self.tokenizer != owner:
@@ -90,9 +85,8 @@ class TextParams:
 
 
 class TextVocabulary:
-    """A text run's tokens, from its tokenizer alone: the task's `vocab`, and all that sampling needs when the
-    run's corpus has since been moved or deleted (a run keeps its tokenizer: the alphabet in config.json, a BPE
-    file beside it)."""
+    """A text run's tokens, from its tokenizer alone: the task's `vocab`, and all that sampling needs once the run's
+    corpus is gone (a run keeps its tokenizer)."""
 
     def __init__(self, params: TextParams, tokenizer: Tokenizer | None = None):
         self.params, self.tokenizer = params, tokenizer or recorded_tokenizer(params)
@@ -130,11 +124,9 @@ class TextTask(Task):
     Params = TextParams
     primary_metric = "bits_per_char"
     higher_is_better = False
-    SALT: ClassVar[bytes] = b"text"
-    """The split hash's salt: a named case of text keeps its own, and with it its own held-out chunks."""
+    SALT: ClassVar[bytes] = b"text"  # a named case of text keeps its own, and with it its held-out chunks
     CORPUS_NOUN: ClassVar[str] = "text corpus"
-    FINAL_EVAL_LIMIT: ClassVar[int | None] = FINAL_EVAL_WINDOWS
-    """Windows of the final evaluation (None: every held-out window); a large corpus holds millions."""
+    FINAL_EVAL_LIMIT: ClassVar[int | None] = FINAL_EVAL_WINDOWS  # None: every held-out window
 
     def __init__(self, params: TextParams):
         corpus = Corpus.find(self.corpus_path(params), params.glob, self.CORPUS_NOUN)
@@ -147,8 +139,7 @@ class TextTask(Task):
                 f"the corpus at {corpus.path} has changed since this run was trained "
                 f"(sha256 {digest}, recorded {params.corpus_sha256})"
             )
-        # A BPE learns at most one token per merge of two symbols: a corpus of n bytes gives at most 256 + n - 1
-        # tokens. More is refused here: the tokenizer library allocates for it, and aborts when it cannot.
+        # A BPE of n bytes has at most 256 + n - 1 tokens; the tokenizer library allocates for more, and may abort.
         if params.vocab_size is not None and params.vocab_size > 256 + corpus.size - 1:
             raise ValueError(
                 f"vocab_size {params.vocab_size:,} is more than the corpus can give: a BPE of its {corpus.size:,} "
@@ -157,14 +148,8 @@ class TextTask(Task):
         split = {"corpus_sha256": digest, "chunk_size": params.chunk_size, "salt": self.SALT.hex()}
         root = cache_root(params.cache_dir)
         self.tokenizer, tokenizer_file = self._tokenizer(params, corpus, split, root)
-        self.cache = prepare(
-            root / key_of(split | {"tokenizer_sha256": self.tokenizer.identity()}),
-            lambda: chunks(corpus.texts(), params.chunk_size),
-            self.tokenizer,
-            self.SALT,
-            (digest, corpus.size),
-            params.in_memory,
-        )
+        entry = root / key_of(split | {"tokenizer_sha256": self.tokenizer.identity()})
+        self.cache = prepare(entry, corpus, params.chunk_size, digest, self.tokenizer, self.SALT, params.in_memory)
         super().__init__(
             dataclasses.replace(
                 params,
@@ -180,7 +165,6 @@ class TextTask(Task):
         self._windows: dict[str, torch.Tensor] = {}
 
     def corpus_path(self, params: TextParams) -> Path:
-        """Where the corpus is: `data`, which the text task cannot do without."""
         if not params.data:
             raise ValueError(
                 "the text task needs a corpus: --data PATH (a UTF-8 file, or a directory with --set glob=PATTERN)"
@@ -188,30 +172,27 @@ class TextTask(Task):
         return Path(params.data).expanduser()
 
     def _tokenizer(self, params: TextParams, corpus: Corpus, split: dict, root: Path) -> tuple[Tokenizer, str]:
-        """The tokenizer a run recorded, or the one learned from the training chunks (cached), and the
-        file that holds a BPE."""
-        kind = params.tokenizer
+        """The tokenizer a run recorded, or the one learned from the training chunks, and the file of a BPE."""
         recorded = recorded_tokenizer(params)
         if recorded is not None:
             return recorded, params.tokenizer_file
-        vocab_size = params.vocab_size or DEFAULT_BPE_VOCAB
+        kind, vocab_size = params.tokenizer, params.vocab_size or DEFAULT_BPE_VOCAB
         settings = split | {"heldout_fraction": params.heldout_fraction, "tokenizer": kind, "vocab_size": vocab_size}
         path = root / "tokenizers" / f"{key_of(settings)}.{kind}"
-
-        def learn() -> Tokenizer:
-            say(f"learning the {kind} tokenizer from the training chunks; it is kept at {path}")
-            read = hashlib.sha256()
-            texts = self._training_chunks(corpus, params, read)
-            learned = CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
-            if read.hexdigest() != split["corpus_sha256"]:  # the corpus was edited after it was hashed
-                raise ValueError(changed_while_read("learned from"))
-            return learned
-
-        return cached_tokenizer(path, kind, learn), str(path) if kind == "bpe" else ""
+        file = str(path) if kind == "bpe" else ""
+        with contextlib.suppress(OSError, ValueError):  # absent or damaged: learned again
+            return load_tokenizer(kind, path.read_bytes()), file
+        say(f"learning the {kind} tokenizer from the training chunks; it is kept at {path}")
+        read = hashlib.sha256()
+        texts = self._training_chunks(corpus, params, read)
+        learned = CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
+        if read.hexdigest() != split["corpus_sha256"]:  # the corpus was edited after it was hashed
+            raise ValueError(changed_while_read("learned from"))
+        write_atomically(path, learned.serialize())
+        return learned, file
 
     def _training_chunks(self, corpus: Corpus, params: TextParams, read: hashlib._Hash) -> Iterator[str]:
-        """The chunks of the training split, in order, with a progress bar over the corpus; `read` hashes
-        every chunk, held-out ones too, so that the text learned from can be checked against the corpus sha256."""
+        """The training chunks in order; `read` hashes every chunk, to check the text against the corpus sha256."""
         with tqdm(
             total=corpus.size, unit="B", unit_scale=True, desc="training split", leave=False, disable=None
         ) as bar:
@@ -223,11 +204,10 @@ class TextTask(Task):
                     yield chunk
 
     def files(self) -> dict[str, bytes]:
-        """A BPE is kept by the trainer beside the run (`tokenizer_file` then points at that copy)."""
         return {"tokenizer_file": self.tokenizer.serialize()} if isinstance(self.tokenizer, BpeTokenizer) else {}
 
     def _index_chunks(self) -> None:
-        """The chunks that hold a window, by split; a corpus with no chunk on either side is refused."""
+        """The chunks that hold a window, by split; refused when a side has none."""
         cache, window = self.cache, self.block_size + 1
         lengths = np.diff(cache.offsets)
         usable = lengths >= window
@@ -254,13 +234,12 @@ class TextTask(Task):
                 )
 
     def chunks(self, split: str) -> torch.Tensor:
-        """Numbers of the chunks in `split` that hold a window."""
         if split not in self._chunks:
             raise ValueError(f"split must be one of {', '.join(self._chunks)}, got {split!r}")
         return self._chunks[split]
 
     def _gather(self, starts: torch.Tensor) -> torch.Tensor:
-        """The block_size + 1 tokens from each of `starts` (N,), read from the cache: (N, block_size + 1)."""
+        """The block_size + 1 tokens from each of `starts` (N,) in the cache."""
         index = starts.numpy()[:, None] + np.arange(self.block_size + 1)
         return torch.from_numpy(self.cache.tokens[index].astype(np.int64))
 
@@ -274,8 +253,8 @@ class TextTask(Task):
         return Batch(seq[:, :-1], seq[:, 1:])
 
     def evaluation_windows(self, split: str, limit: int | None, seed: int = 0) -> torch.Tensor:
-        """(N, 2): the start of each evaluation window and how many of its first targets an earlier window
-        of the chunk already scored. All of the split's windows, or a fixed-seed sample of `limit`."""
+        """(N, 2): each evaluation window's start and how many of its first targets an earlier one scored; all of
+        the split's, or a fixed sample of `limit`."""
         if split not in self._windows:
             self._windows[split] = self._all_windows(self.chunks(split))
         windows = self._windows[split]
@@ -298,14 +277,14 @@ class TextTask(Task):
         return torch.stack((self.chunk_offsets[chunks][owner] + start, at - start), dim=1)
 
     def window_batch(self, windows: torch.Tensor) -> Batch:
-        """Inputs and next-token targets of evaluation windows (N, 2); targets already scored are IGNORE_INDEX."""
+        """Inputs and next-token targets of evaluation windows (N, 2), the targets already scored ignored."""
         seq = self._gather(windows[:, 0])
         targets = seq[:, 1:].clone()
         targets[torch.arange(self.block_size, device=windows.device) < windows[:, 1:]] = IGNORE_INDEX
         return Batch(seq[:, :-1], targets)
 
     def scored_text(self, windows: torch.Tensor) -> tuple[int, int]:
-        """Characters and bytes of the text that the scored targets of `windows` decode to."""
+        """Characters and bytes that the scored targets of `windows` decode to."""
         chars = size = 0
         for part in windows.split(4 * EVAL_BATCH):
             targets = self.window_batch(part).targets
@@ -320,15 +299,11 @@ class TextTask(Task):
         scores = score_examples(model, windows, self.window_batch, device, EVAL_BATCH)
         chars, size = self.scored_text(windows)
         bits = scores.loss * scores.targets / math.log(2)
-        return {
-            "loss": scores.loss,
-            "bits_per_char": bits / chars,
-            "bits_per_byte": bits / size,
-            "examples": len(windows),
-        }
+        metrics = {"loss": scores.loss, "bits_per_char": bits / chars, "bits_per_byte": bits / size}
+        return metrics | {"examples": len(windows)}
 
     def probe_batch(self) -> Batch:
-        """Held-out windows (a fixed sample) that score every target, the early ones of the ICL score included."""
+        """Held-out windows that score every target, the early ones of the ICL score included."""
         windows = self.evaluation_windows("heldout", 2 * PROBE_EXAMPLES, seed=3)
         return self.window_batch(windows[windows[:, 1] == 0][:PROBE_EXAMPLES])
 
@@ -346,8 +321,8 @@ class TextTask(Task):
         )
 
     def heldout_texts(self, n_tokens: int, n: int) -> list[str]:
-        """The first `n_tokens` of each of the first `n` held-out chunks that the vocabulary can encode back (a
-        char tokenizer's held-out text may hold characters it does not know); the first chunk's when none can."""
+        """The first `n_tokens` of each of the first `n` held-out chunks the vocabulary can encode back (a char
+        tokenizer may not know a held-out character); the first chunk's when none can."""
         texts: list[str] = []
         first = None
         for chunk in self.chunks("heldout").tolist():
@@ -368,7 +343,7 @@ class TextTask(Task):
 
 
 def recorded_tokenizer(params: TextParams) -> Tokenizer | None:
-    """The tokenizer that `params` pin (bytes, a recorded alphabet, a BPE file), or None: one to learn."""
+    """The tokenizer that `params` pin, or None: one to learn."""
     if params.tokenizer == "byte":
         return ByteTokenizer()
     if params.tokenizer == "char" and params.alphabet:

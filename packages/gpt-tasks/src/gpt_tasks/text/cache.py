@@ -1,11 +1,9 @@
 """The token cache: a corpus tokenized once into a file that training reads through a numpy memmap.
 
-An entry is a directory named by its key (the corpus sha256, the chunk size, the split salt and the tokenizer),
-under `$XDG_CACHE_HOME/gpt-tasks/text` or a task's `cache_dir`: `tokens.bin` (every chunk's ids), `chunks.npz`
-(per chunk its token offset, size in characters and bytes, and split hash) and `meta.json`, written last. An
-entry is built in a temporary directory and renamed into place, so a reader never sees half of one, and is
-checked whole whenever it is opened, so a damaged or tampered entry is rebuilt rather than trained on. A
-learned tokenizer is cached too, under `tokenizers/`.
+An entry, a directory named by its key (corpus, chunk size, split salt, tokenizer), holds `tokens.bin`, `chunks.npz`
+(per chunk its token offset, characters, bytes and split hash) and `meta.json`. It is built in a temporary
+directory renamed into place, so a reader never sees half of one, and checked whole when opened: a damaged or
+tampered entry is rebuilt, never trained on.
 """
 
 from __future__ import annotations
@@ -21,8 +19,9 @@ import sys
 import tempfile
 import zipfile
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gpt_tasks.splits import unit_hash
-from gpt_tasks.text.tokenizer import Tokenizer, load_tokenizer
+from gpt_tasks.text.corpus import Corpus, chunks
+from gpt_tasks.text.tokenizer import Tokenizer
 
 FORMAT = 1
-BATCH_CHARS = 1 << 20  # characters tokenized per batch of chunks
+BATCH_CHARS = 1 << 20  # characters tokenized per batch of chunks (a BPE's batch uses every core)
 TOKENS, CHUNKS, META = "tokens.bin", "chunks.npz", "meta.json"
+TEMPORARY = f".tmp-{socket.gethostname()}-"  # then a process id: what a temporary's name says of its maker
 
 
 def user_cache() -> Path:
-    """gpt-tasks' folder in the user's cache: $XDG_CACHE_HOME (an absolute path; else ~/.cache)/gpt-tasks."""
+    """$XDG_CACHE_HOME (an absolute path; else ~/.cache)/gpt-tasks."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     return (Path(base) if base and os.path.isabs(base) else Path.home() / ".cache") / "gpt-tasks"
 
@@ -48,7 +49,7 @@ def cache_root(cache_dir: str = "") -> Path:
 
 
 def key_of(fields: dict[str, Any]) -> str:
-    """A short stable name for `fields` (JSON values): the first 32 hex digits of their sha256."""
+    """A short stable name for `fields` (JSON values)."""
     text = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -59,12 +60,12 @@ def say(message: str) -> None:
 
 
 class DamagedEntry(ValueError):
-    """An entry that is incomplete, damaged, or not the one its key names: it is rebuilt, never read."""
+    """An entry that is incomplete, damaged, or not the one its key names: rebuilt, never read."""
 
 
 @dataclass(frozen=True)
 class TokenCache:
-    """An entry, opened: `tokens` is a read-only memmap of tokens.bin (or an in-memory copy), the rest per chunk."""
+    """An entry, opened: `tokens` a read-only memmap of tokens.bin (or a copy in memory), the rest per chunk."""
 
     root: Path
     tokens: np.ndarray
@@ -75,8 +76,8 @@ class TokenCache:
 
     @classmethod
     def read(cls, root: Path, made_from: dict[str, Any], in_memory: bool = False) -> TokenCache:
-        """The entry at `root`, checked whole, else DamagedEntry saying what is wrong with it. `made_from` holds
-        what the key stands for (`corpus_sha256`, `tokenizer_sha256`, `vocab_size`), which meta.json must name."""
+        """The entry at `root`, checked whole, else DamagedEntry saying what is wrong; meta.json must name what the
+        key stands for (`made_from`)."""
         try:
             meta = json.loads((root / META).read_text(encoding="utf-8"))
             dtype = np.dtype(meta["dtype"])
@@ -97,9 +98,9 @@ class TokenCache:
             if largest >= made_from["vocab_size"]:
                 raise DamagedEntry(f"id {largest} is past the vocabulary of {made_from['vocab_size']:,}")
             tokens = (np.fromfile if in_memory else _map)(root / TOKENS, dtype)
+        except DamagedEntry:
+            raise
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
-            if isinstance(error, DamagedEntry):
-                raise
             raise DamagedEntry(f"unreadable: {error}") from None
         return cls(root, tokens, *columns)
 
@@ -111,8 +112,7 @@ SCAN_BYTES = 1 << 24  # tokens.bin is checked this much at a time
 
 
 def _check_tables(columns: tuple[np.ndarray, ...], n_tokens: int, n_chunks: int) -> None:
-    """The chunk tables' shapes and bounds: offsets from 0 to the last token in order, sizes and split hashes
-    that a chunk of text can have. A checksum does not replace this: an entry can be rewritten whole."""
+    """The chunk tables' shapes and bounds (an entry rewritten whole has a matching checksum)."""
     offsets, chars, sizes, hashes = columns
     for name, column, dtype in zip(COLUMNS, columns, COLUMN_DTYPES, strict=True):
         if column.dtype != dtype or column.ndim != 1 or len(column) != n_chunks + (name == "offsets"):
@@ -138,9 +138,8 @@ def _scan(path: Path, dtype: np.dtype, columns: Iterable[np.ndarray]) -> tuple[s
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:
-    """A read-only memmap of the file: its pages are read when touched and belong to the kernel's page cache
-    (shared, and dropped under memory pressure), never to the process's own memory. Training reads windows at
-    random offsets, so the kernel is told not to read ahead of each from disk."""
+    """A read-only memmap: its pages belong to the kernel's page cache, never to the process, and are read at
+    random offsets, so the kernel is told not to read ahead."""
     if os.path.getsize(path) == 0:
         return np.zeros(0, dtype=dtype)  # mmap cannot map an empty file
     with open(path, "rb") as handle:
@@ -151,16 +150,10 @@ def _map(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 def prepare(
-    root: Path,
-    chunks: Callable[[], Iterable[str]],
-    tokenizer: Tokenizer,
-    salt: bytes,
-    corpus: tuple[str, int],
-    in_memory: bool,
+    root: Path, corpus: Corpus, chunk_size: int, sha256: str, tokenizer: Tokenizer, salt: bytes, in_memory: bool
 ) -> TokenCache:
-    """The entry at `root`, built first from `chunks()` if it is not there whole. `corpus` is the sha256 and size
-    of the text the chunks are cut from: text that hashes otherwise as it is tokenized is a ValueError."""
-    sha256, total_bytes = corpus
+    """The entry at `root`, built first from the corpus's chunks if it is not there whole; a corpus that no
+    longer has `sha256` as it is tokenized is a ValueError."""
     made_from = {"corpus_sha256": sha256, "tokenizer_sha256": tokenizer.identity(), "vocab_size": tokenizer.vocab_size}
     remove_stale_temporaries(root.parent)
     try:
@@ -172,7 +165,7 @@ def prepare(
     root.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=temporary_name(root.name) + ".", dir=root.parent))
     try:
-        n_tokens = _build(building, chunks(), tokenizer, salt, made_from, total_bytes)
+        n_tokens = _build(building, corpus, chunk_size, tokenizer, salt, made_from)
         if root.exists():
             try:
                 TokenCache.read(root, made_from)  # another process finished the same entry meanwhile
@@ -191,16 +184,16 @@ def prepare(
 
 
 def _build(
-    folder: Path, chunks: Iterable[str], tokenizer: Tokenizer, salt: bytes, made_from: dict[str, Any], total_bytes: int
+    folder: Path, corpus: Corpus, chunk_size: int, tokenizer: Tokenizer, salt: bytes, made_from: dict[str, Any]
 ) -> int:
-    """Tokenize every chunk into `folder`; returns the number of tokens. The text is hashed as it is
-    tokenized: a ValueError when it is not the text of `made_from['corpus_sha256']`."""
+    """Tokenize every chunk into `folder`, hashing the text as it goes; returns the number of tokens."""
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     offsets, chars, sizes, hashes = array("q", [0]), array("q"), array("q"), array("d")  # 8 bytes a chunk each
     text_digest = hashlib.sha256()
-    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc=f"tokenizing ({tokenizer.kind})", disable=None)
+    texts = chunks(corpus.texts(), chunk_size)
+    bar = tqdm(total=corpus.size, unit="B", unit_scale=True, desc=f"tokenizing ({tokenizer.kind})", disable=None)
     with bar, open(folder / TOKENS, "wb") as out:
-        for batch in _batches(chunks):
+        while batch := list(islice(texts, max(1, BATCH_CHARS // chunk_size))):
             for text, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
                 data = text.encode()
                 out.write(ids.astype(dtype).tobytes())
@@ -227,27 +220,6 @@ def changed_while_read(doing: str) -> str:
     )
 
 
-def _batches(chunks: Iterable[str]) -> Iterator[list[str]]:
-    """The chunks in lists of about BATCH_CHARS characters (tokenizers with a batch path use every core)."""
-    batch, size = [], 0
-    for chunk in chunks:
-        batch.append(chunk)
-        size += len(chunk)
-        if size >= BATCH_CHARS:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
-
-
-def cached_tokenizer(path: Path, kind: str, learn: Callable[[], Tokenizer]) -> Tokenizer:
-    with contextlib.suppress(OSError, ValueError):  # absent or damaged: learned again
-        return load_tokenizer(kind, path.read_bytes())
-    tokenizer = learn()
-    write_atomically(path, tokenizer.serialize())
-    return tokenizer
-
-
 def write_atomically(path: Path, data: bytes) -> None:
     """Write `data` to a temporary beside `path`, then rename it into place: no reader sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,23 +230,18 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def temporary_name(name: str) -> str:
-    """The hidden name `name` is built under by this process: its host and process id say when it is stale."""
-    return f".{name}{_marker()}{os.getpid()}"
-
-
-def _marker() -> str:
-    return f".tmp-{socket.gethostname()}-"
+    return f".{name}{TEMPORARY}{os.getpid()}"
 
 
 def remove_stale_temporaries(folder: Path) -> None:
-    """Remove what processes of this host that are no longer running were building in `folder` (killed
-    mid-preparation); a live process's temporaries, and other hosts' (a shared cache), are left alone."""
+    """Remove what processes of this host that are no longer running (killed mid-preparation) were building in
+    `folder`; a live process's temporaries, and other hosts' (a shared cache), are left alone."""
     try:
         names = [name for name in os.listdir(folder) if name.startswith(".")]
     except OSError:
         return
     for name in names:
-        _, marker, tail = name.rpartition(_marker())
+        _, marker, tail = name.rpartition(TEMPORARY)
         pid = tail.split(".")[0]  # a directory's name goes on with mkdtemp's ".XXXXXXXX"
         if not marker or not pid.isdigit() or _is_running(int(pid)):
             continue
