@@ -1,9 +1,6 @@
-"""Grade the steps that assemble the model: the learner's nn.Module built beside gpt-core's own (MultiHeadAttention,
-Block, GPT), gpt-core's weights copied into it by name, in float64, forward and backward.
-
-The learner's module is handed the course's kernels (`KERNELS`, the kernel steps' answers), so that what is graded
-is the assembly alone.
-"""
+"""Grade the steps that assemble the model: the learner's module beside gpt-core's own (MultiHeadAttention, Block, GPT)
+with gpt-core's weights copied in by name, in float64, forward and backward. It is handed the course's kernels
+(`KERNELS`, the kernel steps' answers), so that what is graded is the assembly alone."""
 
 from __future__ import annotations
 
@@ -11,7 +8,6 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,19 +23,14 @@ from gpt_train.learn.solutions.cross_entropy import cross_entropy
 from gpt_train.learn.solutions.gelu import gelu
 from gpt_train.learn.solutions.layer_norm import layer_norm
 from gpt_train.learn.steps import Step
-from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, first_mistake, judge, same_error
+from gpt_train.learn.verdicts import Malformed, first_excess, same_error
 from gpt_train.learn.watch import Watch
-from gpt_train.learn.zoo import Mistake
 
 KERNELS = SimpleNamespace(attention=attention, layer_norm=layer_norm, gelu=gelu, cross_entropy=cross_entropy)
-"""The kernels a module step's module is built with: kernels.attention(q, k, v, causal), kernels.layer_norm(x,
-weight, bias, eps), kernels.gelu(x), kernels.cross_entropy(logits, targets)."""
 
 
 @dataclass(frozen=True)
 class Case:
-    """One build and call: the sizes the modules are built with, and those of the input."""
-
     name: str
     sizes: dict[str, int]
     batch: int
@@ -48,8 +39,7 @@ class Case:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a module gave on a case: each output and each gradient by name (the input's, "x", and every
-    parameter's); or the exception it raised, building, in the forward or in the backward."""
+    """Each output and gradient by name (the input's, "x", and every parameter's), or the exception raised."""
 
     outputs: dict[str, Tensor]
     grads: dict[str, Tensor | None]
@@ -85,8 +75,7 @@ CASES = {
 
 
 def randomised(module: nn.Module, generator: torch.Generator) -> nn.Module:
-    """`module` in float64 with every parameter drawn afresh: matrices ~ N(0, 1/fan_in), norms' weights near 1,
-    biases near 0 but not 0, so that a weight or bias left out changes the numbers."""
+    """`module` in float64, every parameter drawn afresh, biases not 0: a weight or bias left out shows."""
     module = module.double()
     with torch.no_grad():
         for name, param in module.named_parameters():
@@ -99,7 +88,6 @@ def randomised(module: nn.Module, generator: torch.Generator) -> nn.Module:
 
 
 def gpt_cores(build: Callable[[Any], nn.Module], argument: Any, seed: int) -> nn.Module:
-    """gpt-core's module `build(argument)`, built under `seed`, its parameters then drawn afresh (`randomised`)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         built = build(argument)
@@ -118,7 +106,7 @@ def _inputs(step: Step, case: Case, seed: int) -> tuple[Tensor, ...]:
 
 
 def _parameters(module: nn.Module) -> dict[str, Tensor]:
-    """Every parameter by every name it has: a shared one (the tied head) under each of its names."""
+    """Every parameter by every name it has (the tied head under both)."""
     return dict(module.named_parameters(remove_duplicate=False))
 
 
@@ -142,10 +130,9 @@ def _copy_weights(yours: nn.Module, theirs: nn.Module, cls_name: str) -> None:
             param.copy_(reference[name])
 
 
-def _run(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
+def _call(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
          forward: Callable[..., Any] | None = None) -> Outcome:  # fmt: skip
-    """The module's outputs on `inputs` and the gradients of its parameters (and of x) for a fixed cotangent (the
-    loss, for the whole model). `forward` calls the module (by default, plainly)."""
+    """The outputs on `inputs` and the gradients of the parameters and x for a fixed cotangent (the model's loss)."""
     got = (forward or module)(*inputs)
     if step.name == "model":
         logits, loss = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
@@ -162,25 +149,24 @@ def _run(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
                    dict(zip(leaves, grads, strict=True)))  # fmt: skip
 
 
-def reference_outcomes(step: Step) -> list[Outcome]:
+def reference(step: Step) -> list[Outcome]:
     return [
-        _run(step, gpt_cores(THEIRS[step.name], case.sizes, SEED + i), _inputs(step, case, SEED + i), SEED + i)
+        _call(step, gpt_cores(THEIRS[step.name], case.sizes, SEED + i), _inputs(step, case, SEED + i), SEED + i)
         for i, case in enumerate(CASES[step.name])
     ]
 
 
-def module_outcomes(step: Step, cls: Callable[..., nn.Module], watch: Watch | None = None) -> list[Outcome]:
-    """The outcome of the module `cls` builds (with gpt-core's weights) on each case of `step`; with a watch, every
-    call into it is watched, the backward too."""
+def run(step: Step, cls: Callable[..., nn.Module], watch: Watch | None = None) -> list[Outcome]:
+    """What the module `cls` builds, with gpt-core's weights, gives on each case; with a watch, every call watched."""
     outcomes = []
     for i, case in enumerate(CASES[step.name]):
         kernels, calls = _counted(KERNELS)
-        made, error = attempt(functools.partial(_module_outcome, step, cls, case, kernels, SEED + i, watch))
+        made, error = attempt(functools.partial(_built, step, cls, case, kernels, SEED + i, watch))
         outcomes.append(made if error is None else Outcome({}, {}, error, calls[0]))
     return outcomes
 
 
-def _module_outcome(step: Step, cls: Callable, case: Case, kernels: SimpleNamespace, seed: int, watch: Watch | None):
+def _built(step: Step, cls: Callable, case: Case, kernels: SimpleNamespace, seed: int, watch: Watch | None):
     sizes = case.sizes | {"kernels": kernels}
     yours = cls(*(sizes[name] if name in sizes else getattr(kernels, name) for name in step.parameters))
     if not isinstance(yours, nn.Module):
@@ -191,13 +177,13 @@ def _module_outcome(step: Step, cls: Callable, case: Case, kernels: SimpleNamesp
     yours = yours.double()
     _copy_weights(yours, gpt_cores(THEIRS[step.name], case.sizes, seed), step.function)
     if watch is None:
-        return _run(step, yours, _inputs(step, case, seed), seed)
+        return _call(step, yours, _inputs(step, case, seed), seed)
     with watch.on():
-        return _run(step, yours, _inputs(step, case, seed), seed, watch.watched(yours))
+        return _call(step, yours, _inputs(step, case, seed), seed, watch.watched(yours))
 
 
 def _counted(kernels: SimpleNamespace) -> tuple[SimpleNamespace, list[int]]:
-    """`kernels`, each counting its calls into the list returned with them: where in the forward an exception came."""
+    """`kernels`, counting their calls into the list returned: where in the forward an exception came."""
     calls = [0]
 
     def counting(kernel: Callable[..., Any]) -> Callable[..., Any]:
@@ -210,18 +196,11 @@ def _counted(kernels: SimpleNamespace) -> tuple[SimpleNamespace, list[int]]:
     return SimpleNamespace(**{name: counting(kernel) for name, kernel in vars(kernels).items()}), calls
 
 
-def grade_module(step: Step, cls: Callable[..., nn.Module], path: Path | None = None) -> Verdict:
-    watch = Watch(step.forbidden, allowed=tuple(vars(KERNELS).values()))
-    outcomes = module_outcomes(step, cls, watch)
-    expected = reference_outcomes(step)
-
-    def diagnose() -> Mistake | None:
-        return first_mistake(step, outcomes, lambda variant: module_outcomes(step, variant), _agree)
-
-    return judge(step, path, watch, outcomes, expected, diagnose, _malformed, _first_difference, _passed)
+def allowed() -> tuple[Callable[..., Any], ...]:
+    return tuple(vars(KERNELS).values())
 
 
-def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
+def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
     checks = sum(len(o.outputs) + len(o.grads) for o in expected)
     largest = max(_largest_difference(got, want) for got, want in zip(outcomes, expected, strict=True))
     return (
@@ -230,7 +209,7 @@ def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str
     )
 
 
-def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     returns = "(logits, loss)" if step.name == "model" else "the output"
     for case, got, want in zip(CASES[step.name], outcomes, expected, strict=True):
         for name, right in want.outputs.items():
@@ -261,7 +240,7 @@ def _largest_difference(got: Outcome, want: Outcome) -> float:
     return max(float((ours.detach() - theirs).abs().max()) for _, ours, theirs in _differences(got, want))
 
 
-def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     for case, got, want in zip(CASES[step.name], outcomes, expected, strict=True):
         for what, ours, theirs in _differences(got, want):
             if ours is None:
@@ -274,8 +253,7 @@ def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcom
     return None
 
 
-def _agree(got: Outcome, made: Outcome) -> bool:
-    """The same outputs and gradients, or the same exception after as many kernel calls."""
+def agree(got: Outcome, made: Outcome) -> bool:
     if got.error is not None or made.error is not None:
         return same_error(got.error, made.error) and got.kernel_calls == made.kernel_calls
     if set(got.outputs) != set(made.outputs) or set(got.grads) != set(made.grads):

@@ -1,8 +1,5 @@
-"""The inputs a learner's kernel and each classic mistake are both run on, to tell which mistake it is.
-
-They follow the shapes of `gpt-train verify`'s cases (gpt_core.verification): odd sizes, one query,
-queries offset as in cached decoding, 133 positions (several tiles and a ragged one), large inputs.
-"""
+"""The inputs a learner's kernel and each classic mistake are both run on, shaped as `gpt-train verify`'s cases: odd
+sizes, one query, queries offset as in cached decoding, 133 positions (a ragged tile), large inputs."""
 
 from __future__ import annotations
 
@@ -17,22 +14,18 @@ from torch import Tensor
 from gpt_core import IGNORE_INDEX
 from gpt_train.learn.loading import attempt
 
-SEED = 0
-"""The seed of every check's inputs, models and draws: a check gives the same verdict every time it is run."""
+SEED = 0  # of every check's inputs, models and draws: a check gives the same verdict every time
 
 
 @dataclass(frozen=True)
 class Case:
-    """One call of a kernel: its arguments (float tensors are float64 leaves wanting a gradient)."""
-
     name: str
     args: tuple
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a kernel gave on a case: the output and the gradient of each float input, for one fixed cotangent; or
-    the exception it raised (`error`), in the forward or in the backward."""
+    """The output and the gradient of each float input for one fixed cotangent, or the exception raised."""
 
     output: Tensor | None
     grads: tuple[Tensor | None, ...]
@@ -87,11 +80,9 @@ CASES: dict[str, Callable[[torch.Generator], list[Case]]] = {
     ],
     "cross_entropy": _cross_entropy,
 }  # fmt: skip
-"""Each kernel step's cases, keyed by the kind of kernel (the softmax step's whatever its slot is called)."""
 
 
 def cases_for(kind: str, seed: int = 0) -> list[Case]:
-    """The cases of `kind`, the same on every call."""
     return CASES[kind](torch.Generator().manual_seed(seed))
 
 
@@ -112,13 +103,11 @@ REFERENCES: dict[str, tuple[str, Callable[..., Tensor]]] = {
     "cross_entropy": ("F.cross_entropy", lambda logits, targets: F.cross_entropy(logits, targets,
                                                                                   ignore_index=IGNORE_INDEX)),
 }  # fmt: skip
-"""Each kind's PyTorch built-in, with the kernel's signature, and how a message names it: what the cases' right
-answers are."""
+"""Each kind's PyTorch built-in, with the kernel's signature (the right answers), and how a message names it."""
 
 
 def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcome:
-    """Call `kernel` on the case, then backpropagate a fixed random cotangent to every float input.
-    Whatever the kernel raises is the caller's to report."""
+    """Call `kernel` on the case, then backpropagate a fixed random cotangent to every float input."""
     leaves = [arg for arg in case.args if isinstance(arg, Tensor) and arg.requires_grad]
     fresh = {id(arg): arg.detach().clone().requires_grad_() for arg in leaves}  # no gradient left between calls
     args = [fresh.get(id(arg), arg) for arg in case.args]
@@ -132,8 +121,8 @@ def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcom
 
 
 MATCH = {"rtol": 1e-7, "atol": 1e-9}
-"""How close a kernel's results must be to a mistake's to be called that mistake: far looser than a pass
-(1e-12), since a learner writes the same mistake in another order, and far tighter than any two mistakes."""
+"""How close a kernel's results must be to a mistake's: looser than a pass, since a learner writes the same mistake
+in another order, and far tighter than any two mistakes."""
 
 
 def close(a: object, b: object) -> bool:
@@ -151,7 +140,6 @@ def close(a: object, b: object) -> bool:
 
 
 def index_of(flat: int, shape: torch.Size) -> list[int]:
-    """The multi-index of a flat position in a tensor of `shape` ([] for a scalar)."""
     return [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if len(shape) else []
 
 

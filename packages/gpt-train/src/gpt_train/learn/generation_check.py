@@ -1,19 +1,12 @@
-"""Grade the generation step: the learner's `generate`, handed the model step's GPT with gpt-core's weights, beside
-gpt-core's own `generate` on the same weights, prompts and seeded generator, greedy and sampled, with the KV cache
-and without; the tokens must be the same, and when they are not, the classic mistake is named.
-
-The same draws give the same tokens when the learner draws as gpt-core does, one `torch.multinomial(probs, 1,
-generator=generator)` a token, from probabilities equal to gpt-core's within rounding. With use_cache=True the check
-also watches what goes through each block's qkv projection: after the prompt, one new position a step, never the
-whole sequence again.
-"""
+"""Grade the generation step: the learner's `generate` on the model step's GPT beside gpt-core's `generate` on the same
+weights, prompts and seeded generator, greedy and sampled, with the KV cache and without. One `torch.multinomial` a
+token gives the same tokens; with use_cache=True, each block's qkv projection must take one new position a step."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,10 +18,10 @@ from gpt_train.learn.assembly import gpt_cores
 from gpt_train.learn.cases import SEED
 from gpt_train.learn.loading import attempt
 from gpt_train.learn.steps import Step
-from gpt_train.learn.training_step_check import handed_code, handed_model
-from gpt_train.learn.verdicts import Verdict, first_mistake, judge, same_error
+from gpt_train.learn.training_step_check import allowed as allowed  # this check's too: the same model and kernels
+from gpt_train.learn.training_step_check import handed_model
+from gpt_train.learn.verdicts import same_error
 from gpt_train.learn.watch import Watch
-from gpt_train.learn.zoo import Mistake
 
 SIZES = {"vocab_size": 13, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16}
 PROMPTS, PROMPT_LENGTH, NEW_TOKENS = 3, 3, 12
@@ -36,8 +29,6 @@ PROMPTS, PROMPT_LENGTH, NEW_TOKENS = 3, 3, 12
 
 @dataclass(frozen=True)
 class Case:
-    """One generation: how it decodes, and the seed of its generator."""
-
     name: str
     temperature: float
     top_k: int | None
@@ -57,21 +48,17 @@ CASES = (
 
 @dataclass(frozen=True)
 class Outcome:
-    """The tokens a generation gave (B, T + new), or the exception it raised; and, for the learner's, how many new
-    positions each call of a block's qkv projection took, in order."""
+    """The tokens (B, T + new), or the exception raised; and the positions each qkv projection's call took."""
 
     tokens: Any
     error: BaseException | None = None
     widths: tuple[int, ...] = ()
 
 
-POSITION_SCALE = 3.0
-"""The position table is drawn this many times larger than the other matrices, so that where a token sits shows in
-the tokens drawn after it (a cached token put at the wrong position changes greedy decoding)."""
+POSITION_SCALE = 3.0  # a larger position table: a cached token at the wrong position changes greedy decoding
 
 
 def _weights(seed: int) -> gpt_core.GPT:
-    """gpt-core's GPT with its parameters drawn afresh, in float64."""
     model = gpt_cores(gpt_core.GPT, gpt_core.GPTConfig(**SIZES), seed).eval()
     with torch.no_grad():
         model.wpe.weight.mul_(POSITION_SCALE)
@@ -83,15 +70,14 @@ def _prompt(seed: int) -> Tensor:
     return torch.randint(SIZES["vocab_size"], (PROMPTS, PROMPT_LENGTH), generator=generator, device="cpu")
 
 
-def reference_outcomes() -> list[Outcome]:
+def reference(step: Step) -> list[Outcome]:
     model, idx = _weights(SEED), _prompt(SEED + 1)
     return [Outcome(gpt_core_generate(model, idx, NEW_TOKENS, case.temperature, case.top_k, case.use_cache,
                                       torch.Generator().manual_seed(case.seed))) for case in CASES]  # fmt: skip
 
 
-def generation_outcomes(function: Callable[..., Any], watch: Watch | None = None) -> list[Outcome]:
-    """What `function` generates on each case, from a fresh model and the cases' prompts; with a watch, every call
-    watched. Whatever it raises (but Ctrl-C) is kept in the outcome."""
+def run(step: Step, function: Callable[..., Any], watch: Watch | None = None) -> list[Outcome]:
+    """What `function` generates on each case from a fresh model; with a watch, every call watched."""
     call = function if watch is None else watch.watched(function)
     outcomes = []
     for case in CASES:
@@ -107,31 +93,19 @@ def generation_outcomes(function: Callable[..., Any], watch: Watch | None = None
 
 
 def _add_width(widths: list[int], module: nn.Module, args: tuple, output: Any) -> None:
-    """A qkv projection's forward hook (`widths` bound): adds how many positions the call took, its input's
-    second-to-last dimension."""
+    """A qkv projection's forward hook: how many positions the call took."""
     x = args[0] if args else None
     widths.append(int(x.shape[-2]) if isinstance(x, Tensor) and x.dim() >= 2 else 0)
 
 
-def grade_generation(step: Step, function: Callable[..., Any], path: Path | None = None) -> Verdict:
-    watch = Watch(step.forbidden, allowed=handed_code())
-    outcomes = generation_outcomes(function, watch)
-
-    def diagnose() -> Mistake | None:
-        return first_mistake(step, outcomes, generation_outcomes, _agree)
-
-    return judge(step, path, watch, outcomes, reference_outcomes(), diagnose, _malformed, _first_difference, _passed)
-
-
-def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
+def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
     return (
         f"{len(CASES)} generations, {len(CASES) * PROMPTS * NEW_TOKENS} tokens, the same as gpt-core's generate "
         "(greedy, temperature, top-k; with and without the KV cache)"
     )
 
 
-def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-    """What is wrong before any token is compared: not a tensor, not token ids, the shape, the prompt not kept."""
+def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     fn = step.function
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         tokens, right = got.tokens, want.tokens
@@ -153,9 +127,8 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
     return None
 
 
-def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-    """Where the tokens first differ; else why a use_cache=True generation did not decode from the cache (a qkv
-    projection took more than the new position after the prompt), said only when the projections' calls were seen."""
+def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    """Where the tokens first differ; else a use_cache=True generation that did not decode from the cache."""
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         differs = (got.tokens != want.tokens).nonzero()
         if len(differs):
@@ -170,8 +143,7 @@ def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcom
     return None
 
 
-def _agree(got: Outcome, made: Outcome) -> bool:
-    """The same tokens on every case, or the same exception."""
+def agree(got: Outcome, made: Outcome) -> bool:
     if got.error is not None or made.error is not None:
         return same_error(got.error, made.error)
     return isinstance(got.tokens, Tensor) and torch.equal(got.tokens, made.tokens)  # False for another shape

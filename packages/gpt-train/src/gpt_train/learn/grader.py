@@ -1,6 +1,5 @@
 """Grade a learner's kernel in float64, forward and backward, on `gpt-train verify`'s cases and the course's own
-(`cases`), then what the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor.
-"""
+(`cases`), then what the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor."""
 
 from __future__ import annotations
 
@@ -17,29 +16,18 @@ from torch import Tensor
 from gpt_core import Row
 from gpt_core.testing import LargestTensor
 from gpt_train.kernels import TOLERANCE, first_failure, output_checked, verify_kernel
-from gpt_train.learn.assembly import grade_module
+from gpt_train.learn import assembly, generation_check, training_step_check
 from gpt_train.learn.cases import REFERENCES, SEED, Case, Outcome, cases_for, close, index_of, run_case, try_case
-from gpt_train.learn.generation_check import grade_generation
-from gpt_train.learn.loading import (
-    LearnerError,
-    autograd_kept,
-    guarded,
-    learner_function,
-    load_module,
-)
+from gpt_train.learn.loading import LearnerError, autograd_kept, guarded, learner_function, load_module
 from gpt_train.learn.steps import Step
-from gpt_train.learn.training_step_check import grade_training_step
-from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, judge, same_error
+from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, grade_runs, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
 
 FLASH_POSITIONS, FLASH_HEAD = 512, 16
-LARGEST_TILE = 128
-"""The tiled step runs attention over FLASH_POSITIONS and refuses any tensor bigger than a
-(LARGEST_TILE, LARGEST_TILE) block or the inputs themselves; the (T, T) scores are 16 times that."""
-
+LARGEST_TILE = 128  # the tiled step refuses a tensor larger than this square or the inputs: (T, T) is 16 times it
 DEFAULT_TILE = 64
-
+CHECKS = {"module": assembly, "training": training_step_check, "generation": generation_check}  # by kind of step
 
 CHECK_MODULES = (
     "gpt_train.learn.grader", "gpt_train.learn.assembly", "gpt_train.learn.training_step_check",
@@ -47,13 +35,11 @@ CHECK_MODULES = (
     "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.learn.verdicts", "gpt_train.kernels",
     "gpt_train.verify", "gpt_train.optimisation", "gpt_core.generate", "gpt_core.testing.verification",
 )  # fmt: skip
-"""The modules whose functions grade the learner's code: a name in one of them replaced by the learner's code
-(`grader.first_failure = ...`) fails the check."""
+"""The modules that grade the learner's code: a name in one replaced by it (`grader.first_failure = ...`) fails."""
 
 
 def check_file(step: Step, path: Path, source: bytes | None = None) -> Verdict:
-    """Load the learner's file for `step` (from `source`, its bytes as read, when given) and grade the function
-    it defines."""
+    """Load the learner's file for `step` (from `source`, its bytes as read, when given) and grade its function."""
     parts = _check_parts()
     try:
         module = load_module(path, source)
@@ -68,18 +54,14 @@ def check_file(step: Step, path: Path, source: bytes | None = None) -> Verdict:
 
 
 def _check_parts() -> dict[str, object]:
-    """Every name in CHECK_MODULES, and what it holds now."""
     return {f"{name}.{attribute}": value for name in CHECK_MODULES if name in sys.modules
             for attribute, value in vars(sys.modules[name]).items()}  # fmt: skip
 
 
 def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, tile: int = DEFAULT_TILE) -> Verdict:
-    """Grade `kernel` as the answer to `step` (for a module step, the class; `tile` is the tiled step's); `path` is
-    its file, named in what the verdict says."""
+    """Grade `kernel` (for a module step, the class) as the answer to `step`; `path` is its file, for the verdict."""
     if step.kind != "kernel":
-        return {"module": grade_module, "training": grade_training_step, "generation": grade_generation}[step.kind](
-            step, kernel, path
-        )
+        return grade_runs(CHECKS[step.kind], step, kernel, path)
     watch = Watch(step.forbidden)
     kernel = _returns_something(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
@@ -104,7 +86,7 @@ def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, t
 
 
 def _returns_something(kernel: Callable[..., Any], function: str) -> Callable[..., Any]:
-    """`kernel`, raising Malformed from its own call when it returns None (a body that computes and never returns)."""
+    """`kernel`, raising Malformed when it returns None (a body that computes and never returns)."""
 
     @functools.wraps(kernel)
     def call(*args: Any) -> Any:
@@ -116,7 +98,6 @@ def _returns_something(kernel: Callable[..., Any], function: str) -> Callable[..
     return call
 
 
-# structure, then values ----------------------------------------------------------------------------------------------
 def _dtype(tensor: Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
@@ -127,8 +108,7 @@ def _leaf_names(step: Step, case: Case) -> list[str]:
 
 
 def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-    """What is wrong with the learner's outputs before their values are looked at, or None: the dtype, the shape, an
-    output detached from its inputs, and in a hand-written backward a gradient returned as None."""
+    """What is wrong before any value: the dtype, the shape, a detached output, a hand-written gradient of None."""
     fn, cases = step.function, cases_for(step.function, SEED)
     for case, got, want in zip(cases, outcomes, expected, strict=True):
         output, right = got.output, want.output
@@ -148,7 +128,6 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
 
 
 def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-    """Where the learner's results on the course's own cases first differ from PyTorch's, or None."""
     for case, got, want in zip(cases_for(step.function, SEED), outcomes, expected, strict=True):
         pairs = [("output", got.output, want.output)]
         names = _leaf_names(step, case)
@@ -170,10 +149,9 @@ def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcom
     return None
 
 
-# diagnosis -----------------------------------------------------------------------------------
 def diagnose(step: Step, outcomes: list[Outcome], expected: list[Outcome], tile: int = DEFAULT_TILE) -> Mistake | None:
-    """The first of the step's mistakes the kernel's results show: agreeing with one of its kernels on every case
-    (raising on the same cases), or, for a mistake recognised by its `matches`, what that says."""
+    """The first of the step's mistakes whose kernel agrees with the learner's on every case (or whose `matches`
+    says so)."""
     cases = cases_for(step.function, SEED)
     for mistake in MISTAKES.get(step.name, ()):
         if mistake.matches is not None:
@@ -199,7 +177,6 @@ def _agree(got: Outcome, mistaken: Outcome, with_gradients: bool) -> bool:
     return all(close(a, b) for a, b in pairs)
 
 
-# what a step asks beyond the numbers ---------------------------------------------------------
 def _requirement_unmet(step: Step, kernel: Callable[..., Tensor]) -> str | None:
     if step.handwritten_backward:
         return _autograd_derived(step, kernel)
@@ -209,8 +186,7 @@ def _requirement_unmet(step: Step, kernel: Callable[..., Tensor]) -> str | None:
 
 
 def _autograd_derived(step: Step, kernel: Callable[..., Tensor]) -> str | None:
-    """Why the kernel's gradient is autograd's rather than a backward of its own, or None: some input's
-    gradient must not be reachable from the output without passing through a torch.autograd.Function."""
+    """Why the kernel's gradient is autograd's: an input reached from the output without a torch.autograd.Function."""
     case = cases_for(step.function, SEED)[0]
     output = kernel(*case.args)
     pending, seen = [output.grad_fn], set()
@@ -227,7 +203,7 @@ def _autograd_derived(step: Step, kernel: Callable[..., Tensor]) -> str | None:
 
 
 def _forms_square(kernel: Callable[..., Tensor]) -> str | None:
-    """Why the kernel is not tiled (it made a tensor the size of the (T, T) scores), or None."""
+    """Why the kernel is not tiled: it made a tensor the size of the (T, T) scores."""
     n, d = FLASH_POSITIONS, FLASH_HEAD
     gen = torch.Generator().manual_seed(SEED)
     q, k, v = (

@@ -1,14 +1,6 @@
-"""Grade a learner's file in a process of its own, with a time limit, and take the verdict from that process.
-
-The learner's code runs in a child Python process (`grade_in_child`): a loop that never ends, an `os._exit`, an
-`atexit` hook or a thread left running cannot hang `learn check` or decide its result. The parent hands the child,
-on its standard input, the bytes it read (so what is graded is exactly what was read, and what a pass records)
-and a one-time token; the child grades them and writes its verdict, with the token, to a file whose name only it
-and the parent know, then ends at once (`os._exit`: no thread or exit hook of the learner's runs after it). The
-verdict is that file's, and only with the right token: an exit status is never read as one, and a child that
-ends without a verdict, or runs past the time limit (its whole process group is killed), fails the check in one
-line.
-"""
+"""Grade a learner's file in a child process with a time limit: a loop that never ends, an `os._exit` or a thread
+left running cannot hang `learn check` or decide its result. The child grades the bytes the parent read and writes
+its verdict, with a one-time token, to a file only the two know; no verdict there, with that token, is a failure."""
 
 from __future__ import annotations
 
@@ -29,20 +21,17 @@ from gpt_train.learn.loading import describe
 from gpt_train.learn.steps import BY_NAME
 from gpt_train.learn.task_check import check_task
 
-TIME_LIMIT = 120.0
-"""Seconds a check may take, start of the child process included (a check takes under 10 on a laptop)."""
+TIME_LIMIT = 120.0  # seconds, the child's start included
 LONGEST_TIME_LIMIT = 86_400.0  # a day
 
 CHILD = "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; " \
         "from gpt_train.learn.isolation import child_main; child_main()"  # fmt: skip
-"""The child's program: the working directory taken off sys.path (`-c` puts it first), so that a file there named
-like a module (torch.py) is not imported in its place; then the grading."""
+"""The working directory off sys.path (`-c` puts it first): a torch.py there is not imported in torch's place."""
 
 
 def grade_in_child(step_name: str, path: Path, source: bytes, time_limit: float = TIME_LIMIT) -> Verdict:
-    """The verdict of the check of `step_name` on `source` (the bytes of `path`), graded in a child process that
-    is stopped after `time_limit` seconds. Ctrl-C stops the child too, and so do SIGTERM and SIGHUP (`timeout`,
-    `kill`, a closed terminal), which then end this process as they would have."""
+    """The verdict on `source` (the bytes of `path`), graded in a child stopped after `time_limit` seconds. Ctrl-C,
+    SIGTERM and SIGHUP stop the child too, then end this process as they would have."""
     restore = _catch_termination()
     try:
         return _graded(step_name, path, source, time_limit)
@@ -77,13 +66,11 @@ def _graded(step_name: str, path: Path, source: bytes, time_limit: float) -> Ver
 
 
 class Terminated(BaseException):
-    """SIGTERM or SIGHUP (its number the one argument) arrived while a check ran (a BaseException, so that nothing
-    on the way catches it)."""
+    """SIGTERM or SIGHUP (its number the argument) arrived during a check; a BaseException, so nothing catches it."""
 
 
 def _catch_termination() -> Callable[[], None]:
-    """Until the returned function is called, SIGTERM and SIGHUP raise Terminated in this process (its main
-    thread), so that the way out stops the child, which runs in a session of its own."""
+    """SIGTERM and SIGHUP raise Terminated until the returned function is called, so the way out stops the child."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     numbers = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
@@ -101,7 +88,7 @@ def _raise_terminated(number: int, _frame: object) -> None:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """Kill the child and whatever it started (its process group, on POSIX), and reap it."""
+    """Kill the child and its process group (on POSIX), and reap it."""
     try:
         if os.name == "posix":
             os.killpg(process.pid, signal.SIGKILL)
@@ -149,7 +136,7 @@ def child_main() -> None:
 
 
 def _flush() -> None:
-    """What the learner's code printed, out before the process ends without Python's own flushing."""
+    """What the learner's code printed, out before os._exit skips Python's flushing."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a stream the learner's code replaced or closed
             stream.flush()

@@ -1,8 +1,5 @@
-"""Load a learner's file without letting anything in it take the command down.
-
-A syntax error, an exception or a `sys.exit` while importing, a missing function or one with the wrong
-arguments: each becomes a LearnerError, one line that names the file and the line.
-"""
+"""Load a learner's file without letting anything in it take the command down: a syntax error, an exception or a
+`sys.exit` while importing, a missing function or the wrong arguments, each a one-line LearnerError naming the line."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from typing import Any
 
 import torch
 
-from gpt_train.learn.steps import BY_NAME
+from gpt_train.learn.steps import BY_NAME, SOLUTIONS
 
 
 class LearnerError(Exception):
@@ -25,9 +22,8 @@ class LearnerError(Exception):
 
 
 def load_module(path: Path, source: bytes | None = None) -> types.ModuleType:
-    """Import the learner's file `path` as a fresh module, from `source` (its bytes as read once, so that what is
-    graded is what was read) or else from the file; LearnerError if it cannot be. The bytes are compiled as Python
-    imports a file: a UTF-8 byte-order mark or a coding line is honoured."""
+    """Import the learner's file `path` as a fresh module, from `source` (the bytes read once, so that what is graded
+    is what was read) or else from the file; LearnerError if it cannot be."""
     if source is None:
         try:
             source = path.read_bytes()
@@ -68,11 +64,10 @@ def load_module(path: Path, source: bytes | None = None) -> types.ModuleType:
 @functools.cache
 def solution(name: str) -> types.ModuleType:
     """The shipped answer of step `name`, loaded as a learner's file is."""
-    return load_module(Path(__file__).parent / "solutions" / f"{name}.py")
+    return load_module(SOLUTIONS / f"{name}.py")
 
 
 def learner_function(module: types.ModuleType, path: Path, name: str, parameters: tuple[str, ...]) -> Callable:
-    """The function `name` of the learner's module, checked to take the slot's arguments."""
     found = getattr(module, name, None)
     if not callable(found):
         raise LearnerError(f"{path}: no function `{name}` (the slot calls {name}({', '.join(parameters)}))")
@@ -90,7 +85,7 @@ def learner_function(module: types.ModuleType, path: Path, name: str, parameters
 
 
 def where(error: BaseException, path: Path | None) -> str:
-    """`path:line` of the deepest frame of the error's traceback in the learner's file (the file alone if none)."""
+    """`path:line` of the deepest frame of the error's traceback in the learner's file."""
     if path is None:
         return "your kernel"
     lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == str(path)]
@@ -98,8 +93,7 @@ def where(error: BaseException, path: Path | None) -> str:
 
 
 def describe(error: BaseException) -> str:
-    """`ValueError: message`, on one line; a SystemExit says its code. An exception whose message cannot be
-    made (its __str__ or __repr__ raises, or returns no string) is named by its type alone."""
+    """`ValueError: message`, on one line (the type alone where the learner's __str__ fails); a SystemExit's code."""
     name = getattr(type(error), "__name__", "an exception")
     if isinstance(error, SystemExit):
         return f"SystemExit({_text(repr, error.code)}): sys.exit ends the program; a kernel returns its result"
@@ -126,13 +120,8 @@ def attempt(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
         return None, error
 
 
-def is_stub(error: BaseException) -> bool:
-    return type(error) is NotImplementedError
-
-
 def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function`, with a SystemExit (or any BaseException but Ctrl-C) it raises turned into a RuntimeError,
-    so that the checks, which catch exceptions, see it as the kernel failing."""
+    """`function`, with a SystemExit (any BaseException but Ctrl-C) it raises a RuntimeError: the kernel failing."""
 
     def call(*args: Any) -> Any:
         try:
@@ -149,8 +138,8 @@ AUTOGRAD_OFF = "it switched autograd off (torch.set_grad_enabled(False) or no_gr
 
 
 def autograd_kept(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function`, raising a RuntimeError from its own call when it returns with autograd switched off that was on
-    (switched back on first), so that the checks' own gradients never fail outside the learner's call."""
+    """`function`, raising a RuntimeError (autograd back on) when it returns with autograd switched off: the
+    checks' own gradients then never fail outside the learner's call."""
 
     def call(*args: Any) -> Any:
         enabled = torch.is_grad_enabled()

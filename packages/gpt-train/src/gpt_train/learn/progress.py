@@ -1,10 +1,6 @@
-"""Which steps the learner's folder passes: each pass is recorded with a hash of the bytes that were graded, so
-editing a file after (or while) its check makes it unchecked again.
-
-The record is DIR/.learn.json. Checks of several steps may end at once (two terminals), so each change to it is
-a read, change and write made while holding an exclusive lock on the folder (flock, on POSIX; elsewhere there is
-none), and the write is atomic: no pass is lost to another check's write, and a reader never sees half a file.
-"""
+"""Which steps the learner's folder passes: DIR/.learn.json holds a hash of the bytes each pass graded, so an edit
+unchecks it. Each change is made under a lock on the folder (flock, on POSIX) and written atomically: two checks
+ending at once lose no pass."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ RECORD = ".learn.json"
 
 
 def _record(folder: Path) -> dict[str, str]:
-    """Each passed step's digest; a record that is missing, unreadable or not of this shape counts as none."""
+    """Each passed step's digest; a record missing, unreadable or of another shape is none."""
     try:
         passed = json.loads((folder / RECORD).read_text(encoding="utf-8"))["passed"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -39,7 +35,7 @@ def _record(folder: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock on the folder itself (no lock file left behind), held for one change of the record."""
+    """An exclusive lock on the folder itself (no lock file left behind)."""
     if fcntl is None:
         yield
         return
@@ -52,8 +48,7 @@ def _locked(folder: Path) -> Iterator[None]:
 
 
 def record_pass(folder: Path, step: Step, source: bytes | None = None) -> None:
-    """Record that `step` passes with the file's bytes `source`, the bytes that were graded (None: the file's bytes
-    as they are now)."""
+    """Record that `step` passes with `source`, the bytes that were graded (None: the file's bytes now)."""
     if source is None:
         source = (folder / step.file_name).read_bytes()
     with _locked(folder):

@@ -6,16 +6,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SAMPLING_SOFTMAX_SLOT = "sampling_softmax"
-"""The kernel slot the softmax step fills in `learn train`: the softmax generation samples from."""
+SAMPLING_SOFTMAX_SLOT = "sampling_softmax"  # the slot the softmax step fills: what generation samples from
 
 DEFAULT_DIR = Path("my-gpt")  # the learner's folder when --dir is not given
 
 
 @dataclass(frozen=True)
 class Step:
-    """One exercise: DIR/`name`.py defines `function` (a function, or a class for a module step) with `parameters`,
-    a kernel for `slot` (None: not a kernel)."""
+    """One exercise: DIR/`name`.py defines `function` (a class for a module step) taking `parameters`, a kernel for
+    `slot` (None: not a kernel), and `kind` says which check grades it."""
 
     name: str
     teaches: str
@@ -25,14 +24,11 @@ class Step:
     handwritten_backward: bool = False  # the check refuses a gradient autograd derived
     tiled: bool = False  # the check refuses a (T, T) tensor
     forbidden: tuple[str, ...] = ()  # built-in families it may not call (gpt_train.learn.watch)
-    kind: str = "kernel"
-    """"kernel": a function; "module": an nn.Module beside gpt-core's (assembly); "training": a training step beside
-    gpt-train's (training_step_check); "generation": decoding beside gpt-core's generate (generation_check); "task"."""
+    kind: str = "kernel"  # or "module", "training", "generation", "task"
 
     @property
     def graded_against(self) -> str | None:
-        """The built-in family a kernel or training step is graded against: the first it may not call (a module step
-        is graded against gpt-core's module, the generation step against gpt-core's generate)."""
+        """The built-in family a kernel or training step is graded against: the first it may not call."""
         return self.forbidden[0] if self.forbidden and self.kind in ("kernel", "training") else None
 
     @property

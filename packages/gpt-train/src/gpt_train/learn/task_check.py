@@ -1,6 +1,5 @@
-"""Grade the task step: the learner's PromptAnswerTask is registered through gpt-tasks' registry (as an
-installed plugin would be), built with its default parameters, trained briefly and scored on the held-out
-side of its hash split."""
+"""Grade the task step: the learner's PromptAnswerTask registered through gpt-tasks' registry (as an installed plugin
+would be), trained briefly and scored on the held-out side of its hash split."""
 
 from __future__ import annotations
 
@@ -14,20 +13,15 @@ from gpt_core import GPT
 from gpt_core.plugins import hookimpl
 from gpt_tasks import PromptAnswerTask, Registry
 from gpt_train.learn.grader import Verdict
-from gpt_train.learn.loading import LearnerError, describe, is_stub, load_module, where
+from gpt_train.learn.loading import LearnerError, describe, load_module, where
 
-STEPS, BATCH, LR = 120, 64, 3e-3
-EVAL_LIMIT = 500
-"""A short run: enough for a small model to learn a simple mapping, well under the check's 10 seconds."""
-
+STEPS, BATCH, LR, EVAL_LIMIT = 120, 64, 3e-3, 500  # enough for a small model to learn a simple mapping
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 32}
-LEARNED = 0.5
-"""The final loss must be below this fraction of the first: the task's answers can be learned from its prompts."""
+LEARNED = 0.5  # the final loss must be below this fraction of the first
 
 
 def check_task(path: Path, source: bytes | None = None) -> Verdict:
-    """Load the learner's task file (from `source`, its bytes as read, when given), register its task, train a
-    small model on it and score it."""
+    """Load the learner's task file (from `source`, its bytes as read, when given), register, train and score it."""
     try:
         module = load_module(path, source)
     except LearnerError as error:
@@ -49,13 +43,12 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
     except KeyboardInterrupt:
         raise
     except BaseException as error:
-        if is_stub(error):
+        if type(error) is NotImplementedError:
             return Verdict(False, f"{where(error, path)}: the task is not written yet (it raises NotImplementedError)")
         return Verdict(False, f"{where(error, path)}: the task raised {describe(error)}")
 
 
 def _train_and_score(task: PromptAnswerTask, path: Path) -> Verdict:
-    """Train a small model on the task's train side, score it on every held-out example (up to EVAL_LIMIT)."""
     if task.split.count("heldout") == 0 or task.split.count("train") == 0:
         return Verdict(False, f"{path}: the split leaves no examples on one side; set heldout_fraction in (0, 1)")
     torch.manual_seed(0)

@@ -1,11 +1,6 @@
-"""`learn train`: the seed task trained on the learner's own GPT (their model step's class) and every kernel they
-have passed, beside the same run on gpt-core's.
-
-The learner's kernels go in as `--kernel SLOT=module:function` would give them, so the run verifies and records
-them as `gpt-train run --kernel` does. The learner's GPT computes every forward and loss on the run's own parameters,
-which gpt-core's GPT holds: its hooks serve the probes and pictures, and its checkpoint is what `gpt-train eval`,
-`sample` and `inspect` read. Each evaluation is one line, so that a run of minutes is never silent.
-"""
+"""`learn train`: the seed task trained on the learner's GPT and every kernel they have passed (as `--kernel` gives
+them), beside the same run on gpt-core's. The learner's GPT computes on the parameters gpt-core's GPT holds, whose
+hooks serve the probes and pictures and whose checkpoint `eval`, `sample` and `inspect` read."""
 
 from __future__ import annotations
 
@@ -40,8 +35,6 @@ MODEL_STEP = BY_NAME["model"]
 
 @dataclass(frozen=True)
 class Figure:
-    """A finished run's held-out exact match, over how many examples."""
-
     exact_match: float
     examples: int
     run_dir: Path
@@ -57,12 +50,11 @@ def passed_kernels(folder: Path) -> dict[str, Step]:
 
 
 def passed_model(folder: Path) -> Path | None:
-    """The learner's model file, when the folder passes the model step."""
     return folder / MODEL_STEP.file_name if status(folder, MODEL_STEP) == "passed" else None
 
 
 def learners_model_class(path: Path) -> type[nn.Module]:
-    """The GPT class of the learner's model file; TrainError (one line) if it cannot be loaded."""
+    """The GPT class of the learner's model file; TrainError if it cannot be loaded."""
     try:
         return learner_function(load_module(path), path, MODEL_STEP.function, MODEL_STEP.parameters)
     except LearnerError as error:
@@ -72,9 +64,8 @@ def learners_model_class(path: Path) -> type[nn.Module]:
 def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.device,
                report: Callable[[str], None] = lambda line: None, model_class: type[nn.Module] | None = None,
                values: dict[str, Any] | None = None) -> Figure:  # fmt: skip
-    """One run of the seed task at its defaults (or with the `--set` `values`) with `kernels` (and, given
-    `model_class`, the learner's GPT), into `out` (replaced); its final held-out figure. Each evaluation is a line to
-    `report`."""
+    """One run of the seed task (with the `--set` `values`) with `kernels` and, given `model_class`, the learner's GPT,
+    into `out` (replaced); its final held-out figure. Each evaluation is a line to `report`."""
     with _importable(folder, [choice.partition(":")[0] for choice in kernels.values()]):
         handed = new_run(TASK, values or {}, out, force=True, device=device, rank=Rank(), kernels=kernels)
         outcome = _train(handed, report, model_class)
@@ -84,9 +75,8 @@ def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.d
 
 
 def finished_figure(out: Path) -> Figure | None:
-    """The figure of a finished run already in `out`, if there is one: a final.json holding an exact match in
-    [0, 1] over a whole number of examples (anything else, a damaged or foreign file, is none, and the run is
-    trained again)."""
+    """The figure of a finished run already in `out`: a final.json with an exact match in [0, 1] over a whole number
+    of examples (else None, and the run is trained again)."""
     try:
         final = json.loads((out / "final.json").read_text())
         exact_match, examples = final[METRIC], final[EXAMPLES]
@@ -112,11 +102,9 @@ def compare_picture(mine: Path, theirs: Path, out: Path) -> Path:
     return gpt_viz.save_figure(figure, out)[0]
 
 
-# the learner's GPT in a run ------------------------------------------------------------------------------------------
 class LearnersGPT(nn.Module):
-    """The learner's GPT computing on `model`'s own parameters, called as gpt-core's GPT is by training and scoring:
-    (idx, targets, read=...) -> GPTOutput. `read` picks the rows of the logits the caller scores (the loss is the
-    learner's own, over every target that is not -100, which is what `read` marks)."""
+    """The learner's GPT computing on `model`'s parameters, called as gpt-core's is: (idx, targets, read=...) ->
+    GPTOutput, `read` the rows of the logits the caller scores."""
 
     def __init__(self, model: GPT, model_class: type[nn.Module]):
         super().__init__()
@@ -139,7 +127,7 @@ class LearnersGPT(nn.Module):
 
 
 def _share_parameters(learner: nn.Module, model: GPT) -> None:
-    """Put `model`'s parameters into `learner` by name, the same tensors: a step of either moves both."""
+    """`model`'s parameters put into `learner` by name, the same tensors: a step of either moves both."""
     theirs = dict(model.named_parameters(remove_duplicate=False))
     mine = dict(learner.named_parameters(remove_duplicate=False))
     if set(mine) != set(theirs):
@@ -151,8 +139,7 @@ def _share_parameters(learner: nn.Module, model: GPT) -> None:
 
 
 class CourseTrainer(Trainer):
-    """gpt-train's Trainer, with the learner's GPT (when given) as the module each step's loss and each evaluation's
-    logits come from, and a line to `report` at each evaluation."""
+    """gpt-train's Trainer, computing with the learner's GPT (when given), a line to `report` at each evaluation."""
 
     def __init__(self, run: Run, report: Callable[[str], None], model_class: type[nn.Module] | None = None):
         self._report, self._model_class = report, model_class
@@ -194,7 +181,7 @@ class CourseTrainer(Trainer):
 
 
 def _train(run: Run, report: Callable[[str], None], model_class: type[nn.Module] | None) -> Outcome:
-    """`gpt_train.trainer.train` for one process, with the CourseTrainer: train, draw the pictures, release."""
+    """`gpt_train.trainer.train` for one process, with the CourseTrainer."""
     try:
         run.rank.init(run.device)
         trainer = CourseTrainer(run, report, model_class)

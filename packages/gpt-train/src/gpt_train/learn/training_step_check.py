@@ -1,14 +1,7 @@
-"""Grade the training_step step: the learner's step, run for a few steps on a small GPT, beside gpt-train's own step
-(its schedule, its clipping and its AdamW, in the order `Trainer.train_step` takes them) on a copy of the same
-weights and the same batches, in float64; every parameter is compared after every step, and when the two part, the
-classic mistake is named.
-
-Both runs drive the same model, the model step's answer built with the course's kernels and gpt-core's weights, so
-that their gradients are computed by the same code and only the step itself differs. One slice is held looser: the
-key bias, whose gradient is 0 in exact arithmetic (the softmax ignores a constant added to all of a query's scores),
-so that what AdamW sees of it is rounding, which it divides by sqrt(v) + 1e-8: gpt-train's own step moves it by
-lr x rounding / 1e-8, about 1e-11 after a few steps, and another correct order of the same sums moves it by as much.
-"""
+"""Grade the training_step step: the learner's step and gpt-train's own (`Trainer.train_step`'s order) each run a few
+steps on the model step's answer with gpt-core's weights, in float64; every parameter is compared after every step.
+The key bias is held looser (KEY_BIAS_TOLERANCE): its gradient is 0 in exact arithmetic, so what AdamW sees of it is
+rounding divided by sqrt(v) + 1e-8, and any correct order of the sums moves it by about 1e-11."""
 
 from __future__ import annotations
 
@@ -17,7 +10,6 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,14 +21,12 @@ from gpt_train.learn.assembly import KERNELS, gpt_cores
 from gpt_train.learn.cases import SEED, close, index_of
 from gpt_train.learn.loading import attempt, solution
 from gpt_train.learn.steps import Step
-from gpt_train.learn.verdicts import Verdict, first_mistake, judge, same_error
+from gpt_train.learn.verdicts import same_error
 from gpt_train.learn.watch import Watch
-from gpt_train.learn.zoo import Mistake
 from gpt_train.optimisation import learning_rate, make_optimizer
 from gpt_train.settings import TrainSettings
 
 KEY_BIAS_TOLERANCE = 1e-9
-"""The key bias's tolerance (the module docstring says why it is not TOLERANCE)."""
 
 SIZES = {"vocab_size": 11, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}
 BATCH = 4
@@ -44,8 +34,6 @@ BATCH = 4
 
 @dataclass(frozen=True)
 class Case:
-    """One run: the settings it trains with, for all of its `settings.steps` steps."""
-
     name: str
     settings: TrainSettings
 
@@ -60,15 +48,14 @@ CASES = (
 
 @dataclass(frozen=True)
 class Outcome:
-    """Every parameter by name after each step of a run, or the exception it raised (and after how many steps)."""
+    """Every parameter by name after each step of a run, or the exception that ended it."""
 
     snapshots: list[dict[str, Tensor]]
     error: BaseException | None = None
 
 
 def handed_model(sizes: dict[str, int], seed: int, theirs: nn.Module | None = None) -> nn.Module:
-    """The model step's GPT with the course's kernels and gpt-core's weights (`theirs`, or else randomised), in
-    float64."""
+    """The model step's answer in float64 with the course's kernels and gpt-core's weights (`theirs`, or random)."""
     theirs = theirs or gpt_cores(gpt_core.GPT, gpt_core.GPTConfig(**sizes), seed)
     with torch.random.fork_rng(devices=[]):
         model = solution("model").GPT(**sizes, kernels=KERNELS).double()
@@ -76,9 +63,8 @@ def handed_model(sizes: dict[str, int], seed: int, theirs: nn.Module | None = No
     return model
 
 
-def handed_code() -> tuple[Callable[..., Any], ...]:
-    """What the learner's code may call of the shipped code: the forwards of the model it is handed (the model
-    step's answer), and the kernels it computes with."""
+def allowed() -> tuple[Callable[..., Any], ...]:
+    """The shipped code the learner's code may call: the forwards of the model it is handed, and its kernels."""
     forwards = {type(module).forward for module in handed_model(SIZES, SEED).modules()}
     return (*forwards, *vars(KERNELS).values())
 
@@ -94,8 +80,7 @@ def _batches(case: Case, seed: int) -> Iterator[tuple[Tensor, Tensor]]:
 
 
 def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Tensor, step: int, s: TrainSettings):
-    """gpt-train's step on one batch, as `Trainer.train_step` takes it (one micro-batch, float32 precision's no-op
-    scaling and no Grokfast left out): the scheduled rate, the gradients, clipping by the global norm, AdamW."""
+    """gpt-train's step on one batch as `Trainer.train_step` takes it (one micro-batch, no scaling, no Grokfast)."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, s)
     optimizer.zero_grad(set_to_none=True)
@@ -106,8 +91,8 @@ def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Te
     optimizer.step()
 
 
-def reference_outcomes() -> list[Outcome]:
-    return step_outcomes(_gpt_trains)
+def reference(step: Step) -> list[Outcome]:
+    return run(step, _gpt_trains)
 
 
 def _gpt_trains(model: nn.Module, state: dict, inputs: Tensor, targets: Tensor, step: int, s: TrainSettings) -> None:
@@ -116,10 +101,9 @@ def _gpt_trains(model: nn.Module, state: dict, inputs: Tensor, targets: Tensor, 
     gpt_train_step(model, state["optimizer"], inputs, targets, step, s)
 
 
-def step_outcomes(function: Callable[..., Any], watch: Watch | None = None) -> list[Outcome]:
-    """What the step `function` does on each case, run for the case's steps on a fresh model, its `state` one dict
-    kept from step to step; with a watch, every call watched, the backward inside it too. Whatever it raises (but
-    Ctrl-C) ends the run and is kept in the outcome."""
+def run(step: Step, function: Callable[..., Any], watch: Watch | None = None) -> list[Outcome]:
+    """Each case's run of the step `function` on a fresh model, one `state` dict kept from step to step; with a
+    watch, every call watched. Whatever it raises (but Ctrl-C) ends the run and is kept in the outcome."""
     call = function if watch is None else watch.watched(function)
     outcomes = []
     for i, case in enumerate(CASES):
@@ -136,18 +120,7 @@ def _train(call: Callable[..., Any], case: Case, seed: int, snapshots: list[dict
         snapshots.append({name: param.detach().clone() for name, param in model.named_parameters()})
 
 
-def grade_training_step(step: Step, function: Callable[..., Any], path: Path | None = None) -> Verdict:
-    watch = Watch(step.forbidden, allowed=handed_code())
-    outcomes = step_outcomes(function, watch)
-    expected = reference_outcomes()
-
-    def diagnose() -> Mistake | None:
-        return first_mistake(step, outcomes, step_outcomes, _agree)
-
-    return judge(step, path, watch, outcomes, expected, diagnose, _malformed, _first_difference, _passed)
-
-
-def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
+def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
     largest = max(_largest(got, want) for got, want in zip(outcomes, expected, strict=True))
     return (
         f"{sum(case.settings.steps for case in CASES)} steps on {len(CASES)} runs beside gpt-train's own step in "
@@ -156,8 +129,7 @@ def _passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str
     )
 
 
-def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-    """What is wrong before any value: a parameter gone, reshaped or of another dtype, or none of them moved."""
+def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     fn = step.function
     for got, want in zip(outcomes, expected, strict=True):
         for after, right in zip(got.snapshots, want.snapshots, strict=True):
@@ -178,8 +150,7 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
 
 
 def _tolerances(name: str, like: Tensor, scale: float) -> Tensor:
-    """Each element's tolerance: TOLERANCE (relative to the parameter's scale, when that is above 1), and
-    KEY_BIAS_TOLERANCE for the key third of a fused qkv bias."""
+    """TOLERANCE (relative to a scale above 1), KEY_BIAS_TOLERANCE for the key third of a qkv bias."""
     tolerance = torch.full_like(like, TOLERANCE * max(1.0, scale))
     if name.endswith("attn.qkv.bias"):
         width = like.shape[0] // 3
@@ -187,7 +158,7 @@ def _tolerances(name: str, like: Tensor, scale: float) -> Tensor:
     return tolerance
 
 
-def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         for number, (after, right) in enumerate(zip(got.snapshots, want.snapshots, strict=True), 1):
             for name, value in right.items():
@@ -213,8 +184,7 @@ def _largest(got: Outcome, want: Outcome) -> float:
     return largest
 
 
-def _agree(got: Outcome, made: Outcome) -> bool:
-    """The same parameters after every step, or the same exception after as many steps."""
+def agree(got: Outcome, made: Outcome) -> bool:
     if got.error is not None or made.error is not None:
         return same_error(got.error, made.error) and len(got.snapshots) == len(made.snapshots)
     return all(close(after.get(name), value) for after, right in zip(got.snapshots, made.snapshots, strict=True)

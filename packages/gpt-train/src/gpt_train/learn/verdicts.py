@@ -1,6 +1,5 @@
-"""What a check says, and the order every check says it in: an exception (an unwritten stub, or the mistake that
-raises the same way), then what is malformed before any value, then where the values first differ (with the mistake
-they agree with), then a call the step may not make; else the pass."""
+"""What a check says, in one order for every check: an exception, then what is malformed, then where the values first
+differ (with the mistake they agree with), then a call the step may not make; else the pass."""
 
 from __future__ import annotations
 
@@ -10,12 +9,13 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from torch import Tensor
 
 from gpt_train.kernels import TOLERANCE
-from gpt_train.learn.loading import describe, is_stub, where
+from gpt_train.learn.loading import describe, where
 from gpt_train.learn.steps import Step
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
@@ -23,8 +23,6 @@ from gpt_train.learn.zoo import MISTAKES, Mistake
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether the step passes, and the line (or lines) that say so or say what is wrong."""
-
     passed: bool
     message: str
 
@@ -33,8 +31,7 @@ class Malformed(Exception):
     """The learner's code gave something no value check can be made on, said in one line."""
 
 
-Judged = Callable[[Step, Sequence, Sequence], Any]
-"""(step, the learner's outcomes, the right outcomes) -> what a check says of them."""
+Judged = Callable[[Step, Sequence, Sequence], Any]  # (step, the learner's outcomes, the right ones) -> what is said
 
 
 def judge(
@@ -68,7 +65,7 @@ def judge(
 
 
 def raised(step: Step, error: BaseException, path: Path | None, diagnose: Callable[[], Mistake | None]) -> Verdict:
-    if is_stub(error):
+    if type(error) is NotImplementedError:  # an unwritten stub
         who = _raising_function(error, path, step)
         return Verdict(
             False,
@@ -88,6 +85,19 @@ def _raising_function(error: BaseException, path: Path | None, step: Step) -> st
     return names[-1] if names and step.kind in ("training", "generation") else step.function
 
 
+def grade_runs(check: ModuleType, step: Step, function: Callable[..., Any], path: Path | None) -> Verdict:
+    """The verdict of a check module (assembly, training_step_check, generation_check) on the learner's `function`:
+    its `run` watched and judged beside its `reference`, each of the step's mistakes run the same way."""
+    watch = Watch(step.forbidden, allowed=check.allowed())
+    outcomes = check.run(step, function, watch)
+
+    def diagnose() -> Mistake | None:
+        return first_mistake(step, outcomes, lambda variant: check.run(step, variant), check.agree)
+
+    expected = check.reference(step)
+    return judge(step, path, watch, outcomes, expected, diagnose, check.malformed, check.difference, check.passed)
+
+
 def first_mistake(step: Step, outcomes: Sequence, run: Callable[[Any], Sequence], agree: Callable) -> Mistake | None:
     """The first of the step's mistakes with a variant whose outcomes (`run(variant)`) all agree with the learner's."""
     for mistake in MISTAKES.get(step.name, ()):
@@ -98,8 +108,7 @@ def first_mistake(step: Step, outcomes: Sequence, run: Callable[[Any], Sequence]
 
 
 def first_excess(ours: Tensor, theirs: Tensor) -> tuple[int, float] | None:
-    """The flat index where `ours` differs most from `theirs`, and by how much, when that exceeds the tolerance
-    (relative to the reference's scale, when that is above 1); else None."""
+    """The flat index where `ours` differs most from `theirs`, and by how much, beyond the (relative) tolerance."""
     difference = (ours.detach().double() - theirs.detach().double()).abs().nan_to_num(nan=math.inf)
     if not difference.numel() or float(difference.max()) <= TOLERANCE * max(1.0, float(theirs.abs().max())):
         return None

@@ -1,25 +1,7 @@
-"""What a learner's code calls while it is graded: the built-ins the course has them write, gpt-core's own code or
-the shipped solutions, and autograd.
-
-A `Watch` is switched on only around the learner's own calls (`Watch.watched` wraps their function; the grader also
-switches it on around the backward of the learner's output), so the references and gpt-core's model around the
-learner's kernel are never counted. Three instruments, each blind where the next sees:
-
-- a TorchFunctionMode names the public function called (torch.softmax, F.softmax, Tensor.softmax ...), whatever
-  alias it was imported under;
-- a TorchDispatchMode sees the ATen operator behind every route, in the forward and in the backward the autograd
-  engine runs (torch.ops.aten._softmax, a Module, a call inside an autograd.Function), and names its family when the
-  function mode did not;
-- a profile function (sys.setprofile) sees each Python function entered: code in gpt-core's package (its kernels,
-  reference and model) or in gpt_train.learn.solutions, a family's Python entry points (torch.optim's optimisers and
-  schedulers, clip_grad_norm_, gpt-train's own optimiser and schedule), and autograd's entry points
-  (torch.autograd.grad, Tensor.backward, torch.func, forward-mode AD) entered inside the learner's forward or inside
-  a backward the grader's own gradient call runs.
-
-What it cannot see is code that takes the instruments away (sys.setprofile(None), a mode popped off PyTorch's stack)
-or works on another thread: the learner's code runs in the grading process, where a file written to defeat the check
-can; it is there to catch the built-in called in good faith or by habit, under whatever name.
-"""
+"""What a learner's code calls while it is graded: the built-ins the course has them write, gpt-core's or the shipped
+solutions' code, and autograd. A function mode names the public function, a dispatch mode the ATen operator behind
+any route (the backward included), a profile function the Python functions entered; switched on around the
+learner's calls only. It catches the built-in called by habit, not a file written to take it away (docs/learn.md)."""
 
 from __future__ import annotations
 
@@ -60,10 +42,9 @@ class Family:
     entries: dict[Any, str] = field(default_factory=dict)  # Python function -> its name, seen when entered
 
 
-_CLIPPING = {getattr(torch.nn.utils, name): f"torch.nn.utils.{name}"
+_CLIPPING = {getattr(torch.nn.utils, name): f"torch.nn.utils.{name}"  # the last two from PyTorch 2.6
              for name in ("clip_grad_norm_", "clip_grads_with_norm_", "get_total_norm")
              if hasattr(torch.nn.utils, name)}  # fmt: skip
-"""PyTorch's gradient clipping, by each function it is done with (the last two from PyTorch 2.6)."""
 
 FAMILIES = {
     family.key: family
@@ -120,7 +101,6 @@ FAMILIES = {
         ),
     )
 }  # fmt: skip
-"""Each built-in family, by the key a step's `forbidden` names it with."""
 
 
 def _code(function: Callable[..., Any]) -> Any:
@@ -139,25 +119,21 @@ AUTOGRAD_ENTRIES = {
     )
     if (code := _code(function)) is not None
 }  # fmt: skip
-"""autograd's Python entry points, by code object (so an alias is the same entry), and how a message names each."""
+"""autograd's Python entry points, by code object (so an alias is the same entry)."""
 
-ENGINE_CALL = "run_backward"
-"""The name of the C function every backward pass goes through (Variable._execution_engine.run_backward)."""
+ENGINE_CALL = "run_backward"  # the C function every backward pass goes through
 
 GPT_CORE = Path(gpt_core.__file__).resolve().parent
 SHIPPED = {
     str(GPT_CORE): "gpt-core's own code",
     str(Path(gpt_train.learn.solutions.__file__).resolve().parent): "the shipped solution",
 }
-"""Folders whose code a learner's function may not call, and how a message says whose it is."""
-NOT_SHIPPED = (str(GPT_CORE / "testing"),)
-"""gpt-core's test instruments (the tile guard's LargestTensor runs around the learner's code), not its kernels."""
+NOT_SHIPPED = (str(GPT_CORE / "testing"),)  # the tile guard's LargestTensor runs around the learner's code
 
 
 class Watch:
-    """Records, while on, the calls `forbidden` (family keys) names, shipped code entered (but the functions in
-    `allowed`, the kernels the check itself hands the learner's module), and autograd entered in the learner's
-    forward or in a backward. Switch it on with `on()` (nested calls are one) or `watched(function)`."""
+    """Records, while on, the built-ins of the `forbidden` families, shipped code entered (but `allowed`, what the
+    check hands the learner's code) and autograd entered in the learner's forward or in a backward."""
 
     def __init__(self, forbidden: tuple[str, ...] = (), allowed: tuple[Callable[..., Any], ...] = ()):
         self.families = [FAMILIES[key] for key in forbidden]
@@ -172,7 +148,6 @@ class Watch:
         self._entries = {code: (name, fam.key) for fam in self.families for fn, name in fam.entries.items()
                          if (code := _code(fn)) is not None}  # fmt: skip
 
-    # switching on and off ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def on(self) -> Iterator[None]:
         self._depth += 1
@@ -204,7 +179,6 @@ class Watch:
 
         return call
 
-    # recording --------------------------------------------------------------------------------------------------
     def _operator(self, operator: str) -> None:
         for family in self.families:
             for prefix, name in family.operators.items():
@@ -238,7 +212,6 @@ class Watch:
             return None
         return next((whose for folder, whose in SHIPPED.items() if filename.startswith(folder)), None)
 
-    # what it found ----------------------------------------------------------------------------------------------
     def refusal(self, step: Step) -> str | None:
         """One line saying what the learner's function for `step` called that it may not, or None."""
         if self.builtins:

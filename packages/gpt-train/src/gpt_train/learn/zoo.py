@@ -1,11 +1,6 @@
-"""The classic mistakes of each step: most are the step's answer with an edit or two, as a learner makes them.
-
-A failing kernel is run on the same inputs as every mistake of its step (`cases`); the first mistake it
-agrees with is named (raising on the same cases counts as agreeing there: a gradient of the wrong shape). A forward
-mistake is matched on the outputs alone (what is wrong is already in the forward); a backward mistake, whose
-forward is right, on the outputs and every gradient. A mistake that many different kernels make (an overflow, a
-mistyped constant) is recognised by what its results show (`matches`) instead; its kernels are examples of it.
-"""
+"""The classic mistakes of each step, most of them the step's answer with an edit or two, as a learner makes them. A
+failing kernel is named after the first mistake it agrees with on every case (outputs, and for a backward mistake
+every gradient; raising the same way counts); a mistake many kernels make (an overflow) is recognised by `matches`."""
 
 from __future__ import annotations
 
@@ -13,30 +8,23 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from gpt_core import IGNORE_INDEX
 from gpt_train.learn.cases import Case, Outcome, close
 from gpt_train.learn.loading import load_module
-from gpt_train.learn.steps import BY_NAME
-
-SOLUTIONS = Path(__file__).parent / "solutions"
+from gpt_train.learn.steps import BY_NAME, SOLUTIONS
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
-Matcher = Callable[[list[Case], list[Outcome], list[Outcome]], bool]
-"""(cases, the kernel's outcomes, the right outcomes) -> whether the kernel makes the mistake."""
+Matcher = Callable[[list[Case], list[Outcome], list[Outcome]], bool]  # (cases, the kernel's, the right outcomes)
 
 
 @dataclass(frozen=True)
 class Mistake:
-    """A named mistake: what to tell the learner, and one or more kernels that make it."""
-
     key: str
     message: str
     kernels: tuple[Callable[..., Tensor], ...]
@@ -46,8 +34,7 @@ class Mistake:
 
 
 def _overflows(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
-    """Right wherever its output is finite, and inf or nan on some case where the right output is finite: a
-    formula that is exact on paper and overflows on large inputs."""
+    """Right wherever its output is finite, and not finite where the right one is: exact on paper, overflowing."""
     overflowed = False
     for got, want in zip(outcomes, expected, strict=True):
         if got.error is not None or got.output is None or got.output.shape != want.output.shape:
@@ -61,7 +48,6 @@ def _overflows(cases: list[Case], outcomes: list[Outcome], expected: list[Outcom
 
 
 def _answer(step: str, *edits: tuple[str, str]) -> Any:
-    """The function (or class) of the step's answer with each (old, new) edit made, wherever `old` is."""
     path = SOLUTIONS / f"{step}.py"
     source = path.read_text(encoding="utf-8")
     for old, new in edits:
@@ -72,7 +58,6 @@ def _answer(step: str, *edits: tuple[str, str]) -> Any:
 
 
 def _tiled(*edits: tuple[str, str]) -> Callable[..., Tensor]:
-    """The flash_attention answer, edited, taking the learner's tile size."""
     attention = _answer("flash_attention", *edits)
 
     def tiled(q: Tensor, k: Tensor, v: Tensor, causal: bool, tile: int) -> Tensor:
@@ -82,7 +67,6 @@ def _tiled(*edits: tuple[str, str]) -> Callable[..., Tensor]:
     return tiled
 
 
-# softmax -------------------------------------------------------------------------------------
 _SHIFTED = "(x - x.amax(dim=-1, keepdim=True))"
 SOFTMAX = (
     Mistake("no_max_shift", "softmax without subtracting the max overflows on large logits: exp(1000) is inf",
@@ -97,7 +81,6 @@ SOFTMAX = (
 )  # fmt: skip
 
 
-# attention -----------------------------------------------------------------------------------
 _attention = functools.partial(_answer, "attention")
 _SCALE, _MASK = " / q.shape[-1] ** 0.5", ".tril(n_keys - n_queries)"
 ATTENTION = (
@@ -125,7 +108,6 @@ ATTENTION = (
 )  # fmt: skip
 
 
-# layer_norm ----------------------------------------------------------------------------------
 _layer_norm = functools.partial(_answer, "layer_norm")
 LAYER_NORM = (
     Mistake("eps_outside", "epsilon outside the square root: divide by sqrt(var + eps)",
@@ -143,11 +125,6 @@ LAYER_NORM = (
 )  # fmt: skip
 
 
-# gelu ----------------------------------------------------------------------------------------
-def _gelu_tanh_form(c: float = _GELU_C, a: float = _GELU_A, half: float = 0.5) -> Callable[[Tensor], Tensor]:
-    return lambda x: half * x * (1.0 + torch.tanh(c * (x + a * x**3)))
-
-
 def _gelu_tanh_by_exp(x: Tensor) -> Tensor:
     e = (2.0 * _GELU_C * (x + _GELU_A * x**3)).exp()
     return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0))
@@ -160,9 +137,8 @@ def _gelu_tanh_by_exp_pair(x: Tensor) -> Tensor:
 
 
 def _gelu_constant_mistyped(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
-    """The tanh form 0.5 x (1 + tanh(c (x + a x^3))) with c = sqrt(2/pi) or a = 0.044715 near the right value but not
-    it (a rounded or mistyped digit). (c, a) are fitted to the output on the first case by least squares on
-    atanh(2 y / x - 1) = c x + c a x^3 where tanh is far from saturating; an output not of that form is not it."""
+    """The tanh form with c = sqrt(2/pi) or a = 0.044715 near but not right, (c, a) fitted to the first case by least
+    squares on atanh(2 y / x - 1) = c x + c a x^3 where tanh is far from saturating."""
     if outcomes[0].error is not None or outcomes[0].output is None:
         return False
     x, y = cases[0].args[0].detach(), outcomes[0].output.detach().double()
@@ -184,47 +160,32 @@ def _gelu_constant_mistyped(cases: list[Case], outcomes: list[Outcome], expected
     return near and not exact
 
 
+_gelu = functools.partial(_answer, "gelu")
+_C = "(2.0 / torch.pi) ** 0.5"
 GELU = (
     Mistake("erf", "erf GELU, the slot is the tanh approximation",
             (lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))),)),
     Mistake("sigmoid", "x sigmoid(1.702 x) is another approximation; the slot is the tanh one",
             (lambda x: x * torch.sigmoid(1.702 * x),)),
-    Mistake("no_cubic", "the cubic term 0.044715 x^3 inside the tanh is missing", (_gelu_tanh_form(a=0.0),)),
-    Mistake("sqrt_2pi", "the constant is sqrt(2/pi), not sqrt(2 pi)", (_gelu_tanh_form(c=math.sqrt(2 * math.pi)),)),
-    Mistake("no_half", "the factor 0.5 is missing", (_gelu_tanh_form(half=1.0),)),
+    Mistake("no_cubic", "the cubic term 0.044715 x^3 inside the tanh is missing", (_gelu((" + 0.044715 * x**3", "")),)),
+    Mistake("sqrt_2pi", "the constant is sqrt(2/pi), not sqrt(2 pi)", (_gelu((_C, "(2.0 * torch.pi) ** 0.5")),)),
+    Mistake("no_half", "the factor 0.5 is missing", (_gelu(("0.5 * x *", "x *")),)),
     Mistake("tanh_by_exp", "tanh written with exp overflows on large inputs (inf / inf): use torch.tanh",
             (_gelu_tanh_by_exp, _gelu_tanh_by_exp_pair), matches=_overflows),
     Mistake("constant_mistyped", "a constant is mistyped or rounded: sqrt(2/pi) = 0.7978845608028654 (write "
             "math.sqrt(2 / math.pi)) and 0.044715 exactly",
-            (_gelu_tanh_form(c=0.7978), _gelu_tanh_form(a=0.04715), _gelu_tanh_form(c=0.79788456)),
+            (_gelu((_C, "0.7978")), _gelu(("0.044715", "0.04715")), _gelu((_C, "0.79788456"))),
             matches=_gelu_constant_mistyped),
 )  # fmt: skip
 
 
-# cross_entropy -------------------------------------------------------------------------------
-def _ignored_scored(logits: Tensor, targets: Tensor) -> Tensor:
-    """logsumexp - the target's logit, the mean over every row: a row whose target is -100 picks no logit."""
-    onehot = targets.unsqueeze(-1) == torch.arange(logits.shape[-1], device=logits.device)  # (N, V); all False for -100
-    row_max = logits.amax(dim=-1, keepdim=True)
-    lse = (logits - row_max).exp().sum(dim=-1).log() + row_max.squeeze(-1)
-    return (lse - (logits * onehot).sum(dim=-1)).mean()
-
-
 _cross_entropy = functools.partial(_answer, "cross_entropy")
 _SCORED_ROWS = "logits, targets = logits[scored], targets[scored]"
-
-
-def _cross_entropy_by_probability(logits: Tensor, targets: Tensor) -> Tensor:
-    """-log(exp(logit) / sum(exp(logits))), with no max subtracted."""
-    scored = targets != IGNORE_INDEX
-    logits, targets = logits[scored], targets[scored]
-    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
-    return -(picked.exp() / logits.exp().sum(dim=-1)).log().mean()
-
-
+_PICKED = "logits.gather(-1, targets[:, None])"
 CROSS_ENTROPY = (
     Mistake("ignored_scored", "targets equal to -100 were scored: leave those rows out of the loss and the mean",
-            (_ignored_scored,)),
+            (_cross_entropy((_SCORED_ROWS, "pass"), (_PICKED, "logits.gather(-1, targets[:, None].clamp(min=0))"
+                                                              " * (targets[:, None] != -100)")),)),
     Mistake("mean_over_all", "the mean is over all N rows; divide by the number of scored targets (not -100)",
             (_cross_entropy((".mean()", ".sum() / len(scored)")),)),
     Mistake("summed", "the loss is summed; it is the mean over the scored targets",
@@ -237,7 +198,9 @@ CROSS_ENTROPY = (
                                                          (".mean()", ".sum() / scored.sum()")))),
     Mistake("no_max_shift", "no max shift: log(sum(exp(logits))) overflows on large logits (exp(1000) is inf); "
             "subtract each row's max m first: m + log(sum(exp(logits - m)))",
-            (_cross_entropy(("m = logits.amax(dim=-1, keepdim=True)", "m = 0.0")), _cross_entropy_by_probability),
+            (_cross_entropy(("m = logits.amax(dim=-1, keepdim=True)", "m = 0.0")),
+             _cross_entropy((f"(logsumexp - {_PICKED}).mean()",
+                             f"-({_PICKED}.exp() / logits.exp().sum(dim=-1, keepdim=True)).log().mean()"))),
             matches=_overflows),
 )  # fmt: skip
 
@@ -423,7 +386,6 @@ OWN: dict[str, tuple[Mistake, ...]] = {
     "training_step": TRAINING_STEP,
     "generation": GENERATION,
 }
-"""The mistakes each step is about."""
 
 FORWARD_OF = {"layer_norm_backward": "layer_norm", "attention_backward": "attention", "flash_attention": "attention"}
 
