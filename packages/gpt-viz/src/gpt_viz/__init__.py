@@ -1,9 +1,5 @@
-"""Headless pictures of GPT training runs.
-
-Every picture is a :class:`matplotlib.figure.Figure` on an Agg canvas (pyplot is never imported); save it with
-:func:`save_figure`. The picture functions are imported when first named, so that reading a run's layout or
-metrics, which every command does, does not import matplotlib.
-"""
+"""Headless pictures of GPT training runs: each a matplotlib Figure on an Agg canvas, saved with save_figure. The
+picture functions are imported when first named, so reading a run's layout or metrics does not import matplotlib."""
 
 import importlib
 
@@ -36,6 +32,8 @@ from gpt_viz.run_layout import (
     probe_key,
 )
 
+# The modules that need matplotlib and the names each defines; no name is also a module's, which importing would put
+# in the name's place.
 _PICTURES = {
     "attention": ("attention_grid", "attention_map"),
     "canvas": ("SAVE_DPI", "save_figure"),
@@ -46,8 +44,6 @@ _PICTURES = {
     "induction": ("induction_formation", "phase_change"),
     "phases": ("grokking_phases", "progress_measures"),
 }
-"""The modules of gpt_viz that need matplotlib, and the names each defines; no name is also a module's, which
-importing would put in the name's place."""
 _MODULE_OF = {name: module for module, names in _PICTURES.items() for name in names}
 
 
@@ -59,28 +55,8 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "VizError",
-    "ATTENTION_BUDGET",
-    "THRESHOLD",
-    "AttentionSnapshot",
-    "attention_lengths_within_budget",
-    "available_metrics",
-    "collapses",
-    "first_crossing",
-    "load_attention",
-    "load_attention_examples",
-    "load_config",
-    "load_metrics",
-    "metric_series",
-    "save_attention_examples",
-    "AXIS_KEYS",
-    "EXAMPLES",
-    "HELDOUT",
-    "SPLITS",
-    "TRAIN",
-    "MetricKey",
-    "RunLayout",
-    "metric_key",
-    "parse_metric_key",
-    "probe_key",
-] + sorted(_MODULE_OF)
+    "VizError", "ATTENTION_BUDGET", "THRESHOLD", "AttentionSnapshot", "attention_lengths_within_budget",
+    "available_metrics", "collapses", "first_crossing", "load_attention", "load_attention_examples", "load_config",
+    "load_metrics", "metric_series", "save_attention_examples", "AXIS_KEYS", "EXAMPLES", "HELDOUT", "SPLITS",
+    "TRAIN", "MetricKey", "RunLayout", "metric_key", "parse_metric_key", "probe_key"
+] + sorted(_MODULE_OF)  # fmt: skip

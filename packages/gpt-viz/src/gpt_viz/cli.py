@@ -18,15 +18,8 @@ from gpt_viz.run_data import load_attention, run_directory
 from gpt_viz.run_layout import RunLayout
 from gpt_viz.run_names import RUN
 
+PATH = click.Path(path_type=Path)
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each PNG.")
-
-
-class BadInput(click.ClickException):
-    exit_code = 2
-
-    def show(self, file: object = None) -> None:
-        message = self.format_message().replace("\n", " ")
-        click.echo(f"gpt-viz: error: {message}", err=True)
 
 
 class _VizGroup(click.Group):
@@ -34,7 +27,9 @@ class _VizGroup(click.Group):
         try:
             return super().invoke(ctx)
         except VizError as error:
-            raise BadInput(str(error)) from error
+            message = str(error).replace("\n", " ")
+            click.echo(f"gpt-viz: error: {message}", err=True)
+            ctx.exit(2)
 
 
 @click.group(cls=_VizGroup)
@@ -51,9 +46,7 @@ def main() -> None:
 @click.argument("run_dirs", nargs=-1, required=True, type=RUN)
 @click.option("--metric", help="Held-out metric for the twin axis [default: config's primary_metric].")
 @click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    help="Directory for the pictures, named RUN-curves.png [default: curves.png in each run].",
+    "--out", type=PATH, help="Directory for the pictures, named RUN-curves.png [default: curves.png in each run]."
 )
 @SVG_OPTION
 def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg: bool) -> None:
@@ -80,7 +73,7 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
 @click.argument("run_dirs", nargs=-1, required=True, type=RUN)
 @click.option("--metric", required=True, help="'loss' or any metric key, e.g. heldout_accuracy.")
 @click.option("--label", "labels", multiple=True, help="Legend label, once per run, in order.")
-@click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: compare-METRIC.png].")
+@click.option("--out", type=PATH, help="Picture path [default: compare-METRIC.png].")
 @click.option("--log-y/--linear-y", default=None, help="Y axis scale [default: log for losses].")
 @SVG_OPTION
 def compare(
@@ -101,7 +94,7 @@ def compare(
 @main.command()
 @click.argument("run_dir", type=RUN)
 @click.option("--layer", type=int, help="Layer to show, counted from 0 [default: the last].")
-@click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/attention-layerN.png].")
+@click.option("--out", type=PATH, help="Picture path [default: RUN_DIR/attention-layerN.png].")
 @SVG_OPTION
 def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> None:
     """Every attention head of one layer, from attention.npz.
@@ -130,7 +123,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
 )
 @click.option("--loss", help="Task loss without its split (loss): adds a panel of train_LOSS and heldout_LOSS.")
 @click.option("--progress", help="A metric key (train_fourier_top5_share): adds its curve under the accuracy.")
-@click.option("--out", type=click.Path(path_type=Path), help="Picture path [default: RUN_DIR/grokking.png].")
+@click.option("--out", type=PATH, help="Picture path [default: RUN_DIR/grokking.png].")
 @SVG_OPTION
 def grokking_command(
     run_dir: Path, metric: str, loss: str | None, progress: str | None, out: Path | None, svg: bool
@@ -149,7 +142,7 @@ def grokking_command(
 
 @main.command()
 @click.argument("run_dir", type=RUN)
-@click.option("--out", type=click.Path(path_type=Path), help="Page path [default: RUN_DIR/explore.html].")
+@click.option("--out", type=PATH, help="Page path [default: RUN_DIR/explore.html].")
 def explore(run_dir: Path, out: Path | None) -> None:
     """One self-contained HTML page to explore a run in a browser.
 
