@@ -29,7 +29,6 @@ from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
     MIN_BPE_VOCAB,
     BpeTokenizer,
-    ByteTokenizer,
     CharTokenizer,
     Tokenizer,
     learn_alphabet,
@@ -150,15 +149,12 @@ class TextTask(Task):
         self.tokenizer, tokenizer_file = self._tokenizer(params, corpus, split, root)
         entry = root / key_of(split | {"tokenizer_sha256": self.tokenizer.identity()})
         self.cache = prepare(entry, corpus, params.chunk_size, digest, self.tokenizer, self.SALT, params.in_memory)
-        super().__init__(
-            dataclasses.replace(
-                params,
-                corpus_sha256=digest,
-                alphabet=self.tokenizer.alphabet if isinstance(self.tokenizer, CharTokenizer) else "",
-                tokenizer_file=tokenizer_file,
-                vocab_size=(params.vocab_size or DEFAULT_BPE_VOCAB) if params.tokenizer == "bpe" else None,
-            )
+        alphabet = self.tokenizer.alphabet if isinstance(self.tokenizer, CharTokenizer) else ""
+        vocab_size = (params.vocab_size or DEFAULT_BPE_VOCAB) if params.tokenizer == "bpe" else None
+        resolved = dataclasses.replace(
+            params, corpus_sha256=digest, alphabet=alphabet, tokenizer_file=tokenizer_file, vocab_size=vocab_size
         )
+        super().__init__(resolved)
         self.vocab = TextVocabulary(self.params, self.tokenizer)
         self.char_counts, self.byte_counts = token_sizes(self.tokenizer)
         self._index_chunks()
@@ -323,16 +319,14 @@ class TextTask(Task):
     def heldout_texts(self, n_tokens: int, n: int) -> list[str]:
         """The first `n_tokens` of each of the first `n` held-out chunks the vocabulary can encode back (a char
         tokenizer may not know a held-out character); the first chunk's when none can."""
-        texts: list[str] = []
-        first = None
-        for chunk in self.chunks("heldout").tolist():
-            start = int(self.chunk_offsets[chunk])
+        first, texts = None, []
+        for start in self.chunk_offsets[self.chunks("heldout")].tolist():
             text = self.decode(self.cache.tokens[start : start + n_tokens].tolist())
             first = text if first is None else first
             if not self.tokenizer.unknown_characters(text):
                 texts.append(text)
-                if len(texts) == n:
-                    break
+            if len(texts) == n:
+                break
         return texts or [first]
 
     def example_prompts(self) -> list[str]:
@@ -344,11 +338,9 @@ class TextTask(Task):
 
 def recorded_tokenizer(params: TextParams) -> Tokenizer | None:
     """The tokenizer that `params` pin, or None: one to learn."""
-    if params.tokenizer == "byte":
-        return ByteTokenizer()
-    if params.tokenizer == "char" and params.alphabet:
-        return CharTokenizer(params.alphabet)
-    if params.tokenizer == "bpe" and params.tokenizer_file:
+    if params.tokenizer == "byte" or params.alphabet:  # an alphabet belongs to tokenizer=char
+        return load_tokenizer(params.tokenizer, params.alphabet.encode())
+    if params.tokenizer_file:  # which belongs to tokenizer=bpe
         path = Path(params.tokenizer_file).expanduser()
         try:
             return BpeTokenizer(path.read_bytes())

@@ -1,10 +1,6 @@
-"""A text corpus on disk: one UTF-8 file, or the files of a directory that match a glob, read as one text.
-
-The text is streamed in blocks and never held whole, so a corpus may be larger than memory. The files of a
-directory are read in the sorted order of their relative paths, hidden ones skipped, and joined with a newline
-after any file that does not end with one. A file that is not UTF-8, or that holds a NUL character, is taken
-for a binary file and refused by name: text tasks read text.
-"""
+"""A text corpus on disk: one UTF-8 file, or a directory's non-hidden files matching a glob in sorted order, joined
+with a newline after any that lacks one. It is streamed in blocks, so it may be larger than memory; a file that is
+not UTF-8 or holds a NUL is refused by name."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ class Corpus:
 
     @classmethod
     def find(cls, path: Path, glob: str, noun: str = "text corpus") -> Corpus:
-        """The corpus at `path`: that file, or the non-hidden files under that directory matching `glob`.
-        A missing path, a directory with no matching file and an empty corpus are ValueErrors."""
+        """The corpus at `path`; a missing path, a directory with no matching file and an empty corpus are refused."""
         if path.is_file():
             if path.stat().st_size == 0:
                 raise ValueError(f"{noun} {path} is empty")
@@ -51,12 +46,12 @@ class Corpus:
 
     @property
     def size(self) -> int:
-        """Bytes in the files (the joined text may add a newline between two of them)."""
+        """Bytes in the files (the joined text may add newlines)."""
         return sum(p.stat().st_size for p in self.files)
 
     def pieces(self) -> Iterator[tuple[bytes, str]]:
-        """The joined text in blocks: each block's UTF-8 bytes and its text (a character split between two
-        blocks comes whole in the second). A file that is not UTF-8 text is a ValueError naming it."""
+        """The joined text in blocks, each block's bytes and its text (a character split between two blocks comes
+        whole in the second)."""
         for number, path in enumerate(self.files):
             last = b""
             for raw, text in _read(path):
@@ -69,7 +64,7 @@ class Corpus:
         return (text for _, text in self.pieces())
 
     def sha256(self) -> str:
-        """sha256 of the joined text as UTF-8 (a single file's own sha256); reading it checks that it is text."""
+        """sha256 of the joined text (a single file's own); reading it checks that it is text."""
         digest = hashlib.sha256()
         with tqdm(total=self.size, unit="B", unit_scale=True, desc="reading corpus", leave=False, disable=None) as bar:
             for raw, _ in self.pieces():

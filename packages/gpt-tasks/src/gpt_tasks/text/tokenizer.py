@@ -1,10 +1,6 @@
-"""Tokenizers of text tasks: characters (with an unknown token), bytes, and byte-level BPE.
-
-Each maps text to token ids and back, and says which bytes every token stands for: that is what turns a loss
-in nats per token into bits per character and per byte whatever the tokenizer, so that a BPE run and a
-character run on the same text rank. `serialize()` gives the bytes that define a tokenizer (equal bytes, equal
-tokenizer): the token cache is keyed by their hash, and a run keeps them.
-"""
+"""Tokenizers of text tasks: characters (with an unknown token), bytes, and byte-level BPE. Each says which bytes
+every token stands for, which turns nats per token into bits per character and per byte whatever the tokenizer;
+`serialize()` gives the bytes that define it, which key the token cache and which a run keeps."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 KINDS = ("char", "byte", "bpe")
-REPLACEMENT = "\ufffd"
-"""What the unknown-character token decodes to (and what it counts as, in characters and bytes)."""
+REPLACEMENT = "\ufffd"  # what the unknown-character token decodes to and counts as
 
 BPE_EXTRA = "tokenizer=bpe needs the Hugging Face tokenizers package: pip install 'gpt-tasks[bpe]'"
 MIN_BPE_VOCAB = 257  # the 256 bytes and at least one merge
@@ -25,20 +20,18 @@ _PROBE = "Hello, wörld!\n\tTabs  and  spaces, 日本語, emoji 🎉, e\u0301.\r
 
 
 class Tokenizer(ABC):
-    """Text to token ids and back; `token_bytes()` says what each id decodes to."""
-
     kind: ClassVar[str]
 
     @abstractmethod
     def encode(self, text: str) -> np.ndarray:
-        """Token ids (int64) of `text`; a character the tokenizer cannot represent becomes its unknown token."""
+        """Token ids (int64) of `text`; a character it cannot represent becomes its unknown token."""
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [self.encode(text) for text in texts]
 
     @abstractmethod
     def token_bytes(self) -> list[bytes]:
-        """The UTF-8 bytes each id decodes to, by id (a byte-level token may hold part of a character)."""
+        """The UTF-8 bytes of each id (a byte-level token may hold part of a character)."""
 
     @property
     def vocab_size(self) -> int:
@@ -50,7 +43,7 @@ class Tokenizer(ABC):
         return b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
 
     def unknown_characters(self, text: str) -> str:
-        """The distinct characters of `text` that `encode` would map to an unknown token, sorted."""
+        """The distinct characters of `text` that `encode` maps to an unknown token, sorted."""
         return ""
 
     @abstractmethod
@@ -58,14 +51,12 @@ class Tokenizer(ABC):
         """The bytes that define this tokenizer; `load_tokenizer(kind, data)` rebuilds it."""
 
     def identity(self) -> str:
-        """sha256 of kind and serialized form: the tokenizer's part of the token cache key."""
         return hashlib.sha256(self.kind.encode() + b"\0" + self.serialize()).hexdigest()
 
 
 def token_sizes(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """(characters, bytes) of the decoded text of each id. A token's characters are the bytes in it that
-    start a UTF-8 character, so the counts of a token sequence add up to those of the text it encodes,
-    even where a byte-level token splits a character."""
+    """(characters, bytes) of each id: its characters are the bytes that start one, so a token sequence's counts
+    add up to its text's even where a byte-level token splits a character."""
     table = tokenizer.token_bytes()
     n_bytes = np.array([len(b) for b in table], dtype=np.int64)
     n_chars = np.array([sum((x & 0xC0) != 0x80 for x in b) for b in table], dtype=np.int64)
@@ -84,8 +75,7 @@ def learn_alphabet(texts: Iterable[str]) -> str:
 
 
 class CharTokenizer(Tokenizer):
-    """One id per character of `alphabet` (id = index), then the unknown-character token (it decodes to
-    U+FFFD). Its alphabet is learned from the training split, so held-out text may map to the unknown token."""
+    """One id per character of `alphabet`, then the unknown-character token (held-out text may need it)."""
 
     kind = "char"
 
@@ -130,7 +120,7 @@ class ByteTokenizer(Tokenizer):
 
 
 def _hf() -> Any:
-    """The Hugging Face tokenizers module, or a one-line error naming the extra that installs it."""
+    """The Hugging Face tokenizers module, or the one-line error naming the extra that installs it."""
     try:
         import tokenizers
     except ImportError:
@@ -139,8 +129,7 @@ def _hf() -> Any:
 
 
 def byte_alphabet() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the printable character standing for each byte (as in Hugging Face's
-    ByteLevel pre-tokenizer), mapped to that byte."""
+    """GPT-2's byte-level alphabet (Hugging Face's ByteLevel): each byte's printable character, mapped to it."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     others = [b for b in range(256) if b not in printable]
     chars = printable + [256 + i for i in range(len(others))]
@@ -148,7 +137,7 @@ def byte_alphabet() -> dict[str, int]:
 
 
 class BpeTokenizer(Tokenizer):
-    """A Hugging Face byte-level BPE tokenizer, defined by its JSON (the optional extra `gpt-tasks[bpe]`)."""
+    """A Hugging Face byte-level BPE tokenizer, defined by its JSON (the extra `gpt-tasks[bpe]`)."""
 
     kind = "bpe"
 
@@ -193,8 +182,7 @@ class BpeTokenizer(Tokenizer):
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
-    """A byte-level BPE of at most `vocab_size` tokens (fewer if the text allows no more merges) trained on
-    `texts`: the 256 byte symbols, then merges learned from the text, no special tokens."""
+    """A byte-level BPE of at most `vocab_size` tokens learned from `texts`: the 256 bytes, then merges."""
     if vocab_size < MIN_BPE_VOCAB:
         raise ValueError(f"vocab_size must be at least {MIN_BPE_VOCAB} (the 256 bytes and a merge), got {vocab_size}")
     hf = _hf()
