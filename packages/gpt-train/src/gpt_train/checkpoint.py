@@ -53,6 +53,7 @@ KINDS = ("model", "rng", "grokfast", "precision")  # saved as `<kind>/<name>`, t
 
 
 def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") -> None:
+    """Write `state` to `path` atomically: a failed write (a full disk, say) leaves the previous checkpoint."""
     tensors = {f"{kind}/{k}": v for kind in KINDS for k, v in getattr(state, kind).items()}
     for index, slots in state.optimizer["state"].items():
         tensors |= {f"optim/{index}/{k}": v for k, v in slots.items()}
