@@ -170,10 +170,8 @@ def _built(step: Step, cls: Callable, case: Case, kernels: SimpleNamespace, seed
     sizes = case.sizes | {"kernels": kernels}
     yours = cls(*(sizes[name] if name in sizes else getattr(kernels, name) for name in step.parameters))
     if not isinstance(yours, nn.Module):
-        raise Malformed(
-            f"{step.function}(...) is a {type(yours).__name__}, not an nn.Module: subclass nn.Module and "
-            "call super().__init__()"
-        )
+        raise Malformed(f"{step.function}(...) is a {type(yours).__name__}, not an nn.Module: subclass nn.Module and "
+                        "call super().__init__()")  # fmt: skip
     yours = yours.double()
     _copy_weights(yours, gpt_cores(THEIRS[step.name], case.sizes, seed), step.function)
     if watch is None:
@@ -203,10 +201,8 @@ def allowed() -> tuple[Callable[..., Any], ...]:
 def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
     checks = sum(len(o.outputs) + len(o.grads) for o in expected)
     largest = max(_largest_difference(got, want) for got, want in zip(outcomes, expected, strict=True))
-    return (
-        f"{checks} outputs and gradients beside gpt-core's {step.function} on {len(CASES[step.name])} builds in "
-        f"float64, largest difference {largest:.1e}"
-    )
+    return (f"{checks} outputs and gradients beside gpt-core's {step.function} on {len(CASES[step.name])} builds in "
+            f"float64, largest difference {largest:.1e}")  # fmt: skip
 
 
 def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
@@ -246,10 +242,8 @@ def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
             if ours is None:
                 return f"{case.name}: {what} is missing: your forward never uses it"
             if (excess := first_excess(ours, theirs)) is not None:
-                return (
-                    f"{case.name}: {what} {index_of(excess[0], theirs.shape)} differs from gpt-core's "
-                    f"{step.function} by {excess[1]:.1e}, which exceeds the tolerance {TOLERANCE:.0e}"
-                )
+                return (f"{case.name}: {what} {index_of(excess[0], theirs.shape)} differs from gpt-core's "
+                        f"{step.function} by {excess[1]:.1e}, which exceeds the tolerance {TOLERANCE:.0e}")  # fmt: skip
     return None
 
 

@@ -99,10 +99,8 @@ def _add_width(widths: list[int], module: nn.Module, args: tuple, output: Any) -
 
 
 def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
-    return (
-        f"{len(CASES)} generations, {len(CASES) * PROMPTS * NEW_TOKENS} tokens, the same as gpt-core's generate "
-        "(greedy, temperature, top-k; with and without the KV cache)"
-    )
+    return (f"{len(CASES)} generations, {len(CASES) * PROMPTS * NEW_TOKENS} tokens, the same as gpt-core's generate "
+            "(greedy, temperature, top-k; with and without the KV cache)")  # fmt: skip
 
 
 def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:

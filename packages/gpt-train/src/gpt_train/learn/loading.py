@@ -75,10 +75,8 @@ def learner_function(module: types.ModuleType, path: Path, name: str, parameters
         inspect.signature(found).bind(*parameters)
     except TypeError:
         line = getattr(getattr(found, "__code__", None), "co_firstlineno", "?")
-        raise LearnerError(
-            f"{path}:{line}: {name}{inspect.signature(found)} has the wrong signature; the slot calls "
-            f"{name}({', '.join(parameters)})"
-        ) from None
+        raise LearnerError(f"{path}:{line}: {name}{inspect.signature(found)} has the wrong signature; the slot calls "
+                           f"{name}({', '.join(parameters)})") from None  # fmt: skip
     except ValueError:  # a builtin without a signature: let the calls decide
         pass
     return found

@@ -13,7 +13,7 @@ from gpt_core import GPT
 from gpt_core.plugins import hookimpl
 from gpt_tasks import PromptAnswerTask, Registry
 from gpt_train.learn.grader import Verdict
-from gpt_train.learn.loading import LearnerError, describe, load_module, where
+from gpt_train.learn.loading import LearnerError, attempt, describe, load_module, where
 
 STEPS, BATCH, LR, EVAL_LIMIT = 120, 64, 3e-3, 500  # enough for a small model to learn a simple mapping
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 32}
@@ -37,15 +37,12 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
         registry = Registry(plugins=[SimpleNamespace(name="learn", dist=None, load=lambda: plugin)])  # as if installed
     if caught:
         return Verdict(False, f"{path}: {caught[0].message}")
-    try:
-        task = registry.get(task_class.name)
-        return _train_and_score(task, path)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:
-        if type(error) is NotImplementedError:
-            return Verdict(False, f"{where(error, path)}: the task is not written yet (it raises NotImplementedError)")
-        return Verdict(False, f"{where(error, path)}: the task raised {describe(error)}")
+    verdict, error = attempt(lambda: _train_and_score(registry.get(task_class.name), path))
+    if error is None:
+        return verdict
+    if type(error) is NotImplementedError:
+        return Verdict(False, f"{where(error, path)}: the task is not written yet (it raises NotImplementedError)")
+    return Verdict(False, f"{where(error, path)}: the task raised {describe(error)}")
 
 
 def _train_and_score(task: PromptAnswerTask, path: Path) -> Verdict:

@@ -162,14 +162,14 @@ def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         for number, (after, right) in enumerate(zip(got.snapshots, want.snapshots, strict=True), 1):
             for name, value in right.items():
-                difference = (after[name] - value).abs().nan_to_num(nan=math.inf)
+                gap = (after[name] - value).abs().nan_to_num(nan=math.inf)
                 tolerances = _tolerances(name, value, float(value.abs().max()))
-                if not bool((difference > tolerances).any()):
+                if not bool((gap > tolerances).any()):
                     continue
-                flat = int((difference - tolerances).argmax())
+                flat = int((gap - tolerances).argmax())
                 return (f"{case.name}: after step {number} of {case.settings.steps}, {name} "
-                        f"{index_of(flat, difference.shape)} differs from gpt-train's step by "
-                        f"{float(difference.flatten()[flat]):.1e}, which exceeds the tolerance "
+                        f"{index_of(flat, gap.shape)} differs from gpt-train's step by "
+                        f"{float(gap.flatten()[flat]):.1e}, which exceeds the tolerance "
                         f"{float(tolerances.flatten()[flat]):.0e}")  # fmt: skip
     return None
 

@@ -34,18 +34,9 @@ class Malformed(Exception):
 Judged = Callable[[Step, Sequence, Sequence], Any]  # (step, the learner's outcomes, the right ones) -> what is said
 
 
-def judge(
-    step: Step,
-    path: Path | None,
-    watch: Watch,
-    outcomes: Sequence,
-    expected: Sequence,
-    diagnose: Callable[[], Mistake | None],
-    malformed: Judged,
-    difference: Judged,
-    passed: Judged,
-    requirement: Callable[[], str | None] | None = None,
-) -> Verdict:
+def judge(step: Step, path: Path | None, watch: Watch, outcomes: Sequence, expected: Sequence,
+          diagnose: Callable[[], Mistake | None], malformed: Judged, difference: Judged, passed: Judged,
+          requirement: Callable[[], str | None] | None = None) -> Verdict:  # fmt: skip
     """The verdict on `outcomes` (each with an `error`), each later question asked only when the earlier ones pass."""
     error = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
     if error is not None:
