@@ -1,7 +1,5 @@
-"""torch.compile for gpt-core's model: one graph for a training step, and for an evaluation.
-
-A forward's `read` rows are a data-dependent count, traced as a size (`capture_dynamic_output_shape_ops`) instead of
-breaking the graph; the eager shortcuts that read the data are not taken under the compiler (`kernels/linear.py`).
+"""torch.compile for gpt-core's model: one graph for a training step, and for an evaluation. The `read` rows' count is
+traced as a size (`capture_dynamic_output_shape_ops`) instead of breaking the graph (`kernels/linear.py`).
 """
 
 from __future__ import annotations

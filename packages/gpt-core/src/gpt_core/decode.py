@@ -1,9 +1,8 @@
 """Decoding in steps whose shapes never change, so that a GPU can record one step and replay it per token.
 
-A cached step's time on a GPU goes to launching about a hundred small kernels; a CUDA graph replays them as one,
-but only for a step with the same shapes and memory every time and nothing read back to the host. So the step here
-writes its keys and values at a position held on the device, attends over every slot of the cache with the unfilled
-ones masked (softmax(q k^T / sqrt(d) + mask) v, by the kernel set's softmax), and advances that position itself.
+A CUDA graph replays a cached step's hundred small launches as one, but only for a step with the same shapes and
+memory every time and nothing read back to the host: so this step writes its keys and values at a position held on
+the device, attends over every slot of the cache, the unfilled ones masked, and advances that position itself.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from torch import Tensor
 
 from gpt_core.model import GPT, MultiHeadAttention
 
-WARMUP_STEPS = 3
-"""Eager steps run on a side stream before the capture, as PyTorch's CUDA-graph recipe asks."""
+WARMUP_STEPS = 3  # eager steps on a side stream before the capture, as PyTorch's CUDA-graph recipe asks
 
 
 def static_step_refusal(model: GPT) -> str | None:
@@ -29,10 +27,7 @@ def static_step_refusal(model: GPT) -> str | None:
 
 
 class StaticDecoder:
-    """Decodes `model` one token per row at a time for up to `max_length` positions, in steps of fixed shapes.
-
-    `positions` (B, max_length): each row's ids (None: 0, 1, 2, ...). With `graph` (CUDA only) the first step is
-    captured as a CUDA graph and every step replays it."""
+    """Decodes `model` one token per row at a time in steps of fixed shapes, replaying a CUDA graph with `graph`."""
 
     def __init__(self, model: GPT, batch_size: int, max_length: int, positions: Tensor | None = None,
                  graph: bool = False):  # fmt: skip

@@ -30,13 +30,10 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
 def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
              use_cache: bool = True, generator: torch.Generator | None = None, slide: bool = False,
              static: bool = False) -> Tensor:  # fmt: skip
-    """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens; returns (B, T + n_new).
+    """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens, in inference mode; returns (B, T + n_new).
 
-    With learned positions it stops at position_limit + 1 tokens, or with `slide` continues from the last
-    position_limit // 2 tokens as a fresh prompt; rope and none run as far as asked. A randomized model's
-    position ids are drawn once for the whole sequence with `generator`. `static` decodes in steps of fixed
-    shapes (`gpt_core.decode`), a CUDA graph on CUDA. Runs in inference mode; returns an ordinary tensor.
-    """
+    Learned positions stop at position_limit + 1 tokens or, with `slide`, continue from the last position_limit // 2
+    as a fresh prompt. A randomized model's ids are drawn once with `generator`. `static`: see `gpt_core.decode`."""
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
     if max_new_tokens < 0:

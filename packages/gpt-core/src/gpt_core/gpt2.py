@@ -54,7 +54,6 @@ IGNORED_BUFFERS = ("attn.bias", "attn.masked_bias")
 """Per-block buffers older checkpoints hold (the causal mask and its fill value): no weights."""
 
 
-# configuration ----------------------------------------------------------------------------------
 def config_from_hf(hf: Mapping[str, Any]) -> GPTConfig:
     """The GPTConfig of a GPT-2 config.json; ValueError naming a setting gpt-core cannot compute."""
     if hf.get("model_type") != "gpt2":
@@ -128,7 +127,6 @@ def hf_config(config: GPTConfig) -> dict[str, Any]:
     }
 
 
-# tensors ---------------------------------------------------------------------------------------
 def _our_name(hf_name: str) -> tuple[str, bool] | None:
     """(gpt-core's name, is a Conv1D weight) of a Hugging Face name, None for a buffer; KeyError if unknown."""
     first, _, rest = hf_name.partition(".")

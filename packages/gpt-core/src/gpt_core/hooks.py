@@ -1,10 +1,8 @@
 """Hook points: a name for every intermediate of the forward pass, and the functions set on them.
 
-A hook `fn(activation, name)` reads an activation and returns None to keep it or a tensor of the same shape to
-replace it from there on, autograd included (zeroing a head, patching an activation in). `GPT.hooks` sets them for
-a with-block, `GPT.run_with_cache` records them. A hook is handed the (.., T, ..) activations of the call's T new
-positions, the first at `offset` (the KV cache's filled length); with `read`, the last block's hooks from `ln2` on,
-`ln_final` and `logits` see only the N read rows.
+A hook `fn(activation, name)` returns None to keep the activation or a tensor of its shape to replace it, autograd
+included. `GPT.hooks` sets them for a with-block. A hook sees the call's T new positions, the first at `offset` (the
+KV cache's filled length); with `read`, the last block's hooks from `ln2` on and the head's see the N read rows.
 """
 
 from __future__ import annotations

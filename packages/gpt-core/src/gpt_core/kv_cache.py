@@ -33,8 +33,7 @@ class KVCache:
         self.length += n_positions
 
     def write(self, layer: int, k: Tensor, v: Tensor, at: Tensor) -> tuple[Tensor, Tensor]:
-        """Write one step's k, v (B, H, 1, d) at the device position `at` (1,); return the whole buffers
-        (B, H, T_max, d) for the caller to mask. Nothing goes to the host: a CUDA graph can capture it."""
+        """Write one step's k, v (B, H, 1, d) at the device position `at`; return the whole buffers to mask."""
         keys, values = self.keys[layer], self.values[layer]  # (B, H, T_max, d) views into the buffers
         keys.index_copy_(2, at, k.to(keys.dtype))
         values.index_copy_(2, at, v.to(values.dtype))

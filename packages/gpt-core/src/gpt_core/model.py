@@ -1,8 +1,7 @@
 """The GPT, all of it in this file: configuration, attention, MLP, the pre-norm block, the model.
 
-Every hand-written piece of arithmetic is a call into the model's kernel table, `self.kernels`: the
-fast set by default (`gpt_core.kernels`), or the reference set (`gpt_core.reference`), which is each
-piece as its definition in plain autograd. Read this file top to bottom, then `reference.py`.
+Every hand-written piece of arithmetic is a call into the model's kernel table, `self.kernels`: the fast set by
+default, or the reference set, each piece as its definition in plain autograd. Read this file, then `reference.py`.
 """
 
 from __future__ import annotations
@@ -158,8 +157,7 @@ class GELU(nn.Module):
 
 
 class MultiHeadAttention(HookPoints, nn.Module):
-    """Causal self-attention: one fused qkv projection, split into heads, attention, output projection.
-    The k and v hooks see the new positions before they enter the cache, so later steps attend to a replacement."""
+    """Causal self-attention: one fused qkv projection, split into heads, attention, output projection."""
 
     def __init__(self, n_embd: int, n_head: int, bias: bool, dropout_p: float, rope: RotaryEmbedding | None = None,
                  kernels: Kernels = DEFAULT_KERNELS, hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
@@ -280,8 +278,7 @@ class GPT(HookPoints, nn.Module):
 
     @contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
-        """Within the with-block, every forward hands each named activation to fn(activation, name), which returns
-        None to keep it or a tensor of the same shape to use instead; nested blocks compose, outer hook first."""
+        """Within the with-block, hand each named activation to its fn(activation, name) (see `gpt_core.hooks`)."""
         check_hooks(fns, self.hook_names())
         with self._hooks.added(fns):
             yield

@@ -1,9 +1,8 @@
 """The one plugin system of tasks and kernels: one pluggy project, one `hookimpl` marker, one loader.
 
-A plugin module marks `register_tasks(register)` or `register_kernels(register)` with `@hookimpl` and is named by
-an entry point in the group `gpt_tasks` or `gpt_kernels`. A plugin that fails to import or register is one warning
-and keeps nothing; a name two plugins register is an error naming both. The contract is version API_VERSION
-(gpt-tasks' README, "The plugin contract").
+A plugin module, named by an entry point of group `gpt_tasks` or `gpt_kernels`, marks `register_tasks(register)` or
+`register_kernels(register)` with `@hookimpl`. A broken plugin is one warning; a name two plugins register is an
+error naming both. The contract is version API_VERSION (gpt-tasks' README, "The plugin contract").
 """
 
 from __future__ import annotations
@@ -79,8 +78,7 @@ Item = TypeVar("Item", bound=Registered)
 
 @dataclass(frozen=True)
 class PluginKind(Generic[Item]):
-    """One kind of plugin: its entry-point group, its hook, and `accept`, which turns one `register(...)` call into
-    the registry's item, raising on a registration it refuses."""
+    """One kind of plugin; `accept` turns one `register(...)` call into an item, raising on one it refuses."""
 
     noun: str
     group: str
@@ -90,8 +88,7 @@ class PluginKind(Generic[Item]):
 
 
 class PluginTable(Generic[Item]):
-    """The items the plugins of one kind register (by default every installed entry point of its group), by key,
-    after `builtins`; the keys two plugins register are kept apart as clashes."""
+    """The items the plugins of one kind register, by key, after `builtins`; keys registered twice are clashes."""
 
     def __init__(
         self, kind: PluginKind[Item], plugins: Iterable[EntryPoint] | None = None, builtins: Iterable[Item] = ()

@@ -1,14 +1,11 @@
 """Where each token sits: learned positions, rotary positions (RoPE), randomized ids, and the limit.
 
- - learned: a table of position vectors added to the token embeddings, one per id in range(block_size or
-   max_positions).
- - rope: channels (i, i + d/2) of a query or key at position m are rotated by the angle m * base^(-2i/d), so the
-   dot product of a query at m and a key at n depends on the positions only through m - n: no table, and it runs
-   past the trained length.
- - none: causal attention alone must infer order.
- - randomized ids (Ruoss et al. 2023): in training each sequence's ids are a sorted random subset of
-   range(max_positions) > block_size, so every id a longer test sequence uses has been trained.
-`check_positions` is the one check of the limit, with one message, for the model, generation and evaluation.
+- learned: a table of position vectors added to the token embeddings, one per id in range(position_limit).
+- rope: channels (i, i + d/2) of a query or key at position m are rotated by the angle m * base^(-2i/d), so a
+  query at m and a key at n interact through m - n alone: no table, and it runs past the trained length.
+- none: causal attention alone must infer order.
+- randomized ids (Ruoss et al. 2023): in training each sequence's ids are a sorted random subset of
+  range(max_positions) > block_size, so every id a longer test sequence uses has been trained.
 """
 
 from __future__ import annotations
@@ -78,8 +75,7 @@ def check_positions(c: GPTConfig, n: int, what: str = "the input") -> None:
 def sample_positions(
     c: GPTConfig, batch_size: int, length: int, device: torch.device, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Randomized position ids (B, T) on `device`: per sequence, `length` distinct sorted ids from
-    range(max_positions), drawn with `generator` on its device, else with the global RNG on `device`."""
+    """Randomized position ids (B, T): per sequence, `length` distinct sorted ids from range(max_positions)."""
     check_positions(c, length, "the sequence")
     where = generator.device if generator is not None else device
     keys = torch.rand(batch_size, position_limit(c), device=where, generator=generator)  # (B, L)

@@ -47,11 +47,8 @@ _cached_causal_bias = functools.lru_cache(maxsize=64)(_new_causal_bias)
 
 
 def _log2_scores(q: Tensor, k: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), in float32 at least, and q times scale log2(e).
-
-    Base 2: softmax(s) = 2^(s log2(e) - max) / sum, and exp is slow on -inf and large negatives on CPU where
-    exp2 is not; the log2(e) rides on the scale at no cost.
-    """
+    """The masked scores q k^T scale log2(e) (B, H, Tq, Tk), float32 at least, and q times scale log2(e). Base 2,
+    softmax(s) = 2^(s log2(e) - max) / sum: exp is slow on -inf on CPU, exp2 is not, and log2(e) rides on the scale."""
     q = q * (scale * _LOG2_E)
     scores = upcast(q @ k.transpose(-2, -1))  # (B, H, Tq, Tk)
     n_queries, n_keys = scores.shape[-2:]
@@ -116,10 +113,8 @@ class _Attention(torch.autograd.Function):
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, dropout_p: float = 0.0) -> Tensor:
-    """Attention softmax(q k^T / sqrt(d)) v, fused, with a hand-derived backward and `dropout_p` on the weights.
-
-    q (B, H, Tq, d); k, v (B, H, Tk, d), Tq <= Tk when causal, the queries aligned to the end (`causal_mask`).
-    """
+    """softmax(q k^T / sqrt(d)) v, fused, with a hand-derived backward and `dropout_p` on the weights; q (B, H, Tq, d),
+    k and v (B, H, Tk, d), Tq <= Tk when causal, the queries aligned to the end (`causal_mask`)."""
     if causal and q.shape[-2] > k.shape[-2]:
         raise ValueError(f"causal attention needs no more queries than keys, got {q.shape[-2]} > {k.shape[-2]}")
     if not 0.0 <= dropout_p <= 1.0:

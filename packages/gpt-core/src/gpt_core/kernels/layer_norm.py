@@ -2,10 +2,9 @@
 
     y = (x - mean) / sqrt(var + eps) * weight + bias,   var the biased variance of the row
 
-Autograd would save every intermediate and replay one kernel per operation; the closed-form gradient (`_LayerNorm`)
-needs only xhat and 1/std. Mean and variance are float32 for 16-bit inputs. Under torch.compile the kernel is the
-plain formula, whose backward the compiler derives and fuses itself: Inductor on CUDA compiled `_LayerNorm`'s
-backward wrong.
+The closed-form gradient (`_LayerNorm`) needs only xhat and 1/std, where autograd saves every intermediate; mean and
+variance are float32 for 16-bit inputs. Under torch.compile it is the plain formula, whose backward the compiler
+fuses itself (Inductor on CUDA compiled `_LayerNorm`'s backward wrong).
 """
 
 from __future__ import annotations

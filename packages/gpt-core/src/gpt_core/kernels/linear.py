@@ -26,8 +26,7 @@ def embedding(ids: Tensor, weight: Tensor) -> Tensor:
 
 
 def read_rows(x: Tensor, read: Tensor) -> Tensor:
-    """`x[read]` (N, C) for `x` (B, T, C) and `read` (B, T), by `index_select`; when every position is read, the
-    flattened `x` itself (not under torch.compile, where that test would break the graph)."""
+    """`x[read]` (N, C) by `index_select`; when every position is read, the flattened `x` itself (eager only)."""
     flat = x.reshape(-1, x.shape[-1])  # (B * T, C)
     if not torch.compiler.is_compiling() and bool(read.all()):
         return flat
@@ -35,8 +34,7 @@ def read_rows(x: Tensor, read: Tensor) -> Tensor:
 
 
 def first_read_position(read: Tensor) -> int:
-    """The first position any row of `read` (B, T) reads (0 when none does), before which positions serve only as
-    keys; 0 under torch.compile, where shapes read off the data would break the graph."""
+    """The first position any row of `read` reads (0 when none does; 0 under torch.compile)."""
     if torch.compiler.is_compiling():
         return 0
     return int(read.any(dim=0).int().argmax())

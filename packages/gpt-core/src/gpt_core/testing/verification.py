@@ -40,8 +40,7 @@ References = Mapping[str, Callable[..., Tensor]]
 
 @dataclass(frozen=True)
 class Row:
-    """One comparison: the largest |difference| of the outputs and of the gradients, and where each is
-    ("gradient of k [0, 2, 6, 4]"), or what went wrong (a kernel that raised or gave no gradient: inf)."""
+    """One comparison: the largest |difference| of outputs and of gradients, and where each is (or what failed)."""
 
     component: str
     reference: str
@@ -85,8 +84,7 @@ def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
 
 
 def _attention_cases(ref: References) -> list[_Case]:
-    """Attention on shapes that catch mistakes: odd sizes, one query, queries offset as in cached decoding, and 133
-    positions (several tiles and a ragged last one); then the weights, as the reference's attention of v = I."""
+    """Attention on shapes that catch mistakes (odd sizes, offset queries, several tiles), then its weights."""
     B, H, T, d = 2, 4, 7, 16
     b, h, t, dh = 1, 3, 133, 5  # the long cases'
 
@@ -299,8 +297,7 @@ def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope", ra
 
 
 def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_pattern: bool = False) -> Row:
-    """A whole GPT computed with `kernels` vs the same weights with gpt-core's own: logits, loss and gradients.
-    With `hook_pattern` every block's `pattern` is hooked, so the model uses the `attention_weights` kernel."""
+    """A whole GPT computed with `kernels` vs the same weights with gpt-core's own (`pattern` hooked if asked)."""
     with torch.device("cpu"):  # beside the inputs, whatever the default device
         ours = GPT(_SMALL_GPT, kernels).to(dtype)
         theirs = GPT(_SMALL_GPT).to(dtype)
@@ -323,8 +320,7 @@ def device_model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels,
 def _gpt_row(
     component, reference, relative: bool, ours: GPT, theirs: GPT, gen, device="cpu", prompt=0, hooked=()
 ) -> Row:
-    """`ours` on `device` vs `theirs` on the CPU, one batch; the first `prompt` targets are IGNORE_INDEX and `ours`
-    reads only the rest, as in the tasks' batches. Each name in `hooked` gets a hook keeping its activation."""
+    """`ours` on `device` reading only the targets after `prompt` vs `theirs` on the CPU, on one batch."""
     idx = torch.randint(13, (2, 12), generator=gen, device="cpu")
     targets = torch.randint(13, (2, 12), generator=gen, device="cpu")
     targets[:, :prompt] = IGNORE_INDEX
@@ -362,8 +358,7 @@ def _inputs_from(seed: int | None) -> Iterator[torch.Generator]:
 def verification_report(references: References, dtype: torch.dtype = torch.float64, seed: int | None = None,
                         labels: Mapping[str, str] | None = None, kernels: Kernels = FAST_KERNELS,
                         device: torch.device | str = "cpu") -> list[Row]:  # fmt: skip
-    """One Row per comparison of `kernels` with `references` (named in the table by `labels`). On a `device`
-    other than the CPU everything runs there, and a last row compares a whole GPT with the same one on the CPU."""
+    """One Row per comparison of `kernels` with `references`, on `device` (plus a whole GPT there vs the CPU)."""
     _check_references(references)
     with _inputs_from(seed) as gen:
         rows = [_compare(case, kernels, gen, dtype, labels, device) for case in _cases(references, device)]
@@ -377,8 +372,7 @@ def verification_report(references: References, dtype: torch.dtype = torch.float
 def kernel_report(slot: str, kernel: Callable[..., Tensor], references: References,
                   dtype: torch.dtype = torch.float64, seed: int | None = None,
                   labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
-    """Pin `kernel`, a replacement for `slot`, to the references on every case of that slot; then a whole model
-    computed with it against gpt-core's kernels and, for attention, cached decoding against the full forward."""
+    """Pin `kernel`, a replacement for `slot`, to the references on its cases, then in a whole model."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"unknown kernel slot {slot!r}; slots: {', '.join(KERNEL_SLOTS)}")
     _check_references(references)
