@@ -23,7 +23,6 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 def coerce(key: str, value: Any, annotation: Any) -> Any:
-    """Convert `value` (a Python value or a string from the command line) to `annotation`."""
     origin = typing.get_origin(annotation)
     if origin is Literal:
         choices = typing.get_args(annotation)

@@ -27,8 +27,6 @@ class PluginWarning(AnyPluginWarning):
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """A registered task and where it comes from."""
-
     name: str
     task_class: type[Task]
     plugin: str
@@ -53,7 +51,6 @@ class TaskInfo:
 
 
 def _accept(origin: Origin, task_class: Any) -> TaskInfo:
-    """One `register(task_class)` call of a plugin, checked."""
     if not (isinstance(task_class, type) and issubclass(task_class, Task)):
         raise TypeError(f"register() takes a gpt_tasks.Task subclass, got {task_class!r}")
     if not isinstance(getattr(task_class, "name", None), str) or not task_class.name:
@@ -71,7 +68,6 @@ class Registry:
         self._table = PluginTable(TASK_PLUGINS, plugins)
 
     def tasks(self) -> list[TaskInfo]:
-        """Every usable task, sorted by name."""
         return sorted(self._table.items(), key=lambda info: info.name)
 
     def info(self, name: str) -> TaskInfo:

@@ -48,12 +48,10 @@ def enumerated_mask(
     probe = hashlib.sha256(b"".join(encode(spread))).hexdigest()
     key = key_of({"split": "indexed", "size": size, "fraction": fraction, "salt": salt.hex(), "probe": probe})
     path = user_cache() / "splits" / f"{key}.npy"
-    try:
+    with contextlib.suppress(OSError, ValueError, EOFError):  # damaged or unreadable: computed again below
         bits = np.load(path)
         if bits.dtype == np.uint8 and bits.shape == ((size + 7) // 8,):
             return torch.from_numpy(np.unpackbits(bits, count=size).astype(bool))
-    except (OSError, ValueError, EOFError):
-        pass  # damaged or unreadable: computed again below
     mask = heldout_mask(encode(torch.arange(size, device="cpu")), fraction, salt)
     packed = io.BytesIO()
     np.save(packed, np.packbits(mask.numpy()))

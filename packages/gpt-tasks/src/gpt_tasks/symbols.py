@@ -12,8 +12,6 @@ DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"  # the symbols of bases up to 36
 
 
 class CharVocab:
-    """Maps each character of `alphabet` to its index."""
-
     def __init__(self, alphabet: str):
         if len(set(alphabet)) != len(alphabet):
             raise ValueError("vocabulary characters must be distinct")

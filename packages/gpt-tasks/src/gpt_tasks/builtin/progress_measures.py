@@ -82,12 +82,10 @@ def answer_loss(logits: Tensor, p: int, ids: Tensor) -> float:
 
 
 def answer_accuracy(logits: Tensor, p: int, ids: Tensor) -> float:
-    """The share of the pairs `ids` whose largest logit is the answer."""
     return float((logits[ids].argmax(dim=-1) == pair_answers(p, ids)).double().mean())
 
 
 def weight_norm(model: torch.nn.Module) -> float:
-    """The L2 norm of every parameter together."""
     return float(torch.sqrt(sum(p.detach().double().square().sum() for p in model.parameters())))
 
 

@@ -67,7 +67,6 @@ class RepeatsTask(Task):
         return self.params.block_size
 
     def draw(self, n: int, generator: torch.Generator) -> Sequences:
-        """n sequences, train and held-out alike."""
         T = self.block_size
         tokens = torch.randint(self.params.vocab, (n, T + 1), generator=generator, device="cpu")
         length = torch.randint(T // 4, T // 2 + 1, (n,), generator=generator, device="cpu")
@@ -93,7 +92,6 @@ class RepeatsTask(Task):
         return Sequences(torch.cat([s.tokens for s in kept])[:n], torch.cat([s.copy_starts for s in kept])[:n])
 
     def fixed(self, split: str) -> Sequences:
-        """The split's fixed evaluation sample, drawn once."""
         if split not in self._fixed:
             self._fixed[split] = self.sample(split, EVAL_EXAMPLES, torch.Generator().manual_seed(SEEDS[split]))
         return self._fixed[split]

@@ -17,7 +17,6 @@ PROMPTS = ("ROMEO:", "JULIET:", "KING RICHARD III:", "MENENIUS:")
 
 
 def cache_path() -> Path:
-    """Where the downloaded corpus is kept."""
     return user_cache() / "tinyshakespeare.txt"
 
 

@@ -235,7 +235,6 @@ class TextTask(Task):
         return self._chunks[split]
 
     def _gather(self, starts: torch.Tensor) -> torch.Tensor:
-        """The block_size + 1 tokens from each of `starts` (N,) in the cache."""
         index = starts.numpy()[:, None] + np.arange(self.block_size + 1)
         return torch.from_numpy(self.cache.tokens[index].astype(np.int64))
 

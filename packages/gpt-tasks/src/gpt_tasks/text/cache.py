@@ -49,7 +49,6 @@ def cache_root(cache_dir: str = "") -> Path:
 
 
 def key_of(fields: dict[str, Any]) -> str:
-    """A short stable name for `fields` (JSON values)."""
     text = json.dumps({"format": FORMAT, **fields}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -46,7 +46,6 @@ class Corpus:
 
     @property
     def size(self) -> int:
-        """Bytes in the files (the joined text may add newlines)."""
         return sum(p.stat().st_size for p in self.files)
 
     def pieces(self) -> Iterator[tuple[bytes, str]]:

@@ -198,7 +198,6 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
 
 
 def load_tokenizer(kind: str, data: bytes) -> Tokenizer:
-    """The tokenizer whose `serialize()` gave `data`."""
     if kind == "char":
         return CharTokenizer(data.decode())
     if kind == "byte":
