@@ -21,7 +21,7 @@ from train_helpers import TINY, assert_one_line_error
 from gpt_train.config import RunConfig
 from gpt_train.files import WriteError, write_atomically
 from gpt_train.lab.common import InspectError
-from gpt_train.lab.inspect import inspect_patch
+from gpt_train.lab.inspect import Inspected, inspect_patch
 from gpt_train.lab.serve import Explorer
 from gpt_train.loading import load_run
 from gpt_viz import RunLayout, VizError
@@ -290,7 +290,7 @@ def test_patching_a_model_with_nothing_to_restore_is_refused_in_words_and_writes
             parameter.fill_(fill)
     layout = RunLayout(tiny_run)
     with pytest.raises(InspectError, match=re.escape(said)):
-        inspect_patch(run.task, model, torch.device("cpu"), 30, layout, "resid_pre", 50)
+        inspect_patch(Inspected(run.task, model, torch.device("cpu"), 30, layout), "resid_pre", 50)
     assert not layout.patching("resid_pre").exists() and not layout.patching_picture("resid_pre").exists()
 
 

@@ -1,7 +1,5 @@
-"""The model on one prompt, as the served explorer shows it: the greedy answer `gpt-train sample` gives (KV cache,
-`answer_tokens` of them), the probability of each answer token, and, from one forward pass over what the model reads
-(prompt and answer but its last token), every head's attention and the logit lens at every depth.
-"""
+"""The model on one prompt, as the explorer shows it: the greedy answer `gpt-train sample` gives, each answer token's
+probability, and from one forward pass over what it reads, every head's attention and the logit lens at every depth."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Findings in words: what an analysis's record (its `to_json`, as saved) shows, each sentence with its figure, by
-the rules RULES states with the constants below, so a finding is always traceable to the numbers that made it.
-The comparison rule applies to tasks whose tokens are digits.
-"""
+"""Findings in words: what an analysis's saved record shows, each sentence with its figure, by the rules RULES states
+with the constants below (the comparison rule for digit tokens), so a finding traces to the numbers that made it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Head ablation: the task's primary metric, by its own evaluation on a fixed held-out sample, with attention heads
-removed one at a time or together.
-
-A head writes to the residual stream only through its output z, so replacing z removes the head and nothing else.
-Zero ablation sets z to 0; mean ablation sets it to the head's mean z at the same position over the scored sample,
-which keeps whatever the head writes regardless of the input (a bias the next layers may rely on).
-"""
+"""Head ablation: the task's primary metric on a fixed held-out sample with attention heads removed. A head writes to
+the residual stream only through its output z, so replacing z removes it alone: zero ablation sets z to 0, mean
+ablation to its mean z at that position over the sample (keeping what it writes whatever the input: a bias)."""
 
 from __future__ import annotations
 

@@ -161,7 +161,7 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
     metavar="LAYER.HEAD",
     help="Score with these heads removed together (repeatable; `all` is every head) instead of each alone.",
 )
-def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
+def inspect_heads(run: Inspected, examples: int, ablate: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """Remove each attention head in turn (zero and mean ablation), then each layer's heads together, and
     score the task's primary metric.
 
@@ -175,25 +175,19 @@ def heads(run: Inspected, examples: int, ablate: tuple[str, ...]) -> None:
       gpt-train inspect sort heads --examples 2000
       gpt-train inspect sort heads --ablate all
     """
-    if ablate:
-        ablate_together(run.task, run.model, run.device, parse_heads(ablate, run.model), examples)
-    else:
-        inspect_heads(run, examples)
-
-
-def ablate_together(task: Task, model: GPT, target: torch.device, chosen: list[tuple[int, int]], examples: int) -> None:
-    metric = task.primary_metric
-    baseline, means = lab.baseline_and_means(task, model, target, examples)
-    scores = [lab.ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in lab.ABLATIONS]
-    named = ", ".join(f"{layer}.{head}" for layer, head in chosen)
-    shown = scored_as(baseline["examples"])
-    click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {shown(baseline[metric])}")
-    for how, value in zip(lab.ABLATIONS, scores, strict=True):
-        click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
-
-
-def inspect_heads(run: Inspected, examples: int) -> dict[str, Any]:
     task, model, target, step, layout = run
+    if ablate:
+        chosen, metric = parse_heads(ablate, model), task.primary_metric
+        baseline, means = lab.baseline_and_means(task, model, target, examples)
+        scores = [
+            lab.ablated_metrics(task, model, target, chosen, how, examples, means)[metric] for how in lab.ABLATIONS
+        ]
+        named = ", ".join(f"{layer}.{head}" for layer, head in chosen)
+        shown = scored_as(baseline["examples"])
+        click.echo(f"{metric} on {int(baseline['examples']):,} held-out examples: {shown(baseline[metric])}")
+        for how, value in zip(lab.ABLATIONS, scores, strict=True):
+            click.echo(f"  with heads {named} {how}-ablated: {shown(value)}")
+        return None
     c = model.config
     evaluations = 1 + len(lab.ABLATIONS) * c.n_layer * c.n_head + c.n_layer
     with tqdm(total=evaluations, desc="evaluations", leave=False) as bar:
@@ -255,7 +249,9 @@ def inspect_logit_lens(run: Inspected, examples: int) -> dict[str, Any]:
     help="The answer position measured: corruptions must first change the answer there. "
     "[default: where they most often do]",
 )
-def patch_command(run: Inspected, examples: int, point: str, corrupt: int, answer_position: int | None) -> None:
+def inspect_patch(
+    run: Inspected, point: str, examples: int, corrupt: int = 0, answer_position: int | None = None
+) -> dict[str, Any]:
     """Copy one activation from a clean run into a corrupted one, at each layer and position.
 
     The corrupted prompt differs from the clean one in the token at --corrupt, so that the answers
@@ -269,21 +265,7 @@ def patch_command(run: Inspected, examples: int, point: str, corrupt: int, answe
       gpt-train inspect sort patch
       gpt-train inspect sort patch --hook attn_out --corrupt 3 --answer-position 2
     """
-    inspect_patch(*run, point, examples, corrupt, answer_position)
-
-
-def inspect_patch(
-    task: Task,
-    model: GPT,
-    target: torch.device,
-    step: int,
-    layout: RunLayout,
-    point: str,
-    examples: int,
-    corrupt: int = 0,
-    answer_position: int | None = None,
-) -> dict[str, Any]:
-    result = lab.patch(task, model, target, point, examples, corrupt, answer_position)
+    result = lab.patch(run.task, run.model, run.device, point, examples, corrupt, answer_position)
     click.echo(
         f"patching {point} on {result.examples:,} pairs (e.g. {result.example['clean']} vs "
         f"{result.example['corrupted']}); logit difference at answer position {result.answer_position}: "
@@ -291,8 +273,8 @@ def inspect_patch(
     )
     rows = [(f"layer {layer}", *(f"{v:.3f}" for v in row)) for layer, row in enumerate(result.restored)]
     click.echo(format_table(("restored", *result.positions), rows))
-    paths = layout.patching(point), layout.patching_picture(point)
-    return save(result.to_json(), step, pictures.patching_picture, paths, findings.patching_findings)
+    paths = run.layout.patching(point), run.layout.patching_picture(point)
+    return save(result.to_json(), run.step, pictures.patching_picture, paths, findings.patching_findings)
 
 
 @analysis("reads", 10_000, "Held-out sequences read")
@@ -391,7 +373,7 @@ def report_command(run: Inspected, examples: int, pairs: int) -> None:
     records = {
         "heads": inspect_heads(run, examples),
         "logit_lens": inspect_logit_lens(run, examples),
-        "patching": {point: inspect_patch(*run, point, pairs) for point in REPORT_POINTS},
+        "patching": {point: inspect_patch(run, point, pairs) for point in REPORT_POINTS},
         "reads": inspect_reads(run, examples),
     }
     write_bytes_atomically(run.layout.report, report_page(run.layout, run.task.name, records).encode("utf-8"))

@@ -1,10 +1,6 @@
-"""The logit lens: the residual stream read out before the last layer is done with it.
-
-Passing the stream as it stands after each layer's attention and MLP through the final LayerNorm and the output
-head asks what the model would answer if it stopped there: where in depth the answer appears. Scored
-teacher-forced on held-out sequences, which for greedy decoding is the same as generating: each step reads the
-same right prefix.
-"""
+"""The logit lens: the residual stream after each layer's attention and MLP read out through the final LayerNorm
+and the head, asking what the model would answer if it stopped there. Scored teacher-forced on held-out sequences,
+which for greedy decoding is the same as generating: each step reads the same right prefix."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_train.lab.common import Record, prompt_answer_task
 from gpt_viz import HELDOUT
 
-CHUNK = 1024
-"""Sequences per forward pass."""
+CHUNK = 1024  # sequences per forward pass
 
 
 @dataclass(frozen=True)

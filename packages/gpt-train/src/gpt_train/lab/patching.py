@@ -1,10 +1,7 @@
-"""Activation patching: which activation, at which position, carries what the answer depends on.
-
-A clean prompt and a corrupted one differ in one prompt token, so that their answers agree up to one answer position
-and differ there: the logit difference (clean token minus corrupted token) there is large one way on the clean run,
-the other way on the corrupted one. Copying one activation (one layer's, at one position) from the clean run into the
-corrupted run, the share of that difference that comes back says how much of it passes through there.
-"""
+"""Activation patching: which activation, at which position, carries what the answer depends on. A clean and a
+corrupted prompt differ in one token, so their answers first differ at one position, where the logit difference (clean
+token minus corrupted token) flips sign; copying one layer's activation at one position from the clean run into the
+corrupted one, the share of that difference that comes back is how much passes through there."""
 
 from __future__ import annotations
 
@@ -19,10 +16,8 @@ from gpt_tasks import PromptAnswerTask, Task, evaluating
 from gpt_train.lab.common import InspectError, Record, block_points, check_index, prompt_answer_task
 from gpt_viz import HELDOUT
 
-HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})
-"""Hook points shaped (B, H, T, ...): their position is dimension 2; every other point's is dimension 1."""
-CANDIDATES = 8
-"""Clean examples drawn per pair wanted: most have a single-token corruption of the kind asked for."""
+HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})  # shaped (B, H, T, ...): position is dimension 2, not 1
+CANDIDATES = 8  # clean examples drawn per pair wanted: most have a single-token corruption of the kind asked for
 
 
 @dataclass(frozen=True)

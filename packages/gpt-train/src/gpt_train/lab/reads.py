@@ -1,8 +1,6 @@
-"""What each head reads: from the positions that read back an answer token, its attention on each prompt token, by
-that token's value and the value of the answer token just written. A head that compares the prompt with what has been
-written shows it here (sort's layer-0 heads read input digits at or above the digit just written). Weights are times
-the prompt length, so 1.0 is attention spread evenly over the prompt.
-"""
+"""What each head reads: from the positions that read back an answer token, its attention on each prompt token by
+that token's value and the value just written, times the prompt length (1.0: even over the prompt). A head comparing
+the two shows it here (sort's layer-0 heads read digits at or above the one just written)."""
 
 from __future__ import annotations
 

@@ -64,10 +64,9 @@ def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[s
         try:
             record = check(load_inspection(path), model.config)
         except (VizError, record_checks.Unusable, KeyError):  # unreadable, or a field missing or unusable
-            record = None
-        if record is None:
             left_out.append(path.name)
-        elif key == "patching":
+            continue
+        if key == "patching":
             records["patching"][record["point"]] = record
         else:
             records[key] = record
