@@ -32,8 +32,9 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
              static: bool = False) -> Tensor:  # fmt: skip
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens, in inference mode; returns (B, T + n_new).
 
-    Learned positions stop at position_limit + 1 tokens or, with `slide`, continue from the last position_limit // 2
-    as a fresh prompt. A randomized model's ids are drawn once with `generator`. `static`: see `gpt_core.decode`."""
+    Learned positions stop at position_limit + 1 tokens (rope and none run on) or, with `slide`, continue from the
+    last position_limit // 2 as a fresh prompt. A randomized model's ids are drawn once with `generator`. `static`:
+    steps of fixed shapes (`gpt_core.decode`)."""
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
     if max_new_tokens < 0:
