@@ -21,6 +21,7 @@ import torch
 
 from gpt_core import IGNORE_INDEX
 from gpt_tasks import ParamError, get_task, is_heldout
+from gpt_tasks.builtin.text import TextParams
 from gpt_tasks.text import Corpus, chunks
 from gpt_tasks.text.cache import META, TOKENS
 
@@ -178,6 +179,11 @@ def test_chunks_too_short_for_a_window_of_bpe_tokens_say_what_to_change(corpus):
 def test_inconsistent_parameters_are_refused(corpus, params, words):
     with pytest.raises(ParamError, match=words.replace("(", r"\(").replace(")", r"\)")):
         text_task(corpus, **params)
+
+
+def test_text_params_built_directly_refuse_an_unknown_tokenizer():
+    with pytest.raises(ValueError, match="tokenizer must be one of char, byte, bpe, got 'words'"):
+        TextParams(tokenizer="words")
 
 
 def test_a_missing_or_foreign_tokenizer_file_is_refused(corpus, tmp_path):

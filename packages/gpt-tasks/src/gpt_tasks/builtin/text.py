@@ -27,6 +27,7 @@ from gpt_tasks.task import Batch, Defaults, Task
 from gpt_tasks.text.cache import cache_root, changed_while_read, key_of, prepare, say, write_atomically
 from gpt_tasks.text.corpus import Corpus, chunks
 from gpt_tasks.text.tokenizer import (
+    KINDS,
     MIN_BPE_VOCAB,
     BpeTokenizer,
     CharTokenizer,
@@ -71,6 +72,8 @@ class TextParams:
                 "a window of block_size + 1 tokens must fit inside one chunk"
             )
         check_fraction("heldout_fraction", self.heldout_fraction)
+        if self.tokenizer not in KINDS:
+            raise ValueError(f"tokenizer must be one of {', '.join(KINDS)}, got {self.tokenizer!r}")
         owners = {"vocab_size": "bpe", "tokenizer_file": "bpe", "alphabet": "char"}
         for name, owner in owners.items():
             if getattr(self, name) not in (None, "") and self.tokenizer != owner:
