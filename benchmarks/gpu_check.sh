@@ -74,7 +74,8 @@ EOF
   step "KV cache on $DEVICE (6-layer)" kv_cache 120 --models 6l --batches 1 --rounds 3
   step "KV cache on $DEVICE (GPT-2 124M)" kv_cache 300 --models gpt2 --batches 1 8 --rounds 2 --min-rounds 1 --budget 45
   if [ -n "${NANOGPT:-}" ]; then
-    step "gpu_step against nanoGPT" $PYTHON benchmarks/gpu_step.py --nanogpt "$NANOGPT" --device $DEVICE
+    step "gpu_step against nanoGPT" $PYTHON benchmarks/gpu_step.py --nanogpt "$NANOGPT" --device $DEVICE \
+      $([ "$DEVICE" = cpu ] && echo --quick)
   fi
   if [ -n "${NANOGPT:-}" ] && [ -n "${SHAKESPEARE:-}" ]; then
     step "shakespeare_char recipe against nanoGPT" recipe

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -198,7 +199,7 @@ def main() -> None:
     parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--shapes", default="small,gpt2", help="comma-separated: small, gpt2")
-    parser.add_argument("--kernels", default=None, help="kernel sets, comma-separated (default: every set shipped)")
+    parser.add_argument("--kernels", default=None, help="kernel sets, comma-separated (default: each the device runs)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per side per round")
     parser.add_argument("--warmup", type=int, default=5)
@@ -208,7 +209,9 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     nanogpt = load_nanogpt(args.nanogpt.resolve())
-    sets = args.kernels.split(",") if args.kernels else list(KERNEL_SETS)
+    runs_triton = device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"  # else it refuses the tensors
+    runs = [name for name in KERNEL_SETS if name != "triton" or runs_triton]
+    sets = args.kernels.split(",") if args.kernels else runs
     sides = ["nanoGPT", *(f"ours {name}" for name in sets if name != "reference")]
     shapes = QUICK if args.quick else {name: SHAPES[name] for name in args.shapes.split(",")}
     peak = bf16_peak_tflops(device)
