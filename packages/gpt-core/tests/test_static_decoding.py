@@ -9,6 +9,7 @@ from torch.overrides import TorchFunctionMode
 
 from gpt_core import GPT, GPTConfig, KVCache, generate
 from gpt_core.decode import StaticDecoder, static_step_refusal
+from gpt_core.testing.compiled import GraphCounter
 
 V = 17
 BLOCK = 16
@@ -185,17 +186,6 @@ def test_the_operation_log_sees_the_cached_forwards_shapes_change(gen):
         model(torch.randint(V, (2, 3), generator=gen), cache=cache)
     logs = _logged_steps(lambda token: model(token, cache=cache), torch.randint(V, (2, 4), generator=gen))
     assert logs[1] != logs[0]
-
-
-class GraphCounter:
-    """A torch.compile backend that counts the graphs it is handed and runs each as traced."""
-
-    def __init__(self) -> None:
-        self.graphs = 0
-
-    def __call__(self, graph_module, example_inputs):
-        self.graphs += 1
-        return graph_module.forward
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
