@@ -1,5 +1,6 @@
 """torch.compile for gpt-core's model: one graph for a training step, and for an evaluation. The `read` rows' count is
-traced as a size (`capture_dynamic_output_shape_ops`) instead of breaking the graph (`kernels/linear.py`).
+traced as a size (`capture_dynamic_output_shape_ops`) instead of breaking the graph; the eager-only data-dependent
+shortcuts are skipped under the compiler (`kernels/linear.py`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ def static_step_refusal(model: GPT) -> str | None:
 
 
 class StaticDecoder:
-    """Decodes `model` one token per row at a time in steps of fixed shapes, replaying a CUDA graph with `graph`."""
+    """Decodes `model` one token per row at a time in steps of fixed shapes, replaying a CUDA graph with `graph`
+    (CUDA only). `positions` (B, max_length): a randomized model's ids; None: 0, 1, 2, ..."""
 
     def __init__(self, model: GPT, batch_size: int, max_length: int, positions: Tensor | None = None,
                  graph: bool = False):  # fmt: skip
@@ -100,7 +101,8 @@ class StaticDecoder:
         return model.lm_head(model.ln_f(x))  # (B, 1, V)
 
     def _attend(self, attn: MultiHeadAttention, x: Tensor, where: Tensor, hidden: Tensor) -> Tensor:
-        """`attn` for one new token per row (B, 1, C) over every slot of the cache, the hidden ones masked."""
+        """`attn` for one new token per row (B, 1, C) over every slot of the cache, the hidden ones masked:
+        softmax(q k^T / sqrt(d) + mask) v by the kernel set's softmax (an attention kernel takes no mask)."""
         B, _, C = x.shape
         q, k, v = attn.qkv(x).view(B, 1, 3, attn.n_head, C // attn.n_head).permute(2, 0, 3, 1, 4)  # (B, H, 1, d)
         if attn.rope is not None:

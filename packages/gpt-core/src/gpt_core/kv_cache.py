@@ -21,7 +21,8 @@ class KVCache:
         self.length = 0
 
     def store(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v (B, H, T, d) after the filled part; return all filled keys and values."""
+        """Write k, v (B, H, T, d) after the filled part; return all filled keys and values. `length` moves on once
+        per forward, in `advance`, after every layer has stored."""
         end = self.length + k.shape[-2]
         if end > self.max_length:
             raise ValueError(f"KV cache is full: {end} positions needed, {self.max_length} allocated")
@@ -33,7 +34,8 @@ class KVCache:
         self.length += n_positions
 
     def write(self, layer: int, k: Tensor, v: Tensor, at: Tensor) -> tuple[Tensor, Tensor]:
-        """Write one step's k, v (B, H, 1, d) at the device position `at`; return the whole buffers to mask."""
+        """Write one step's k, v (B, H, 1, d) at the device position `at`; return the whole buffers to mask. Nothing
+        is read back to the host, so a CUDA graph can record it; `length` is the caller's to advance."""
         keys, values = self.keys[layer], self.values[layer]  # (B, H, T_max, d) views into the buffers
         keys.index_copy_(2, at, k.to(keys.dtype))
         values.index_copy_(2, at, v.to(values.dtype))

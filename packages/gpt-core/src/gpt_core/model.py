@@ -30,7 +30,8 @@ class GPTConfig:
 
     pos, max_positions (0: block_size) and randomized_positions: see `gpt_core.positions`. `layernorm`, `residual`
     and `mlp` switch those parts off. `init_scale` multiplies every initial weight matrix: a larger weight norm
-    delays generalisation, the lever behind grokking (Liu et al. 2022, "Omnigrok").
+    delays generalisation, the lever behind grokking (Liu et al. 2022, "Omnigrok"); 1.0 is GPT-2's init exactly.
+    `tie_weights` shares the token embedding with the output head.
     """
 
     vocab_size: int
@@ -157,7 +158,8 @@ class GELU(nn.Module):
 
 
 class MultiHeadAttention(HookPoints, nn.Module):
-    """Causal self-attention: one fused qkv projection, split into heads, attention, output projection."""
+    """Causal self-attention: one fused qkv projection, split into heads, attention, output projection. The k and v
+    hooks see this call's new positions before they enter the cache: a replacement is what later steps attend to."""
 
     def __init__(self, n_embd: int, n_head: int, bias: bool, dropout_p: float, rope: RotaryEmbedding | None = None,
                  kernels: Kernels = DEFAULT_KERNELS, hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
@@ -239,7 +241,8 @@ class Block(HookPoints, nn.Module):
 
 
 class GPT(HookPoints, nn.Module):
-    """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head."""
+    """Decoder-only transformer: token (+ position) embedding, n_layer blocks, final norm, output head. `kernels` draw
+    no random numbers, so the initial weights are the same whichever set is chosen."""
 
     def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
         super().__init__()
@@ -278,7 +281,8 @@ class GPT(HookPoints, nn.Module):
 
     @contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
-        """Within the with-block, hand each named activation to its fn(activation, name) (see `gpt_core.hooks`)."""
+        """Within the with-block, hand each named activation to its fn(activation, name) (see `gpt_core.hooks`); an
+        unknown name is a ValueError, nothing set."""
         check_hooks(fns, self.hook_names())
         with self._hooks.added(fns):
             yield
@@ -291,7 +295,8 @@ class GPT(HookPoints, nn.Module):
     def run_with_cache(
         self, idx: Tensor, names: Iterable[str] | None = None, **forward_kwargs: Any
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The logits and the named activations (all by default), detached, in forward order."""
+        """The logits and the named activations (all by default), detached, in forward order; in the caller's grad
+        mode (wrap it in torch.no_grad() for the numbers alone)."""
         wanted = self.hook_names() if names is None else list(names)
         recorded: dict[str, Tensor] = {}
 

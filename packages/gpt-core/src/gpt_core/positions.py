@@ -75,7 +75,8 @@ def check_positions(c: GPTConfig, n: int, what: str = "the input") -> None:
 def sample_positions(
     c: GPTConfig, batch_size: int, length: int, device: torch.device, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Randomized position ids (B, T): per sequence, `length` distinct sorted ids from range(max_positions)."""
+    """Randomized position ids (B, T): per sequence, `length` distinct sorted ids from range(max_positions). Drawn
+    with `generator` on its device, else the global RNG on `device` as dropout is: a resumed run draws the same."""
     check_positions(c, length, "the sequence")
     where = generator.device if generator is not None else device
     keys = torch.rand(batch_size, position_limit(c), device=where, generator=generator)  # (B, L)

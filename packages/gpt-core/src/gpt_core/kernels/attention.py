@@ -25,7 +25,8 @@ _LOG2_E = math.log2(math.e)
 
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> Tensor:
-    """Boolean (n_queries, n_keys) mask, True where allowed, the queries the last of the keys' positions."""
+    """Boolean (n_queries, n_keys) mask, True where allowed. The queries are the last positions of the keys (the
+    KV-cache case): query i sits at n_keys - n_queries + i and sees keys 0 .. n_keys - n_queries + i."""
     offset = n_keys - n_queries
     return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril_(offset)
 

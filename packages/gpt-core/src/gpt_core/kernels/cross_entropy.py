@@ -16,7 +16,8 @@ from gpt_core.reference import IGNORE_INDEX
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere."""
+    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere. 16-bit logits: the
+    loss is float32 (as PyTorch's under autocast), the gradient in the logits' dtype."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
@@ -41,6 +42,7 @@ class _CrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
-    """Mean cross-entropy of `logits` (..., V) against `targets` (...), `ignore_index` unscored."""
+    """Mean cross-entropy of `logits` (..., V) against `targets` (...), `ignore_index` unscored; with no scored row
+    the mean is 0/0 = nan, as in PyTorch."""
     vocab = logits.shape[-1]
     return _CrossEntropy.apply(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index)
