@@ -263,6 +263,16 @@ def test_a_damaged_entry_is_rebuilt(corpus):
     assert np.array_equal(np.array(text_task(corpus).cache.tokens), expected)
 
 
+@pytest.mark.parametrize("tokenizer", ["char", "bpe"])
+def test_tokenizing_in_batches_of_a_few_chunks_caches_what_one_batch_does(corpus, tmp_path, monkeypatch, tokenizer):
+    whole = text_task(corpus, tokenizer=tokenizer, cache_dir=str(tmp_path / "whole")).cache
+    monkeypatch.setattr("gpt_tasks.text.cache.BATCH_CHARS", 3 * SMALL["chunk_size"])  # 3 chunks a batch
+    batched = text_task(corpus, tokenizer=tokenizer, cache_dir=str(tmp_path / "batched")).cache
+    assert len(whole.chars) > 100 and len(whole.chars) % 3  # many batches, the last one short
+    for column in ("tokens", "offsets", "chars", "utf8_bytes", "hashes"):
+        assert np.array_equal(np.asarray(getattr(batched, column)), np.asarray(getattr(whole, column))), column
+
+
 def test_the_cache_holds_each_chunks_tokens_and_split_hash(corpus):
     task = text_task(corpus, tokenizer="bpe", vocab_size=300)
     text, cache = corpus.read_text(), task.cache

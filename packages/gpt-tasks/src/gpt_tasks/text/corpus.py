@@ -46,6 +46,7 @@ class Corpus:
 
     @property
     def size(self) -> int:
+        """Bytes in the files; the joined text may add a newline between two."""
         return sum(p.stat().st_size for p in self.files)
 
     def pieces(self) -> Iterator[tuple[bytes, str]]:
