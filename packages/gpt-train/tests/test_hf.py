@@ -274,6 +274,18 @@ def test_weights_of_a_dtype_gpt2_never_has_are_refused_by_name(cli, exported, co
     assert_one_line_error(sample_hf(cli, exported), f"'transformer.h.0.mlp.c_fc.weight' is {dtype}")
 
 
+def test_reading_the_weights_alone_refuses_a_tensor_that_is_not_float(exported):
+    """A resumed --init-from run reads the weights without the config's header check first."""
+    from gpt_train.hf import HFError, read_config, read_weights
+
+    config = read_config(exported)
+    tensors = tensors_of(exported)
+    tensors["transformer.h.0.mlp.c_fc.weight"] = tensors["transformer.h.0.mlp.c_fc.weight"].to(torch.int64)
+    save_file(tensors, exported / "model.safetensors")
+    with pytest.raises(HFError, match="'transformer.h.0.mlp.c_fc.weight' is torch.int64; GPT-2 weights are floats"):
+        read_weights(exported, config)
+
+
 def test_every_weight_dtype_gpt2_is_stored_in_loads(exported):
     for dtype in (torch.float16, torch.bfloat16, torch.float64):
         save_file({k: v.to(dtype) for k, v in tensors_of(exported).items()}, exported / "model.safetensors")

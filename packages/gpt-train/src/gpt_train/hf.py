@@ -130,8 +130,12 @@ def read_weights(directory: Path, config: GPTConfig) -> dict[str, torch.Tensor]:
         weights = state_dict_from_hf(tensors, config)
     except ValueError as error:
         raise HFError(f"{path}: {error}") from None
-    for name, tensor in tensors.items():  # their dtypes were checked on the header (`read_config`)
-        if not _is_buffer(name.removeprefix(PREFIX)) and not torch.isfinite(tensor).all():
+    for name, tensor in tensors.items():  # checked here too: a resumed --init-from run reads no config first
+        if _is_buffer(name.removeprefix(PREFIX)):
+            continue
+        if not tensor.is_floating_point():
+            raise HFError(f"{path}: tensor {name!r} is {tensor.dtype}; GPT-2 weights are floats")
+        if not torch.isfinite(tensor).all():
             raise HFError(f"{path}: tensor {name!r} holds values that are not finite (nan or inf)")
     return weights
 
