@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from common import print_table, progress  # noqa: E402
 
 from gpt_core import GPT, KERNEL_SETS, GPTConfig  # noqa: E402
 from gpt_core.compiling import compiled  # noqa: E402
+from gpt_train.kernels import triton_runs_on  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -209,8 +209,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     nanogpt = load_nanogpt(args.nanogpt.resolve())
-    runs_triton = device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"  # else it refuses the tensors
-    runs = [name for name in KERNEL_SETS if name != "triton" or runs_triton]
+    runs = [name for name in KERNEL_SETS if name != "triton" or triton_runs_on(device)]
     sets = args.kernels.split(",") if args.kernels else runs
     sides = ["nanoGPT", *(f"ours {name}" for name in sets if name != "reference")]
     shapes = QUICK if args.quick else {name: SHAPES[name] for name in args.shapes.split(",")}

@@ -113,13 +113,14 @@ def default_kernel_set(device: torch.device) -> str:
     return "triton" if device.type == "cuda" and "triton" in KERNEL_SETS else "fast"
 
 
-def _triton_runs_on(device: torch.device) -> bool:
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether the triton set can take tensors on `device`: CUDA, or the CPU in Triton's interpreter."""
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def check_kernel_set(name: str, device: torch.device) -> None:
     """KernelError, in one line, if a new run asks for a kernel set that cannot run on its device."""
-    if name == "triton" and not _triton_runs_on(device):
+    if name == "triton" and not triton_runs_on(device):
         raise KernelError(
             f"--kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not {device.type}; use the "
             "fast set there (the default), or TRITON_INTERPRET=1 to run the kernels in Triton's interpreter"
@@ -128,7 +129,7 @@ def check_kernel_set(name: str, device: torch.device) -> None:
 
 def kernel_set_for(name: str, device: torch.device | str | None) -> Kernels:
     """The set `name` on `device`: the fast set stands in for triton where Triton cannot run."""
-    if name == "triton" and device is not None and not _triton_runs_on(torch.device(device)):
+    if name == "triton" and device is not None and not triton_runs_on(torch.device(device)):
         return KERNEL_SETS["fast"]
     return KERNEL_SETS[name]
 
