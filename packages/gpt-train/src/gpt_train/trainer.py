@@ -80,11 +80,11 @@ def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit:
 class Trainer:
     """The model, its optimiser and the loop over steps of one run."""
 
-    def __init__(self, run: Run, quiet: bool = False):
+    def __init__(self, run: Run, quiet: bool = False, on_step: Callable[[int], None] | None = None):
         self.config, self.task, self.device, self.rank = run.config, run.task, run.device, run.rank
         self.settings = run.config.train
         self.quiet = quiet or not run.rank.is_main
-        self.on_step: Callable[[int], None] | None = None  # called after each step: how a test stops a run
+        self.on_step = on_step  # called after each step: how a test stops a run
         self.stop = StopRequest()
         self.record = Record(run)
         self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
