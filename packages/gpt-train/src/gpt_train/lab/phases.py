@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,18 @@ def measure_progress(
     records = []
     for step, model in load_snapshots(run.run_dir, run.device, run.trust_kernels):
         measures = ProgressMeasures.of(model, run.task, run.keys, run.device)
-        records.append({"step": step, **asdict(measures)})  # its fields are the keys: train_accuracy, ...
+        records.append(
+            {
+                "step": step,
+                TRAIN_ACCURACY: measures.train_accuracy,
+                HELDOUT_ACCURACY: measures.heldout_accuracy,
+                TRAIN_LOSS: measures.train_loss,
+                HELDOUT_LOSS: measures.heldout_loss,
+                "restricted_loss": measures.restricted_loss,
+                "excluded_loss": measures.excluded_loss,
+                "weight_norm": measures.weight_norm,
+            }
+        )
         progress(1)
     return GrokkingProgress(run.task.params.p, run.keys, records)
 

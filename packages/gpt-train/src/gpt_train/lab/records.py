@@ -12,7 +12,7 @@ from gpt_core import GPTConfig
 
 
 class Unusable(Exception):
-    """A field of a record that is missing, of the wrong type, not finite, or of the wrong shape."""
+    """A field of a record of the wrong type, not finite, or of the wrong shape (a missing one is a KeyError)."""
 
 
 def number(value: Any) -> float:

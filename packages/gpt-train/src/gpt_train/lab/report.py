@@ -1,5 +1,6 @@
 """report.html: one page per run that explains the trained model, findings first, then each analysis's picture, its
-table and how to read it; pictures and styles inline, so it opens offline and fetches nothing."""
+table and how to read it; pictures and styles inline, so it opens offline and fetches nothing; every text
+HTML-escaped (run and task names are the user's)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def load_module(path: Path, source: bytes | None = None) -> types.ModuleType:
         line = source[: source.index(b"\0")].count(b"\n") + 1
         raise LearnerError(f"{path}:{line}: a NUL byte (\\x00): a Python file holds text; save it again as text")
     try:
-        code = compile(source, str(path), "exec")
+        code = compile(source, str(path), "exec")  # bytes, as an import reads a file: a BOM or coding line holds
     except SyntaxError as error:
         at = f"{path}:{error.lineno}" if error.lineno else str(path)
         raise LearnerError(f"{at}: syntax error: {error.msg}") from None
@@ -106,6 +106,11 @@ def _text(show: Callable[[Any], str], value: Any) -> str:
     except Exception:
         return ""
     return str.__str__(text) if isinstance(text, str) else ""  # a plain str, whatever subclass it was
+
+
+def is_stub(error: BaseException) -> bool:
+    """An unwritten stub's raise: NotImplementedError itself, not a subclass the learner's code meant."""
+    return type(error) is NotImplementedError
 
 
 def attempt(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:

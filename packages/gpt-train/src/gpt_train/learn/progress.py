@@ -22,6 +22,11 @@ except ImportError:  # Windows: no advisory locks
 RECORD = ".learn.json"
 
 
+def digest(source: bytes) -> str:
+    """What a pass is recorded for: the bytes graded, so an edit after it is not passed."""
+    return hashlib.sha256(source).hexdigest()
+
+
 def _record(folder: Path) -> dict[str, str]:
     """Each passed step's digest; a record missing, unreadable or of another shape is none."""
     try:
@@ -52,7 +57,7 @@ def record_pass(folder: Path, step: Step, source: bytes | None = None) -> None:
     if source is None:
         source = (folder / step.file_name).read_bytes()
     with _locked(folder):
-        passed = _record(folder) | {step.name: hashlib.sha256(source).hexdigest()}
+        passed = _record(folder) | {step.name: digest(source)}
         write_json_atomically(folder / RECORD, {"passed": passed})
 
 
@@ -72,4 +77,4 @@ def status(folder: Path, step: Step) -> str:
         source = path.read_bytes()
     except OSError:
         return "not passed"
-    return "passed" if _record(folder).get(step.name) == hashlib.sha256(source).hexdigest() else "not passed"
+    return "passed" if _record(folder).get(step.name) == digest(source) else "not passed"

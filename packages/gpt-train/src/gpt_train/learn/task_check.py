@@ -13,7 +13,7 @@ from gpt_core import GPT
 from gpt_core.plugins import hookimpl
 from gpt_tasks import PromptAnswerTask, Registry
 from gpt_train.learn.grader import Verdict
-from gpt_train.learn.loading import LearnerError, attempt, describe, load_module, where
+from gpt_train.learn.loading import LearnerError, attempt, describe, is_stub, load_module, where
 
 STEPS, BATCH, LR, EVAL_LIMIT = 120, 64, 3e-3, 500  # enough for a small model to learn a simple mapping
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 32}
@@ -40,7 +40,7 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
     verdict, error = attempt(lambda: _train_and_score(registry.get(task_class.name), path))
     if error is None:
         return verdict
-    if type(error) is NotImplementedError:
+    if is_stub(error):
         return Verdict(False, f"{where(error, path)}: the task is not written yet (it raises NotImplementedError)")
     return Verdict(False, f"{where(error, path)}: the task raised {describe(error)}")
 

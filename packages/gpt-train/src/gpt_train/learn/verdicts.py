@@ -15,7 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from gpt_train.kernels import TOLERANCE
-from gpt_train.learn.loading import describe, where
+from gpt_train.learn.loading import describe, is_stub, where
 from gpt_train.learn.steps import Step
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
@@ -56,7 +56,7 @@ def judge(step: Step, path: Path | None, watch: Watch, outcomes: Sequence, expec
 
 
 def raised(step: Step, error: BaseException, path: Path | None, diagnose: Callable[[], Mistake | None]) -> Verdict:
-    if type(error) is NotImplementedError:  # an unwritten stub
+    if is_stub(error):
         who = _raising_function(error, path, step)
         return Verdict(
             False,
