@@ -1,9 +1,6 @@
-"""The one plugin system of tasks and kernels: one pluggy project, one `hookimpl` marker, one loader.
-
-A plugin module, named by an entry point of group `gpt_tasks` or `gpt_kernels`, marks `register_tasks(register)` or
-`register_kernels(register)` with `@hookimpl`. A broken plugin is one warning; a name two plugins register is an
-error naming both. The contract is version API_VERSION (gpt-tasks' README, "The plugin contract").
-"""
+"""The one plugin system of tasks and kernels: a module named by an entry point of group `gpt_tasks` or `gpt_kernels`
+marks `register_tasks(register)` or `register_kernels(register)` with `@hookimpl`. A broken plugin is one warning; a
+name two plugins register is an error naming both (gpt-tasks' README, "The plugin contract")."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pluggy
 
@@ -59,21 +56,8 @@ class Origin:
         return cls(entry_point.name, dist.name, dist.version)
 
 
-class Registered(Protocol):
-    """What a registry keeps for one registration: the `key` it is found by, and, as messages say them, the key
-    (`label`: "task 'sort'") and its plugin and distribution (`source`: "plugin 'flash' (gpt-kernel-flash 0.2.0)")."""
-
-    @property
-    def key(self) -> Hashable: ...
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def source(self) -> str: ...
-
-
-Item = TypeVar("Item", bound=Registered)
+# An item has the `key` it is found by, its `label` ("task 'sort'") and `source` ("plugin 'flash' (dist 0.2.0)").
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
