@@ -1,9 +1,6 @@
-"""GPT-2 in the Hugging Face layout: its config.json and tensor names, to and from gpt-core's.
-
-gpt-core's default architecture is GPT-2's, so a GPT-2 checkpoint is the same numbers under other names; Hugging
-Face stores the four projections as Conv1D, weight (in, out), and prefixes names with `transformer.` (or not, in
-OpenAI's converted checkpoints). Only the mapping lives here: gpt-train reads and writes the files.
-"""
+"""GPT-2 in the Hugging Face layout: its config.json and tensor names (the four projections stored as Conv1D,
+weight (in, out)), to and from gpt-core's, whose default architecture is GPT-2's. gpt-train reads and writes the
+files."""
 
 from __future__ import annotations
 
@@ -49,7 +46,6 @@ BLOCK_NAMES = {
 }
 """A block's modules: Hugging Face name -> gpt-core name."""
 
-TOP_MODULES = ("wte", "wpe", "ln_f")  # named alike in both
 IGNORED_BUFFERS = ("attn.bias", "attn.masked_bias")
 """Per-block buffers older checkpoints hold (the causal mask and its fill value): no weights."""
 
@@ -127,21 +123,6 @@ def hf_config(config: GPTConfig) -> dict[str, Any]:
     }
 
 
-def _our_name(hf_name: str) -> tuple[str, bool] | None:
-    """(gpt-core's name, is a Conv1D weight) of a Hugging Face name, None for a buffer; KeyError if unknown."""
-    first, _, rest = hf_name.partition(".")
-    if hf_name == "lm_head.weight" or (first in TOP_MODULES and rest in ("weight", "bias")):
-        return hf_name, False
-    if first == "h":
-        layer, _, inner = rest.partition(".")
-        module, _, kind = inner.rpartition(".")
-        if inner in IGNORED_BUFFERS:
-            return None
-        if layer.isdigit() and module in BLOCK_NAMES and kind in ("weight", "bias"):
-            return f"blocks.{layer}.{BLOCK_NAMES[module]}.{kind}", module in CONV1D and kind == "weight"
-    raise KeyError(hf_name)
-
-
 def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter of a GPT of `config` and its shape, by gpt-core name (the tied head not repeated)."""
     with torch.device("meta"):  # shapes only: nothing allocated, nothing drawn
@@ -153,28 +134,31 @@ def state_dict_from_hf(tensors: Mapping[str, Tensor], config: GPTConfig) -> dict
     """A Hugging Face GPT-2 state dict -> gpt-core's parameters of a GPT of `config`, Conv1D weights transposed
     (views), a tied head left out; ValueError naming the first tensor that is unknown, missing or misshapen."""
     shapes = expected_shapes(config)
+    our_names = {_hf_name(name).removeprefix(PREFIX): name for name in shapes}
     ours: dict[str, Tensor] = {}
     for hf_name, tensor in tensors.items():
         name = hf_name.removeprefix(PREFIX)
-        try:
-            mapped = _our_name(name)
-        except KeyError:
-            raise ValueError(f"tensor {hf_name!r} is not part of a GPT-2 language model") from None
-        if mapped is None or (mapped[0] == "lm_head.weight" and config.tie_weights):
+        layer, _, inner = name.removeprefix("h.").partition(".")
+        if (name.startswith("h.") and inner in IGNORED_BUFFERS) or (name == "lm_head.weight" and config.tie_weights):
             continue
-        our_name, is_conv1d = mapped
-        if our_name not in shapes:
-            raise ValueError(f"tensor {hf_name!r} does not belong to a model of {config.n_layer} layers")
-        value = tensor.t() if is_conv1d else tensor
+        if name not in our_names:
+            if name.startswith("h.") and layer.isdigit() and f"h.0.{inner}" in our_names:
+                raise ValueError(f"tensor {hf_name!r} does not belong to a model of {config.n_layer} layers")
+            raise ValueError(f"tensor {hf_name!r} is not part of a GPT-2 language model")
+        our_name = our_names[name]
+        value = tensor.t() if _is_conv1d(name) else tensor
         if tuple(value.shape) != shapes[our_name]:
-            shown = tuple(tensor.shape)
-            wanted = shapes[our_name][::-1] if is_conv1d else shapes[our_name]
-            raise ValueError(f"tensor {hf_name!r} has shape {shown}; config.json's model needs {wanted}")
+            wanted = shapes[our_name][::-1] if _is_conv1d(name) else shapes[our_name]
+            raise ValueError(f"tensor {hf_name!r} has shape {tuple(tensor.shape)}; config.json's model needs {wanted}")
         ours[our_name] = value
     missing = [name for name in shapes if name not in ours]
     if missing:
         raise ValueError(f"{len(missing)} tensor(s) missing, e.g. {_hf_name(missing[0])!r}")
     return ours
+
+
+def _is_conv1d(hf_name: str) -> bool:
+    return any(hf_name.endswith(f"{module}.weight") for module in CONV1D)
 
 
 def _hf_name(our_name: str) -> str:
@@ -195,8 +179,6 @@ def hf_state_dict(model: GPT) -> dict[str, Tensor]:
     _check_gpt2(model.config)
     tensors = {}
     for name, param in model.named_parameters():  # a tied head is the embedding: listed once
-        hf_name = _hf_name(name)
-        is_conv1d = any(f".{module}.weight" in hf_name for module in CONV1D)
-        value = param.detach().t() if is_conv1d else param.detach()
-        tensors[hf_name] = value.to("cpu").clone(memory_format=torch.contiguous_format)
+        value = param.detach().t() if _is_conv1d(_hf_name(name)) else param.detach()
+        tensors[_hf_name(name)] = value.to("cpu").clone(memory_format=torch.contiguous_format)
     return tensors
