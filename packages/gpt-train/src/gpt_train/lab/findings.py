@@ -197,13 +197,19 @@ def reads_findings(record: Record, unused: Sequence[int] = ()) -> list[str]:
     return found
 
 
-def all_findings(records: Mapping[str, Any]) -> Iterator[str]:
-    """The findings of every record in `records` (heads, logit_lens, patching by point, reads), in that order."""
+def sections(records: Mapping[str, Any]) -> Iterator[tuple[str, list[str]]]:
+    """Each record's findings under its report section (heads, logit-lens, patch-<point>, reads), in that order."""
     if "heads" in records:
-        yield from head_findings(records["heads"])
+        yield "heads", head_findings(records["heads"])
     if "logit_lens" in records:
-        yield from logit_lens_findings(records["logit_lens"])
-    for record in records.get("patching", {}).values():
-        yield from patching_findings(record)
+        yield "logit-lens", logit_lens_findings(records["logit_lens"])
+    for point, record in records.get("patching", {}).items():
+        yield f"patch-{point}", patching_findings(record)
     if "reads" in records:
-        yield from reads_findings(records["reads"], minor_layers(records["heads"]) if "heads" in records else ())
+        yield "reads", reads_findings(records["reads"], minor_layers(records["heads"]) if "heads" in records else ())
+
+
+def all_findings(records: Mapping[str, Any]) -> Iterator[str]:
+    """The findings of every record in `records`, section by section."""
+    for _, found in sections(records):
+        yield from found

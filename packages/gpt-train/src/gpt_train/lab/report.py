@@ -104,12 +104,7 @@ def reads_tables(record: Mapping[str, Any]) -> list[str]:
 def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str:
     """The whole page, from the records `inspect report` computed (and the pictures beside them)."""
     heads, lens, reads, patching = records["heads"], records["logit_lens"], records["reads"], records["patching"]
-    found = {
-        "heads": findings.head_findings(heads),
-        "logit-lens": findings.logit_lens_findings(lens),
-        **{f"patch-{point}": findings.patching_findings(patching[point]) for point in REPORT_POINTS},
-        "reads": findings.reads_findings(reads, findings.minor_layers(heads)),
-    }
+    found = dict(findings.sections(records))
 
     def section(anchor: str, title: str, image: Path, tables: Sequence[str], meaning: str | None = None) -> str:
         meaning = MEANING[anchor] if meaning is None else meaning
