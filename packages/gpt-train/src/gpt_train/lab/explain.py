@@ -3,7 +3,6 @@ probability, and from one forward pass over what it reads, every head's attentio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,11 +33,6 @@ class PromptView(Record):
     lens_probability: list[list[float]]
 
 
-def labels(vocabulary: Vocabulary, ids: Sequence[int]) -> list[str]:
-    token_labels = getattr(vocabulary, "token_labels", None)
-    return token_labels(ids) if callable(token_labels) else [vocabulary.decode([i]) for i in ids]
-
-
 def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:
     ids = encoded(vocabulary, model, text)
     n_new = answer_tokens(vocabulary, model, len(ids))
@@ -59,13 +53,13 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
     return PromptView(
         prompt=text,
         answer=vocabulary.decode(answer),
-        tokens=labels(vocabulary, out[:-1]),
+        tokens=vocabulary.token_labels(out[:-1]),
         prompt_length=len(ids),
         note=untrained_prompt_note(vocabulary, ids),
-        answer_tokens=labels(vocabulary, answer),
+        answer_tokens=vocabulary.token_labels(answer),
         answer_probability=answer_probability,
         attention=attention.cpu().tolist(),
         depths=list(depths(model).values()),
-        lens_top=[labels(vocabulary, row) for row in top.tolist()],
+        lens_top=[vocabulary.token_labels(row) for row in top.tolist()],
         lens_probability=top_log_prob.exp().tolist(),
     )

@@ -31,12 +31,12 @@ from gpt_train.prompts import PromptError, Vocabulary
 from gpt_train.run_names import RUN
 from gpt_train.signals import ctrl_c_interrupts
 from gpt_viz import RunLayout, VizError
+from gpt_viz.explore import page_head
 from gpt_viz.inspect_pictures import load_inspection, most_needed_head
 
 PAGE = "serve_page.html"
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8765
-MAX_REQUEST_LINE = 8_192  # longer ones (a prompt far past any block) are refused with 414 before they are parsed
 CONNECTION_TIMEOUT = 30.0  # seconds a connection may wait for the client's next bytes before it is closed
 MAX_CONNECTIONS = 64  # served at once; one more is answered 503, so idle clients cannot pile up threads
 SECURITY_HEADERS = {
@@ -96,7 +96,6 @@ class Explorer:
         self.lock = threading.Lock()
         records, left_out = saved_records(RunLayout(run_dir), self.model)
         layer, head = most_needed_head(records["heads"]) if "heads" in records else (0, 0)
-        examples = getattr(self.vocabulary, "example_prompts", None)
         self.summary = {
             "title": f"{saved.config.task} — {run_dir.name}",
             "task": saved.config.task,
@@ -105,13 +104,14 @@ class Explorer:
             "heads": self.model.config.n_head,
             "block_size": self.model.config.block_size,
             "open": {"layer": layer, "head": head, "by": "ablation" if "heads" in records else "first layer"},
-            "examples": examples() if callable(examples) else [],
+            "examples": self.vocabulary.example_prompts(),
             "findings": findings_of(records),
             "records": records,
             "left_out": left_out,
         }
         self.summary_json = json.dumps(self.summary, allow_nan=False).encode("utf-8")
-        self.page = resources.files("gpt_train.lab").joinpath(PAGE).read_bytes()
+        page = resources.files("gpt_train.lab").joinpath(PAGE).read_text(encoding="utf-8")
+        self.page = page.replace("__HEAD__", page_head("gpt-train serve")).encode("utf-8")
 
     def prompt(self, text: str) -> dict[str, Any]:
         with self.lock:
@@ -169,13 +169,6 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
-
-    def parse_request(self) -> bool:
-        if len(self.raw_requestline) > MAX_REQUEST_LINE:
-            self.requestline, self.request_version, self.command = "", "HTTP/1.1", "GET"
-            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "the request is too long (a prompt far past any block)")
-            return False
-        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the terminal shows the address and how to stop, not every request."""
