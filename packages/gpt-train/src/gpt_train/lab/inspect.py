@@ -16,10 +16,11 @@ import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask, Task
 from gpt_train import lab
-from gpt_train.cli.options import TRUST_KERNELS_OPTION
+from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_bytes_atomically, write_json_atomically
 from gpt_train.lab import InspectError, findings
+from gpt_train.lab import records as record_checks
 from gpt_train.lab.common import prompt_answer_task
 from gpt_train.loading import load_run
 from gpt_train.pictures import draw_attention_picture
@@ -27,9 +28,7 @@ from gpt_train.run_names import RUN
 from gpt_viz import HELDOUT, RunLayout
 from gpt_viz import inspect_pictures as pictures
 
-DEVICE_OPTION = click.option(
-    "--device", default="auto", show_default=True, help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps."
-)
+DEVICE_OPTION = click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 
 
 @click.group("inspect")
@@ -308,11 +307,9 @@ def inspect_reads(run: Inspected, examples: int) -> dict[str, Any]:
 
 def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
     try:
-        record = pictures.load_inspection(layout.heads_ablation)
-    except gpt_viz.VizError:
+        return findings.minor_layers(record_checks.heads(pictures.load_inspection(layout.heads_ablation), model.config))
+    except (gpt_viz.VizError, record_checks.Unusable, KeyError):  # none saved, or not of this model
         return []
-    shape_ok = len(record.get("zero", [])) == model.config.n_layer and "layer_zero" in record
-    return findings.minor_layers(record) if shape_ok else []
 
 
 @inspect_command.command("phases")
