@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from gpt_train.errors import TrainError
@@ -53,15 +53,3 @@ def exit_origin(exit_: SystemExit) -> str:
         return "sys.exit"
     module, function = frame.f_globals.get("__name__", "?"), frame.f_code.co_name
     return f"importing {module}" if function == "<module>" else f"{module}:{function}"
-
-
-def kernel_failure(
-    what: str, error: Exception, kernels: Mapping[str, str], unverified: Iterable[str], kept: str
-) -> KernelFailure:
-    """The one line for `error` raised during `what` of a run computing with `kernels`; `kept`: where it resumes."""
-    unverified = set(unverified)
-    chosen = [f"{slot}={name}" + " (unverified)" * (slot in unverified) for slot, name in kernels.items()]
-    return KernelFailure(
-        f"{what} failed computing with kernel{'s' * (len(chosen) > 1)} {', '.join(chosen)}: "
-        f"{type(error).__name__}: {' '.join(str(error).split())}; stopped ({kept})"
-    )

@@ -28,11 +28,6 @@ def check_precision(dtype: str, device: torch.device) -> None:
         raise ConfigError(f"dtype=bf16 runs on cpu and cuda, not {device.type}; use fp32")
 
 
-def use_tf32(enabled: bool, device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.set_float32_matmul_precision("high" if enabled else "highest")
-
-
 @contextlib.contextmanager
 def full_float32() -> Iterator[None]:
     before = torch.get_float32_matmul_precision()

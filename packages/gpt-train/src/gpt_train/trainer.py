@@ -31,12 +31,12 @@ from gpt_train.compiling import (
 from gpt_train.config import RunConfig
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
-from gpt_train.guard import KernelExit, kernel_failure
+from gpt_train.guard import KernelExit, KernelFailure
 from gpt_train.hf import read_weights
 from gpt_train.kernels import KernelError
 from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
-from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32, use_tf32
+from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32
 from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record
 from gpt_train.runs import Run, RunDirError, run_kernels
@@ -91,7 +91,8 @@ class Trainer:
         s = self.settings
         self.optimizer = make_optimizer(self.model, s)
         self.precision = Precision.for_run(s.dtype, run.device)
-        use_tf32(s.tf32, run.device)
+        if run.device.type == "cuda":
+            torch.set_float32_matmul_precision("high" if s.tf32 else "highest")
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
@@ -370,15 +371,22 @@ class Trainer:
             if not self.config.kernels or (isinstance(error, TrainError) and not isinstance(error, KernelExit)):
                 raise
             kernels, unverified = self.config.kernels, self.config.unverified_kernels
-            raise kernel_failure(what, error, kernels, unverified, self.record.last_checkpoint()) from None
+            chosen = [f"{slot}={name}" + " (unverified)" * (slot in unverified) for slot, name in kernels.items()]
+            raise KernelFailure(
+                f"{what} failed computing with kernel{'s' * (len(chosen) > 1)} {', '.join(chosen)}: "
+                f"{type(error).__name__}: {' '.join(str(error).split())}; stopped ({self.record.last_checkpoint()})"
+            ) from None
 
 
-def train(run: Run, quiet: bool = False, pictures: bool = True) -> Outcome:
-    """One training process: join the process group, train, draw the pictures (rank 0), leave together, unlock."""
+def train(
+    run: Run, quiet: bool = False, pictures: bool = True, trainer_class: type[Trainer] = Trainer, **options
+) -> Outcome:
+    """One training process: join the process group, train, draw the pictures (rank 0), leave together, unlock.
+    `options` go to `trainer_class` (`learn train`'s CourseTrainer)."""
     rank = run.rank
     try:
         rank.init(run.device)
-        trainer = Trainer(run, quiet=quiet)
+        trainer = trainer_class(run, quiet=quiet, **options)
         outcome = trainer.run()
         if outcome.reason == "finished":
             if rank.is_main:

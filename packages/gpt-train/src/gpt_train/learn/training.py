@@ -23,9 +23,8 @@ from gpt_train.errors import TrainError
 from gpt_train.learn.loading import LearnerError, learner_function, load_module
 from gpt_train.learn.progress import status
 from gpt_train.learn.steps import BY_NAME, STEPS, Step
-from gpt_train.pictures import write_pictures
 from gpt_train.runs import Run, new_run
-from gpt_train.trainer import Outcome, Trainer
+from gpt_train.trainer import Trainer, train
 
 TASK = "sort"
 METRIC = "heldout_exact_match"
@@ -68,7 +67,7 @@ def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.d
     into `out` (replaced); its final held-out figure. Each evaluation is a line to `report`."""
     with _importable(folder, [choice.partition(":")[0] for choice in kernels.values()]):
         handed = new_run(TASK, values or {}, out, force=True, device=device, rank=Rank(), kernels=kernels)
-        outcome = _train(handed, report, model_class)
+        outcome = train(handed, quiet=True, trainer_class=CourseTrainer, report=report, model_class=model_class)
     if outcome.reason != "finished":
         raise TrainError(f"the run in {out} {outcome.reason} at step {outcome.step}: {outcome.detail}")
     return Figure(outcome.final[METRIC], int(outcome.final[EXAMPLES]), out)
@@ -141,11 +140,11 @@ def _share_parameters(learner: nn.Module, model: GPT) -> None:
 class CourseTrainer(Trainer):
     """gpt-train's Trainer, computing with the learner's GPT (when given), a line to `report` at each evaluation."""
 
-    def __init__(self, run: Run, report: Callable[[str], None], model_class: type[nn.Module] | None = None):
+    def __init__(self, run: Run, quiet: bool, report: Callable[[str], None], model_class: type[nn.Module] | None):
         self._report, self._model_class = report, model_class
         self._last_loss, self._began = math.nan, time.monotonic()
         self.learners: LearnersGPT | None = None
-        super().__init__(run, quiet=True)
+        super().__init__(run, quiet)
 
     def _training_forward(self) -> nn.Module:
         if self._model_class is None:
@@ -178,21 +177,6 @@ class CourseTrainer(Trainer):
             else:
                 self._report(f"{head}, held-out exact match {score:.4f} on {examples:,} examples ({seconds:.0f} s)")
         return metrics
-
-
-def _train(run: Run, report: Callable[[str], None], model_class: type[nn.Module] | None) -> Outcome:
-    """`gpt_train.trainer.train` for one process, with the CourseTrainer."""
-    try:
-        run.rank.init(run.device)
-        trainer = CourseTrainer(run, report, model_class)
-        outcome = trainer.run()
-        if outcome.reason == "finished":
-            problem = write_pictures(run.task, trainer.model, run.device, run.layout)
-            outcome = Outcome(outcome.reason, outcome.step, outcome.final, pictures_problem=problem)
-        return outcome
-    finally:
-        run.rank.shutdown()
-        run.close()
 
 
 @contextlib.contextmanager
