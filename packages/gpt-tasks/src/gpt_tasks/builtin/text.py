@@ -9,14 +9,13 @@ import dataclasses
 import hashlib
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.params import check_fraction
@@ -25,7 +24,7 @@ from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import is_heldout
 from gpt_tasks.task import Batch, Defaults, Task
 from gpt_tasks.text.cache import cache_root, changed_while_read, key_of, prepare, say, write_atomically
-from gpt_tasks.text.corpus import Corpus, chunks
+from gpt_tasks.text.corpus import Corpus
 from gpt_tasks.text.tokenizer import (
     KINDS,
     MIN_BPE_VOCAB,
@@ -182,25 +181,14 @@ class TextTask(Task):
         with contextlib.suppress(OSError, ValueError):  # absent or damaged: learned again
             return load_tokenizer(kind, path.read_bytes()), file
         say(f"learning the {kind} tokenizer from the training chunks; it is kept at {path}")
-        read = hashlib.sha256()
-        texts = self._training_chunks(corpus, params, read)
+        read = hashlib.sha256()  # to check the text against the corpus sha256
+        pieces = corpus.read_chunks(params.chunk_size, read, "training split", leave=False)
+        texts = (text for text, data in pieces if not is_heldout(data, params.heldout_fraction, self.SALT))
         learned = CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
         if read.hexdigest() != split["corpus_sha256"]:  # the corpus was edited after it was hashed
             raise ValueError(changed_while_read("learned from"))
         write_atomically(path, learned.serialize())
         return learned, file
-
-    def _training_chunks(self, corpus: Corpus, params: TextParams, read: hashlib._Hash) -> Iterator[str]:
-        """The training chunks in order; `read` hashes every chunk, to check the text against the corpus sha256."""
-        with tqdm(
-            total=corpus.size, unit="B", unit_scale=True, desc="training split", leave=False, disable=None
-        ) as bar:
-            for chunk in chunks(corpus.texts(), params.chunk_size):
-                data = chunk.encode()
-                read.update(data)
-                bar.update(len(data))
-                if not is_heldout(data, params.heldout_fraction, self.SALT):
-                    yield chunk
 
     def files(self) -> dict[str, bytes]:
         return {"tokenizer_file": self.tokenizer.serialize()} if isinstance(self.tokenizer, BpeTokenizer) else {}

@@ -1,10 +1,6 @@
-"""The token cache: a corpus tokenized once into a file that training reads through a numpy memmap.
-
-An entry, a directory named by its key (corpus, chunk size, split salt, tokenizer), holds `tokens.bin`, `chunks.npz`
-(per chunk its token offset, characters, bytes and split hash) and `meta.json`. It is built in a temporary
-directory renamed into place, so a reader never sees half of one, and checked whole when opened: a damaged or
-tampered entry is rebuilt, never trained on.
-"""
+"""The token cache: a corpus tokenized once into an entry (tokens.bin, chunks.npz, meta.json) that training reads
+through a numpy memmap. An entry is built in a temporary directory renamed into place and checked whole when opened:
+a damaged one is rebuilt, never trained on."""
 
 from __future__ import annotations
 
@@ -29,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gpt_tasks.splits import unit_hash
-from gpt_tasks.text.corpus import Corpus, chunks
+from gpt_tasks.text.corpus import Corpus
 from gpt_tasks.text.tokenizer import Tokenizer
 
 FORMAT = 1
@@ -189,19 +185,15 @@ def _build(
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     offsets, chars, sizes, hashes = array("q", [0]), array("q"), array("q"), array("d")  # 8 bytes a chunk each
     text_digest = hashlib.sha256()
-    texts = chunks(corpus.texts(), chunk_size)
-    bar = tqdm(total=corpus.size, unit="B", unit_scale=True, desc=f"tokenizing ({tokenizer.kind})", disable=None)
-    with bar, open(folder / TOKENS, "wb") as out:
-        while batch := list(islice(texts, max(1, BATCH_CHARS // chunk_size))):
-            for text, ids in zip(batch, tokenizer.encode_batch(batch), strict=True):
-                data = text.encode()
+    pieces = corpus.read_chunks(chunk_size, text_digest, f"tokenizing ({tokenizer.kind})")
+    with open(folder / TOKENS, "wb") as out:
+        while batch := list(islice(pieces, max(1, BATCH_CHARS // chunk_size))):
+            for (text, data), ids in zip(batch, tokenizer.encode_batch([text for text, _ in batch]), strict=True):
                 out.write(ids.astype(dtype).tobytes())
-                text_digest.update(data)
                 offsets.append(offsets[-1] + len(ids))
                 chars.append(len(text))
                 sizes.append(len(data))
                 hashes.append(unit_hash(data, salt))
-                bar.update(len(data))
     if text_digest.hexdigest() != made_from["corpus_sha256"]:
         raise ValueError(changed_while_read("tokenized"))
     columns = tuple(map(np.asarray, (offsets, chars, sizes, hashes)))

@@ -63,6 +63,17 @@ class Corpus:
     def texts(self) -> Iterator[str]:
         return (text for _, text in self.pieces())
 
+    def read_chunks(
+        self, size: int, digest: hashlib._Hash, desc: str, leave: bool = True
+    ) -> Iterator[tuple[str, bytes]]:
+        """The joined text `size` characters at a time (`chunks`), each with its UTF-8 bytes, which `digest` hashes."""
+        with tqdm(total=self.size, unit="B", unit_scale=True, desc=desc, leave=leave, disable=None) as bar:
+            for chunk in chunks(self.texts(), size):
+                data = chunk.encode()
+                digest.update(data)
+                bar.update(len(data))
+                yield chunk, data
+
     def sha256(self) -> str:
         """sha256 of the joined text (a single file's own); reading it checks that it is text."""
         digest = hashlib.sha256()
