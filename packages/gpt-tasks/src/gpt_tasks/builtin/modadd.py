@@ -1,9 +1,6 @@
-"""modadd: a + b (mod p), the grokking task of Power et al. (2022) and Nanda et al. (2023).
-
-The model reads [a, b, =] and is scored at "=" on c = (a + b) mod p, trained full batch on `train_fraction` of the
-pairs. Training accuracy reaches 100% early; held-out accuracy stays near chance many times as long, then jumps,
-driven by weight decay. The network that generalises adds with a few Fourier frequencies of its number embedding.
-"""
+"""modadd: read [a, b, =], answer (a + b) mod p; trained full batch on `train_fraction` of the pairs, held-out
+accuracy jumps long after training accuracy, and the network that generalises adds with a few Fourier frequencies of
+its number embedding: the grokking task of Power et al. (2022) and Nanda et al. (2023)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """repeats: block_size + 1 random tokens whose last `length` (block_size // 4 .. block_size // 2) copy the segment
 at a random earlier start. The copy's tokens after its first can be predicted only by finding the current token's
-earlier occurrence and copying what came after it: what an induction head does (Olsson et al. 2022).
-"""
+earlier occurrence and copying what came after it: what an induction head does (Olsson et al. 2022)."""
 
 from __future__ import annotations
 

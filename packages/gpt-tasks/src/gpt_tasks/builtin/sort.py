@@ -1,9 +1,6 @@
-"""sort: read `length` symbols, then write them in sorted order (a `PromptAnswerTask`).
-
-For length generalisation (both off by default): `separator` puts "=" between the input and its sorted order, so
-the model sees where the input ends; with `min_length`, each training batch is drawn at one length from
-min_length .. length, each length split by its own hash, so a run's held-out side never depends on the mix.
-"""
+"""sort: read `length` symbols, then write them in sorted order. For length generalisation, `separator` puts "="
+after the input, so the model sees where it ends, and `min_length` draws each training batch at one length from
+min_length .. length, each length split by its own hash, so a run's held-out side never depends on the mix."""
 
 from __future__ import annotations
 
