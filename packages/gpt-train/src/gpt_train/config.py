@@ -42,13 +42,6 @@ class ConfigError(TrainError):
 
 
 @dataclass(frozen=True)
-class Routed:
-    task: dict[str, Any]
-    model: dict[str, Any]
-    train: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class RunConfig:
     task: str
     task_params: dict[str, Any]
@@ -142,9 +135,9 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
     return parsed
 
 
-def route(values: dict[str, Any], task_type: type[Task]) -> Routed:
+def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, Any]]:
     """Send each value (`length`, or prefixed: `task.length`) to the task, the model or the training settings,
-    looked up in that order; the one check for unknown keys."""
+    looked up in that order (a dict by scope); the one check for unknown keys."""
     names = {
         "task": set(field_types(task_type.Params)),
         "model": set(field_types(GPTConfig)) - set(TASK_FIXED_MODEL_FIELDS),
@@ -163,7 +156,7 @@ def route(values: dict[str, Any], task_type: type[Task]) -> Routed:
             known = ", ".join(sorted(set().union(*names.values())))
             raise ConfigError(f"unknown --set key {key!r}; known keys: {known}")
         routed[owner][key] = value
-    return Routed(**routed)
+    return routed
 
 
 def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
@@ -233,19 +226,19 @@ def resolve_run_config(
     tokenizer); the configuration and the task, built once (building can hash a whole split)."""
     routed = route(values, task_class(task_name))
     if init_from is not None:
-        routed.task.update(tokenizer_params(init_from, task_class(task_name).Params, routed.task))
-    task = make_task(task_name, routed.task)
+        routed["task"].update(tokenizer_params(init_from, task_class(task_name).Params, routed["task"]))
+    task = make_task(task_name, routed["task"])
     defaults = task.defaults()
     model = defaults.model
     shape = {"vocab_size": task.vocab_size, "block_size": task.block_size}  # the task's, whatever defaults say
     if init_from is not None:
-        model = pretrained_model_config(init_from, task.vocab_size, task.block_size, routed.model)
+        model = pretrained_model_config(init_from, task.vocab_size, task.block_size, routed["model"])
     task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
         task_params=dataclasses.asdict(task.params) | {name: RunLayout.task_file_name(name) for name in task_files},
-        model=override(model, routed.model | shape, "model shape"),
-        train=override(train_settings(task_name, defaults.train), routed.train, "training setting"),
+        model=override(model, routed["model"] | shape, "model shape"),
+        train=override(train_settings(task_name, defaults.train), routed["train"], "training setting"),
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
         eval_splits=tuple(task.eval_splits),

@@ -45,11 +45,11 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     loaded = load_run(run_dir, target, trust_kernels)
     config, model = loaded.config, loaded.model
     routed = route(parse_assignments(assignments), task_class(config.task))
-    if routed.model or routed.train:
+    if routed["model"] or routed["train"]:
         raise CommandError(
-            f"eval --set takes task parameters only, not {', '.join(sorted(routed.model | routed.train))}"
+            f"eval --set takes task parameters only, not {', '.join(sorted(routed['model'] | routed['train']))}"
         )
-    task = config.build_task(routed.task)  # built once: building can hash the whole split
+    task = config.build_task(routed["task"])  # built once: building can hash the whole split
     try:
         metrics = task.evaluate(model, split, target, limit)
     except ValueError as error:
