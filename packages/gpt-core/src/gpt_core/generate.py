@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from gpt_core.decode import StaticDecoder, static_step_refusal
+from gpt_core.decode import StaticDecoder
 from gpt_core.kernels.softmax import softmax
 from gpt_core.model import GPT
 
@@ -31,7 +31,6 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
              use_cache: bool = True, generator: torch.Generator | None = None, slide: bool = False,
              static: bool = False) -> Tensor:  # fmt: skip
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens, in inference mode; returns (B, T + n_new).
-
     Learned positions stop at position_limit + 1 tokens (rope and none run on) or, with `slide`, continue from the
     last position_limit // 2 as a fresh prompt. A randomized model's ids are drawn once with `generator`. `static`:
     steps of fixed shapes (`gpt_core.decode`)."""
@@ -45,10 +44,6 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if static and not use_cache:
         raise ValueError("static=True decodes with the KV cache; it cannot be combined with use_cache=False")
-    if static:
-        refusal = static_step_refusal(model)
-        if refusal is not None:
-            raise ValueError(refusal)
     block = model.config.position_limit
     with torch.inference_mode():
         if model.config.pos != "learned" or not slide:
