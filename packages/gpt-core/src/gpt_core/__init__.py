@@ -1,8 +1,5 @@
-"""gpt_core: a decoder-only GPT whose every internal piece is hand-written on tensors and autograd.
-
-Read `model.py` (the model, top to bottom), then `reference.py` (each kernel as its definition),
-then `kernels/` (the fast kernels the model uses by default, and why each is fast).
-"""
+"""gpt_core: a decoder-only GPT whose every internal piece is hand-written on tensors and autograd. Read `model.py`,
+then `reference.py` (each kernel as its definition), then `kernels/` (the fast kernels, and why each is fast)."""
 
 from gpt_core.generate import generate, next_token
 from gpt_core.hooks import BLOCK_POINTS, HookFn, block_hook

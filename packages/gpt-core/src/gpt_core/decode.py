@@ -1,9 +1,6 @@
-"""Decoding in steps whose shapes never change, so that a GPU can record one step and replay it per token.
-
-A CUDA graph replays a cached step's hundred small launches as one, but only for a step with the same shapes and
-memory every time and nothing read back to the host: so this step writes its keys and values at a position held on
-the device, attends over every slot of the cache, the unfilled ones masked, and advances that position itself.
-"""
+"""Decoding in steps whose shapes never change, so that a GPU can record one step as a CUDA graph and replay it per
+token: each step writes its keys and values at a position held on the device, attends over every slot of the cache,
+the unfilled ones masked, and advances that position itself, reading nothing back to the host."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""GPT-2 in the Hugging Face layout: its config.json and tensor names (the four projections stored as Conv1D,
-weight (in, out)), to and from gpt-core's, whose default architecture is GPT-2's. gpt-train reads and writes the
-files."""
+"""GPT-2 in the Hugging Face layout: its config.json and tensor names, to and from gpt-core's (whose default
+architecture is GPT-2's). Hugging Face stores the four projections as Conv1D, weight (in, out), and prefixes names
+with `transformer.` (or not, in OpenAI's converted checkpoints); gpt-train reads and writes the files."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """A key/value cache for incremental decoding: each layer keeps the keys and values it has computed in buffers
 preallocated for the whole generation, so a step costs one token's projections and one row of attention. `store`
-returns the filled part; `write` the whole buffers, the same shapes every step (`gpt_core.decode`).
-"""
+returns the filled part; `write` the whole buffers, the same shapes every step (`gpt_core.decode`)."""
 
 from __future__ import annotations
 

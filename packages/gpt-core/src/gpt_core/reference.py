@@ -1,8 +1,5 @@
-"""The reference kernels: each piece of the model as its definition, in plain autograd.
-
-What a learner writes first, a few lines under each formula; `REFERENCE_KERNELS` is a kernel table of them. The fast
-set computes the same functions, pinned to these, with hand-derived backward passes.
-"""
+"""The reference kernels (`REFERENCE_KERNELS`): each piece of the model as its definition in plain autograd, a few
+lines under its formula, what a learner writes first; the fast set is pinned to these."""
 
 from __future__ import annotations
 

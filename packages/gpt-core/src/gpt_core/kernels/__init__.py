@@ -1,9 +1,6 @@
-"""The kernel table and the fast kernels: the functions a model calls for its hand-written pieces.
-
-A `GPT` takes its kernels from one `Kernels` value, so another implementation of a piece can be swapped in for one
-model alone. REFERENCE_KERNELS is `gpt_core.reference`, each piece as its definition; FAST_KERNELS, the default, is
-this package's modules, each opening with the maths it implements and why each of its tricks is there.
-"""
+"""The kernel table: the functions a `GPT` calls for its hand-written pieces, swappable for one model alone.
+REFERENCE_KERNELS is `gpt_core.reference`, each piece as its definition; FAST_KERNELS, the default, is this package's
+modules, each opening with the maths it implements and why each of its tricks is there."""
 
 from __future__ import annotations
 

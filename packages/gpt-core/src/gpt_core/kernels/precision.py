@@ -1,6 +1,5 @@
 """Mixed precision: the fast kernels' statistics (max and sum, mean and variance, log-sum-exp) are computed in
-float32 for 16-bit inputs, whose 8 significant bits would be the whole signal of a large mean; other inputs as given.
-"""
+float32 for 16-bit inputs, whose 8 significant bits would be the whole signal of a large mean; other inputs as given."""
 
 from __future__ import annotations
 
