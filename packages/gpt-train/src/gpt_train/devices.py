@@ -26,11 +26,7 @@ def resolve_device(name: str) -> torch.device:
     """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine."""
     name = name.strip().lower()
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        name = next((found for found in ("cuda", "mps") if found in available_devices()), "cpu")
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
         raise DeviceError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
     if name not in available_devices():

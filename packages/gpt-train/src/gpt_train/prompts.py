@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from gpt_core import GPT
-from gpt_tasks import PromptAnswerTask
+from gpt_tasks import PromptAnswerTask, Task
+from gpt_tasks.builtin.text import TextVocabulary
 from gpt_train.errors import TrainError
 
 MAX_PROMPT_CHARACTERS = 2_000  # refused before encoding: no prompt a block can hold is longer
@@ -16,10 +16,7 @@ class PromptError(TrainError):
     """A prompt the model cannot read: empty, too long, or holding what the task cannot encode."""
 
 
-class Vocabulary(Protocol):
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
+Vocabulary = Task | TextVocabulary  # what `RunConfig.build_sampler` gives
 
 
 def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
