@@ -1,7 +1,5 @@
-"""torch.compile for gpt-core's model: one graph for a training step, and for an evaluation. The `read` rows' count is
-traced as a size (`capture_dynamic_output_shape_ops`) instead of breaking the graph; the eager-only data-dependent
-shortcuts are skipped under the compiler (`kernels/linear.py`).
-"""
+"""torch.compile for gpt-core's model: one graph for a training step, and one for an evaluation; the eager-only
+data-dependent shortcuts are skipped under the compiler (`kernels/linear.py`)."""
 
 from __future__ import annotations
 
