@@ -4,7 +4,6 @@ directory against its safetensors header before building anything, and never unp
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -212,7 +211,7 @@ def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, g
 # writing ---------------------------------------------------------------------------------------
 def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
     """Write `model` (and the tokenizer's files) as a GPT-2 directory `out`, new or empty; returns the files written.
-    A failed export leaves nothing behind: a new `out` is built under a temporary name."""
+    A failed export leaves nothing behind: `out` is built under a temporary name, then renamed."""
     try:
         config = hf_config(model.config)
         tensors = hf_state_dict(model)
@@ -223,32 +222,19 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         config |= {"bos_token_id": end, "eos_token_id": end}
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
-    fresh = not out.exists()
-    building = temporary_path(out) if fresh else out
+    building = temporary_path(out)
     try:
-        if fresh:
-            building.parent.mkdir(parents=True, exist_ok=True)
-            building.mkdir()
+        building.parent.mkdir(parents=True, exist_ok=True)
+        building.mkdir()
         names = _write_files(building, config, tensors, tokenizer)
-        if fresh:
-            os.rename(building, out)
+        if out.exists():
+            out.rmdir()  # empty: the export takes its place
+        os.rename(building, out)
     except (WriteError, OSError) as error:
-        _remove_contents(building, whole=fresh)
+        shutil.rmtree(building, ignore_errors=True)
         reason = error.reason if isinstance(error, WriteError) else error.strerror
         raise WriteError(f"cannot export to {out} ({reason or error}); nothing was left there") from None
     return [out / name for name in names]
-
-
-def _remove_contents(folder: Path, whole: bool) -> None:
-    if whole:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    with contextlib.suppress(OSError):
-        for path in folder.iterdir():  # only the export's own files: `out` was empty
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
 
 
 def _write_files(
