@@ -1,14 +1,12 @@
-"""A RUN on gpt-train's command line (gpt_viz.run_names), its failures gpt-train's RunDirError."""
+"""A RUN on gpt-train's command line (gpt_viz.run_names), its failures in Python gpt-train's RunDirError."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
 from gpt_train.runs import RunDirError
 from gpt_viz import run_names
-from gpt_viz.run_names import RUNS, RunNameError, newest_run_of
+from gpt_viz.run_names import RUN, RUNS, RunNameError, newest_run_of
 
 __all__ = ["RUN", "RUNS", "newest_run_of", "resolve_run_dir"]
 
@@ -18,14 +16,3 @@ def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
         return run_names.resolve_run_dir(run, runs)
     except RunNameError as error:
         raise RunDirError(str(error)) from None
-
-
-class RunArgument(run_names.RunArgument):
-    def convert(self, value: str | Path, param: click.Parameter | None, ctx: click.Context | None) -> Path:
-        try:
-            return super().convert(value, param, ctx)
-        except RunNameError as error:
-            raise RunDirError(str(error)) from None
-
-
-RUN = RunArgument()
