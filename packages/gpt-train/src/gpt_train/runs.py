@@ -117,22 +117,14 @@ def new_run(
     check_precision(config.train.dtype, device)
     layout = RunLayout(out if out is not None else Path("runs") / f"{task_name}-{datetime.now():%Y%m%d-%H%M%S}")
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
-    lock = None
-    if rank.is_main:
-        lock = _prepare_directory(layout, config, force)
-        try:
-            for name, data in task.files().items():
-                write_bytes_atomically(layout.task_file(name), data)
-            config.save(layout.root)
-        except BaseException:
-            lock.release()
-            raise
+    lock = _prepare_directory(layout, config, force, task) if rank.is_main else None
     return Run(config, task, layout, device, rank, resume=False, lock=lock, kernels=found)
 
 
-def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> RunLock:
-    """Create and lock a new run's directory: one holding run files is refused unless `force` (which removes them)
-    or it holds this same configuration's run stopped before its first checkpoint (nothing to keep)."""
+def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: Task) -> RunLock:
+    """Create and lock a new run's directory and write its task files and config.json: one holding run files is
+    refused unless `force` (which removes them) or it holds this same configuration's run stopped before its first
+    checkpoint (nothing to keep)."""
     root = layout.root
     if root.exists() and not root.is_dir():
         raise RunDirError(f"--out {root} exists and is not a directory")
@@ -148,19 +140,25 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool) -> Run
                 f"{root} already holds a run ({existing[0].name}); continue it with --resume {root} "
                 "or replace it with --force"
             )
-        for path in existing + stale_temporaries(root, root / RunLayout.SNAPSHOTS):
+        for path in existing:
             path.unlink()
-        _make_snapshots_folder(layout, config)
-    except (OSError, RunDirError) as error:
+        _tidy(layout, config)
+        for name, data in task.files().items():
+            write_bytes_atomically(layout.task_file(name), data)
+        config.save(layout.root)
+    except BaseException as error:
         lock.release()
-        if isinstance(error, RunDirError):
-            raise
-        raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
+        if isinstance(error, OSError):
+            raise RunDirError(f"cannot use {root} as a run directory: {describe(error)}") from None
+        raise
     return lock
 
 
-def _make_snapshots_folder(layout: RunLayout, config: RunConfig) -> None:
-    """snapshots/, made as a run that keeps snapshots starts, so that a problem stops it before its first step."""
+def _tidy(layout: RunLayout, config: RunConfig) -> None:
+    """Remove what a killed process left half-written, and make snapshots/ as a run that keeps snapshots starts, so
+    that a problem stops it before its first step."""
+    for path in stale_temporaries(layout.root, layout.root / RunLayout.SNAPSHOTS):
+        path.unlink(missing_ok=True)
     folder = layout.root / RunLayout.SNAPSHOTS
     if not config.train.snapshot_every:
         return
@@ -205,9 +203,7 @@ def resumed_run(
         if not has_checkpoint and layout.final.exists():
             raise RunDirError(f"cannot resume: no checkpoint at {layout.checkpoint}")
         if rank.is_main:
-            for path in stale_temporaries(run_dir, run_dir / RunLayout.SNAPSHOTS):
-                path.unlink(missing_ok=True)
-            _make_snapshots_folder(layout, config)
+            _tidy(layout, config)
         if not has_checkpoint:
             warnings.warn(
                 f"{run_dir} stopped before its first checkpoint; starting it again from step 0 with its saved "
