@@ -85,13 +85,6 @@ def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str
         return {name: archive.get_tensor(name) for name in archive.keys()}, archive.metadata() or {}  # noqa: SIM118
 
 
-def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    tensors, meta = _opened(path, read_safetensors)
-    if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
-        raise CheckpointError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
-    return tensors, meta
-
-
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 OPTIMISER_SLOTS = ("step", "exp_avg", "exp_avg_sq")  # AdamW's state of each parameter
 PRECISION_STATE = ("scale", "growth_tracker", "skipped_in_a_row")
@@ -154,28 +147,27 @@ def _param_groups(path: Path, text: str) -> list[dict[str, Any]]:
 
 def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float, int | None]:
     """The step, the seconds trained, and the step whose evaluation started the cool-down (None before one has)."""
+    unreadable = lambda why: CheckpointError(f"checkpoint {path} has unreadable metadata ({why})")
     try:
         step, elapsed = meta["step"], float(meta["elapsed"])
     except (KeyError, ValueError) as error:
-        raise CheckpointError(f"checkpoint {path} has unreadable metadata ({error})") from None
+        raise unreadable(error) from None
     cooldown_from = meta.get("cooldown_from")
     for name, number in (("step", step), ("cooldown_from", cooldown_from)):
         if number is not None and not (number.isascii() and number.isdigit()):
-            raise CheckpointError(
-                f"checkpoint {path} has unreadable metadata ({name} {number!r} is not a whole number >= 0)"
-            )
+            raise unreadable(f"{name} {number!r} is not a whole number >= 0")
     if not (math.isfinite(elapsed) and elapsed >= 0):
-        raise CheckpointError(f"checkpoint {path} has unreadable metadata (elapsed {elapsed!r} is not seconds >= 0)")
+        raise unreadable(f"elapsed {elapsed!r} is not seconds >= 0")
     if cooldown_from is not None and int(cooldown_from) > int(step):
-        raise CheckpointError(
-            f"checkpoint {path} has unreadable metadata (cooldown_from {cooldown_from} is after step {step})"
-        )
+        raise unreadable(f"cooldown_from {cooldown_from} is after step {step}")
     return int(step), elapsed, None if cooldown_from is None else int(cooldown_from)
 
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:
     """Read a checkpoint of a run of `task`, checking its checksum, then every tensor and metadata field."""
-    tensors, meta = _read(path)
+    tensors, meta = _opened(path, read_safetensors)
+    if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
+        raise CheckpointError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
     _check_tensors(path, tensors)
