@@ -1,11 +1,5 @@
-"""Reading what the trainer writes into a run directory, and writing ``attention.npz`` beside its reader; malformed
-input is a one-line VizError naming the file, never a traceback.
-
-``attention.npz`` holds N examples padded to the longest, T: ``weights`` (N, n_layer, n_head, T, T) float16, query
-× key, zero outside each example's corner; ``tokens`` (N, T) strings, ``""`` as padding; ``lengths`` (N,) token
-counts; optionally ``prompt_lengths`` (N,), 0 where an example has no prompt. Older files (float32, no
-``prompt_lengths``, or one example as (n_layer, n_head, T, T) and (T,)) read the same way.
-"""
+"""Reading what the trainer writes into a run directory, and writing ``attention.npz`` beside its reader (its format:
+the run directory table of packages/gpt-viz/README.md); malformed input is a one-line VizError naming the file."""
 
 from __future__ import annotations
 
@@ -178,47 +172,34 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
             f"{path}: weights have shape {weights.shape}; expected (examples, n_layer, n_head, T, T), "
             "or (n_layer, n_head, T, T) for one example"
         )
-    lengths = _checked_lengths(arrays.get("lengths"), weights.shape, path)
+    lengths, prompts = arrays.get("lengths"), arrays.get("prompt_lengths")
+    if lengths is None:
+        raise VizError(f"{path} lacks the array 'lengths', which weights of five axes need")
+    if len(weights) == 0:
+        raise VizError(f"{path} holds no examples")
+    if not _whole_numbers(lengths, 1, weights.shape[-1], weights.shape[:1]):
+        raise VizError(
+            f"{path}: lengths must be one whole number from 1 to {weights.shape[-1]} per example, "
+            f"got {lengths.tolist()}"
+        )
     expected = (len(weights), weights.shape[-1])
     if tokens.shape != expected:
         raise VizError(f"{path}: tokens have shape {tokens.shape}; expected {expected}, one row per example")
-    prompts = _checked_prompt_lengths(arrays.get("prompt_lengths"), lengths, path)
+    if prompts is None:
+        prompts = np.zeros_like(lengths)
+    elif not _whole_numbers(prompts, 0, lengths, lengths.shape):
+        raise VizError(
+            f"{path}: prompt_lengths must be one whole number from 0 to its example's length per example, "
+            f"got {prompts.tolist()}"
+        )
     return [
-        _checked_snapshot(example[:, :, :length, :length], labels[:length], prompt)
-        for example, labels, length, prompt in zip(weights, tokens, lengths.tolist(), prompts, strict=True)
+        _checked_snapshot(example[:, :, :length, :length], labels[:length], prompt or None)
+        for example, labels, length, prompt in zip(weights, tokens, lengths.tolist(), prompts.tolist(), strict=True)
     ]
 
 
-def _whole_numbers(values: np.ndarray | None, low: int | np.ndarray, high: int | np.ndarray, shape: tuple) -> bool:
-    return (
-        values is not None
-        and values.shape == shape
-        and values.dtype.kind in "iu"
-        and bool(np.all((values >= low) & (values <= high)))
-    )
-
-
-def _checked_lengths(lengths: np.ndarray | None, shape: tuple[int, ...], path: Path) -> np.ndarray:
-    if lengths is None:
-        raise VizError(f"{path} lacks the array 'lengths', which weights of five axes need")
-    if shape[0] == 0:
-        raise VizError(f"{path} holds no examples")
-    if not _whole_numbers(lengths, 1, shape[-1], shape[:1]):
-        raise VizError(
-            f"{path}: lengths must be one whole number from 1 to {shape[-1]} per example, got {lengths.tolist()}"
-        )
-    return lengths
-
-
-def _checked_prompt_lengths(prompt_lengths: np.ndarray | None, lengths: np.ndarray, path: Path) -> list[int | None]:
-    if prompt_lengths is None:
-        return [None] * len(lengths)
-    if not _whole_numbers(prompt_lengths, 0, lengths, lengths.shape):
-        raise VizError(
-            f"{path}: prompt_lengths must be one whole number from 0 to its example's length per example, "
-            f"got {prompt_lengths.tolist()}"
-        )
-    return [int(prompt) or None for prompt in prompt_lengths.tolist()]
+def _whole_numbers(values: np.ndarray, low: int | np.ndarray, high: int | np.ndarray, shape: tuple) -> bool:
+    return values.shape == shape and values.dtype.kind in "iu" and bool(np.all((values >= low) & (values <= high)))
 
 
 def _checked_snapshot(weights: np.ndarray, tokens: np.ndarray, prompt_length: int | None = None) -> AttentionSnapshot:

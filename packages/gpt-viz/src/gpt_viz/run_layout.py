@@ -1,11 +1,6 @@
-"""The schema of a run directory: every file name a run leaves, and the grammar of metric keys, defined once for
-gpt-train, gpt-viz, the experiments and the benchmarks (plain Python: no torch, no numpy).
-
-A metric key is ``<split>_<name>`` (``heldout_exact_match``); a name ``<label>_<index>_<measure>`` is a
-per-position detail that summaries leave out, and one starting ``probe_`` a task probe. ``loss``, ``lr``, ``step``
-and ``elapsed`` carry no split. gpt-tasks follows the grammar without importing it (gpt-train's
-tests/test_run_schema.py holds the two together).
-"""
+"""The schema of a run directory, defined once for gpt-train, gpt-viz, the experiments and the benchmarks (plain
+Python: no torch, no numpy): every file name a run leaves, and the grammar of metric keys (both in
+packages/gpt-viz/README.md). gpt-tasks follows the grammar without importing it (gpt-train's test_run_schema.py)."""
 
 from __future__ import annotations
 
@@ -78,9 +73,7 @@ class RunLayout:
     """Every file a run writes under a fixed name; with the inspections and task files, what `--force` removes."""
 
     # What each `gpt-train inspect RUN <analysis>` writes beside the run: a record and its picture.
-    HEADS_ABLATION = "inspect_heads.json"
-    """The primary metric with each head ablated: {"metric", "split", "examples", "baseline", "zero": [[per head]
-    per layer], "mean": [[...]]}."""
+    HEADS_ABLATION = "inspect_heads.json"  # the primary metric with each head ablated (zero and mean), by layer
     HEADS_PICTURE = "inspect_heads.png"
     LOGIT_LENS = "inspect_logit_lens.json"  # metric and loss of the residual stream decoded after each layer
     LOGIT_LENS_PICTURE = "inspect_logit_lens.png"
@@ -93,9 +86,7 @@ class RunLayout:
     INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, PHASES,
                    PHASES_PICTURE, REPORT)  # fmt: skip
     """The inspect files of a fixed name (and the patching files): its model's, so a replaced run drops them."""
-    SNAPSHOTS = "snapshots"
-    """With `--set snapshot_every=N`: the weights alone at step 0 and every N steps
-    (`snapshots/step-0000020.safetensors`, gpt-train's checkpoint format without optimiser or RNG state)."""
+    SNAPSHOTS = "snapshots"  # with snapshot_every=N: the weights alone at step 0 and every N (checkpoint format)
     TASK_FILE_PREFIX = "task."  # a task's own files, one per parameter that points at it: task.tokenizer_file
 
     def __init__(self, root: str | Path) -> None:
