@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX
+from gpt_core import GPT
 from gpt_tasks.params import check_between, check_fraction
 from gpt_tasks.probes import ProbeCache
+from gpt_tasks.prompt_answer import answer_batch
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
 from gpt_tasks.task import Batch, Defaults, Task
@@ -104,10 +105,7 @@ class ModAddTask(Task):
         """Pair numbers (N,) -> inputs [a, b, =] (N, 3), scored at "=" on c = (a + b) mod p."""
         p = self.params.p
         a, b = ids // p, ids % p
-        inputs = torch.stack((a, b, torch.full_like(a, self.equals)), dim=1)
-        targets = torch.full_like(inputs, IGNORE_INDEX)
-        targets[:, -1] = (a + b) % p
-        return Batch(inputs, targets)
+        return answer_batch(torch.stack((a, b, torch.full_like(a, self.equals), (a + b) % p), dim=1), prompt_length=3)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> Batch:
         """The whole training set (in a fixed order) when batch_size covers it, else a sample without replacement."""
