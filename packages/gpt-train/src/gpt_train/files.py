@@ -39,10 +39,7 @@ def stale_temporaries(*directories: Path) -> list[Path]:
 
 
 def write_atomically(
-    path: Path,
-    write: Callable[[Path], None],
-    what: str = "",
-    failures: tuple[type[Exception], ...] = (OSError,),
+    path: Path, write: Callable[[Path], None], what: str = "", failures: tuple[type[Exception], ...] = (OSError,)
 ) -> None:
     """Call `write(temporary)`, fsync, then rename it over `path`; one of `failures` becomes a WriteError."""
     tmp = temporary_path(path)

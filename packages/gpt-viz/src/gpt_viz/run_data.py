@@ -84,23 +84,22 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
-    lines = read_text(path).splitlines()
-    records = [_parse_metrics_line(line, path, number) for number, line in enumerate(lines, start=1) if line.strip()]
+    records = []
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise VizError(f"{path} line {number} is not valid JSON: {error.msg}") from error
+        if not isinstance(record, dict):
+            raise VizError(f"{path} line {number} is not a JSON object")
+        if "step" not in record:
+            raise VizError(f'{path} line {number} has no "step"')
+        records.append(record)
     if not records:
         raise VizError(f"{path} is empty")
     return records
-
-
-def _parse_metrics_line(line: str, path: Path, number: int) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise VizError(f"{path} line {number} is not valid JSON: {error.msg}") from error
-    if not isinstance(record, dict):
-        raise VizError(f"{path} line {number} is not a JSON object")
-    if "step" not in record:
-        raise VizError(f'{path} line {number} has no "step"')
-    return record
 
 
 def available_metrics(records: Iterable[Record]) -> list[str]:
