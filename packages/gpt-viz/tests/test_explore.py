@@ -169,6 +169,12 @@ def test_token_text_cannot_close_the_script_or_become_markup(make_run):
     assert data["title"] == "<b>sort</b> — run"
 
 
+def test_a_run_named_like_the_templates_marker_keeps_its_name(make_run):
+    page = explorer_page(make_run(name="x__DATA__", attention=False))
+    assert "<title>addition — x__DATA__ · gpt-viz explore</title>" in page
+    assert embedded(page)["title"] == "addition — x__DATA__"
+
+
 def test_head_ablation_table_is_embedded_when_inspect_heads_has_run(run_dir):
     assert embedded(explorer_page(run_dir))["ablation"] is None
     write_ablation(run_dir, ABLATION)

@@ -8,6 +8,7 @@ import base64
 import html
 import json
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -32,23 +33,25 @@ from gpt_viz.run_layout import RunLayout, parse_metric_key
 
 PAGE_NAME = "explore.html"
 TEMPLATE = "explore_template.html"
+MARKER = re.compile(r"__([A-Z]+)__")  # where a page template takes a part: __HEAD__, __DATA__, ...
 # Characters that could close the data's <script> element or open markup inside it, as JSON escapes.
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def explorer_page(run_dir: PathLike) -> str:
     data = page_data(run_directory(run_dir))
-    template = resources.files("gpt_viz").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    head = page_head(f"{data['title']} · gpt-viz explore")
-    return template.replace("__HEAD__", head).replace("__RUN_DATA__", script_json(data))
+    return filled_page("gpt_viz", TEMPLATE, f"{data['title']} · gpt-viz explore", {"DATA": script_json(data)})
 
 
-def page_head(title: str) -> str:
-    """The start of every page the project writes, up to its styles."""
-    return (
-        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+def filled_page(package: str, template: str, title: str, parts: dict[str, str]) -> str:
+    """Every page the project writes: `template` of `package` with __HEAD__ (the page's start, up to its styles) and
+    its other __MARKERS__ filled in one pass, so that no part's own text (a run named `x__DATA__`) becomes a marker."""
+    parts = parts | {
+        "HEAD": '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{html.escape(title)}</title>\n'
-    )
+    }
+    text = resources.files(package).joinpath(template).read_text(encoding="utf-8")
+    return MARKER.sub(lambda match: parts.get(match.group(1), match.group(0)), text)
 
 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import base64
 import html
-import re
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from gpt_train.lab import findings
 from gpt_viz import RunLayout
-from gpt_viz.explore import page_head
+from gpt_viz.explore import filled_page
 
 REPORT_POINTS = ("resid_pre", "attn_out", "mlp_out")  # what enters each layer, then what attention and MLP add
-MARKER = re.compile(r"__([A-Z]+)__")  # where report_template.html takes a part of the page: __TITLE__, ...
 
 MEANING = {
     "heads": (
@@ -134,15 +131,12 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
-    template = resources.files("gpt_train.lab").joinpath("report_template.html").read_text(encoding="utf-8")
     title = f"{task} — {layout.root.name}"
     parts = {
-        "HEAD": page_head(f"{title} · gpt-train report"),
         "TITLE": html.escape(title),
         "SUMMARY": html.escape(summary),
         "FINDINGS": findings_list([finding for part in found.values() for finding in part]),
         "RULES": html.escape(findings.RULES),
         "SECTIONS": "".join(sections),
     }
-    # in one pass, so a part's own text (a run named `x__SECTIONS__`) is never searched for markers
-    return MARKER.sub(lambda match: parts.get(match.group(1), match.group(0)), template)
+    return filled_page("gpt_train.lab", "report_template.html", f"{title} · gpt-train report", parts)

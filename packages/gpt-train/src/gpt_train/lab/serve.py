@@ -11,7 +11,6 @@ import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -31,7 +30,7 @@ from gpt_train.prompts import PromptError, Vocabulary
 from gpt_train.run_names import RUN
 from gpt_train.signals import ctrl_c_interrupts
 from gpt_viz import RunLayout, VizError
-from gpt_viz.explore import page_head
+from gpt_viz.explore import filled_page
 from gpt_viz.inspect_pictures import load_inspection, most_needed_head
 
 PAGE = "serve_page.html"
@@ -110,8 +109,7 @@ class Explorer:
             "left_out": left_out,
         }
         self.summary_json = json.dumps(self.summary, allow_nan=False).encode("utf-8")
-        page = resources.files("gpt_train.lab").joinpath(PAGE).read_text(encoding="utf-8")
-        self.page = page.replace("__HEAD__", page_head("gpt-train serve")).encode("utf-8")
+        self.page = filled_page("gpt_train.lab", PAGE, "gpt-train serve", {}).encode("utf-8")
 
     def prompt(self, text: str) -> dict[str, Any]:
         with self.lock:
