@@ -95,10 +95,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except click.UsageError as error:
             raise CommandError(error.format_message()) from None
-        except (TaskError, ParamError, VizError) as error:
+        except (TaskError, ParamError, VizError, TrainError) as error:
             raise CommandError(message_of(error)) from None
-        except TrainError as error:
-            raise CommandError(str(error)) from None
         except KeyboardInterrupt:
             raise Aborted() from None
         except SystemExit as exit_:  # click's own exits are click.exceptions.Exit, not SystemExit
