@@ -22,8 +22,8 @@ import torch
 from gpt_core import IGNORE_INDEX
 from gpt_tasks import ParamError, get_task, is_heldout
 from gpt_tasks.builtin.text import TextParams
-from gpt_tasks.text import Corpus, chunks
 from gpt_tasks.text.cache import META, TOKENS
+from gpt_tasks.text.corpus import Corpus, chunks
 
 pytest.importorskip("tokenizers", reason="the bpe extra (pip install 'gpt-tasks[bpe]') is not installed")
 

@@ -9,16 +9,17 @@ import sys
 import numpy as np
 import pytest
 
-from gpt_tasks.text import (
+from gpt_tasks.text.tokenizer import (
+    BPE_EXTRA,
     BpeTokenizer,
     ByteTokenizer,
     CharTokenizer,
+    byte_alphabet,
     learn_alphabet,
     load_tokenizer,
     token_sizes,
     train_bpe,
 )
-from gpt_tasks.text.tokenizer import BPE_EXTRA, byte_alphabet
 
 tokenizers = pytest.importorskip("tokenizers", reason="the bpe extra (pip install 'gpt-tasks[bpe]') is not installed")
 

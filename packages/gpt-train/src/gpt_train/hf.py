@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from gpt_core import GPT, GPTConfig
 from gpt_core.gpt2 import IGNORED_BUFFERS, PREFIX, config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
 from gpt_tasks import field_types
-from gpt_tasks.text import BpeTokenizer
+from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, load_weights, read_safetensors, safetensors_header
 from gpt_train.errors import TrainError
 from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically

@@ -10,7 +10,7 @@ import click
 import torch
 
 from gpt_core import generate
-from gpt_tasks.text import BpeTokenizer
+from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION, set_option
