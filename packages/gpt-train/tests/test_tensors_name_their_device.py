@@ -23,7 +23,7 @@ from gpt_tasks import get_task
 from gpt_train.lab import ablate_each_head, head_reads, logit_lens, patch
 from gpt_train.lab.explain import explain_prompt
 from gpt_train.lab.findings import head_findings, logit_lens_findings, patching_findings, reads_findings
-from gpt_train.learn.cases import REFERENCES, cases_for, run_case, try_case
+from gpt_train.learn.cases import cases_for, run_case, try_case
 from gpt_train.learn.grader import SEED, check_file, diagnose
 from gpt_train.learn.steps import BY_NAME, STEPS
 from gpt_train.learn.zoo import OWN
@@ -84,6 +84,6 @@ def test_every_classic_mistake_is_named_whatever_the_default_device(step):
         with torch.device("meta"):
             cases = cases_for(BY_NAME[step].function, SEED)
             outcomes = [try_case(kernel, case, SEED) for case in cases]
-            expected = [run_case(REFERENCES[BY_NAME[step].function][1], case, SEED) for case in cases]
+            expected = [run_case(case.reference, case, SEED) for case in cases]
             named = diagnose(BY_NAME[step], outcomes, expected)
         assert named is not None and named.key == mistake.key, mistake.key

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -67,10 +69,13 @@ class _Case:
     component: str
     reference: str
     slot: str | None  # the Kernels slot it exercises; None for pieces that are not kernels
-    names: tuple[str, ...]  # of the inputs, for saying whose gradient differs
-    inputs: Callable[[torch.Generator, torch.dtype], Sequence[Tensor]]
-    ours: Callable[..., Tensor]  # (kernels, *inputs)
-    theirs: Callable[..., Tensor]
+    names: tuple[str, ...]  # of the arguments, for saying whose gradient differs
+    inputs: Callable[[torch.Generator, torch.dtype], Sequence[Any]]  # the arguments
+    theirs: Callable[..., Tensor]  # the reference on the same arguments
+    ours: Callable[..., Tensor] | None = None  # (kernels, *arguments); None: the slot's kernel on the arguments
+
+    def call(self, kernels: Kernels, *arguments: Any) -> Tensor:
+        return self.ours(kernels, *arguments) if self.ours else getattr(kernels, self.slot)(*arguments)
 
 
 def _randn(gen: torch.Generator, dtype: torch.dtype, *shape: int, scale: float = 1.0) -> Tensor:
@@ -83,57 +88,59 @@ def _targets_with_ignored(gen: torch.Generator, n: int, vocab: int) -> Tensor:
     return targets
 
 
+def end_aligned(sdpa: Callable[..., Tensor], q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    """`sdpa` (its causal mask top-left aligned) with the queries the last Tq of the Tk positions, as in cached
+    decoding: it runs on zeros in front of them."""
+    n_missing = k.shape[-2] - q.shape[-2]
+    if not causal or n_missing <= 0:
+        return sdpa(q, k, v, causal)
+    padded = torch.cat((q.new_zeros(*q.shape[:-2], n_missing, q.shape[-1]), q), dim=-2)
+    return sdpa(padded, k, v, True)[..., n_missing:, :]
+
+
 def _attention_cases(ref: References) -> list[_Case]:
     """Attention on shapes that catch mistakes (odd sizes, offset queries, several tiles), then its weights."""
     B, H, T, d = 2, 4, 7, 16
     b, h, t, dh = 1, 3, 133, 5  # the long cases'
 
-    def shapes(b: int, h: int, tq: int, tk: int, dh: int, with_v: bool = True):
+    def shapes(b: int, h: int, tq: int, tk: int, dh: int, causal: bool, with_v: bool = True):
         def make(g, dt):
             q, k = _randn(g, dt, b, h, tq, dh), _randn(g, dt, b, h, tk, dh)
-            return (q, k, _randn(g, dt, b, h, tk, dh)) if with_v else (q, k)
+            return (q, k, _randn(g, dt, b, h, tk, dh), causal) if with_v else (q, k, causal)
 
         return make
 
-    def theirs(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-        # Queries that are the last Tq positions: the reference runs on zeros in front, its mask top-left aligned.
-        n_missing = k.shape[-2] - q.shape[-2]
-        if not causal or n_missing <= 0:
-            return ref["sdpa"](q, k, v, causal)
-        padded = torch.cat((q.new_zeros(*q.shape[:-2], n_missing, q.shape[-1]), q), dim=-2)
-        return ref["sdpa"](padded, k, v, True)[..., n_missing:, :]
+    def weights(q: Tensor, k: Tensor, causal: bool) -> Tensor:
+        identity = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(*k.shape[:-1], k.shape[-2])
+        return end_aligned(ref["sdpa"], q, k, identity, causal)
 
-    def case(component: str, inputs, causal: bool) -> _Case:
-        return _Case(component, "sdpa", "attention", ("q", "k", "v"), inputs,
-                     lambda kernels, q, k, v: kernels.attention(q, k, v, causal),
-                     lambda q, k, v: theirs(q, k, v, causal))  # fmt: skip
+    def case(component: str, *shape: int, causal: bool) -> _Case:
+        return _Case(component, "sdpa", "attention", ("q", "k", "v", "causal"), shapes(*shape, causal),
+                     functools.partial(end_aligned, ref["sdpa"]))  # fmt: skip
 
-    def weights_case(component: str, inputs, causal: bool) -> _Case:
-        def weights(q: Tensor, k: Tensor) -> Tensor:
-            identity = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(*k.shape[:-1], k.shape[-2])
-            return theirs(q, k, identity, causal)
-
-        return _Case(component, "sdpa", "attention_weights", ("q", "k"), inputs,
-                     lambda kernels, q, k: kernels.attention_weights(q, k, causal), weights)  # fmt: skip
+    def weights_case(component: str, *shape: int, causal: bool) -> _Case:
+        inputs = shapes(*shape, causal, with_v=False)
+        return _Case(component, "sdpa", "attention_weights", ("q", "k", "causal"), inputs, weights)
 
     return [
-        case("sdpa causal", shapes(B, H, T, T, d), True),
-        case("sdpa non-causal", shapes(B, H, T, T, d), False),
-        case("sdpa causal, queries offset by 4", shapes(B, H, T - 4, T, d), True),
-        case("sdpa causal, single query", shapes(B, H, 1, T, d), True),
-        case(f"sdpa causal, {t} positions, head size {dh}", shapes(b, h, t, t, dh), True),
-        case(f"sdpa non-causal, {t} positions, head size {dh}", shapes(b, h, t, t, dh), False),
-        case(f"sdpa causal, {t - 63} queries offset by 63", shapes(b, h, t - 63, t, dh), True),
-        weights_case("attention weights causal", shapes(B, H, T, T, d, with_v=False), True),
-        weights_case("attention weights non-causal", shapes(B, H, T, T, d, with_v=False), False),
-        weights_case("attention weights causal, queries offset by 4", shapes(B, H, T - 4, T, d, with_v=False), True),
-        weights_case("attention weights causal, single query", shapes(B, H, 1, T, d, with_v=False), True),
+        case("sdpa causal", B, H, T, T, d, causal=True),
+        case("sdpa non-causal", B, H, T, T, d, causal=False),
+        case("sdpa causal, queries offset by 4", B, H, T - 4, T, d, causal=True),
+        case("sdpa causal, single query", B, H, 1, T, d, causal=True),
+        case(f"sdpa causal, {t} positions, head size {dh}", b, h, t, t, dh, causal=True),
+        case(f"sdpa non-causal, {t} positions, head size {dh}", b, h, t, t, dh, causal=False),
+        case(f"sdpa causal, {t - 63} queries offset by 63", b, h, t - 63, t, dh, causal=True),
+        weights_case("attention weights causal", B, H, T, T, d, causal=True),
+        weights_case("attention weights non-causal", B, H, T, T, d, causal=False),
+        weights_case("attention weights causal, queries offset by 4", B, H, T - 4, T, d, causal=True),
+        weights_case("attention weights causal, single query", B, H, 1, T, d, causal=True),
     ]
 
 
 def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
     B, T, C, V = 2, 7, 32, 11
     ids = torch.tensor([[0, 3, 7, 1], [10, 2, 2, 5]], device=device)
+    norm = ("x", "weight", "bias", "eps")
 
     def linear_inputs(g, dt):
         return _randn(g, dt, B, T, C), _randn(g, dt, 3 * C, C), _randn(g, dt, 3 * C)
@@ -145,10 +152,13 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
         return functional_call(Embedding(V, C), {"weight": w}, (ids,))
 
     def norm_inputs(g, dt):
-        return _randn(g, dt, B, T, C), _randn(g, dt, C), _randn(g, dt, C)
+        return _randn(g, dt, B, T, C), _randn(g, dt, C), _randn(g, dt, C), 1e-5
 
     def norm_inputs_without_bias(g, dt):
-        return _randn(g, dt, B, T, C), _randn(g, dt, C)
+        return _randn(g, dt, B, T, C), _randn(g, dt, C), None, 1e-5
+
+    def layer_norm(x, w, b, eps):
+        return ref["layer_norm"](x, w, b)  # its eps is 1e-5, the cases' own
 
     def ce_inputs(g, dt):
         return _randn(g, dt, B * T, V), _targets_with_ignored(g, B * T, V)
@@ -159,38 +169,37 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
     def activations(scale: float):
         return lambda g, dt: (_randn(g, dt, B, T, C, scale=scale),)
 
-    def gelu(kernels, x):
-        return kernels.gelu(x)
-
-    def softmax(kernels, x):
-        return kernels.sampling_softmax(x)
-
     return [
-        _Case("Linear", "linear", None, ("x", "weight", "bias"), linear_inputs, linear_ours, ref["linear"]),
-        _Case("Embedding", "embedding", None, ("weight",), lambda g, dt: (_randn(g, dt, V, C),), embedding_ours,
-              lambda w: ref["embedding"](ids, w)),
-        _Case("LayerNorm", "layer_norm", "layer_norm", ("x", "weight", "bias"), norm_inputs,
-              lambda kernels, x, w, b: kernels.layer_norm(x, w, b, 1e-5), ref["layer_norm"]),
-        _Case("LayerNorm without bias", "layer_norm", "layer_norm", ("x", "weight"), norm_inputs_without_bias,
-              lambda kernels, x, w: kernels.layer_norm(x, w, None, 1e-5), lambda x, w: ref["layer_norm"](x, w, None)),
-        _Case("GELU (tanh)", "gelu", "gelu", ("x",), activations(1.0), gelu, ref["gelu"]),
-        _Case("GELU (tanh), inputs x 30", "gelu", "gelu", ("x",), activations(30.0), gelu, ref["gelu"]),
-        _Case("softmax", "softmax", "sampling_softmax", ("x",), logits(1.0), softmax, ref["softmax"]),
-        _Case("softmax, logits x 1000", "softmax", "sampling_softmax", ("x",), logits(1000.0), softmax,
-              ref["softmax"]),
-        _Case("log_softmax", "log_softmax", None, ("x",), logits(1.0), lambda kernels, x: log_softmax(x),
-              ref["log_softmax"]),
+        _Case("Linear", "linear", None, ("x", "weight", "bias"), linear_inputs, ref["linear"], linear_ours),
+        _Case("Embedding", "embedding", None, ("weight",), lambda g, dt: (_randn(g, dt, V, C),),
+              lambda w: ref["embedding"](ids, w), embedding_ours),
+        _Case("LayerNorm", "layer_norm", "layer_norm", norm, norm_inputs, layer_norm),
+        _Case("LayerNorm without bias", "layer_norm", "layer_norm", norm, norm_inputs_without_bias, layer_norm),
+        _Case("GELU (tanh)", "gelu", "gelu", ("x",), activations(1.0), ref["gelu"]),
+        _Case("GELU (tanh), inputs x 30", "gelu", "gelu", ("x",), activations(30.0), ref["gelu"]),
+        _Case("softmax", "softmax", "sampling_softmax", ("x",), logits(1.0), ref["softmax"]),
+        _Case("softmax, logits x 1000", "softmax", "sampling_softmax", ("x",), logits(1000.0), ref["softmax"]),
+        _Case("log_softmax", "log_softmax", None, ("x",), logits(1.0), ref["log_softmax"],
+              lambda kernels, x: log_softmax(x)),
         _Case("cross_entropy (ignore_index)", "cross_entropy", "cross_entropy", ("logits", "targets"), ce_inputs,
-              lambda kernels, x, t: kernels.cross_entropy(x, t), ref["cross_entropy"]),
+              ref["cross_entropy"]),
         *_attention_cases(ref),
     ]  # fmt: skip
+
+
+def slot_cases(slot: str, references: References, seed: int) -> list[tuple[str, str, tuple, Callable[..., Tensor]]]:
+    """`slot`'s cases in float64 drawn from `seed`: (component, reference, the kernel's arguments, the reference on
+    them)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(case.component, case.reference, tuple(case.inputs(gen, torch.float64)), case.theirs)
+            for case in _cases(references) if case.slot == slot]  # fmt: skip
 
 
 def is_relative(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and torch.finfo(dtype).bits == 16
 
 
-def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = False) -> Difference:
+def difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = False) -> Difference:
     """The largest |ours - theirs| in float64 and where it is, over max(1, max |theirs|) if `relative`. A missing
     tensor, a wrong shape or a non-finite value is an infinite difference: nan must fail, not compare false."""
     if ours is None:
@@ -202,7 +211,7 @@ def _difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool =
     if ours.numel() == 0:
         return 0.0, name
     expected = theirs.detach().double()
-    diff = torch.nan_to_num((ours.detach().double() - expected).abs(), nan=math.inf)
+    diff = torch.nan_to_num((ours.detach().double() - expected).abs(), nan=math.inf, posinf=math.inf)
     scale = expected.abs().max()
     if relative and math.isfinite(scale):
         diff /= max(1.0, scale)
@@ -221,6 +230,16 @@ Difference = tuple[float, str]  # the largest |difference| and where it is, or w
 
 def _largest(differences: Sequence[Difference]) -> Difference:
     return max(differences, key=lambda pair: pair[0])
+
+
+Pairs = Sequence[tuple[str, Tensor | None, Tensor]]  # (name, ours, theirs)
+
+
+def compared(component: str, reference: str, outputs: Pairs, gradients: Pairs, relative: bool) -> Row:
+    """The Row of the largest difference of `outputs` and of `gradients`."""
+    forward = _largest([difference(*pair, relative) for pair in outputs])
+    grad = _largest([difference(*pair, relative) for pair in gradients])
+    return Row(component, reference, forward[0], grad[0], forward[1], grad[1], relative)
 
 
 def _row(
@@ -242,29 +261,26 @@ def _raised(what: str, error: Exception) -> Difference:
 def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Mapping[str, str] | None, device) -> Row:
     """One case's outputs and gradients; a kernel failing in any way is this row's result, not an error."""
     relative, label = is_relative(dtype), (labels or {}).get(case.reference, case.reference)
-    inputs = [_leaf(x, device) for x in case.inputs(gen, dtype)]
-    reference_inputs = [_leaf(x, torch.float64) if x.is_floating_point() else x for x in inputs] if relative else inputs
+    inputs = [_leaf(x, device) if isinstance(x, Tensor) else x for x in case.inputs(gen, dtype)]
+    leaves = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    reference_inputs = [_leaf(x, torch.float64) if relative and i in leaves else x for i, x in enumerate(inputs)]
     theirs = case.theirs(*reference_inputs)
     cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device)
     try:
-        ours = case.ours(kernels, *inputs)
+        ours = case.call(kernels, *inputs)
     except Exception as error:
         return _row(case.component, label, dtype, _raised("the forward", error))
-    forward = _difference("output", ours, theirs, relative)
+    forward = difference("output", ours, theirs, relative)
     if not isinstance(ours, Tensor) or ours.shape != theirs.shape:
         return _row(case.component, label, dtype, forward)
-    names = [name for name, x in zip(case.names, inputs, strict=True) if x.requires_grad]
-    their_leaves = [x for x in reference_inputs if x.requires_grad]
-    grads_theirs = torch.autograd.grad(theirs, their_leaves, cotangent.to(theirs.dtype))
+    grads_theirs = torch.autograd.grad(theirs, [reference_inputs[i] for i in leaves], cotangent.to(theirs.dtype))
     try:
-        grads_ours = torch.autograd.grad(ours, [x for x in inputs if x.requires_grad], cotangent, allow_unused=True)
+        grads_ours = torch.autograd.grad(ours, [inputs[i] for i in leaves], cotangent, allow_unused=True)
     except Exception as error:
         return _row(case.component, label, dtype, forward, _raised("the backward", error))
-    grad = _largest([
-        _difference(f"gradient of {name}", a, b, relative)
-        for name, a, b in zip(names, grads_ours, grads_theirs, strict=True)
-    ])  # fmt: skip
-    return _row(case.component, label, dtype, forward, grad)
+    names = [f"gradient of {case.names[i]}" for i in leaves]
+    gradients = list(zip(names, grads_ours, grads_theirs, strict=True))
+    return compared(case.component, label, [("output", ours, theirs)], gradients, relative)
 
 
 _SMALL_GPT = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, pos="rope")
@@ -293,7 +309,7 @@ def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope", ra
             steps += [model(idx[:, t : t + 1], cache=cache, positions=ids(t, t + 1)).logits for t in range(5, 12)]
     except Exception as error:
         return _row(component, reference, dtype, _raised("decoding", error))
-    return _row(component, reference, dtype, _difference("logits", torch.cat(steps, 1), full, is_relative(dtype)))
+    return _row(component, reference, dtype, difference("logits", torch.cat(steps, 1), full, is_relative(dtype)))
 
 
 def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_pattern: bool = False) -> Row:
@@ -334,15 +350,11 @@ def _gpt_row(
         got.loss.backward()
     except Exception as error:
         return Row(component, reference, math.inf, None, _raised("the model", error)[1], relative=relative)
-    forward = _largest([
-        _difference("logits", got.logits.cpu(), expected.logits if read is None else expected.logits[read], relative),
-        _difference("loss", got.loss.cpu(), expected.loss, relative),
-    ])  # fmt: skip
-    grad = _largest([
-        _difference(f"gradient of {name}", None if a.grad is None else a.grad.cpu(), b.grad, relative)
-        for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)
-    ])  # fmt: skip
-    return Row(component, reference, forward[0], grad[0], forward[1], grad[1], relative)
+    outputs = [("logits", got.logits.cpu(), expected.logits if read is None else expected.logits[read]),
+               ("loss", got.loss.cpu(), expected.loss)]  # fmt: skip
+    gradients = [(f"gradient of {name}", None if a.grad is None else a.grad.cpu(), b.grad)
+                 for (name, a), b in zip(ours.named_parameters(), theirs.parameters(), strict=True)]  # fmt: skip
+    return compared(component, reference, outputs, gradients, relative)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from gpt_train.learn.solutions.cross_entropy import cross_entropy
 from gpt_train.learn.solutions.gelu import gelu
 from gpt_train.learn.solutions.layer_norm import layer_norm
 from gpt_train.learn.steps import Step
-from gpt_train.learn.verdicts import Malformed, first_excess, same_error
+from gpt_train.learn.verdicts import Malformed, same_error
 from gpt_train.learn.watch import Watch
 
 KERNELS = SimpleNamespace(attention=attention, layer_norm=layer_norm, gelu=gelu, cross_entropy=cross_entropy)
@@ -234,6 +234,15 @@ def _differences(got: Outcome, want: Outcome) -> list[tuple[str, Tensor | None, 
 
 def _largest_difference(got: Outcome, want: Outcome) -> float:
     return max(float((ours.detach() - theirs).abs().max()) for _, ours, theirs in _differences(got, want))
+
+
+def first_excess(ours: Tensor, theirs: Tensor) -> tuple[int, float] | None:
+    """The flat index where `ours` differs most from `theirs`, and by how much, beyond the (relative) tolerance."""
+    difference = (ours.detach().double() - theirs.detach().double()).abs().nan_to_num(nan=math.inf)
+    if not difference.numel() or float(difference.max()) <= TOLERANCE * max(1.0, float(theirs.abs().max())):
+        return None
+    flat = int(difference.argmax())
+    return flat, float(difference.flatten()[flat])
 
 
 def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:

@@ -1,5 +1,5 @@
-"""The inputs a learner's kernel and each classic mistake are both run on, shaped as `gpt-train verify`'s cases: odd
-sizes, one query, queries offset as in cached decoding, 133 positions (a ragged tile), large inputs."""
+"""The inputs a learner's kernel and each classic mistake are both run on: `gpt-train verify`'s cases of its slot
+(odd sizes, one query, queries offset as in cached decoding, 133 positions, large inputs), and what a run gives."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from gpt_core import IGNORE_INDEX
+from gpt_core.testing.verification import slot_cases
 from gpt_train.learn.loading import attempt
+from gpt_train.learn.steps import SAMPLING_SOFTMAX_SLOT
+from gpt_train.verify import TORCH_LABELS, torch_references
 
 SEED = 0  # of every check's inputs, models and draws: a check gives the same verdict every time
 
@@ -21,6 +23,8 @@ SEED = 0  # of every check's inputs, models and draws: a check gives the same ve
 class Case:
     name: str
     args: tuple
+    reference: Callable[..., Tensor]  # PyTorch's built-in on the same arguments: the right answer
+    label: str  # how a message names the built-in
 
 
 @dataclass(frozen=True)
@@ -30,80 +34,22 @@ class Outcome:
     output: Tensor | None
     grads: tuple[Tensor | None, ...]
     error: BaseException | None = None
-    connected: bool = True  # the output carries a gradient back to the inputs (it requires grad)
-
-
-def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> Tensor:
-    return (torch.randn(*shape, generator=gen, dtype=torch.float64, device="cpu") * scale).requires_grad_()
-
-
-def _attention(gen: torch.Generator) -> list[Case]:
-    def qkv(b: int, h: int, tq: int, tk: int, d: int) -> tuple[Tensor, Tensor, Tensor]:
-        return _randn(gen, b, h, tq, d), _randn(gen, b, h, tk, d), _randn(gen, b, h, tk, d)
-
-    return [
-        Case("causal", (*qkv(2, 4, 7, 7, 16), True)),
-        Case("non-causal", (*qkv(2, 4, 7, 7, 16), False)),
-        Case("causal, queries offset by 4", (*qkv(2, 4, 3, 7, 16), True)),
-        Case("causal, single query", (*qkv(2, 4, 1, 7, 16), True)),
-        Case("causal, 133 positions", (*qkv(1, 3, 133, 133, 5), True)),
-        Case("non-causal, 133 positions", (*qkv(1, 3, 133, 133, 5), False)),
-        Case("causal, 70 queries offset by 63", (*qkv(1, 3, 70, 133, 5), True)),
-    ]
-
-
-def _cross_entropy(gen: torch.Generator) -> list[Case]:
-    def targets() -> Tensor:
-        drawn = torch.randint(11, (14,), generator=gen, device="cpu")
-        drawn[::3] = IGNORE_INDEX
-        return drawn
-
-    return [
-        Case("ignore_index", (_randn(gen, 14, 11), targets())),
-        Case("ignore_index, logits x 1000", (_randn(gen, 14, 11, scale=1e3), targets())),
-    ]
-
-
-CASES: dict[str, Callable[[torch.Generator], list[Case]]] = {
-    "softmax": lambda g: [
-        Case("softmax", (_randn(g, 2, 7, 11),)),
-        Case("logits x 1000", (_randn(g, 2, 7, 11, scale=1e3),)),
-    ],
-    "attention": _attention,
-    "layer_norm": lambda g: [
-        Case("LayerNorm", (_randn(g, 2, 7, 32), _randn(g, 32), _randn(g, 32), 1e-5)),
-        Case("LayerNorm without bias", (_randn(g, 2, 7, 32), _randn(g, 32), None, 1e-5)),
-    ],
-    "gelu": lambda g: [
-        Case("GELU", (_randn(g, 2, 7, 32),)),
-        Case("GELU, inputs x 30", (_randn(g, 2, 7, 32, scale=30.0),)),
-    ],
-    "cross_entropy": _cross_entropy,
-}  # fmt: skip
 
 
 def cases_for(kind: str, seed: int = 0) -> list[Case]:
-    return CASES[kind](torch.Generator().manual_seed(seed))
-
-
-def _end_aligned_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-    """PyTorch's attention with the queries the last Tq of the Tk positions (query i sits at Tk - Tq + i)."""
-    if not causal:
-        return F.scaled_dot_product_attention(q, k, v)
-    n_queries, n_keys = q.shape[-2], k.shape[-2]
-    allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-
-
-REFERENCES: dict[str, tuple[str, Callable[..., Tensor]]] = {
-    "softmax": ("torch.softmax", lambda x: torch.softmax(x, dim=-1)),
-    "attention": ("F.scaled_dot_product_attention", _end_aligned_attention),
-    "layer_norm": ("F.layer_norm", lambda x, weight, bias, eps: F.layer_norm(x, x.shape[-1:], weight, bias, eps)),
-    "gelu": ("F.gelu(approximate='tanh')", lambda x: F.gelu(x, approximate="tanh")),
-    "cross_entropy": ("F.cross_entropy", lambda logits, targets: F.cross_entropy(logits, targets,
-                                                                                  ignore_index=IGNORE_INDEX)),
-}  # fmt: skip
-"""Each kind's PyTorch built-in, with the kernel's signature (the right answers), and how a message names it."""
+    """`gpt-train verify`'s cases of the kind's slot, then the course's own: cross_entropy on large logits too."""
+    references = torch_references()
+    slot = SAMPLING_SOFTMAX_SLOT if kind == "softmax" else kind
+    cases = [Case(name, args, theirs, TORCH_LABELS[reference])
+             for name, reference, args, theirs in slot_cases(slot, references, seed)]  # fmt: skip
+    if kind == "cross_entropy":
+        gen = torch.Generator().manual_seed(seed)
+        logits = (torch.randn(14, 11, generator=gen, dtype=torch.float64, device="cpu") * 1e3).requires_grad_()
+        targets = torch.randint(11, (14,), generator=gen, device="cpu")
+        targets[::3] = IGNORE_INDEX
+        label = TORCH_LABELS["cross_entropy"]
+        cases.append(Case("ignore_index, logits x 1000", (logits, targets), references["cross_entropy"], label))
+    return cases
 
 
 def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcome:
@@ -113,7 +59,7 @@ def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcom
     args = [fresh.get(id(arg), arg) for arg in case.args]
     output = kernel(*args)
     if not isinstance(output, Tensor) or not output.requires_grad:
-        return Outcome(output, (), connected=False)
+        return Outcome(output, ())  # no gradients: it is detached from the inputs
     generator = torch.Generator().manual_seed(seed)
     cotangent = torch.randn(output.shape, generator=generator, dtype=output.dtype, device="cpu")
     grads = torch.autograd.grad(output, [fresh[id(a)] for a in leaves], cotangent, allow_unused=True)

@@ -15,12 +15,13 @@ from torch import Tensor
 
 from gpt_core import Row
 from gpt_core.testing import LargestTensor
-from gpt_train.kernels import TOLERANCE, first_failure, output_checked, verify_kernel
+from gpt_core.testing.verification import compared
+from gpt_train.kernels import first_failure, output_checked, verify_kernel
 from gpt_train.learn import assembly, generation_check, training_step_check
-from gpt_train.learn.cases import REFERENCES, SEED, Case, Outcome, cases_for, close, index_of, run_case, try_case
-from gpt_train.learn.loading import LearnerError, autograd_kept, guarded, learner_function, load_module
+from gpt_train.learn.cases import SEED, Case, Outcome, cases_for, close, run_case, try_case
+from gpt_train.learn.loading import AUTOGRAD_OFF, LearnerError, guarded, learner_function, load_module
 from gpt_train.learn.steps import Step
-from gpt_train.learn.verdicts import Malformed, Verdict, first_excess, grade_runs, judge, same_error
+from gpt_train.learn.verdicts import Malformed, Verdict, grade_runs, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
 
@@ -47,9 +48,12 @@ def check_file(step: Step, path: Path, source: bytes | None = None) -> Verdict:
     except LearnerError as error:
         return Verdict(False, str(error))
     verdict = grade(step, kernel, path, tile=getattr(module, "TILE", DEFAULT_TILE))
-    replaced = next((name for name, value in _check_parts().items() if parts.get(name, value) is not value), None)
-    if replaced is not None:
-        return Verdict(False, f"{path}: it replaced {replaced}, a part of the check: leave the grader alone")
+    replaced = [name for name, value in _check_parts().items() if parts.get(name, value) is not value]
+    for name in replaced:  # put back, for the next check in this process
+        module, _, attribute = name.rpartition(".")
+        setattr(sys.modules[module], attribute, parts[name])
+    if replaced:
+        return Verdict(False, f"{path}: it replaced {replaced[0]}, a part of the check: leave the grader alone")
     return verdict
 
 
@@ -63,34 +67,39 @@ def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, t
     if step.kind != "kernel":
         return grade_runs(CHECKS[step.kind], step, kernel, path)
     watch = Watch(step.forbidden)
-    kernel = _returns_something(watch.watched(kernel), step.function)  # the watch on in every call of it
+    kernel = _checked_return(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
-    kernel = autograd_kept(kernel)  # autograd left off: the kernel's failure, not the checks'
     cases = cases_for(step.function, SEED)
     with watch.on():  # the backward of the learner's output is the learner's too
         outcomes = [try_case(kernel, case, SEED) for case in cases]
-    expected = [run_case(REFERENCES[step.function][1], case, SEED) for case in cases]
+    expected = [run_case(case.reference, case, SEED) for case in cases]
     kernel = guarded(kernel)  # from here a SystemExit is the kernel failing a check, as any exception is
     rows: list[Row] = []
 
     def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-        rows.extend(verify_kernel(step.slot, kernel, seed=SEED))  # the check `run --kernel` makes
-        return first_failure(rows) or _first_difference(step, outcomes, expected)
+        rows.extend(verify_kernel(step.slot, kernel, seed=SEED))  # the check `run --kernel` makes, then the course's
+        rows.extend(_rows(step, outcomes, expected))
+        return first_failure(rows)
 
     def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
         largest = max(max(row.forward, row.grad or 0.0) for row in rows)
-        return f"{len(rows) + len(cases)} checks forward and backward in float64, largest difference {largest:.1e}"
+        return f"{len(rows)} checks forward and backward in float64, largest difference {largest:.1e}"
 
     return judge(step, path, watch, outcomes, expected, lambda: diagnose(step, outcomes, expected, tile), _malformed,
                  difference, passed, lambda: _requirement_unmet(step, kernel))  # fmt: skip
 
 
-def _returns_something(kernel: Callable[..., Any], function: str) -> Callable[..., Any]:
-    """`kernel`, raising Malformed when it returns None (a body that computes and never returns)."""
+def _checked_return(kernel: Callable[..., Any], function: str) -> Callable[..., Any]:
+    """`kernel`, raising Malformed when it returns None (a body that computes and never returns), and a RuntimeError
+    (autograd back on) when it returns with autograd switched off, so the checks' own gradients never fail."""
 
     @functools.wraps(kernel)
     def call(*args: Any) -> Any:
+        enabled = torch.is_grad_enabled()
         output = kernel(*args)
+        if enabled and not torch.is_grad_enabled():
+            torch.set_grad_enabled(True)
+            raise RuntimeError(f"{AUTOGRAD_OFF}; a kernel leaves it as it found it")
         if output is None:
             raise Malformed(f"your {function} returns None: `return` the result")
         return output
@@ -117,7 +126,7 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
                     ".float(); dtype=x.dtype for a tensor you make)")  # fmt: skip
         if output.shape != right.shape:
             return f"your {fn} returns shape {tuple(output.shape)} where {tuple(right.shape)} is expected ({case.name})"
-        if not got.connected:
+        if not got.grads:
             return ("your output is detached from its inputs, so no gradient can flow (a .detach(), .item(), "
                     "torch.no_grad() or torch.tensor() of a result on the way)")  # fmt: skip
     for case, got, want in zip(cases, outcomes, expected, strict=True):
@@ -127,26 +136,15 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
     return None
 
 
-def _first_difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+def _rows(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> list[Row]:
+    """The course's cases as `verify`'s rows, each difference over max(1, the reference's largest |value|)."""
+    rows = []
     for case, got, want in zip(cases_for(step.function, SEED), outcomes, expected, strict=True):
-        pairs = [("output", got.output, want.output)]
-        names = _leaf_names(step, case)
-        pairs += [(f"gradient of {name}", g, r) for name, g, r in zip(names, got.grads, want.grads, strict=True)]
-        for what, ours, theirs in pairs:
-            if theirs is None:
-                continue
-            if ours is None:
-                return f"{case.name}: {what} is missing: the kernel gave no gradient"
-            if (excess := first_excess(ours, theirs)) is None:
-                continue
-            flat, by = excess
-            index = index_of(flat, theirs.shape)
-            got_value, right_value = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
-            if not math.isfinite(got_value):
-                return f"{step.function}, {case.name}: {what} {index} is {got_value}, expected {right_value:.6g}"
-            return (f"{step.function}, {case.name}: {what} {index} differs from {REFERENCES[step.function][0]} by "
-                    f"{by:.1e}, which exceeds the tolerance {TOLERANCE:.0e}")  # fmt: skip
-    return None
+        grads = zip(_leaf_names(step, case), got.grads, want.grads, strict=True)
+        gradients = [(f"gradient of {name}", ours, theirs) for name, ours, theirs in grads if theirs is not None]
+        outputs = [("output", got.output, want.output)]
+        rows.append(compared(f"{step.function}, {case.name}", case.label, outputs, gradients, True))
+    return rows
 
 
 def diagnose(step: Step, outcomes: list[Outcome], expected: list[Outcome], tile: int = DEFAULT_TILE) -> Mistake | None:

@@ -138,18 +138,3 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 AUTOGRAD_OFF = "it switched autograd off (torch.set_grad_enabled(False) or no_grad left on): the checks need gradients"
-
-
-def autograd_kept(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function`, raising a RuntimeError (autograd back on) when it returns with autograd switched off: the
-    checks' own gradients then never fail outside the learner's call."""
-
-    def call(*args: Any) -> Any:
-        enabled = torch.is_grad_enabled()
-        result = function(*args)
-        if enabled and not torch.is_grad_enabled():
-            torch.set_grad_enabled(True)
-            raise RuntimeError(f"{AUTOGRAD_OFF}; a kernel leaves it as it found it")
-        return result
-
-    return call

@@ -3,7 +3,6 @@ differ (with the mistake they agree with), then a call the step may not make; el
 
 from __future__ import annotations
 
-import math
 import re
 import traceback
 from collections.abc import Callable, Sequence
@@ -12,9 +11,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from torch import Tensor
-
-from gpt_train.kernels import TOLERANCE
 from gpt_train.learn.loading import describe, is_stub, where
 from gpt_train.learn.steps import Step
 from gpt_train.learn.watch import Watch
@@ -96,15 +92,6 @@ def first_mistake(step: Step, outcomes: Sequence, run: Callable[[Any], Sequence]
             if all(agree(got, made) for got, made in zip(outcomes, run(variant), strict=True)):
                 return mistake
     return None
-
-
-def first_excess(ours: Tensor, theirs: Tensor) -> tuple[int, float] | None:
-    """The flat index where `ours` differs most from `theirs`, and by how much, beyond the (relative) tolerance."""
-    difference = (ours.detach().double() - theirs.detach().double()).abs().nan_to_num(nan=math.inf)
-    if not difference.numel() or float(difference.max()) <= TOLERANCE * max(1.0, float(theirs.abs().max())):
-        return None
-    flat = int(difference.argmax())
-    return flat, float(difference.flatten()[flat])
 
 
 def same_error(a: BaseException | None, b: BaseException | None) -> bool:
