@@ -10,30 +10,24 @@ from torch import Tensor
 
 from gpt_core import IGNORE_INDEX
 
+TORCH_BUILTINS: dict[str, tuple[str, Callable[..., Tensor]]] = {
+    "linear": ("F.linear", F.linear),
+    "embedding": ("F.embedding", F.embedding),
+    "layer_norm": ("F.layer_norm", lambda x, weight, bias: F.layer_norm(x, x.shape[-1:], weight, bias)),
+    "gelu": ("F.gelu(approximate='tanh')", lambda x: F.gelu(x, approximate="tanh")),
+    "softmax": ("torch.softmax", lambda x: torch.softmax(x, dim=-1)),
+    "log_softmax": ("torch.log_softmax", lambda x: torch.log_softmax(x, dim=-1)),
+    "cross_entropy": ("F.cross_entropy", lambda logits, targets: F.cross_entropy(logits, targets,
+                                                                                  ignore_index=IGNORE_INDEX)),
+    "sdpa": ("F.scaled_dot_product_attention", lambda q, k, v, causal: F.scaled_dot_product_attention(
+        q, k, v, is_causal=causal)),
+}  # fmt: skip
+"""Each reference gpt-core's verification needs (its REFERENCE_SIGNATURES), by name: how a message names it, and it."""
+TORCH_LABELS = {name: label for name, (label, _) in TORCH_BUILTINS.items()}
+
 
 def torch_references() -> dict[str, Callable[..., Tensor]]:
-    return {
-        "linear": F.linear,
-        "embedding": F.embedding,
-        "layer_norm": lambda x, weight, bias: F.layer_norm(x, x.shape[-1:], weight, bias),
-        "gelu": lambda x: F.gelu(x, approximate="tanh"),
-        "softmax": lambda x: torch.softmax(x, dim=-1),
-        "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
-        "cross_entropy": lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX),
-        "sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-    }
-
-
-TORCH_LABELS = {
-    "linear": "F.linear",
-    "embedding": "F.embedding",
-    "layer_norm": "F.layer_norm",
-    "gelu": "F.gelu(approximate='tanh')",
-    "softmax": "torch.softmax",
-    "log_softmax": "torch.log_softmax",
-    "cross_entropy": "F.cross_entropy",
-    "sdpa": "F.scaled_dot_product_attention",
-}
+    return {name: reference for name, (_, reference) in TORCH_BUILTINS.items()}
 
 
 BF16_TOLERANCE = 2.0**-4
