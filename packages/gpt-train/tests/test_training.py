@@ -288,3 +288,16 @@ def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path, e
     if extra:
         reached = next(r["step"] for r in records if r.get("heldout_exact_match", 0) >= 0.05)
         assert reached < 180 and records[-1]["step"] == reached + 20
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("dtype", "fp8", "dtype must be one of fp32, bf16, fp16, got 'fp8'"),
+        ("schedule", "linear", "schedule must be one of cosine, constant, got 'linear'"),
+    ],
+)
+def test_train_settings_made_in_python_refuse_an_unknown_choice(field, value, message):
+    with pytest.raises(ValueError) as raised:
+        TrainSettings(**{field: value})
+    assert str(raised.value) == message

@@ -1,10 +1,10 @@
-"""A run's training settings, every value checked once, here (a `Literal`'s choices by `gpt_tasks.coerce`)."""
+"""A run's training settings, every value checked here, however the settings are made."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Literal, get_args
 
 from gpt_core import KERNEL_SETS
 
@@ -76,6 +76,12 @@ class TrainSettings:
         betas_ok = 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1
         _require(betas_ok, f"betas must be in [0, 1), got ({self.beta1}, {self.beta2})")
         _require(0 <= self.grokfast_alpha < 1, f"grokfast_alpha must be in [0, 1), got {self.grokfast_alpha}")
+        for name, kind in (("schedule", Schedule), ("dtype", Dtype)):  # coerce checks these too, for --set
+            choices = get_args(kind)
+            _require(
+                getattr(self, name) in choices,
+                f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}",
+            )
         _require(
             self.cooldown_steps == 0 or self.schedule == "constant",
             "cooldown_steps applies to the constant schedule (cosine already decays to min_lr); set schedule=constant",
