@@ -179,6 +179,7 @@ def hf_state_dict(model: GPT) -> dict[str, Tensor]:
     _check_gpt2(model.config)
     tensors = {}
     for name, param in model.named_parameters():  # a tied head is the embedding: listed once
-        value = param.detach().t() if _is_conv1d(_hf_name(name)) else param.detach()
-        tensors[_hf_name(name)] = value.to("cpu").clone(memory_format=torch.contiguous_format)
+        hf_name = _hf_name(name)
+        value = param.detach().t() if _is_conv1d(hf_name) else param.detach()
+        tensors[hf_name] = value.to("cpu").clone(memory_format=torch.contiguous_format)
     return tensors
