@@ -221,7 +221,7 @@ def difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = 
     value = diff.flatten()[flat].item()
     if math.isinf(value):
         got, expected = ours.detach().flatten()[flat].item(), theirs.flatten()[flat].item()
-        return value, f"{name} {where} is {got}, expected {expected}"
+        return value, f"{name} {where} is {got}, expected {expected:.6g}"
     return value, f"{name} {where}"
 
 
