@@ -75,6 +75,20 @@ def test_export_into_a_non_empty_directory_is_refused_and_touches_nothing(cli, t
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
 
 
+def test_export_into_an_empty_directory_writes_into_that_directory_itself(cli, tiny_run, tmp_path, monkeypatch):
+    """`.`, a link to an empty folder, a folder with its own permissions: each is written into, never replaced."""
+    here, target = tmp_path / "here", tmp_path / "target"
+    here.mkdir()
+    target.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(target)
+    monkeypatch.chdir(here)
+    export(cli, tiny_run, Path("."))
+    export(cli, tiny_run, tmp_path / "link")
+    for folder in (here, target):
+        assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert (tmp_path / "link").is_symlink() and target.stat().st_mode & 0o777 == 0o700
+
+
 # sample --hf and --init-from on a BPE text model ------------------------------------------------------
 @pytest.fixture
 def bpe_export(cli, tmp_path) -> tuple[Path, Path]:

@@ -211,7 +211,8 @@ def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, g
 # writing ---------------------------------------------------------------------------------------
 def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
     """Write `model` (and the tokenizer's files) as a GPT-2 directory `out`, new or empty; returns the files written.
-    A failed export leaves nothing behind: `out` is built under a temporary name, then renamed."""
+    A failed export leaves nothing behind: a new `out` is built under a temporary name; an empty one (`.`, a link,
+    a folder with its own permissions) is written into and emptied again on failure."""
     try:
         config = hf_config(model.config)
         tensors = hf_state_dict(model)
@@ -222,16 +223,21 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         config |= {"bos_token_id": end, "eos_token_id": end}
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
-    building = temporary_path(out)
+    fresh = not out.exists()
+    building = temporary_path(out) if fresh else out
     try:
-        building.parent.mkdir(parents=True, exist_ok=True)
-        building.mkdir()
+        if fresh:
+            building.parent.mkdir(parents=True, exist_ok=True)
+            building.mkdir()
         names = _write_files(building, config, tensors, tokenizer)
-        if out.exists():
-            out.rmdir()  # empty: the export takes its place
-        os.rename(building, out)
+        if fresh:
+            os.rename(building, out)
     except (WriteError, OSError) as error:
-        shutil.rmtree(building, ignore_errors=True)
+        if fresh:
+            shutil.rmtree(building, ignore_errors=True)
+        else:  # only the export's own files: `out` was empty
+            for name in (CONFIG, WEIGHTS, TOKENIZER, "tokenizer_config.json"):
+                (out / name).unlink(missing_ok=True)
         reason = error.reason if isinstance(error, WriteError) else error.strerror
         raise WriteError(f"cannot export to {out} ({reason or error}); nothing was left there") from None
     return [out / name for name in names]
