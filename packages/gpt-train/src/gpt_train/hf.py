@@ -26,6 +26,8 @@ from gpt_train.files import WriteError, temporary_path, write_atomically, write_
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"  # what lets transformers' AutoTokenizer load tokenizer.json
+EXPORTED = (CONFIG, WEIGHTS, TOKENIZER, TOKENIZER_CONFIG)  # every file an export may write
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 SHARD_INDEX = "model.safetensors.index.json"
 TOKENIZER_PARAMS = ("tokenizer", "tokenizer_file", "vocab_size")  # what --init-from sets to the directory's
@@ -236,7 +238,7 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         if fresh:
             shutil.rmtree(building, ignore_errors=True)
         else:  # only the export's own files: `out` was empty
-            for name in (CONFIG, WEIGHTS, TOKENIZER, "tokenizer_config.json"):
+            for name in EXPORTED:
                 (out / name).unlink(missing_ok=True)
         reason = error.reason if isinstance(error, WriteError) else error.strerror
         raise WriteError(f"cannot export to {out} ({reason or error}); nothing was left there") from None
@@ -251,10 +253,9 @@ def _write_files(
     write_atomically(folder / WEIGHTS, save, what="weights", failures=(OSError, SafetensorError))
     if tokenizer is None:
         return [CONFIG, WEIGHTS]
-    # tokenizer.json, and the tokenizer_config.json that lets transformers' AutoTokenizer load it
     write_atomically(folder / TOKENIZER, lambda tmp: tmp.write_bytes(tokenizer.serialize()))
     settings: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config["n_positions"]}
     if tokenizer.hf.token_to_id(END_OF_TEXT) is not None:
         settings |= {"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT}
-    write_json_atomically(folder / "tokenizer_config.json", settings)
-    return [CONFIG, WEIGHTS, TOKENIZER, "tokenizer_config.json"]
+    write_json_atomically(folder / TOKENIZER_CONFIG, settings)
+    return list(EXPORTED)
