@@ -14,6 +14,10 @@ from gpt_train.errors import TrainError
 LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what torchrun sets for each process
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # where the processes meet; init_process_group needs both
 LARGEST = 2**31 - 1  # the largest rank or world size PyTorch's process group takes (a C int)
+LAST_BARRIER: list[dist.Work] = []
+"""The last barrier's work. gloo's barrier holds the collectives issued before it, and so their tensors: a gloo thread
+dropping the last reference while Python shuts down (a rank exiting just after its last barrier) would need the GIL
+then and abort the process. The main thread keeps it instead, and releases it."""
 
 
 class DistributedError(TrainError):
@@ -87,7 +91,9 @@ class Rank:
 
     def barrier(self) -> None:
         if self.distributed:
-            dist.barrier()
+            work = dist.barrier(async_op=True)
+            work.wait()
+            LAST_BARRIER[:] = [work]
 
     def mean_and_any(self, value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
         if not self.distributed:
