@@ -11,6 +11,8 @@ import pytest
 import torch
 from lab_runs import trained_sort
 
+from gpt_core import GPT
+from gpt_tasks import get_task
 from gpt_train.lab import ablate_each_head, head_reads, logit_lens, patch
 from gpt_train.lab.findings import (
     APPEARS_SHARE,
@@ -186,6 +188,22 @@ def test_reads_are_each_heads_mean_weight_by_value_pair_as_counted_by_hand(train
     ) / (len(inputs) * (task.answer_length - 1))
     assert reads.on_answer[1][0] == pytest.approx(on_answer, rel=1e-9)
 
+
+
+def test_reads_pass_over_prompt_positions_that_hold_no_written_value_such_as_additions_plus():
+    task = get_task("addition", digits=2)  # "07+59=066": "+" and "=" are never written, so never read as a value
+    torch.manual_seed(0)
+    model = GPT(task.model_config(n_layer=1, n_head=2, n_embd=16))
+    reads = head_reads(task, model, CPU, 64)
+    inputs, p = answer_sequences(task, 64)[:, :-1], task.prompt_length
+    digits = set(task.encode("0123456789"))
+    pairs = sum(
+        int(inputs[n, query]) in digits and int(inputs[n, key]) in digits
+        for n in range(len(inputs))
+        for query in range(p, p + task.answer_length - 1)
+        for key in range(p)
+    )
+    assert sum(map(sum, reads.counts)) == pairs > 0
 
 # the default sort model ----------------------------------------------------------------------
 def test_the_default_sort_model_sorts_with_layer_0s_heads_and_answers_only_after_layer_1s_mlp(default_sort_run):

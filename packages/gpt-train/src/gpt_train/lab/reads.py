@@ -60,14 +60,14 @@ def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> H
         for chunk in sequences.split(CHUNK):
             inputs = chunk[:, :-1]
             _, cache = model.run_with_cache(inputs.to(device), names=names)
-            pattern = torch.stack([cache[name].double().cpu() for name in names])  # (L, n, H, T, T)
+            pattern = torch.stack([cache[name].cpu().double() for name in names])  # (L, n, H, T, T)
             for query in queries:
                 written = index[inputs[:, query]]  # (n,)
                 for key in range(p):
                     read = index[inputs[:, key]]
                     seen = (written >= 0) & (read >= 0)
                     cell = written[seen] * V + read[seen]
-                    weights = pattern[:, seen, :, query, key].permute(0, 2, 1).reshape(-1, int(seen.sum()))
+                    weights = pattern[:, seen, :, query, key].permute(0, 2, 1).flatten(0, 1)  # (L * H, seen)
                     totals.view(-1, V * V).index_add_(1, cell, weights)
                     counts.view(-1).index_add_(0, cell, torch.ones(len(cell), dtype=torch.float64, device="cpu"))
                 on_answer += pattern[:, :, :, query, p : query + 1].sum(-1).sum(1)
