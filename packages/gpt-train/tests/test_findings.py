@@ -189,7 +189,6 @@ def test_reads_are_each_heads_mean_weight_by_value_pair_as_counted_by_hand(train
     assert reads.on_answer[1][0] == pytest.approx(on_answer, rel=1e-9)
 
 
-
 def test_reads_pass_over_prompt_positions_that_hold_no_written_value_such_as_additions_plus():
     task = get_task("addition", digits=2)  # "07+59=066": "+" and "=" are never written, so never read as a value
     torch.manual_seed(0)
@@ -204,6 +203,7 @@ def test_reads_pass_over_prompt_positions_that_hold_no_written_value_such_as_add
         for key in range(p)
     )
     assert sum(map(sum, reads.counts)) == pairs > 0
+
 
 # the default sort model ----------------------------------------------------------------------
 def test_the_default_sort_model_sorts_with_layer_0s_heads_and_answers_only_after_layer_1s_mlp(default_sort_run):

@@ -54,7 +54,7 @@ def compiler_failures_explained(work: Callable[[], T]) -> T:
 
 def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
     """||compiled - eager|| / ||eager|| over the finite entries (inf where those differ, or only eager is 0)."""
-    compiled, eager = compiled.double(), eager.double()
+    compiled, eager = compiled.cpu().double(), eager.cpu().double()  # MPS has no float64
     finite = eager.isfinite()
     if not torch.equal(finite, compiled.isfinite()):
         return float("inf")

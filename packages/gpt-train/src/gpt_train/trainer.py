@@ -354,7 +354,7 @@ class Trainer:
         if not self.rank.distributed:
             return {}
         with torch.no_grad():
-            checksum = sum(float(p.double().sum()) for p in self.model.parameters())
+            checksum = sum(float(p.cpu().double().sum()) for p in self.model.parameters())
         checksums = self.rank.gather_floats(checksum, self.device)
         return {"world_size": self.rank.world_size, "rank_weight_checksums": checksums}
 

@@ -70,7 +70,7 @@ def fourier_spectrum(embedding: torch.Tensor) -> torch.Tensor:
     numbers summed over dimensions. k and p - k are the same real wave, so their power is one entry; k = 0 is the
     mean vector. The entries add up to p times the embedding's squared norm (Parseval)."""
     p = embedding.shape[0]
-    power = torch.fft.rfft(embedding.detach().double(), dim=0).abs().square().sum(dim=1)  # (p // 2 + 1,)
+    power = torch.fft.rfft(embedding.detach().cpu().double(), dim=0).abs().square().sum(dim=1)  # (p // 2 + 1,)
     k = torch.arange(len(power), device=power.device)
     return torch.where((k > 0) & (2 * k < p), 2 * power, power)
 

@@ -67,7 +67,7 @@ def pair_logits(model: GPT, task: ModAddTask, device: torch.device | str = "cpu"
     with evaluating(model):
         for chunk in ids.split(EVAL_BATCH):
             inputs = task.examples(chunk).inputs.to(device)
-            rows.append(model(inputs).logits[:, -1].double().cpu())
+            rows.append(model(inputs).logits[:, -1].cpu().double())
     return torch.cat(rows)
 
 
@@ -86,7 +86,7 @@ def answer_accuracy(logits: Tensor, p: int, ids: Tensor) -> float:
 
 
 def weight_norm(model: torch.nn.Module) -> float:
-    return float(torch.sqrt(sum(p.detach().double().square().sum() for p in model.parameters())))
+    return float(torch.sqrt(sum(p.detach().cpu().double().square().sum() for p in model.parameters())))
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,12 @@ class HeadMeans:
             start = model.hook_offset
             end = start + z.shape[2]
             if layer not in self.sums:
-                self.sums[layer] = z.new_zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64)
-                self.counts[layer] = z.new_zeros(0, dtype=torch.float64)
+                self.sums[layer] = torch.zeros(z.shape[1], 0, z.shape[3], dtype=torch.float64, device="cpu")
+                self.counts[layer] = torch.zeros(0, dtype=torch.float64, device="cpu")
             sums, counts = self.sums[layer], self.counts[layer]
             if end > len(counts):  # positions no call reached before
                 sums, counts = pad(sums, (0, 0, 0, end - len(counts))), pad(counts, (0, end - len(counts)))
-            sums[:, start:end] += z.double().sum(dim=0)
+            sums[:, start:end] += z.cpu().double().sum(dim=0)  # on the CPU: MPS has no float64
             counts[start:end] += z.shape[0]
             self.sums[layer], self.counts[layer] = sums, counts
 
@@ -89,7 +89,7 @@ def ablation_hooks(
             if how == "zero":
                 z[:, chosen] = 0.0
             else:
-                z[:, chosen] = means.of(layer)[chosen, start : start + z.shape[2]].to(z.dtype)[None]
+                z[:, chosen] = means.of(layer)[chosen, start : start + z.shape[2]].to(z)[None]
             return z
 
         return remove

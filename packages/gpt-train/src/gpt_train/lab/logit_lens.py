@@ -66,7 +66,7 @@ def logit_lens(task: Task, model: GPT, device: torch.device, examples: int) -> L
             right.append((logits.argmax(dim=-1) == targets).cpu())
             log_probs = log_softmax(logits)
             index = targets[None, :, :, None].expand(len(names), -1, -1, 1)
-            losses.append(-log_probs.gather(-1, index).squeeze(-1).double().cpu())
+            losses.append(-log_probs.gather(-1, index).squeeze(-1).cpu().double())
     right_all, loss_all = torch.cat(right, dim=1), torch.cat(losses, dim=1)  # (D, N, A)
     return LogitLens(
         examples=len(sequences),

@@ -97,8 +97,9 @@ def corrupted_pairs(
 
 def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tensor) -> float:
     """Mean over examples of logit(clean answer token) - logit(corrupted answer token) at the last position."""
-    last = logits[:, -1].double()  # (N, V)
-    return float((last.gather(1, clean_token[:, None]) - last.gather(1, corrupted_token[:, None])).mean())
+    last = logits[:, -1].cpu().double()  # (N, V), on the CPU: MPS has no float64
+    clean, corrupted = clean_token.cpu()[:, None], corrupted_token.cpu()[:, None]
+    return float((last.gather(1, clean) - last.gather(1, corrupted)).mean())
 
 
 def check_restorable(clean: float, corrupted: float) -> None:
