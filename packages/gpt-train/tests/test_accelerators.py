@@ -1,7 +1,8 @@
 """Every task and command on CUDA and Apple MPS where this machine has them (skipped, with the reason, where not):
 each built-in task trained, evaluated and sampled with and without the KV cache; the inspect report, the explorer
 answering a prompt, export; snapshots, bf16 and fp16, gradient accumulation, --compile, torchrun with one process;
-both example plugins; and `verify --device`. `benchmarks/gpu_check.sh` runs this file on a GPU."""
+both example plugins; and `verify --device`. `benchmarks/gpu_check.sh` runs this file on a GPU. The first three
+tests also run everywhere on `mps-stand-in`: the CPU standing in for MPS's lack of float64 (device_stand_in.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from device_stand_in import OnDevice
 from train_helpers import TINY, is_count_of, read_metrics
 
 from gpt_tasks import get_task
@@ -28,6 +30,18 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the com
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 MPS = pytest.mark.skipif(not torch.backends.mps.is_available(), reason="no MPS device here")
 ACCELERATORS = [pytest.param("cuda", marks=CUDA), pytest.param("mps", marks=MPS)]
+WITH_STAND_IN = [*ACCELERATORS, "mps-stand-in"]
+
+
+@pytest.fixture
+def device(request):
+    """The --device of a WITH_STAND_IN test: the accelerator's name, or for the stand-in "cpu" under OnDevice."""
+    if request.param != "mps-stand-in":
+        yield request.param
+        return
+    with OnDevice():
+        yield "cpu"
+
 
 SMALL = (
     "--quiet", "--steps", "20", "--batch-size", "16", "--set", "n_layer=1", "--set", "n_embd=32",
@@ -85,7 +99,7 @@ def on(device: str) -> list[str]:
     return args
 
 
-@pytest.mark.parametrize("device", ACCELERATORS)
+@pytest.mark.parametrize("device", WITH_STAND_IN, indirect=True)
 def test_run_trains_and_evaluates_on_the_accelerator(cli, tmp_path, device):
     result = cli(*on(device), "--out", tmp_path / "run")
     assert result.code == 0, result.err
@@ -99,7 +113,7 @@ def test_run_trains_and_evaluates_on_the_accelerator(cli, tmp_path, device):
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("device", ACCELERATORS)
+@pytest.mark.parametrize("device", WITH_STAND_IN, indirect=True)
 def test_every_builtin_task_trains_evaluates_and_samples_on_the_accelerator(cli, tmp_path, device, task):
     run_dir = train(cli, device, tmp_path / task, task)
     final = json.loads((run_dir / RunLayout.FINAL).read_text())
@@ -112,7 +126,7 @@ def test_every_builtin_task_trains_evaluates_and_samples_on_the_accelerator(cli,
         assert sampled.code == 0 and sampled.out.strip(), sampled.err
 
 
-@pytest.mark.parametrize("device", ACCELERATORS)
+@pytest.mark.parametrize("device", WITH_STAND_IN, indirect=True)
 def test_the_report_the_explorer_and_export_work_on_a_run_trained_on_the_accelerator(cli, tmp_path, device):
     run_dir = train(cli, device, tmp_path / "sort")
     reported = cli("inspect", run_dir, "report", "--device", device, "--examples", "64", "--pairs", "32")
