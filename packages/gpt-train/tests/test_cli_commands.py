@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_helpers import TINY, is_count_of, read_metrics
+from train_helpers import TINY, assert_one_line_error, is_count_of, read_metrics
 
 from gpt_tasks import get_task, list_tasks
 from gpt_viz import RunLayout
@@ -165,3 +165,14 @@ def test_every_command_has_help_with_an_example(cli, command):
     result = cli(*command, "--help")
     assert result.code == 0
     assert "Example" in result.out or "Start here" in result.out
+
+
+@pytest.mark.parametrize("analysis", ["heads", "logit-lens", "patch", "reads", "report", "phases"])
+def test_each_inspect_analysis_shows_its_help_with_no_run_yet(cli, tmp_path, monkeypatch, analysis):
+    monkeypatch.chdir(tmp_path)  # no runs/ here
+    for args in ((analysis, "--help"), ("no-such-run", analysis, "--help"), (analysis, "-h")):
+        shown = cli("inspect", *args)
+        assert shown.code == 0, shown.err
+        assert shown.out.startswith(f"Usage: gpt-train inspect RUN {analysis} [OPTIONS]") and "Example" in shown.out
+    assert_one_line_error(cli("inspect", analysis), f"the run comes first: gpt-train inspect RUN {analysis}")
+    assert_one_line_error(cli("inspect", "no-such-run", analysis), "run directory no-such-run does not exist")

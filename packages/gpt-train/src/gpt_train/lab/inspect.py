@@ -31,10 +31,22 @@ from gpt_viz import inspect_pictures as pictures
 DEVICE_OPTION = click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 
 
-@click.group("inspect")
-@click.argument("run_dir", metavar="RUN", type=RUN)
+class _InspectGroup(click.Group):
+    """`gpt-train inspect ANALYSIS --help` shows that analysis's help: reading it needs no run. Without --help,
+    an analysis named where RUN belongs is told where RUN goes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands and not Path(args[0]).exists():
+            if not any(arg in ctx.help_option_names for arg in args[1:]):
+                raise click.UsageError(f"the run comes first: gpt-train inspect RUN {args[0]} (RUN: a run or a task)")
+            args = ["RUN", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("inspect", cls=_InspectGroup)
+@click.argument("run", metavar="RUN")
 @click.pass_context
-def inspect_command(ctx: click.Context, run_dir: Path) -> None:
+def inspect_command(ctx: click.Context, run: str) -> None:
     """Look inside a trained model: which heads it needs, where its answer appears, what it depends on.
 
     RUN is a run directory, or a task name for that task's newest run under ./runs. Each analysis
@@ -52,7 +64,7 @@ def inspect_command(ctx: click.Context, run_dir: Path) -> None:
       gpt-train inspect sort reads
       gpt-train inspect modadd phases
     """
-    ctx.obj = run_dir
+    ctx.obj = run  # found by the analysis, after its --help
 
 
 class Inspected(NamedTuple):
@@ -77,8 +89,8 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
         @TRUST_KERNELS_OPTION
         @click.pass_obj
         @functools.wraps(analyse)
-        def command(run_dir: Path, examples: int, device: str, trust_kernels: bool, **options: Any) -> None:
-            target = resolve_device(device)
+        def command(run: str, examples: int, device: str, trust_kernels: bool, **options: Any) -> None:
+            run_dir, target = RUN.convert(run, None, None), resolve_device(device)
             saved = load_run(run_dir, target, trust_kernels)
             click.echo(f"inspecting the checkpoint of step {saved.step:,}")
             run = Inspected(saved.config.build_task(), saved.model, target, saved.step, RunLayout(run_dir))
@@ -316,7 +328,7 @@ def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
 @DEVICE_OPTION
 @TRUST_KERNELS_OPTION
 @click.pass_obj
-def phases_command(run_dir: Path, device: str, trust_kernels: bool) -> None:
+def phases_command(run: str, device: str, trust_kernels: bool) -> None:
     """Grokking's progress measures (Nanda et al. 2023) on a modadd run, from the snapshots it kept: the
     phases memorisation, circuit formation and cleanup, and what separates them.
 
@@ -333,7 +345,7 @@ def phases_command(run_dir: Path, device: str, trust_kernels: bool) -> None:
     """
     from gpt_train.lab import phases  # modadd's measures, imported by the one command that needs them
 
-    run = phases.open_snapshot_run(run_dir, resolve_device(device), trust_kernels)
+    run = phases.open_snapshot_run(RUN.convert(run, None, None), resolve_device(device), trust_kernels)
     click.echo(
         f"measuring {len(run.snapshots)} snapshots with the key frequencies of the checkpoint of step {run.step:,}"
     )
