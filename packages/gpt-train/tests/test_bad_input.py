@@ -142,7 +142,9 @@ def test_missing_checkpoint(cli, tiny_run, command):
 
 
 def test_resume_as_another_task_is_refused(cli, tiny_run):
-    assert_one_line_error(cli("run", "--task", "addition", "--resume", tiny_run), "is a 'sort' run, not 'addition'")
+    assert_one_line_error(
+        cli("run", "--task", "addition", "--resume", tiny_run), "is a run of task 'sort', not 'addition'"
+    )
 
 
 def test_checkpoint_of_another_task_is_refused(cli, tiny_run, tmp_path):
@@ -151,7 +153,7 @@ def test_checkpoint_of_another_task_is_refused(cli, tiny_run, tmp_path):
     config = (tiny_run / RunLayout.CONFIG).read_text().replace('"task": "sort"', '"task": "addition"', 1)
     (other / RunLayout.CONFIG).write_text(config)
     (other / RunLayout.CHECKPOINT).write_bytes((tiny_run / RunLayout.CHECKPOINT).read_bytes())
-    assert_one_line_error(cli("eval", other), "belongs to a 'sort' run, not 'addition'")
+    assert_one_line_error(cli("eval", other), "belongs to a run of task 'sort', not 'addition'")
 
 
 def test_resume_refuses_changed_settings(cli, tiny_run):

@@ -79,7 +79,7 @@ def test_a_run_of_another_task_is_one_line(cli, tmp_path):
     run_dir = tmp_path / "sort"
     assert cli(*TINY, "--out", run_dir).code == 0
     result = cli("inspect", run_dir, "phases", "--device", "cpu")
-    assert_one_line_error(result, f"phases measures grokking on a modadd run; {run_dir} is a sort run")
+    assert_one_line_error(result, f"phases measures grokking on a modadd run; {run_dir} is a run of task 'sort'")
 
 
 def test_a_modadd_run_without_snapshots_is_one_line_saying_how_to_keep_them(cli, run_copy):

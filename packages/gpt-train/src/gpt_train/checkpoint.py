@@ -169,7 +169,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     if "sha256" not in meta or _digest(tensors) != meta["sha256"]:
         raise CheckpointError(f"checkpoint {path} is corrupted (its contents do not match their checksum)")
     if meta.get("task") != task:
-        raise CheckpointError(f"checkpoint {path} belongs to a {meta.get('task')!r} run, not {task!r}")
+        raise CheckpointError(f"checkpoint {path} belongs to a run of task {meta.get('task')!r}, not {task!r}")
     _check_tensors(path, tensors)
     step, elapsed, cooldown_from = _step_and_elapsed(path, meta)
     param_groups = _param_groups(path, meta.get("param_groups", ""))

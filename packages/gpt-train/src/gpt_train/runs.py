@@ -192,7 +192,7 @@ def resumed_run(
     layout = RunLayout(run_dir)
     config = RunConfig.load(run_dir)
     if task_name is not None and task_name != config.task:
-        raise ConfigError(f"cannot resume: {run_dir} is a {config.task!r} run, not {task_name!r}")
+        raise ConfigError(f"cannot resume: {run_dir} is a run of task {config.task!r}, not {task_name!r}")
     if layout.checkpoint.exists():
         check_fits_checkpoint(config.model, layout.checkpoint)  # before the trainer builds the model
     kernels = saved_kernels(config, run_dir, trust_kernels, verify_all=True, device=device)

@@ -83,8 +83,8 @@ def open_snapshot_run(run: str | Path, device: torch.device | str = "cpu", trust
     how = f"gpt-train run --task modadd --set snapshot_every={SNAPSHOT_EVERY}"
     if not isinstance(loaded.task, ModAddTask):
         raise InspectError(
-            f"phases measures grokking on a modadd run; {loaded.run_dir} is a {loaded.task.name} run (train one "
-            f"with {how})"
+            f"phases measures grokking on a modadd run; {loaded.run_dir} is a run of task {loaded.task.name!r} "
+            f"(train one with {how})"
         )
     snapshots = RunLayout(loaded.run_dir).snapshots()
     if not snapshots:

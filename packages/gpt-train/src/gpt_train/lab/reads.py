@@ -46,7 +46,8 @@ def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> H
     values = read_values(task, sequences)
     if not values:
         raise InspectError(
-            f"task {task.name!r} never writes a token its prompts hold; there is nothing to read by value"
+            f"the {len(sequences)} held-out example(s) never write a token their prompts hold; there is nothing to "
+            "read by value (a larger --examples may find some)"
         )
     c, p, V = model.config, task.prompt_length, len(values)
     index = torch.full((int(sequences.max()) + 1,), -1, dtype=torch.long, device="cpu")
