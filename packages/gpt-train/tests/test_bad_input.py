@@ -169,6 +169,19 @@ def test_eval_set_of_a_model_key_is_refused(cli, tiny_run):
     assert_one_line_error(cli("eval", tiny_run, "--set", "n_layer=2"), "task parameters only")
 
 
+def test_eval_set_that_changes_the_vocabulary_is_refused(cli, tiny_run, tmp_path):
+    """modadd's p sets its vocabulary: a smaller p scored other symbols in silence, a larger one indexed past the
+    embedding."""
+    modadd = tmp_path / "modadd"
+    small = ("--set", "p=11", "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--no-pictures")
+    trained = cli("run", "--task", "modadd", "--device", "cpu", "--quiet", "--steps", "2", *small, "--out", modadd)
+    assert trained.code == 0, trained.err
+    for p, tokens in ((7, 8), (13, 14)):
+        refused = cli("eval", modadd, "--set", f"p={p}")
+        assert_one_line_error(refused, f"--set p={p} gives the modadd task a vocabulary of {tokens} tokens", "of 12")
+    assert_one_line_error(cli("eval", tiny_run, "--set", "vocab=5"), "a vocabulary of 5 tokens, and the model")
+
+
 def test_sample_prompt_outside_the_vocabulary(cli, tiny_run):
     assert_one_line_error(cli("sample", tiny_run, "--prompt", "12x4"), "not in the vocabulary")
 

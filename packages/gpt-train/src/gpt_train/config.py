@@ -84,10 +84,17 @@ class RunConfig:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
 
     def build_task(self, overrides: dict[str, Any] | None = None) -> Task:
-        """The run's task, checked against its model's size, or with `overrides` another of its kind."""
+        """The run's task, checked against its model's size, or with `overrides` another of its kind: one whose
+        block may differ (longer sequences), but not its vocabulary, whose ids the model has learned."""
         task = make_task(self.task, self.task_params | (overrides or {}))
         made = {key: getattr(self.model, key) for key in TASK_FIXED_MODEL_FIELDS}
         found = {key: getattr(task, key) for key in TASK_FIXED_MODEL_FIELDS}
+        if overrides and found["vocab_size"] != made["vocab_size"]:
+            raise ConfigError(
+                f"--set {', '.join(f'{key}={value}' for key, value in overrides.items())} gives the {self.task} task "
+                f"a vocabulary of {found['vocab_size']:,} tokens, and the model learned one of {made['vocab_size']:,}: "
+                "keep the vocabulary it was trained on"
+            )
         if not overrides and found != made:
             sizes = lambda values: ", ".join(f"{key} {value:,}" for key, value in values.items())
             raise ConfigError(
