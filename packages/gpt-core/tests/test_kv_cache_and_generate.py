@@ -293,6 +293,16 @@ def test_slide_continues_past_block_size_with_learned_positions():
     assert torch.equal(out, generate(model, prompt, 20, temperature=0.0, slide=True, use_cache=False))
 
 
+def test_slide_with_a_block_of_one_token_continues_from_the_last_token_alone():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, block_size=1, n_layer=1, n_head=2, n_embd=16)).eval()  # a bigram model
+    prompt = torch.randint(V, (2, 3))
+    out = generate(model, prompt, 5, temperature=0.0, slide=True)
+    assert out.shape == (2, 8) and torch.equal(out[:, :3], prompt)
+    for t in range(3, 8):
+        assert torch.equal(out[:, t], model(out[:, t - 1 : t]).logits[:, -1].argmax(dim=-1))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 @pytest.mark.parametrize("pos", ["learned", "rope", "none"])
 def test_cached_and_uncached_greedy_agree_on_cuda(pos):

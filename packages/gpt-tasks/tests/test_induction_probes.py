@@ -154,3 +154,10 @@ def test_the_text_task_logs_the_induction_probes_on_held_out_windows(shakespeare
     probes = measure_probes(shakespeare_task, model, "cpu")
     assert {"icl_score", "repeated_loss", "induction_l0h1", "previous_token_l0h0"} <= set(probes)
     assert all(math.isfinite(value) for value in probes.values())
+
+
+def test_a_bigram_text_model_with_a_block_of_one_token_has_no_probes_to_measure(small_corpus):
+    task = get_task("text", data=str(small_corpus), block_size=1, chunk_size=32)
+    model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=1, n_layer=1, n_head=2, n_embd=16))
+    assert measure_probes(task, model, "cpu") == {}
+    assert math.isfinite(task.evaluate(model, "heldout", "cpu", 50)["loss"])

@@ -32,8 +32,8 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
              static: bool = False) -> Tensor:  # fmt: skip
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens, in inference mode; returns (B, T + n_new).
     Learned positions stop at position_limit + 1 tokens (rope and none run on) or, with `slide`, continue from the
-    last position_limit // 2 as a fresh prompt. A randomized model's ids are drawn once with `generator`. `static`:
-    steps of fixed shapes (`gpt_core.decode`)."""
+    last position_limit // 2 (at least one) as a fresh prompt. A randomized model's ids are drawn once with
+    `generator`. `static`: steps of fixed shapes (`gpt_core.decode`)."""
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
     if max_new_tokens < 0:
@@ -51,7 +51,7 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
         else:
             out = idx
             while out.shape[1] - idx.shape[1] < max_new_tokens:
-                context = out if out.shape[1] <= block else out[:, -(block // 2) :]
+                context = out if out.shape[1] <= block else out[:, -max(block // 2, 1) :]
                 wanted = max_new_tokens - (out.shape[1] - idx.shape[1])
                 extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator, static)
                 out = torch.cat((out, extended[:, context.shape[1] :]), dim=1)

@@ -89,8 +89,10 @@ def icl_score(logits: Tensor, targets: Tensor) -> float:
 
 def induction_probes(model: GPT, cache: ProbeCache) -> dict[str, float]:
     """Per head the induction and previous-token scores on repeated random tokens, the loss on their second copy,
-    and `icl_score` on the probe batch in `cache` (scored at the early and late positions)."""
+    and `icl_score` on the probe batch in `cache` (scored at the early and late positions); none for a block of 1."""
     config = model.config
+    if config.block_size < 2:  # a bigram model: one token of context, no copy of it to attend to
+        return {}
     tokens = repeated_random_tokens(config.vocab_size, config.block_size).to(cache.batch.inputs.device)
     patterns = [block_hook(layer, "pattern") for layer in range(config.n_layer)]
     logits, recorded = model.run_with_cache(tokens, patterns)
