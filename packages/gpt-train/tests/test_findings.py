@@ -13,7 +13,7 @@ from lab_runs import trained_sort
 
 from gpt_core import GPT
 from gpt_tasks import get_task
-from gpt_train.lab import ablate_each_head, head_reads, logit_lens, patch
+from gpt_train.lab import InspectError, ablate_each_head, head_reads, logit_lens, patch
 from gpt_train.lab.findings import (
     APPEARS_SHARE,
     CARRIES_SHARE,
@@ -32,6 +32,7 @@ from gpt_train.lab.findings import (
     unused_layers,
 )
 from gpt_train.lab.logit_lens import answer_sequences
+from gpt_train.lab.patching import check_restorable
 from gpt_train.loading import load_run
 from gpt_viz.inspect_pictures import most_needed_head
 
@@ -39,10 +40,12 @@ CPU = torch.device("cpu")
 SAMPLE = 500
 
 
-def heads_record(baseline=1.0, zero=((0.5, 0.995), (1.0, 1.0)), layer_zero=(0.0, 1.0), higher_is_better=True):
+def heads_record(
+    baseline=1.0, zero=((0.5, 0.995), (1.0, 1.0)), layer_zero=(0.0, 1.0), higher_is_better=True, examples=100
+):
     return {
         "metric": "exact_match",
-        "examples": 100,
+        "examples": examples,
         "baseline": baseline,
         "zero": [list(row) for row in zero],
         "mean": [list(row) for row in zero],
@@ -77,7 +80,7 @@ def test_a_head_is_needed_when_removing_it_alone_costs_more_than_one_percent_and
 
 def test_the_answer_appears_at_the_first_depth_reaching_99_percent_of_the_models_exact_match():
     depths = ["embeddings", "0: + attention", "0: + MLP", "1: + attention", "1: + MLP"]
-    record = {"depths": depths, "exact_match": [0.0, 0.0, 0.003, 0.004, 1.0]}
+    record = {"depths": depths, "exact_match": [0.0, 0.0, 0.003, 0.004, 1.0], "examples": 1000}
     assert answer_depth(record) == 4
     assert logit_lens_findings(record) == [
         "the answer appears after layer 1's MLP: read out there, exact match is 1.0000 "
@@ -88,7 +91,7 @@ def test_the_answer_appears_at_the_first_depth_reaching_99_percent_of_the_models
     assert answer_depth(record) == 2
     record["exact_match"][2] = APPEARS_SHARE * 0.8 - 1e-6
     assert answer_depth(record) == 4
-    assert answer_depth({"depths": depths, "exact_match": [0.0] * 5}) is None
+    assert answer_depth({"depths": depths, "exact_match": [0.0] * 5, "examples": 1000}) is None
 
 
 def test_a_layer_and_position_carry_the_answer_when_patching_there_restores_90_percent():
@@ -203,6 +206,30 @@ def test_reads_pass_over_prompt_positions_that_hold_no_written_value_such_as_add
         for key in range(p)
     )
     assert sum(map(sum, reads.counts)) == pairs > 0
+
+
+def test_heads_and_depths_are_judged_only_where_the_metric_is_worth_a_hundred_examples():
+    """A 1% share needs at least 100 right examples to be more than one of them: a model that gets 2 of 2,500
+    right showed "unused" layers, "needed" heads and a depth where its answer appears that were its noise."""
+    few = heads_record(baseline=0.0008, zero=((0.0006, 0.0008), (0.0008, 0.0008)), examples=2500)
+    assert head_findings(few) == [
+        "exact_match is 0.0008 on 2,500 examples, worth under 100 of them: a 1% cost could not be told from one "
+        "example, so the heads show nothing yet"
+    ]
+    assert len(head_findings(heads_record(baseline=0.04, examples=2500))) > 1  # 100 examples: judged
+    assert len(head_findings(heads_record(baseline=0.0, higher_is_better=False))) > 1  # a loss of 0 is the best
+    lens = {"depths": ["embeddings", "0: + MLP"], "exact_match": [0.0, 0.0008], "examples": 2500}
+    assert answer_depth(lens) is None
+    assert logit_lens_findings(lens) == [
+        "the model answers 2 of 2,500 sequences exactly right, under 100: too few to place where the answer appears"
+    ]
+    assert answer_depth(lens | {"exact_match": [0.0, 0.04]}) == 1
+
+
+def test_patching_refuses_a_logit_difference_too_small_to_apportion():
+    check_restorable(2.0, -2.0)  # a model that has learned: its answer depends on the token
+    with pytest.raises(InspectError, match="under 0.01 apart: its answer barely depends on the corrupted token"):
+        check_restorable(-0.0033648, -0.0033247)
 
 
 # the default sort model ----------------------------------------------------------------------

@@ -37,10 +37,15 @@ SOLUTIONS = Path(str(files("gpt_train.learn.solutions")))
 
 @pytest.fixture(scope="module")
 def sort_model() -> tuple:
-    """4-digit sort and an untrained two-layer model for it, on the CPU."""
+    """4-digit sort and an untrained two-layer model for it, on the CPU, its matrices scaled tenfold so that its
+    answer depends on the prompt enough to patch (0.04 in logit difference; patching refuses under 0.01)."""
     task = get_task("sort", length=4)
     torch.manual_seed(0)
-    return task, GPT(task.model_config(n_layer=2, n_head=2, n_embd=16))
+    model = GPT(task.model_config(n_layer=2, n_head=2, n_embd=16))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(10 if parameter.dim() == 2 else 1)
+    return task, model
 
 
 def every_analysis(task, model, folder: Path) -> str:

@@ -11,14 +11,16 @@ NEEDED_COST = 0.01
 APPEARS_SHARE = 0.99
 CARRIES_SHARE = 0.9
 COMPARES_RATIO = 2.0
+JUDGED = 100  # the fewest examples' worth of a metric a finding is judged on: 1% of it is then at least one example
 
 RULES = (
     f"Rules: a layer is unused when removing all its heads moves the metric by at most {UNUSED_TOLERANCE:.1%} "
     f"(nearly unused: at most {NEEDED_COST:.0%}); "
-    f"a head is needed when removing it alone costs more than {NEEDED_COST:.0%}; the answer appears at the "
-    f"first depth reaching {APPEARS_SHARE:.0%} of the model's exact match; a position carries the answer's "
+    f"a head is needed when removing it alone costs more than {NEEDED_COST:.0%}; the answer appears at the first "
+    f"depth reaching {APPEARS_SHARE:.0%} of the model's exact match; a position carries the answer's "
     f"difference when patching it restores at least {CARRIES_SHARE:.0%}; a head compares when it reads one "
-    f"side of the value just written {COMPARES_RATIO:.0f}x as much as the other."
+    f"side of the value just written {COMPARES_RATIO:.0f}x as much as the other. Heads and depths are judged only "
+    f"where the metric is worth at least {JUDGED} examples, so that 1% of it is at least one."
 )
 Record = Mapping[str, Any]
 
@@ -54,7 +56,12 @@ def needed_heads(record: Record) -> list[tuple[int, int]]:
 
 def head_findings(record: Record) -> list[str]:
     """Which layers are unused and which heads the model needs, from inspect_heads.json."""
-    metric, baseline = record["metric"], record["baseline"]
+    metric, baseline, examples = record["metric"], record["baseline"], record["examples"]
+    if record.get("higher_is_better", True) and baseline * examples < JUDGED:
+        return [
+            f"{metric} is {baseline:.4f} on {examples:,} examples, worth under {JUDGED} of them: a "
+            f"{NEEDED_COST:.0%} cost could not be told from one example, so the heads show nothing yet"
+        ]
     found = []
     for layer, value in enumerate(record.get("layer_zero", [])):
         removed, clean = f"with all its heads removed {metric} is {value:.4f}", f"clean {baseline:.4f}"
@@ -79,9 +86,10 @@ def head_findings(record: Record) -> list[str]:
 
 
 def answer_depth(record: Record) -> int | None:
-    """The first depth whose exact match reaches APPEARS_SHARE of the model's own; None when that is 0."""
+    """The first depth whose exact match reaches APPEARS_SHARE of the model's own; None when that is worth under
+    JUDGED examples, too few to place it."""
     exact = record["exact_match"]
-    if exact[-1] <= 0:
+    if exact[-1] * record["examples"] < JUDGED:
         return None
     return next(depth for depth, value in enumerate(exact) if value >= APPEARS_SHARE * exact[-1])
 
@@ -97,7 +105,11 @@ def logit_lens_findings(record: Record) -> list[str]:
     depths, exact = record["depths"], record["exact_match"]
     depth = answer_depth(record)
     if depth is None:
-        return ["the model answers no sequence exactly right, so the answer appears at no depth"]
+        right = round(exact[-1] * record["examples"])
+        return [
+            f"the model answers {right:,} of {record['examples']:,} sequences exactly right, under {JUDGED}: too few "
+            "to place where the answer appears"
+        ]
     found = [
         f"the answer appears after {depth_name(depths[depth])}: read out there, exact match is {exact[depth]:.4f} "
         f"(at least {APPEARS_SHARE:.0%} of the model's {exact[-1]:.4f})"

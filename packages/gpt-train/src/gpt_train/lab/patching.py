@@ -19,6 +19,9 @@ from gpt_viz import HELDOUT
 HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})  # shaped (B, H, T, ...): position is dimension 2, not 1
 CANDIDATES = 8  # clean examples drawn per pair wanted: most have a single-token corruption of the kind asked for
 
+MIN_DIFFERENCE = 0.01
+"""The least |clean - corrupted| logit difference patching apportions: its answer's odds move by about 1%."""
+
 
 @dataclass(frozen=True)
 class Patching(Record):
@@ -103,8 +106,8 @@ def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tenso
 
 
 def check_restorable(clean: float, corrupted: float) -> None:
-    """Refuse, before anything is written, a model whose clean - corrupted difference is not finite and non-zero:
-    there is no share of it to restore."""
+    """Refuse, before anything is written, a model whose clean - corrupted difference is not finite or under
+    MIN_DIFFERENCE: there is no share of it to restore, or its shares are its rounding's."""
     if not math.isfinite(clean) or not math.isfinite(corrupted):
         raise InspectError(
             f"the model's logit differences are not finite (clean {clean}, corrupted {corrupted}): its weights "
@@ -114,6 +117,12 @@ def check_restorable(clean: float, corrupted: float) -> None:
         raise InspectError(
             f"the model's logit difference is {clean:.3g} on clean and corrupted inputs alike: its answer does not "
             "depend on the corrupted token, so there is nothing to restore"
+        )
+    if abs(clean - corrupted) < MIN_DIFFERENCE:
+        raise InspectError(
+            f"the model's logit difference is {clean:.3g} clean and {corrupted:.3g} corrupted, under "
+            f"{MIN_DIFFERENCE} apart: its answer barely depends on the corrupted token, so the shares restored "
+            "would be noise (a model that has learned the task, or another --corrupt, may show one)"
         )
 
 
