@@ -158,6 +158,9 @@ def test_checkpoint_of_another_task_is_refused(cli, tiny_run, tmp_path):
 
 def test_resume_refuses_changed_settings(cli, tiny_run):
     assert_one_line_error(cli("run", "--resume", tiny_run, "--lr", "0.1"), "drop --lr")
+    elsewhere = tiny_run.parent / "elsewhere"  # --resume trained on in tiny_run and never made it
+    assert_one_line_error(cli("run", "--resume", tiny_run, "--out", elsewhere), "drop --out")
+    assert not elsewhere.exists()
 
 
 def test_eval_with_learned_positions_past_their_table(cli, tiny_run):

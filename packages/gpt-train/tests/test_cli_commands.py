@@ -155,6 +155,12 @@ def test_verify_prints_the_table_and_passes(cli):
     assert "checks within 1e-12" in result.out
 
 
+@pytest.mark.parametrize("tolerance", ["-1", "nan"])
+def test_verify_refuses_a_negative_or_nan_tolerance(cli, tolerance):
+    result = cli("verify", "--seed", "0", "--tolerance", tolerance)
+    assert result.code == 2 and "Invalid value for '--tolerance'" in result.err and "Traceback" not in result.err
+
+
 def test_verify_fails_when_the_tolerance_is_impossible(cli):
     result = cli("verify", "--seed", "0", "--tolerance", "0")
     assert result.code == 1 and "exceeds" in result.err

@@ -127,7 +127,7 @@ def test_the_explorer_notes_a_modadd_prompt_that_is_not_two_numbers_then_equals(
     [
         ("", "it is empty"),
         ("39a4", "cannot encode '39a4'"),
-        ("1" * 8, "the prompt is 8 tokens long; the model reads at most 7"),
+        ("1" * 8, "the prompt is 8 tokens long; the model's learned positions read at most 7"),
         ("1" * 100_000, "100,000 characters long"),
     ],
 )
@@ -135,6 +135,15 @@ def test_a_prompt_the_model_cannot_read_is_one_line(run_dir, prompt, message):
     run = load_run(run_dir, CPU)
     with pytest.raises(PromptError, match=message):
         explain_prompt(run.config.build_sampler(), run.model, CPU, prompt)
+
+
+def test_a_rope_model_is_explained_on_a_prompt_longer_than_its_block_as_sample_answers_it(tmp_path):
+    run_dir = tmp_path / "rope"
+    gpt_train("run", "--task", "sort", "--set", "length=3", "--set", "pos=rope", "--steps", 2, "--device", "cpu",
+              "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    run = load_run(run_dir, CPU)
+    view = explain_prompt(run.config.build_sampler(), run.model, CPU, "3141592")  # block 5: 7 digits run past it
+    assert view.prompt == "3141592" and len(view.answer) == 7
 
 
 # the server ----------------------------------------------------------------------------------

@@ -189,6 +189,27 @@ def test_an_evaluation_below_the_trigger_stops_the_cool_down_until_the_trigger_i
     assert learning_rate(90, config.train, trainer.cooldown_from) == 1e-4
 
 
+def test_a_metric_where_lower_is_better_reaches_its_cool_down_trigger_from_above(cli, tmp_path):
+    """A text run's primary metric is bits per character: 3.5 does not reach a trigger of 1.5 (it started the
+    cool-down there, and the run ended at a fraction of its steps in silence)."""
+    assert cli(*TINY, *TRIGGERED, "--out", tmp_path, "--steps", "1").code == 0
+    config = RunConfig.load(tmp_path)
+    train = dataclasses.replace(config.train, steps=200, cooldown_trigger=1.5)
+    config = dataclasses.replace(config, higher_is_better=False, train=train)
+    trainer, key = trainer_for(config, tmp_path), config.primary_metric
+    progress = Progress(config, 0, quiet=True)
+    for step, metric, expected in [
+        (40, 3.5, None),
+        (60, 1.5, 60),
+        (70, 1.2, 60),
+        (80, 1.6, None),
+        (90, float("nan"), None),
+    ]:
+        trainer.step = step
+        trainer._follow_cooldown_trigger({key: metric}, progress)
+        assert trainer.cooldown_from == expected, step
+
+
 @pytest.mark.parametrize(
     ("extra", "stop_at"), [([], 17), (GROKFAST, 17), (RANDOMIZED, 17), (TRIGGERED, 25)],
     ids=["plain", "grokfast", "randomized", "triggered"],

@@ -9,7 +9,7 @@ from gpt_tasks import PromptAnswerTask, Task
 from gpt_tasks.builtin.text import TextVocabulary
 from gpt_train.errors import TrainError
 
-MAX_PROMPT_CHARACTERS = 2_000  # refused before encoding: no prompt a block can hold is longer
+MAX_PROMPT_CHARACTERS = 2_000  # refused before encoding: the explorer draws a prompt's attention whole
 
 
 class PromptError(TrainError):
@@ -23,17 +23,20 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
     if not text:
         raise PromptError("type a prompt: it is empty")
     if len(text) > MAX_PROMPT_CHARACTERS:
-        raise PromptError(f"the prompt is {len(text):,} characters long; at most {model.config.block_size} tokens fit")
+        raise PromptError(
+            f"the prompt is {len(text):,} characters long; the explorer takes at most {MAX_PROMPT_CHARACTERS:,}"
+        )
     try:
         ids = vocabulary.encode(text)
     except ValueError as error:
         raise PromptError(f"the task cannot encode {text!r}: {error}") from None
     if not ids:
         raise PromptError(f"{text!r} encodes to no tokens")
-    if len(ids) >= model.config.block_size + 1:
+    limit = model.config.position_limit  # None: rope and none positions run on
+    if limit is not None and len(ids) > limit:
         raise PromptError(
-            f"the prompt is {len(ids)} tokens long; the model reads at most {model.config.block_size}, and needs room "
-            "for its answer"
+            f"the prompt is {len(ids)} tokens long; the model's learned positions read at most {limit}, and it "
+            "needs room for its answer"
         )
     return ids
 

@@ -332,7 +332,8 @@ class Trainer:
         trigger = self.settings.cooldown_trigger
         if trigger <= 0:
             return
-        reached = metrics.get(self.config.primary_metric, -math.inf) >= trigger
+        value = metrics.get(self.config.primary_metric, math.nan)  # NaN, or none on this rank: not reached
+        reached = value >= trigger if self.config.higher_is_better else value <= trigger
         _, reached = self.rank.mean_and_any(0.0, reached, self.device)  # the other ranks have no metrics: False
         if (self.cooldown_from is None) == reached:
             self.cooldown_from = self.step if reached else None

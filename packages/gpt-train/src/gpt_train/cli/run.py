@@ -145,6 +145,7 @@ def run(
     target = rank.device_for(resolve_device(device))
     if resume is not None:
         from_dir = {"init_from": init_from} if init_from is not None else {}
+        from_dir |= {"out": out} if out is not None else {}
         _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
         handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank, trust_kernels)
     else:
