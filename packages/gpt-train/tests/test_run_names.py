@@ -5,6 +5,7 @@ pasted; gpt_train.load_run and its README example."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -71,6 +72,16 @@ def test_a_task_name_is_its_newest_run_and_an_existing_path_is_itself(runs_here)
     assert newest_run_of("../sort") is None
     with pytest.raises(RunDirError, match=r"^run directory runs/sort-1 does not exist$"):
         resolve_run_dir("runs/sort-1")
+
+
+def test_the_newest_run_is_the_last_written_whatever_its_name(runs_here):
+    """`--out runs/sort-rope` names a sort run too, and "sort-rope" sorts after every dated name."""
+    shutil.copytree(runs_here / "runs/sort-20260101-000000", runs_here / "runs/sort-rope")
+    dated = (runs_here / "runs/sort-20260102-000000/config.json").stat().st_mtime_ns
+    os.utime(runs_here / "runs/sort-rope/config.json", ns=(dated - 10**9, dated - 10**9))  # written a second before
+    assert newest_run_of("sort") == Path("runs/sort-20260102-000000")
+    os.utime(runs_here / "runs/sort-rope/config.json", ns=(dated + 10**9, dated + 10**9))  # and a second after
+    assert newest_run_of("sort") == Path("runs/sort-rope")
 
 
 def test_commands_taking_a_run_take_a_task_name_and_say_which_run_they_chose(cli, runs_here):

@@ -19,11 +19,13 @@ RUNS = Path("runs")  # where `gpt-train run` puts a run not given --out
 
 
 def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest (last by name) `runs/<task>-<timestamp>` directory holding a config.json, or None."""
+    """The newest `runs/<task>-*` directory holding a config.json (the last written; by name where two tie), or
+    None: `--out runs/sort-rope` is a run of sort too, and names do not sort by time."""
     if not runs.is_dir() or "/" in task or task in (".", ".."):
         return None
     candidates = [path for path in runs.glob(f"{task}-*") if RunLayout(path).config.is_file()]
-    return max(candidates, key=lambda path: path.name) if candidates else None
+    written = lambda path: (RunLayout(path).config.stat().st_mtime_ns, path.name)
+    return max(candidates, key=written) if candidates else None
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
