@@ -90,6 +90,21 @@ def test_a_directory_corpus_with_a_glob_trains(cli, tmp_path):
     assert "heldout_bits_per_char" in json.loads((tmp_path / "r" / RunLayout.FINAL).read_text())
 
 
+def test_a_corpus_named_by_a_relative_set_data_is_found_from_any_directory(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path / "corpus.txt")
+    assert cli("run", "--task", "text", "--set", "data=corpus.txt", *SMALL, "--out", "r").code == 0
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["task_params"]["data"] == str(
+        tmp_path / "corpus.txt"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    evaluated = cli("eval", "../r", "--limit", "8", "--device", "cpu")
+    assert evaluated.code == 0, evaluated.err
+    both = cli("run", "--task", "text", "--data", "../corpus.txt", "--set", "data=../corpus.txt", *SMALL)
+    assert_one_line_error(both, "--data and --set data both name the corpus; give it once")
+
+
 def empty_file(folder: Path) -> Path:
     (folder / "empty.txt").write_text("")
     return folder / "empty.txt"

@@ -144,7 +144,8 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, Any]]:
     """Send each value (`length`, or prefixed: `task.length`) to the task, the model or the training settings,
-    looked up in that order (a dict by scope); the one check for unknown keys."""
+    looked up in that order (a dict by scope); the one check for unknown keys. A task's `data` path is made
+    absolute: eval and sample may run from another directory."""
     names = {
         "task": set(field_types(task_type.Params)),
         "model": set(field_types(GPTConfig)) - set(TASK_FIXED_MODEL_FIELDS),
@@ -163,6 +164,8 @@ def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, 
             known = ", ".join(sorted(set().union(*names.values())))
             raise ConfigError(f"unknown --set key {key!r}; known keys: {known}")
         routed[owner][key] = value
+    if isinstance(routed["task"].get("data"), str) and routed["task"]["data"]:
+        routed["task"]["data"] = str(Path(routed["task"]["data"]).absolute())
     return routed
 
 
@@ -171,7 +174,7 @@ def route_data(task_name: str, data: Path | None) -> dict[str, Any]:
         return {}
     if "data" not in field_types(task_class(task_name).Params):
         raise ConfigError(f"task {task_name!r} reads no data file; drop --data")
-    return {"task.data": str(data.absolute())}  # eval and sample may run from another directory
+    return {"task.data": str(data)}  # made absolute by `route`
 
 
 def _json_type(hint: Any) -> tuple[type, type | None]:

@@ -134,7 +134,6 @@ def grokking_command(
     Example:
       gpt-viz grokking runs/modular-addition --out grokking.png
       gpt-viz grokking runs/modular-addition --loss loss --progress train_fourier_top5_share
-      gpt-viz grokking runs/addition --metric exact_match
     """
     figure = grokking(run_dir, metric=metric, loss=loss, progress=progress)
     _save_and_report(figure, out or RunLayout(run_dir).grokking_picture, svg)

@@ -44,7 +44,7 @@ def kernels(as_json: bool) -> None:
     \b
     Examples:
       gpt-train kernels
-      gpt-train verify --kernel attention=flash
+      gpt-train verify --kernel attention=flash     # after pip install ./examples/gpt-kernel-flash
       gpt-train run --task sort --kernel attention=flash
     """
     from gpt_core import KERNEL_SIGNATURES

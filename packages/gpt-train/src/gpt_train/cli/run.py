@@ -133,7 +133,7 @@ def run(
       gpt-train run --task text --data notes/ --set glob='**/*.md' --set tokenizer=bpe
       gpt-train run --task sort --kernels reference                  # the plain-autograd definitions
       gpt-train run --task sort --device cuda --kernels fast         # not the triton set, CUDA's default
-      gpt-train run --task sort --kernel attention=flash
+      gpt-train run --task sort --kernel attention=flash # after pip install ./examples/gpt-kernel-flash
       gpt-train run --task text --data novel.txt --init-from gpt2/ --set block_size=256
       gpt-train run --resume runs/sort-rope
       gpt-train run --resume sort                           # the newest runs/sort-* run
@@ -156,7 +156,10 @@ def run(
         if unverified and not kernel_pairs:
             raise CommandError("--unverified applies to --kernel choices; there are none")
         kernels = parse_kernel_choices(kernel_pairs)
-        values = parse_assignments(assignments) | route_data(task_name, data)
+        values = parse_assignments(assignments)
+        if data is not None and {"data", "task.data"} & values.keys():
+            raise CommandError("--data and --set data both name the corpus; give it once")
+        values |= route_data(task_name, data)
         values |= {f"train.{name}": value for name, value in given.items()}
         if not {"kernels", "train.kernels"} & values.keys():
             values["train.kernels"] = default_kernel_set(target)

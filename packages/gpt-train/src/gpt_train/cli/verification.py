@@ -89,7 +89,7 @@ def verify(
       gpt-train verify --kernels triton
       gpt-train verify --dtype bf16
       gpt-train verify --device cuda --compile
-      gpt-train verify --kernel attention=flash
+      gpt-train verify --kernel attention=flash          # after pip install ./examples/gpt-kernel-flash
       gpt-train verify --kernel layer_norm=mykernels:layer_norm
     """
     from gpt_core import format_report, verification_report
