@@ -22,7 +22,7 @@ from learn_transcript import SOLUTIONS, solved, write
 
 from gpt_train.cli.learn import learn
 from gpt_train.learn.grader import grade
-from gpt_train.learn.progress import record_pass
+from gpt_train.learn.progress import record_pass, status
 from gpt_train.learn.steps import BY_NAME, STEPS
 from gpt_train.learn.training import finished_figure
 from gpt_train.learn.zoo import OWN
@@ -550,3 +550,24 @@ def test_a_kernel_raising_keyboard_interrupt_fails_its_check_in_one_line(tmp_pat
     assert result.exit_code == 1
     said = "raised KeyboardInterrupt (Ctrl-C's exception); a kernel fails by raising an ordinary exception"
     assert result.output == f"{path}: the code in it {said}\n"
+
+
+def test_an_edit_to_a_file_a_passed_step_imports_unchecks_that_step(tmp_path):
+    """model.py imports block.py: a post-norm block saved after model passed left model "passed", and `learn
+    train` trained on the broken block."""
+    solved(tmp_path, "model")  # model.py beside the answers of the steps it imports
+    assert invoke("check", "model", "--dir", tmp_path).exit_code == 0
+    assert status(tmp_path, BY_NAME["model"]) == "passed"
+    block = tmp_path / "block.py"
+    block.write_text(block.read_text().replace("x = x + self.attn(self.ln1(x))", "x = self.ln1(x + self.attn(x))"))
+    assert status(tmp_path, BY_NAME["model"]) == "not passed"
+    assert invoke("check", "model", "--dir", tmp_path).exit_code == 1  # graded with the block it imports
+
+
+def test_a_check_stopped_by_its_time_limit_keeps_the_files_pass(tmp_path):
+    """The limit includes the child's start: a correct softmax stopped at 0.01 s is not judged wrong."""
+    solved(tmp_path, "softmax")
+    assert invoke("check", "softmax", "--dir", tmp_path).exit_code == 0
+    stopped = invoke("check", "softmax", "--dir", tmp_path, "--time-limit", "0.01")
+    assert stopped.exit_code == 1 and "took longer than 0.01 s" in stopped.output
+    assert status(tmp_path, BY_NAME["softmax"]) == "passed"

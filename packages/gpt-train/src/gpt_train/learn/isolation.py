@@ -55,7 +55,7 @@ def _graded(step_name: str, path: Path, source: bytes, time_limit: float) -> Ver
             process.communicate(json.dumps(header).encode() + b"\n" + source, timeout=time_limit)
         except subprocess.TimeoutExpired:
             return Verdict(False, f"{path}: the check took longer than {time_limit:g} s and was stopped (a loop "
-                                  "that never ends?); `--time-limit` gives it longer")  # fmt: skip
+                                  "that never ends?); `--time-limit` gives it longer", judged=False)  # fmt: skip
         finally:
             _stop(process)
         verdict = _read_verdict(verdict_path, token)

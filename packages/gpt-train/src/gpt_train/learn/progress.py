@@ -1,9 +1,10 @@
-"""Which steps the learner's folder passes: DIR/.learn.json holds a hash of the bytes each pass graded, so an edit
-unchecks it. Each change is made under a lock on the folder (flock, on POSIX) and written atomically: two checks
-ending at once lose no pass."""
+"""Which steps the learner's folder passes: DIR/.learn.json holds a hash of the bytes each pass graded and of the
+folder's step files they import, so an edit to any of them unchecks it. Each change is made under a lock on the
+folder (flock, on POSIX) and written atomically: two checks ending at once lose no pass."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import json
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpt_train.files import write_json_atomically
-from gpt_train.learn.steps import Step
+from gpt_train.learn.steps import BY_NAME, Step
 
 try:
     import fcntl
@@ -22,9 +23,40 @@ except ImportError:  # Windows: no advisory locks
 RECORD = ".learn.json"
 
 
-def digest(source: bytes) -> str:
-    """What a pass is recorded for: the bytes graded, so an edit after it is not passed."""
-    return hashlib.sha256(source).hexdigest()
+def imported_steps(folder: Path, source: bytes) -> list[str]:
+    """The steps whose files in `folder` `source` imports (`from block import Block`), and those they import."""
+    found: set[str] = set()
+    waiting = [source]
+    while waiting:
+        try:
+            tree = ast.parse(waiting.pop())
+        except (SyntaxError, ValueError):  # the check says what is wrong with such a file
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in {name.partition(".")[0] for name in names} & BY_NAME.keys() - found:
+                found.add(name)
+                with contextlib.suppress(OSError):
+                    waiting.append((folder / BY_NAME[name].file_name).read_bytes())
+    return sorted(found)
+
+
+def digest(folder: Path, source: bytes) -> str:
+    """What a pass is recorded for: the bytes graded and those of the step files they import, so an edit to any of
+    them after it is not passed."""
+    h = hashlib.sha256(source)
+    for name in imported_steps(folder, source):
+        try:
+            imported = (folder / BY_NAME[name].file_name).read_bytes()
+        except OSError:
+            imported = b"\0missing"
+        h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(imported).digest())
+    return h.hexdigest()
 
 
 def _record(folder: Path) -> dict[str, str]:
@@ -57,7 +89,7 @@ def record_pass(folder: Path, step: Step, source: bytes | None = None) -> None:
     if source is None:
         source = (folder / step.file_name).read_bytes()
     with _locked(folder):
-        passed = _record(folder) | {step.name: digest(source)}
+        passed = _record(folder) | {step.name: digest(folder, source)}
         write_json_atomically(folder / RECORD, {"passed": passed})
 
 
@@ -77,4 +109,4 @@ def status(folder: Path, step: Step) -> str:
         source = path.read_bytes()
     except OSError:
         return "not passed"
-    return "passed" if _record(folder).get(step.name) == digest(source) else "not passed"
+    return "passed" if _record(folder).get(step.name) == digest(folder, source) else "not passed"

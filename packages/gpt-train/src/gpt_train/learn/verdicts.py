@@ -21,6 +21,7 @@ from gpt_train.learn.zoo import MISTAKES, Mistake
 class Verdict:
     passed: bool
     message: str
+    judged: bool = True  # False: stopped before a verdict on the code (the time limit), which says nothing of it
 
 
 class Malformed(Exception):
