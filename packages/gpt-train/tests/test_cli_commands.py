@@ -182,3 +182,13 @@ def test_each_inspect_analysis_shows_its_help_with_no_run_yet(cli, tmp_path, mon
         assert shown.out.startswith(f"Usage: gpt-train inspect RUN {analysis} [OPTIONS]") and "Example" in shown.out
     assert_one_line_error(cli("inspect", analysis), f"the run comes first: gpt-train inspect RUN {analysis}")
     assert_one_line_error(cli("inspect", "no-such-run", analysis), "run directory no-such-run does not exist")
+
+
+def test_a_run_that_ends_inside_its_warm_up_says_the_learning_rate_it_reaches(cli, tmp_path):
+    args = [arg for arg in TINY if arg != "--quiet"]  # sort warms up over 100 steps; TINY takes 30
+    result = cli(*args, "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    said = "gpt-train: note: the run ends inside its warm-up (30 of warmup_steps 100): the learning rate reaches 0.0009"
+    assert said in result.err
+    full = cli(*args, "--set", "warmup_steps=30", "--out", tmp_path / "full")
+    assert full.code == 0 and "warm-up" not in full.err

@@ -88,6 +88,15 @@ def test_compare_with_wrong_label_count_is_a_one_line_error(runner, make_run):
     assert_one_line_error(result, "got 1 labels for 2 runs")
 
 
+def test_compare_on_a_log_axis_refuses_a_metric_at_zero(runner, make_run):
+    """A log axis drops the points at or below 0: all of an untrained run's exact match was an empty picture."""
+    records = [{"step": step, "loss": 1.0, "heldout_exact_match": 0.0} for step in (10, 20)]
+    run = make_run(records=records, attention=False)
+    result = runner.invoke(main, ["compare", str(run), "--metric", "heldout_exact_match", "--log-y"])
+    assert_one_line_error(result, "heldout_exact_match has values at or below 0, which a log axis cannot show")
+    assert runner.invoke(main, ["compare", str(run), "--metric", "heldout_exact_match"]).exit_code == 0
+
+
 def test_compare_requires_a_metric(runner, make_run):
     result = runner.invoke(main, ["compare", str(make_run())])
     assert result.exit_code == 2

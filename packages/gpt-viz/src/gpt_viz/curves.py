@@ -137,12 +137,15 @@ def compare_runs(
     if len(labels) != len(runs):
         raise VizError(f"got {len(labels)} labels for {len(runs)} runs; give one label per run")
 
+    series = [metric_series(load_metrics(run), metric, source=str(run)) for run in runs]
+    logarithmic = is_loss(metric) if log_y is None else log_y
+    if logarithmic and any(value <= 0 for _, values in series for value in values):
+        raise VizError(f"{metric} has values at or below 0, which a log axis cannot show; use --linear-y")
     figure = new_figure(8.0, 5.0)
     ax = figure.add_subplot()
-    for run, label in zip(runs, labels, strict=True):
-        steps, values = metric_series(load_metrics(run), metric, source=str(run))
+    for (steps, values), label in zip(series, labels, strict=True):
         ax.plot(steps, values, linewidth=1.3, marker=point_marker(metric, steps), markersize=3, label=label)
-    if is_loss(metric) if log_y is None else log_y:
+    if logarithmic:
         use_log_scale(ax, "y")
     label = "training loss" if metric == "loss" else metric
     ax.set_xlabel("step")

@@ -16,6 +16,7 @@ from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
 from gpt_train.distributed import Rank
 from gpt_train.kernels import default_kernel_set, parse_kernel_choices
+from gpt_train.optimisation import learning_rate
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import new_run, resumed_run
 from gpt_train.trainer import train
@@ -169,6 +170,13 @@ def run(
     if rank.is_main and not quiet:
         verb = "continuing" if resume is not None else "training"
         click.echo(f"{verb} {handed.config.task} in {handed.layout.root}")
+    s = handed.config.train
+    if rank.is_main and not quiet and resume is None and s.warmup_steps > s.steps:
+        click.echo(
+            f"gpt-train: note: the run ends inside its warm-up ({s.steps:,} of warmup_steps {s.warmup_steps:,}): the "
+            f"learning rate reaches {learning_rate(s.steps - 1, s):.3g}, not lr {s.lr:g}",
+            err=True,
+        )
     outcome = train(handed, quiet=quiet, pictures=not no_pictures)
     if rank.is_main and outcome.pictures_problem:
         click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
