@@ -97,3 +97,12 @@ def test_prompts_end_at_equals_and_attention_examples_are_heldout_inputs(additio
     for example in examples:
         assert len(example) == addition_task.block_size
         assert is_heldout(bytes(int(c) for c in example[0:3] + example[4:7]), 0.1, b"addition")
+
+
+@pytest.mark.parametrize("prompt", ["++++++", "1234+56=", "12=34+", "1+2=", "12+34", "12+345="])
+def test_a_prompt_not_shaped_as_two_numbers_plus_and_equals_gets_a_note(prompt):
+    task = get_task("addition", digits=2)
+    assert task.prompt_note(task.encode("12+34=")) == ""
+    note = task.prompt_note(task.encode(prompt))
+    assert note.startswith("addition trains on prompts of two 2-digit numbers, '+' between and '=' after")
+    assert f"this one is {prompt!r}: the model never learned to answer it" in note

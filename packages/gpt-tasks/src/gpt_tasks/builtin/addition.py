@@ -3,6 +3,7 @@ and by default least significant digit first ("123+456=9750"), the order in whic
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +53,18 @@ class AdditionTask(PromptAnswerTask):
     @property
     def answer_length(self) -> int:
         return self.params.digits + 1
+
+    def prompt_note(self, ids: Sequence[int]) -> str:
+        """What `gpt-train sample` and the explorer say when `ids` is not `digits` digits, "+", `digits` digits, "="
+        ('' when it is): a prompt of the right length in another shape ("++++++++") is answered too."""
+        d, ids = self.params.digits, [int(i) for i in ids]
+        digit = lambda part: all(0 <= i < 10 for i in part)
+        if len(ids) == 2 * d + 2 and digit(ids[:d]) and ids[d] == PLUS and digit(ids[d + 1 : -1]) and ids[-1] == EQUALS:
+            return ""
+        return (
+            f"addition trains on prompts of two {d}-digit numbers, '+' between and '=' after, like "
+            f"{self.example_prompts()[0]!r}, and this one is {self.decode(ids)!r}: the model never learned to answer it"
+        )
 
     def single_token_corruptions(self, ids: torch.Tensor) -> torch.Tensor:
         return one_digit_changes(ids, 2 * self.params.digits, 10)
