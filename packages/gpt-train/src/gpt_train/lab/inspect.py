@@ -40,7 +40,7 @@ class _InspectGroup(click.Group):
         if args and args[0] in self.commands and not Path(args[0]).exists():
             if not any(arg in ctx.help_option_names for arg in args[1:]):
                 raise click.UsageError(f"the run comes first: gpt-train inspect RUN {args[0]} (RUN: a run or a task)")
-            args = ["RUN", *args]
+            args = ["RUN", *("--help" if arg in ctx.help_option_names else arg for arg in args)]
         return super().parse_args(ctx, args)
 
 
