@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import click
 
 from gpt_train.cli.group import CONTEXT, CommandError
+from gpt_train.cli.options import finite
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.learn.isolation import LONGEST_TIME_LIMIT, TIME_LIMIT, grade_in_child
@@ -84,7 +84,7 @@ def start(step_name: str, folder: Path) -> None:
 @click.option(
     "--time-limit",
     type=click.FloatRange(min=0, min_open=True, max=LONGEST_TIME_LIMIT),
-    callback=lambda ctx, param, value: _a_number(value, param),
+    callback=finite,
     default=TIME_LIMIT,
     show_default=True,
     help="Seconds the check may take before it is stopped and fails, its start (about 5 s, importing torch) included.",
@@ -113,13 +113,6 @@ def check(step_name: str, folder: Path, time_limit: float) -> None:
         raise CommandError(f"cannot record the check in {folder}: {error.strerror or error}") from None
     if not verdict.passed:
         raise click.exceptions.Exit(1)  # not SystemExit, which the command group reads as a plugin exiting
-
-
-def _a_number(value: float, param: click.Parameter) -> float:
-    """`value`, refused when it is NaN (which no range check catches)."""
-    if math.isnan(value):
-        raise click.BadParameter("nan is not a number of seconds", param=param)
-    return value
 
 
 @learn.command("train", context_settings=CONTEXT)

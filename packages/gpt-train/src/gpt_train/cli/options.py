@@ -3,6 +3,8 @@ to a saved run's module-path kernels."""
 
 from __future__ import annotations
 
+import math
+
 import click
 
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
@@ -29,3 +31,10 @@ def trust_kernels_option(opens: str = "Open a run"):
 
 
 TRUST_KERNELS_OPTION = trust_kernels_option()
+
+
+def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A float option's callback: NaN and infinity refused (no click range refuses NaN)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", ctx, param)
+    return value

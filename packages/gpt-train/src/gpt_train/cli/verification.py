@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 import click
@@ -10,15 +9,9 @@ import torch
 
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import KERNEL_SET_HELP
+from gpt_train.cli.options import KERNEL_SET_HELP, finite
 from gpt_train.guard import guarded
 from gpt_train.kernels import TOLERANCE, first_failure, parse_kernel_choices, resolve_kernel, verify_kernel
-
-
-def _finite(value: float | None, ctx: click.Context, param: click.Parameter) -> float | None:
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value} is not a finite number", ctx, param)
-    return value
 
 
 @click.command(context_settings=CONTEXT)
@@ -39,7 +32,7 @@ def _finite(value: float | None, ctx: click.Context, param: click.Parameter) -> 
 @click.option(
     "--tolerance",
     type=click.FloatRange(min=0),
-    callback=lambda ctx, param, value: _finite(value, ctx, param),
+    callback=finite,
     help=f"Largest difference accepted. [default: {TOLERANCE:.0e} in fp64, 2^-4 in bf16]",
 )
 @click.option(

@@ -16,7 +16,6 @@ import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask, Task
 from gpt_train import lab
-from gpt_train.cli.group import CONTEXT
 from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_bytes_atomically, write_json_atomically
@@ -44,7 +43,7 @@ class _InspectGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group("inspect", cls=_InspectGroup, context_settings=CONTEXT)
+@click.group("inspect", cls=_InspectGroup)
 @click.argument("run", metavar="RUN")
 @click.pass_context
 def inspect_command(ctx: click.Context, run: str) -> None:
@@ -84,7 +83,7 @@ def analysis(name: str, examples: int, what: str, prompt_answer: bool = False) -
     help = f"{what} (a fixed held-out sample; at most the split's size)."
 
     def decorate(analyse: Callable[..., Any]) -> Callable[..., Any]:
-        @inspect_command.command(name, context_settings=CONTEXT)
+        @inspect_command.command(name)
         @click.option("--examples", type=click.IntRange(min=1), default=examples, show_default=True, help=help)
         @DEVICE_OPTION
         @TRUST_KERNELS_OPTION
@@ -325,7 +324,7 @@ def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
         return []
 
 
-@inspect_command.command("phases", context_settings=CONTEXT)
+@inspect_command.command("phases")
 @DEVICE_OPTION
 @TRUST_KERNELS_OPTION
 @click.pass_obj

@@ -100,9 +100,9 @@ def corrupted_pairs(
 
 def logit_difference(logits: Tensor, clean_token: Tensor, corrupted_token: Tensor) -> float:
     """Mean over examples of logit(clean answer token) - logit(corrupted answer token) at the last position."""
-    last = logits[:, -1].cpu().double()  # (N, V), on the CPU: MPS has no float64
-    clean, corrupted = clean_token.cpu()[:, None], corrupted_token.cpu()[:, None]
-    return float((last.gather(1, clean) - last.gather(1, corrupted)).mean())
+    last = logits[:, -1]  # (N, V)
+    picked = [last.gather(1, token[:, None]).cpu().double() for token in (clean_token, corrupted_token)]  # (N, 1)
+    return float((picked[0] - picked[1]).mean())  # on the CPU: MPS has no float64
 
 
 def check_restorable(clean: float, corrupted: float) -> None:

@@ -23,9 +23,10 @@ except ImportError:  # Windows: no advisory locks
 RECORD = ".learn.json"
 
 
-def imported_steps(folder: Path, source: bytes) -> list[str]:
-    """The steps whose files in `folder` `source` imports (`from block import Block`), and those they import."""
-    found: set[str] = set()
+def _imported_files(folder: Path, source: bytes) -> dict[str, bytes]:
+    """The bytes of each step file in `folder` that `source` imports (`from block import Block`), and of those they
+    import, by step name (a file that cannot be read: a marker no file holds)."""
+    found: dict[str, bytes] = {}
     waiting = [source]
     while waiting:
         try:
@@ -39,22 +40,20 @@ def imported_steps(folder: Path, source: bytes) -> list[str]:
                 names = [node.module]
             else:
                 continue
-            for name in {name.partition(".")[0] for name in names} & BY_NAME.keys() - found:
-                found.add(name)
-                with contextlib.suppress(OSError):
-                    waiting.append((folder / BY_NAME[name].file_name).read_bytes())
-    return sorted(found)
+            for name in {name.partition(".")[0] for name in names} & (BY_NAME.keys() - found.keys()):
+                try:
+                    found[name] = (folder / BY_NAME[name].file_name).read_bytes()
+                    waiting.append(found[name])
+                except OSError:
+                    found[name] = b"\0missing"
+    return found
 
 
 def digest(folder: Path, source: bytes) -> str:
     """What a pass is recorded for: the bytes graded and those of the step files they import, so an edit to any of
     them after it is not passed."""
     h = hashlib.sha256(source)
-    for name in imported_steps(folder, source):
-        try:
-            imported = (folder / BY_NAME[name].file_name).read_bytes()
-        except OSError:
-            imported = b"\0missing"
+    for name, imported in sorted(_imported_files(folder, source).items()):
         h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(imported).digest())
     return h.hexdigest()
 
