@@ -185,6 +185,11 @@ def test_eval_set_that_changes_the_vocabulary_is_refused(cli, tiny_run, tmp_path
     assert_one_line_error(cli("eval", tiny_run, "--set", "vocab=5"), "a vocabulary of 5 tokens, and the model")
 
 
+def test_eval_set_that_changes_the_held_out_split_is_refused(cli, tiny_run):
+    """A larger heldout_fraction makes training examples held out: the run would be scored on what it learned."""
+    assert_one_line_error(cli("eval", tiny_run, "--set", "heldout_fraction=0.5"), "cannot change heldout_fraction")
+
+
 def test_sample_prompt_outside_the_vocabulary(cli, tiny_run):
     assert_one_line_error(cli("sample", tiny_run, "--prompt", "12x4"), "not in the vocabulary")
 

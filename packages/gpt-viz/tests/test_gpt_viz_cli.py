@@ -117,6 +117,25 @@ def test_attention_layer_and_out_options(runner, make_run, tmp_path):
     assert written(result) == [out]
 
 
+@pytest.mark.parametrize(
+    ("name", "svg", "expected"),
+    [
+        ("a.jpg", False, ["a.jpg"]),
+        ("a.svg", True, ["a.svg"]),
+        ("a.pdf", True, ["a.pdf", "a.svg"]),
+        ("a", True, ["a.png", "a.svg"]),
+    ],
+)
+def test_out_with_an_image_suffix_writes_that_format(runner, make_run, tmp_path, name, svg, expected):
+    """--out a.jpg wrote a.png."""
+    command = ["attention", str(make_run()), "--out", str(tmp_path / name), *(["--svg"] if svg else [])]
+    result = runner.invoke(main, command)
+    assert result.exit_code == 0, result.output
+    assert written(result) == [tmp_path / path for path in expected]
+    assert all(path.stat().st_size > 0 for path in written(result))
+    assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == sorted(expected)
+
+
 def test_attention_marks_the_prompt_the_file_records(runner, make_run, attention_examples, monkeypatch):
     run = make_run(attention=False)
     save_attention_examples(run, [attention_examples[0]._replace(prompt_length=4)])

@@ -47,6 +47,7 @@ class Task(ABC):
     primary_metric: ClassVar[str]  # a key of `evaluate`'s dict, shown in progress bars and pictures
     higher_is_better: ClassVar[bool] = True
     eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)  # of "train" and "heldout"
+    eval_fixed: ClassVar[tuple[str, ...]] = ("heldout_fraction",)  # Params a trained model's evaluation keeps
 
     vocab: CharVocab  # set in __init__ (or a property); any object with len, encode, decode and token_labels
 

@@ -86,6 +86,12 @@ class RunConfig:
     def build_task(self, overrides: dict[str, Any] | None = None) -> Task:
         """The run's task, checked against its model's size, or with `overrides` another of its kind: one whose
         block may differ (longer sequences), but not its vocabulary, whose ids the model has learned."""
+        fixed = sorted(set(overrides or {}) & set(task_class(self.task).eval_fixed))
+        if fixed:
+            raise ConfigError(
+                f"eval --set cannot change {', '.join(fixed)} of a trained {self.task} run: it decides which "
+                "examples are held out or what the token ids mean"
+            )
         task = make_task(self.task, self.task_params | (overrides or {}))
         made = {key: getattr(self.model, key) for key in TASK_FIXED_MODEL_FIELDS}
         found = {key: getattr(task, key) for key in TASK_FIXED_MODEL_FIELDS}

@@ -19,7 +19,7 @@ from gpt_viz.run_layout import RunLayout
 from gpt_viz.run_names import RUN
 
 PATH = click.Path(path_type=Path)
-SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each PNG.")
+SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each picture.")
 
 
 class _VizGroup(click.Group):
@@ -35,7 +35,8 @@ class _VizGroup(click.Group):
 @click.group(cls=_VizGroup)
 @click.version_option(package_name="gpt-viz")
 def main() -> None:
-    """Pictures of GPT training runs, written as PNG (and SVG with --svg).
+    """Pictures of GPT training runs, written as PNG or the format --out's
+    suffix names (--out a.pdf), and as SVG too with --svg.
 
     A run directory holds config.json, metrics.jsonl and optionally
     attention.npz, as written by the trainer.
@@ -158,5 +159,8 @@ def explore(run_dir: Path, out: Path | None) -> None:
 
 
 def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:
-    for path in save_figure(figure, target, formats=("png", "svg") if svg else ("png",)):
+    """PNG, or the image format `--out`'s suffix names (a.jpg writes a.jpg); `--svg` adds an SVG beside it."""
+    named = target.suffix.lower().lstrip(".")
+    first = named if named in figure.canvas.get_supported_filetypes() else "png"
+    for path in save_figure(figure, target, formats=dict.fromkeys((first, "svg") if svg else (first,))):
         click.echo(str(path))

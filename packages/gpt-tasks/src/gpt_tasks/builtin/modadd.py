@@ -88,6 +88,7 @@ class ModAddTask(Task):
     Params = ModAddParams
     primary_metric = "accuracy"
     eval_splits = ("train", "heldout")
+    eval_fixed = ("train_fraction",)
 
     def __init__(self, params: ModAddParams):
         super().__init__(params)
