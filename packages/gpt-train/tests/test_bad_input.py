@@ -205,7 +205,9 @@ def test_compile_without_a_cpu_compiler_is_explained(cli, tmp_path, monkeypatch)
 
 def test_resume_of_a_finished_run_is_refused(cli, tiny_run):
     before = snapshot(tiny_run)
-    assert_one_line_error(cli("run", "--resume", tiny_run), "already finished (30 of 30 steps)")
+    refused = cli("run", "--resume", tiny_run)
+    assert_one_line_error(refused, "already finished (30 of 30 steps)")
+    assert refused.out == ""  # not "continuing sort in ..." before the error
     assert snapshot(tiny_run) == before
 
 

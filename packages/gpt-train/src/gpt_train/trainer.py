@@ -380,14 +380,21 @@ class Trainer:
 
 
 def train(
-    run: Run, quiet: bool = False, pictures: bool = True, trainer_class: type[Trainer] = Trainer, **options
+    run: Run,
+    quiet: bool = False,
+    pictures: bool = True,
+    trainer_class: type[Trainer] = Trainer,
+    on_start: Callable[[], None] = lambda: None,
+    **options,
 ) -> Outcome:
     """One training process: join the process group, train, draw the pictures (rank 0), leave together, unlock.
-    `options` go to `trainer_class` (`learn train`'s CourseTrainer)."""
+    `on_start` runs once the trainer is built (a finished run refused); `options` go to `trainer_class` (`learn
+    train`'s CourseTrainer)."""
     rank = run.rank
     try:
         rank.init(run.device)
         trainer = trainer_class(run, quiet=quiet, **options)
+        on_start()
         outcome = trainer.run()
         if outcome.reason == "finished":
             if rank.is_main:

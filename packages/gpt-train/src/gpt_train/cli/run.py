@@ -18,7 +18,7 @@ from gpt_train.distributed import Rank
 from gpt_train.kernels import default_kernel_set, parse_kernel_choices
 from gpt_train.optimisation import learning_rate
 from gpt_train.run_names import resolve_run_dir
-from gpt_train.runs import new_run, resumed_run
+from gpt_train.runs import Run, new_run, resumed_run
 from gpt_train.trainer import train
 from gpt_viz import (
     EXAMPLES,
@@ -167,17 +167,7 @@ def run(
         if given.get("compile"):
             check_compiler(target)  # before anything is written
         handed = new_run(task_name, values, out, force, target, rank, kernels, unverified, init_from)
-    if rank.is_main and not quiet:
-        verb = "continuing" if resume is not None else "training"
-        click.echo(f"{verb} {handed.config.task} in {handed.layout.root}")
-    s = handed.config.train
-    if rank.is_main and not quiet and resume is None and s.warmup_steps > s.steps:
-        click.echo(
-            f"gpt-train: note: the run ends inside its warm-up ({s.steps:,} of warmup_steps {s.warmup_steps:,}): the "
-            f"learning rate reaches {learning_rate(s.steps - 1, s):.3g}, not lr {s.lr:g}",
-            err=True,
-        )
-    outcome = train(handed, quiet=quiet, pictures=not no_pictures)
+    outcome = train(handed, quiet=quiet, pictures=not no_pictures, on_start=lambda: _announce(handed, resume, quiet))
     if rank.is_main and outcome.pictures_problem:
         click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
     if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
@@ -187,6 +177,20 @@ def run(
         raise CommandError(outcome.detail, exit_code=1)
     if rank.is_main and not quiet:
         click.echo(summary(handed.config, outcome.final, handed.layout.root))
+
+
+def _announce(handed: Run, resume: Path | None, quiet: bool) -> None:
+    """What is trained where, once the trainer is built (so never for a run that already finished)."""
+    if not handed.rank.is_main or quiet:
+        return
+    click.echo(f"{'continuing' if resume is not None else 'training'} {handed.config.task} in {handed.layout.root}")
+    s = handed.config.train
+    if resume is None and s.warmup_steps > s.steps:
+        click.echo(
+            f"gpt-train: note: the run ends inside its warm-up ({s.steps:,} of warmup_steps {s.warmup_steps:,}): the "
+            f"learning rate reaches {learning_rate(s.steps - 1, s):.3g}, not lr {s.lr:g}",
+            err=True,
+        )
 
 
 def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool, kernels, unverified) -> None:
