@@ -69,6 +69,8 @@ def _tiled(*edits: tuple[str, str]) -> Callable[..., Tensor]:
 
 _SHIFTED = "(x - x.amax(dim=-1, keepdim=True))"
 SOFTMAX = (
+    Mistake("global_max", "the max is taken over the whole tensor, not each row: a row far below it underflows, "
+            "its exps are all 0 and 0 / 0 is nan", (_answer("softmax", ("x.amax(dim=-1, keepdim=True)", "x.amax()")),)),
     Mistake("no_max_shift", "softmax without subtracting the max overflows on large logits: exp(1000) is inf",
             (_answer("softmax", (_SHIFTED + ".exp()", "x.exp()")),), matches=_overflows),
     Mistake("wrong_axis", "softmax over the wrong axis: each row of the last dim must sum to 1",
@@ -196,6 +198,9 @@ CROSS_ENTROPY = (
             "loss and out of the count", (_cross_entropy((_SCORED_ROWS, "targets = targets.clamp(min=0)")),
                                           _cross_entropy((_SCORED_ROWS, "targets = targets.clamp(min=0)"),
                                                          (".mean()", ".sum() / scored.sum()")))),
+    Mistake("global_max", "the max is taken over all the logits, not each row: a row far below it underflows, "
+            "sum(exp(logits - m)) is 0 and its log is -inf",
+            (_cross_entropy(("logits.amax(dim=-1, keepdim=True)", "logits.amax()")),)),
     Mistake("no_max_shift", "no max shift: log(sum(exp(logits))) overflows on large logits (exp(1000) is inf); "
             "subtract each row's max m first: m + log(sum(exp(logits - m)))",
             (_cross_entropy(("m = logits.amax(dim=-1, keepdim=True)", "m = 0.0")),
