@@ -71,6 +71,14 @@ def test_config_without_primary_metric_shows_the_loss_alone(make_run):
     assert "no primary_metric" in loss_ax.get_title()
 
 
+def test_a_run_before_its_first_evaluation_shows_the_loss_alone(make_run):
+    """The default metric is not logged until the first evaluation; a live run's picture was refused till then."""
+    records = [{"step": step, "loss": 2.0 / step, "lr": 1e-3} for step in (1, 2, 3)]
+    figure = training_curves(make_run(records=records, attention=False))
+    (loss_ax,) = figure.axes
+    assert loss_ax.get_title() == "training loss (heldout_exact_match is not logged yet)"
+    with pytest.raises(VizError, match="metric 'heldout_exact_match' not found"):  # asked for, it is still an error
+        training_curves(make_run("named", records=records), metric="heldout_exact_match")
 def test_title_names_task_and_run(make_run):
     figure = training_curves(make_run("seed-3"))
     assert figure.get_suptitle() == "addition — seed-3"

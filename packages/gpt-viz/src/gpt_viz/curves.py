@@ -37,7 +37,9 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     run = run_directory(run_dir)
     records = load_metrics(run)
     config = load_config(run)
-    metric = metric or config.get("primary_metric")
+    alone = "training loss (config names no primary_metric)"
+    if metric is None and (metric := config.get("primary_metric")) and all(metric not in r for r in records):
+        alone, metric = f"training loss ({metric} is not logged yet)", None  # a run before its first evaluation
     has_attention = RunLayout(run).attention.is_file()
     probes = probe_keys(records)
 
@@ -47,7 +49,7 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
         height_ratios=[2.0, 1.0] if probes else None,
     )  # fmt: skip
     curves_ax = figure.add_subplot(grid[0, 0])
-    _draw_loss_and_metric(curves_ax, records, metric, source=str(run))
+    _draw_loss_and_metric(curves_ax, records, metric, source=str(run), alone=alone)
     if probes:
         _draw_probes(figure.add_subplot(grid[1, 0], sharex=curves_ax), records, probes, source=str(run))
         curves_ax.set_xlabel("")
@@ -58,7 +60,7 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     return figure
 
 
-def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | None, source: str) -> None:
+def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | None, source: str, alone: str) -> None:
     steps, losses = metric_series(records, "loss", source=source)
     handles = ax.plot(steps, losses, color=LOSS_COLOUR, linewidth=1.2, label="training loss")
     use_log_scale(ax, "y")
@@ -67,7 +69,7 @@ def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | Non
     ax.tick_params(axis="y", labelcolor=LOSS_COLOUR)
     ax.grid(alpha=0.3)
     if metric is None:
-        ax.set_title("training loss (config names no primary_metric)")
+        ax.set_title(alone)
     else:  # the metric on a twin axis
         steps, values = metric_series(records, metric, source=source)
         twin = ax.twinx()
