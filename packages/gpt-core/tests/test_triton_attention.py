@@ -261,3 +261,29 @@ def test_block_sizes_are_powers_of_two_of_at_least_16_and_shrink_with_the_row_si
             assert m >= 16 and n >= 16 and m & (m - 1) == 0 and n & (n - 1) == 0
     assert fa._blocks(torch.float32, 128)[1] <= fa._blocks(torch.float16, 128)[1]
     assert fa._block_d(24) == 32 and fa._block_d(48) == 64 and fa._block_d(8) == 16
+
+
+def test_no_launch_puts_batch_times_heads_on_an_axis_cuda_caps_at_65535(monkeypatch):
+    """CUDA caps a grid's second and third axes at 65,535: full-batch modadd (20,100 sequences x 4 heads) would
+    not launch. Each launch is recorded here, not run, at B * H = 80,400."""
+    grids = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            grids.append((self.name, grid))
+            return lambda *args, **kwargs: None
+
+    for name in ("_attn_fwd", "_bwd_preprocess", "_bwd_dkdv", "_bwd_dq", "_dropout_keep_kernel"):
+        monkeypatch.setattr(fa, name, Recorder(name))
+    q, k, v = (torch.zeros(20_100, 4, 3, 16) for _ in range(3))
+    out, lse = fa._forward(q, k, v, True, 0.1, 7, None)
+    fa._backward(out, q, k, v, out, lse, True, 0.1, 7, None)
+    fa.dropout_keep(7, 20_100, 4, 3, 3, 0.1, "cpu")
+    assert {name for name, _ in grids} == {"_attn_fwd", "_bwd_preprocess", "_bwd_dkdv", "_bwd_dq",
+                                           "_dropout_keep_kernel"}  # fmt: skip
+    for name, grid in grids:
+        assert all(size <= 65_535 for size in grid[1:]), (name, grid)
+        assert math.prod(grid) >= 20_100 * 4, (name, grid)  # every (batch, head) has its programs

@@ -146,17 +146,25 @@ def _key_range(start_m, Tq, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CA
 
 
 @triton.jit
+def _program(T, BLOCK: tl.constexpr):
+    """This program's block start along T and its (batch, head) index bh, from a 1-D grid of cdiv(T, BLOCK) * B * H
+    programs: a 2-D grid's second axis, where B * H would go, stops at 65,535 on CUDA. One head's blocks are
+    neighbours in the grid, so they run together and share its K and V in the L2 cache."""
+    blocks = tl.cdiv(T, BLOCK)
+    return (tl.program_id(0) % blocks) * BLOCK, tl.program_id(0) // blocks
+
+
+@triton.jit
 def _attn_fwd(Q, K, V, Out, LSE, seed,
               stride_qb, stride_qh, stride_qm, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_om, H, Tq, Tk,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
               CAUSAL: tl.constexpr, DROPOUT_P: tl.constexpr, SM_SCALE: tl.constexpr,
               PRECISION: tl.constexpr):  # fmt: skip
-    """Grid (cdiv(Tq, BLOCK_M), B * H): O and the base-2 log-sum-exp L2 of one block of queries."""
+    """Grid (cdiv(Tq, BLOCK_M) * B * H,): O and the base-2 log-sum-exp L2 of one block of queries."""
     acc_dtype = LSE.dtype.element_ty  # float32, or float64 for float64 inputs
     qk_scale: tl.constexpr = SM_SCALE * _LOG2_E  # scale * log2(e): scores in base 2
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    start_m, bh = _program(Tq, BLOCK_M)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     Q += b * stride_qb + h * stride_qh
     K += b * stride_kb + h * stride_kh
@@ -200,9 +208,9 @@ def _attn_fwd(Q, K, V, Out, LSE, seed,
 @triton.jit
 def _bwd_preprocess(Out, DO, DELTA, stride_ob, stride_oh, stride_om, H, Tq,
                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
-    """Grid (cdiv(Tq, BLOCK_M), B * H): delta = rowsum(dO * O), O and dO in one contiguous layout."""
-    bh = tl.program_id(1)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    """Grid (cdiv(Tq, BLOCK_M) * B * H,): delta = rowsum(dO * O), O and dO in one contiguous layout."""
+    start_m, bh = _program(Tq, BLOCK_M)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offset = (bh // H).to(tl.int64) * stride_ob + (bh % H).to(tl.int64) * stride_oh
     ptrs = offset + offs_m[:, None] * stride_om + offs_d[None, :]
@@ -220,13 +228,12 @@ def _bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, seed,
               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
               CAUSAL: tl.constexpr, DROPOUT_P: tl.constexpr, SM_SCALE: tl.constexpr,
               PRECISION: tl.constexpr):  # fmt: skip
-    """Grid (cdiv(Tk, BLOCK_N), B * H): dK and dV of one key block, from the query blocks that see it, in
+    """Grid (cdiv(Tk, BLOCK_N) * B * H,): dK and dV of one key block, from the query blocks that see it, in
     key-major layout (P^T, dP^T, dS^T are (BLOCK_N, BLOCK_M)). DO shares O's strides, DV shares DK's.
     Query rows past Tq load as zeros (dO = 0, delta = 0) and so add exactly nothing, masked or not."""
     acc_dtype = LSE.dtype.element_ty
     qk_scale: tl.constexpr = SM_SCALE * _LOG2_E
-    start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
+    start_n, bh = _program(Tk, BLOCK_N)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     Q += b * stride_qb + h * stride_qh
     K += b * stride_kb + h * stride_kh
@@ -281,12 +288,11 @@ def _bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, seed,
             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
             CAUSAL: tl.constexpr, DROPOUT_P: tl.constexpr, SM_SCALE: tl.constexpr,
             PRECISION: tl.constexpr):  # fmt: skip
-    """Grid (cdiv(Tq, BLOCK_M), B * H): dQ of one query block over the forward's keys. DO and DQ share O's
+    """Grid (cdiv(Tq, BLOCK_M) * B * H,): dQ of one query block over the forward's keys. DO and DQ share O's
     strides."""
     acc_dtype = LSE.dtype.element_ty
     qk_scale: tl.constexpr = SM_SCALE * _LOG2_E
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
+    start_m, bh = _program(Tq, BLOCK_M)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     Q += b * stride_qb + h * stride_qh
     K += b * stride_kb + h * stride_kh
@@ -325,10 +331,10 @@ def _bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, seed,
 
 @triton.jit
 def _dropout_keep_kernel(KEEP, seed, Tq, Tk, DROPOUT_P: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Grid (cdiv(Tq, BLOCK_M), cdiv(Tk, BLOCK_N), B * H): KEEP (B, H, Tq, Tk) uint8, 1 where kept."""
-    bh = tl.program_id(2)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    """Grid (B * H, cdiv(Tq, BLOCK_M), cdiv(Tk, BLOCK_N)): KEEP (B, H, Tq, Tk) uint8, 1 where kept."""
+    bh = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
     ones = tl.full([BLOCK_M, BLOCK_N], 1.0, tl.float32)
     kept = _dropout(ones, seed, bh, offs_m[:, None], offs_n[None, :], Tq, Tk, DROPOUT_P) != 0.0
     mask = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
@@ -338,7 +344,7 @@ def _dropout_keep_kernel(KEEP, seed, Tq, Tk, DROPOUT_P: tl.constexpr, BLOCK_M: t
 def dropout_keep(seed: int, B: int, H: int, Tq: int, Tk: int, p: float, device: torch.device | str) -> Tensor:
     """The boolean keep mask (B, H, Tq, Tk) that the fused kernels draw for this seed and p."""
     keep = torch.empty((B, H, Tq, Tk), dtype=torch.uint8, device=device)
-    grid = (triton.cdiv(Tq, 32), triton.cdiv(Tk, 32), B * H)
+    grid = (B * H, triton.cdiv(Tq, 32), triton.cdiv(Tk, 32))
     _dropout_keep_kernel[grid](keep, seed, Tq, Tk, DROPOUT_P=float(p), BLOCK_M=32, BLOCK_N=32)
     return keep.bool()
 
@@ -403,7 +409,7 @@ def _forward(
     meta = _launch_meta(q, causal, dropout_p, blocks)
     out = torch.empty((B, H, Tq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Tq), dtype=_acc_dtype(q.dtype), device=q.device)
-    grid = (triton.cdiv(Tq, meta["BLOCK_M"]), B * H)
+    grid = (triton.cdiv(Tq, meta["BLOCK_M"]) * B * H,)
     _attn_fwd[grid](
         q, k, v, out, lse, seed, *q.stride(), *k.stride(), *v.stride(), *out.stride()[:3], H, Tq, Tk, **meta
     )
@@ -431,14 +437,14 @@ def _backward(
     dk = torch.empty((B, H, Tk, d), dtype=k.dtype, device=k.device)
     dv = torch.empty((B, H, Tk, d), dtype=v.dtype, device=v.device)
     o_strides = out.stride()[:3]
-    _bwd_preprocess[(triton.cdiv(Tq, meta["BLOCK_M"]), B * H)](
+    _bwd_preprocess[(triton.cdiv(Tq, meta["BLOCK_M"]) * B * H,)](
         out, d_out, delta, *o_strides, H, Tq, HEAD_DIM=d, BLOCK_M=meta["BLOCK_M"], BLOCK_D=meta["BLOCK_D"]
     )
     strides = (*q.stride(), *k.stride(), *v.stride(), *o_strides)
-    _bwd_dkdv[(triton.cdiv(Tk, meta["BLOCK_N"]), B * H)](
+    _bwd_dkdv[(triton.cdiv(Tk, meta["BLOCK_N"]) * B * H,)](
         q, k, v, d_out, dk, dv, lse, delta, seed, *strides, *dk.stride()[:3], H, Tq, Tk, **meta
     )
-    _bwd_dq[(triton.cdiv(Tq, meta["BLOCK_M"]), B * H)](
+    _bwd_dq[(triton.cdiv(Tq, meta["BLOCK_M"]) * B * H,)](
         q, k, v, d_out, dq, lse, delta, seed, *strides, H, Tq, Tk, **meta
     )
     return dq, dk, dv
