@@ -108,6 +108,17 @@ def test_gelu_at_extreme_inputs_matches_torch():
     assert (g1 - g2).abs().max() <= TOL
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gelu_gradient_in_half_precision_stays_finite_at_large_inputs(dtype):
+    """In float16, x d(2u)/dx overflows from |x| = 68 and inf (1 - s) was nan: fp16 training skipped every step."""
+    x = torch.tensor([-300.0, -70.0, -3.0, 0.5, 3.0, 70.0, 300.0], dtype=dtype, requires_grad=True)
+    (ours,) = torch.autograd.grad(gelu(x).sum(), x)
+    wide = x.detach().double().requires_grad_()
+    (theirs,) = torch.autograd.grad(F.gelu(wide, approximate="tanh").sum(), wide)
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours.double(), theirs, rtol=1e-2, atol=1e-2)
+
+
 def test_gelu_is_not_the_exact_erf_form(randn):
     """Pins the tanh form: the erf GELU differs from it by ~1e-4 around |x| ~ 2."""
     x = torch.linspace(-3, 3, 61, dtype=torch.float64)

@@ -13,6 +13,8 @@ import math
 import torch
 from torch import Tensor
 
+from gpt_core.kernels.precision import upcast
+
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
@@ -36,11 +38,11 @@ class _GELU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: Tensor) -> Tensor:
-        x, s = ctx.saved_tensors
+        x, s = map(upcast, ctx.saved_tensors)  # float16's x d(2u)/dx is inf from |x| = 68, and inf (1 - s) is nan
         slope = (x * x).mul_(6.0 * _GELU_C * _GELU_A).add_(2.0 * _GELU_C)  # d(2u)/dx
         slope.mul_(x).mul_(s)  # a = x s d(2u)/dx
         slope.addcmul_(slope, s, value=-1.0)  # a (1 - s)
-        return slope.add_(s).mul_(dy)
+        return slope.add_(s).mul_(dy).to(dy.dtype)
 
 
 def gelu(x: Tensor) -> Tensor:
