@@ -13,6 +13,7 @@ import torch
 from device_stand_in import OnDevice
 from lab_runs import trained_sort
 
+from gpt_core.testing.verification import difference
 from gpt_train.compiling import relative_difference
 from gpt_viz import RunLayout
 
@@ -72,3 +73,11 @@ def test_the_compiled_step_check_compares_gradients_on_the_cpu_in_float64():
     with OnDevice():
         gradient = torch.tensor([1.0, 2.0, 2.0]).to(torch.device("cpu"))
         assert relative_difference(gradient * 1.5, gradient) == pytest.approx(0.5)
+
+
+def test_verify_takes_its_differences_on_the_cpu():
+    """`gpt-train verify --device mps` runs the kernels and the built-ins in float32 on the device; the largest
+    difference was taken in float64 there, and raised."""
+    with OnDevice():
+        ours, theirs = torch.tensor([[1.0, 2.5], [3.0, 4.0]]).to(torch.device("cpu")).unbind(1)
+        assert difference("output", ours, theirs) == (1.5, "output [0]")

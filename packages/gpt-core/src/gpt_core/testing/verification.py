@@ -210,12 +210,12 @@ def difference(name: str, ours: Tensor | None, theirs: Tensor, relative: bool = 
         return math.inf, f"{name} has shape {tuple(ours.shape)}, expected {tuple(theirs.shape)}"
     if ours.numel() == 0:
         return 0.0, name
-    expected = theirs.detach().double()
-    diff = torch.nan_to_num((ours.detach().double() - expected).abs(), nan=math.inf, posinf=math.inf)
+    expected = theirs.detach().cpu().double()  # on the CPU: MPS has no float64
+    diff = torch.nan_to_num((ours.detach().cpu().double() - expected).abs(), nan=math.inf, posinf=math.inf)
     scale = expected.abs().max()
     if relative and math.isfinite(scale):
         diff /= max(1.0, scale)
-    largest = diff.argmax()  # on diff's device: no tensor made on the default device
+    largest = diff.argmax()  # on diff's device (the CPU), whatever the default device
     flat = int(largest)
     where = [int(i) for i in torch.unravel_index(largest, diff.shape)]
     value = diff.flatten()[flat].item()
