@@ -16,7 +16,8 @@ import pytest
 import torch
 from train_helpers import TINY, read_metrics
 
-from gpt_core import GPT, GPTConfig
+import gpt_core.kernels
+from gpt_core import GPT, KERNEL_SETS, GPTConfig
 from gpt_tasks import field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.config import ConfigError, RunConfig, train_settings
@@ -210,14 +211,24 @@ def test_a_metric_where_lower_is_better_reaches_its_cool_down_trigger_from_above
         assert trainer.cooldown_from == expected, step
 
 
+# The triton set's first-step check (a step of the fast set beside it) with dropout drawing from the global stream;
+# the reference set stands in for Triton, which runs on a GPU or in its interpreter.
+TRITON_DROPOUT = ["--kernels", "triton", "--set", "dropout=0.1"]
+
+
 @pytest.mark.parametrize(
-    ("extra", "stop_at"), [([], 17), (GROKFAST, 17), (RANDOMIZED, 17), (TRIGGERED, 25)],
-    ids=["plain", "grokfast", "randomized", "triggered"],
+    ("extra", "stop_at"), [([], 17), (GROKFAST, 17), (RANDOMIZED, 17), (TRIGGERED, 25), (TRITON_DROPOUT, 17)],
+    ids=["plain", "grokfast", "randomized", "triggered", "triton-dropout"],
 )  # fmt: skip
-def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, extra, stop_at):
+def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, extra, stop_at, monkeypatch):
     """With Grokfast on, its gradient averages travel in the checkpoint: restarting them would change the weights.
     Randomized positions continue the checkpointed global RNG stream. A cool-down started by its trigger before
-    the stop continues from where it started, and the resumed run ends where the whole one did."""
+    the stop continues from where it started, and the resumed run ends where the whole one did. The triton set's
+    check at each process's first step builds a model without drawing from the stream dropout draws from."""
+    if extra == TRITON_DROPOUT:
+        monkeypatch.setattr(gpt_core.kernels, "_triton_installed", lambda: False)  # triton from _sets alone
+        monkeypatch.setitem(KERNEL_SETS._sets, "triton", KERNEL_SETS["reference"])
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert cli(*TINY, *extra, "--out", whole).code == 0
     assert cli(*TINY, *extra, "--out", split, "--steps", "1").code == 0  # lay out the run directory and config

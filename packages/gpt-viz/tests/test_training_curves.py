@@ -79,6 +79,8 @@ def test_a_run_before_its_first_evaluation_shows_the_loss_alone(make_run):
     assert loss_ax.get_title() == "training loss (heldout_exact_match is not logged yet)"
     with pytest.raises(VizError, match="metric 'heldout_exact_match' not found"):  # asked for, it is still an error
         training_curves(make_run("named", records=records), metric="heldout_exact_match")
+
+
 def test_title_names_task_and_run(make_run):
     figure = training_curves(make_run("seed-3"))
     assert figure.get_suptitle() == "addition — seed-3"

@@ -227,7 +227,8 @@ class Trainer:
         """The triton set's first step against the fast set's (else KernelError): Triton compiles for this very GPU,
         which no test here has run. A model that draws at random is checked in eval mode."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
-        fast = GPT(self.config.model, KERNEL_SETS["fast"]).to(self.device)
+        with torch.random.fork_rng(devices=[]):  # its initial draws would shift a resumed run's dropout masks
+            fast = GPT(self.config.model, KERNEL_SETS["fast"]).to(self.device)
         fast.load_state_dict(self.model.state_dict())
         fast.train(not draws)
         self.model.train(not draws)
