@@ -8,6 +8,8 @@ import pytest
 import torch
 from train_helpers import TINY, assert_one_line_error
 
+import gpt_train.devices
+from gpt_train.devices import resolve_device
 from gpt_viz import RunLayout
 
 
@@ -22,6 +24,17 @@ def test_unknown_task_lists_the_available_ones(cli):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so asking for it is not an error")
 def test_unavailable_device_names_what_is_available(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--device", "cuda"), "'cuda' is not available", "cpu")
+
+
+def test_a_numbered_gpu_is_made_the_current_device(monkeypatch):
+    """Triton kernels and CUDA graphs launch on the current device: `--device cuda:1` with cuda:0 current gave
+    kernels cuda:1's pointers on cuda:0's stream."""
+    made_current = []
+    monkeypatch.setattr(gpt_train.devices, "available_devices", lambda: ["cpu", "cuda", "cuda:0", "cuda:1"])
+    monkeypatch.setattr(torch.cuda, "set_device", made_current.append)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_device("cuda") == torch.device("cuda") and resolve_device("cpu") == torch.device("cpu")
+    assert made_current == [torch.device("cuda", 1)]
 
 
 def test_nonsense_device_is_refused(cli):

@@ -61,9 +61,10 @@ class StaticDecoder:
         self.token.copy_(token)
         if not self.graph:
             return self._step()
-        if self.recorded is None:
-            self._capture()
-        self.recorded.replay()
+        with torch.cuda.device(self.token.device):  # streams and graphs belong to the current device
+            if self.recorded is None:
+                self._capture()
+            self.recorded.replay()
         return self.logits
 
     def _capture(self) -> None:

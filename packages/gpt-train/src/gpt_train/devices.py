@@ -23,7 +23,8 @@ def available_devices() -> list[str]:
 
 
 def resolve_device(name: str) -> torch.device:
-    """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine."""
+    """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine. `cuda:N` is made the
+    current device: Triton kernels and CUDA graphs launch on the current one, whatever their tensors' device."""
     name = name.strip().lower()
     if name == "auto":
         name = next((found for found in ("cuda", "mps") if found in available_devices()), "cpu")
@@ -33,4 +34,7 @@ def resolve_device(name: str) -> torch.device:
         raise DeviceError(
             f"device {name!r} is not available on this machine; available: {', '.join(available_devices())}"
         )
-    return torch.device(name)
+    device = torch.device(name)
+    if device.index is not None:
+        torch.cuda.set_device(device)
+    return device

@@ -19,6 +19,7 @@ import functools
 import os
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from gpt_core.kernels import Kernels
@@ -35,11 +36,15 @@ def interpreted() -> bool:
 
 
 def _on_its_device(kernel: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """`kernel`, refusing in one line a CPU tensor outside the interpreter (where Triton would fail deep inside)."""
+    """`kernel` launched on its tensor's GPU (Triton launches on the current device), refusing in one line a CPU
+    tensor outside the interpreter (where Triton would fail deep inside)."""
 
     @functools.wraps(kernel)
     def checked(x: Tensor, *args, **kwargs) -> Tensor:
-        if not x.is_cuda and not interpreted():
+        if x.is_cuda:
+            with torch.cuda.device(x.device):
+                return kernel(x, *args, **kwargs)
+        if not interpreted():
             raise ValueError(
                 "the triton kernel set runs on CUDA tensors (or on the CPU in Triton's interpreter, TRITON_INTERPRET=1 "
                 f"set before Triton is imported), got a tensor on {x.device.type}; use the fast set there"
