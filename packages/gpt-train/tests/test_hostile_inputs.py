@@ -89,6 +89,11 @@ def test_a_text_run_whose_corpus_is_gone_samples_with_its_recorded_tokenizer(cli
     assert after.decode(before.encode("lazy dog")) == "lazy dog"
     with pytest.raises(ValueError, match="give --prompt"):
         after.example_prompts()
+    unprompted = cli("sample", run_dir)  # a traceback
+    assert unprompted.code == 2 and "Traceback" not in unprompted.err
+    assert unprompted.err.splitlines()[-1].endswith(
+        "is gone, with the held-out text of the default prompts: give --prompt"
+    )
 
 
 def edit_config(run_dir: Path, change) -> None:

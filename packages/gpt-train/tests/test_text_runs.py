@@ -108,6 +108,8 @@ def test_a_corpus_named_by_a_relative_set_data_is_found_from_any_directory(cli, 
     assert evaluated.code == 0, evaluated.err
     both = cli("run", "--task", "text", "--data", "../corpus.txt", "--set", "data=../corpus.txt", *SMALL)
     assert_one_line_error(both, "--data and --set data both name the corpus; give it once")
+    monkeypatch.setenv("HOME", str(tmp_path))  # a ~ the shell left unexpanded (in quotes, in a script)
+    assert cli("eval", "../r", "--limit", "8", "--device", "cpu", "--set", "data=~/corpus.txt").code == 0
 
 
 def empty_file(folder: Path) -> Path:

@@ -171,7 +171,7 @@ def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, 
             raise ConfigError(f"unknown --set key {key!r}; known keys: {known}")
         routed[owner][key] = value
     if isinstance(routed["task"].get("data"), str) and routed["task"]["data"]:
-        routed["task"]["data"] = str(Path(routed["task"]["data"]).absolute())
+        routed["task"]["data"] = str(Path(routed["task"]["data"]).expanduser().absolute())
     return routed
 
 

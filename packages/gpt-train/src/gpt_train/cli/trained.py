@@ -94,7 +94,7 @@ def sample(
     \b
     Examples:
       gpt-train sample sort --prompt 902714
-      gpt-train sample runs/shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 20
+      gpt-train sample shakespeare --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 20
       gpt-train sample --hf gpt2/ --prompt "Hello, I'm a language model," --max-new-tokens 40
     """
     if (run_dir is None) == (hf_dir is None):
@@ -109,7 +109,11 @@ def sample(
         loaded = load_run(run_dir, target, trust_kernels)
         task, model = loaded.config.build_sampler(), loaded.model
     generator = torch.Generator(device=target).manual_seed(seed)
-    for text in prompt or task.example_prompts():
+    try:
+        prompts = prompt or task.example_prompts()
+    except ValueError as error:  # a text run whose corpus is gone has no held-out text to prompt with
+        raise CommandError(str(error)) from None
+    for text in prompts:
         if not text:
             raise CommandError("--prompt must not be empty")
         try:
@@ -163,7 +167,7 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
     \b
     Examples:
       gpt-train export sort --format hf exported/sort
-      gpt-train export runs/text-bpe --format hf exported/text
+      gpt-train export text --format hf exported/text            # the newest text run under ./runs
     """
     saved = load_run(run_dir, "cpu", with_kernels=False)  # the weights are all an export needs
     tokenizer = run_tokenizer(saved.config)
