@@ -73,7 +73,9 @@ def test_inspect_records_the_checkpoint_step_and_bounds_examples_by_the_split(cl
     assert_one_line_error(cli("inspect", run_dir, "logit-lens", "--examples", 10**12), "is more than the")
 
 
-def test_a_text_run_whose_corpus_is_gone_samples_with_its_recorded_tokenizer(cli, tmp_path):
+@pytest.mark.parametrize("lost", ["gone", "changed"])
+def test_a_text_run_whose_corpus_cannot_be_read_samples_with_its_recorded_tokenizer(cli, tmp_path, lost):
+    """Gone, or changed since the run (an edited file; a shakespeare run's download absent): --prompt still samples."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
     run_dir = tmp_path / "run"
@@ -82,18 +84,20 @@ def test_a_text_run_whose_corpus_is_gone_samples_with_its_recorded_tokenizer(cli
     result = cli("run", "--task", "text", "--data", corpus, "--steps", "2", *small, *train, "--out", run_dir)
     assert result.code == 0, result.err
     before = RunConfig.load(run_dir).build_sampler()
-    corpus.unlink()
-    with pytest.warns(UserWarning, match="is gone; sampling with the tokenizer the run recorded"):
+    if lost == "gone":
+        corpus.unlink()
+    else:
+        corpus.write_text(corpus.read_text() + "one more line\n")
+    problem = "text corpus not found" if lost == "gone" else "has changed since this run was trained"
+    with pytest.warns(UserWarning, match=f"{problem}.*; sampling with the tokenizer the run recorded"):
         after = RunConfig.load(run_dir).build_sampler()
     assert after.encode("the fox") == before.encode("the fox")
     assert after.decode(before.encode("lazy dog")) == "lazy dog"
-    with pytest.raises(ValueError, match="give --prompt"):
-        after.example_prompts()
+    sampled = cli("sample", run_dir, "--prompt", "the", "--max-new-tokens", "3")
+    assert sampled.code == 0 and sampled.out.startswith("the -> "), sampled.err
     unprompted = cli("sample", run_dir)  # a traceback
     assert unprompted.code == 2 and "Traceback" not in unprompted.err
-    assert unprompted.err.splitlines()[-1].endswith(
-        "is gone, with the held-out text of the default prompts: give --prompt"
-    )
+    assert unprompted.err.splitlines()[-1].endswith("which is not at hand: give --prompt")
 
 
 def edit_config(run_dir: Path, change) -> None:

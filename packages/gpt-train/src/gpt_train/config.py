@@ -110,15 +110,19 @@ class RunConfig:
         return task
 
     def build_sampler(self) -> Task | TextVocabulary:
-        """What `sample` encodes with: the task, or the recorded tokenizer of a text run whose corpus is gone."""
-        data = self.task_params.get("data")
-        if not (issubclass(task_class(self.task), TextTask) and data and not Path(data).exists()):
+        """What `sample` encodes with: the task, or the recorded tokenizer of a text run whose corpus cannot be read
+        as it was trained on (gone, moved, changed, never downloaded here)."""
+        try:
             return self.build_task()
+        except ConfigError as error:
+            if not issubclass(task_class(self.task), TextTask):
+                raise
+            problem = str(error)
         try:
             vocabulary = TextVocabulary(build_params(TextParams, self.task_params))
-        except (ParamError, ValueError) as error:
-            raise ConfigError(f"task {self.task!r}: {error}") from None
-        warnings.warn(f"the corpus {data} is gone; sampling with the tokenizer the run recorded", stacklevel=2)
+        except (ParamError, ValueError):
+            raise ConfigError(problem) from None
+        warnings.warn(f"{problem}; sampling with the tokenizer the run recorded", stacklevel=2)
         return vocabulary
 
 

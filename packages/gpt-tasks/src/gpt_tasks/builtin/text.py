@@ -92,7 +92,7 @@ class TextVocabulary:
     def __init__(self, params: TextParams, tokenizer: Tokenizer | None = None):
         self.params, self.tokenizer = params, tokenizer or recorded_tokenizer(params)
         if self.tokenizer is None:
-            raise ValueError(f"the run records no {params.tokenizer} tokenizer, and its corpus {params.data} is gone")
+            raise ValueError(f"the run records no {params.tokenizer} tokenizer, and its corpus cannot be read")
 
     def __len__(self) -> int:
         return self.tokenizer.vocab_size
@@ -115,7 +115,7 @@ class TextVocabulary:
 
     def example_prompts(self) -> list[str]:
         raise ValueError(
-            f"the corpus {self.params.data} is gone, with the held-out text of the default prompts: give --prompt"
+            "the default prompts are held-out text of the run's corpus, which is not at hand: give --prompt"
         )
 
 
