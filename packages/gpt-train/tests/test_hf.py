@@ -237,7 +237,7 @@ def test_sample_takes_a_run_or_hf_and_hf_needs_a_prompt(cli, tiny_run, exported)
 
 def test_export_has_help_with_an_example(cli):
     result = cli("export", "--help")
-    assert result.code == 0 and "gpt-train export runs/" in result.out
+    assert result.code == 0 and "gpt-train export sort --format hf" in result.out
 
 
 # hostile directories: shapes no file holds, weights that are no GPT-2's, settings of the wrong type ------------

@@ -188,10 +188,10 @@ def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) 
     read_config(directory)  # a directory that is no GPT-2 is named as such before its tokenizer is looked for
     if "tokenizer_file" not in field_types(params_type):
         return {}
+    tokenizer = read_tokenizer(directory)  # a directory without one is named as such before any --set is blamed
     chosen = sorted(set(given) & set(TOKENIZER_PARAMS))
     if chosen:
         raise HFError(f"--init-from {directory} brings its own {TOKENIZER}; drop --set {', '.join(chosen)}")
-    tokenizer = read_tokenizer(directory)
     path = str((directory / TOKENIZER).absolute())
     return {"tokenizer": "bpe", "tokenizer_file": path, "vocab_size": tokenizer.vocab_size}
 
