@@ -98,6 +98,21 @@ def test_two_plugins_claiming_one_name_make_it_an_error_naming_both(plugin):
     assert [info.name for info in registry.tasks()] == ["fine"]  # only the contested name is lost
 
 
+def test_two_plugins_whose_entry_points_share_a_name_both_load(plugin):
+    """Entry point names are unique within a distribution only: a third party's `builtin` took gpt-tasks' down."""
+    first, second = task_plugin(plugin, "gt_same_a", "same_a"), task_plugin(plugin, "gt_same_b", "same_b")
+    same = [EntryPoint(name="builtin", value=ep.value, group=ep.group) for ep in (first, second)]
+    assert [info.name for info in Registry(plugins=same).tasks()] == ["same_a", "same_b"]
+
+
+def test_a_plugin_marking_no_hook_of_its_group_is_reported(plugin):
+    misnamed = plugin("gt_misnamed", TASK_MODULE.format(cls="Task_", name="x", body="register(Task_)").replace(
+        "def register_tasks", "def register_task"))  # fmt: skip
+    with pytest.warns(PluginWarning, match=r"'gt_misnamed'.*registers nothing.*marks no register_tasks"):
+        registry = Registry(plugins=[misnamed, task_plugin(plugin, "gt_good_e", "good_e")])
+    assert [info.name for info in registry.tasks()] == ["good_e"]
+
+
 def test_plugin_that_fails_to_import_is_reported_and_the_others_still_work(plugin):
     broken = plugin("gt_broken_import", "raise RuntimeError('boom at import')\n")
     good = task_plugin(plugin, "gt_good_a", "good_a")

@@ -89,8 +89,9 @@ class PluginTable(Generic[Item]):
     def _load(self, entry_point: EntryPoint) -> list[Item]:
         """What one plugin registers; nothing, after a warning naming it, when it fails to import or to register."""
         origin = Origin.of(entry_point)
+        name = f"{origin.distribution}:{entry_point.name}={entry_point.value}"  # a name is unique in its distribution
         try:
-            self._manager.register(entry_point.load(), name=entry_point.name)
+            self._manager.register(entry_point.load(), name=name)
         except Exception as error:  # a broken plugin must not take the others down
             self._warn(origin, "failed to load", error)
             return []
@@ -100,13 +101,16 @@ class PluginTable(Generic[Item]):
             registered.append(self.kind.accept(origin, *args, **kwargs))
 
         # This plugin's hook alone, so that one raising is attributed to it and drops only what it registered.
-        for hook in getattr(self._manager.hook, self.kind.hook).get_hookimpls():
-            if hook.plugin_name != entry_point.name:
-                continue
+        hooks = [
+            hook for hook in getattr(self._manager.hook, self.kind.hook).get_hookimpls() if hook.plugin_name == name
+        ]
+        if not hooks:
+            self._warn(origin, "registers nothing", LookupError(f"it marks no {self.kind.hook} with @hookimpl"))
+        for hook in hooks:
             try:
                 hook.function(register=register)
             except Exception as error:
-                self._manager.unregister(name=entry_point.name)
+                self._manager.unregister(name=name)
                 self._warn(origin, f"failed to register its {self.kind.noun}s", error)
                 return []
         return registered
