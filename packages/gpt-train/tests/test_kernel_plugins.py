@@ -469,3 +469,19 @@ def test_a_run_on_an_installed_plugins_kernel_opens_without_trust_kernels(cli, p
     for command in OPENING_COMMANDS[:3]:
         result = cli(*opening(command, run_dir))
         assert result.code == 0, result.err
+
+
+def test_an_installed_kernel_changed_since_training_is_refused_where_the_run_is_opened(
+    cli, plugin, installed, tmp_path
+):
+    """An upgraded or edited plugin's kernel gave eval, sample and inspect other numbers without a word."""
+    installed(kernel_plugin(plugin, "kp_before"))
+    run_dir = tmp_path / "with-plugin-kernel"
+    assert cli(*TINY, "--steps", "10", "--kernel", "gelu=mine", "--out", run_dir).code == 0
+    changed = PLUGIN.format(name="mine", slot="gelu", body="register('gelu', 'mine', mine)").replace(
+        "return getattr(DEFAULT_KERNELS, 'gelu')(*args)", "return getattr(DEFAULT_KERNELS, 'gelu')(*args) * 0.5"
+    )
+    installed(plugin("kp_after", changed))
+    for command in OPENING_COMMANDS[:3]:
+        refused = cli(*opening(command, run_dir))
+        assert_one_line_error(refused, "kernel gelu=mine fails verification", "edited since?")

@@ -222,8 +222,9 @@ def resumed_run(
 def saved_kernels(
     config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False, device: torch.device | str | None = None
 ) -> Kernels:
-    """The kernels a saved run computes with, to open it or (`verify_all`) resume it. A module-path kernel is refused
-    unless `trust`, then imported from the folder the run recorded and pinned against PyTorch (edited: refused)."""
+    """The kernels a saved run computes with, to open it or (`verify_all`) resume it, each pinned against PyTorch
+    (edited or upgraded since: refused). A module-path kernel is refused unless `trust`, then imported from the
+    folder the run recorded."""
     modules = {slot: name for slot, name in config.kernels.items() if is_module_path(name)}
     if modules and not trust:
         raise KernelError(
@@ -231,10 +232,10 @@ def saved_kernels(
             "that code: pass --trust-kernels if you trust it (load_run(..., trust_kernels=True) in Python), "
             "and they are verified against PyTorch first"
         )
-    kernels = run_kernels(config, verify=True if verify_all else set(modules), run_dir=run_dir, device=device)
+    kernels = run_kernels(config, verify=True, run_dir=run_dir, device=device)
     if verify_all:  # resuming: the trainer names a failing kernel itself
         return kernels
-    named = {slot: failures_named(slot, name, getattr(kernels, slot)) for slot, name in modules.items()}
+    named = {slot: failures_named(slot, name, getattr(kernels, slot)) for slot, name in config.kernels.items()}
     return dataclasses.replace(kernels, **named)
 
 
