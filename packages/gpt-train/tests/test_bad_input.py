@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import torch
 from train_helpers import TINY, assert_one_line_error
 
 import gpt_train.devices
+from gpt_tasks.builtin.sort import SortParams, SortTask
+from gpt_train.config import ConfigError, route
 from gpt_train.devices import resolve_device
 from gpt_viz import RunLayout
 
@@ -60,6 +63,23 @@ def test_unknown_set_key_lists_known_keys(cli):
     assert_one_line_error(
         cli("run", "--task", "sort", "--set", "n_layers=3"), "unknown --set key 'n_layers'", "n_layer"
     )
+
+
+def test_a_set_key_two_scopes_share_must_name_its_scope():
+    """A plugin task's `seed` took `--set seed=5` from the training settings without a word."""
+
+    @dataclasses.dataclass(frozen=True)
+    class SeededParams(SortParams):
+        seed: int = 0
+
+    seeded = type("SeededTask", (SortTask,), {"Params": SeededParams})
+    with pytest.raises(ConfigError, match="seed is both a task and a train key: write task.seed or train.seed"):
+        route({"seed": "5"}, seeded)
+    assert route({"task.seed": "5", "train.seed": "3"}, seeded) == {
+        "task": {"seed": "5"},
+        "model": {},
+        "train": {"seed": "3"},
+    }
 
 
 def test_set_value_of_the_wrong_type(cli):

@@ -153,9 +153,9 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, Any]]:
-    """Send each value (`length`, or prefixed: `task.length`) to the task, the model or the training settings,
-    looked up in that order (a dict by scope); the one check for unknown keys. A task's `data` path is made
-    absolute: eval and sample may run from another directory."""
+    """Send each value (`length`, or prefixed: `task.length`) to the task, the model or the training settings (a
+    dict by scope); the one check for unknown keys, and for a key two scopes share (a plugin task's `seed`), which
+    must be prefixed. A task's `data` path is made absolute: eval and sample may run from another directory."""
     names = {
         "task": set(field_types(task_type.Params)),
         "model": set(field_types(GPTConfig)) - set(TASK_FIXED_MODEL_FIELDS),
@@ -169,11 +169,15 @@ def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, 
                 raise ConfigError(f"unknown --set key {key!r}; {scope} keys: {', '.join(sorted(names[scope]))}")
             routed[scope][name] = value
             continue
-        owner = next((s for s in SCOPES if key in names[s]), None)
-        if owner is None:
+        owners = [s for s in SCOPES if key in names[s]]
+        if not owners:
             known = ", ".join(sorted(set().union(*names.values())))
             raise ConfigError(f"unknown --set key {key!r}; known keys: {known}")
-        routed[owner][key] = value
+        if len(owners) > 1:
+            raise ConfigError(
+                f"--set {key} is both a {' and a '.join(owners)} key: write {' or '.join(f'{s}.{key}' for s in owners)}"
+            )
+        routed[owners[0]][key] = value
     if isinstance(routed["task"].get("data"), str) and routed["task"]["data"]:
         routed["task"]["data"] = str(Path(routed["task"]["data"]).expanduser().absolute())
     return routed
