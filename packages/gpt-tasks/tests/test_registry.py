@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import EntryPoint, version
 
 import pytest
@@ -155,3 +156,65 @@ def test_a_plugin_needing_a_newer_contract_can_refuse_in_one_warning(plugin):
     with pytest.warns(PluginWarning, match=r"'gt_needs_2'.*failed to load: ImportError: needs API 2"):
         registry = Registry(plugins=[plugin("gt_needs_2", needs_2), good])
     assert [info.name for info in registry.tasks()] == ["good_d"]
+
+
+BROKEN_TASKS = """
+import dataclasses
+from gpt_core.plugins import hookimpl
+from gpt_tasks import Task
+from gpt_tasks.builtin.sort import SortTask
+
+
+class Unwritten(Task):  # none of the abstract members
+    name = "unwritten"
+
+
+class NotDataclass(SortTask):
+    name = "not_dataclass"
+    Params = dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Required:
+    length: int
+
+
+class NoDefault(SortTask):
+    name = "no_default"
+    Params = Required
+
+
+class Slashed(SortTask):
+    name = "my/slash"
+
+
+class FixesNothing(SortTask):
+    name = "fixes_nothing"
+    eval_fixed = ("holdout",)
+
+
+@hookimpl
+def register_tasks(register):
+    register({task})
+"""
+
+
+@pytest.mark.parametrize(
+    ("task", "said"),
+    [
+        (
+            "Unwritten",
+            "Unwritten leaves attention_examples, batch, block_size, defaults, evaluate, example_prompts unwritten",
+        ),
+        ("NotDataclass", "NotDataclass.Params must be a dataclass"),
+        ("NoDefault", "NoDefault.Params has fields without a default: length"),
+        ("Slashed", "Slashed.name must be letters, digits, '_', '.' or '-' (a run's folder), got 'my/slash'"),
+        ("FixesNothing", "FixesNothing.eval_fixed names holdout, not fields of its Params"),
+    ],
+)
+def test_a_task_breaking_the_contract_is_refused_when_it_registers(plugin, task, said):
+    """Each surfaced later as a traceback: building the task, naming the run's folder, or not guarding eval --set."""
+    broken = plugin(f"gt_broken_{task.lower()}", BROKEN_TASKS.format(task=task))
+    with pytest.warns(PluginWarning, match=re.escape(said)):
+        registry = Registry(plugins=[broken, task_plugin(plugin, f"gt_good_{task.lower()}", "good")])
+    assert [info.name for info in registry.tasks()] == ["good"]

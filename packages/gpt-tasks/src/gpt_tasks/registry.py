@@ -3,8 +3,11 @@ name (the README's "The registry")."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from functools import lru_cache
 from importlib.metadata import EntryPoint
 from typing import Any
@@ -51,11 +54,27 @@ class TaskInfo:
 
 
 def _accept(origin: Origin, task_class: Any) -> TaskInfo:
+    """The task class, checked against the contract where a mistake would otherwise surface mid-run."""
     if not (isinstance(task_class, type) and issubclass(task_class, Task)):
         raise TypeError(f"register() takes a gpt_tasks.Task subclass, got {task_class!r}")
-    if not isinstance(getattr(task_class, "name", None), str) or not task_class.name:
-        raise TypeError(f"{task_class.__name__} has no task name (set the class attribute `name`)")
-    return TaskInfo(task_class.name, task_class, origin.plugin, origin.distribution, origin.version)
+    name = getattr(task_class, "name", None)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise TypeError(
+            f"{task_class.__name__}.name must be letters, digits, '_', '.' or '-' (a run's folder), got {name!r}"
+        )
+    if inspect.isabstract(task_class):
+        raise TypeError(f"{task_class.__name__} leaves {', '.join(sorted(task_class.__abstractmethods__))} unwritten")
+    params = getattr(task_class, "Params", None)
+    if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
+        raise TypeError(f"{task_class.__name__}.Params must be a dataclass, got {params!r}")
+    fields = dataclasses.fields(params)
+    needed = [field.name for field in fields if field.default is MISSING and field.default_factory is MISSING]
+    if needed:
+        raise TypeError(f"{task_class.__name__}.Params has fields without a default: {', '.join(needed)}")
+    unknown = sorted(set(task_class.eval_fixed) - {field.name for field in fields} - set(Task.eval_fixed))  # a default
+    if unknown:
+        raise TypeError(f"{task_class.__name__}.eval_fixed names {', '.join(unknown)}, not fields of its Params")
+    return TaskInfo(name, task_class, origin.plugin, origin.distribution, origin.version)
 
 
 TASK_PLUGINS = PluginKind("task", ENTRY_POINT_GROUP, "register_tasks", _accept, PluginWarning)

@@ -34,7 +34,9 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plugin = SimpleNamespace(register_tasks=hookimpl(lambda register: register(task_class)))
-        registry = Registry(plugins=[SimpleNamespace(name="learn", dist=None, load=lambda: plugin)])  # as if installed
+        registry = Registry(
+            plugins=[SimpleNamespace(name="learn", value="", dist=None, load=lambda: plugin)]
+        )  # as if installed
     if caught:
         return Verdict(False, f"{path}: {caught[0].message}")
     verdict, error = attempt(lambda: _train_and_score(registry.get(task_class.name), path))
