@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from gpt_train.distributed import Rank
 from gpt_train.progress import Progress
 from gpt_train.runs import Run
 from gpt_train.settings import TrainSettings
-from gpt_train.trainer import Trainer, learning_rate, make_optimizer
+from gpt_train.trainer import MetricsError, Trainer, checked_metrics, learning_rate, make_optimizer
 from gpt_viz import RunLayout
 
 SETTINGS = dict(steps=100, batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=10, schedule="cosine",
@@ -333,3 +334,20 @@ def test_train_settings_made_in_python_refuse_an_unknown_choice(field, value, me
     with pytest.raises(ValueError) as raised:
         TrainSettings(**{field: value})
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        ({"exact": 1.0}, "evaluate() returned no primary metric 'exact_match' (got: exact)"),
+        ({"exact_match": torch.tensor(1.0)}, "evaluate() returned exact_match as a Tensor"),
+        ({"exact_match": 1.0, "examples": True}, "evaluate() returned examples as a bool"),
+    ],
+)
+def test_an_evaluation_outside_the_contract_is_one_error_at_the_first_evaluation(returned, said):
+    """A plugin task missing its primary metric trained to the end, then raised KeyError; a tensor metric raised
+    in json.dumps."""
+    task = get_task("sort", length=4)
+    with pytest.raises(MetricsError, match=re.escape(said)):
+        checked_metrics(task, returned)
+    assert checked_metrics(task, {"exact_match": 1, "token_accuracy": 0.5}) == {"exact_match": 1, "token_accuracy": 0.5}

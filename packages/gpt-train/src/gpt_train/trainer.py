@@ -71,8 +71,24 @@ def initial_model(
     return model.to(device)
 
 
+class MetricsError(TrainError):
+    """A task's `evaluate` that returns what the contract does not: its primary metric, plain numbers."""
+
+
+def checked_metrics(task: Task, metrics: Any) -> dict[str, float]:
+    """`evaluate`'s dict, checked at once: a missing primary metric surfaced only after the whole run had trained."""
+    what = f"task {task.name!r}: evaluate() returned"
+    if not isinstance(metrics, dict) or task.primary_metric not in metrics:
+        keys = ", ".join(map(str, metrics)) if isinstance(metrics, dict) else type(metrics).__name__
+        raise MetricsError(f"{what} no primary metric {task.primary_metric!r} (got: {keys})")
+    wrong = [key for key, value in metrics.items() if not isinstance(value, (int, float)) or isinstance(value, bool)]
+    if wrong:
+        raise MetricsError(f"{what} {wrong[0]} as a {type(metrics[wrong[0]]).__name__}; metrics are Python numbers")
+    return metrics
+
+
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:
-    scores = {split: task.evaluate(model, split, device, limit) for split in splits}
+    scores = {split: checked_metrics(task, task.evaluate(model, split, device, limit)) for split in splits}
     return {metric_key(split, name): value for split, metrics in scores.items() for name, value in metrics.items()}
 
 

@@ -20,6 +20,7 @@ from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, answer_tokens, untrained_prompt_note
 from gpt_train.run_names import RUN
+from gpt_train.trainer import checked_metrics
 from gpt_viz import SPLITS, metric_key
 
 
@@ -51,7 +52,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
         )
     task = config.build_task(routed["task"])  # built once: building can hash the whole split
     try:
-        metrics = task.evaluate(model, split, target, limit)
+        metrics = checked_metrics(task, task.evaluate(model, split, target, limit))
     except ValueError as error:
         raise CommandError(str(error)) from None
     if as_json:
