@@ -259,3 +259,15 @@ def test_unwritable_output_directory(cli, tmp_path):
 
 def test_sample_with_an_empty_prompt(cli, tiny_run):
     assert_one_line_error(cli("sample", tiny_run, "--prompt", ""), "--prompt must not be empty")
+
+
+def test_a_task_whose_defaults_raise_is_one_line(cli, tmp_path, monkeypatch):
+    """A plugin's defaults() with a shape GPTConfig refuses (n_head=3 of n_embd=32) was a traceback."""
+
+    def defaults(self):
+        return self.model_config(n_layer=1, n_head=3, n_embd=32)
+
+    monkeypatch.setattr(SortTask, "defaults", defaults)
+    result = cli("run", "--task", "sort", "--out", tmp_path / "r")
+    assert_one_line_error(result, "task 'sort': its defaults() raised ValueError", "divisible by n_head")
+    assert not (tmp_path / "r").exists()

@@ -252,7 +252,10 @@ def resolve_run_config(
     if init_from is not None:
         routed["task"].update(tokenizer_params(init_from, task_class(task_name).Params, routed["task"]))
     task = make_task(task_name, routed["task"])
-    defaults = task.defaults()
+    try:
+        defaults = task.defaults()
+    except (ValueError, TypeError) as error:  # a plugin's model shape that GPTConfig refuses, say
+        raise ConfigError(f"task {task_name!r}: its defaults() raised {type(error).__name__}: {error}") from None
     model = defaults.model
     shape = {"vocab_size": task.vocab_size, "block_size": task.block_size}  # the task's, whatever defaults say
     if init_from is not None:
@@ -266,7 +269,7 @@ def resolve_run_config(
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
         eval_splits=tuple(task.eval_splits),
-        versions=installed_versions() | kernel_versions(kernels or {}),
+        versions=installed_versions() | task_version(task_name) | kernel_versions(kernels or {}),
         task_files=task_files,
         kernels=dict(kernels or {}),
         unverified_kernels=tuple(sorted(kernels or {})) if unverified else (),
@@ -294,6 +297,12 @@ def check_float_range(config: RunConfig) -> None:
                     f"{f.name}={value:g} is outside what float32 (the weights, gradients and optimiser state, whatever "
                     f"dtype) holds: give 0 or a magnitude between {finite.tiny:.3g} and {finite.max:.3g}"
                 )
+
+
+def task_version(name: str) -> dict[str, str]:
+    """The distribution that provides task `name` and its version (a plugin's, where a run is opened without it)."""
+    info = default_registry().info(name)
+    return {info.distribution: info.version} if info.distribution != "unknown" else {}
 
 
 def installed_versions() -> dict[str, str]:
