@@ -127,3 +127,20 @@ def test_a_task_without_prompt_answer_shape_is_refused_before_anything_runs(tmp_
     err = capsys.readouterr().err
     assert err.startswith("gpt-train: error: report needs a prompt-answer task") and len(err.strip().splitlines()) == 1
     assert sorted(path.name for path in run_dir.iterdir()) == before
+
+
+def test_an_analysis_that_refuses_the_run_is_left_out_and_the_page_says_why(tmp_path, capsys, monkeypatch):
+    """Patching refuses a model whose answer hardly depends on the corrupted token (or a task without corruptions):
+    the report was not written at all."""
+    import gpt_train.lab
+
+    def refuses(*args, **kwargs):
+        raise gpt_train.lab.InspectError("the clean and corrupted answers differ by 0.001 in logit difference")
+
+    monkeypatch.setattr(gpt_train.lab, "patch", refuses)
+    run_dir = trained_sort(tmp_path / "sort")
+    code, _ = invoke(capsys, "inspect", run_dir, "report", "--examples", 200, "--device", "cpu")
+    assert code == 0
+    page = RunLayout(run_dir).report.read_text(encoding="utf-8")
+    assert 'id="heads"' in page and 'id="reads"' in page and 'id="patch-' not in page
+    assert "Left out, patch resid_pre: the clean and corrupted answers differ by 0.001" in page

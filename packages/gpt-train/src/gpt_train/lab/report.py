@@ -98,9 +98,17 @@ def reads_tables(record: Mapping[str, Any]) -> list[str]:
     return ["<details><summary>every head's table</summary>" + "".join(tables) + "</details>"]
 
 
-def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str:
-    """The whole page, from the records `inspect report` computed (and the pictures beside them)."""
-    heads, lens, reads, patching = records["heads"], records["logit_lens"], records["reads"], records["patching"]
+def report_page(
+    layout: RunLayout, task: str, records: Mapping[str, Any], left_out: Mapping[str, str] | None = None
+) -> str:
+    """The whole page, from the records `inspect report` computed (and the pictures beside them); an analysis that
+    refused the run (`left_out`: its reason) has no section, and the summary says why."""
+    heads, lens, reads, patching = (
+        records["heads"],
+        records.get("logit_lens"),
+        records.get("reads"),
+        records["patching"],
+    )
     found = dict(findings.sections(records))
 
     def section(anchor: str, title: str, image: Path, tables: Sequence[str], meaning: str | None = None) -> str:
@@ -111,7 +119,7 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         )
 
     patches = []
-    for point in REPORT_POINTS:
+    for point in (point for point in REPORT_POINTS if point in patching):
         record, example = patching[point], patching[point]["example"]
         pair = (
             f" Pairs such as {example['clean']} against {example['corrupted']}, measured at answer position "
@@ -119,18 +127,18 @@ def report_page(layout: RunLayout, task: str, records: Mapping[str, Any]) -> str
         )
         title, image = f"What the answer depends on: patching {point}", layout.patching_picture(point)
         patches.append(section(f"patch-{point}", title, image, patching_tables(record), MEANING["patching"] + pair))
-    sections = [
-        section("heads", "Which heads matter: ablation", layout.heads_picture, heads_tables(heads)),
-        section(
-            "logit-lens", "Where the answer appears: the logit lens", layout.logit_lens_picture, logit_lens_tables(lens)
-        ),
-        *patches,
-        section("reads", "What each head reads", layout.reads_picture, reads_tables(reads)),
-    ]
+    sections = [section("heads", "Which heads matter: ablation", layout.heads_picture, heads_tables(heads))]
+    if lens is not None:
+        title = "Where the answer appears: the logit lens"
+        sections.append(section("logit-lens", title, layout.logit_lens_picture, logit_lens_tables(lens)))
+    sections += patches
+    if reads is not None:
+        sections.append(section("reads", "What each head reads", layout.reads_picture, reads_tables(reads)))
     summary = (
         f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
+    summary += "".join(f" Left out, {name}: {reason}" for name, reason in (left_out or {}).items())
     title = f"{task} — {layout.root.name}"
     parts = {
         "TITLE": html.escape(title),
