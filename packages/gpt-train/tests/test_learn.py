@@ -57,6 +57,21 @@ def test_every_classic_mistake_is_named(step, mistake, variant):
     assert verdict.message.splitlines()[0] == f"{step}: {mistake.message}"
 
 
+def test_the_course_page_counts_the_classic_mistakes_the_course_names():
+    page = (Path(__file__).resolve().parents[3] / "docs" / "learn.md").read_text(encoding="utf-8")
+    assert f"{sum(map(len, OWN.values()))} in all)" in page
+
+
+def test_next_commands_name_a_folder_that_is_not_the_default(tmp_path):
+    """Pasted without it, `learn check softmax` checked my-gpt/, not the folder just written."""
+    folder = tmp_path / "fresh"
+    assert invoke("start", "softmax", "--dir", folder).output.endswith(
+        f"`gpt-train learn check softmax --dir {folder}`\n"
+    )
+    assert f"`gpt-train learn check softmax --dir {folder}`" in invoke("start", "softmax", "--dir", folder).output
+    assert f"`gpt-train learn start gelu --dir {folder}`" in invoke("check", "gelu", "--dir", folder).output
+
+
 def test_a_mistake_written_in_another_order_is_still_named(tmp_path):
     """The learner's 1/d attention scales q before the product and masks with an additive bias."""
     write(

@@ -134,6 +134,14 @@ def test_pytorchs_and_gpt_cores_modules_inside_a_model_step_are_refused(tmp_path
     assert checked(tmp_path, step, (old, new)).message.startswith(said)  # a refusal, never a pass
 
 
+def test_a_kernel_called_with_keyword_arguments_passes(tmp_path):
+    """The step's call counter took positional arguments only: `causal=True` failed a right answer."""
+    verdict = checked(
+        tmp_path, "multi_head_attention", ("self.attention(q, k, v, True)", "self.attention(q, k, v, causal=True)")
+    )
+    assert verdict.passed, verdict.message
+
+
 def test_parameters_named_otherwise_than_gpt_core_s_are_one_line(tmp_path):
     source = answer("multi_head_attention", ("self.proj = nn.Linear", "self.out = nn.Linear")).replace(
         "self.proj(", "self.out("

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -58,6 +59,12 @@ def list_steps(folder: Path) -> None:
         click.echo(f"{MARK[state]} {f'{number}.':<{digits + 1}} {step.name.ljust(width)}  {step.teaches}  ({state})")
 
 
+def command(verb: str, step: str, folder: Path) -> str:
+    """The `gpt-train learn` command to paste next, naming --dir where it is not the default."""
+    where = "" if folder == Path(DEFAULT_DIR) else f" --dir {shlex.quote(str(folder))}"
+    return f"`gpt-train learn {verb} {step}{where}`"
+
+
 @learn.command(context_settings=CONTEXT)
 @STEP_ARGUMENT
 @DIR_OPTION
@@ -66,7 +73,7 @@ def start(step_name: str, folder: Path) -> None:
     step = BY_NAME[step_name]
     path = folder / step.file_name
     if path.exists():
-        click.echo(f"{path} already exists: it is kept as it is; check it with `gpt-train learn check {step.name}`")
+        click.echo(f"{path} already exists: it is kept as it is; check it with {command('check', step.name, folder)}")
         return
     source = stub(step)
     try:
@@ -75,7 +82,7 @@ def start(step_name: str, folder: Path) -> None:
             out.write(source)
     except OSError as error:
         raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
-    click.echo(f"wrote {path}: write {step.signature}, then `gpt-train learn check {step.name}`")
+    click.echo(f"wrote {path}: write {step.signature}, then {command('check', step.name, folder)}")
 
 
 @learn.command(context_settings=CONTEXT)
@@ -95,7 +102,7 @@ def check(step_name: str, folder: Path, time_limit: float) -> None:
     step = BY_NAME[step_name]
     path = folder / step.file_name
     if not path.exists():
-        raise CommandError(f"no {path}: start it with `gpt-train learn start {step.name}`")
+        raise CommandError(f"no {path}: start it with {command('start', step.name, folder)}")
     if not path.is_file():
         raise CommandError(f"{path} is not a file (a folder, a device or a pipe): the check grades a Python file")
     try:

@@ -185,9 +185,9 @@ def _counted(kernels: SimpleNamespace) -> tuple[SimpleNamespace, list[int]]:
     calls = [0]
 
     def counting(kernel: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             calls[0] += 1
-            return kernel(*args)
+            return kernel(*args, **kwargs)  # `causal=True` by keyword, too
 
         return call
 

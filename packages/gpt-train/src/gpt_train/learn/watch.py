@@ -76,8 +76,11 @@ FAMILIES = {
         Family(
             "layer_norm",
             {F.layer_norm: "F.layer_norm", torch.layer_norm: "torch.layer_norm",
-             torch.native_layer_norm: "torch.native_layer_norm", F.group_norm: "F.group_norm"},
-            {"native_layer_norm": "F.layer_norm", "native_group_norm": "F.group_norm"},
+             torch.native_layer_norm: "torch.native_layer_norm", F.group_norm: "F.group_norm",
+             F.batch_norm: "F.batch_norm", F.instance_norm: "F.instance_norm"},
+            {"native_layer_norm": "F.layer_norm", "native_group_norm": "F.group_norm",
+             "native_batch_norm": "F.batch_norm", "_native_batch_norm_legit": "F.batch_norm",
+             "batch_norm": "F.batch_norm", "instance_norm": "F.instance_norm"},
             "write it from the mean and the variance",
         ),
         Family(
