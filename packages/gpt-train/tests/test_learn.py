@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from learn_transcript import SOLUTIONS, solved, write
+from learn_transcript import SOLUTIONS, answer, solved, write
 
 from gpt_train.cli.learn import learn
 from gpt_train.learn.grader import grade
@@ -577,6 +577,17 @@ def test_an_edit_to_a_file_a_passed_step_imports_unchecks_that_step(tmp_path):
     block.write_text(block.read_text().replace("x = x + self.attn(self.ln1(x))", "x = self.ln1(x + self.attn(x))"))
     assert status(tmp_path, BY_NAME["model"]) == "not passed"
     assert invoke("check", "model", "--dir", tmp_path).exit_code == 1  # graded with the block it imports
+
+
+def test_an_edit_to_a_helper_module_of_the_learners_unchecks_the_step_that_imports_it(tmp_path):
+    source = answer("softmax")
+    assert "exp = (x - x.amax(dim=-1, keepdim=True)).exp()" in source
+    (tmp_path / "helpers.py").write_text("def shifted(x):\n    return x - x.amax(dim=-1, keepdim=True)\n")
+    write(tmp_path, "softmax", "from helpers import shifted\n" + source.replace(
+        "(x - x.amax(dim=-1, keepdim=True)).exp()", "shifted(x).exp()"))  # fmt: skip
+    assert invoke("check", "softmax", "--dir", tmp_path).exit_code == 0
+    (tmp_path / "helpers.py").write_text("def shifted(x):\n    return x - x.amax()\n")
+    assert status(tmp_path, BY_NAME["softmax"]) == "not passed"
 
 
 def test_a_check_stopped_by_its_time_limit_keeps_the_files_pass(tmp_path):

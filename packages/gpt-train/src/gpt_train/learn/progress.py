@@ -1,5 +1,5 @@
 """Which steps the learner's folder passes: DIR/.learn.json holds a hash of the bytes each pass graded and of the
-folder's step files they import, so an edit to any of them unchecks it. Each change is made under a lock on the
+folder's modules they import, so an edit to any of them unchecks it. Each change is made under a lock on the
 folder (flock, on POSIX) and written atomically: two checks ending at once lose no pass."""
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ RECORD = ".learn.json"
 
 
 def _imported_files(folder: Path, source: bytes) -> dict[str, bytes]:
-    """The bytes of each step file in `folder` that `source` imports (`from block import Block`), and of those they
-    import, by step name (a file that cannot be read: a marker no file holds)."""
+    """The bytes of each module file in `folder` that `source` imports (`from block import Block`, a helpers.py of
+    the learner's), and of those they import, by module name (a step file that cannot be read: a marker no file
+    holds)."""
     found: dict[str, bytes] = {}
     waiting = [source]
     while waiting:
@@ -40,9 +41,12 @@ def _imported_files(folder: Path, source: bytes) -> dict[str, bytes]:
                 names = [node.module]
             else:
                 continue
-            for name in {name.partition(".")[0] for name in names} & (BY_NAME.keys() - found.keys()):
+            for name in {name.partition(".")[0] for name in names} - found.keys():
+                path = folder / f"{name}.py"  # a step's file, or a module of the learner's own
+                if name not in BY_NAME and not path.is_file():  # a library's
+                    continue
                 try:
-                    found[name] = (folder / BY_NAME[name].file_name).read_bytes()
+                    found[name] = path.read_bytes()
                     waiting.append(found[name])
                 except OSError:
                     found[name] = b"\0missing"
@@ -50,8 +54,8 @@ def _imported_files(folder: Path, source: bytes) -> dict[str, bytes]:
 
 
 def digest(folder: Path, source: bytes) -> str:
-    """What a pass is recorded for: the bytes graded and those of the step files they import, so an edit to any of
-    them after it is not passed."""
+    """What a pass is recorded for: the bytes graded and those of the folder's modules they import, so an edit to
+    any of them after it is not passed."""
     h = hashlib.sha256(source)
     for name, imported in sorted(_imported_files(folder, source).items()):
         h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(imported).digest())
