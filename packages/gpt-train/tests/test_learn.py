@@ -597,3 +597,11 @@ def test_a_check_stopped_by_its_time_limit_keeps_the_files_pass(tmp_path):
     stopped = invoke("check", "softmax", "--dir", tmp_path, "--time-limit", "0.01")
     assert stopped.exit_code == 1 and "took longer than 0.01 s" in stopped.output
     assert status(tmp_path, BY_NAME["softmax"]) == "passed"
+
+
+def test_a_module_not_found_says_where_an_import_of_a_file_beside_it_goes():
+    """`from softmax import softmax` inside a function ran after the folder left the import path."""
+    from gpt_train.learn.loading import describe
+
+    said = describe(ModuleNotFoundError("No module named 'softmax'", name="softmax"))
+    assert said.startswith("ModuleNotFoundError: No module named 'softmax' (a module beside your file is found by")

@@ -96,6 +96,8 @@ def describe(error: BaseException) -> str:
     if isinstance(error, SystemExit):
         return f"SystemExit({_text(repr, error.code)}): sys.exit ends the program; a kernel returns its result"
     message = " ".join(_text(str, error).split())
+    if isinstance(error, ModuleNotFoundError):  # the folder is on the import path only while the file is loaded
+        message += " (a module beside your file is found by an import at the top of the file, not inside a function)"
     return f"{name}: {message}" if message else name
 
 
