@@ -252,6 +252,25 @@ def test_a_task_that_cannot_be_learned_fails(tmp_path):
     assert result.output.startswith("task: shift does not train")
 
 
+@pytest.mark.parametrize(
+    ("new", "said"),
+    [
+        ("digits + 1", "sequences() holds token 10; the vocabulary's ids are 0 to 9 (take a digit plus one modulo 10)"),
+        ("(digits + 1.0) % 10", "sequences() returns torch.float32; token ids are an integer tensor (torch.long)"),
+        (
+            "((digits + 1) % 10)[:, :2]",
+            "sequences() of 64 ids has shape (64, 6), not (64, 8) (prompt_length + answer_length tokens each)",
+        ),
+    ],
+)
+def test_a_tasks_sequences_outside_the_vocabulary_or_shape_are_named(tmp_path, new, said):
+    """The stub's own suggestion, add one to each digit, was a bare `IndexError: index out of range in self`."""
+    write(tmp_path, "task", (SOLUTIONS / "task.py").read_text().replace("(digits + 1) % 10", new))
+    result = invoke("check", "task", "--dir", tmp_path)
+    assert result.exit_code == 1
+    assert result.output == f"{tmp_path / 'task.py'}: {said}\n"
+
+
 def test_train_without_a_passed_step_says_so(tmp_path):
     result = invoke("train", "--dir", tmp_path)
     assert result.exit_code == 2

@@ -50,6 +50,19 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
 def _train_and_score(task: PromptAnswerTask, path: Path) -> Verdict:
     if task.split.count("heldout") == 0 or task.split.count("train") == 0:
         return Verdict(False, f"{path}: the split leaves no examples on one side; set heldout_fraction in (0, 1)")
+    sequences = task.sequences(task.split.evaluation_ids("train", 64))  # what training would index the model with
+    shape = (len(sequences), task.prompt_length + task.answer_length)
+    if not isinstance(sequences, torch.Tensor) or sequences.dtype not in (torch.int64, torch.int32):
+        kind = sequences.dtype if isinstance(sequences, torch.Tensor) else type(sequences).__name__
+        return Verdict(False, f"{path}: sequences() returns {kind}; token ids are an integer tensor (torch.long)")
+    if tuple(sequences.shape) != shape:
+        return Verdict(False, f"{path}: sequences() of {shape[0]} ids has shape {tuple(sequences.shape)}, not "
+                              f"{shape} (prompt_length + answer_length tokens each)")  # fmt: skip
+    outside = sequences[(sequences < 0) | (sequences >= task.vocab_size)]
+    if len(outside):
+        wrapped = " (take a digit plus one modulo 10)" if int(outside[0]) == task.vocab_size == 10 else ""
+        return Verdict(False, f"{path}: sequences() holds token {int(outside[0])}; the vocabulary's ids are 0 to "
+                              f"{task.vocab_size - 1}{wrapped}")  # fmt: skip
     torch.manual_seed(0)
     model = GPT(task.model_config(**SHAPE))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)

@@ -5,7 +5,7 @@ tokens of question, then answer_length of answer. The model is trained on the an
 exact match of greedy generation on the held-out side of a hash split (IndexedSplit: blake2b of each
 example's bytes, so the same examples are held out on every machine). Its tokens are `self.vocab`, the
 ten digits: the base class derives vocab_size, encode and decode from it. This one, as written, copies its
-digits: change `sequences` to make it your own (reverse them, add one to each, count the nines ...).
+digits: change `sequences` to make it your own (reverse them, add one to each modulo 10, count the nines ...).
 
 Check it with `gpt-train learn check task`: it registers the class, trains a small model briefly and
 scores it on the held-out split.
