@@ -15,9 +15,11 @@
 #      GPU recipe against ours (experiments/exp_nanogpt.py --recipe gpu: 5,000 steps each, wall time and held-out
 #      loss on the same characters; several minutes, so last).
 # Writes the log and the runs' final.json files to $OUT; exits non-zero if any step failed. DEVICE and PYTHON
-# rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped).
+# rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped). WHEELS names a folder
+# of the six packages' wheels built beforehand (the machine has no network, and its setuptools may predate 77):
 #
-#   OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh
+#   pip wheel -q --no-deps -w dist/wheels packages/gpt-* examples/gpt-*
+#   OUT=/tmp/gpu-check WHEELS=dist/wheels bash benchmarks/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 DEVICE=${DEVICE:-cuda}
@@ -44,8 +46,12 @@ kv_cache() {  # kv_cache SECONDS ARGS...: benchmarks/kv_cache.py on $DEVICE for 
   timeout "$limit" $PYTHON benchmarks/kv_cache.py --device $DEVICE $quick "$@" | tee -a "$OUT/kv_cache.md"
 }
 {
-  $PYTHON -m pip install -q --no-deps --no-build-isolation ./packages/gpt-core ./packages/gpt-tasks \
-    ./packages/gpt-viz ./packages/gpt-train ./examples/gpt-task-reverse ./examples/gpt-kernel-flash 2>&1 | grep -v WARNING
+  if [ -n "${WHEELS:-}" ]; then  # built where setuptools >= 77 can be fetched; the GPU image's may be older
+    $PYTHON -m pip install -q --no-deps "$WHEELS"/*.whl 2>&1 | grep -v WARNING
+  else
+    $PYTHON -m pip install -q --no-deps --no-build-isolation ./packages/gpt-core ./packages/gpt-tasks \
+      ./packages/gpt-viz ./packages/gpt-train ./examples/gpt-task-reverse ./examples/gpt-kernel-flash 2>&1 | grep -v WARNING
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $PYTHON -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
   step "verify fast" $PYTHON -m gpt_train verify --device $DEVICE --compile --seed 0

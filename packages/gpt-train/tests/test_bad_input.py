@@ -271,3 +271,10 @@ def test_a_task_whose_defaults_raise_is_one_line(cli, tmp_path, monkeypatch):
     result = cli("run", "--task", "sort", "--out", tmp_path / "r")
     assert_one_line_error(result, "task 'sort': its defaults() raised ValueError", "divisible by n_head")
     assert not (tmp_path / "r").exists()
+
+
+def test_sample_says_when_the_models_positions_cut_an_answer_short(cli, tiny_run):
+    """A 6-digit prompt to a 4-digit sort model (7 learned positions) was answered with 2 digits without a word."""
+    result = cli("sample", tiny_run, "--prompt", "314159")
+    assert result.code == 0 and len(result.out.split(" -> ")[1].strip()) == 2
+    assert "note: the answer is cut to 2 of its 6 tokens: the model reads 7 positions" in result.err

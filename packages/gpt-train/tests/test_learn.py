@@ -194,7 +194,7 @@ def test_start_never_overwrites_the_learners_file(tmp_path):
     assert result.exit_code == 0
     assert (
         result.output.strip()
-        == f"{path} already exists: it is kept as it is; check it with `gpt-train learn check gelu`"
+        == f"{path} already exists: it is kept as it is; check it with `gpt-train learn check gelu --dir {tmp_path}`"
     )
     assert path.read_text() == "# my own work\n"
 
@@ -282,7 +282,8 @@ def test_train_without_a_passed_step_says_so(tmp_path):
 def test_check_before_start_says_how_to_start(tmp_path):
     result = invoke("check", "gelu", "--dir", tmp_path)
     assert result.exit_code == 2
-    assert result.output == f"gpt-train: error: no {tmp_path}/gelu.py: start it with `gpt-train learn start gelu`\n"
+    said = f"no {tmp_path}/gelu.py: start it with `gpt-train learn start gelu --dir {tmp_path}`"
+    assert result.output == f"gpt-train: error: {said}\n"
 
 
 class _LayerNormSummed(torch.autograd.Function):

@@ -340,11 +340,12 @@ def tiny_text_run(cli, tmp_path: Path) -> tuple[Path, Path]:
     [lambda text: text + "XYZ", lambda text: text.replace("ROMEO", "RMOEO", 1)],
     ids=["appended", "two letters swapped"],
 )
-def test_a_changed_corpus_is_refused_by_eval_and_sample_in_one_line(cli, tmp_path, change):
+def test_a_changed_corpus_is_refused_by_eval_in_one_line_and_sample_warns(cli, tmp_path, change):
     corpus, run_dir = tiny_text_run(cli, tmp_path)
     assert cli("eval", run_dir).code == 0
     corpus.write_text(change(SMALL_TEXT))
     before = snapshot(run_dir)
-    for command in (("eval", run_dir), ("sample", run_dir, "--prompt", "RO")):
-        assert_one_line_error(cli(*command), "has changed since this run was trained")
+    assert_one_line_error(cli("eval", run_dir), "has changed since this run was trained")
+    sampled = cli("sample", run_dir, "--prompt", "RO")  # with the tokenizer the run recorded, and a warning
+    assert sampled.code == 0 and "has changed since this run was trained" in sampled.err
     assert snapshot(run_dir) == before

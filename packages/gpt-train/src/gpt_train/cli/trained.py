@@ -10,6 +10,7 @@ import click
 import torch
 
 from gpt_core import generate
+from gpt_tasks import PromptAnswerTask
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
@@ -125,6 +126,11 @@ def sample(
         n_new = max_new_tokens or answer
         if note := untrained_prompt_note(task, ids[0].tolist()):
             click.echo(f"note: {note}", err=True)
+        if not max_new_tokens and isinstance(task, PromptAnswerTask) and answer < task.answer_length_for(ids.shape[1]):
+            full, limit = task.answer_length_for(ids.shape[1]), model.config.position_limit
+            click.echo(
+                f"note: the answer is cut to {answer} of its {full} tokens: the model reads {limit} positions", err=True
+            )
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
