@@ -48,6 +48,14 @@ def test_a_compiled_run_learns_what_the_eager_run_learns(cli, tmp_path):
     assert abs(compiled_["heldout_token_accuracy"] - eager["heldout_token_accuracy"]) < 0.05
 
 
+def test_a_compiled_run_with_dropout_trains(cli, tmp_path):
+    """Dropout drew its mask with torch.rand(x.shape), and the last block's rows (those read) have a data-dependent
+    count: the compiler failed at the first step."""
+    result = cli(*TINY, "--compile", "--set", "dropout=0.1", "--steps", "10", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert json.loads((tmp_path / "run" / RunLayout.FINAL).read_text())["step"] == 10
+
+
 def step(loss: float, **grads: list[float]) -> Step:
     return Step(loss, {name: torch.tensor(values) for name, values in grads.items()})
 

@@ -20,7 +20,7 @@ def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | No
         return x
     if p == 1.0:  # everything dropped; x * keep / (1 - p) would be 0/0 = nan
         return x * 0.0
-    keep = torch.rand(x.shape, device=x.device, generator=generator) >= p
+    keep = torch.empty_like(x, dtype=torch.float32).uniform_(generator=generator) >= p  # x's shape, even if unbacked
     return x * keep / (1.0 - p)
 
 
