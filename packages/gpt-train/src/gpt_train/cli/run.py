@@ -170,8 +170,11 @@ def run(
     outcome = train(handed, quiet=quiet, pictures=not no_pictures, on_start=lambda: _announce(handed, resume, quiet))
     if rank.is_main and outcome.pictures_problem:
         click.echo(f"gpt-train: warning: pictures not drawn ({outcome.pictures_problem})", err=True)
+    if outcome.reason in ("interrupted", "diverged") and not rank.is_main:
+        raise click.exceptions.Exit(130 if outcome.reason == "interrupted" else 1)  # rank 0 says why, once
     if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
-        again = f"Resume with: gpt-train run --resume {handed.layout.root}"
+        how = f"torchrun --nproc_per_node {rank.world_size} -m gpt_train" if rank.distributed else "gpt-train"
+        again = f"Resume with: {how} run --resume {handed.layout.root}"  # the same ranks draw the same batches
         raise CommandError(f"interrupted at step {outcome.step}; {outcome.detail}. {again}", exit_code=130)
     if outcome.reason == "diverged":
         raise CommandError(outcome.detail, exit_code=1)
