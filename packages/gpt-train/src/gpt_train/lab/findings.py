@@ -29,13 +29,13 @@ def _cost(record: Record, value: float) -> float:
     """How much worse `value` is than the baseline, as a share of it (of 1 for a zero baseline); below 0 when better."""
     baseline = record["baseline"]
     worse = baseline - value if record.get("higher_is_better", True) else value - baseline
-    return worse / (abs(baseline) or 1.0)
+    return round(worse / (abs(baseline) or 1.0), 12)  # 10 of 1,000 lost is 1%, not 1.0000000000000009%
 
 
 def unused_layers(record: Record) -> list[int]:
     """The layers whose heads, all zero-ablated, move the metric (either way) by at most UNUSED_TOLERANCE."""
     baseline = record["baseline"]
-    shifts = [abs(value - baseline) / (abs(baseline) or 1.0) for value in record.get("layer_zero", [])]
+    shifts = [round(abs(value - baseline) / (abs(baseline) or 1.0), 12) for value in record.get("layer_zero", [])]
     return [layer for layer, shift in enumerate(shifts) if shift <= UNUSED_TOLERANCE]
 
 
