@@ -83,6 +83,8 @@ def test_a_cost_exactly_at_a_threshold_is_judged_by_the_rule_not_by_rounding():
     "more than 1%"; 1 of 1,000 is within 0.1%."""
     record = heads_record(zero=((0.99, 0.995), (1.0, 1.0)), layer_zero=(0.999, 0.99))
     assert needed_heads(record) == [] and unused_layers(record) == [0] and minor_layers(record) == [0, 1]
+
+
 def test_the_answer_appears_at_the_first_depth_reaching_99_percent_of_the_models_exact_match():
     depths = ["embeddings", "0: + attention", "0: + MLP", "1: + attention", "1: + MLP"]
     record = {"depths": depths, "exact_match": [0.0, 0.0, 0.003, 0.004, 1.0], "examples": 1000}

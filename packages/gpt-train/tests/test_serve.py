@@ -144,6 +144,10 @@ def test_a_rope_model_is_explained_on_a_prompt_longer_than_its_block_as_sample_a
     run = load_run(run_dir, CPU)
     view = explain_prompt(run.config.build_sampler(), run.model, CPU, "3141592")  # block 5: 7 digits run past it
     assert view.prompt == "3141592" and len(view.answer) == 7
+    with pytest.raises(PromptError, match="the prompt is 1,999 tokens long; the explorer reads at most 256"):
+        explain_prompt(run.config.build_sampler(), run.model, CPU, "5" * 1999)  # its attention: 0.9 GB of JSON
+    view = explain_prompt(run.config.build_sampler(), run.model, CPU, "5" * 250)
+    assert len(view.tokens) == 256 and len(view.answer) == 7  # the answer cut where the page's tokens end
 
 
 # the server ----------------------------------------------------------------------------------

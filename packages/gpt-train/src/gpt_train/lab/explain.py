@@ -11,7 +11,7 @@ from gpt_core import GPT, block_hook, generate, log_softmax
 from gpt_tasks import evaluating
 from gpt_train.lab.common import Record
 from gpt_train.lab.logit_lens import decode, depths
-from gpt_train.prompts import Vocabulary, answer_tokens, encoded, untrained_prompt_note
+from gpt_train.prompts import PromptError, Vocabulary, answer_tokens, encoded, untrained_prompt_note
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,16 @@ class PromptView(Record):
     lens_probability: list[list[float]]
 
 
+MAX_READ = 256  # tokens the page explains: their (L, H, T, T) attention travels as JSON (a 2,000-token one: 0.9 GB)
+
+
 def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, text: str) -> PromptView:
     ids = encoded(vocabulary, model, text)
-    n_new = answer_tokens(vocabulary, model, len(ids))
+    if len(ids) >= MAX_READ:
+        raise PromptError(
+            f"the prompt is {len(ids):,} tokens long; the explorer reads at most {MAX_READ}, answer included"
+        )
+    n_new = min(answer_tokens(vocabulary, model, len(ids)), MAX_READ + 1 - len(ids))
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
         out = generate(model, prompt, n_new, 0.0, None, use_cache=True, slide=True)[0].tolist()
