@@ -221,14 +221,15 @@ def test_heads_and_depths_are_judged_only_where_the_metric_is_worth_a_hundred_ex
     few = heads_record(baseline=0.0008, zero=((0.0006, 0.0008), (0.0008, 0.0008)), examples=2500)
     assert head_findings(few) == [
         "exact_match is 0.0008 on 2,500 examples, worth under 100 of them: a 1% cost could not be told from one "
-        "example, so the heads show nothing yet"
+        "example, so the heads show nothing: score more examples (--examples) or train longer"
     ]
     assert len(head_findings(heads_record(baseline=0.04, examples=2500))) > 1  # 100 examples: judged
     assert len(head_findings(heads_record(baseline=0.0, higher_is_better=False))) > 1  # a loss of 0 is the best
     lens = {"depths": ["embeddings", "0: + MLP"], "exact_match": [0.0, 0.0008], "examples": 2500}
     assert answer_depth(lens) is None
     assert logit_lens_findings(lens) == [
-        "the model answers 2 of 2,500 sequences exactly right, under 100: too few to place where the answer appears"
+        "the model answers 2 of 2,500 sequences exactly right, under 100: too few to place where the answer appears "
+        "(score more examples, --examples, or train longer)"
     ]
     assert answer_depth(lens | {"exact_match": [0.0, 0.04]}) == 1
 

@@ -32,7 +32,7 @@ class _VizGroup(click.Group):
             ctx.exit(2)
 
 
-@click.group(cls=_VizGroup)
+@click.group(cls=_VizGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gpt-viz")
 def main() -> None:
     """Pictures of GPT training runs, written as PNG or the format --out's
@@ -55,7 +55,7 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
 
     \b
     Example:
-      gpt-viz curves runs/addition runs/sorting --metric heldout_exact_match
+      gpt-viz curves addition sort --metric heldout_exact_match   # the newest addition and sort runs
       gpt-viz curves sort                       # a task name: its newest run under ./runs
     """
     if out is None:
@@ -102,7 +102,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
 
     \b
     Example:
-      gpt-viz attention runs/addition --layer 0
+      gpt-viz attention addition --layer 0
       gpt-viz attention sort                    # a task name: its newest run under ./runs
     """
     snapshot = load_attention(run_dir)
@@ -133,8 +133,8 @@ def grokking_command(
 
     \b
     Example:
-      gpt-viz grokking runs/modular-addition --out grokking.png
-      gpt-viz grokking runs/modular-addition --loss loss --progress train_fourier_top5_share
+      gpt-viz grokking modadd --out grokking.png
+      gpt-viz grokking modadd --loss loss --progress train_fourier_top5_share
     """
     figure = grokking(run_dir, metric=metric, loss=loss, progress=progress)
     _save_and_report(figure, out or RunLayout(run_dir).grokking_picture, svg)

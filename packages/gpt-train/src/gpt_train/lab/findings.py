@@ -60,7 +60,8 @@ def head_findings(record: Record) -> list[str]:
     if record.get("higher_is_better", True) and baseline * examples < JUDGED:
         return [
             f"{metric} is {baseline:.4f} on {examples:,} examples, worth under {JUDGED} of them: a "
-            f"{NEEDED_COST:.0%} cost could not be told from one example, so the heads show nothing yet"
+            f"{NEEDED_COST:.0%} cost could not be told from one example, so the heads show nothing: score more "
+            "examples (--examples) or train longer"
         ]
     found = []
     for layer, value in enumerate(record.get("layer_zero", [])):
@@ -108,7 +109,7 @@ def logit_lens_findings(record: Record) -> list[str]:
         right = round(exact[-1] * record["examples"])
         return [
             f"the model answers {right:,} of {record['examples']:,} sequences exactly right, under {JUDGED}: too few "
-            "to place where the answer appears"
+            "to place where the answer appears (score more examples, --examples, or train longer)"
         ]
     found = [
         f"the answer appears after {depth_name(depths[depth])}: read out there, exact match is {exact[depth]:.4f} "
