@@ -183,12 +183,16 @@ def test_empty_metrics_file_is_a_one_line_error(runner, make_run):
     assert_one_line_error(result, "metrics.jsonl is empty")
 
 
-@pytest.mark.parametrize("command", ["curves", "compare", "attention", "grokking"])
-def test_every_command_help_shows_an_example(runner, command):
-    result = runner.invoke(main, [command, "--help"])
+@pytest.mark.parametrize(
+    ("command", "example"),
+    [("curves", "addition sort"), ("compare", "runs/base"), ("attention", "addition"), ("grokking", "modadd")],
+)
+def test_every_command_help_shows_an_example(runner, command, example):
+    """A task name, where the example is of one run: `run` names its folders runs/TASK-TIME."""
+    result = runner.invoke(main, [command, "-h"])
     assert result.exit_code == 0
     assert "Example:" in result.stdout
-    assert f"gpt-viz {command} runs/" in result.stdout
+    assert f"gpt-viz {command} {example} " in result.stdout
 
 
 def test_metrics_that_are_not_utf8_are_a_one_line_error(runner, make_run):
