@@ -71,7 +71,8 @@ def _accept(origin: Origin, task_class: Any) -> TaskInfo:
     needed = [field.name for field in fields if field.default is MISSING and field.default_factory is MISSING]
     if needed:
         raise TypeError(f"{task_class.__name__}.Params has fields without a default: {', '.join(needed)}")
-    unknown = sorted(set(task_class.eval_fixed) - {field.name for field in fields} - set(Task.eval_fixed))  # a default
+    # the default names the toolkit's split parameter, which a task split another way has no field for
+    unknown = sorted(set(task_class.eval_fixed) - {field.name for field in fields} - set(Task.eval_fixed))
     if unknown:
         raise TypeError(f"{task_class.__name__}.eval_fixed names {', '.join(unknown)}, not fields of its Params")
     return TaskInfo(name, task_class, origin.plugin, origin.distribution, origin.version)

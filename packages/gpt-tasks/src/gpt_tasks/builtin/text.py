@@ -153,9 +153,7 @@ class TextTask(Task):
         entry = root / key_of(split | {"tokenizer_sha256": self.tokenizer.identity()})
         self.cache = prepare(entry, corpus, params.chunk_size, digest, self.tokenizer, self.SALT, params.in_memory)
         alphabet = self.tokenizer.alphabet if isinstance(self.tokenizer, CharTokenizer) else ""
-        vocab_size = (
-            self.tokenizer.vocab_size if params.tokenizer == "bpe" else None
-        )  # what it holds, not what was asked
+        vocab_size = self.tokenizer.vocab_size if params.tokenizer == "bpe" else None  # held, not asked for
         resolved = dataclasses.replace(
             params, corpus_sha256=digest, alphabet=alphabet, tokenizer_file=tokenizer_file, vocab_size=vocab_size
         )

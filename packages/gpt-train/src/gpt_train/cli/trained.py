@@ -126,8 +126,9 @@ def sample(
         n_new = max_new_tokens or answer
         if note := untrained_prompt_note(task, ids[0].tolist()):
             click.echo(f"note: {note}", err=True)
-        if not max_new_tokens and isinstance(task, PromptAnswerTask) and answer < task.answer_length_for(ids.shape[1]):
-            full, limit = task.answer_length_for(ids.shape[1]), model.config.position_limit
+        full = task.answer_length_for(ids.shape[1]) if isinstance(task, PromptAnswerTask) else answer
+        if not max_new_tokens and answer < full:
+            limit = model.config.position_limit
             click.echo(
                 f"note: the answer is cut to {answer} of its {full} tokens: the model reads {limit} positions", err=True
             )

@@ -25,17 +25,21 @@ RULES = (
 Record = Mapping[str, Any]
 
 
+def _share(record: Record, difference: float) -> float:
+    """`difference` as a share of the baseline (of 1 for a zero baseline), rounded so that a share exactly at a
+    threshold meets it: 10 of 1,000 lost is 1%, not 1.0000000000000009%."""
+    return round(difference / (abs(record["baseline"]) or 1.0), 12)
+
+
 def _cost(record: Record, value: float) -> float:
-    """How much worse `value` is than the baseline, as a share of it (of 1 for a zero baseline); below 0 when better."""
+    """How much worse `value` is than the baseline, as a share of it; below 0 when better."""
     baseline = record["baseline"]
-    worse = baseline - value if record.get("higher_is_better", True) else value - baseline
-    return round(worse / (abs(baseline) or 1.0), 12)  # 10 of 1,000 lost is 1%, not 1.0000000000000009%
+    return _share(record, baseline - value if record.get("higher_is_better", True) else value - baseline)
 
 
 def unused_layers(record: Record) -> list[int]:
     """The layers whose heads, all zero-ablated, move the metric (either way) by at most UNUSED_TOLERANCE."""
-    baseline = record["baseline"]
-    shifts = [round(abs(value - baseline) / (abs(baseline) or 1.0), 12) for value in record.get("layer_zero", [])]
+    shifts = [_share(record, abs(value - record["baseline"])) for value in record.get("layer_zero", [])]
     return [layer for layer, shift in enumerate(shifts) if shift <= UNUSED_TOLERANCE]
 
 

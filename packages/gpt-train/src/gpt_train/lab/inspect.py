@@ -379,21 +379,24 @@ def report_command(run: Inspected, examples: int, pairs: int) -> None:
     """
     from gpt_train.lab.report import REPORT_POINTS, report_page
 
-    records: dict[str, Any] = {"heads": inspect_heads(run, examples), "patching": {}}
     left_out: dict[str, str] = {}  # an analysis that refuses this run (an untrained model, a task it cannot read)
-    analyses = {"logit-lens": lambda: inspect_logit_lens(run, examples)}
-    analyses |= {f"patch {point}": functools.partial(inspect_patch, run, point, pairs) for point in REPORT_POINTS}
-    for name, analyse in [*analyses.items(), ("reads", lambda: inspect_reads(run, examples))]:
+
+    def attempt(name: str, analyse: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
         try:
-            record = analyse()
+            return analyse(run, *args)
         except InspectError as error:
             left_out[name] = str(error)
             click.echo(f"gpt-train: note: the report leaves out {name}: {error}", err=True)
-            continue
-        if name.startswith("patch "):
-            records["patching"][name.removeprefix("patch ")] = record
-        else:
-            records[name.replace("-", "_")] = record
+            return None
+
+    records = {
+        "heads": inspect_heads(run, examples),
+        "logit_lens": attempt("logit-lens", inspect_logit_lens, examples),
+        "patching": {point: attempt(f"patch {point}", inspect_patch, point, pairs) for point in REPORT_POINTS},
+        "reads": attempt("reads", inspect_reads, examples),
+    }
+    records["patching"] = {point: record for point, record in records["patching"].items() if record is not None}
+    records = {key: record for key, record in records.items() if record is not None}
     page = report_page(run.layout, run.task.name, records, left_out)
     write_bytes_atomically(run.layout.report, page.encode("utf-8"))
     click.echo(f"wrote {run.layout.report}")

@@ -103,12 +103,8 @@ def report_page(
 ) -> str:
     """The whole page, from the records `inspect report` computed (and the pictures beside them); an analysis that
     refused the run (`left_out`: its reason) has no section, and the summary says why."""
-    heads, lens, reads, patching = (
-        records["heads"],
-        records.get("logit_lens"),
-        records.get("reads"),
-        records["patching"],
-    )
+    heads, patching = records["heads"], records["patching"]
+    lens, reads = records.get("logit_lens"), records.get("reads")  # None: left out
     found = dict(findings.sections(records))
 
     def section(anchor: str, title: str, image: Path, tables: Sequence[str], meaning: str | None = None) -> str:

@@ -34,9 +34,8 @@ def check_task(path: Path, source: bytes | None = None) -> Verdict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plugin = SimpleNamespace(register_tasks=hookimpl(lambda register: register(task_class)))
-        registry = Registry(
-            plugins=[SimpleNamespace(name="learn", value="", dist=None, load=lambda: plugin)]
-        )  # as if installed
+        installed = SimpleNamespace(name="learn", value="", dist=None, load=lambda: plugin)  # an entry point's shape
+        registry = Registry(plugins=[installed])
     if caught:
         return Verdict(False, f"{path}: {caught[0].message}")
     verdict, error = attempt(lambda: _train_and_score(registry.get(task_class.name), path))
