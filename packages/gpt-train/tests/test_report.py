@@ -143,4 +143,5 @@ def test_an_analysis_that_refuses_the_run_is_left_out_and_the_page_says_why(tmp_
     assert code == 0
     page = RunLayout(run_dir).report.read_text(encoding="utf-8")
     assert 'id="heads"' in page and 'id="reads"' in page and 'id="patch-' not in page
-    assert "Left out, patch resid_pre: the clean and corrupted answers differ by 0.001" in page
+    said = "the clean and corrupted answers differ by 0.001 in logit difference"
+    assert f"Left out, patch resid_pre, patch attn_out, patch mlp_out: {said}." in page

@@ -134,7 +134,10 @@ def report_page(
         f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
-    summary += "".join(f" Left out, {name}: {reason}" for name, reason in (left_out or {}).items())
+    by_reason: dict[str, list[str]] = {}  # three patching points refused for one reason are one sentence
+    for name, reason in (left_out or {}).items():
+        by_reason.setdefault(reason, []).append(name)
+    summary += "".join(f" Left out, {', '.join(names)}: {reason}." for reason, names in by_reason.items())
     title = f"{task} — {layout.root.name}"
     parts = {
         "TITLE": html.escape(title),
