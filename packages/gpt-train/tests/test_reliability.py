@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -12,7 +13,7 @@ import torch
 from safetensors import SafetensorError
 from train_helpers import TINY, assert_one_line_error, read_metrics
 
-from gpt_train.checkpoint import load_checkpoint
+from gpt_train.checkpoint import load_checkpoint, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.distributed import Rank
 from gpt_train.runs import Run, RunLock
@@ -181,6 +182,66 @@ def test_a_run_killed_during_its_final_evaluation_resumes_and_finishes_as_the_un
     assert result.code == 0, result.err
     strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
     assert strip(read_metrics(cut)) == strip(read_metrics(whole))
+
+
+def test_ctrl_c_during_the_final_evaluation_keeps_every_step_and_resuming_only_evaluates(cli, tmp_path, monkeypatch):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert cli(*TINY, "--set", "checkpoint_every=10", "--out", whole).code == 0
+    evaluate = Trainer.evaluate
+
+    def ctrl_c_in_the_final_evaluation(self, limit):
+        if self.step == self.last_step:
+            raise KeyboardInterrupt
+        return evaluate(self, limit)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "evaluate", ctrl_c_in_the_final_evaluation)
+        stopped = cli(*TINY, "--set", "checkpoint_every=10", "--out", cut)
+    assert_one_line_error(stopped, "interrupted at step 30", "final evaluation", f"run --resume {cut}", code=130)
+    assert load_checkpoint(cut / RunLayout.CHECKPOINT, "sort").step == 30  # no step is trained again
+    steps = []
+    monkeypatch.setattr(Trainer, "train_step", lambda self, step: steps.append(step))
+    result = cli("run", "--resume", cut, "--quiet")
+    assert result.code == 0, result.err
+    assert steps == []
+    strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
+    assert strip(read_metrics(cut)) == strip(read_metrics(whole))
+    assert_one_line_error(cli("run", "--resume", cut), "already finished (30 of 30 steps)")
+
+
+def test_a_longer_run_stopped_in_its_final_evaluation_resumes_beside_the_shorter_runs_final_json(
+    cli, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir).code == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    config["train"]["steps"] = 40  # more to train, as the tampered-checkpoint tests do
+    (run_dir / "config.json").write_text(json.dumps(config))
+    evaluate = Trainer.evaluate
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            Trainer, "evaluate", lambda self, limit: self.step == 40 and exit_by_ctrl_c() or evaluate(self, limit)
+        )
+        assert cli("run", "--resume", run_dir, "--quiet").code == 130
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+    assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 40
+
+
+def exit_by_ctrl_c():
+    raise KeyboardInterrupt
+
+
+def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
+    assert state.world_size == 1
+    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, world_size=2))  # as torchrun's 2 wrote
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+    assert "written by a run of 2 process(es), this one has 1" in result.err
+    assert "the batches differ from the uninterrupted run's" in result.err
 
 
 # a full disk -------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ class TrainingState:
     grokfast: dict[str, torch.Tensor] = field(default_factory=dict)  # Grokfast's gradient averages, by parameter
     precision: dict[str, torch.Tensor] = field(default_factory=dict)  # fp16's loss scale (gpt_train.precision)
     cooldown_from: int | None = None  # the step that reached `cooldown_trigger`, once one has
+    loss: float | None = None  # the last step's training loss: final.json's, when only the final evaluation is left
+    world_size: int = 1  # the processes that trained it (torchrun's)
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -67,6 +69,10 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
     }
     if state.cooldown_from is not None:
         meta["cooldown_from"] = str(state.cooldown_from)
+    if state.loss is not None:
+        meta["loss"] = repr(state.loss)
+    if state.world_size != 1:
+        meta["world_size"] = str(state.world_size)
     write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
     write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
 
@@ -145,22 +151,28 @@ def _param_groups(path: Path, text: str) -> list[dict[str, Any]]:
     return groups
 
 
-def _step_and_elapsed(path: Path, meta: dict[str, str]) -> tuple[int, float, int | None]:
-    """The step, the seconds trained, and the step whose evaluation started the cool-down (None before one has)."""
+def _progress(path: Path, meta: dict[str, str]) -> dict[str, Any]:
+    """The step, the seconds trained, the step whose evaluation started the cool-down (None before one has), the
+    last step's loss (None if not recorded) and the number of processes."""
     unreadable = lambda why: CheckpointError(f"checkpoint {path} has unreadable metadata ({why})")
     try:
         step, elapsed = meta["step"], float(meta["elapsed"])
+        loss = float(meta["loss"]) if "loss" in meta else None
     except (KeyError, ValueError) as error:
         raise unreadable(error) from None
-    cooldown_from = meta.get("cooldown_from")
-    for name, number in (("step", step), ("cooldown_from", cooldown_from)):
+    cooldown_from, world_size = meta.get("cooldown_from"), meta.get("world_size", "1")
+    for name, number in (("step", step), ("cooldown_from", cooldown_from), ("world_size", world_size)):
         if number is not None and not (number.isascii() and number.isdigit()):
             raise unreadable(f"{name} {number!r} is not a whole number >= 0")
     if not (math.isfinite(elapsed) and elapsed >= 0):
         raise unreadable(f"elapsed {elapsed!r} is not seconds >= 0")
     if cooldown_from is not None and int(cooldown_from) > int(step):
         raise unreadable(f"cooldown_from {cooldown_from} is after step {step}")
-    return int(step), elapsed, None if cooldown_from is None else int(cooldown_from)
+    if int(world_size) < 1:
+        raise unreadable("world_size 0 is not a number of processes")
+    cooldown_from = None if cooldown_from is None else int(cooldown_from)
+    return {"step": int(step), "elapsed": elapsed, "cooldown_from": cooldown_from, "loss": loss,
+            "world_size": int(world_size)}  # fmt: skip
 
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:
@@ -171,7 +183,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a run of task {meta.get('task')!r}, not {task!r}")
     _check_tensors(path, tensors)
-    step, elapsed, cooldown_from = _step_and_elapsed(path, meta)
+    progress = _progress(path, meta)
     param_groups = _param_groups(path, meta.get("param_groups", ""))
     parts: dict[str, dict[str, torch.Tensor]] = {kind: {} for kind in KINDS}
     optimizer_state: dict[int, dict[str, torch.Tensor]] = {}
@@ -183,7 +195,7 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
         else:
             parts[kind][rest] = value
     optimizer = {"state": optimizer_state, "param_groups": param_groups}
-    return TrainingState(task, step, elapsed, optimizer=optimizer, cooldown_from=cooldown_from, **parts)
+    return TrainingState(task, optimizer=optimizer, **progress, **parts)
 
 
 def save_snapshot(path: Path, task: str, step: int, weights: dict[str, torch.Tensor]) -> None:

@@ -61,6 +61,13 @@ class Record:
         if self.active:
             write_json_atomically(self.layout.final, final)
 
+    def finished_at(self, step: int) -> bool:
+        """Whether final.json is that of a run finished at `step` (an unreadable one is not)."""
+        try:
+            return json.loads(self.layout.final.read_text(encoding="utf-8")).get("step") == step
+        except (OSError, ValueError, AttributeError):
+            return False
+
     def last_checkpoint(self) -> str:
         checkpoint = self.layout.checkpoint
         return f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,7 @@ from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32
 from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record
-from gpt_train.runs import Run, RunDirError, run_kernels
+from gpt_train.runs import Run, RunDirError, RunWarning, run_kernels
 from gpt_train.signals import StopRequest
 from gpt_viz import metric_key, probe_key
 
@@ -113,9 +114,10 @@ class Trainer:
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
         self.cooldown_from: int | None = None  # the step whose evaluation reached `cooldown_trigger`
+        self.loss: float | None = None  # the last step's training loss, before this process trains one
         if run.resume:
             self._restore(self.record.restore())
-        if self.step >= self.last_step:
+        if self.step >= self.last_step and self.record.finished_at(self.step):
             raise RunDirError(f"the run in {run.layout.root} already finished ({self.step} of {self.last_step} steps)")
         self.record.start_at(self.step)
         if self.step == 0:
@@ -146,15 +148,24 @@ class Trainer:
             except RuntimeError as error:
                 raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
         self.step, self.elapsed_before, self.cooldown_from = state.step, state.elapsed, state.cooldown_from
+        self.loss = state.loss
+        if state.world_size != self.rank.world_size:
+            warnings.warn(
+                f"the checkpoint was written by a run of {state.world_size} process(es), this one has "
+                f"{self.rank.world_size}: each step now averages {self.rank.world_size} x batch_size sequences, not "
+                f"{state.world_size} x, and the batches differ from the uninterrupted run's",
+                RunWarning,
+                stacklevel=2,
+            )
 
     @property
     def last_step(self) -> int:
         return self.settings.last_step(self.cooldown_from)
 
-    def save(self, elapsed: float) -> None:
-        self.record.checkpoint(lambda: self._state(elapsed))
+    def save(self, elapsed: float, loss: float | None = None) -> None:
+        self.record.checkpoint(lambda: self._state(elapsed, loss))
 
-    def _state(self, elapsed: float) -> TrainingState:
+    def _state(self, elapsed: float, loss: float | None) -> TrainingState:
         rng = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
@@ -162,8 +173,9 @@ class Trainer:
         grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
         precision = self.precision.state_dict()
         return TrainingState(
-            self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from
-        )
+            self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from,
+            loss, self.rank.world_size,
+        )  # fmt: skip
 
     def keep_snapshot(self) -> None:
         every = self.settings.snapshot_every
@@ -307,6 +319,7 @@ class Trainer:
         if self.last_step != s.steps:  # a resumed run whose cool-down has started
             progress.ends_at(self.last_step)
         latest: dict[str, float] = {}
+        loss = self.loss
         self.model.train()
         try:
             with self.stop.installed():
@@ -335,9 +348,9 @@ class Trainer:
                         self.record.log(line | (latest if evaluated else {}))
                     progress.update(loss, latest)
                     if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
-                        self.save(elapsed())
+                        self.save(elapsed(), loss)
                     if (stop_requested or self.stop.requested) and self.step < self.last_step:
-                        self.save(elapsed())
+                        self.save(elapsed(), loss)
                         return Outcome("interrupted", self.step, detail="checkpoint written")
         finally:
             progress.close()
@@ -356,11 +369,17 @@ class Trainer:
             self.cooldown_from = self.step if reached else None
             progress.ends_at(self.last_step)
 
-    def _finish(self, loss: float, elapsed: Callable[[], float]) -> Outcome:
-        with evaluation_progress(self.quiet):
-            final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
+    def _finish(self, loss: float | None, elapsed: Callable[[], float]) -> Outcome:
+        """The final evaluation, then the last checkpoint and final.json. Ctrl-C during the evaluation writes the
+        last step's checkpoint, from which --resume only evaluates."""
+        try:
+            with evaluation_progress(self.quiet):
+                final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
+        except KeyboardInterrupt:
+            self.save(elapsed(), loss)
+            return Outcome("interrupted", self.step, detail="checkpoint written; the final evaluation is still to do")
         total = elapsed()
-        self.save(total)
+        self.save(total, loss)
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}
         self.record.log(final | {"lr": self.optimizer.param_groups[0]["lr"]})
         final |= self._weights_agreement()  # bookkeeping for final.json, not a metric to plot
