@@ -15,7 +15,7 @@ from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION, set_option
-from gpt_train.config import RunConfig, parse_assignments, route, task_class
+from gpt_train.config import RunConfig, field_types, parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
@@ -46,12 +46,13 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     target = resolve_device(device)
     loaded = load_run(run_dir, target, trust_kernels)
     config, model = loaded.config, loaded.model
-    routed = route(parse_assignments(assignments), task_class(config.task))
-    if routed["model"] or routed["train"]:
-        raise CommandError(
-            f"eval --set takes task parameters only, not {', '.join(sorted(routed['model'] | routed['train']))}"
-        )
-    task = config.build_task(routed["task"])  # built once: building can hash the whole split
+    values, task_type = parse_assignments(assignments), task_class(config.task)
+    params = field_types(task_type.Params)
+    others = sorted(key for key in values if key.removeprefix("task.") not in params)
+    if others:
+        takes = ", ".join(sorted(set(params) - set(task_type.eval_fixed))) or "none"
+        raise CommandError(f"eval --set takes the {config.task} task's parameters ({takes}), not {', '.join(others)}")
+    task = config.build_task(route(values, task_type)["task"])  # built once: building can hash the whole split
     try:
         metrics = checked_metrics(task, task.evaluate(model, split, target, limit))
     except ValueError as error:
