@@ -323,6 +323,27 @@ def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path, e
         assert reached < 180 and records[-1]["step"] == reached + 20
 
 
+def test_under_torchrun_each_rank_draws_its_own_dropout_masks_and_a_resumed_rank_the_same_ones(
+    cli, tmp_path, monkeypatch
+):
+    """Every rank seeds the global generator with the run's seed, for the same initial weights; dropout then drew
+    the same masks on every rank's different batch."""
+    assert cli(*TINY, "--set", "dropout=0.1", "--out", tmp_path, "--steps", "1").code == 0
+    config = RunConfig.load(tmp_path)
+    monkeypatch.setattr("gpt_train.trainer.DistributedDataParallel", lambda model, device_ids: model)  # no group
+
+    def masks(rank: int, step: int) -> torch.Tensor:
+        run = Run(config, config.build_task(), RunLayout(tmp_path), torch.device("cpu"), Rank(rank, rank, 2), False)
+        trainer = Trainer(run, quiet=True)
+        trainer.draw_batch(step)
+        return torch.rand(64) < 0.1  # what dropout draws next
+
+    first, second = masks(0, 5), masks(1, 5)
+    assert not torch.equal(first, second)
+    assert torch.equal(masks(1, 5), second)  # a resumed rank 1 at step 5
+    assert not torch.equal(masks(1, 6), second)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [

@@ -195,8 +195,12 @@ class Trainer:
 
     def draw_batch(self, step: int):
         """Each (seed, rank, step) draws its own batch: ranks see different data, and a resumed run draws exactly
-        the batches the uninterrupted one would have, with no generator state to save."""
-        self.data_rng.manual_seed(((self.settings.seed * 1_000_003 + self.rank.rank) * 1_000_000_007 + step) % 2**63)
+        the batches the uninterrupted one would have, with no generator state to save. Under torchrun the global
+        generator (dropout's masks, randomized positions) is seeded so too: each rank draws its own masks."""
+        seed = ((self.settings.seed * 1_000_003 + self.rank.rank) * 1_000_000_007 + step) % 2**63
+        self.data_rng.manual_seed(seed)
+        if self.rank.distributed:
+            torch.manual_seed(seed + 1)  # all ranks started from the one seed that made the same initial weights
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:
