@@ -204,6 +204,17 @@ def test_byte_and_bpe_models_encode_any_prompt(corpus, tokenizer):
     assert task.decode(task.encode("the 🙂 ẞ unseen")) == "the 🙂 ẞ unseen"
 
 
+def test_default_prompts_end_on_a_whole_character_where_byte_tokens_cut_one(tmp_path):
+    path = tmp_path / "corpus.txt"
+    rng = random.Random(0)
+    text = "".join(rng.choice("日本語文字") for _ in range(6000))  # 3 bytes a character: 8 byte tokens cut one
+    path.write_text(text, encoding="utf-8")
+    task = text_task(path, tokenizer="byte")
+    prompts = task.example_prompts() + task.attention_examples(3)
+    assert len(prompts) == 4 and all(prompt and "\ufffd" not in prompt for prompt in prompts), prompts
+    assert all(prompt in text for prompt in prompts)
+
+
 # the token cache ---------------------------------------------------------------------------------------------
 def test_preparation_says_where_the_cache_is_and_a_second_task_reuses_it(corpus, tmp_path, capsys, monkeypatch):
     first = text_task(corpus, tokenizer="bpe", vocab_size=300)

@@ -309,10 +309,12 @@ class TextTask(Task):
 
     def heldout_texts(self, n_tokens: int, n: int) -> list[str]:
         """The first `n_tokens` of each of the first `n` held-out chunks the vocabulary can encode back (a char
-        tokenizer may not know a held-out character); the first chunk's when none can."""
-        first, texts = None, []
+        tokenizer may not know a held-out character); the first chunk's when none can. A character the last
+        byte-level token cuts is left out (decoded, it would be U+FFFD)."""
+        first, texts, table = None, [], self.tokenizer.token_bytes()
         for start in self.chunk_offsets[self.chunks("heldout")].tolist():
-            text = self.decode(self.cache.tokens[start : start + n_tokens].tolist())
+            ids = self.cache.tokens[start : start + n_tokens].tolist()
+            text = b"".join(table[i] for i in ids).decode("utf-8", errors="ignore")  # a chunk starts a character
             first = text if first is None else first
             if not self.tokenizer.unknown_characters(text):
                 texts.append(text)
