@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -60,8 +61,8 @@ def test_unknown_position_encoding_is_refused(pos):
         _config(pos=pos)
 
 
-@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
-def test_dropout_out_of_range_is_refused(dropout):
+@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5, "0.1", True])
+def test_dropout_out_of_range_or_not_a_number_is_refused(dropout):
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         _config(dropout=dropout)
 
@@ -113,3 +114,11 @@ def test_check_positions_refuses_only_learned_positions_past_block_size():
         learned.check_positions(9, "the prompt")
     for pos in ("rope", "none"):
         _config(pos=pos).check_positions(1000)  # no table to run past
+
+
+@pytest.mark.parametrize("name", ["bias", "layernorm", "residual", "mlp", "tie_weights", "randomized_positions"])
+@pytest.mark.parametrize("value", ["no", "False", 0, None])
+def test_a_switch_that_is_not_a_bool_is_refused(name, value):
+    """The string "False" is true: GPTConfig(bias="no") built a model with biases."""
+    with pytest.raises(ValueError, match=rf"^{name} must be True or False, got {re.escape(repr(value))}$"):
+        _config(**{name: value})

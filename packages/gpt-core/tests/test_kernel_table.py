@@ -150,3 +150,12 @@ def test_the_default_is_the_fast_set_and_every_set_is_named():
     for slot in ("attention", "attention_weights", "layer_norm", "gelu", "cross_entropy"):
         assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
     assert REFERENCE_KERNELS.sampling_softmax is reference.softmax
+
+
+def test_a_models_kernels_are_fixed_when_it_is_built():
+    """Assigned afterwards, a set reached the loss alone: the layers keep the set they were built with."""
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    with pytest.raises(AttributeError, match="chosen when it is built"):
+        model.kernels = REFERENCE_KERNELS
+    with pytest.raises(TypeError, match="kernels must be a Kernels set"):
+        GPT(model.config, "reference")

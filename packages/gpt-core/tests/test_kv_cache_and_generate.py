@@ -262,6 +262,24 @@ def test_next_token_with_zero_temperature_is_argmax(gen):
     assert torch.equal(next_token(logits, temperature=0.0), logits.argmax(-1))
 
 
+@pytest.mark.parametrize(("dtype", "temperature"), [(torch.float16, 1e-4), (torch.float32, 1e-300)])
+def test_a_temperature_so_small_it_overflows_the_logits_samples_the_best_token(dtype, temperature):
+    """logits / T overflowed to inf, and the softmax to nan: a traceback from the draw."""
+    logits = torch.tensor([[10.0, 9.0, 2.0], [1.0, 3.0, 2.0]], dtype=dtype)
+    picks = [next_token(logits, temperature, generator=torch.Generator().manual_seed(s)).tolist() for s in range(20)]
+    assert picks == [[0, 1]] * 20
+
+
+def test_a_model_in_training_mode_with_dropout_is_refused_by_generate(gen):
+    config = GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.3)
+    model, prompt = GPT(config), torch.randint(V, (1, 2), generator=gen)
+    with pytest.raises(
+        ValueError, match=re.escape("dropout at every step of a model in training mode; call model.eval")
+    ):
+        generate(model, prompt, 3, temperature=0.0)
+    assert generate(model.eval(), prompt, 3, temperature=0.0).shape == (1, 5)
+
+
 def test_next_token_top_k_restricts_to_the_k_most_likely(gen):
     row = torch.randn(V, generator=gen, dtype=torch.float64)
     logits = row.expand(4000, V)

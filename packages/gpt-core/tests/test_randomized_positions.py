@@ -159,6 +159,12 @@ def test_explicit_ids_outside_the_range_are_refused(gen):
         _model(**RANDOMIZED)(_ids(gen), positions=torch.arange(25, 33))
 
 
+def test_negative_ids_are_refused_where_a_table_would_read_them_from_its_end(gen):
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    with pytest.raises(ValueError, match=r"^position id -1 is negative$"):
+        model(torch.randint(11, (1, 4), generator=gen), positions=torch.tensor([-1, 0, 1, 2]))
+
+
 def test_rope_with_one_row_of_ids_per_sequence_equals_rotating_each_row_alone(randn):
     rope = RotaryEmbedding(8)
     x = randn(3, 2, 5, 8, grad=False)

@@ -117,3 +117,15 @@ def test_the_last_block_asks_only_from_the_first_position_read_and_earlier_block
     with model.hooks({"blocks.1.z": lambda z, name: None}):  # a hook sees every position, as documented
         model(idx, targets, read=targets != IGNORE_INDEX)
     assert asked == [(9, 9), (9, 9)]
+
+
+@pytest.mark.parametrize(
+    "read",
+    [torch.ones(2, 2, dtype=torch.bool), torch.ones(1, 9, dtype=torch.bool), torch.ones(4, 9)],
+    ids=["fewer positions", "fewer rows", "floats"],
+)
+def test_a_read_mask_not_of_idxs_shape_or_not_bool_is_refused(read):
+    """Flattened, a (2, 2) mask on (4, 9) ids read the first row's positions 1 and 2 in silence."""
+    idx, _ = _batch()
+    with pytest.raises(ValueError, match=r"^read must be a bool mask of idx's shape \(4, 9\)"):
+        _model(SHAPES["two layers, learned positions"], None)(idx, read=read)

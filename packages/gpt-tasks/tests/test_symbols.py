@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -63,3 +65,13 @@ def test_a_task_takes_vocab_size_encode_decode_and_token_labels_from_its_vocab()
     assert task.token_labels([0, 4]) == ["a", "e"]
     with pytest.raises(ValueError, match=r"characters not in the vocabulary: 'f' \(vocabulary: 'abcde'\)"):
         task.encode("abf")
+
+
+@pytest.mark.parametrize(("name", "ids", "said"), [
+    ("sort", [-1, 0], "token id -1 is outside the vocabulary (ids 0 to 9)"),  # read '9' from the end
+    ("sort", [0, 10], "token id 10 is outside the vocabulary (ids 0 to 9)"),
+    ("modadd", [5, 114], "token id 114 is outside the vocabulary (ids 0 to 113)"),  # decoded as '114'
+])  # fmt: skip
+def test_decoding_an_id_outside_the_vocabulary_names_it(name, ids, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        get_task(name).decode(ids)

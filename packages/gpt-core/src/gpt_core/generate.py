@@ -19,7 +19,11 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     """One token per row of logits (B, V): argmax at temperature 0, else sampled from the top_k."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
+    scaled = logits / temperature
+    # A row that a tiny temperature overflows (float16 at T = 1e-4) takes its limit, the best token.
+    overflowed = (~scaled.isfinite() & logits.isfinite()).any(dim=-1, keepdim=True)  # (B, 1)
+    best = torch.full_like(logits, float("-inf")).scatter(-1, logits.argmax(dim=-1, keepdim=True), 0.0)  # (B, V)
+    logits = torch.where(overflowed, best, scaled)
     if top_k is not None and top_k < logits.shape[-1]:
         kth_best = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth_best, float("-inf"))
@@ -42,6 +46,8 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if model.training and model.config.dropout:
+        raise ValueError("generate would apply dropout at every step of a model in training mode; call model.eval()")
     if static and not use_cache:
         raise ValueError("static=True decodes with the KV cache; it cannot be combined with use_cache=False")
     block = model.config.position_limit

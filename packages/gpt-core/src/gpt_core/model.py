@@ -57,7 +57,10 @@ class GPTConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if not 0.0 <= self.dropout < 1.0:
+        for name in ("bias", "layernorm", "residual", "mlp", "tie_weights", "randomized_positions"):
+            if not isinstance(getattr(self, name), bool):  # the string "False" is true
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         scale = self.init_scale
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
@@ -246,9 +249,13 @@ class GPT(HookPoints, nn.Module):
 
     def __init__(self, config: GPTConfig, kernels: Kernels = DEFAULT_KERNELS):
         super().__init__()
+        if not isinstance(kernels, Kernels):
+            raise TypeError(
+                f"kernels must be a Kernels set, such as gpt_core.KERNEL_SETS['reference'], not {kernels!r}"
+            )
         kernels.check_dropout(config.dropout)
         self.config = config
-        self.kernels = kernels
+        self._kernels = kernels
         self.hook_points(None)  # the hooks `hooks()` sets, shared by every block
         self.wte = Embedding(config.vocab_size, config.n_embd)
         self.wpe = Embedding(config.position_limit, config.n_embd) if config.pos == "learned" else None
@@ -312,6 +319,15 @@ class GPT(HookPoints, nn.Module):
         c, p = self.config, self.wte.weight
         return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype)
 
+    @property
+    def kernels(self) -> Kernels:
+        """The set every layer was built with; another set is another model: GPT(config, set) and load_state_dict."""
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, _: Kernels) -> None:
+        raise AttributeError("a GPT's kernels are chosen when it is built: GPT(config, kernels), then load_state_dict")
+
     def sample_positions(self, batch_size: int, length: int, generator: torch.Generator | None = None) -> Tensor:
         """Randomized position ids (B, T), sorted, distinct, from range(max_positions) (`gpt_core.positions`)."""
         return pos.sample_positions(self.config, batch_size, length, self.wte.weight.device, generator)
@@ -326,6 +342,8 @@ class GPT(HookPoints, nn.Module):
         `cache`, `idx` holds only the new tokens; `positions` (T,) or (B, T) are their ids (default: the next T).
         `read` (B, T) bool: the last block's MLP and the head run only where True, giving `logits[read]` (N, V)."""
         B, T = idx.shape
+        if read is not None and (read.dtype != torch.bool or read.shape != idx.shape):
+            raise ValueError(f"read must be a bool mask of idx's shape {(B, T)}, got {read.dtype} {tuple(read.shape)}")
         offset = cache.length if cache is not None else None
         if positions is None:
             positions = pos.forward_positions(self.config, B, T, offset, self.training, self.wte.weight.device)

@@ -98,8 +98,11 @@ def forward_positions(
 def check_position_ids(c: GPTConfig, positions: Tensor) -> None:
     """Raise ValueError if a given position id lies outside the range the model has."""
     limit = position_limit(c)
-    if limit is not None and int(positions.max()) >= limit:
-        raise ValueError(f"position id {int(positions.max())} is outside range({limit})")
+    low, high = torch.stack(positions.aminmax()).tolist()  # one read from the device
+    if low < 0:
+        raise ValueError(f"position id {low} is negative")
+    if limit is not None and high >= limit:
+        raise ValueError(f"position id {high} is outside range({limit})")
 
 
 class RotaryEmbedding(nn.Module):
@@ -118,13 +121,12 @@ class RotaryEmbedding(nn.Module):
     def angles(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin of the rotation angles at integer `positions` (T,) or (B, T): each (..., T, d/2)."""
         work = torch.float64 if dtype == torch.float64 else torch.float32
-        device = self.inv_freq.device
-        if work == torch.float64:
-            # Recomputed: the float32 buffer's rounding grows with the position, far above float64's.
+        device, inv_freq = self.inv_freq.device, self.inv_freq
+        if work == torch.float64 or inv_freq.dtype != torch.float32:
+            # Recomputed: in float64 the float32 buffer's rounding, which grows with the position, is far above
+            # float64's; a buffer that model.to(bfloat16) rounded to 16 bits is further off.
             exponents = torch.arange(0, self.head_dim, 2, device=device, dtype=work) / self.head_dim
             inv_freq = self.base**-exponents
-        else:
-            inv_freq = self.inv_freq.to(work)
         theta = positions.to(device=device, dtype=work)[..., None] * inv_freq  # (..., T, d/2)
         return theta.cos().to(dtype), theta.sin().to(dtype)
 

@@ -57,6 +57,7 @@ class PromptAnswerTask(Task):
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
         """`exact_match` (greedy generation's), and the teacher-forced accuracy of each answer position and of all
         (`token_metric`): greedy decoding, reading its own earlier tokens, may score a position lower."""
+        self.check_evaluation(model, split, limit)
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
         correct = torch.zeros(self.answer_length, dtype=torch.long, device="cpu")

@@ -31,7 +31,16 @@ class CharVocab:
         return "".join(self.token_labels(ids))
 
     def token_labels(self, ids: Sequence[int]) -> list[str]:
-        return [self.alphabet[i] for i in ids]
+        return [self.alphabet[i] for i in checked_ids(ids, len(self.alphabet))]
+
+
+def checked_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
+    """`ids` as ints, or ValueError naming the first outside range(vocab_size) (a negative one indexed from the end)."""
+    ids = [int(i) for i in ids]
+    outside = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if outside is not None:
+        raise ValueError(f"token id {outside} is outside the vocabulary (ids 0 to {vocab_size - 1})")
+    return ids
 
 
 def digits_of(ids: torch.Tensor, length: int, base: int) -> torch.Tensor:

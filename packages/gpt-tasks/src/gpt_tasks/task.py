@@ -82,6 +82,17 @@ class Task(ABC):
     ) -> dict[str, float]:
         """Named metrics of `model` on `split`: all of it when `limit` is None, else a fixed sample of `limit`."""
 
+    def check_evaluation(self, model: GPT, split: str, limit: int | None) -> None:
+        """ValueError for what `evaluate` cannot score: a split other than train and heldout, a limit below 1 (-1
+        scored all but one example), a model with fewer token ids than the task."""
+        if split not in ("train", "heldout"):
+            raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be None (the whole split) or a whole number >= 1, got {limit!r}")
+        ids = getattr(getattr(model, "config", None), "vocab_size", self.vocab_size)  # a stand-in model may have none
+        if ids < self.vocab_size:
+            raise ValueError(f"the model has {ids:,} token ids and the {self.name} task {self.vocab_size:,}")
+
     @abstractmethod
     def defaults(self) -> Defaults: ...
 

@@ -16,6 +16,7 @@ from gpt_tasks.probes import ProbeCache
 from gpt_tasks.prompt_answer import answer_batch
 from gpt_tasks.scoring import score_examples
 from gpt_tasks.splits import MAX_ENUMERATED, IndexedSplit
+from gpt_tasks.symbols import checked_ids
 from gpt_tasks.task import Batch, Defaults, Task
 
 EVAL_BATCH = 4096
@@ -57,7 +58,7 @@ class Numbers:
         return " ".join(self.token_labels(ids))
 
     def token_labels(self, ids: Sequence[int]) -> list[str]:
-        return [EQUALS_TEXT if int(i) == self.p else str(int(i)) for i in ids]
+        return [EQUALS_TEXT if i == self.p else str(i) for i in checked_ids(ids, self.p + 1)]
 
 
 def pair_bytes(a: torch.Tensor, b: torch.Tensor) -> list[bytes]:
@@ -117,6 +118,7 @@ class ModAddTask(Task):
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
         """Accuracy and loss at "=", and `fourier_top5_share`, the weights' (the same for every split)."""
+        self.check_evaluation(model, split, limit)
         ids = self.split.evaluation_ids(split, limit)
         scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)
         metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(len(ids))}

@@ -107,6 +107,7 @@ class RepeatsTask(Task):
         return self.examples(self.sample("train", batch_size, generator))
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        self.check_evaluation(model, split, limit)
         sequences = self.fixed(split)[:limit]
         rows = torch.arange(len(sequences), device="cpu")
         copy = score_examples(model, rows, lambda r: self.examples(sequences[r], True), device, EVAL_BATCH)

@@ -281,6 +281,7 @@ class TextTask(Task):
         return chars, size
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
+        self.check_evaluation(model, split, limit)
         model.config.check_positions(self.block_size, "each evaluation window")
         windows = self.evaluation_windows(split, limit)
         scores = score_examples(model, windows, self.window_batch, device, EVAL_BATCH)

@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gpt_tasks.symbols import checked_ids
+
 KINDS = ("char", "byte", "bpe")
 REPLACEMENT = "\ufffd"  # what the unknown-character token decodes to and counts as
 
@@ -40,7 +42,7 @@ class Tokenizer(ABC):
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`; bytes that do not form whole characters become U+FFFD."""
         table = self.token_bytes()
-        return b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+        return b"".join(table[i] for i in checked_ids(ids, len(table))).decode("utf-8", errors="replace")
 
     def unknown_characters(self, text: str) -> str:
         """The distinct characters of `text` that `encode` maps to an unknown token, sorted."""
