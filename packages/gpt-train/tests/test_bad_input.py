@@ -11,6 +11,7 @@ from train_helpers import TINY, assert_one_line_error
 
 import gpt_train.devices
 from gpt_tasks.builtin.sort import SortParams, SortTask
+from gpt_train.cli.group import _show_warning
 from gpt_train.config import ConfigError, route
 from gpt_train.devices import resolve_device
 from gpt_viz import RunLayout
@@ -282,3 +283,18 @@ def test_sample_says_when_the_models_positions_cut_an_answer_short(cli, tiny_run
     result = cli("sample", tiny_run, "--prompt", "314159")
     assert result.code == 0 and len(result.out.split(" -> ")[1].strip()) == 2
     assert "note: the answer is cut to 2 of its 6 tokens: the model reads 7 positions" in result.err
+
+
+def test_under_torchrun_another_ranks_error_names_its_rank_and_its_warnings_are_left_to_rank_0(
+    cli, monkeypatch, capsys
+):
+    """Each rank printed every error and warning: N copies of one line on N GPUs. An error may be a rank's own (a
+    GPU that rank lacks), so it is kept and named; a warning is the same on every rank."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert_one_line_error(cli("run", "--task", "sort", "--set", "n_layr=1"), "[rank 1] ")
+    _show_warning("a configuration note", UserWarning, "f.py", 1)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    _show_warning("a configuration note", UserWarning, "f.py", 1)
+    assert capsys.readouterr().err == "gpt-train: warning: a configuration note\n"

@@ -244,6 +244,34 @@ def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_pa
     assert "the batches differ from the uninterrupted run's" in result.err
 
 
+def test_a_resume_with_only_the_final_evaluation_left_does_not_warn_of_another_number_of_processes(
+    cli, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        evaluate = Trainer.evaluate
+        patch.setattr(
+            Trainer, "evaluate", lambda self, limit: self.step == 30 and exit_by_ctrl_c() or evaluate(self, limit)
+        )
+        assert cli(*TINY, "--out", run_dir).code == 130
+    state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
+    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, world_size=2))
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+    assert "process(es)" not in result.err  # no step is left to average another number of sequences
+
+
+def test_every_file_of_a_run_is_readable_as_the_umask_allows(cli, tmp_path):
+    """safetensors writes through a temporary file of mode 0600: the checkpoint alone was private."""
+    previous = os.umask(0o022)
+    try:
+        assert cli(*TINY, "--out", tmp_path / "run", "--set", "snapshot_every=10").code == 0
+    finally:
+        os.umask(previous)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in (tmp_path / "run").rglob("*") if path.is_file()}
+    assert "checkpoint.safetensors" in modes and set(modes.values()) == {0o644}, modes
+
+
 # a full disk -------------------------------------------------------------------------------
 def fill_the_disk(monkeypatch) -> None:
     def no_space(tensors, filename, metadata=None):

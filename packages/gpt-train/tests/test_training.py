@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -21,6 +22,7 @@ import gpt_core.kernels
 from gpt_core import GPT, KERNEL_SETS, GPTConfig
 from gpt_tasks import field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
+from gpt_train.cli.run import resume_command
 from gpt_train.config import ConfigError, RunConfig, train_settings
 from gpt_train.distributed import Rank
 from gpt_train.progress import Progress
@@ -342,6 +344,41 @@ def test_under_torchrun_each_rank_draws_its_own_dropout_masks_and_a_resumed_rank
     assert not torch.equal(first, second)
     assert torch.equal(masks(1, 5), second)  # a resumed rank 1 at step 5
     assert not torch.equal(masks(1, 6), second)
+
+
+def test_under_torchrun_a_rank_stops_only_when_every_rank_has_agreed(cli, tmp_path, monkeypatch):
+    """A Ctrl-C that one rank took while it waited in the exchange of the stop flag stopped it alone: the other
+    rank went on to the next step's all-reduce and failed, with no checkpoint written."""
+    assert cli(*TINY, "--out", tmp_path).code == 0
+    config = RunConfig.load(tmp_path)
+    no_group = lambda model, device_ids: (setattr(model, "no_sync", contextlib.nullcontext), model)[1]
+    monkeypatch.setattr("gpt_train.trainer.DistributedDataParallel", no_group)
+    monkeypatch.setattr(Rank, "barrier", lambda self: None)
+    exchanged = []  # each step's flag as this rank sent it; the other rank's is False
+    monkeypatch.setattr(
+        Rank, "mean_and_any", lambda self, value, flag, device: (exchanged.append(flag), (value, flag))[1]
+    )
+    run = Run(config, config.build_task(), RunLayout(tmp_path), torch.device("cpu"), Rank(0, 0, 2), resume=False)
+    trainer = Trainer(run, quiet=True)
+    trainer.on_step = interrupt_at(trainer, 5)  # after step 5's exchange
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("interrupted", 6)  # at the next exchange, with every rank
+    assert exchanged == [False] * 5 + [True]
+
+
+@pytest.mark.parametrize(
+    ("environment", "command"),
+    [
+        ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, "torchrun --nproc_per_node 4 -m gpt_train run --resume r"),
+        ({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"},
+         "torchrun --nnodes 2 --nproc_per_node 8 -m gpt_train run --resume r on each node, with the rendezvous"),
+    ],
+    ids=["one node", "two nodes"],
+)  # fmt: skip
+def test_the_resume_command_starts_the_processes_per_node_the_run_had(monkeypatch, environment, command):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert resume_command(Rank(1, 1, int(environment["WORLD_SIZE"])), Path("r")).startswith(command)
 
 
 @pytest.mark.parametrize(

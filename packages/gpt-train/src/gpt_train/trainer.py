@@ -149,7 +149,7 @@ class Trainer:
                 raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
         self.step, self.elapsed_before, self.cooldown_from = state.step, state.elapsed, state.cooldown_from
         self.loss = state.loss
-        if state.world_size != self.rank.world_size:
+        if state.world_size != self.rank.world_size and self.step < self.last_step:
             warnings.warn(
                 f"the checkpoint was written by a run of {state.world_size} process(es), this one has "
                 f"{self.rank.world_size}: each step now averages {self.rank.world_size} x batch_size sequences, not "
@@ -353,7 +353,9 @@ class Trainer:
                     progress.update(loss, latest)
                     if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
                         self.save(elapsed(), loss)
-                    if (stop_requested or self.stop.requested) and self.step < self.last_step:
+                    # Under torchrun only the agreed flag: a Ctrl-C during the exchange goes in the next one.
+                    stop = stop_requested or (self.stop.requested and not self.rank.distributed)
+                    if stop and self.step < self.last_step:
                         self.save(elapsed(), loss)
                         return Outcome("interrupted", self.step, detail="checkpoint written")
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code
 
     def show(self, file: object = None) -> None:
-        click.echo(f"gpt-train: error: {' '.join(self.format_message().split())}", err=True)
+        label = f"[rank {other_rank()}] " if other_rank() else ""  # each rank's error, which may be its own
+        click.echo(f"gpt-train: error: {label}{' '.join(self.format_message().split())}", err=True)
 
 
 class Aborted(CommandError):
@@ -38,7 +40,14 @@ class Aborted(CommandError):
         super().__init__("aborted", exit_code=130)
 
     def show(self, file: object = None) -> None:
-        click.echo("gpt-train: aborted", err=True)
+        if not other_rank():  # Ctrl-C reaches every rank
+            click.echo("gpt-train: aborted", err=True)
+
+
+def other_rank() -> int:
+    """This process's rank under torchrun, or 0 (rank 0, or no torchrun): warnings come from rank 0 alone."""
+    rank, world = os.environ.get("RANK", "0").strip(), os.environ.get("WORLD_SIZE", "1").strip()
+    return int(rank) if rank.isdigit() and world.isdigit() and int(world) > 1 else 0
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,8 @@ def cli() -> None:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"gpt-train: warning: {' '.join(str(message).split())}", err=True)
+    if not other_rank():
+        click.echo(f"gpt-train: warning: {' '.join(str(message).split())}", err=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -173,13 +174,23 @@ def run(
     if outcome.reason in ("interrupted", "diverged") and not rank.is_main:
         raise click.exceptions.Exit(130 if outcome.reason == "interrupted" else 1)  # rank 0 says why, once
     if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
-        how = f"torchrun --nproc_per_node {rank.world_size} -m gpt_train" if rank.distributed else "gpt-train"
-        again = f"Resume with: {how} run --resume {handed.layout.root}"  # the same ranks draw the same batches
+        again = f"Resume with: {resume_command(rank, handed.layout.root)}"  # the same ranks draw the same batches
         raise CommandError(f"interrupted at step {outcome.step}; {outcome.detail}. {again}", exit_code=130)
     if outcome.reason == "diverged":
         raise CommandError(outcome.detail, exit_code=1)
     if rank.is_main and not quiet:
         click.echo(summary(handed.config, outcome.final, handed.layout.root))
+
+
+def resume_command(rank: Rank, run_dir: Path) -> str:
+    """The command that resumes `run_dir` on this run's processes: per node, and nodes, as torchrun started it."""
+    if not rank.distributed:
+        return f"gpt-train run --resume {run_dir}"
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", rank.world_size))
+    if per_node == rank.world_size:
+        return f"torchrun --nproc_per_node {per_node} -m gpt_train run --resume {run_dir}"
+    nodes = f"--nnodes {rank.world_size // per_node} --nproc_per_node {per_node}"
+    return f"torchrun {nodes} -m gpt_train run --resume {run_dir} on each node, with the rendezvous options it had"
 
 
 def _announce(handed: Run, resume: Path | None, quiet: bool) -> None:
