@@ -84,6 +84,14 @@ def test_the_newest_run_is_the_last_written_whatever_its_name(runs_here):
     assert newest_run_of("sort") == Path("runs/sort-rope")
 
 
+def test_a_run_written_to_runs_slash_its_task_name_is_found_by_that_name(runs_here):
+    """`--out runs/addition` (as gpt-viz's README does) and then `gpt-viz curves addition` said runs/ held none."""
+    shutil.copytree(runs_here / "runs/sort-20260102-000000", runs_here / "runs/sort")
+    dated = (runs_here / "runs/sort-20260102-000000/config.json").stat().st_mtime_ns
+    os.utime(runs_here / "runs/sort/config.json", ns=(dated + 10**9, dated + 10**9))
+    assert resolve_run_dir("sort") == (Path("runs/sort"), True)
+
+
 def test_commands_taking_a_run_take_a_task_name_and_say_which_run_they_chose(cli, runs_here):
     result = cli("inspect", "sort", "logit-lens", "--examples", 100, "--device", "cpu")
     assert result.code == 0, result.err

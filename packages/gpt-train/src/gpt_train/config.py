@@ -260,6 +260,7 @@ def resolve_run_config(
     shape = {"vocab_size": task.vocab_size, "block_size": task.block_size}  # the task's, whatever defaults say
     if init_from is not None:
         model = pretrained_model_config(init_from, task.vocab_size, task.block_size, routed["model"])
+    _check_task_min_lr(task_name, defaults.train, routed["train"])
     task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
@@ -277,6 +278,21 @@ def resolve_run_config(
     )
     check_float_range(config)
     return config, task
+
+
+def _check_task_min_lr(task_name: str, defaults: dict[str, Any], given: dict[str, Any]) -> None:
+    """A given lr below the task's default min_lr, named as such: the user never set that min_lr."""
+    if "lr" not in given or "min_lr" in given or "min_lr" not in defaults:
+        return
+    try:
+        lr = float(given["lr"])
+    except (TypeError, ValueError):
+        return  # `override` says what is wrong with it
+    if lr < defaults["min_lr"]:
+        raise ConfigError(
+            f"lr {lr:g} is below the {task_name} task's default min_lr {defaults['min_lr']:g}, the rate its schedule "
+            f"ends at: give one too, e.g. --set min_lr={lr / 10:g}"
+        )
 
 
 def train_settings(task_name: str, overrides: dict[str, Any]) -> TrainSettings:

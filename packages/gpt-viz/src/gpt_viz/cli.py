@@ -85,7 +85,7 @@ def compare(
     \b
     Example:
       gpt-viz compare runs/base runs/no-ln runs/no-res runs/neither \\
-          --metric heldout_loss --label baseline --label "no LayerNorm" \\
+          --metric heldout_exact_match --label baseline --label "no LayerNorm" \\
           --label "no residual" --label neither --out ablation.png
     """
     figure = compare_runs(run_dirs, metric, labels=labels or None, log_y=log_y)

@@ -19,11 +19,12 @@ RUNS = Path("runs")  # where `gpt-train run` puts a run not given --out
 
 
 def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest `runs/<task>-*` directory holding a config.json (the last written; by name where two tie), or
-    None: `--out runs/sort-rope` is a run of sort too, and names do not sort by time."""
+    """The newest `runs/<task>` or `runs/<task>-*` directory holding a config.json (the last written; by name where
+    two tie), or None: `--out runs/sort-rope` is a run of sort too, and names do not sort by time."""
     if not runs.is_dir() or "/" in task or task in (".", ".."):
         return None
-    candidates = [path for path in runs.glob(f"{task}-*") if RunLayout(path).config.is_file()]
+    named = [runs / task, *runs.glob(f"{task}-*")]
+    candidates = [path for path in named if RunLayout(path).config.is_file()]
     written = lambda path: (RunLayout(path).config.stat().st_mtime_ns, path.name)
     return max(candidates, key=written) if candidates else None
 
@@ -40,7 +41,7 @@ def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
         raise RunNameError(f"run directory {path} does not exist")
     raise RunNameError(
         f"run directory {path} does not exist, and {runs}/ holds no {str(run)!r} run "
-        f"(a task name means its newest {runs}/<task>-* run)"
+        f"(a task name means its newest {runs}/<task> or {runs}/<task>-* run)"
     )
 
 

@@ -14,6 +14,7 @@ from gpt_core.kernels.precision import upcast
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Softmax over `dim`, shifted by the row max, statistics in float32 for 16-bit inputs."""
     wide = upcast(x)
     exp = (wide - wide.amax(dim=dim, keepdim=True)).exp()
     return (exp / exp.sum(dim=dim, keepdim=True)).to(x.dtype)

@@ -31,7 +31,12 @@ from gpt_viz import SPLITS, metric_key
 @set_option("Override a task parameter for this evaluation, e.g. --set length=8.")
 @click.option("--limit", type=click.IntRange(min=1), help="Score a fixed sample of this many examples. [default: all]")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the metrics as JSON, named as the task names them (exact_match; final.json: heldout_exact_match).",
+)
 @TRUST_KERNELS_OPTION
 def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, trust_kernels) -> None:
     """Evaluate a saved run on a split (the whole split unless --limit), in float32, as the run's own
@@ -41,7 +46,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     Examples:
       gpt-train eval sort                               # the newest sort run under ./runs
       gpt-train eval runs/sort-rope --set length=8      # length generalisation
-      gpt-train eval runs/modadd --split train --json
+      gpt-train eval modadd --split train --json
     """
     target = resolve_device(device)
     loaded = load_run(run_dir, target, trust_kernels)
