@@ -46,6 +46,11 @@ HEADER = ["change from the defaults", "what it did", "t_fit", "t_gen", "t_gen / 
           f"max held-out acc up to {WINDOW} x t_fit", f"first held-out acc >= {CHANCE_BOUND}", "final train acc",
           "final held-out acc", f"final {SHARE}", "run's clock"]  # fmt: skip
 
+MEANING = f"""**What it means.** Each row is the default recipe on one seed with one setting changed. t_fit is the
+first evaluation with train accuracy >= 0.99 and t_gen the first with held-out accuracy >= 0.99; "grokked" says
+that held-out accuracy reached 0.99 at least {MIN_RATIO} x t_fit after staying below {CHANCE_BOUND} up to {WINDOW} x
+t_fit, not that it stayed there: the picture shows whether it did, and the final held-out column where it ended."""
+
 
 def verdict(g: Grokking) -> str:
     """The run in words, read off the same numbers as the table."""
@@ -83,7 +88,7 @@ def run(ctx: Context):
     figure = gpt_viz.compare_runs([runs[slug(lever)].run_dir for lever in levers], ACCURACY[HELDOUT],
                                   labels=list(levers))  # fmt: skip
     gpt_viz.save_figure(figure, ctx.out / "grokking-levers.png")
-    body = markdown_table(HEADER, rows) + "\n\n![grokking-levers](grokking-levers.png)"
+    body = markdown_table(HEADER, rows) + "\n\n![grokking-levers](grokking-levers.png)\n\n" + MEANING
     commands = [" ".join(["gpt-train run --task modadd", *seed, *flags, *quick]) for flags in levers.values()]
     return report(ctx, "grokking-levers", "3b. Grokking: the levers, one at a time", commands, body,
                   time.perf_counter() - start)  # fmt: skip
