@@ -244,6 +244,18 @@ def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_pa
     assert "the batches differ from the uninterrupted run's" in result.err
 
 
+def test_a_checkpoint_that_records_no_number_of_processes_is_resumed_without_a_warning(cli, tmp_path):
+    """Written before checkpoints recorded it: whether by 1 process or torchrun's N is not known."""
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
+    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, world_size=None, loss=None))
+    assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").world_size is None
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+    assert "process(es)" not in result.err
+
+
 def test_a_resume_with_only_the_final_evaluation_left_does_not_warn_of_another_number_of_processes(
     cli, tmp_path, monkeypatch
 ):
@@ -259,6 +271,11 @@ def test_a_resume_with_only_the_final_evaluation_left_does_not_warn_of_another_n
     result = cli("run", "--resume", run_dir, "--quiet")
     assert result.code == 0, result.err
     assert "process(es)" not in result.err  # no step is left to average another number of sequences
+    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, loss=None))  # as older versions wrote
+    (run_dir / RunLayout.FINAL).unlink()
+    result = cli("run", "--resume", run_dir)
+    assert result.code == 0, result.err
+    assert "final loss not recorded" in result.out
 
 
 def test_every_file_of_a_run_is_readable_as_the_umask_allows(cli, tmp_path):

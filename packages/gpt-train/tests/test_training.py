@@ -22,7 +22,7 @@ import gpt_core.kernels
 from gpt_core import GPT, KERNEL_SETS, GPTConfig
 from gpt_tasks import field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
-from gpt_train.cli.run import resume_command
+from gpt_train.cli.run import resume_hint
 from gpt_train.config import ConfigError, RunConfig, train_settings
 from gpt_train.distributed import Rank
 from gpt_train.progress import Progress
@@ -341,6 +341,8 @@ def test_under_torchrun_each_rank_draws_its_own_dropout_masks_and_a_resumed_rank
         return torch.rand(64) < 0.1  # what dropout draws next
 
     first, second = masks(0, 5), masks(1, 5)
+    next_batch = torch.Generator().manual_seed(((config.train.seed * 1_000_003 + 1) * 1_000_000_007 + 6) % 2**63)
+    assert not torch.equal(torch.rand(64, generator=next_batch) < 0.1, second)  # not the next step's batch stream
     assert not torch.equal(first, second)
     assert torch.equal(masks(1, 5), second)  # a resumed rank 1 at step 5
     assert not torch.equal(masks(1, 6), second)
@@ -369,16 +371,18 @@ def test_under_torchrun_a_rank_stops_only_when_every_rank_has_agreed(cli, tmp_pa
 @pytest.mark.parametrize(
     ("environment", "command"),
     [
-        ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, "torchrun --nproc_per_node 4 -m gpt_train run --resume r"),
+        ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"},
+         "Resume with: torchrun --nproc_per_node 4 -m gpt_train run --resume r"),
         ({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"},
-         "torchrun --nnodes 2 --nproc_per_node 8 -m gpt_train run --resume r on each node, with the rendezvous"),
+         "Resume on each node, with its rendezvous options: torchrun --nnodes 2 --nproc_per_node 8 -m gpt_train run "
+         "--resume r"),
     ],
     ids=["one node", "two nodes"],
 )  # fmt: skip
 def test_the_resume_command_starts_the_processes_per_node_the_run_had(monkeypatch, environment, command):
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    assert resume_command(Rank(1, 1, int(environment["WORLD_SIZE"])), Path("r")).startswith(command)
+    assert resume_hint(Rank(1, 1, int(environment["WORLD_SIZE"])), Path("r")) == command
 
 
 @pytest.mark.parametrize(

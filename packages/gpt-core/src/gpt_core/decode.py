@@ -19,7 +19,7 @@ def static_step_refusal(model: GPT) -> str | None:
     if model._hooks:
         return "the static decoding step fires no hooks; remove them or decode with static=False"
     if model.training and model.config.dropout:
-        return "the static decoding step applies no dropout; call model.eval() or decode with static=False"
+        return "the static decoding step applies no dropout; call model.eval()"
     return None
 
 

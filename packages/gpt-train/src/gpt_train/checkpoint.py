@@ -40,7 +40,7 @@ class TrainingState:
     precision: dict[str, torch.Tensor] = field(default_factory=dict)  # fp16's loss scale (gpt_train.precision)
     cooldown_from: int | None = None  # the step that reached `cooldown_trigger`, once one has
     loss: float | None = None  # the last step's training loss: final.json's, when only the final evaluation is left
-    world_size: int = 1  # the processes that trained it (torchrun's)
+    world_size: int | None = 1  # the processes that trained it (torchrun's); None: not recorded
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -71,7 +71,7 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
         meta["cooldown_from"] = str(state.cooldown_from)
     if state.loss is not None:
         meta["loss"] = repr(state.loss)
-    if state.world_size != 1:
+    if state.world_size is not None:
         meta["world_size"] = str(state.world_size)
     write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
     write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
@@ -160,7 +160,7 @@ def _progress(path: Path, meta: dict[str, str]) -> dict[str, Any]:
         loss = float(meta["loss"]) if "loss" in meta else None
     except (KeyError, ValueError) as error:
         raise unreadable(error) from None
-    cooldown_from, world_size = meta.get("cooldown_from"), meta.get("world_size", "1")
+    cooldown_from, world_size = meta.get("cooldown_from"), meta.get("world_size")
     for name, number in (("step", step), ("cooldown_from", cooldown_from), ("world_size", world_size)):
         if number is not None and not (number.isascii() and number.isdigit()):
             raise unreadable(f"{name} {number!r} is not a whole number >= 0")
@@ -168,11 +168,11 @@ def _progress(path: Path, meta: dict[str, str]) -> dict[str, Any]:
         raise unreadable(f"elapsed {elapsed!r} is not seconds >= 0")
     if cooldown_from is not None and int(cooldown_from) > int(step):
         raise unreadable(f"cooldown_from {cooldown_from} is after step {step}")
-    if int(world_size) < 1:
-        raise unreadable("world_size 0 is not a number of processes")
-    cooldown_from = None if cooldown_from is None else int(cooldown_from)
-    return {"step": int(step), "elapsed": elapsed, "cooldown_from": cooldown_from, "loss": loss,
-            "world_size": int(world_size)}  # fmt: skip
+    if world_size is not None and int(world_size) < 1:
+        raise unreadable(f"world_size {world_size} is not a number of processes")
+    whole = lambda number: None if number is None else int(number)
+    return {"step": int(step), "elapsed": elapsed, "cooldown_from": whole(cooldown_from), "loss": loss,
+            "world_size": whole(world_size)}  # fmt: skip
 
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:

@@ -288,7 +288,7 @@ def _check_task_min_lr(task_name: str, defaults: dict[str, Any], given: dict[str
         lr = float(given["lr"])
     except (TypeError, ValueError):
         return  # `override` says what is wrong with it
-    if lr < defaults["min_lr"]:
+    if 0 < lr < defaults["min_lr"]:  # lr <= 0: `override` refuses it as such
         raise ConfigError(
             f"lr {lr:g} is below the {task_name} task's default min_lr {defaults['min_lr']:g}, the rate its schedule "
             f"ends at: give one too, e.g. --set min_lr={lr / 10:g}"

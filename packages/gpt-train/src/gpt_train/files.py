@@ -44,10 +44,12 @@ def write_atomically(
     """Call `write(temporary)`, fsync, then rename it over `path`; one of `failures` becomes a WriteError."""
     tmp = temporary_path(path)
     try:
+        tmp.touch()  # created as the umask allows: the mode the file keeps
+        mode = tmp.stat().st_mode & 0o777
         write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # a library's own temporary file is 0600: readable by its owner alone
+        os.chmod(tmp, mode)  # a library writing through a temporary file of its own leaves it 0600
         os.replace(tmp, path)
     except failures as error:
         reason = " ".join((getattr(error, "strerror", None) or str(error)).split())
@@ -56,12 +58,6 @@ def write_atomically(
     finally:
         with contextlib.suppress(OSError):  # the write's own error, already raised, is the one to show
             tmp.unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # read by setting it, and set back at once
-    os.umask(mask)
-    return mask
 
 
 def write_bytes_atomically(path: Path, data: bytes) -> None:

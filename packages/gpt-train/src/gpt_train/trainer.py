@@ -149,7 +149,7 @@ class Trainer:
                 raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
         self.step, self.elapsed_before, self.cooldown_from = state.step, state.elapsed, state.cooldown_from
         self.loss = state.loss
-        if state.world_size != self.rank.world_size and self.step < self.last_step:
+        if state.world_size not in (None, self.rank.world_size) and self.step < self.last_step:
             warnings.warn(
                 f"the checkpoint was written by a run of {state.world_size} process(es), this one has "
                 f"{self.rank.world_size}: each step now averages {self.rank.world_size} x batch_size sequences, not "
@@ -200,7 +200,7 @@ class Trainer:
         seed = ((self.settings.seed * 1_000_003 + self.rank.rank) * 1_000_000_007 + step) % 2**63
         self.data_rng.manual_seed(seed)
         if self.rank.distributed:
-            torch.manual_seed(seed + 1)  # all ranks started from the one seed that made the same initial weights
+            torch.manual_seed(seed ^ 1 << 62)  # another stream than any step's batch; all ranks began on one seed
         return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
 
     def train_step(self, step: int) -> tuple[float, bool]:

@@ -174,7 +174,7 @@ def run(
     if outcome.reason in ("interrupted", "diverged") and not rank.is_main:
         raise click.exceptions.Exit(130 if outcome.reason == "interrupted" else 1)  # rank 0 says why, once
     if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
-        again = f"Resume with: {resume_command(rank, handed.layout.root)}"  # the same ranks draw the same batches
+        again = resume_hint(rank, handed.layout.root)  # the same ranks draw the same batches
         raise CommandError(f"interrupted at step {outcome.step}; {outcome.detail}. {again}", exit_code=130)
     if outcome.reason == "diverged":
         raise CommandError(outcome.detail, exit_code=1)
@@ -182,15 +182,15 @@ def run(
         click.echo(summary(handed.config, outcome.final, handed.layout.root))
 
 
-def resume_command(rank: Rank, run_dir: Path) -> str:
+def resume_hint(rank: Rank, run_dir: Path) -> str:
     """The command that resumes `run_dir` on this run's processes: per node, and nodes, as torchrun started it."""
     if not rank.distributed:
-        return f"gpt-train run --resume {run_dir}"
+        return f"Resume with: gpt-train run --resume {run_dir}"
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", rank.world_size))
     if per_node == rank.world_size:
-        return f"torchrun --nproc_per_node {per_node} -m gpt_train run --resume {run_dir}"
+        return f"Resume with: torchrun --nproc_per_node {per_node} -m gpt_train run --resume {run_dir}"
     nodes = f"--nnodes {rank.world_size // per_node} --nproc_per_node {per_node}"
-    return f"torchrun {nodes} -m gpt_train run --resume {run_dir} on each node, with the rendezvous options it had"
+    return f"Resume on each node, with its rendezvous options: torchrun {nodes} -m gpt_train run --resume {run_dir}"
 
 
 def _announce(handed: Run, resume: Path | None, quiet: bool) -> None:
@@ -228,9 +228,10 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
     course = held_out_course(config, run_dir)
+    loss = "not recorded" if final["loss"] is None else f"{final['loss']:.4f}"  # a checkpoint without it
     return (
         f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
-        f"{primary} {format_value(value, examples)}{over}{course}; final loss {final['loss']:.4f}; run in {run_dir}"
+        f"{primary} {format_value(value, examples)}{over}{course}; final loss {loss}; run in {run_dir}"
     )
 
 

@@ -145,6 +145,7 @@ class CourseTrainer(Trainer):
         self._last_loss, self._began = math.nan, time.monotonic()
         self.learners: LearnersGPT | None = None
         super().__init__(run, quiet)
+        self._last_loss = math.nan if self.loss is None else self.loss  # a resumed run's, until it trains a step
 
     def _training_forward(self) -> nn.Module:
         if self._model_class is None:
