@@ -170,7 +170,7 @@ def test_a_run_killed_during_its_final_evaluation_resumes_and_finishes_as_the_un
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert cli(*TINY, "--set", "checkpoint_every=10", "--out", whole).code == 0
 
-    def killed(self, loss, elapsed):
+    def killed(self, elapsed):
         raise SystemExit(137)  # as kill -9 leaves it: whatever was written before the final evaluation
 
     with monkeypatch.context() as patch:

@@ -20,10 +20,11 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     scaled = logits / temperature
-    # A row that a tiny temperature overflows (float16 at T = 1e-4) takes its limit, the best token.
-    overflowed = (~scaled.isfinite() & logits.isfinite()).any(dim=-1, keepdim=True)  # (B, 1)
-    best = torch.full_like(logits, float("-inf")).scatter(-1, logits.argmax(dim=-1, keepdim=True), 0.0)  # (B, V)
-    logits = torch.where(overflowed, best, scaled)
+    if temperature < 1.0:  # only dividing by less than 1 can overflow: a row that did takes its limit, the best token
+        overflowed = (~scaled.isfinite() & logits.isfinite()).any(dim=-1, keepdim=True)  # (B, 1)
+        best = torch.full_like(logits, float("-inf")).scatter(-1, logits.argmax(dim=-1, keepdim=True), 0.0)  # (B, V)
+        scaled = torch.where(overflowed, best, scaled)
+    logits = scaled
     if top_k is not None and top_k < logits.shape[-1]:
         kth_best = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth_best, float("-inf"))

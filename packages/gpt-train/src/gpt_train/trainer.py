@@ -114,7 +114,7 @@ class Trainer:
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
         self.cooldown_from: int | None = None  # the step whose evaluation reached `cooldown_trigger`
-        self.loss: float | None = None  # the last step's training loss, before this process trains one
+        self.loss: float | None = None  # the last step's training loss (a checkpoint's, before this process trains)
         if run.resume:
             self._restore(self.record.restore())
         if self.step >= self.last_step and self.record.finished_at(self.step):
@@ -162,10 +162,10 @@ class Trainer:
     def last_step(self) -> int:
         return self.settings.last_step(self.cooldown_from)
 
-    def save(self, elapsed: float, loss: float | None = None) -> None:
-        self.record.checkpoint(lambda: self._state(elapsed, loss))
+    def save(self, elapsed: float) -> None:
+        self.record.checkpoint(lambda: self._state(elapsed))
 
-    def _state(self, elapsed: float, loss: float | None) -> TrainingState:
+    def _state(self, elapsed: float) -> TrainingState:
         rng = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
@@ -174,7 +174,7 @@ class Trainer:
         precision = self.precision.state_dict()
         return TrainingState(
             self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from,
-            loss, self.rank.world_size,
+            self.loss, self.rank.world_size,
         )  # fmt: skip
 
     def keep_snapshot(self) -> None:
@@ -323,7 +323,6 @@ class Trainer:
         if self.last_step != s.steps:  # a resumed run whose cool-down has started
             progress.ends_at(self.last_step)
         latest: dict[str, float] = {}
-        loss = self.loss
         self.model.train()
         try:
             with self.stop.installed():
@@ -336,7 +335,7 @@ class Trainer:
                             f"gradients were not finite for {MAX_SKIPPED_STEPS} steps in a row "
                             f"(fp16 loss scale down to {self.precision.scale:.1e})"
                         )
-                    self.step += 1
+                    self.step, self.loss = self.step + 1, loss
                     if self.on_step is not None:
                         self.on_step(self.step)
                     self.keep_snapshot()
@@ -352,15 +351,15 @@ class Trainer:
                         self.record.log(line | (latest if evaluated else {}))
                     progress.update(loss, latest)
                     if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
-                        self.save(elapsed(), loss)
+                        self.save(elapsed())
                     # Under torchrun only the agreed flag: a Ctrl-C during the exchange goes in the next one.
                     stop = stop_requested or (self.stop.requested and not self.rank.distributed)
                     if stop and self.step < self.last_step:
-                        self.save(elapsed(), loss)
+                        self.save(elapsed())
                         return Outcome("interrupted", self.step, detail="checkpoint written")
         finally:
             progress.close()
-        return self._finish(loss, elapsed)
+        return self._finish(elapsed)
 
     def _follow_cooldown_trigger(self, metrics: dict[str, float], progress: Progress) -> None:
         """Start the cool-down at the first evaluation reaching `cooldown_trigger`, end it at one below; every rank
@@ -375,18 +374,18 @@ class Trainer:
             self.cooldown_from = self.step if reached else None
             progress.ends_at(self.last_step)
 
-    def _finish(self, loss: float | None, elapsed: Callable[[], float]) -> Outcome:
+    def _finish(self, elapsed: Callable[[], float]) -> Outcome:
         """The final evaluation, then the last checkpoint and final.json. Ctrl-C during the evaluation writes the
         last step's checkpoint, from which --resume only evaluates."""
         try:
             with evaluation_progress(self.quiet):
                 final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
         except KeyboardInterrupt:
-            self.save(elapsed(), loss)
+            self.save(elapsed())
             return Outcome("interrupted", self.step, detail="checkpoint written; the final evaluation is still to do")
         total = elapsed()
-        self.save(total, loss)
-        final |= {"step": self.step, "elapsed": round(total, 3), "loss": loss}
+        self.save(total)
+        final |= {"step": self.step, "elapsed": round(total, 3), "loss": self.loss}
         self.record.log(final | {"lr": self.optimizer.param_groups[0]["lr"]})
         final |= self._weights_agreement()  # bookkeeping for final.json, not a metric to plot
         self.record.finish(final)

@@ -29,7 +29,8 @@ class CommandError(click.ClickException):
         self.exit_code = exit_code
 
     def show(self, file: object = None) -> None:
-        label = f"[rank {other_rank()}] " if other_rank() else ""  # each rank's error, which may be its own
+        rank = other_rank()
+        label = f"[rank {rank}] " if rank else ""  # each rank's error, which may be its own
         click.echo(f"gpt-train: error: {label}{' '.join(self.format_message().split())}", err=True)
 
 
@@ -45,7 +46,8 @@ class Aborted(CommandError):
 
 
 def other_rank() -> int:
-    """This process's rank under torchrun, or 0 (rank 0, or no torchrun): warnings come from rank 0 alone."""
+    """This process's rank under torchrun, or 0 (rank 0, or no torchrun): warnings come from rank 0 alone. Read
+    from the environment here, where an error is shown, without `Rank.from_env`'s checks or its torch import."""
     rank, world = os.environ.get("RANK", "0").strip(), os.environ.get("WORLD_SIZE", "1").strip()
     return int(rank) if rank.isdigit() and world.isdigit() and int(world) > 1 else 0
 

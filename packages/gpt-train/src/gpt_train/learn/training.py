@@ -142,10 +142,9 @@ class CourseTrainer(Trainer):
 
     def __init__(self, run: Run, quiet: bool, report: Callable[[str], None], model_class: type[nn.Module] | None):
         self._report, self._model_class = report, model_class
-        self._last_loss, self._began = math.nan, time.monotonic()
+        self._began = time.monotonic()
         self.learners: LearnersGPT | None = None
         super().__init__(run, quiet)
-        self._last_loss = math.nan if self.loss is None else self.loss  # a resumed run's, until it trains a step
 
     def _training_forward(self) -> nn.Module:
         if self._model_class is None:
@@ -153,17 +152,12 @@ class CourseTrainer(Trainer):
         self.learners = LearnersGPT(self.model, self._model_class)
         return self.learners
 
-    def train_step(self, step: int) -> tuple[float, bool]:
-        loss, stop = super().train_step(step)
-        self._last_loss = loss
-        return loss, stop
-
     def scored_model(self) -> Any:
         return self.model if self.learners is None else self.learners
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         s = self.settings
-        head = f"  step {self.step:,} of {s.steps:,}: loss {self._last_loss:.4f}"
+        head = f"  step {self.step:,} of {s.steps:,}: loss {math.nan if self.loss is None else self.loss:.4f}"
         final = self.step >= s.steps
         if final:
             self._report(f"{head}; scoring every held-out example")
