@@ -1,4 +1,4 @@
-"""bf16 inputs: the kernels keep their statistics in float32 and hand results back in the input's dtype;
+"""bf16 inputs: the kernels of both sets keep their statistics in float32 and hand results back in the input's dtype;
 a GPT under autocast runs its products in bf16 and keeps the residual stream, the loss and the gradients
 in float32. References are PyTorch's built-ins in float64 on the same (bf16) values.
 
@@ -11,8 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt_core import GPT, GPTConfig, attention, attention_weights, cross_entropy, layer_norm, log_softmax, softmax
-from gpt_core.kernels.precision import upcast
+from gpt_core import (
+    GPT,
+    GPTConfig,
+    attention,
+    attention_weights,
+    cross_entropy,
+    layer_norm,
+    log_softmax,
+    reference,
+    softmax,
+)
+from gpt_core.reference import upcast
 
 ROUNDING = 2.0**-8
 
@@ -42,7 +52,11 @@ def test_upcast_hands_wider_floats_back_uncopied_so_their_path_is_unchanged(dtyp
     assert upcast(x) is x
 
 
-def test_layer_norm_of_bf16_rows_far_from_zero_keeps_its_statistics_in_float32(gen):
+BOTH_SETS = {"ids": ["fast", "reference"]}
+
+
+@pytest.mark.parametrize("layer_norm", [layer_norm, reference.layer_norm], **BOTH_SETS)
+def test_layer_norm_of_bf16_rows_far_from_zero_keeps_its_statistics_in_float32(gen, layer_norm):
     """Rows near 100 with spread 1: a mean rounded to bf16 (spacing 0.5 there) is off by up to 0.25, a
     quarter of the spread, and the output with it; in float32 only the output's own rounding is left."""
     x, weight, bias = bf16(gen, 64, 32, offset=100.0), torch.randn(32, generator=gen), torch.randn(32, generator=gen)
@@ -65,7 +79,8 @@ def test_layer_norm_of_bf16_rows_far_from_zero_keeps_its_statistics_in_float32(g
     assert max(largest_error(g, e) for g, e in zip(grads[1:], expected[1:], strict=True)) <= 1e-5
 
 
-def test_cross_entropy_of_bf16_logits_keeps_the_log_sum_exp_and_the_loss_in_float32(gen):
+@pytest.mark.parametrize("cross_entropy", [cross_entropy, reference.cross_entropy], **BOTH_SETS)
+def test_cross_entropy_of_bf16_logits_keeps_the_log_sum_exp_and_the_loss_in_float32(gen, cross_entropy):
     """Logits near 40: a log-sum-exp rounded to bf16 (spacing 0.25 there) moves a row's loss by up to
     0.125; computed in float32 each row's loss is right to float32's precision."""
     logits = bf16(gen, 64, 11, offset=40.0)
@@ -90,7 +105,11 @@ def test_cross_entropy_of_bf16_logits_keeps_the_log_sum_exp_and_the_loss_in_floa
     assert largest_error(grad, expected) <= ROUNDING
 
 
-@pytest.mark.parametrize(("function", "builtin"), [(softmax, torch.softmax), (log_softmax, torch.log_softmax)])
+@pytest.mark.parametrize(
+    ("function", "builtin"),
+    [(softmax, torch.softmax), (reference.softmax, torch.softmax), (log_softmax, torch.log_softmax)],
+    ids=["softmax", "reference softmax", "log_softmax"],
+)
 def test_softmax_and_log_softmax_of_bf16_are_bf16_within_one_rounding(gen, function, builtin):
     x = bf16(gen, 16, 50, offset=30.0)
     ours = function(x)
@@ -98,7 +117,12 @@ def test_softmax_and_log_softmax_of_bf16_are_bf16_within_one_rounding(gen, funct
     assert largest_error(ours, builtin(widened(x), dim=-1)) <= ROUNDING
 
 
-def test_attention_on_bf16_gives_bf16_weights_that_sum_to_one_and_bf16_gradients(gen):
+@pytest.mark.parametrize(
+    ("attention", "attention_weights"),
+    [(attention, attention_weights), (reference.attention, reference.attention_weights)],
+    **BOTH_SETS,
+)
+def test_attention_on_bf16_gives_bf16_weights_that_sum_to_one_and_bf16_gradients(gen, attention, attention_weights):
     q, k, v = (bf16(gen, 2, 3, 64, 8) for _ in range(3))
     out, weights = attention(q * 4, k, v, causal=True), attention_weights(q * 4, k, causal=True)  # scores up to ~30
     assert out.dtype == weights.dtype == torch.bfloat16

@@ -71,13 +71,22 @@ EAGER = step(2.0, w=[1.0, 2.0], b=[0.5])
         (step(2.0, w=[1.0, 2.5], b=[0.5]), "the gradient of w differs by 0.22 relative"),
         (step(2.0, w=[1.0, 2.0], b=[0.0]), "the gradient of b differs by 1 relative"),
         (step(2.5, w=[1.0, 2.0], b=[0.5]), "the loss differs by 0.25 relative (2.5 against 2)"),
-        (step(2.0, w=[1.0, float("inf")], b=[0.5]), "the gradient of w differs by inf"),
+        (
+            step(2.0, w=[1.0, float("inf")], b=[0.5]),
+            "the gradient of w has 1 entries that are not finite, the eager one 0",
+        ),
         (step(float("nan"), w=[1.0, 2.0], b=[0.5]), "the loss differs by inf"),
     ],
 )
 def test_the_compiled_step_check_names_the_loss_or_the_parameter_that_differs_most(compiled_step, named):
     problem = check_compiled_step(EAGER, compiled_step, tolerance=1e-2)
     assert problem is None if named is None else named in problem
+
+
+@pytest.mark.parametrize(("kernels", "other"), [("fast", "reference"), ("reference", "fast"), ("triton", "reference")])
+def test_the_compiled_step_check_suggests_another_kernel_set_than_the_runs(kernels, other):
+    problem = check_compiled_step(EAGER, step(2.5, w=[1.0, 2.0], b=[0.5]), 1e-2, kernels=kernels)
+    assert problem.endswith(f"(drop --compile, or try --kernels {other})")
 
 
 def test_gradients_that_overflow_alike_in_both_steps_agree():

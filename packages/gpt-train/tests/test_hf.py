@@ -40,6 +40,7 @@ def test_export_writes_config_and_safetensors_that_load_back_bit_identical(cli, 
     assert (config["model_type"], config["architectures"], config["activation_function"]) == (
         "gpt2", ["GPT2LMHeadModel"], "gelu_new",
     )  # fmt: skip
+    assert config["n_ctx"] == config["n_positions"]  # the name llama.cpp's converter reads
     assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors"]  # no tokenizer for sort
     trained = load_run(tiny_run, torch.device("cpu")).model
     loaded = load_model(exported)
@@ -67,12 +68,39 @@ def test_export_refuses_an_architecture_gpt2_cannot_express(cli, tmp_path, setti
     assert not (tmp_path / "out").exists()
 
 
+def test_export_refuses_a_run_that_computed_with_an_unverified_kernel(cli, tmp_path):
+    """Verified kernels compute gpt-core's own pieces to 1e-12; an unverified one may be another model."""
+    run_dir = tmp_path / "run"
+    choice = "attention=kernel_examples:scale_over_d"
+    assert cli(*TINY, *ONE_STEP, "--kernel", choice, "--unverified", "--out", run_dir).code == 0
+    result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
+    assert_one_line_error(result, "cannot export as GPT-2", f"unverified kernels ({choice})")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_an_unfinished_run_names_the_step_it_writes(cli, tiny_run, tmp_path):
+    (tiny_run / RunLayout.FINAL).unlink()
+    result = cli("export", tiny_run, "--format", "hf", tmp_path / "hf")
+    assert result.code == 0, result.err
+    assert "(the weights of step 30: the run has not finished)" in result.out.splitlines()[0]
+
+
 def test_export_into_a_non_empty_directory_is_refused_and_touches_nothing(cli, tiny_run, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     assert_one_line_error(cli("export", tiny_run, "--format", "hf", out), "not an empty directory")
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+
+
+def test_export_under_a_file_or_to_a_dangling_link_names_what_is_in_the_way(cli, tiny_run, tmp_path):
+    (tmp_path / "file").write_text("kept")
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    result = cli("export", tiny_run, "--format", "hf", tmp_path / "file" / "sub")
+    assert_one_line_error(result, f"{tmp_path / 'file'} is a file, not a directory")
+    result = cli("export", tiny_run, "--format", "hf", tmp_path / "link")
+    assert_one_line_error(result, f"is a link to {tmp_path / 'nowhere'}, which does not exist")
+    assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "nowhere").exists()
 
 
 def test_export_into_an_empty_directory_writes_into_that_directory_itself(cli, tiny_run, tmp_path, monkeypatch):

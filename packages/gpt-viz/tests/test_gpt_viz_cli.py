@@ -136,6 +136,35 @@ def test_out_with_an_image_suffix_writes_that_format(runner, make_run, tmp_path,
     assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == sorted(expected)
 
 
+@pytest.mark.parametrize("out", ["", ".", "folder"])
+def test_out_naming_a_directory_is_a_one_line_error(runner, make_run, tmp_path, monkeypatch, out):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    run = str(make_run())
+    for command in ("attention", "explore"):
+        result = runner.invoke(main, [command, run, "--out", out])
+        assert_one_line_error(result, "it is a directory; name a file")
+    assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == []
+
+
+def test_curves_out_naming_a_file_says_it_takes_a_directory(runner, make_run, tmp_path):
+    picture = tmp_path / "existing.png"
+    picture.write_bytes(b"a picture")
+    result = runner.invoke(main, ["curves", str(make_run()), "--out", str(picture)])
+    assert_one_line_error(result, "is a file; curves writes its pictures into a directory")
+    assert picture.read_bytes() == b"a picture"
+
+
+def test_explore_out_adds_html_so_that_no_run_file_is_written_over(runner, make_run):
+    run = make_run()
+    metrics = RunLayout(run).metrics
+    kept = metrics.read_bytes()
+    result = runner.invoke(main, ["explore", str(run), "--out", str(metrics)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{metrics}.html\n"
+    assert metrics.read_bytes() == kept
+
+
 def test_attention_marks_the_prompt_the_file_records(runner, make_run, attention_examples, monkeypatch):
     run = make_run(attention=False)
     save_attention_examples(run, [attention_examples[0]._replace(prompt_length=4)])

@@ -111,6 +111,7 @@ def hf_config(config: GPTConfig) -> dict[str, Any]:
         "model_type": "gpt2",
         "vocab_size": config.vocab_size,
         "n_positions": config.position_limit,
+        "n_ctx": config.position_limit,  # older readers' name for it (llama.cpp's converter reads only this)
         "n_embd": config.n_embd,
         "n_layer": config.n_layer,
         "n_head": config.n_head,

@@ -66,14 +66,17 @@ def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
     return difference / scale
 
 
-def check_compiled_step(eager: Step, compiled: Step, tolerance: float, exact: Step | None = None) -> str | None:
+def check_compiled_step(
+    eager: Step, compiled: Step, tolerance: float, exact: Step | None = None, kernels: str = "fast"
+) -> str | None:
     found = step_disagreement(eager, compiled, tolerance, exact)
     if found is None:
         return None
+    other = "fast" if kernels == "reference" else "reference"
     return (
         f"--compile: the compiled first step disagrees with the eager one on the same batch and weights: {found}; "
         "the compiler computes this model wrong here, so the run stopped before training (drop --compile, or try "
-        "--kernels reference)"
+        f"--kernels {other})"
     )
 
 
@@ -90,6 +93,11 @@ def step_disagreement(eager: Step, compiled: Step, tolerance: float, exact: Step
     difference, limit = checks[worst]
     if difference <= limit:
         return None
+    if worst != "the loss":
+        name = worst.removeprefix("the gradient of ")
+        counts = [int((~grads[name].isfinite()).sum()) for grads in (compiled.grads, eager.grads)]
+        if counts[0] != counts[1]:
+            return f"{worst} has {counts[0]:,} entries that are not finite, the eager one {counts[1]:,}"
     loss_values = f" ({compiled.loss:.6g} against {eager.loss:.6g})" if worst == "the loss" else ""
     return f"{worst} differs by {difference:.2g} relative{loss_values}, beyond the {limit:.2g} accepted"
 

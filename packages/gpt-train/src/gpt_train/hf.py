@@ -225,6 +225,11 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         config |= {"bos_token_id": end, "eos_token_id": end}
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
+    if out.is_symlink() and not out.exists():
+        raise HFError(f"{out} is a link to {os.readlink(out)}, which does not exist; choose another directory")
+    above = next((folder for folder in out.parents if folder.exists()), None)
+    if above is not None and not above.is_dir():
+        raise HFError(f"cannot export to {out}: {above} is a file, not a directory")
     fresh = not out.exists()
     building = temporary_path(out) if fresh else out
     try:

@@ -123,7 +123,8 @@ def check_kernel_set(name: str, device: torch.device) -> None:
     if name == "triton" and not triton_runs_on(device):
         raise KernelError(
             f"--kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not {device.type}; use the "
-            "fast set there (the default), or TRITON_INTERPRET=1 to run the kernels in Triton's interpreter"
+            "fast set there (the default), `gpt-train verify --kernels triton` to check the kernels in Triton's "
+            "interpreter, or TRITON_INTERPRET=1 to train with them there (far slower: a few tiny steps)"
         )
 
 

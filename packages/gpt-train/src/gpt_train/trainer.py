@@ -119,7 +119,7 @@ class Trainer:
             self._restore(self.record.restore())
         if self.step >= self.last_step and self.record.finished_at(self.step):
             raise RunDirError(f"the run in {run.layout.root} already finished ({self.step} of {self.last_step} steps)")
-        self.record.start_at(self.step)
+        self.record.start_at(self.step if self.step < self.last_step else self.step - 1)  # the final row is rewritten
         if self.step == 0:
             self.keep_snapshot()
         self.first_step = self.step  # where this process started
@@ -244,7 +244,7 @@ class Trainer:
             loss = self._gradients(batch, self.forward)
             grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
             tolerance = COMPILED_STEP_TOLERANCE[self.settings.dtype]
-            problem = check_compiled_step(eager, Step(float(loss), grads), tolerance, exact)
+            problem = check_compiled_step(eager, Step(float(loss), grads), tolerance, exact, self.settings.kernels)
         finally:
             self.model.train()
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)

@@ -60,6 +60,8 @@ def save_figure(fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)) 
     give ``curves.svg``, and names containing dots survive); return the paths written."""
     supported = fig.canvas.get_supported_filetypes()
     stem = Path(path)
+    if not stem.name or stem.is_dir():
+        raise VizError(f"cannot write a picture to {stem}: it is a directory; name a file")
     if stem.suffix.lower().lstrip(".") in supported:
         stem = stem.with_suffix("")
     written = []

@@ -61,6 +61,8 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
     if out is None:
         targets = [RunLayout(run_directory(run_dir)).curves_picture for run_dir in run_dirs]
     else:
+        if out.exists() and not out.is_dir():
+            raise VizError(f"--out {out} is a file; curves writes its pictures into a directory")
         names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:

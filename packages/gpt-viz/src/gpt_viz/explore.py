@@ -55,8 +55,13 @@ def filled_page(package: str, template: str, title: str, parts: dict[str, str]) 
 
 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
+    """The page at `target` (".html" added to another suffix, so that no run file is written over) or in the run."""
     page = explorer_page(run_dir)
     path = Path(target) if target is not None else run_directory(run_dir) / PAGE_NAME
+    if not path.name or path.is_dir():
+        raise VizError(f"cannot write the page to {path}: it is a directory; name a file")
+    if path.suffix.lower() not in (".html", ".htm"):
+        path = path.with_name(f"{path.name}.html")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")

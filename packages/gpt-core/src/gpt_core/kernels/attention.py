@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-from gpt_core.kernels.precision import upcast
+from gpt_core.reference import upcast
 
 _LOG2_E = math.log2(math.e)
 

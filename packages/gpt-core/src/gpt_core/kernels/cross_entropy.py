@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gpt_core.kernels.precision import upcast
-from gpt_core.reference import IGNORE_INDEX
+from gpt_core.reference import IGNORE_INDEX, upcast
 
 
 class _CrossEntropy(torch.autograd.Function):

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from gpt_core.kernels.precision import upcast
+from gpt_core.reference import upcast
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gpt_core.kernels.precision import upcast
 from gpt_core.reference import layer_norm as layer_norm_formula
+from gpt_core.reference import upcast
 
 
 def _layer_norm_forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:

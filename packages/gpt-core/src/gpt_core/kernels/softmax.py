@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gpt_core.kernels.precision import upcast
+from gpt_core.reference import upcast
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:

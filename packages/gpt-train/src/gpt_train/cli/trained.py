@@ -14,7 +14,7 @@ from gpt_tasks import PromptAnswerTask
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION, set_option
+from gpt_train.cli.options import DEVICE_HELP, SEED, TRUST_KERNELS_OPTION, set_option
 from gpt_train.config import RunConfig, field_types, parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
@@ -22,7 +22,7 @@ from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, answer_tokens, untrained_prompt_note
 from gpt_train.run_names import RUN
 from gpt_train.trainer import checked_metrics
-from gpt_viz import SPLITS, metric_key
+from gpt_viz import SPLITS, RunLayout, metric_key
 
 
 @click.command("eval", context_settings=CONTEXT)
@@ -90,7 +90,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
 )
 @click.option("--top-k", type=click.IntRange(min=1), help="Sample only from the k most likely tokens.")
 @click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampling.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for sampling.")
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @TRUST_KERNELS_OPTION
 def sample(
@@ -183,9 +183,14 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
       gpt-train export sort --format hf exported/sort
       gpt-train export text --format hf exported/text            # the newest text run under ./runs
     """
-    saved = load_run(run_dir, "cpu", with_kernels=False)  # the weights are all an export needs
+    saved = load_run(run_dir, "cpu", with_kernels=False)  # verified kernels compute gpt-core's own to 1e-12
+    if saved.config.unverified_kernels:
+        chosen = ", ".join(f"{slot}={saved.config.kernels[slot]}" for slot in saved.config.unverified_kernels)
+        raise HFError(f"cannot export as GPT-2: the run computed with unverified kernels ({chosen}), not GPT-2's")
     tokenizer = run_tokenizer(saved.config)
     written = write_directory(saved.model, out, tokenizer)
-    click.echo(f"wrote {', '.join(path.name for path in written)} to {out}")
+    finished = RunLayout(saved.run_dir).final.is_file()
+    unfinished = "" if finished else f" (the weights of step {saved.step:,}: the run has not finished)"
+    click.echo(f"wrote {', '.join(path.name for path in written)} to {out}{unfinished}")
     if tokenizer is None:
         click.echo(f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {run_dir}`")

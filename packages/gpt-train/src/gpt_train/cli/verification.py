@@ -9,7 +9,7 @@ import torch
 
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import KERNEL_SET_HELP, finite
+from gpt_train.cli.options import KERNEL_SET_HELP, SEED, finite
 from gpt_train.guard import guarded
 from gpt_train.kernels import TOLERANCE, first_failure, parse_kernel_choices, resolve_kernel, verify_kernel
 
@@ -20,7 +20,7 @@ from gpt_train.kernels import TOLERANCE, first_failure, parse_kernel_choices, re
               "Repeatable.")  # fmt: skip
 @click.option("--kernels", "kernel_set", type=click.Choice(list(KERNEL_SETS)), default="fast", show_default=True,
               help="The kernel set to check: " + KERNEL_SET_HELP.split(": ", 1)[1].split("; ")[0] + ".")  # fmt: skip
-@click.option("--seed", type=int, help="Fix the random inputs. [default: fresh each time]")
+@click.option("--seed", type=SEED, help="Fix the random inputs. [default: fresh each time]")
 @click.option(
     "--dtype",
     type=click.Choice(["fp64", "bf16"]),
