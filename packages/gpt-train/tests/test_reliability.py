@@ -376,6 +376,14 @@ def test_sample_and_verify_refuse_a_seed_torch_cannot_take_in_one_line(cli, tiny
         assert_one_line_error(cli(*command, "--seed", seed), "Invalid value for '--seed'", code=2)
 
 
+def test_an_empty_out_is_refused_not_taken_for_the_current_directory(cli, tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert_one_line_error(cli(*TINY, "--out", ""), "Invalid value for '--out': is empty; name a directory")
+    assert list(here.iterdir()) == []
+
+
 def test_data_for_a_task_that_reads_none_is_named_as_such(cli, tmp_path):
     result = cli(*TINY, "--data", tmp_path / "corpus.txt", "--out", tmp_path / "run")
     assert_one_line_error(result, "task 'sort' reads no data file; drop --data")

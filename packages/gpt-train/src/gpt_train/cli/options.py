@@ -4,6 +4,7 @@ to a saved run's module-path kernels."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import click
 
@@ -32,6 +33,14 @@ def trust_kernels_option(opens: str = "Open a run"):
 
 
 TRUST_KERNELS_OPTION = trust_kernels_option()
+
+
+def named_path(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """A path option's callback: an empty one (an unset shell variable, `--out "$DIR"`) refused, not the current
+    directory."""
+    if value == "":
+        raise click.BadParameter("is empty; name a directory", ctx, param)
+    return None if value is None else Path(value)
 
 
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:

@@ -11,7 +11,14 @@ import click
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.formatting import format_value, wrong_count
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP, KERNEL_HELP, KERNEL_SET_HELP, set_option, trust_kernels_option
+from gpt_train.cli.options import (
+    DEVICE_HELP,
+    KERNEL_HELP,
+    KERNEL_SET_HELP,
+    named_path,
+    set_option,
+    trust_kernels_option,
+)
 from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
 from gpt_train.devices import resolve_device
@@ -50,7 +57,7 @@ from gpt_viz import (
 @click.option(
     "--seed", type=int, help="Seed for weights and data; same seed + flags on CPU = same numbers. [default: 1337]"
 )
-@click.option("--out", type=click.Path(path_type=Path), help="Run directory. [default: runs/<task>-<timestamp>]")
+@click.option("--out", type=click.Path(), callback=named_path, help="Run directory. [default: runs/<task>-<timestamp>]")
 @click.option(
     "--compile",
     "compile_",
