@@ -49,6 +49,11 @@ layer_norm_backward_drops_a_term = next(m for m in OWN["layer_norm_backward"] if
 """Wrong: LayerNorm whose backward drops the - xhat * mean(g * xhat) term of dx (the course's classic mistake)."""
 
 
+def hotter_sampling_softmax(x):
+    """Wrong: sampling at temperature 2 whatever is asked (the softmax of x / 2)."""
+    return torch.softmax(x / 2, dim=-1)
+
+
 not_a_function = 42
 
 

@@ -73,7 +73,7 @@ EAGER = step(2.0, w=[1.0, 2.0], b=[0.5])
         (step(2.5, w=[1.0, 2.0], b=[0.5]), "the loss differs by 0.25 relative (2.5 against 2)"),
         (
             step(2.0, w=[1.0, float("inf")], b=[0.5]),
-            "the gradient of w has 1 entries that are not finite, the eager one 0",
+            "the gradient of w is not finite at 1 of its 2 entries, the eager one at 0",
         ),
         (step(float("nan"), w=[1.0, 2.0], b=[0.5]), "the loss differs by inf"),
     ],
@@ -87,6 +87,13 @@ def test_the_compiled_step_check_names_the_loss_or_the_parameter_that_differs_mo
 def test_the_compiled_step_check_suggests_another_kernel_set_than_the_runs(kernels, other):
     problem = check_compiled_step(EAGER, step(2.5, w=[1.0, 2.0], b=[0.5]), 1e-2, kernels=kernels)
     assert problem.endswith(f"(drop --compile, or try --kernels {other})")
+
+
+def test_gradients_that_overflow_in_different_places_are_named_so():
+    problem = check_compiled_step(step(2.0, w=[1.0, float("inf")]), step(2.0, w=[float("inf"), 2.0]), 1e-2)
+    assert (
+        "the gradient of w is not finite at 1 of its 2 entries, the eager one at 1, and not at the same ones" in problem
+    )
 
 
 def test_gradients_that_overflow_alike_in_both_steps_agree():

@@ -78,8 +78,22 @@ def test_export_refuses_a_run_that_computed_with_an_unverified_kernel(cli, tmp_p
     assert not (tmp_path / "out").exists()
 
 
-def test_export_of_an_unfinished_run_names_the_step_it_writes(cli, tiny_run, tmp_path):
-    (tiny_run / RunLayout.FINAL).unlink()
+def test_export_takes_a_run_whose_unverified_kernel_only_samples(cli, tmp_path):
+    """sampling_softmax is no part of the logits: the weights are GPT-2's."""
+    run_dir = tmp_path / "run"
+    choice = "sampling_softmax=kernel_examples:hotter_sampling_softmax"
+    assert cli(*TINY, *ONE_STEP, "--kernel", choice, "--unverified", "--out", run_dir).code == 0
+    result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
+    assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("final", ["deleted", "a shorter run's"])
+def test_export_of_an_unfinished_run_names_the_step_it_writes(cli, tiny_run, tmp_path, final):
+    path = tiny_run / RunLayout.FINAL
+    if final == "deleted":
+        path.unlink()
+    else:  # the run was resumed with more steps and stopped: final.json is the shorter run's
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"step": 20}))
     result = cli("export", tiny_run, "--format", "hf", tmp_path / "hf")
     assert result.code == 0, result.err
     assert "(the weights of step 30: the run has not finished)" in result.out.splitlines()[0]
@@ -98,8 +112,9 @@ def test_export_under_a_file_or_to_a_dangling_link_names_what_is_in_the_way(cli,
     (tmp_path / "link").symlink_to(tmp_path / "nowhere")
     result = cli("export", tiny_run, "--format", "hf", tmp_path / "file" / "sub")
     assert_one_line_error(result, f"{tmp_path / 'file'} is a file, not a directory")
-    result = cli("export", tiny_run, "--format", "hf", tmp_path / "link")
-    assert_one_line_error(result, f"is a link to {tmp_path / 'nowhere'}, which does not exist")
+    for out in (tmp_path / "link", tmp_path / "link" / "sub"):
+        result = cli("export", tiny_run, "--format", "hf", out)
+        assert_one_line_error(result, f"{tmp_path / 'link'} is a link to {tmp_path / 'nowhere'}, which does not exist")
     assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "nowhere").exists()
 
 

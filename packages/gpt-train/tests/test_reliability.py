@@ -228,16 +228,18 @@ def test_a_longer_run_stopped_in_its_final_evaluation_resumes_beside_the_shorter
     assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 40
 
 
-def test_a_finished_run_whose_final_json_is_gone_evaluates_again_without_a_second_final_row(cli, tmp_path):
+def test_a_finished_run_whose_final_json_is_gone_evaluates_again_keeping_its_rows_and_snapshots_once(cli, tmp_path):
     run_dir = tmp_path / "run"
-    assert cli(*TINY, "--out", run_dir).code == 0
-    before = read_metrics(run_dir)
+    assert cli(*TINY, "--set", "snapshot_every=10", "--out", run_dir).code == 0
+    before, snapshots = read_metrics(run_dir), RunLayout(run_dir).snapshots()
+    assert list(snapshots) == [0, 10, 20, 30]
     (run_dir / RunLayout.FINAL).unlink()
     result = cli("run", "--resume", run_dir, "--quiet")
     assert result.code == 0, result.err
     strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
     assert strip(read_metrics(run_dir)) == strip(before)
     assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 30
+    assert RunLayout(run_dir).snapshots() == snapshots  # the last step's kept
 
 
 def exit_by_ctrl_c():
@@ -371,7 +373,7 @@ def test_sample_refuses_a_non_finite_temperature(cli, tiny_run, temperature):
 
 
 @pytest.mark.parametrize("seed", [str(2**64), "-1"])
-def test_sample_and_verify_refuse_a_seed_torch_cannot_take_in_one_line(cli, tiny_run, seed):
+def test_sample_and_verify_take_the_seeds_run_takes_and_refuse_others_in_one_line(cli, tiny_run, seed):
     for command in (["sample", tiny_run, "--prompt", "3141"], ["verify"]):
         assert_one_line_error(cli(*command, "--seed", seed), "Invalid value for '--seed'", code=2)
 

@@ -147,6 +147,15 @@ def test_out_naming_a_directory_is_a_one_line_error(runner, make_run, tmp_path, 
     assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == []
 
 
+def test_out_under_a_file_names_the_file_in_the_way(runner, make_run, tmp_path):
+    (tmp_path / "afile").write_text("kept")
+    run = str(make_run())
+    for command in ("attention", "explore"):
+        result = runner.invoke(main, [command, run, "--out", str(tmp_path / "afile" / "sub")])
+        assert_one_line_error(result, f"{tmp_path / 'afile'} is a file, not a directory")
+    assert (tmp_path / "afile").read_text() == "kept"
+
+
 def test_curves_out_naming_a_file_says_it_takes_a_directory(runner, make_run, tmp_path):
     picture = tmp_path / "existing.png"
     picture.write_bytes(b"a picture")

@@ -95,9 +95,12 @@ def step_disagreement(eager: Step, compiled: Step, tolerance: float, exact: Step
         return None
     if worst != "the loss":
         name = worst.removeprefix("the gradient of ")
-        counts = [int((~grads[name].isfinite()).sum()) for grads in (compiled.grads, eager.grads)]
-        if counts[0] != counts[1]:
-            return f"{worst} has {counts[0]:,} entries that are not finite, the eager one {counts[1]:,}"
+        ours, theirs = compiled.grads[name].isfinite(), eager.grads[name].isfinite()
+        if not torch.equal(ours, theirs):
+            counts = int((~ours).sum()), int((~theirs).sum())
+            alike = ", and not at the same ones" if counts[0] == counts[1] else ""
+            where = f"{counts[0]:,} of its {ours.numel():,} entries, the eager one at {counts[1]:,}{alike}"
+            return f"{worst} is not finite at {where}"
     loss_values = f" ({compiled.loss:.6g} against {eager.loss:.6g})" if worst == "the loss" else ""
     return f"{worst} differs by {difference:.2g} relative{loss_values}, beyond the {limit:.2g} accepted"
 

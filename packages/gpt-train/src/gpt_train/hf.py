@@ -22,6 +22,7 @@ from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, load_weights, read_safetensors, safetensors_header
 from gpt_train.errors import TrainError
 from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically
+from gpt_viz.errors import in_the_way
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -225,11 +226,9 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         config |= {"bos_token_id": end, "eos_token_id": end}
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HFError(f"{out} already exists and is not an empty directory; choose a new one")
-    if out.is_symlink() and not out.exists():
-        raise HFError(f"{out} is a link to {os.readlink(out)}, which does not exist; choose another directory")
-    above = next((folder for folder in out.parents if folder.exists()), None)
-    if above is not None and not above.is_dir():
-        raise HFError(f"cannot export to {out}: {above} is a file, not a directory")
+    blocked = in_the_way(out)
+    if blocked is not None:
+        raise HFError(f"cannot export to {out}: {blocked}")
     fresh = not out.exists()
     building = temporary_path(out) if fresh else out
     try:

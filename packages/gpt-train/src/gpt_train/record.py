@@ -13,6 +13,7 @@ import torch
 from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint, save_snapshot
 from gpt_train.files import WriteError, write_json_atomically
 from gpt_train.runs import Run, RunDirError, RunWarning, describe
+from gpt_viz import RunLayout
 
 
 class Record:
@@ -27,9 +28,11 @@ class Record:
     def restore(self) -> TrainingState:
         return load_checkpoint(self.layout.checkpoint, self.task_name)
 
-    def start_at(self, step: int) -> None:
+    def start_at(self, step: int, final_only: bool = False) -> None:
+        """Drop what was written past `step`, where the run resumes; with `final_only` (only the final evaluation
+        left) its row too, which that evaluation writes again."""
         if self.active:
-            _keep_metrics_through(self.layout.metrics, step)
+            _keep_metrics_through(self.layout.metrics, step - 1 if final_only else step)
             for later in [path for at, path in self.layout.snapshots().items() if at > step]:
                 later.unlink()
 
@@ -61,16 +64,17 @@ class Record:
         if self.active:
             write_json_atomically(self.layout.final, final)
 
-    def finished_at(self, step: int) -> bool:
-        """Whether final.json is that of a run finished at `step` (an unreadable one is not)."""
-        try:
-            return json.loads(self.layout.final.read_text(encoding="utf-8")).get("step") == step
-        except (OSError, ValueError, AttributeError):
-            return False
-
     def last_checkpoint(self) -> str:
         checkpoint = self.layout.checkpoint
         return f"the last good checkpoint is {checkpoint}" if checkpoint.exists() else "no checkpoint was written yet"
+
+
+def finished_at(layout: RunLayout, step: int) -> bool:
+    """Whether final.json is that of a run finished at `step` (an unreadable one is not)."""
+    try:
+        return json.loads(layout.final.read_text(encoding="utf-8")).get("step") == step
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _keep_metrics_through(path: Path, step: int) -> None:

@@ -39,7 +39,7 @@ from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import write_pictures
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32
 from gpt_train.progress import Progress, evaluation_progress
-from gpt_train.record import Record
+from gpt_train.record import Record, finished_at
 from gpt_train.runs import Run, RunDirError, RunWarning, run_kernels
 from gpt_train.signals import StopRequest
 from gpt_viz import metric_key, probe_key
@@ -117,9 +117,9 @@ class Trainer:
         self.loss: float | None = None  # the last step's training loss (a checkpoint's, before this process trains)
         if run.resume:
             self._restore(self.record.restore())
-        if self.step >= self.last_step and self.record.finished_at(self.step):
+        if self.step >= self.last_step and finished_at(run.layout, self.step):
             raise RunDirError(f"the run in {run.layout.root} already finished ({self.step} of {self.last_step} steps)")
-        self.record.start_at(self.step if self.step < self.last_step else self.step - 1)  # the final row is rewritten
+        self.record.start_at(self.step, final_only=self.step >= self.last_step)
         if self.step == 0:
             self.keep_snapshot()
         self.first_step = self.step  # where this process started

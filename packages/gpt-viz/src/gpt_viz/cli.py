@@ -144,7 +144,7 @@ def grokking_command(
 
 @main.command()
 @click.argument("run_dir", type=RUN)
-@click.option("--out", type=PATH, help="Page path [default: RUN_DIR/explore.html].")
+@click.option("--out", type=PATH, help="Page path, .html added to another suffix [default: RUN_DIR/explore.html].")
 def explore(run_dir: Path, out: Path | None) -> None:
     """One self-contained HTML page to explore a run in a browser.
 

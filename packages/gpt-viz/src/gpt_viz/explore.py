@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt_viz.errors import VizError
+from gpt_viz.errors import VizError, in_the_way
 from gpt_viz.inspect_pictures import most_needed_head
 from gpt_viz.run_data import (
     AttentionSnapshot,
@@ -60,6 +60,9 @@ def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
     path = Path(target) if target is not None else run_directory(run_dir) / PAGE_NAME
     if not path.name or path.is_dir():
         raise VizError(f"cannot write the page to {path}: it is a directory; name a file")
+    blocked = in_the_way(path.parent)
+    if blocked is not None:
+        raise VizError(f"cannot write the page to {path}: {blocked}")
     if path.suffix.lower() not in (".html", ".htm"):
         path = path.with_name(f"{path.name}.html")
     try:

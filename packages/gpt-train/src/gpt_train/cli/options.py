@@ -10,7 +10,7 @@ import click
 
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
 KERNEL_HELP = "Compute SLOT with kernel NAME: installed (see `gpt-train kernels`) or module:function. Repeatable."
-SEED = click.IntRange(0, 2**63 - 1)  # what torch.Generator.manual_seed takes, as `run --seed`
+SEED = click.IntRange(0, 2**63 - 1)  # the seeds `run --seed` takes
 KERNEL_SET_HELP = (
     "The kernel set: fast (hand-derived backward passes), reference (each piece as its plain-autograd "
     "definition) or triton (hand-written GPU kernels, CUDA only, from gpt-core[triton]); --kernel replaces "

@@ -20,6 +20,7 @@ from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, answer_tokens, untrained_prompt_note
+from gpt_train.record import finished_at
 from gpt_train.run_names import RUN
 from gpt_train.trainer import checked_metrics
 from gpt_viz import SPLITS, RunLayout, metric_key
@@ -158,6 +159,10 @@ def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
         raise HFError(f"cannot read the run's tokenizer {path} ({error})") from None
 
 
+LOGIT_SLOTS = ("attention", "layer_norm", "gelu")
+"""The slots a GPT's logits pass through (the loss, sampling and a hooked pattern's weights do not)."""
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN)
 @click.argument("out", type=click.Path(path_type=Path))
@@ -184,12 +189,13 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
       gpt-train export text --format hf exported/text            # the newest text run under ./runs
     """
     saved = load_run(run_dir, "cpu", with_kernels=False)  # verified kernels compute gpt-core's own to 1e-12
-    if saved.config.unverified_kernels:
-        chosen = ", ".join(f"{slot}={saved.config.kernels[slot]}" for slot in saved.config.unverified_kernels)
-        raise HFError(f"cannot export as GPT-2: the run computed with unverified kernels ({chosen}), not GPT-2's")
+    unverified = [slot for slot in saved.config.unverified_kernels if slot in LOGIT_SLOTS]
+    if unverified:
+        chosen = ", ".join(f"{slot}={saved.config.kernels[slot]}" for slot in unverified)
+        raise HFError(f"cannot export as GPT-2: the run's logits came from unverified kernels ({chosen}), not GPT-2's")
     tokenizer = run_tokenizer(saved.config)
     written = write_directory(saved.model, out, tokenizer)
-    finished = RunLayout(saved.run_dir).final.is_file()
+    finished = finished_at(RunLayout(saved.run_dir), saved.step)
     unfinished = "" if finished else f" (the weights of step {saved.step:,}: the run has not finished)"
     click.echo(f"wrote {', '.join(path.name for path in written)} to {out}{unfinished}")
     if tokenizer is None:
