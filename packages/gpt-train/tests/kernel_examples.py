@@ -49,6 +49,14 @@ layer_norm_backward_drops_a_term = next(m for m in OWN["layer_norm_backward"] if
 """Wrong: LayerNorm whose backward drops the - xhat * mean(g * xhat) term of dx (the course's classic mistake)."""
 
 
+def gelu_right_in_float64_only(x):
+    """Wrong where a model computes: a float64 path of its own (as a GPU kernel's fallback may be) is the tanh
+    GELU, the float32 one ReLU."""
+    if x.dtype == torch.float64:
+        return 0.5 * x * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (x + 0.044715 * x**3)))
+    return torch.relu(x)
+
+
 def hotter_sampling_softmax(x):
     """Wrong: sampling at temperature 2 whatever is asked (the softmax of x / 2)."""
     return torch.softmax(x / 2, dim=-1)

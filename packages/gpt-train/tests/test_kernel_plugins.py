@@ -24,6 +24,7 @@ from gpt_train.kernels import (
     KernelRegistry,
     parse_kernel_choices,
 )
+from gpt_train.trainer import Trainer
 from gpt_viz import RunLayout
 
 RIGHT = "attention=kernel_examples:attention"
@@ -183,6 +184,19 @@ def test_verify_passes_a_right_kernel(cli):
     assert result.code == 0, result.err
     assert result.out.startswith(f"kernel {RIGHT}\n")
     assert f"kernel {RIGHT}: all 11 checks within 1e-12" in result.out
+    assert f"kernel {RIGHT} in float32: all 11 checks within 1e-04 in float32" in result.out
+
+
+FLOAT64_ONLY = "gelu=kernel_examples:gelu_right_in_float64_only"
+
+
+def test_a_kernel_right_in_float64_only_fails_verify_and_the_run_in_float32(cli, tmp_path):
+    result = cli("verify", "--seed", "0", "--kernel", FLOAT64_ONLY)
+    assert_one_line_error(result, f"kernel {FLOAT64_ONLY} in float32: GELU (tanh): output [", code=1)
+    assert f"kernel {FLOAT64_ONLY}: all 3 checks within 1e-12" in result.out  # float64 alone passes it
+    result = cli(*TINY, "--kernel", FLOAT64_ONLY, "--out", tmp_path / "run")
+    assert_one_line_error(result, f"kernel {FLOAT64_ONLY} fails verification, in float32: GELU (tanh): output [")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))
@@ -233,6 +247,25 @@ def test_unverified_trains_with_a_wrong_kernel_and_records_it(cli, tmp_path):
     config = json.loads((run_dir / RunLayout.CONFIG).read_text())
     assert config["kernels"] == {"attention": "kernel_examples:scale_over_d"}
     assert config["unverified_kernels"] == ["attention"]
+
+
+def test_the_commands_a_module_kernel_run_prints_carry_trust_kernels_and_work_when_pasted(cli, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    evaluate = Trainer.evaluate
+
+    def ctrl_c_in_the_final_evaluation(self, limit):
+        if self.step == self.last_step:
+            raise KeyboardInterrupt
+        return evaluate(self, limit)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "evaluate", ctrl_c_in_the_final_evaluation)
+        stopped = cli(*TINY, "--kernel", RIGHT, "--out", run_dir)
+    assert_one_line_error(stopped, f"Resume with: gpt-train run --resume {run_dir} --trust-kernels", code=130)
+    assert cli("run", "--resume", run_dir, "--quiet", "--trust-kernels").code == 0
+    exported = cli("export", run_dir, "--format", "hf", tmp_path / "hf")
+    assert exported.code == 0, exported.err
+    assert exported.out.strip().endswith(f"sample with `gpt-train sample {run_dir} --trust-kernels`")
 
 
 def test_a_run_records_its_kernels_and_eval_sample_and_resume_compute_with_them(cli, tmp_path):
@@ -416,6 +449,20 @@ def test_a_trusted_module_kernel_that_fails_after_its_check_is_one_line_naming_i
         result = cli(*opening(command, run_dir), "--trust-kernels")
         assert result.code == 2 and "Traceback" not in result.err, result.err
         assert result.err.split("\r")[-1].strip().startswith(said), result.err  # after inspect's progress bar
+
+
+def test_a_moved_run_whose_kernel_is_not_found_names_the_folder_it_looked_in(cli, tmp_path, monkeypatch, fresh_module):
+    work = tmp_path / "work"
+    module = fresh_module(work, RIGHT_ATTENTION)
+    monkeypatch.chdir(work)
+    assert cli(*TINY, "--steps", "2", "--kernel", f"attention={module}:attention", "--out", "runs/run").code == 0
+    moved = tmp_path / "elsewhere" / "deep" / "run"  # the module's folder is recorded relative to the run
+    moved.parent.mkdir(parents=True)
+    (work / "runs" / "run").rename(moved)
+    sys.modules.pop(module, None)
+    result = cli("sample", moved, "--prompt", "3141", "--trust-kernels")
+    looked = f"cannot load it from {tmp_path / 'elsewhere'}, the folder the run recorded (ModuleNotFoundError"
+    assert_one_line_error(result, looked)
 
 
 def test_resuming_a_run_naming_a_module_kernel_imports_nothing_without_trust_kernels(

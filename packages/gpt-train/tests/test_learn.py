@@ -279,6 +279,21 @@ def test_train_without_a_passed_step_says_so(tmp_path):
     )
 
 
+def test_train_names_the_steps_it_leaves_to_gpt_core_because_they_are_not_passed(tmp_path, monkeypatch):
+    """A passed step edited since (or one never passed) is not used, and training said nothing of it."""
+    for step in ("softmax", "gelu"):
+        assert invoke("check", step, "--dir", solved(tmp_path, step)).exit_code == 0
+    write(tmp_path, "gelu", answer("gelu", ("0.044715 * x", "0.045 * x")))  # edited after its pass
+    trained = []
+    monkeypatch.setattr(
+        "gpt_train.cli.learn.train_sort", lambda folder, kernels, *args: trained.append(kernels) or 1 / 0
+    )
+    result = CliRunner().invoke(learn, ["train", "--dir", str(tmp_path)])
+    assert trained == [{"sampling_softmax": "softmax:softmax"}]
+    said = "note: not passed (yet, or since an edit), so gpt-core's stand in: gelu; see "
+    assert said + f"`gpt-train learn check gelu --dir {tmp_path}`" in result.output
+
+
 def test_check_before_start_says_how_to_start(tmp_path):
     result = invoke("check", "gelu", "--dir", tmp_path)
     assert result.exit_code == 2

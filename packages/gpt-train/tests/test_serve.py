@@ -111,6 +111,16 @@ def test_a_prompt_of_a_length_never_trained_on_gets_one_answer_token_a_digit_and
     )
 
 
+def test_the_explorer_notes_an_answer_the_models_positions_cut_short_as_sample_does(run_dir, capsys):
+    run = load_run(run_dir, CPU)
+    limit = run.model.config.position_limit
+    prompt = "3" * (limit - 1)  # an answer as long as the prompt, of which 2 tokens fit the positions
+    view = explain_prompt(run.config.build_sampler(), run.model, CPU, prompt)
+    assert view.answer == sample_answer(run_dir, prompt, capsys)
+    said = f"never learned to answer it; the answer is cut to 2 of its {limit - 1} tokens: the model reads {limit} "
+    assert view.note.endswith(said + "positions")
+
+
 def test_the_explorer_notes_a_modadd_prompt_that_is_not_two_numbers_then_equals(tmp_path):
     run_dir = tmp_path / "modadd"
     gpt_train("run", "--task", "modadd", "--set", "p=11", "--steps", 2, "--device", "cpu", "--quiet", "--no-pictures",

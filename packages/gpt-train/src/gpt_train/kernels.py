@@ -22,7 +22,7 @@ from gpt_core import DEFAULT_KERNELS, KERNEL_SETS, KERNEL_SLOTS, Kernels, Row, k
 from gpt_core import plugins as core_plugins
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
-from gpt_train.verify import TORCH_LABELS, torch_references
+from gpt_train.verify import FP32_TOLERANCE, TORCH_LABELS, torch_references
 
 ENTRY_POINT_GROUP = "gpt_kernels"
 HOOK = "register_kernels"
@@ -173,7 +173,8 @@ def resolve_kernel(slot: str, name: str, saved: bool = False, folder: Path | Non
         for part in attribute.split("."):
             found = getattr(found, part)
     except Exception as error:  # anything a user's module may raise while importing, or a missing name
-        raise KernelError(f"kernel {slot}={name}: cannot load it ({type(error).__name__}: {error})") from None
+        where = f" from {folder.resolve()}, the folder the run recorded" if saved and folder is not None else ""
+        raise KernelError(f"kernel {slot}={name}: cannot load it{where} ({type(error).__name__}: {error})") from None
     finally:
         if saved:
             sys.path[:] = before
@@ -236,6 +237,15 @@ def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | No
     return next((message for row in rows if (message := row.failure(tolerance)) is not None), None)
 
 
+def kernel_failure(slot: str, kernel: Callable[..., Any], seed: int | None) -> str | None:
+    """The first case where `kernel` is not PyTorch's own: in float64 to 1e-12, then in float32, the dtype a model
+    computes in (a kernel with a float64 path of its own must not pass on that path alone)."""
+    found = first_failure(verify_kernel(slot, kernel, seed))
+    if found is None and (found := first_failure(verify_kernel(slot, kernel, seed, torch.float32), FP32_TOLERANCE)):
+        found = f"in float32: {found}"
+    return found
+
+
 def checked_kernels(
     choices: Mapping[str, str],
     dropout: float,
@@ -258,7 +268,7 @@ def checked_kernels(
         raise KernelError(f"kernel attention={choices['attention']}: {error}") from None
     checked = set(choices) if verify is True else set(verify or ())
     for slot, name in choices.items():
-        failure = first_failure(verify_kernel(slot, getattr(kernels, slot), seed)) if slot in checked else None
+        failure = kernel_failure(slot, getattr(kernels, slot), seed) if slot in checked else None
         if failure is None:
             continue
         said = f"kernel {slot}={name} fails verification, {failure}"

@@ -53,6 +53,15 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
 
 
+def cut_answer_note(vocabulary: Vocabulary, model: GPT, n_prompt: int, n_answer: int) -> str:
+    """A sentence when a prompt-answer task's answer of `n_answer` tokens is cut short by the model's positions."""
+    full = vocabulary.answer_length_for(n_prompt) if isinstance(vocabulary, PromptAnswerTask) else n_answer
+    if n_answer >= full:
+        return ""
+    limit = model.config.position_limit
+    return f"the answer is cut to {n_answer} of its {full} tokens: the model reads {limit} positions"
+
+
 def untrained_prompt_note(vocabulary: Vocabulary, ids: Sequence[int]) -> str:
     """A sentence when the task never trains on a prompt like `ids` (or the task's own `prompt_note`), else ''."""
     own = getattr(vocabulary, "prompt_note", None)

@@ -219,6 +219,11 @@ def resumed_run(
     return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock, kernels=kernels)
 
 
+def opening_flags(config: RunConfig) -> str:
+    """What a command opening a run of `config` must be given: " --trust-kernels" for module-path kernels, else ""."""
+    return " --trust-kernels" if any(is_module_path(name) for name in config.kernels.values()) else ""
+
+
 def saved_kernels(
     config: RunConfig, run_dir: Path, trust: bool, verify_all: bool = False, device: torch.device | str | None = None
 ) -> Kernels:

@@ -133,6 +133,11 @@ def train_command(folder: Path, device: str) -> None:
     steps, model_file = passed_kernels(folder), passed_model(folder)
     if not steps and model_file is None:
         raise CommandError(f"no kernel step and no model step passed in {folder} yet: see `gpt-train learn list`")
+    unused = [step.name for step in STEPS if status(folder, step) == "not passed"]
+    if unused:  # never passed, or edited since its pass: gpt-core's piece stands in, which the learner should know
+        listed = ", ".join(unused)
+        click.echo(f"note: not passed (yet, or since an edit), so gpt-core's stand in: {listed}; see "
+                   f"{command('check', unused[0], folder)}", err=True)  # fmt: skip
     target = resolve_device(device)
     kernels = {slot: f"{step.name}:{step.function}" for slot, step in steps.items()}  # `module:function` in DIR
     yours = ", ".join(f"{slot}={step.name}" for slot, step in steps.items())

@@ -26,7 +26,7 @@ from gpt_train.distributed import Rank
 from gpt_train.kernels import default_kernel_set, parse_kernel_choices
 from gpt_train.optimisation import learning_rate
 from gpt_train.run_names import resolve_run_dir
-from gpt_train.runs import Run, new_run, resumed_run
+from gpt_train.runs import Run, new_run, opening_flags, resumed_run
 from gpt_train.trainer import train
 from gpt_viz import (
     EXAMPLES,
@@ -181,7 +181,7 @@ def run(
     if outcome.reason in ("interrupted", "diverged") and not rank.is_main:
         raise click.exceptions.Exit(130 if outcome.reason == "interrupted" else 1)  # rank 0 says why, once
     if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
-        again = resume_hint(rank, handed.layout.root)  # the same ranks draw the same batches
+        again = resume_hint(rank, handed.layout.root) + opening_flags(handed.config)  # the same ranks, batches
         raise CommandError(f"interrupted at step {outcome.step}; {outcome.detail}. {again}", exit_code=130)
     if outcome.reason == "diverged":
         raise CommandError(outcome.detail, exit_code=1)

@@ -10,7 +10,6 @@ import click
 import torch
 
 from gpt_core import generate
-from gpt_tasks import PromptAnswerTask
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.group import CONTEXT, CommandError
@@ -19,9 +18,10 @@ from gpt_train.config import RunConfig, field_types, parse_assignments, route, t
 from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
-from gpt_train.prompts import PromptError, answer_tokens, untrained_prompt_note
+from gpt_train.prompts import PromptError, answer_tokens, cut_answer_note, untrained_prompt_note
 from gpt_train.record import finished_at
 from gpt_train.run_names import RUN
+from gpt_train.runs import opening_flags
 from gpt_train.trainer import checked_metrics
 from gpt_viz import SPLITS, RunLayout, metric_key
 
@@ -133,12 +133,8 @@ def sample(
         n_new = max_new_tokens or answer
         if note := untrained_prompt_note(task, ids[0].tolist()):
             click.echo(f"note: {note}", err=True)
-        full = task.answer_length_for(ids.shape[1]) if isinstance(task, PromptAnswerTask) else answer
-        if not max_new_tokens and answer < full:
-            limit = model.config.position_limit
-            click.echo(
-                f"note: the answer is cut to {answer} of its {full} tokens: the model reads {limit} positions", err=True
-            )
+        if not max_new_tokens and (cut := cut_answer_note(task, model, ids.shape[1], answer)):
+            click.echo(f"note: {cut}", err=True)
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
@@ -199,4 +195,5 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
     unfinished = "" if finished else f" (the weights of step {saved.step:,}: the run has not finished)"
     click.echo(f"wrote {', '.join(path.name for path in written)} to {out}{unfinished}")
     if tokenizer is None:
-        click.echo(f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {run_dir}`")
+        sample = f"gpt-train sample {run_dir}{opening_flags(saved.config)}"
+        click.echo(f"no tokenizer exported (not a BPE text run): sample with `{sample}`")

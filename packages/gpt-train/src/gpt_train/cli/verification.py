@@ -68,8 +68,8 @@ def verify(
 
     With --kernel SLOT=NAME, checks that kernel instead, on every case of its slot, forward and
     backward, then a whole GPT computed with it against gpt-core's own kernels (and, for attention,
-    cached decoding against the full forward); a failure says which case and output differ, by how
-    much and where.
+    cached decoding against the full forward), in float64 and again in float32, the dtype a model
+    computes in; a failure says which case and output differ, by how much and where.
 
     With --dtype bf16, the kernels run on bf16 inputs, as under autocast, at bf16's tolerance. With --device,
     everything runs there (float32 on mps, which has no float64, at float32's tolerance); --compile's comparison
@@ -127,9 +127,14 @@ def verify(
             _check_rows(rows, COMPILED_TOLERANCE, what, torch.float32)
         return
     for slot, name in choices.items():
-        rows = verify_kernel(slot, guarded(slot, name, resolve_kernel(slot, name)), seed, torch_dtype)
+        kernel = guarded(slot, name, resolve_kernel(slot, name))
+        rows = verify_kernel(slot, kernel, seed, torch_dtype)
         click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
         _check_rows(rows, tolerance, f"kernel {slot}={name}: ", torch_dtype)
+        if torch_dtype == torch.float64:  # and in a model's own dtype: a float64 path of its own is not enough
+            rows = verify_kernel(slot, kernel, seed, torch.float32)
+            click.echo(f"\nkernel {slot}={name} in float32\n{format_report(rows)}")
+            _check_rows(rows, FP32_TOLERANCE, f"kernel {slot}={name} in float32: ", torch.float32)
 
 
 def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:

@@ -11,7 +11,7 @@ from gpt_core import GPT, block_hook, generate, log_softmax
 from gpt_tasks import evaluating
 from gpt_train.lab.common import Record
 from gpt_train.lab.logit_lens import decode, depths
-from gpt_train.prompts import PromptError, Vocabulary, answer_tokens, encoded, untrained_prompt_note
+from gpt_train.prompts import PromptError, Vocabulary, answer_tokens, cut_answer_note, encoded, untrained_prompt_note
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,13 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         lens = torch.stack([log_softmax(decode(model, cache[name][0]).float()) for name in residuals])  # (D, T, V)
         top_log_prob, top = lens.max(dim=-1)  # (D, T)
         attention = torch.stack([cache[name][0] for name in patterns]).float()  # (L, H, T, T)
+    notes = untrained_prompt_note(vocabulary, ids), cut_answer_note(vocabulary, model, len(ids), len(answer))
     return PromptView(
         prompt=text,
         answer=vocabulary.decode(answer),
         tokens=vocabulary.token_labels(out[:-1]),
         prompt_length=len(ids),
-        note=untrained_prompt_note(vocabulary, ids),
+        note="; ".join(filter(None, notes)),
         answer_tokens=vocabulary.token_labels(answer),
         answer_probability=answer_probability,
         attention=attention.cpu().tolist(),

@@ -117,7 +117,8 @@ class Explorer:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """GET /, /api/run and /api/prompt?text=...; anything else is 404, any other method 405."""
+    """GET /, /api/run and /api/prompt?text=...; another path is 404, POST, PUT, DELETE and PATCH 405 (JSON, as every
+    answer), and a method the server knows nothing of (HEAD, OPTIONS) the standard library's 501."""
 
     explorer: Explorer  # set on the subclass make_server builds
     server_version = "gpt-train-serve"
