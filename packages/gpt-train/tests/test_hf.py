@@ -56,25 +56,24 @@ def test_export_without_a_tokenizer_says_to_sample_the_run_itself(cli, tiny_run,
     assert last == f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {tiny_run}`"
 
 
+WRONG_ATTENTION = "attention=kernel_examples:scale_over_d"
+
+
 @pytest.mark.parametrize(
-    ("setting", "named"),
-    [("pos=rope", "pos=rope"), ("layernorm=false", "layernorm=False"), ("bias=false", "bias=False")],
+    ("options", "named"),
+    [
+        (("--set", "pos=rope"), "pos=rope"),
+        (("--set", "layernorm=false"), "layernorm=False"),
+        (("--set", "bias=false"), "bias=False"),
+        (("--kernel", WRONG_ATTENTION, "--unverified"), f"unverified kernels ({WRONG_ATTENTION})"),
+    ],
 )
-def test_export_refuses_an_architecture_gpt2_cannot_express(cli, tmp_path, setting, named):
+def test_export_refuses_a_run_that_is_no_gpt2(cli, tmp_path, options, named):
+    """Another architecture, or logits from an unverified kernel (a verified one computes gpt-core's own to 1e-12)."""
     run_dir = tmp_path / "run"
-    assert cli(*TINY, *ONE_STEP, "--set", setting, "--out", run_dir).code == 0
+    assert cli(*TINY, *ONE_STEP, *options, "--out", run_dir).code == 0
     result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
     assert_one_line_error(result, "cannot export as GPT-2", named)
-    assert not (tmp_path / "out").exists()
-
-
-def test_export_refuses_a_run_that_computed_with_an_unverified_kernel(cli, tmp_path):
-    """Verified kernels compute gpt-core's own pieces to 1e-12; an unverified one may be another model."""
-    run_dir = tmp_path / "run"
-    choice = "attention=kernel_examples:scale_over_d"
-    assert cli(*TINY, *ONE_STEP, "--kernel", choice, "--unverified", "--out", run_dir).code == 0
-    result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
-    assert_one_line_error(result, "cannot export as GPT-2", f"unverified kernels ({choice})")
     assert not (tmp_path / "out").exists()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from kernel_examples import CALLS
-from train_helpers import TINY, assert_one_line_error
+from train_helpers import TINY, assert_one_line_error, ctrl_c_in_the_final_evaluation
 
 import gpt_train
 from gpt_core import KERNEL_SLOTS, plugins
@@ -24,7 +24,6 @@ from gpt_train.kernels import (
     KernelRegistry,
     parse_kernel_choices,
 )
-from gpt_train.trainer import Trainer
 from gpt_viz import RunLayout
 
 RIGHT = "attention=kernel_examples:attention"
@@ -251,15 +250,7 @@ def test_unverified_trains_with_a_wrong_kernel_and_records_it(cli, tmp_path):
 
 def test_the_commands_a_module_kernel_run_prints_carry_trust_kernels_and_work_when_pasted(cli, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    evaluate = Trainer.evaluate
-
-    def ctrl_c_in_the_final_evaluation(self, limit):
-        if self.step == self.last_step:
-            raise KeyboardInterrupt
-        return evaluate(self, limit)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "evaluate", ctrl_c_in_the_final_evaluation)
+    with ctrl_c_in_the_final_evaluation(monkeypatch):
         stopped = cli(*TINY, "--kernel", RIGHT, "--out", run_dir)
     assert_one_line_error(stopped, f"Resume with: gpt-train run --resume {run_dir} --trust-kernels", code=130)
     assert cli("run", "--resume", run_dir, "--quiet", "--trust-kernels").code == 0

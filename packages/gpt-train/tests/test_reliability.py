@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import SafetensorError
-from train_helpers import TINY, assert_one_line_error, read_metrics
+from train_helpers import TINY, assert_one_line_error, ctrl_c_in_the_final_evaluation, read_metrics
 
 from gpt_train.checkpoint import load_checkpoint, save_checkpoint
 from gpt_train.config import RunConfig
@@ -187,15 +187,7 @@ def test_a_run_killed_during_its_final_evaluation_resumes_and_finishes_as_the_un
 def test_ctrl_c_during_the_final_evaluation_keeps_every_step_and_resuming_only_evaluates(cli, tmp_path, monkeypatch):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert cli(*TINY, "--set", "checkpoint_every=10", "--out", whole).code == 0
-    evaluate = Trainer.evaluate
-
-    def ctrl_c_in_the_final_evaluation(self, limit):
-        if self.step == self.last_step:
-            raise KeyboardInterrupt
-        return evaluate(self, limit)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "evaluate", ctrl_c_in_the_final_evaluation)
+    with ctrl_c_in_the_final_evaluation(monkeypatch):
         stopped = cli(*TINY, "--set", "checkpoint_every=10", "--out", cut)
     assert_one_line_error(stopped, "interrupted at step 30", "final evaluation", f"run --resume {cut}", code=130)
     assert load_checkpoint(cut / RunLayout.CHECKPOINT, "sort").step == 30  # no step is trained again
@@ -217,11 +209,7 @@ def test_a_longer_run_stopped_in_its_final_evaluation_resumes_beside_the_shorter
     config = json.loads((run_dir / "config.json").read_text())
     config["train"]["steps"] = 40  # more to train, as the tampered-checkpoint tests do
     (run_dir / "config.json").write_text(json.dumps(config))
-    evaluate = Trainer.evaluate
-    with monkeypatch.context() as patch:
-        patch.setattr(
-            Trainer, "evaluate", lambda self, limit: self.step == 40 and exit_by_ctrl_c() or evaluate(self, limit)
-        )
+    with ctrl_c_in_the_final_evaluation(monkeypatch):  # its last step is 40 now
         assert cli("run", "--resume", run_dir, "--quiet").code == 130
     result = cli("run", "--resume", run_dir, "--quiet")
     assert result.code == 0, result.err
@@ -240,10 +228,6 @@ def test_a_finished_run_whose_final_json_is_gone_evaluates_again_keeping_its_row
     assert strip(read_metrics(run_dir)) == strip(before)
     assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 30
     assert RunLayout(run_dir).snapshots() == snapshots  # the last step's kept
-
-
-def exit_by_ctrl_c():
-    raise KeyboardInterrupt
 
 
 def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_path):
@@ -274,11 +258,7 @@ def test_a_resume_with_only_the_final_evaluation_left_does_not_warn_of_another_n
     cli, tmp_path, monkeypatch
 ):
     run_dir = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        evaluate = Trainer.evaluate
-        patch.setattr(
-            Trainer, "evaluate", lambda self, limit: self.step == 30 and exit_by_ctrl_c() or evaluate(self, limit)
-        )
+    with ctrl_c_in_the_final_evaluation(monkeypatch):
         assert cli(*TINY, "--out", run_dir).code == 130
     state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
     save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, world_size=2))
@@ -398,6 +378,7 @@ def test_scores_keep_the_digits_that_separate_7_errors_from_none():
     assert format_value(1.0, 250_050) == "1.000000"
     assert wrong_count(1 - 7 / 250_050, 250_050) == 7
     assert wrong_count(1 - 7 / 250_050 + 1e-7, 250_050) is None  # not a whole number of examples
+    assert format_value(1 - 1 / (4 * 99_981), 99_981) == "0.999997"  # one digit of 4 x 99,981 wrong: not 1.00000
 
 
 def test_the_end_of_run_line_says_how_many_held_out_examples_were_wrong(cli, tmp_path):

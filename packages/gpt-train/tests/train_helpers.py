@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -65,3 +66,20 @@ def serve_then_ctrl_c(
     finally:
         process.kill()
     return line, Result(process.returncode, out, err)
+
+
+@contextlib.contextmanager
+def ctrl_c_in_the_final_evaluation(monkeypatch):
+    """Within it, a run's final evaluation raises KeyboardInterrupt, as a Ctrl-C there does."""
+    from gpt_train.trainer import Trainer
+
+    evaluate = Trainer.evaluate
+
+    def interrupted(self, limit):
+        if self.step == self.last_step:
+            raise KeyboardInterrupt
+        return evaluate(self, limit)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "evaluate", interrupted)
+        yield

@@ -9,10 +9,14 @@ import click
 
 def format_value(value: float, examples: float | None) -> str:
     """A metric with enough digits that a score short of 1 never reads as 1: as many decimals as the
-    example count has digits (0.999972 over 250,050 examples, where 4 decimals would print 1.0000)."""
+    example count has digits (0.999972 over 250,050 examples, where 4 decimals would print 1.0000), more for a
+    score over more than the examples (a token accuracy, with several tokens each) that would still round to 1."""
     if not examples:
         return f"{value:.4g}"
-    return f"{value:.{max(4, len(str(int(examples))))}f}"
+    decimals = max(4, len(str(int(examples))))
+    while value < 1.0 and f"{value:.{decimals}f}" == f"{1:.{decimals}f}" and decimals < 17:
+        decimals += 1
+    return f"{value:.{decimals}f}"
 
 
 def wrong_count(fraction: float, examples: float) -> int | None:
