@@ -16,6 +16,7 @@ from train_helpers import TINY, assert_one_line_error, ctrl_c_in_the_final_evalu
 from gpt_train.checkpoint import load_checkpoint, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.distributed import Rank
+from gpt_train.record import Record
 from gpt_train.runs import Run, RunLock
 from gpt_train.trainer import Trainer
 from gpt_viz import RunLayout
@@ -228,6 +229,32 @@ def test_a_finished_run_whose_final_json_is_gone_evaluates_again_keeping_its_row
     assert strip(read_metrics(run_dir)) == strip(before)
     assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 30
     assert RunLayout(run_dir).snapshots() == snapshots  # the last step's kept
+
+
+def test_a_finished_run_has_its_attention_file_before_its_final_json(cli, tmp_path, monkeypatch):
+    """final.json marks a run finished, and a finished run is never resumed: a kill between the two lost it."""
+    seen = []
+    finish = Record.finish
+    monkeypatch.setattr(
+        Record, "finish", lambda self, final: seen.append(self.layout.attention.exists()) or finish(self, final)
+    )
+    assert cli(*TINY, "--out", tmp_path / "run").code == 0
+    assert seen == [True]
+
+
+def test_ctrl_c_while_the_pictures_are_drawn_leaves_a_finished_run_and_says_how_to_draw_them(
+    cli, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr("gpt_train.pictures.draw_attention_picture", lambda layout: exit_by_ctrl_c())
+    result = cli(*[a for a in TINY if a != "--no-pictures"], "--out", run_dir)
+    assert result.code == 0, result.err
+    assert f"pictures not drawn (Ctrl-C; draw them with `gpt-viz curves {run_dir}` and `gpt-viz attention" in result.err
+    assert (run_dir / RunLayout.FINAL).exists() and (run_dir / RunLayout.ATTENTION).exists()
+
+
+def exit_by_ctrl_c():
+    raise KeyboardInterrupt
 
 
 def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_path):

@@ -256,7 +256,9 @@ def test_interrupted_then_resumed_run_ends_with_the_same_weights(cli, tmp_path, 
     assert strip(read_metrics(split)) == strip(read_metrics(whole))
 
 
-def test_sigint_stops_cleanly_with_a_checkpoint_and_the_resume_command(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_sigint_or_sigterm_stops_cleanly_with_a_checkpoint_and_the_resume_command(tmp_path, signum):
+    """SIGTERM is what a scheduler's preemption, `timeout` and `docker stop` send; it killed the run mid-step."""
     run_dir = tmp_path / "run"
     args = [a for a in TINY if a != "--quiet"]
     steps = args.index("--steps")
@@ -269,7 +271,7 @@ def test_sigint_stops_cleanly_with_a_checkpoint_and_the_resume_command(tmp_path)
     deadline = time.monotonic() + 120
     while not (run_dir / RunLayout.CHECKPOINT).exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err

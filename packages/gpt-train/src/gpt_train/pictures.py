@@ -57,15 +57,24 @@ def draw_attention_picture(layout: RunLayout, layer: int = 0) -> None:
     gpt_viz.save_figure(figure, layout.attention_picture)
 
 
-def write_pictures(task: Task, model: GPT, device: torch.device, layout: RunLayout, draw: bool = True) -> str | None:
-    """The run's attention arrays and, with `draw`, its pictures; None, or why that failed."""
+def write_attention(task: Task, model: GPT, device: torch.device, layout: RunLayout) -> str | None:
+    """The run's attention arrays, written before final.json (a finished run has them); None, or why that failed."""
     try:
         save_attention(task, model, device, layout)
-        if draw:
-            gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
-            draw_attention_picture(layout)
-        if draw and TRAIN in task.eval_splits:
+    except Exception as error:  # never worth losing the run over
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def draw_pictures(task: Task, layout: RunLayout) -> str | None:
+    """The run's pictures, from its files; None, or why that failed (Ctrl-C included: the run has finished)."""
+    try:
+        gpt_viz.save_figure(gpt_viz.training_curves(layout.root), layout.curves_picture)
+        draw_attention_picture(layout)
+        if TRAIN in task.eval_splits:
             gpt_viz.save_figure(gpt_viz.grokking(layout.root, metric=task.primary_metric), layout.grokking_picture)
+    except KeyboardInterrupt:
+        return f"Ctrl-C; draw them with `gpt-viz curves {layout.root}` and `gpt-viz attention {layout.root}`"
     except Exception as error:  # a picture is never worth losing the run over
         return f"{type(error).__name__}: {error}"
     return None

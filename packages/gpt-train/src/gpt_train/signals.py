@@ -1,5 +1,5 @@
-"""Ctrl-C: during training a request to stop between steps, never in the middle of one; while serving, an
-interrupt, however the process was started."""
+"""Ctrl-C: during training a request to stop between steps, never in the middle of one (SIGTERM too: a scheduler's
+preemption, `timeout`, `docker stop`); while serving, an interrupt, however the process was started."""
 
 from __future__ import annotations
 
@@ -9,29 +9,31 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def sigint_handled_by(handler: Callable) -> Iterator[None]:
-    """Within the block, SIGINT calls `handler` (outside the main thread, signals are left alone)."""
+def signals_handled_by(handler: Callable, signums: tuple[int, ...] = (signal.SIGINT,)) -> Iterator[None]:
+    """Within the block, each of `signums` calls `handler` (outside the main thread, signals are left alone)."""
     try:
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = {signum: signal.signal(signum, handler) for signum in signums}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, before in previous.items():
+            signal.signal(signum, before)
 
 
 class StopRequest:
-    """Turns SIGINT into a flag the loop checks between steps, so a stop never tears a step in half."""
+    """Turns SIGINT and SIGTERM into a flag the loop checks between steps, so a stop never tears a step in half."""
 
     def __init__(self) -> None:
         self.requested = False
 
     def installed(self) -> contextlib.AbstractContextManager[None]:
-        return sigint_handled_by(lambda signum, frame: setattr(self, "requested", True))
+        stop = lambda signum, frame: setattr(self, "requested", True)
+        return signals_handled_by(stop, (signal.SIGINT, signal.SIGTERM))
 
 
 def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:
     """Within the block, SIGINT raises KeyboardInterrupt, even in a process started with SIGINT ignored."""
-    return sigint_handled_by(signal.default_int_handler)
+    return signals_handled_by(signal.default_int_handler)

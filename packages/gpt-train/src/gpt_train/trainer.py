@@ -36,7 +36,7 @@ from gpt_train.guard import KernelExit, KernelFailure
 from gpt_train.hf import read_weights
 from gpt_train.kernels import KernelError
 from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
-from gpt_train.pictures import write_pictures
+from gpt_train.pictures import draw_pictures, write_attention
 from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32
 from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record, finished_at
@@ -388,8 +388,11 @@ class Trainer:
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": self.loss}
         self.record.log(final | {"lr": self.optimizer.param_groups[0]["lr"]})
         final |= self._weights_agreement()  # bookkeeping for final.json, not a metric to plot
+        problem = (
+            write_attention(self.task, self.model, self.device, self.record.layout) if self.record.active else None
+        )
         self.record.finish(final)
-        return Outcome("finished", self.step, final=final)
+        return Outcome("finished", self.step, final=final, pictures_problem=problem)
 
     def _weights_agreement(self) -> dict[str, Any]:
         """Under torchrun: a checksum of every rank's weights, so agreement is on the record."""
@@ -438,9 +441,8 @@ def train(
         on_start()
         outcome = trainer.run()
         if outcome.reason == "finished":
-            if rank.is_main:
-                problem = write_pictures(run.task, trainer.model, run.device, run.layout, draw=pictures)
-                outcome = replace(outcome, pictures_problem=problem)
+            if rank.is_main and pictures and outcome.pictures_problem is None:
+                outcome = replace(outcome, pictures_problem=draw_pictures(run.task, run.layout))
             rank.barrier()  # a gloo rank that tore down its group while rank 0 still drew aborted the process
         return outcome
     finally:

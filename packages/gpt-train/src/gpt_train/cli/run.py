@@ -123,7 +123,8 @@ def run(
     On CUDA, float32 matrix products in training use TF32, as nanoGPT's do (--set tf32=false: full float32);
     evaluation never does. Run `gpt-train verify --device cuda --compile` first on a new GPU.
 
-    Ctrl-C stops cleanly with a checkpoint and prints the --resume command. A run stopped before its
+    Ctrl-C (or SIGTERM: a scheduler's preemption, `timeout`) stops cleanly between steps with a
+    checkpoint and prints the --resume command. A run stopped before its
     first checkpoint can be started again with the same command, or with --resume. Under torchrun
     the run uses DistributedDataParallel (gloo on CPU, nccl on CUDA); rank 0 writes the directory.
 
