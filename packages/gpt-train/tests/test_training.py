@@ -193,6 +193,19 @@ def test_an_evaluation_below_the_trigger_stops_the_cool_down_until_the_trigger_i
     assert learning_rate(90, config.train, trainer.cooldown_from) == 1e-4
 
 
+@pytest.mark.parametrize("environment", [{"TQDM_DISABLE": "1"}, {}], ids=["TQDM_DISABLE=1", "as usual"])
+def test_the_progress_bar_honours_tqdm_disable(tmp_path, environment):
+    """TQDM_DISABLE=1 is how a log or a CI job turns every tqdm bar off; the training bar ignored it."""
+    args = [a for a in TINY if a != "--quiet"]
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"} | {"OMP_NUM_THREADS": "1"} | environment
+    done = subprocess.run(
+        [sys.executable, "-m", "gpt_train", *args, "--steps", "3", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert ("it/s" in done.stderr) == (not environment)
+
+
 def test_a_metric_where_lower_is_better_reaches_its_cool_down_trigger_from_above(cli, tmp_path):
     """A text run's primary metric is bits per character: 3.5 does not reach a trigger of 1.5 (it started the
     cool-down there, and the run ended at a fraction of its steps in silence)."""

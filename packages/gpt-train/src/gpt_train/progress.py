@@ -16,7 +16,8 @@ class Progress:
 
     def __init__(self, config: RunConfig, start: int, quiet: bool):
         self.primary = config.primary_metric
-        self.bar = tqdm(total=config.train.steps, initial=start, disable=quiet, desc=config.task, dynamic_ncols=True)
+        quieted = {"disable": True} if quiet else {}  # otherwise tqdm's own default, which TQDM_DISABLE=1 sets
+        self.bar = tqdm(total=config.train.steps, initial=start, desc=config.task, dynamic_ncols=True, **quieted)
 
     def update(self, loss: float, latest: dict[str, float]) -> None:
         if self.bar.disable:
