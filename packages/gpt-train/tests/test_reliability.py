@@ -253,6 +253,17 @@ def test_ctrl_c_while_the_pictures_are_drawn_leaves_a_finished_run_and_says_how_
     assert (run_dir / RunLayout.FINAL).exists() and (run_dir / RunLayout.ATTENTION).exists()
 
 
+def test_ctrl_c_while_the_attention_arrays_are_written_leaves_a_run_resume_finishes(cli, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr("gpt_train.trainer.write_attention", lambda *args: exit_by_ctrl_c())
+        stopped = cli(*TINY, "--out", run_dir)
+    assert_one_line_error(stopped, "interrupted at step 30", f"Resume with: gpt-train run --resume {run_dir}", code=130)
+    assert not (run_dir / RunLayout.FINAL).exists()
+    assert cli("run", "--resume", run_dir, "--quiet").code == 0
+    assert (run_dir / RunLayout.ATTENTION).exists() and (run_dir / RunLayout.FINAL).exists()
+
+
 def exit_by_ctrl_c():
     raise KeyboardInterrupt
 

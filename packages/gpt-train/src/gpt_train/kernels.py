@@ -237,13 +237,17 @@ def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | No
     return next((message for row in rows if (message := row.failure(tolerance)) is not None), None)
 
 
+KERNEL_CHECKS = ((torch.float64, TOLERANCE, ""), (torch.float32, FP32_TOLERANCE, " in float32"))
+"""Where a chosen kernel is verified, and to what tolerance: float64, then float32, the dtype a model computes in (a
+kernel with a float64 path of its own must not pass on that path alone)."""
+
+
 def kernel_failure(slot: str, kernel: Callable[..., Any], seed: int | None) -> str | None:
-    """The first case where `kernel` is not PyTorch's own: in float64 to 1e-12, then in float32, the dtype a model
-    computes in (a kernel with a float64 path of its own must not pass on that path alone)."""
-    found = first_failure(verify_kernel(slot, kernel, seed))
-    if found is None and (found := first_failure(verify_kernel(slot, kernel, seed, torch.float32), FP32_TOLERANCE)):
-        found = f"in float32: {found}"
-    return found
+    """The first case, in KERNEL_CHECKS' order, where `kernel` is not PyTorch's own."""
+    for dtype, tolerance, label in KERNEL_CHECKS:
+        if (found := first_failure(verify_kernel(slot, kernel, seed, dtype), tolerance)) is not None:
+            return f"{label.strip()}: {found}" if label else found
+    return None
 
 
 def checked_kernels(

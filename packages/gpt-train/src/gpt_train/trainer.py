@@ -375,11 +375,13 @@ class Trainer:
             progress.ends_at(self.last_step)
 
     def _finish(self, elapsed: Callable[[], float]) -> Outcome:
-        """The final evaluation, then the last checkpoint and final.json. Ctrl-C during the evaluation writes the
-        last step's checkpoint, from which --resume only evaluates."""
+        """The final evaluation and the attention arrays, then the last checkpoint and final.json (a finished run has
+        them all). Ctrl-C before final.json writes the last step's checkpoint, from which --resume only evaluates."""
         try:
             with evaluation_progress(self.quiet):
                 final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
+            layout = self.record.layout
+            problem = write_attention(self.task, self.model, self.device, layout) if self.record.active else None
         except KeyboardInterrupt:
             self.save(elapsed())
             return Outcome("interrupted", self.step, detail="checkpoint written; the final evaluation is still to do")
@@ -388,9 +390,6 @@ class Trainer:
         final |= {"step": self.step, "elapsed": round(total, 3), "loss": self.loss}
         self.record.log(final | {"lr": self.optimizer.param_groups[0]["lr"]})
         final |= self._weights_agreement()  # bookkeeping for final.json, not a metric to plot
-        problem = (
-            write_attention(self.task, self.model, self.device, self.record.layout) if self.record.active else None
-        )
         self.record.finish(final)
         return Outcome("finished", self.step, final=final, pictures_problem=problem)
 

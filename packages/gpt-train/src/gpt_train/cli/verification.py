@@ -11,7 +11,14 @@ from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import KERNEL_SET_HELP, SEED, finite
 from gpt_train.guard import guarded
-from gpt_train.kernels import TOLERANCE, first_failure, parse_kernel_choices, resolve_kernel, verify_kernel
+from gpt_train.kernels import (
+    KERNEL_CHECKS,
+    TOLERANCE,
+    first_failure,
+    parse_kernel_choices,
+    resolve_kernel,
+    verify_kernel,
+)
 
 
 @click.command(context_settings=CONTEXT)
@@ -128,13 +135,12 @@ def verify(
         return
     for slot, name in choices.items():
         kernel = guarded(slot, name, resolve_kernel(slot, name))
-        rows = verify_kernel(slot, kernel, seed, torch_dtype)
-        click.echo(f"kernel {slot}={name}\n{format_report(rows)}")
-        _check_rows(rows, tolerance, f"kernel {slot}={name}: ", torch_dtype)
-        if torch_dtype == torch.float64:  # and in a model's own dtype: a float64 path of its own is not enough
-            rows = verify_kernel(slot, kernel, seed, torch.float32)
-            click.echo(f"\nkernel {slot}={name} in float32\n{format_report(rows)}")
-            _check_rows(rows, FP32_TOLERANCE, f"kernel {slot}={name} in float32: ", torch.float32)
+        more = KERNEL_CHECKS[1:] if torch_dtype == torch.float64 else ()  # float64's: in a model's dtype too
+        for check_dtype, limit, label in ((torch_dtype, tolerance, ""), *more):
+            what, gap = f"kernel {slot}={name}{label}", "\n" if label else ""
+            rows = verify_kernel(slot, kernel, seed, check_dtype)
+            click.echo(f"{gap}{what}\n{format_report(rows)}")
+            _check_rows(rows, limit, f"{what}: ", check_dtype)
 
 
 def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
