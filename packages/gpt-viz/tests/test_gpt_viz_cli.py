@@ -136,15 +136,16 @@ def test_out_with_an_image_suffix_writes_that_format(runner, make_run, tmp_path,
     assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == sorted(expected)
 
 
-@pytest.mark.parametrize("out", ["", ".", "folder"])
+@pytest.mark.parametrize("out", ["", ".", "folder", "new/"])
 def test_out_naming_a_directory_is_a_one_line_error(runner, make_run, tmp_path, monkeypatch, out):
+    """--out new/ (a directory not yet made) wrote new.png."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder").mkdir()
     run = str(make_run())
     for command in ("attention", "explore"):
         result = runner.invoke(main, [command, run, "--out", out])
         assert_one_line_error(result, "it is a directory; name a file")
-    assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == []
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name != "runs") == ["folder"]
 
 
 def test_out_under_a_file_names_the_file_in_the_way(runner, make_run, tmp_path):

@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
-from gpt_viz.errors import VizError, in_the_way
+from gpt_viz.errors import VizError, file_target
 from gpt_viz.run_data import PathLike
 
 SAVE_DPI = 150  # sharp on screens and in slides, still small files
@@ -59,12 +59,7 @@ def save_figure(fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)) 
     """Write ``fig`` once per format, an image suffix of ``path`` replaced by each (``curves.png`` and ``curves`` both
     give ``curves.svg``, and names containing dots survive); return the paths written."""
     supported = fig.canvas.get_supported_filetypes()
-    stem = Path(path)
-    if not stem.name or stem.is_dir():
-        raise VizError(f"cannot write a picture to {stem}: it is a directory; name a file")
-    blocked = in_the_way(stem.parent)
-    if blocked is not None:
-        raise VizError(f"cannot write a picture to {stem}: {blocked}")
+    stem = file_target(path, "a picture")
     if stem.suffix.lower().lstrip(".") in supported:
         stem = stem.with_suffix("")
     written = []

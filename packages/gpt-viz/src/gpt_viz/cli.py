@@ -19,6 +19,7 @@ from gpt_viz.run_layout import RunLayout
 from gpt_viz.run_names import RUN
 
 PATH = click.Path(path_type=Path)
+FILE = click.Path(path_type=str)  # kept as typed: a trailing "/" names a directory, which Path would drop
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each picture.")
 
 
@@ -76,11 +77,11 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
 @click.argument("run_dirs", nargs=-1, required=True, type=RUN)
 @click.option("--metric", required=True, help="'loss' or any metric key, e.g. heldout_accuracy.")
 @click.option("--label", "labels", multiple=True, help="Legend label, once per run, in order.")
-@click.option("--out", type=PATH, help="Picture path [default: compare-METRIC.png].")
+@click.option("--out", type=FILE, help="Picture path [default: compare-METRIC.png].")
 @click.option("--log-y/--linear-y", default=None, help="Y axis scale [default: log for losses].")
 @SVG_OPTION
 def compare(
-    run_dirs: tuple[Path, ...], metric: str, labels: tuple[str, ...], out: Path | None, log_y: bool | None, svg: bool
+    run_dirs: tuple[Path, ...], metric: str, labels: tuple[str, ...], out: str | None, log_y: bool | None, svg: bool
 ) -> None:
     """Overlay one metric of several runs, as for an ablation.
 
@@ -91,15 +92,15 @@ def compare(
           --label "no residual" --label neither --out ablation.png
     """
     figure = compare_runs(run_dirs, metric, labels=labels or None, log_y=log_y)
-    _save_and_report(figure, out or Path(f"compare-{metric}"), svg)
+    _save_and_report(figure, Path(f"compare-{metric}") if out is None else out, svg)
 
 
 @main.command()
 @click.argument("run_dir", type=RUN)
 @click.option("--layer", type=int, help="Layer to show, counted from 0 [default: the last].")
-@click.option("--out", type=PATH, help="Picture path [default: RUN_DIR/attention-layerN.png].")
+@click.option("--out", type=FILE, help="Picture path [default: RUN_DIR/attention-layerN.png].")
 @SVG_OPTION
-def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> None:
+def attention(run_dir: Path, layer: int | None, out: str | None, svg: bool) -> None:
     """Every attention head of one layer, from attention.npz.
 
     \b
@@ -113,7 +114,7 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
     if not 0 <= layer < n_layer:
         raise VizError(f"layer {layer} is out of range; {RunLayout.ATTENTION} has layers 0 to {n_layer - 1}")
     figure = attention_grid(snapshot.weights[layer], snapshot.tokens, layer=layer, prompt_length=snapshot.prompt_length)
-    _save_and_report(figure, out or run_dir / f"attention-layer{layer}", svg)
+    _save_and_report(figure, run_dir / f"attention-layer{layer}" if out is None else out, svg)
 
 
 @main.command("grokking")
@@ -126,10 +127,10 @@ def attention(run_dir: Path, layer: int | None, out: Path | None, svg: bool) -> 
 )
 @click.option("--loss", help="Task loss without its split (loss): adds a panel of train_LOSS and heldout_LOSS.")
 @click.option("--progress", help="A metric key (train_fourier_top5_share): adds its curve under the accuracy.")
-@click.option("--out", type=PATH, help="Picture path [default: RUN_DIR/grokking.png].")
+@click.option("--out", type=FILE, help="Picture path [default: RUN_DIR/grokking.png].")
 @SVG_OPTION
 def grokking_command(
-    run_dir: Path, metric: str, loss: str | None, progress: str | None, out: Path | None, svg: bool
+    run_dir: Path, metric: str, loss: str | None, progress: str | None, out: str | None, svg: bool
 ) -> None:
     """Train and held-out accuracy (or --metric), marking where each reaches 0.99, on a log step axis.
 
@@ -139,13 +140,13 @@ def grokking_command(
       gpt-viz grokking modadd --loss loss --progress train_fourier_top5_share
     """
     figure = grokking(run_dir, metric=metric, loss=loss, progress=progress)
-    _save_and_report(figure, out or RunLayout(run_dir).grokking_picture, svg)
+    _save_and_report(figure, RunLayout(run_dir).grokking_picture if out is None else out, svg)
 
 
 @main.command()
 @click.argument("run_dir", type=RUN)
-@click.option("--out", type=PATH, help="Page path, .html added to another suffix [default: RUN_DIR/explore.html].")
-def explore(run_dir: Path, out: Path | None) -> None:
+@click.option("--out", type=FILE, help="Page path, .html added to another suffix [default: RUN_DIR/explore.html].")
+def explore(run_dir: Path, out: str | None) -> None:
     """One self-contained HTML page to explore a run in a browser.
 
     The run's curves, the attention of every layer and head (choose the
@@ -160,9 +161,9 @@ def explore(run_dir: Path, out: Path | None) -> None:
     click.echo(str(write_explorer(run_dir, out)))
 
 
-def _save_and_report(figure: Figure, target: Path, svg: bool) -> None:
+def _save_and_report(figure: Figure, target: str | Path, svg: bool) -> None:
     """PNG, or the image format `--out`'s suffix names (a.jpg writes a.jpg); `--svg` adds an SVG beside it."""
-    named = target.suffix.lower().lstrip(".")
+    named = Path(target).suffix.lower().lstrip(".")
     first = named if named in figure.canvas.get_supported_filetypes() else "png"
     for path in save_figure(figure, target, formats=dict.fromkeys((first, "svg") if svg else (first,))):
         click.echo(str(path))

@@ -19,3 +19,15 @@ def in_the_way(folder: Path) -> str | None:
         if each.exists():
             return None if each.is_dir() else f"{each} is a file, not a directory"
     return None
+
+
+def file_target(target: str | os.PathLike, what: str) -> Path:
+    """`target` as a file path to write `what` to, or a one-line VizError: a directory, a name ending in a separator
+    (``new/`` means a directory even before it exists), or a file or dead link above it."""
+    path = Path(target)
+    if not path.name or path.is_dir() or str(target).endswith(("/", os.sep)):
+        raise VizError(f"cannot write {what} to {target}: it is a directory; name a file")
+    blocked = in_the_way(path.parent)
+    if blocked is not None:
+        raise VizError(f"cannot write {what} to {target}: {blocked}")
+    return path

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt_viz.errors import VizError, in_the_way
+from gpt_viz.errors import VizError, file_target
 from gpt_viz.inspect_pictures import most_needed_head
 from gpt_viz.run_data import (
     AttentionSnapshot,
@@ -57,12 +57,7 @@ def filled_page(package: str, template: str, title: str, parts: dict[str, str]) 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
     """The page at `target` (".html" added to another suffix, so that no run file is written over) or in the run."""
     page = explorer_page(run_dir)
-    path = Path(target) if target is not None else run_directory(run_dir) / PAGE_NAME
-    if not path.name or path.is_dir():
-        raise VizError(f"cannot write the page to {path}: it is a directory; name a file")
-    blocked = in_the_way(path.parent)
-    if blocked is not None:
-        raise VizError(f"cannot write the page to {path}: {blocked}")
+    path = file_target(target if target is not None else run_directory(run_dir) / PAGE_NAME, "the page")
     if path.suffix.lower() not in (".html", ".htm"):
         path = path.with_name(f"{path.name}.html")
     try:
