@@ -79,6 +79,24 @@ def test_a_directory_is_its_matching_files_in_sorted_order_joined_by_newlines(tm
     assert corpus.sha256() == hashlib.sha256(b"first\nsecond\nthird").hexdigest()
 
 
+def test_each_files_leading_byte_order_mark_is_dropped_and_a_later_one_kept(tmp_path):
+    """Editors that write a BOM put U+FEFF into the vocabulary and, in a directory, into the middle of the text."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.txt").write_bytes("\ufefffirst\n".encode())
+    (root / "b.txt").write_bytes("\ufeffsecond \ufeff kept\n".encode())
+    assert "".join(Corpus.find(root, "*.txt").texts()) == "first\nsecond \ufeff kept\n"
+
+
+def test_a_file_with_a_byte_order_mark_trains_without_it_in_the_vocabulary(tmp_path):
+    path = tmp_path / "bom.txt"
+    text = sentences(3000)
+    path.write_bytes(("\ufeff" + text).encode())
+    task = text_task(path, tokenizer="char")
+    assert "\ufeff" not in task.params.alphabet
+    assert task.params.corpus_sha256 == hashlib.sha256(text.encode()).hexdigest()
+
+
 def test_a_single_files_corpus_hash_is_the_files_own_sha256(corpus):
     assert Corpus.find(corpus, "ignored").sha256() == hashlib.sha256(corpus.read_bytes()).hexdigest()
 

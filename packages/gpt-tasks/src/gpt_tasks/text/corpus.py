@@ -1,6 +1,6 @@
-"""A text corpus on disk: one UTF-8 file, or a directory's non-hidden files matching a glob in sorted order, joined
-with a newline after any that lacks one. It is streamed in blocks, so it may be larger than memory; a file that is
-not UTF-8 or holds a NUL is refused by name."""
+"""A text corpus on disk: one UTF-8 file, or a directory's non-hidden files matching a glob in sorted order, joined with
+a newline after any that lacks one, each file's leading byte order mark dropped. It is streamed in blocks, so it may
+be larger than memory; a file that is not UTF-8 or holds a NUL is refused by name."""
 
 from __future__ import annotations
 
@@ -75,11 +75,12 @@ class Corpus:
                 yield chunk, data
 
     def sha256(self) -> str:
-        """sha256 of the joined text (a single file's own); reading it checks that it is text."""
+        """sha256 of the joined text's UTF-8 (a single file's own, less a byte order mark); reading it checks that it
+        is text."""
         digest = hashlib.sha256()
         with tqdm(total=self.size, unit="B", unit_scale=True, desc="reading corpus", leave=False, disable=None) as bar:
-            for raw, _ in self.pieces():
-                digest.update(raw)
+            for raw, text in self.pieces():
+                digest.update(text.encode())
                 bar.update(len(raw))
         return digest.hexdigest()
 
@@ -89,7 +90,7 @@ def _hidden(relative: Path) -> bool:
 
 
 def _read(path: Path) -> Iterator[tuple[bytes, str]]:
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+    decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")  # a leading BOM is no text
     read = 0  # bytes handed to the decoder so far
     try:
         with open(path, "rb") as handle:
