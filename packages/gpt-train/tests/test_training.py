@@ -293,6 +293,31 @@ def test_sigint_or_sigterm_stops_cleanly_with_a_checkpoint_and_the_resume_comman
     assert state.step > 0
 
 
+@pytest.mark.parametrize("at", [14, 4], ids=["after a checkpoint", "before any"])
+def test_a_second_ctrl_c_stops_at_once_keeping_the_checkpoint_on_disk(cli, tmp_path, at):
+    """A step or an evaluation that never ends (a sampler starved by its split) could not be stopped but by kill."""
+    assert cli(*TINY, "--out", tmp_path, "--steps", "1").code == 0  # lay out the run directory and config
+    (tmp_path / RunLayout.CHECKPOINT).unlink()
+    config = RunConfig.load(tmp_path)
+    trainer = trainer_for(dataclasses.replace(config, train=dataclasses.replace(config.train, steps=30)), tmp_path)
+
+    def two_ctrl_cs(step: int) -> None:
+        if step == at:
+            os.kill(os.getpid(), signal.SIGINT)  # the first asks for a stop after this step
+            os.kill(os.getpid(), signal.SIGINT)  # the second raises here, inside the step
+
+    trainer.on_step = two_ctrl_cs
+    if at < 10:
+        with pytest.raises(KeyboardInterrupt):  # nothing to resume from: the command says "aborted"
+            trainer.run()
+        assert not (tmp_path / RunLayout.CHECKPOINT).exists()
+        return
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("interrupted", at)
+    assert outcome.detail == "stopped at once; the checkpoint of step 10 is kept"
+    assert load_checkpoint(tmp_path / RunLayout.CHECKPOINT, "sort").step == 10
+
+
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path):
     run_dir = tmp_path / "run"
     assert cli(*TINY, "--out", run_dir, "--steps", "1").code == 0

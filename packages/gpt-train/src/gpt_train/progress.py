@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +32,11 @@ class Progress:
     def ends_at(self, step: int) -> None:
         self.bar.total = step
         self.bar.refresh()
+
+    @staticmethod
+    def note(text: str) -> None:
+        """One line on stderr above the bar, which is redrawn below it."""
+        tqdm.write(f"gpt-train: {text}", file=sys.stderr)
 
     def close(self) -> None:
         self.bar.close()

@@ -24,13 +24,21 @@ def signals_handled_by(handler: Callable, signums: tuple[int, ...] = (signal.SIG
 
 
 class StopRequest:
-    """Turns SIGINT and SIGTERM into a flag the loop checks between steps, so a stop never tears a step in half."""
+    """Turns SIGINT and SIGTERM into a flag the loop checks between steps, so a stop never tears a step in half; a
+    second one raises KeyboardInterrupt at once, for a step (or an evaluation) that would take too long to end."""
 
-    def __init__(self) -> None:
+    def __init__(self, say: Callable[[str], None] | None = None) -> None:
         self.requested = False
+        self.say = say  # told once, at the first request
 
     def installed(self) -> contextlib.AbstractContextManager[None]:
-        stop = lambda signum, frame: setattr(self, "requested", True)
+        def stop(signum, frame) -> None:
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested = True
+            if self.say is not None:
+                self.say("stopping after this step, with a checkpoint; Ctrl-C again stops at once")
+
         return signals_handled_by(stop, (signal.SIGINT, signal.SIGTERM))
 
 

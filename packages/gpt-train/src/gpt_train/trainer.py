@@ -102,7 +102,7 @@ class Trainer:
         self.settings = run.config.train
         self.quiet = quiet or not run.rank.is_main
         self.on_step = on_step  # called after each step: how a test stops a run
-        self.stop = StopRequest()
+        self.stop = StopRequest(say=None if self.quiet else Progress.note)
         self.record = Record(run)
         self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
         s = self.settings
@@ -113,6 +113,7 @@ class Trainer:
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
+        self.saved_step: int | None = None  # the step of the checkpoint on disk, from this process or the one resumed
         self.cooldown_from: int | None = None  # the step whose evaluation reached `cooldown_trigger`
         self.loss: float | None = None  # the last step's training loss (a checkpoint's, before this process trains)
         if run.resume:
@@ -148,6 +149,7 @@ class Trainer:
             except RuntimeError as error:
                 raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
         self.step, self.elapsed_before, self.cooldown_from = state.step, state.elapsed, state.cooldown_from
+        self.saved_step = state.step
         self.loss = state.loss
         if state.world_size not in (None, self.rank.world_size) and self.step < self.last_step:
             warnings.warn(
@@ -164,6 +166,7 @@ class Trainer:
 
     def save(self, elapsed: float) -> None:
         self.record.checkpoint(lambda: self._state(elapsed))
+        self.saved_step = self.step
 
     def _state(self, elapsed: float) -> TrainingState:
         rng = {"cpu": torch.get_rng_state()}
@@ -357,6 +360,11 @@ class Trainer:
                     if stop and self.step < self.last_step:
                         self.save(elapsed())
                         return Outcome("interrupted", self.step, detail="checkpoint written")
+        except KeyboardInterrupt:  # a second Ctrl-C: the step in progress is dropped, the checkpoint on disk kept
+            if self.saved_step is None:
+                raise
+            detail = f"stopped at once; the checkpoint of step {self.saved_step} is kept"
+            return Outcome("interrupted", self.step, detail=detail)
         finally:
             progress.close()
         return self._finish(elapsed)
