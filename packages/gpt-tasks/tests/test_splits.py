@@ -121,6 +121,32 @@ def test_sampled_split_draws_only_from_its_own_side():
         assert sides == {wanted}
 
 
+@pytest.mark.parametrize(
+    ("name", "params", "words"),
+    [
+        ("addition", {"digits": 1, "heldout_fraction": 0.001}, "of the 100 examples leaves none held out"),
+        ("sort", {"length": 2, "vocab": 2, "heldout_fraction": 0.99}, "leaves none to train on"),
+        ("sort", {"min_length": 1, "separator": True, "vocab": 2, "heldout_fraction": 0.9}, "of the 2 examples"),
+        ("modadd", {"train_fraction": 1e-9}, "leaves none to train on"),
+    ],
+    ids=["no held-out pair", "no training run", "no training run of a shorter length", "no training pair"],
+)
+def test_a_listed_split_with_an_empty_side_is_refused_when_the_task_is_made(name, params, words):
+    """Training then crashed in the first batch, or the final evaluation divided by zero after the whole run."""
+    with pytest.raises(ValueError, match=words):
+        get_task(name, **params)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("sort", {"length": 7, "heldout_fraction": 0.0001}), ("repeats", {"heldout_fraction": 0.999999})],
+)
+def test_a_sampled_split_too_lopsided_to_draw_from_is_refused(name, params):
+    """Drawing by hash kept one candidate in a million: a two-step run spun for a quarter of an hour."""
+    with pytest.raises(ValueError, match="hold out between 0.001 and 0.999"):
+        get_task(name, **params)
+
+
 def batches(task, n_batches: int = 4, size: int = 256):
     generator = torch.Generator().manual_seed(7)
     return [task.batch(size, generator) for _ in range(n_batches)]

@@ -14,6 +14,7 @@ import torch
 MAX_ENUMERATED = 2_000_000  # example spaces up to this size have their split computed once, in full
 SAMPLED_EVALUATION = 20_000  # examples scored when a split is too large to list and no limit is given
 CACHED_FROM = 100_000  # enumerated spaces from this size keep their split in the user's cache
+MIN_SAMPLED_SHARE = 0.001  # of a sampled split's smaller side: below it, drawing by hash would all but never end
 
 
 def unit_hashes(encodings: Iterable[bytes], salt: bytes) -> np.ndarray:
@@ -29,6 +30,16 @@ def unit_hash(data: bytes, salt: bytes) -> float:
 
 def is_heldout(data: bytes, fraction: float, salt: bytes) -> bool:
     return unit_hash(data, salt) < fraction
+
+
+def check_samplable(fraction: float, size: str = "too large to list") -> None:
+    """A ValueError unless drawing by hash keeps at least MIN_SAMPLED_SHARE of the candidates on either side."""
+    if min(fraction, 1.0 - fraction) < MIN_SAMPLED_SHARE:
+        raise ValueError(
+            f"the examples ({size}) are drawn and kept by their hash, so holding out {fraction:g} would take "
+            f"about {1 / min(fraction, 1.0 - fraction):,.0f} draws per example kept; hold out between "
+            f"{MIN_SAMPLED_SHARE:g} and {1 - MIN_SAMPLED_SHARE:g}"
+        )
 
 
 def heldout_mask(encodings: Iterable[bytes], fraction: float, salt: bytes) -> torch.Tensor:
@@ -70,6 +81,12 @@ class IndexedSplit:
             every = torch.arange(size, device="cpu")
             mask = enumerated_mask(size, encode, fraction, salt)
             self._ids = {"heldout": every[mask], "train": every[~mask]}
+            for side, ids in self._ids.items():
+                if not len(ids):
+                    kept = "none to train on" if side == "train" else "none held out"
+                    raise ValueError(f"holding out {fraction:g} of the {size:,} examples leaves {kept}")
+        else:
+            check_samplable(fraction, f"{size:,}, too many to list")
 
     def count(self, split: str) -> int | None:
         """Examples in `split`; None when the space is too large to list."""

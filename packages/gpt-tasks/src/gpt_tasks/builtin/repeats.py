@@ -13,7 +13,7 @@ from gpt_core import GPT, IGNORE_INDEX
 from gpt_tasks.params import check_between, check_fraction
 from gpt_tasks.probes import PROBE_EXAMPLES, ProbeCache, induction_probes
 from gpt_tasks.scoring import score_examples
-from gpt_tasks.splits import heldout_mask
+from gpt_tasks.splits import check_samplable, heldout_mask
 from gpt_tasks.symbols import CharVocab, as_bytes
 from gpt_tasks.task import Batch, Defaults, Task
 
@@ -34,6 +34,7 @@ class RepeatsParams:
         if self.block_size < 8:
             raise ValueError(f"block_size must be at least 8, got {self.block_size}")
         check_fraction("heldout_fraction", self.heldout_fraction)
+        check_samplable(self.heldout_fraction, "random sequences")
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ class SortTask(PromptAnswerTask):
     def __init__(self, params: SortParams):
         super().__init__(params)
         self.vocab = CharVocab(DIGITS[: params.vocab] + (SEPARATOR if params.separator else ""))
-        self.splits = {params.length: self.split_at(params.length)}  # the shorter lengths' when first drawn
+        self.splits = {length: self.split_at(length) for length in params.lengths}  # each checked here
         self.split = self.splits[params.length]
 
     def split_at(self, length: int) -> IndexedSplit:
@@ -105,8 +105,6 @@ class SortTask(PromptAnswerTask):
         if len(lengths) == 1:
             return super().batch(batch_size, generator)
         length = lengths[int(torch.randint(len(lengths), (1,), generator=generator, device="cpu"))]
-        if length not in self.splits:
-            self.splits[length] = self.split_at(length)
         ids = self.splits[length].sample("train", batch_size, generator)
         return answer_batch(self.sequences(ids, length), self.prompt_length_at(length))
 
