@@ -227,7 +227,7 @@ def test_a_prompt_that_is_not_b_by_t_tokens_raises_naming_its_shape(shape):
 
 
 def test_negative_max_new_tokens_raises(gen):
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
         generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), -1)
 
 
@@ -270,6 +270,14 @@ def test_a_temperature_so_small_it_overflows_the_logits_samples_the_best_token(d
     assert picks == [[0, 1]] * 20
 
 
+def test_a_logit_so_low_it_overflows_to_minus_inf_leaves_the_others_sampled():
+    """Only -3e38 / 0.5 overflowed, to -inf (probability 0, as it should be), and the row was made greedy."""
+    logits = torch.tensor([[-3e38, 0.0, 0.1]]).expand(20000, 3)
+    counts = torch.bincount(next_token(logits, 0.5, generator=torch.Generator().manual_seed(0)), minlength=3)
+    expected = torch.softmax(torch.tensor([0.0, 0.2], dtype=torch.float64), dim=0) * 20000  # 9,002 and 10,998
+    assert counts[0] == 0 and torch.allclose(counts[1:].double(), expected, atol=300)  # 4.3 standard deviations
+
+
 def test_a_model_in_training_mode_with_dropout_is_refused_by_generate(gen):
     config = GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16, dropout=0.3)
     model, prompt = GPT(config), torch.randint(V, (1, 2), generator=gen)
@@ -309,6 +317,48 @@ def test_slide_continues_past_block_size_with_learned_positions():
     restart = out[:, 9 - 4 : 9]  # block_size // 2 = 4 tokens of context
     assert torch.equal(out[:, 9:14], generate(model, restart, 5, temperature=0.0)[:, 4:])
     assert torch.equal(out, generate(model, prompt, 20, temperature=0.0, slide=True, use_cache=False))
+
+
+def test_slide_runs_on_past_max_positions_with_randomized_rope_positions():
+    """Only learned positions slid: a randomized rope model stopped with "needs 42 positions"."""
+    config = GPTConfig(V, block_size=8, n_layer=1, n_head=2, n_embd=16, pos="rope", randomized_positions=True,
+                       max_positions=16)  # fmt: skip
+    model, prompt = GPT(config).eval(), torch.randint(V, (2, 3), generator=torch.Generator().manual_seed(0))
+    out = generate(model, prompt, 40, temperature=0.0, generator=torch.Generator().manual_seed(1), slide=True)
+    assert out.shape == (2, 43) and torch.equal(out[:, :3], prompt)
+    assert generate(model, prompt, 40, temperature=0.0, generator=torch.Generator().manual_seed(1)).shape == (2, 17)
+
+
+def test_a_prompt_longer_than_the_block_gives_its_first_token_a_whole_block_of_context():
+    """It was cut to half a block: two prompts alike in their last half block continued alike."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    prompt = torch.randint(V, (2, 20))
+    out = generate(model, prompt, 6, temperature=0.0, slide=True)
+    assert torch.equal(out[:, 20], model(prompt[:, -8:]).logits[:, -1].argmax(dim=-1))
+    assert torch.equal(out[:, 21:], generate(model, out[:, 17:21], 5, temperature=0.0)[:, 4:])  # then half blocks
+
+
+@pytest.mark.parametrize(
+    ("idx", "n", "words"),
+    [
+        (torch.zeros(1, 2), 3, "integer token ids, got torch.float32"),
+        (torch.tensor([[0, V]]), 3, f"ids from 0 to {V}; the vocabulary has 0 to {V - 1}"),
+        (torch.tensor([[-1, 2]]), 3, "ids from -1 to 2"),
+        (torch.tensor([[1, 2]]), 2.5, "max_new_tokens must be an int >= 0, got 2.5"),
+    ],
+    ids=["float ids", "id past the vocabulary", "negative id", "fractional count"],
+)
+def test_generate_refuses_what_is_not_token_ids_in_one_sentence(idx, n, words):
+    model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    with pytest.raises(ValueError, match=re.escape(words)):
+        generate(model, idx, n)
+
+
+def test_generated_ids_keep_the_prompts_integer_type():
+    model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    for n in (0, 3):
+        assert generate(model, torch.tensor([[1, 2]], dtype=torch.int32), n, temperature=0.0).dtype == torch.int32
 
 
 def test_slide_with_a_block_of_one_token_continues_from_the_last_token_alone():

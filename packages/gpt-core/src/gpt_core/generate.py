@@ -20,10 +20,13 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     scaled = logits / temperature
-    if temperature < 1.0:  # only dividing by less than 1 can overflow: a row that did takes its limit, the best token
+    if temperature < 1.0:  # only dividing by less than 1 can overflow: a row that did is shifted by its best logit
         overflowed = (~scaled.isfinite() & logits.isfinite()).any(dim=-1, keepdim=True)  # (B, 1)
-        best = torch.full_like(logits, float("-inf")).scatter(-1, logits.argmax(dim=-1, keepdim=True), 0.0)  # (B, V)
-        scaled = torch.where(overflowed, best, scaled)
+        top = logits.amax(dim=-1, keepdim=True)  # (B, 1)
+        shifted = torch.where(
+            logits == top, 0.0, (logits - top) / temperature
+        )  # <= 0, and 0 at the best however small T
+        scaled = torch.where(overflowed, shifted, scaled)
     logits = scaled
     if top_k is not None and top_k < logits.shape[-1]:
         kth_best = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
@@ -36,13 +39,19 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
              use_cache: bool = True, generator: torch.Generator | None = None, slide: bool = False,
              static: bool = False) -> Tensor:  # fmt: skip
     """Extend each row of `idx` (B, T) by up to `max_new_tokens` tokens, in inference mode; returns (B, T + n_new).
-    Learned positions stop at position_limit + 1 tokens (rope and none run on) or, with `slide`, continue from the
-    last position_limit // 2 (at least one) as a fresh prompt. A randomized model's ids are drawn once with
-    `generator`. `static`: steps of fixed shapes (`gpt_core.decode`)."""
+    A model with a position limit (learned or randomized positions) stops at position_limit + 1 tokens (plain rope
+    and none run on) or, with `slide`, continues from the last position_limit // 2 (at least one) as a fresh prompt
+    (a prompt past the limit: its first token reads the last position_limit). A randomized model's ids are drawn
+    once per window with `generator`. `static`: steps of fixed shapes (`gpt_core.decode`)."""
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise ValueError(f"idx must hold integer token ids, got {idx.dtype}")
+    if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < model.config.vocab_size:
+        raise ValueError(f"idx holds ids from {int(idx.min())} to {int(idx.max())}; the vocabulary has 0 to "
+                         f"{model.config.vocab_size - 1}")  # fmt: skip
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
@@ -53,12 +62,13 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
         raise ValueError("static=True decodes with the KV cache; it cannot be combined with use_cache=False")
     block = model.config.position_limit
     with torch.inference_mode():
-        if model.config.pos != "learned" or not slide:
+        if block is None or not slide:
             out = _generate_once(model, idx, max_new_tokens, temperature, top_k, use_cache, generator, static)
         else:
             out = idx
             while out.shape[1] - idx.shape[1] < max_new_tokens:
-                context = out if out.shape[1] <= block else out[:, -max(block // 2, 1) :]
+                keep = block if out is idx else max(block // 2, 1)  # a long prompt's first token reads a full block
+                context = out if out.shape[1] <= block else out[:, -keep:]
                 wanted = max_new_tokens - (out.shape[1] - idx.shape[1])
                 extended = _generate_once(model, context, wanted, temperature, top_k, use_cache, generator, static)
                 out = torch.cat((out, extended[:, context.shape[1] :]), dim=1)
@@ -67,12 +77,12 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
 
 def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
                    use_cache: bool, generator: torch.Generator | None, static: bool) -> Tensor:  # fmt: skip
-    """One pass of generation, never reading past the learned table (block_size or max_positions)."""
+    """One pass of generation, never past the position limit (block_size or max_positions)."""
     B, T = idx.shape
     n_new = max_new_tokens
     config = model.config
     config.check_positions(T, "the prompt")
-    if config.pos == "learned":
+    if config.position_limit is not None:
         n_new = min(n_new, config.position_limit + 1 - T)
     if n_new <= 0:
         return idx
@@ -88,7 +98,7 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
     tokens = [idx]
     for step in range(n_new):
         token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
-        tokens.append(token[:, None])
+        tokens.append(token[:, None].to(idx.dtype))
         if step == n_new - 1:
             break
         if static:
