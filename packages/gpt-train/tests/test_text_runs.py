@@ -162,3 +162,28 @@ def test_a_char_model_asked_to_sample_a_character_it_never_saw_is_one_line(cli, 
     before = sorted((p.name, p.read_bytes()) for p in run_dir.iterdir())
     assert_one_line_error(cli("sample", run_dir, "--prompt", "the ẞ"), "prompt 'the ẞ'", "not in the vocabulary", "'ẞ'")
     assert sorted((p.name, p.read_bytes()) for p in run_dir.iterdir()) == before
+
+
+def char_run(cli, tmp_path: Path) -> Path:
+    corpus, run_dir = write_corpus(tmp_path / "c.txt"), tmp_path / "run"
+    assert cli("run", "--task", "text", "--data", corpus, *SMALL, "--out", run_dir).code == 0
+    return run_dir
+
+
+def test_a_prompt_longer_than_the_block_is_noted_and_answered_with_half_a_block(cli, tmp_path):
+    """It was cut without a word, and the default answer was one token."""
+    sampled = cli("sample", char_run(cli, tmp_path), "--prompt", "the night " * 5)  # 50 characters, block 16
+    assert sampled.code == 0 and "note: the prompt is 50 tokens; the model reads its last 16" in sampled.err
+    assert len(sampled.out.rstrip("\n").split(" -> ", 1)[1]) == 8
+
+
+def test_each_prompts_sample_depends_on_the_seed_alone_not_on_the_prompts_before_it(cli, tmp_path):
+    run_dir = char_run(cli, tmp_path)
+    sample = ("sample", run_dir, "--temperature", "1", "--seed", "3", "--max-new-tokens", "30")
+    both = cli(*sample, "--prompt", "the", "--prompt", "we").out.splitlines()
+    assert both[1] == cli(*sample, "--prompt", "we").out.strip()
+
+
+def test_top_k_at_temperature_zero_is_noted_as_having_no_effect(cli, tmp_path):
+    sampled = cli("sample", char_run(cli, tmp_path), "--prompt", "the", "--top-k", "3")
+    assert sampled.code == 0 and "--top-k has no effect at temperature 0" in sampled.err

@@ -43,9 +43,10 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
 
 def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     """How many tokens answer a prompt of `n_prompt`: a prompt-answer task's answer within the model's positions,
-    or for text as many as fill the block."""
+    or for text as many as fill the block, and at least half a block after a long prompt."""
     if not isinstance(vocabulary, PromptAnswerTask):
-        return max(1, model.config.block_size + 1 - n_prompt)
+        block = model.config.block_size
+        return max(1, block + 1 - n_prompt, block // 2)
     limit = model.config.position_limit
     if limit is not None and n_prompt > limit:
         raise PromptError(f"{n_prompt} tokens, and the model reads at most {limit}")

@@ -79,8 +79,9 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
 @click.option(
     "--max-new-tokens",
     type=click.IntRange(min=1),
-    help="Tokens to generate; past a learned-position model's block, the last half block is the new prompt. "
-    "[default: a prompt-answer task's answer (sort: one token per digit); text: fill the block]",
+    help="Tokens to generate; past the model's positions (learned or randomized), the last half block is the new "
+    "prompt. [default: a prompt-answer task's answer (sort: one token per digit); text: fill the block, at least "
+    "half a block]",
 )
 @click.option(
     "--temperature",
@@ -91,14 +92,20 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
 )
 @click.option("--top-k", type=click.IntRange(min=1), help="Sample only from the k most likely tokens.")
 @click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for sampling.")
+@click.option(
+    "--seed",
+    type=SEED,
+    default=0,
+    show_default=True,
+    help="Seed for sampling (above temperature 0), each prompt's own.",
+)
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @TRUST_KERNELS_OPTION
 def sample(
     run_dir: Path, hf_dir, prompt, max_new_tokens, temperature, top_k, no_cache, seed, device, trust_kernels
 ) -> None:
-    """Generate text from a saved run, or with --hf from a GPT-2 directory and its tokenizer.json, one
-    line per prompt.
+    """Generate text from a saved run, or with --hf from a GPT-2 directory and its tokenizer.json: each
+    prompt, then " -> " and what the model wrote after it.
 
     \b
     Examples:
@@ -117,7 +124,8 @@ def sample(
     else:
         loaded = load_run(run_dir, target, trust_kernels)
         task, model = loaded.config.build_sampler(), loaded.model
-    generator = torch.Generator(device=target).manual_seed(seed)
+    if top_k is not None and temperature == 0:
+        click.echo("note: --top-k has no effect at temperature 0 (greedy); give a --temperature above 0", err=True)
     try:
         prompts = prompt or task.example_prompts()
     except ValueError as error:  # a text run whose corpus is gone has no held-out text to prompt with
@@ -135,6 +143,10 @@ def sample(
             click.echo(f"note: {note}", err=True)
         if not max_new_tokens and (cut := cut_answer_note(task, model, ids.shape[1], answer)):
             click.echo(f"note: {cut}", err=True)
+        limit = model.config.position_limit
+        if limit is not None and ids.shape[1] > limit:
+            click.echo(f"note: the prompt is {ids.shape[1]} tokens; the model reads its last {limit}", err=True)
+        generator = torch.Generator(device=target).manual_seed(seed)  # each prompt's sample its own
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
