@@ -274,3 +274,40 @@ def test_grokking_draws_the_loss_and_progress_panels_it_is_asked_for(runner, mak
     assert written(result) == [run / "grokking.png"]
     result = runner.invoke(main, ["grokking", str(run), "--progress", "heldout_fourier_top5_share"])
     assert_one_line_error(result, "metric 'heldout_fourier_top5_share' not found")
+
+
+def test_grokking_of_a_metric_that_is_no_fraction_is_a_one_line_error(runner, make_run):
+    """--metric loss claimed "train loss (>= 0.99 at step 20)" on an axis fixed at 0 to 1 that showed no loss."""
+    records = [{"step": s, "loss": 4.0, "train_loss": 4.0 - s / 100, "heldout_loss": 5.0} for s in (10, 20)]
+    result = runner.invoke(main, ["grokking", str(make_run(records=records)), "--metric", "loss"])
+    assert_one_line_error(result, "train_loss runs from 3.8 to 3.9", "--loss loss")
+
+
+def test_a_format_matplotlib_cannot_write_here_is_a_one_line_error(runner, make_run, tmp_path):
+    """.pgf needs LaTeX: an 80-line traceback ending in "'xelatex' not found"."""
+    pytest.importorskip("matplotlib.backends.backend_pgf")
+    result = runner.invoke(main, ["attention", str(make_run()), "--out", str(tmp_path / "a.pgf")], env={"PATH": ""})
+    assert_one_line_error(result, "cannot draw", "as pgf")
+
+
+def test_a_dollar_in_a_label_or_run_name_is_drawn_as_typed(runner, make_run, tmp_path):
+    """matplotlib read "$" as mathtext: a ParseSyntaxException traceback."""
+    run = make_run("sort_$x^$")
+    result = runner.invoke(
+        main, ["compare", str(run), "--metric", "loss", "--label", "$\\frac$", "--out", str(tmp_path / "c")]
+    )
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(main, ["curves", str(run)]).exit_code == 0
+
+
+def test_curves_out_naming_a_picture_says_it_takes_a_directory(runner, make_run, tmp_path):
+    """--out pic.png made a directory named pic.png."""
+    result = runner.invoke(main, ["curves", str(make_run()), "--out", str(tmp_path / "pic.png")])
+    assert_one_line_error(result, "names a picture; curves writes RUN-curves.png for each run into a directory")
+    assert not (tmp_path / "pic.png").exists()
+
+
+def test_each_picture_is_named_as_it_is_written_before_a_later_one_fails(runner, make_run, tmp_path):
+    (tmp_path / "p.svg").mkdir()  # the SVG cannot be written
+    result = runner.invoke(main, ["attention", str(make_run()), "--out", str(tmp_path / "p.png"), "--svg"])
+    assert result.exit_code == 2 and written(result) == [tmp_path / "p.png"]

@@ -36,9 +36,35 @@ def test_primary_metric_from_config_is_on_the_twin_axis(run_dir):
 
 
 def test_metric_argument_overrides_the_config(run_dir):
+    figure = training_curves(run_dir, metric="heldout_accuracy")
+    (loss_ax,) = axes_with_xlabel(figure, "step")
+    assert twin_of(figure, loss_ax).get_ylabel() == "heldout_accuracy"
+
+
+def test_a_held_out_loss_shares_the_training_losss_axis(run_dir):
+    """On a log twin axis of its own, a held-out loss below the training loss was drawn above it."""
     figure = training_curves(run_dir, metric="heldout_loss")
     (loss_ax,) = axes_with_xlabel(figure, "step")
-    assert twin_of(figure, loss_ax).get_ylabel() == "heldout_loss"
+    assert [line.get_label() for line in loss_ax.get_lines()] == ["training loss", "heldout_loss"]
+    assert [other for other in figure.axes if other.bbox.bounds == loss_ax.bbox.bounds] == [loss_ax]
+
+
+def test_lr_is_not_drawn_on_the_fixed_axis_of_fractions(run_dir):
+    figure = training_curves(run_dir, metric="lr")
+    (loss_ax,) = axes_with_xlabel(figure, "step")
+    assert twin_of(figure, loss_ax).get_ylim()[1] < 0.5
+
+
+def test_a_run_of_one_logged_step_shows_its_point_on_whole_steps(make_run):
+    """A line through one point draws nothing: a run stopped before its second log looked empty."""
+    run = make_run()
+    first = (run / "metrics.jsonl").read_text().splitlines()[0]
+    (run / "metrics.jsonl").write_text(first + "\n")
+    figure = training_curves(run, metric="loss")
+    (loss_ax,) = axes_with_xlabel(figure, "step")
+    assert {line.get_marker() for line in loss_ax.get_lines()} == {"o"}
+    figure.canvas.draw()
+    assert all(float(tick).is_integer() for tick in loss_ax.get_xticks())
 
 
 def test_right_panel_is_the_last_layer_averaged_over_heads(run_dir):

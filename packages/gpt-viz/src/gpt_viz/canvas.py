@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from gpt_viz.errors import VizError, file_target
 from gpt_viz.run_data import PathLike
@@ -47,6 +48,21 @@ class PlainLogFormatter(LogFormatter):
         return f"{x:g}" if super().__call__(x, pos) else ""
 
 
+def plain(text: str) -> str:
+    """`text` (a run's name, a label) drawn as typed: a "$" would start matplotlib's mathtext."""
+    return text.replace("$", r"\$")
+
+
+def lone_marker(steps: np.ndarray) -> str | None:
+    """A dot on a series of one point, which a line alone would not show."""
+    return "o" if len(steps) < 2 else None
+
+
+def step_axis(ax: Axes) -> None:
+    """Whole steps on a linear step axis, also when a run logged only one."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
 def use_log_scale(ax: Axes, which: Literal["x", "y"]) -> None:
     """A log axis with plain numbers, so a loss or a step is read off without decoding exponents."""
     getattr(ax, f"set_{which}scale")("log")
@@ -72,5 +88,8 @@ def save_figure(fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)) 
             fig.savefig(target, format=fmt, dpi=SAVE_DPI)
         except OSError as error:
             raise VizError(f"cannot write {target}: {error.strerror or error}") from error
+        except (RuntimeError, ValueError) as error:  # pgf without LaTeX; text matplotlib cannot lay out
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise VizError(f"cannot draw {target} as {fmt}: {first}") from error
         written.append(target)
     return written

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 
 from gpt_viz.attention import attention_grid
@@ -20,6 +21,7 @@ from gpt_viz.run_names import RUN
 
 PATH = click.Path(path_type=Path)
 FILE = click.Path(path_type=str)  # kept as typed: a trailing "/" names a directory, which Path would drop
+IMAGE_SUFFIXES = FigureCanvasBase.get_supported_filetypes()
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each picture.")
 
 
@@ -64,6 +66,8 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
     else:
         if out.exists() and not out.is_dir():
             raise VizError(f"--out {out} is a file; curves writes its pictures into a directory")
+        if not out.exists() and out.suffix.lower().lstrip(".") in IMAGE_SUFFIXES:
+            raise VizError(f"--out {out} names a picture; curves writes RUN-curves.png for each run into a directory")
         names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
@@ -165,5 +169,6 @@ def _save_and_report(figure: Figure, target: str | Path, svg: bool) -> None:
     """PNG, or the image format `--out`'s suffix names (a.jpg writes a.jpg); `--svg` adds an SVG beside it."""
     named = Path(target).suffix.lower().lstrip(".")
     first = named if named in figure.canvas.get_supported_filetypes() else "png"
-    for path in save_figure(figure, target, formats=dict.fromkeys((first, "svg") if svg else (first,))):
-        click.echo(str(path))
+    for fmt in dict.fromkeys((first, "svg") if svg else (first,)):  # each named as written, before the next fails
+        for path in save_figure(figure, target, formats=(fmt,)):
+            click.echo(str(path))

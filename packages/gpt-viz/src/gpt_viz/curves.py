@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from gpt_viz.attention import caption_axes, draw_attention
-from gpt_viz.canvas import legend_below, new_figure, use_log_scale
+from gpt_viz.canvas import legend_below, lone_marker, new_figure, plain, step_axis, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike, Record, load_attention, load_config, load_metrics, metric_series, run_directory
 from gpt_viz.run_layout import RunLayout, parse_metric_key
@@ -27,8 +27,10 @@ def is_loss(metric: str) -> bool:
 
 
 def point_marker(metric: str, steps: np.ndarray) -> str | None:
-    """Dots on a sparse evaluation series (a key naming a split) show where the data is; per-step logs would smudge."""
-    return "o" if parse_metric_key(metric) is not None and len(steps) <= MAX_MARKED_POINTS else None
+    """Dots on a sparse evaluation series (a key naming a split) show where the data is; per-step logs would smudge.
+    A lone point is dotted whatever it is."""
+    sparse = parse_metric_key(metric) is not None and len(steps) <= MAX_MARKED_POINTS
+    return "o" if sparse else lone_marker(steps)
 
 
 def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
@@ -56,33 +58,38 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     if has_attention:
         _draw_last_layer_attention(figure, figure.add_subplot(grid[:, 1]), run)
     task = config.get("task")
-    figure.suptitle(f"{task} — {run.name}" if task else run.name)
+    figure.suptitle(plain(f"{task} — {run.name}" if task else run.name))
     return figure
 
 
 def _draw_loss_and_metric(ax: Axes, records: Sequence[Record], metric: str | None, source: str, alone: str) -> None:
     steps, losses = metric_series(records, "loss", source=source)
-    handles = ax.plot(steps, losses, color=LOSS_COLOUR, linewidth=1.2, label="training loss")
+    handles = ax.plot(
+        steps, losses, color=LOSS_COLOUR, marker=lone_marker(steps), markersize=3, linewidth=1.2, label="training loss"
+    )
     use_log_scale(ax, "y")
+    step_axis(ax)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss", color=LOSS_COLOUR)
     ax.tick_params(axis="y", labelcolor=LOSS_COLOUR)
     ax.grid(alpha=0.3)
     if metric is None:
         ax.set_title(alone)
-    else:  # the metric on a twin axis
+    else:  # a loss on the same axis, so that the two compare; another metric on a twin axis
         steps, values = metric_series(records, metric, source=source)
-        twin = ax.twinx()
+        twin = ax if is_loss(metric) else ax.twinx()
         marker = point_marker(metric, steps)
         handles += twin.plot(
             steps, values, color=METRIC_COLOUR, marker=marker, markersize=3, linewidth=1.2, label=metric
         )
-        twin.set_ylabel(metric, color=METRIC_COLOUR)
-        twin.tick_params(axis="y", labelcolor=METRIC_COLOUR)
-        if is_loss(metric):
-            use_log_scale(twin, "y")
-        elif _all_fractions(values):
-            twin.set_ylim(-0.02, 1.02)
+        if twin is ax:
+            ax.set_ylabel("loss", color="black")
+            ax.tick_params(axis="y", labelcolor="black")
+        else:
+            twin.set_ylabel(metric, color=METRIC_COLOUR)
+            twin.tick_params(axis="y", labelcolor=METRIC_COLOUR)
+            if metric != "lr" and _all_fractions(values):  # lr is no fraction of anything
+                twin.set_ylim(-0.02, 1.02)
         ax.set_title(f"training loss and {metric}")
     legend_below(ax, handles)
 
@@ -135,7 +142,7 @@ def compare_runs(
     runs = [run_directory(run_dir) for run_dir in run_dirs]
     if not runs:
         raise VizError("compare needs at least one run directory")
-    labels = [run.name for run in runs] if labels is None else list(labels)
+    labels = [plain(run.name) for run in runs] if labels is None else [plain(label) for label in labels]
     if len(labels) != len(runs):
         raise VizError(f"got {len(labels)} labels for {len(runs)} runs; give one label per run")
 
@@ -150,6 +157,7 @@ def compare_runs(
     if logarithmic:
         use_log_scale(ax, "y")
     label = "training loss" if metric == "loss" else metric
+    step_axis(ax)
     ax.set_xlabel("step")
     ax.set_ylabel(label)
     ax.set_title(f"{label} by run")

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from gpt_viz.canvas import caption_below, legend_below, new_figure, use_log_scale
+from gpt_viz.canvas import caption_below, legend_below, lone_marker, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import (
     THRESHOLD,
@@ -54,6 +54,12 @@ def grokking(
     crossings, collapsed = [], []
     for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
         steps, values = _positive_steps(records, key, source)
+        finite = values[np.isfinite(values)]
+        if finite.size and not np.all((finite >= 0) & (finite <= 1)):
+            raise VizError(
+                f"grokking draws a fraction such as accuracy against {threshold:g}; {key} runs from "
+                f"{finite.min():g} to {finite.max():g} (a loss goes in its own panel: --loss {metric})"
+            )
         crossing, spans = _draw_split(ax, steps, values, prefix, label, colour, threshold)
         crossings.append((crossing, colour))
         collapsed.append(spans)
@@ -107,7 +113,8 @@ def _draw_progress(ax: Axes, records: Sequence[Record], key: str, source: str) -
     steps, values = _positive_steps(records, key, source)
     parsed = parse_metric_key(key)
     name = parsed.name if parsed is not None else key
-    ax.plot(steps, values, color="tab:green", linewidth=1.4, label=f"progress measure: {name.replace('_', ' ')}")
+    label = f"progress measure: {name.replace('_', ' ')}"
+    ax.plot(steps, values, color="tab:green", marker=lone_marker(steps), linewidth=1.4, label=label)
     ax.set_ylabel(name.replace("_", " "))
     if values.size and np.all((values >= 0) & (values <= 1)):
         ax.set_ylim(-0.02, 1.05)
@@ -116,7 +123,8 @@ def _draw_progress(ax: Axes, records: Sequence[Record], key: str, source: str) -
 def _draw_losses(ax: Axes, records: Sequence[Record], keys: list[str], source: str) -> None:
     for key, (_, prefix, colour) in zip(keys, _SPLIT_STYLE, strict=True):
         steps, values = _positive_steps(records, key, source)
-        ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{prefix} {parse_metric_key(key).name}")
+        label = f"{prefix} {parse_metric_key(key).name}"
+        ax.plot(steps, values, color=colour, marker=lone_marker(steps), linewidth=1.4, label=label)
     use_log_scale(ax, "y")
     ax.set_ylabel(f"{parse_metric_key(keys[0]).name} (log scale)")
 
@@ -136,7 +144,9 @@ def _draw_split(
     """One split's curve, crossing and collapses; returns the crossing (or None) and how many collapses."""
     crossing = first_crossing(steps, values, threshold)
     reached = f"never reaches {threshold:g}" if crossing is None else f"≥ {threshold:g} at step {crossing}"
-    ax.plot(steps, values, color=colour, linewidth=1.4, label=f"{prefix} {label} ({reached})")
+    ax.plot(
+        steps, values, color=colour, marker=lone_marker(steps), linewidth=1.4, label=f"{prefix} {label} ({reached})"
+    )
     if crossing is not None:
         ax.axvline(crossing, color=colour, linestyle="--", linewidth=1.0)
         text = {"xytext": (4, 0), "textcoords": "offset points", "rotation": 90, "va": "center", "fontsize": 9}
