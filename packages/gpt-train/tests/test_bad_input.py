@@ -83,6 +83,34 @@ def test_a_set_key_two_scopes_share_must_name_its_scope():
     }
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--steps", "3", "--set", "steps=0"], "--steps and --set steps both set steps; give it once"),
+        (["--lr", "0.01", "--set", "train.lr=abc"], "--lr and --set train.lr both set lr"),
+        (["--set", "n_layer=1", "--set", "n_layer=2"], "--set n_layer is given twice, as '1' and '2'; give it once"),
+        (["--set", "n_layer=1", "--set", "model.n_layer=1"], "--set n_layer and --set model.n_layer both set model"),
+    ],
+    ids=["flag and key", "flag and scoped key", "key twice", "key and scoped key"],
+)
+def test_a_setting_given_twice_is_refused_rather_than_one_value_dropped(cli, tmp_path, args, words):
+    """The flag won and the other value was never even checked: --set steps=0 beside --steps 3 trained 3 steps."""
+    assert_one_line_error(cli("run", "--task", "sort", *args, "--out", tmp_path / "r"), words)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_key_repeated_with_the_same_value_is_one_setting(cli, tmp_path):
+    args = ("--task", "sort", "--steps", "1", "--set", "n_layer=1", "--set", "n_layer=1", "--set", "n_embd=16")
+    assert cli("run", *args, "--quiet", "--no-pictures", "--out", tmp_path / "r").code == 0
+
+
+def test_an_lr_below_the_default_min_lr_names_that_default(cli):
+    """The rule alone ("min_lr (0.0001) must not exceed lr (1e-05)") blamed a setting the user never gave."""
+    assert_one_line_error(
+        cli("run", "--task", "sort", "--lr", "1e-5"), "below the default min_lr 0.0001", "--set min_lr=1e-06"
+    )
+
+
 def test_set_value_of_the_wrong_type(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--set", "n_layer=three"), "n_layer must be an integer")
     assert_one_line_error(cli("run", "--task", "sort", "--set", "layernorm=maybe"), "layernorm must be true or false")

@@ -148,7 +148,10 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {pair!r}")
-        parsed[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        if parsed.get(key, value) != value:
+            raise ConfigError(f"--set {key} is given twice, as {parsed[key]!r} and {value!r}; give it once")
+        parsed[key] = value
     return parsed
 
 
@@ -162,12 +165,19 @@ def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, 
         "train": set(field_types(TrainSettings)),
     }
     routed: dict[str, dict[str, Any]] = {scope: {} for scope in SCOPES}
+    given_as: dict[tuple[str, str], str] = {}  # the key that set each (scope, name)
+
+    def put(scope: str, name: str, key: str, value: Any) -> None:
+        if (scope, name) in given_as:
+            raise ConfigError(f"--set {given_as[scope, name]} and --set {key} both set {scope}.{name}; give it once")
+        given_as[scope, name], routed[scope][name] = key, value
+
     for key, value in values.items():
         scope, dot, name = key.partition(".")
         if dot and scope in names:
             if name not in names[scope]:
                 raise ConfigError(f"unknown --set key {key!r}; {scope} keys: {', '.join(sorted(names[scope]))}")
-            routed[scope][name] = value
+            put(scope, name, key, value)
             continue
         owners = [s for s in SCOPES if key in names[s]]
         if not owners:
@@ -177,7 +187,7 @@ def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, 
             raise ConfigError(
                 f"--set {key} is both a {' and a '.join(owners)} key: write {' or '.join(f'{s}.{key}' for s in owners)}"
             )
-        routed[owners[0]][key] = value
+        put(owners[0], key, key, value)
     if isinstance(routed["task"].get("data"), str) and routed["task"]["data"]:
         routed["task"]["data"] = str(Path(routed["task"]["data"]).expanduser().absolute())
     return routed
@@ -281,17 +291,20 @@ def resolve_run_config(
 
 
 def _check_task_min_lr(task_name: str, defaults: dict[str, Any], given: dict[str, Any]) -> None:
-    """A given lr below the task's default min_lr, named as such: the user never set that min_lr."""
-    if "lr" not in given or "min_lr" in given or "min_lr" not in defaults:
+    """A given lr below the default min_lr (the task's, else TrainSettings'), named as such: the user never set it."""
+    if "lr" not in given or "min_lr" in given:
         return
     try:
         lr = float(given["lr"])
     except (TypeError, ValueError):
         return  # `override` says what is wrong with it
-    if 0 < lr < defaults["min_lr"]:  # lr <= 0: `override` refuses it as such
+    whose, min_lr = (
+        (f"the {task_name} task's", defaults["min_lr"]) if "min_lr" in defaults else ("the", TrainSettings.min_lr)
+    )
+    if 0 < lr < min_lr:  # lr <= 0: `override` refuses it as such
         raise ConfigError(
-            f"lr {lr:g} is below the {task_name} task's default min_lr {defaults['min_lr']:g}, the rate its schedule "
-            f"ends at: give one too, e.g. --set min_lr={lr / 10:g}"
+            f"lr {lr:g} is below {whose} default min_lr {min_lr:g}, the rate its schedule ends at: give one too, "
+            f"e.g. --set min_lr={lr / 10:g}"
         )
 
 

@@ -170,6 +170,9 @@ def run(
         if data is not None and {"data", "task.data"} & values.keys():
             raise CommandError("--data and --set data both name the corpus; give it once")
         values |= route_data(task_name, data)
+        for name in given:
+            if twice := sorted({name, f"train.{name}"} & values.keys()):
+                raise CommandError(f"--{name.replace('_', '-')} and --set {twice[0]} both set {name}; give it once")
         values |= {f"train.{name}": value for name, value in given.items()}
         if not {"kernels", "train.kernels"} & values.keys():
             values["train.kernels"] = default_kernel_set(target)
