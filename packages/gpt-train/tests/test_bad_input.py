@@ -111,6 +111,29 @@ def test_an_lr_below_the_default_min_lr_names_that_default(cli):
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--set", "n_embd=99999999", "--set", "n_head=1"], "GiB for its weights, gradients and AdamW state alone"),
+        (["--set", "n_layer=99999999999999999999"], "choose a smaller n_layer or n_embd"),
+    ],
+    ids=["wide", "deep"],
+)
+def test_a_model_too_large_for_the_memory_is_refused_before_anything_is_written(cli, tmp_path, args, words):
+    """It allocated layer after layer until the system killed it, or ended in an allocator's traceback."""
+    assert_one_line_error(cli("run", "--task", "sort", *args, "--out", tmp_path / "r"), words)
+    assert not (tmp_path / "r").exists()
+
+
+def test_running_out_of_memory_while_training_is_one_line(cli, tmp_path, monkeypatch):
+    def allocate(self, step):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 99 bytes.")
+
+    monkeypatch.setattr("gpt_train.trainer.Trainer.train_step", allocate)
+    result = cli(*TINY, "--out", tmp_path / "r")
+    assert_one_line_error(result, "out of memory (DefaultCPUAllocator", "a smaller batch_size", code=1)
+
+
 def test_set_value_of_the_wrong_type(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--set", "n_layer=three"), "n_layer must be an integer")
     assert_one_line_error(cli("run", "--task", "sort", "--set", "layernorm=maybe"), "layernorm must be true or false")

@@ -1,11 +1,14 @@
-"""Choosing the device: auto picks cuda, then mps, then cpu; an absent device is an error, never a fallback."""
+"""Choosing the device: auto picks cuda, then mps, then cpu; an absent device is an error, never a fallback. A model
+too large for the device's memory is refused before anything is written."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
 
+from gpt_core import GPTConfig
 from gpt_train.errors import TrainError
 
 
@@ -38,3 +41,35 @@ def resolve_device(name: str) -> torch.device:
     if device.index is not None:
         torch.cuda.set_device(device)
     return device
+
+
+BYTES_PER_PARAMETER = 16  # float32 weight, gradient and AdamW's two moments
+
+
+def check_memory(model: GPTConfig, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and AdamW moments alone exceed the device's memory: a typo in n_embd
+    or n_layer would otherwise fill memory until the system kills the process (or another)."""
+    d = model.n_embd
+    per_layer = (4 + 8 * model.mlp) * d * d  # q, k, v, the output projection and the 4x MLP
+    tables = model.vocab_size * d * (2 - model.tie_weights) + (model.position_limit or 0) * d
+    parameters = model.n_layer * per_layer + tables
+    available = device_memory(device)
+    if available is not None and BYTES_PER_PARAMETER * parameters > available:
+        where = "this machine" if device.type == "cpu" else str(device)
+        raise DeviceError(
+            f"the model has about {parameters:.3g} parameters: {BYTES_PER_PARAMETER * parameters / 2**30:.3g} GiB for "
+            f"its weights, gradients and AdamW state alone, more than the {available / 2**30:.3g} GiB of {where}; "
+            "choose a smaller n_layer or n_embd"
+        )
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory on `device` (the machine's for the CPU), or None where it cannot be read."""
+    try:
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory
+        if device.type == "mps":
+            return torch.mps.recommended_max_memory()
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError, RuntimeError):  # no sysconf (Windows), an older torch
+        return None

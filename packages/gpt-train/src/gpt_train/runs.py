@@ -18,6 +18,7 @@ from gpt_core import Kernels
 from gpt_tasks import Task
 from gpt_train.checkpoint import check_fits_checkpoint
 from gpt_train.config import ConfigError, RunConfig, resolve_run_config
+from gpt_train.devices import check_memory
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
@@ -112,6 +113,7 @@ def new_run(
     """Resolve the configuration and check its kernels, then lay out the run directory (rank 0) and write
     config.json: nothing is written until the configuration is known to be valid."""
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
+    check_memory(config.model, device)
     check_kernel_set(config.train.kernels, device)
     found = run_kernels(config, verify=True, device=device)
     check_precision(config.train.dtype, device)
