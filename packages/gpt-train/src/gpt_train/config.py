@@ -148,10 +148,7 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {pair!r}")
-        key, value = key.strip(), value.strip()
-        if parsed.get(key, value) != value:
-            raise ConfigError(f"--set {key} is given twice, as {parsed[key]!r} and {value!r}; give it once")
-        parsed[key] = value
+        parsed[key.strip()] = value.strip()  # a key given again: the last value, as for a repeated flag
     return parsed
 
 
