@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import TINY, read_metrics
+from train_helpers import TINY, assert_one_line_error, read_metrics
 
 import gpt_core.kernels
 from gpt_core import GPT, KERNEL_SETS, GPTConfig
@@ -75,6 +75,20 @@ def test_a_reached_trigger_drops_lr_to_min_lr_at_once_and_ends_the_run_a_cool_do
     assert s.last_step(triggered=80) == 100  # reached too late for a whole cool-down: the run still ends at steps
     off = TrainSettings(**SETTINGS | {"schedule": "constant", "cooldown_trigger": 0.99})  # no cooldown_steps: none
     assert off.last_step(triggered=40) == 100 and learning_rate(99, off, triggered=40) == 1e-3
+
+
+def test_a_trigger_reached_inside_the_warm_up_drops_lr_to_min_lr_at_once():
+    """The warm-up's rising rate came first: lr climbed through the whole cool-down."""
+    s = TrainSettings(**SETTINGS | {"schedule": "constant", "warmup_steps": 50, "cooldown_steps": 7,
+                                    "cooldown_trigger": 0.5})  # fmt: skip
+    assert learning_rate(9, s, triggered=10) == pytest.approx(1e-3 * 10 / 50)
+    assert [learning_rate(step, s, triggered=10) for step in range(10, 17)] == [1e-4] * 7
+
+
+def test_a_cooldown_trigger_given_without_a_cool_down_is_refused(cli, tmp_path):
+    """It was ignored without a word: the run never dropped its rate nor ended early."""
+    result = cli(*TINY, "--set", "cooldown_trigger=0.5", "--out", tmp_path / "r")
+    assert_one_line_error(result, "cooldown_trigger starts a cool-down of cooldown_steps steps")
 
 
 @pytest.mark.parametrize(

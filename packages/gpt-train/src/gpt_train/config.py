@@ -268,12 +268,18 @@ def resolve_run_config(
     if init_from is not None:
         model = pretrained_model_config(init_from, task.vocab_size, task.block_size, routed["model"])
     _check_task_min_lr(task_name, defaults.train, routed["train"])
+    train = override(train_settings(task_name, defaults.train), routed["train"], "training setting")
+    if "cooldown_trigger" in routed["train"] and train.cooldown_trigger > 0 and not train.cooldown_steps:
+        raise ConfigError(
+            "cooldown_trigger starts a cool-down of cooldown_steps steps, and cooldown_steps is 0: give it too "
+            "(with schedule=constant)"
+        )
     task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
         task_params=dataclasses.asdict(task.params) | {name: RunLayout.task_file_name(name) for name in task_files},
         model=override(model, routed["model"] | shape, "model shape"),
-        train=override(train_settings(task_name, defaults.train), routed["train"], "training setting"),
+        train=train,
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
         eval_splits=tuple(task.eval_splits),

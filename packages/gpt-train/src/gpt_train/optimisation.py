@@ -13,12 +13,13 @@ from gpt_train.settings import TrainSettings
 
 
 def learning_rate(step: int, s: TrainSettings, triggered: int | None = None) -> float:
-    """The learning rate at `step`, as `TrainSettings` describes it; from step `triggered`, min_lr at once."""
+    """The learning rate at `step`, as `TrainSettings` describes it; from step `triggered`, min_lr at once (also
+    inside the warm-up)."""
+    if triggered is not None and s.cooldown_steps and step >= triggered:
+        return s.min_lr
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
     if s.schedule == "constant":
-        if triggered is not None and s.cooldown_steps and step >= triggered:
-            return s.min_lr
         length = min(s.cooldown_steps, s.steps - s.warmup_steps)  # a shorter run cools from the warm-up's end
         cooling = step - (s.steps - length)  # steps into the cool-down (negative before it)
         return s.lr if cooling < 0 else s.lr + (s.min_lr - s.lr) * cooling / length

@@ -17,14 +17,14 @@ class TrainSettings:
     """Optimisation and bookkeeping of a run; the defaults suit a small model on a CPU, a task overrides by name.
 
     lr warms up over `warmup_steps`, then follows `schedule`: cosine to `min_lr`, or constant, whose last
-    `cooldown_steps` fall linearly to `min_lr`. `cooldown_trigger` x > 0 starts that cool-down at the first evaluation
-    whose primary metric reaches x (one below x meanwhile restores `lr`); `steps` is then the longest run.
-    `early_eval_every` N also evaluates every N steps up to `early_eval_until`. `snapshot_every` N keeps the weights
-    every N steps. `dtype` is the forward pass's precision (autocast); `grad_accum` N splits each batch into N
-    micro-batches; `kernels` names the kernel set (`gpt_core.KERNEL_SETS`). 0 turns off `grad_clip` and Grokfast.
-    Weight decay applies to matrices only (the position table with `decay_position_embedding`). `tf32` lets CUDA
-    use TF32 for float32 products; evaluation is full float32 and draws none of the training's random numbers.
-    `final_eval_limit` None scores the whole held-out split.
+    `cooldown_steps` fall linearly to `min_lr`. `cooldown_trigger` x > 0 starts that cool-down at the first
+    evaluation whose primary metric reaches x (one below x meanwhile restores `lr`); `steps` is then the longest
+    run. `early_eval_every` N, when below `eval_every`, also evaluates every N steps up to `early_eval_until`.
+    `snapshot_every` N keeps the weights every N steps. `dtype` is the forward pass's precision (autocast);
+    `grad_accum` N splits each batch into N micro-batches; `kernels` names the kernel set (`gpt_core.KERNEL_SETS`).
+    0 turns off `grad_clip` and Grokfast. Weight decay applies to matrices only (the position table with
+    `decay_position_embedding`). `tf32` lets CUDA use TF32 for float32 products; evaluation is full float32 and
+    draws none of the training's random numbers. `final_eval_limit` None scores the whole held-out split.
     """
 
     steps: int = 2000
