@@ -97,6 +97,19 @@ def test_a_file_with_a_byte_order_mark_trains_without_it_in_the_vocabulary(tmp_p
     assert task.params.corpus_sha256 == hashlib.sha256(text.encode()).hexdigest()
 
 
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_a_split_holding_out_every_chunk_says_so_before_learning_a_tokenizer(corpus, kind):
+    """The char tokenizer said it "needs at least one character", the BPE that vocab_size must be at least 257."""
+    one_line_error(lambda: text_task(corpus, tokenizer=kind, heldout_fraction=0.9999), "holds out every chunk")
+
+
+def test_a_bpe_of_text_that_allows_no_merge_keeps_its_byte_tokens(tmp_path):
+    path = tmp_path / "lines.txt"
+    rng = random.Random(0)
+    path.write_text("".join(rng.choice("abcdefghij") + "\n" for _ in range(20000)))
+    assert text_task(path, tokenizer="bpe").vocab_size == 256
+
+
 def test_a_single_files_corpus_hash_is_the_files_own_sha256(corpus):
     assert Corpus.find(corpus, "ignored").sha256() == hashlib.sha256(corpus.read_bytes()).hexdigest()
 
@@ -461,7 +474,7 @@ def test_a_bpe_file_given_is_used_as_it_is(corpus, tmp_path):
 def test_a_corpus_changed_after_training_is_refused_in_one_line(corpus, tokenizer):
     params = recorded(text_task(corpus, tokenizer=tokenizer))
     corpus.write_text(corpus.read_text() + "!", encoding="utf-8")
-    message = one_line_error(lambda: get_task("text", **params), "has changed since this run was trained")
+    message = one_line_error(lambda: get_task("text", **params), "is not the text this run was trained on")
     assert params["corpus_sha256"] in message and str(corpus) in message
 
 

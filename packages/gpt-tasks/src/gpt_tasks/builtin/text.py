@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -77,7 +77,7 @@ class TextParams:
         for name, owner in owners.items():
             if getattr(self, name) not in (None, "") and self.tokenizer != owner:
                 raise ValueError(f"{name} belongs to tokenizer={owner}, not tokenizer={self.tokenizer}")
-        if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB:
+        if self.vocab_size is not None and self.vocab_size < MIN_BPE_VOCAB and not self.tokenizer_file:  # asked for
             raise ValueError(f"vocab_size must be at least {MIN_BPE_VOCAB} (the 256 bytes and a merge)")
         if len(set(self.alphabet)) != len(self.alphabet):
             raise ValueError(f"alphabet must not repeat a character, got {self.alphabet!r}")
@@ -135,11 +135,14 @@ class TextTask(Task):
         digest = corpus.sha256()  # reading it checks that it is text
         window = params.block_size + 1
         if corpus.size < window:  # no tokenizer makes more tokens than bytes: refused before any preparation
-            raise ValueError(f"the corpus ({corpus.size:,} bytes) is smaller than a training window of {window} tokens")
+            raise ValueError(
+                f"the corpus ({corpus.size:,} byte{'s' * (corpus.size != 1)}) is smaller than a training window of "
+                f"{window} tokens"
+            )
         if params.corpus_sha256 and params.corpus_sha256 != digest:
             raise ValueError(
-                f"the corpus at {corpus.path} has changed since this run was trained "
-                f"(sha256 {digest}, recorded {params.corpus_sha256})"
+                f"the corpus at {corpus.path} is not the text this run was trained on (sha256 {digest}, recorded "
+                f"{params.corpus_sha256}): it has changed, or data or glob names other text"
             )
         # A BPE of n bytes has at most 256 + n - 1 tokens; the tokenizer library allocates for more, and may abort.
         if params.vocab_size is not None and params.vocab_size > 256 + corpus.size - 1:
@@ -184,10 +187,23 @@ class TextTask(Task):
         say(f"learning the {kind} tokenizer from the training chunks; it is kept at {path}")
         read = hashlib.sha256()  # to check the text against the corpus sha256
         pieces = corpus.read_chunks(params.chunk_size, read, "training split", leave=False)
-        texts = (text for text, data in pieces if not is_heldout(data, params.heldout_fraction, self.SALT))
-        learned = CharTokenizer(learn_alphabet(texts)) if kind == "char" else train_bpe(texts, vocab_size)
+        training = [0]  # chunks read
+
+        def texts() -> Iterator[str]:
+            for text, data in pieces:
+                if not is_heldout(data, params.heldout_fraction, self.SALT):
+                    training[0] += 1
+                    yield text
+
+        learned = learn_alphabet(texts()) if kind == "char" else train_bpe(texts(), vocab_size)
         if read.hexdigest() != split["corpus_sha256"]:  # the corpus was edited after it was hashed
             raise ValueError(changed_while_read("learned from"))
+        if not training[0]:
+            raise ValueError(
+                f"heldout_fraction {params.heldout_fraction:g} holds out every chunk of {params.chunk_size} "
+                "characters, leaving none to learn the tokenizer from or train on; lower it or use a longer text"
+            )
+        learned = CharTokenizer(learned) if kind == "char" else learned
         write_atomically(path, learned.serialize())
         return learned, file
 
@@ -216,9 +232,11 @@ class TextTask(Task):
             )
         for split, numbers in self._chunks.items():
             if not len(numbers):
+                side, chunks = "training" if split == "train" else "held-out", "chunk" + "s" * (len(lengths) != 1)
                 raise ValueError(
-                    f"the corpus ({size}, {len(lengths):,} chunks of {self.params.chunk_size} characters) has no "
-                    f"{split} chunk holding a window; use a longer text or a smaller chunk_size"
+                    f"the corpus ({size}, {len(lengths):,} {chunks} of {self.params.chunk_size} characters) has no "
+                    f"{side} chunk holding a window; use a longer text, a smaller chunk_size or another "
+                    f"heldout_fraction (now {self.params.heldout_fraction:g})"
                 )
 
     def chunks(self, split: str) -> torch.Tensor:
