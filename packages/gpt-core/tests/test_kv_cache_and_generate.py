@@ -342,12 +342,13 @@ def test_a_prompt_longer_than_the_block_gives_its_first_token_a_whole_block_of_c
 @pytest.mark.parametrize(
     ("idx", "n", "words"),
     [
-        (torch.zeros(1, 2), 3, "integer token ids, got torch.float32"),
+        (torch.zeros(1, 2), 3, "token ids as int64 (or int32), got torch.float32"),
+        (torch.zeros(1, 2, dtype=torch.int16), 3, "token ids as int64 (or int32), got torch.int16"),
         (torch.tensor([[0, V]]), 3, f"ids from 0 to {V}; the vocabulary has 0 to {V - 1}"),
         (torch.tensor([[-1, 2]]), 3, "ids from -1 to 2"),
         (torch.tensor([[1, 2]]), 2.5, "max_new_tokens must be an int >= 0, got 2.5"),
     ],
-    ids=["float ids", "id past the vocabulary", "negative id", "fractional count"],
+    ids=["float ids", "int16 ids", "id past the vocabulary", "negative id", "fractional count"],
 )
 def test_generate_refuses_what_is_not_token_ids_in_one_sentence(idx, n, words):
     model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
@@ -357,6 +358,7 @@ def test_generate_refuses_what_is_not_token_ids_in_one_sentence(idx, n, words):
 
 def test_generated_ids_keep_the_prompts_integer_type():
     model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    assert generate(model, torch.tensor([[1, 2]]), torch.tensor(3), temperature=0.0).shape == (1, 5)  # any integer
     for n in (0, 3):
         assert generate(model, torch.tensor([[1, 2]], dtype=torch.int32), n, temperature=0.0).dtype == torch.int32
 

@@ -126,7 +126,7 @@ def test_sampled_split_draws_only_from_its_own_side():
     [
         ("addition", {"digits": 1, "heldout_fraction": 0.001}, "of the 100 examples leaves none held out"),
         ("sort", {"length": 2, "vocab": 2, "heldout_fraction": 0.99}, "leaves none to train on"),
-        ("sort", {"min_length": 1, "separator": True, "vocab": 2, "heldout_fraction": 0.9}, "of the 2 examples"),
+        ("sort", {"min_length": 1, "separator": True, "vocab": 2, "heldout_fraction": 0.9}, "at length 1, holding"),
         ("modadd", {"train_fraction": 1e-9}, "leaves none to train on"),
     ],
     ids=["no held-out pair", "no training run", "no training run of a shorter length", "no training pair"],
@@ -135,6 +135,12 @@ def test_a_listed_split_with_an_empty_side_is_refused_when_the_task_is_made(name
     """Training then crashed in the first batch, or the final evaluation divided by zero after the whole run."""
     with pytest.raises(ValueError, match=words):
         get_task(name, **params)
+
+
+def test_a_shorter_training_length_needs_no_held_out_example():
+    """Only `length` is evaluated: min_length=1 at a held-out share of 0.05 was refused for length 1's empty side."""
+    task = get_task("sort", min_length=1, separator=True, heldout_fraction=0.05)
+    assert len(task.splits[1].ids("heldout")) == 0 and len(task.splits[1].ids("train")) == 10
 
 
 @pytest.mark.parametrize(

@@ -160,6 +160,19 @@ def test_a_rope_model_is_explained_on_a_prompt_longer_than_its_block_as_sample_a
     assert len(view.tokens) == 256 and len(view.answer) == 7  # the answer cut where the page's tokens end
 
 
+def test_a_text_prompt_longer_than_half_a_block_is_explained_within_the_positions(tmp_path):
+    """sample's answer of at least half a block ran a learned-position model past its table in the page's pass."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the night is young and so are we\n" * 300)
+    run_dir = tmp_path / "text"
+    gpt_train("run", "--task", "text", "--data", corpus, "--set", "block_size=16", "--set", "chunk_size=64",
+              "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--steps", 2, "--device", "cpu",
+              "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    run = load_run(run_dir, CPU)
+    view = explain_prompt(run.config.build_sampler(), run.model, CPU, "the night is")  # 12 of 16 positions
+    assert len(view.tokens) == 16 and len(view.answer) == 5
+
+
 # the server ----------------------------------------------------------------------------------
 def test_the_server_serves_its_page_the_runs_summary_and_the_model_on_a_prompt(server, run_dir):
     status, page = get(server, "/")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 
 import torch
@@ -45,12 +46,16 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
     once per window with `generator`. `static`: steps of fixed shapes (`gpt_core.decode`)."""
     if idx.dim() != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
-    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-        raise ValueError(f"idx must hold integer token ids, got {idx.dtype}")
+    if idx.dtype not in (torch.int64, torch.int32):  # the types an embedding indexes with
+        raise ValueError(f"idx must hold token ids as int64 (or int32), got {idx.dtype}")
     if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < model.config.vocab_size:
         raise ValueError(f"idx holds ids from {int(idx.min())} to {int(idx.max())}; the vocabulary has 0 to "
                          f"{model.config.vocab_size - 1}")  # fmt: skip
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    try:
+        max_new_tokens = operator.index(max_new_tokens)  # a NumPy integer too, never a float
+    except TypeError:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}") from None
+    if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")

@@ -72,17 +72,25 @@ def enumerated_mask(
 
 
 class IndexedSplit:
-    """The split of the examples 0 .. size-1, each encoded by `encode`: listed up to MAX_ENUMERATED, else sampled."""
+    """The split of the examples 0 .. size-1, each encoded by `encode`: listed up to MAX_ENUMERATED, else sampled.
+    A listed split with no example on one of `needed` sides is refused."""
 
-    def __init__(self, size: int, encode: Callable[[torch.Tensor], list[bytes]], fraction: float, salt: bytes):
+    def __init__(
+        self,
+        size: int,
+        encode: Callable[[torch.Tensor], list[bytes]],
+        fraction: float,
+        salt: bytes,
+        needed: tuple[str, ...] = ("train", "heldout"),
+    ):
         self.size, self.encode, self.fraction, self.salt = size, encode, fraction, salt
         self.enumerated = size <= MAX_ENUMERATED
         if self.enumerated:
             every = torch.arange(size, device="cpu")
             mask = enumerated_mask(size, encode, fraction, salt)
             self._ids = {"heldout": every[mask], "train": every[~mask]}
-            for side, ids in self._ids.items():
-                if not len(ids):
+            for side in needed:
+                if not len(self._ids[side]):
                     kept = "none to train on" if side == "train" else "none held out"
                     raise ValueError(f"holding out {fraction:g} of the {size:,} examples leaves {kept}")
         else:

@@ -58,13 +58,17 @@ class SortTask(PromptAnswerTask):
     def __init__(self, params: SortParams):
         super().__init__(params)
         self.vocab = CharVocab(DIGITS[: params.vocab] + (SEPARATOR if params.separator else ""))
-        self.splits = {length: self.split_at(length) for length in params.lengths}  # each checked here
+        self.splits = {length: self.split_at(length) for length in params.lengths}  # each checked here, once
         self.split = self.splits[params.length]
 
     def split_at(self, length: int) -> IndexedSplit:
         """The split of the runs of `length` symbols, by their symbols alone (whatever the separator or the mix)."""
         encode = lambda ids: as_bytes(self.digits(ids, length))
-        return IndexedSplit(self.params.vocab**length, encode, self.params.heldout_fraction, salt=b"sort")
+        needed = ("train", "heldout") if length == self.params.length else ("train",)  # shorter: trained on alone
+        try:
+            return IndexedSplit(self.params.vocab**length, encode, self.params.heldout_fraction, b"sort", needed)
+        except ValueError as error:
+            raise ValueError(f"at length {length}, {error}") from None
 
     @property
     def prompt_length(self) -> int:

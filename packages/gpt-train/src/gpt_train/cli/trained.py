@@ -79,7 +79,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
 @click.option(
     "--max-new-tokens",
     type=click.IntRange(min=1),
-    help="Tokens to generate; past the model's positions (learned or randomized), the last half block is the new "
+    help="Tokens to generate; past the model's positions (learned or randomized), the last half of them is the new "
     "prompt. [default: a prompt-answer task's answer (sort: one token per digit); text: fill the block, at least "
     "half a block]",
 )

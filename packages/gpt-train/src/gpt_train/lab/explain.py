@@ -43,6 +43,8 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
             f"the prompt is {len(ids):,} tokens long; the explorer reads at most {MAX_READ}, answer included"
         )
     n_new = min(answer_tokens(vocabulary, model, len(ids)), MAX_READ + 1 - len(ids))
+    if model.config.position_limit is not None:  # the page reads prompt and answer in one pass
+        n_new = min(n_new, model.config.position_limit + 1 - len(ids))
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
         out = generate(model, prompt, n_new, 0.0, None, use_cache=True, slide=True)[0].tolist()
