@@ -77,9 +77,29 @@ def test_eval_prints_the_metrics_of_a_saved_run(cli, tiny_run):
     assert json.loads(result.out)["exact_match"] == final["heldout_exact_match"]
 
 
+def test_eval_of_an_unfinished_run_says_so_and_its_json_names_the_step(cli, tiny_run):
+    """An interrupted or still-training run was scored without a word, and nothing said which step."""
+    assert json.loads(cli("eval", tiny_run, "--json").out)["step"] == 30
+    (tiny_run / RunLayout.FINAL).unlink()
+    result = cli("eval", tiny_run, "--limit", "20")
+    assert result.code == 0 and f"note: {tiny_run} is unfinished: scoring its checkpoint of step 30" in result.err
+
+
+def test_eval_json_holds_null_for_a_metric_that_is_not_finite(cli, tiny_run, monkeypatch):
+    """json.dumps wrote NaN (weights gone non-finite in a checkpoint), which strict JSON parsers refuse."""
+    monkeypatch.setattr(
+        "gpt_train.cli.trained.checked_metrics", lambda task, metrics: metrics | {"exact_match": float("nan")}
+    )
+    result = cli("eval", tiny_run, "--json", "--limit", "20")
+    metrics = json.loads(result.out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert metrics["exact_match"] is None and "note: exact_match not finite: null in the JSON" in result.err
+
+
 def test_eval_on_the_train_split_with_a_limit(cli, tiny_run):
     metrics = json.loads(cli("eval", tiny_run, "--split", "train", "--limit", "100", "--json").out)
     assert metrics["examples"] == 100
+    result = cli("eval", tiny_run, "--limit", "10000000")  # length 4: 10^4 runs, 2,502 held out
+    assert "note: the heldout split holds 2,502 examples: all are scored" in result.err
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,13 @@ def test_the_newest_run_is_the_last_written_whatever_its_name(runs_here):
     assert newest_run_of("sort") == Path("runs/sort-rope")
 
 
+def test_a_task_name_finds_only_runs_of_that_task(runs_here):
+    """`runs/sort-addition-check`, an addition run written later, was "the newest sort run", and eval scored it."""
+    shutil.copytree(runs_here / "runs/modadd-20260101-000000", runs_here / "runs/sort-modadd-check")
+    assert newest_run_of("sort") == Path("runs/sort-20260102-000000")
+    assert newest_run_of("modadd") == Path("runs/modadd-20260101-000000")
+
+
 def test_a_run_written_to_runs_slash_its_task_name_is_found_by_that_name(runs_here):
     """`--out runs/addition` (as gpt-viz's README does) and then `gpt-viz curves addition` said runs/ held none."""
     shutil.copytree(runs_here / "runs/sort-20260102-000000", runs_here / "runs/sort")

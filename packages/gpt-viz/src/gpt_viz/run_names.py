@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -19,14 +20,23 @@ RUNS = Path("runs")  # where `gpt-train run` puts a run not given --out
 
 
 def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest `runs/<task>` or `runs/<task>-*` directory holding a config.json (the last written; by name where
-    two tie), or None: `--out runs/sort-rope` is a run of sort too, and names do not sort by time."""
+    """The newest `runs/<task>` or `runs/<task>-*` directory whose config.json names that task (the last written; by
+    name where two tie), or None: `--out runs/sort-rope` is a run of sort too, names do not sort by time, and
+    `runs/sort-addition` may be an addition run."""
     if not runs.is_dir() or "/" in task or task in (".", ".."):
         return None
     named = [runs / task, *runs.glob(f"{task}-*")]
-    candidates = [path for path in named if RunLayout(path).config.is_file()]
+    candidates = [path for path in named if _task_of(path) == task]
     written = lambda path: (RunLayout(path).config.stat().st_mtime_ns, path.name)
     return max(candidates, key=written) if candidates else None
+
+
+def _task_of(run: Path) -> str | None:
+    try:
+        config = json.loads(RunLayout(run).config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no config.json, or not one a run wrote
+        return None
+    return config.get("task") if isinstance(config, dict) else None
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:

@@ -131,7 +131,12 @@ class TextTask(Task):
     FINAL_EVAL_LIMIT: ClassVar[int | None] = FINAL_EVAL_WINDOWS  # None: every held-out window
 
     def __init__(self, params: TextParams):
-        corpus = Corpus.find(self.corpus_path(params), params.glob, self.CORPUS_NOUN)
+        path = self.corpus_path(params)
+        try:
+            corpus = Corpus.find(path, params.glob, self.CORPUS_NOUN)
+        except ValueError as error:
+            moved = params.corpus_sha256 and not path.exists()  # a trained run's corpus, since moved or deleted
+            raise ValueError(f"{error} (moved? give --set data=NEW_PATH)" if moved else str(error)) from None
         digest = corpus.sha256()  # reading it checks that it is text
         window = params.block_size + 1
         if corpus.size < window:  # no tokenizer makes more tokens than bytes: refused before any preparation
@@ -306,7 +311,7 @@ class TextTask(Task):
         chars, size = self.scored_text(windows)
         bits = scores.loss * scores.targets / math.log(2)
         metrics = {"loss": scores.loss, "bits_per_char": bits / chars, "bits_per_byte": bits / size}
-        return metrics | {"examples": len(windows)}
+        return metrics | {"examples": float(len(windows))}
 
     def probe_batch(self) -> Batch:
         """Held-out windows that score every target, the early ones of the ICL score included."""

@@ -4,6 +4,7 @@ Hugging Face GPT-2 directory)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -59,12 +60,20 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
         takes = ", ".join(sorted(set(params) - set(task_type.eval_fixed))) or "none"
         raise CommandError(f"eval --set takes the {config.task} task's parameters ({takes}), not {', '.join(others)}")
     task = config.build_task(route(values, task_type)["task"])  # built once: building can hash the whole split
+    if not finished_at(RunLayout(loaded.run_dir), loaded.step):
+        click.echo(f"note: {loaded.run_dir} is unfinished: scoring its checkpoint of step {loaded.step:,}", err=True)
     try:
         metrics = checked_metrics(task, task.evaluate(model, split, target, limit))
     except ValueError as error:
         raise CommandError(str(error)) from None
+    if limit is not None and metrics.get("examples", limit) < limit:
+        click.echo(f"note: the {split} split holds {int(metrics['examples']):,} examples: all are scored", err=True)
     if as_json:
-        click.echo(json.dumps(metrics, indent=2))
+        unreadable = sorted(name for name, value in metrics.items() if not math.isfinite(value))
+        if unreadable:
+            click.echo(f"note: {', '.join(unreadable)} not finite: null in the JSON", err=True)
+        metrics = {name: value if math.isfinite(value) else None for name, value in metrics.items()}
+        click.echo(json.dumps({"step": loaded.step} | metrics, indent=2, allow_nan=False))
     else:
         keyed = {metric_key(split, name): value for name, value in metrics.items()}
         click.echo(f"{config.task} {split}: {format_metrics(keyed)}")
