@@ -24,9 +24,8 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     if temperature < 1.0:  # only dividing by less than 1 can overflow: a row that did is shifted by its best logit
         overflowed = (~scaled.isfinite() & logits.isfinite()).any(dim=-1, keepdim=True)  # (B, 1)
         top = logits.amax(dim=-1, keepdim=True)  # (B, 1)
-        shifted = torch.where(
-            logits == top, 0.0, (logits - top) / temperature
-        )  # <= 0, and 0 at the best however small T
+        # <= 0 everywhere, and exactly 0 at the best logit however small T is
+        shifted = torch.where(logits == top, 0.0, (logits - top) / temperature)  # (B, V)
         scaled = torch.where(overflowed, shifted, scaled)
     logits = scaled
     if top_k is not None and top_k < logits.shape[-1]:
