@@ -99,7 +99,7 @@ def test_eval_on_the_train_split_with_a_limit(cli, tiny_run):
     metrics = json.loads(cli("eval", tiny_run, "--split", "train", "--limit", "100", "--json").out)
     assert metrics["examples"] == 100
     result = cli("eval", tiny_run, "--limit", "10000000")  # length 4: 10^4 runs, 2,502 held out
-    assert "note: the heldout split holds 2,502 examples: all are scored" in result.err
+    assert "note: scored 2,502 examples, all the task evaluates on the heldout split" in result.err
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,11 @@ def test_a_text_run_whose_corpus_cannot_be_read_samples_with_its_recorded_tokeni
         corpus.unlink()
     else:
         corpus.write_text(corpus.read_text() + "one more line\n")
-    problem = r"text corpus not found: .* \(moved\? give --set data=NEW_PATH\)" if lost == "gone" else "is not the text"
+    problem = (
+        r"text corpus not found: .* \(moved\? .*eval takes --set data=NEW_PATH\)"
+        if lost == "gone"
+        else "is not the text"
+    )
     with pytest.warns(UserWarning, match=f"{problem}.*; sampling with the tokenizer the run recorded"):
         after = RunConfig.load(run_dir).build_sampler()
     assert after.encode("the fox") == before.encode("the fox")

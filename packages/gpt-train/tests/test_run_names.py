@@ -89,6 +89,7 @@ def test_a_task_name_finds_only_runs_of_that_task(runs_here):
     shutil.copytree(runs_here / "runs/modadd-20260101-000000", runs_here / "runs/sort-modadd-check")
     assert newest_run_of("sort") == Path("runs/sort-20260102-000000")
     assert newest_run_of("modadd") == Path("runs/modadd-20260101-000000")
+    assert newest_run_of("sort-modadd-check") == Path("runs/sort-modadd-check")  # a run's own name finds it
 
 
 def test_a_run_written_to_runs_slash_its_task_name_is_found_by_that_name(runs_here):

@@ -20,13 +20,13 @@ RUNS = Path("runs")  # where `gpt-train run` puts a run not given --out
 
 
 def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
-    """The newest `runs/<task>` or `runs/<task>-*` directory whose config.json names that task (the last written; by
-    name where two tie), or None: `--out runs/sort-rope` is a run of sort too, names do not sort by time, and
-    `runs/sort-addition` may be an addition run."""
+    """The newest of `runs/<task>` and the `runs/<task>-*` directories whose config.json names that task (the last
+    written; by name where two tie), or None: `--out runs/sort-rope` is a run of sort too, names do not sort by
+    time, and `runs/sort-addition` may be an addition run."""
     if not runs.is_dir() or "/" in task or task in (".", ".."):
         return None
-    named = [runs / task, *runs.glob(f"{task}-*")]
-    candidates = [path for path in named if _task_of(path) == task]
+    exact = [runs / task] if RunLayout(runs / task).config.is_file() else []  # `--out runs/sort-a`, named sort-a
+    candidates = exact + [path for path in runs.glob(f"{task}-*") if _task_of(path) == task]
     written = lambda path: (RunLayout(path).config.stat().st_mtime_ns, path.name)
     return max(candidates, key=written) if candidates else None
 

@@ -136,7 +136,8 @@ class TextTask(Task):
             corpus = Corpus.find(path, params.glob, self.CORPUS_NOUN)
         except ValueError as error:
             moved = params.corpus_sha256 and not path.exists()  # a trained run's corpus, since moved or deleted
-            raise ValueError(f"{error} (moved? give --set data=NEW_PATH)" if moved else str(error)) from None
+            hint = " (moved? a run reads its corpus where it trained; eval takes --set data=NEW_PATH)"
+            raise ValueError(f"{error}{hint}" if moved else str(error)) from None
         digest = corpus.sha256()  # reading it checks that it is text
         window = params.block_size + 1
         if corpus.size < window:  # no tokenizer makes more tokens than bytes: refused before any preparation

@@ -37,7 +37,8 @@ from gpt_viz import SPLITS, RunLayout, metric_key
     "--json",
     "as_json",
     is_flag=True,
-    help="Print the metrics as JSON, named as the task names them (exact_match; final.json: heldout_exact_match).",
+    help="Print the metrics as JSON, named as the task names them (exact_match; final.json: heldout_exact_match), "
+    "with the checkpoint's step; a metric that is not finite is null.",
 )
 @TRUST_KERNELS_OPTION
 def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, trust_kernels) -> None:
@@ -67,7 +68,8 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     except ValueError as error:
         raise CommandError(str(error)) from None
     if limit is not None and metrics.get("examples", limit) < limit:
-        click.echo(f"note: the {split} split holds {int(metrics['examples']):,} examples: all are scored", err=True)
+        scored = f"{int(metrics['examples']):,}"
+        click.echo(f"note: scored {scored} examples, all the task evaluates on the {split} split", err=True)
     if as_json:
         unreadable = sorted(name for name, value in metrics.items() if not math.isfinite(value))
         if unreadable:

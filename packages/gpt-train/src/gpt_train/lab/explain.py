@@ -42,9 +42,9 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         raise PromptError(
             f"the prompt is {len(ids):,} tokens long; the explorer reads at most {MAX_READ}, answer included"
         )
-    n_new = min(answer_tokens(vocabulary, model, len(ids)), MAX_READ + 1 - len(ids))
-    if model.config.position_limit is not None:  # the page reads prompt and answer in one pass
-        n_new = min(n_new, model.config.position_limit + 1 - len(ids))
+    wanted = min(answer_tokens(vocabulary, model, len(ids)), MAX_READ + 1 - len(ids))
+    limit = model.config.position_limit  # the page reads prompt and answer in one pass, within the positions
+    n_new = wanted if limit is None else min(wanted, limit + 1 - len(ids))
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
         out = generate(model, prompt, n_new, 0.0, None, use_cache=True, slide=True)[0].tolist()
@@ -59,7 +59,10 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         lens = torch.stack([log_softmax(decode(model, cache[name][0]).float()) for name in residuals])  # (D, T, V)
         top_log_prob, top = lens.max(dim=-1)  # (D, T)
         attention = torch.stack([cache[name][0] for name in patterns]).float()  # (L, H, T, T)
-    notes = untrained_prompt_note(vocabulary, ids), cut_answer_note(vocabulary, model, len(ids), len(answer))
+    cut = cut_answer_note(vocabulary, model, len(ids), len(answer))
+    if not cut and n_new < wanted:  # text: sample would slide on past the positions
+        cut = f"the answer is cut to {n_new} of the {wanted} tokens sample writes: the page reads {limit} positions"
+    notes = untrained_prompt_note(vocabulary, ids), cut
     return PromptView(
         prompt=text,
         answer=vocabulary.decode(answer),
