@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from gpt_core import GPT, IGNORE_INDEX, GPTConfig
 from gpt_tasks import Batch
 from gpt_train.accumulation import accumulate_gradients
+from gpt_train.distributed import Rank
 from gpt_train.precision import Precision
 
 SCORED_PER_ROW = (8, 1, 3, 0, 5, 2, 4, 1)
@@ -65,6 +66,7 @@ def main(out_dir: Path) -> None:
     accumulate_gradients(loss_of, mine, 2, Precision("fp32", torch.device("cpu")), ddp.no_sync)
     grads = {name: p.grad for name, p in ddp.module.named_parameters()}
     torch.save({"grads": grads, "synced_on": synced_on}, out_dir / f"rank{rank}.pt")
+    Rank(rank, rank, 2).barrier()  # both ranks done, the last collective kept by the main thread (see LAST_BARRIER)
     dist.destroy_process_group()
 
 
