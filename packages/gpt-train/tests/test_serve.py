@@ -171,7 +171,7 @@ def test_a_text_prompt_longer_than_half_a_block_is_explained_within_the_position
     run = load_run(run_dir, CPU)
     view = explain_prompt(run.config.build_sampler(), run.model, CPU, "the night is")  # 12 of 16 positions
     assert len(view.tokens) == 16 and len(view.answer) == 5
-    assert view.note == "the answer is cut to 5 of the 8 tokens sample writes: the page reads 16 positions"
+    assert view.note == "the answer is cut to 5 of its 8 tokens: the model reads 16 positions"
 
 
 # the server ----------------------------------------------------------------------------------

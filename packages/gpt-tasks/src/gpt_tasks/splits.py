@@ -1,5 +1,5 @@
 """Train / held-out splits by the blake2b hash of each example's canonical bytes, the same on every machine (Python's
-hash() is salted per process); the README's "Hash splits"."""
+built-in hash is salted per process); the README's "Hash splits"."""
 
 from __future__ import annotations
 

@@ -54,9 +54,10 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
 
 
-def cut_answer_note(vocabulary: Vocabulary, model: GPT, n_prompt: int, n_answer: int) -> str:
-    """A sentence when a prompt-answer task's answer of `n_answer` tokens is cut short by the model's positions."""
-    full = vocabulary.answer_length_for(n_prompt) if isinstance(vocabulary, PromptAnswerTask) else n_answer
+def cut_answer_note(vocabulary: Vocabulary, model: GPT, n_prompt: int, n_answer: int, wanted: int = 0) -> str:
+    """A sentence when an answer of `n_answer` tokens is cut short by the model's positions: a prompt-answer task's
+    whole answer, or `wanted` tokens of text."""
+    full = vocabulary.answer_length_for(n_prompt) if isinstance(vocabulary, PromptAnswerTask) else wanted
     if n_answer >= full:
         return ""
     limit = model.config.position_limit

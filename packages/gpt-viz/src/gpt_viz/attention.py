@@ -11,20 +11,20 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
-from gpt_viz.canvas import CAPTION_SIZE, caption_below, new_figure
+from gpt_viz.canvas import CAPTION_SIZE, caption_below, new_figure, plain
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import check_attention_shape, is_prompt_length
 
 CMAP = "viridis"
 MAX_TICK_LABELS = 48  # above it, tick labels are thinned so they stay legible
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "$": r"\$"}  # invisible, or breaking mathtext, as tick labels
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}  # invisible as tick labels
 BOUNDARY_COLOUR = "red"  # the prompt/answer line: red stands out on all of viridis
 READING = "Each row: the position that reads (query). A bright cell: the position it reads (key)."
 BOUNDARY = "Red lines: the prompt ends and the answer begins; below them, what each answer position reads."
 
 
 def display_token(token: str) -> str:
-    return "".join(_VISIBLE.get(char, char) for char in token)
+    return plain("".join(_VISIBLE.get(char, char) for char in token))
 
 
 def draw_attention(

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from gpt_viz.errors import VizError
+from gpt_viz.run_data import read_json_object
 from gpt_viz.run_layout import RunLayout
 
 
@@ -33,10 +33,9 @@ def newest_run_of(task: str, runs: Path = RUNS) -> Path | None:
 
 def _task_of(run: Path) -> str | None:
     try:
-        config = json.loads(RunLayout(run).config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no config.json, or not one a run wrote
+        return read_json_object(RunLayout(run).config).get("task")
+    except VizError:  # no config.json, or not one a run wrote
         return None
-    return config.get("task") if isinstance(config, dict) else None
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:

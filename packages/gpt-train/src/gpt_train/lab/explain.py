@@ -59,10 +59,7 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         lens = torch.stack([log_softmax(decode(model, cache[name][0]).float()) for name in residuals])  # (D, T, V)
         top_log_prob, top = lens.max(dim=-1)  # (D, T)
         attention = torch.stack([cache[name][0] for name in patterns]).float()  # (L, H, T, T)
-    cut = cut_answer_note(vocabulary, model, len(ids), len(answer))
-    if not cut and n_new < wanted:  # text: sample would slide on past the positions
-        cut = f"the answer is cut to {n_new} of the {wanted} tokens sample writes: the page reads {limit} positions"
-    notes = untrained_prompt_note(vocabulary, ids), cut
+    notes = untrained_prompt_note(vocabulary, ids), cut_answer_note(vocabulary, model, len(ids), len(answer), wanted)
     return PromptView(
         prompt=text,
         answer=vocabulary.decode(answer),
