@@ -46,11 +46,32 @@ class Context:
         return os.environ | {"OMP_NUM_THREADS": str(self.threads), "PYTHONUNBUFFERED": "1"}
 
     def machine(self) -> str:
-        cpu = platform.processor() or platform.machine()
+        arch = platform.machine() or platform.processor()
+        model = cpu_model()
+        cpu = f"{model}, {arch}" if model and model != arch else arch
         threads = f"{self.threads} thread{'s' if self.threads > 1 else ''}"
         parallel = f"; {self.jobs} runs in parallel, {threads} each" if self.jobs > 1 else ""
         versions = f"torch {torch.__version__}, Python {platform.python_version()}"
         return f"{os.cpu_count()} CPU cores ({cpu}), device cpu, {versions}{parallel}"
+
+
+def cpu_model() -> str:
+    """The CPU's model name: exact single-run figures depend on it, since vector units round differently."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo") as info:
+                for line in info:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    elif sys.platform == "darwin":
+        try:
+            command = ["sysctl", "-n", "machdep.cpu.brand_string"]
+            return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass

@@ -20,6 +20,7 @@ from common import Context, Run, context_from_args, evaluate, markdown_table, me
 
 import gpt_viz
 from gpt_core import GPT
+from gpt_tasks import get_task
 from gpt_train.config import RunConfig
 from gpt_train.loading import load_run
 from gpt_viz import HELDOUT, metric_key
@@ -33,14 +34,15 @@ class Setup:
     eval_lengths: tuple[int, ...]
     seeds: tuple[int, ...]
     steps: int  # the new table's runs, and the levers'
-    fewer_steps: int  # the baseline's steps in quick mode (in full mode: the seed task's 2,000)
+    fewer_steps: int  # the baseline's steps (full mode passes none: the sort task's default, SORT_STEPS)
     table: int  # learned positions: vectors in the table, enough to read the longest evaluation
     range_: int  # randomized positions: the range the ids are drawn from
     extra: tuple[str, ...] = ()
     levers: int | None = None  # how many of the levers to run (None: all)
 
 
-FULL = Setup(train_length=6, eval_lengths=(6, 7, 8, 10, 12), seeds=(1, 2, 3), steps=4000, fewer_steps=2000,
+SORT_STEPS = get_task("sort").defaults().train["steps"]
+FULL = Setup(train_length=6, eval_lengths=(6, 7, 8, 10, 12), seeds=(1, 2, 3), steps=4000, fewer_steps=SORT_STEPS,
              table=24, range_=64)  # fmt: skip
 QUICK = Setup(train_length=3, eval_lengths=(3, 4), seeds=(1,), steps=30, fewer_steps=20, table=8, range_=16,
               extra=("--set", "n_layer=1", "--set", "eval_every=10"), levers=1)  # fmt: skip

@@ -85,7 +85,8 @@ def say(line: str) -> None:
 
 
 def write_index(out: Path) -> Path:
-    """README.md in `out`: a link and one line for every page there, the experiments' first, in their order."""
+    """README.md in `out`: a link and one line for every page there, the experiments' first, in their order; the
+    sections written by hand below the list (from its first `## ` heading) are kept."""
     pages = [out / f"{name}.md" for name in EXPERIMENTS if (out / f"{name}.md").is_file()]
     pages += sorted(p for p in out.glob("*.md") if p not in pages and p.name != "README.md")
     lines = [index_line(page) for page in pages]
@@ -95,7 +96,8 @@ def write_index(out: Path) -> Path:
         "(`--only NAME` one of them) and this list.\n\n"
     )
     index = out / "README.md"
-    index.write_text(header + "\n".join(lines) + "\n")
+    _, heading, sections = index.read_text().partition("\n## ") if index.is_file() else ("", "", "")
+    index.write_text(header + "\n".join(lines) + "\n" + (heading + sections if heading else ""))
     return index
 
 

@@ -321,6 +321,23 @@ def test_every_file_of_a_run_is_readable_as_the_umask_allows(cli, tmp_path):
     assert "checkpoint.safetensors" in modes and set(modes.values()) == {0o644}, modes
 
 
+def test_resume_rewrites_metrics_whole_so_a_failed_rewrite_keeps_every_line(cli, tmp_path, monkeypatch):
+    """Dropping the lines past the checkpoint replaces metrics.jsonl; truncating it in place would leave a reader
+    an empty file, and a crash or a full disk would lose the run's metrics."""
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    with open(run_dir / RunLayout.METRICS, "a") as handle:
+        handle.write(json.dumps({"step": 18, "elapsed": 0.4, "loss": 2.0}) + "\n")  # logged, then killed
+    before = (run_dir / RunLayout.METRICS).read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("gpt_train.files.os.fsync", no_space)
+    assert_one_line_error(cli("run", "--resume", run_dir), "cannot write", "metrics.jsonl", "No space left on device")
+    assert (run_dir / RunLayout.METRICS).read_bytes() == before
+
+
 # a full disk -------------------------------------------------------------------------------
 def fill_the_disk(monkeypatch) -> None:
     def no_space(tensors, filename, metadata=None):

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from gpt_train.checkpoint import TrainingState, load_checkpoint, save_checkpoint, save_snapshot
-from gpt_train.files import WriteError, write_json_atomically
+from gpt_train.files import WriteError, write_bytes_atomically, write_json_atomically
 from gpt_train.runs import Run, RunDirError, RunWarning, describe
 from gpt_viz import RunLayout
 
@@ -82,9 +82,10 @@ def _keep_metrics_through(path: Path, step: int) -> None:
     if not path.exists():
         return
     try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RunDirError(f"cannot read {path}: {error}") from None
+    lines = [line for line in text.splitlines() if line.strip()]
     kept = []
     for number, line in enumerate(lines, start=1):
         try:
@@ -102,7 +103,9 @@ def _keep_metrics_through(path: Path, step: int) -> None:
             )
         if logged <= step:
             kept.append(line)
-    _write(path, "".join(line + "\n" for line in kept), mode="w")
+    rest = "".join(line + "\n" for line in kept)
+    if rest != text:  # rewritten whole, never truncated in place: a reader or a crash sees the old file or the new
+        write_bytes_atomically(path, rest.encode("utf-8"))
 
 
 def _write(path: Path, text: str, mode: str) -> None:

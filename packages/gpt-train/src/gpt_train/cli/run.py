@@ -55,7 +55,9 @@ from gpt_viz import (
 @click.option("--lr", type=float, help="Peak learning rate (after warmup). [default: the task's]")
 @click.option("--weight-decay", type=float, help="AdamW weight decay on weight matrices. [default: the task's]")
 @click.option(
-    "--seed", type=int, help="Seed for weights and data; same seed + flags on CPU = same numbers. [default: 1337]"
+    "--seed",
+    type=int,
+    help="Seed for weights and data; same seed, flags, CPU model and threads = same numbers. [default: 1337]",
 )
 @click.option("--out", type=click.Path(), callback=named_path, help="Run directory. [default: runs/<task>-<timestamp>]")
 @click.option(
