@@ -13,6 +13,7 @@ import torch
 from safetensors import SafetensorError
 from train_helpers import TINY, assert_one_line_error, ctrl_c_in_the_final_evaluation, read_metrics
 
+from gpt_train import checkpoint
 from gpt_train.checkpoint import load_checkpoint, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.distributed import Rank
@@ -336,6 +337,25 @@ def test_resume_rewrites_metrics_whole_so_a_failed_rewrite_keeps_every_line(cli,
     monkeypatch.setattr("gpt_train.files.os.fsync", no_space)
     assert_one_line_error(cli("run", "--resume", run_dir), "cannot write", "metrics.jsonl", "No space left on device")
     assert (run_dir / RunLayout.METRICS).read_bytes() == before
+
+
+def test_a_checkpoint_replaced_while_it_is_read_is_read_again_not_called_corrupted(cli, tmp_path, monkeypatch):
+    """A run saves its checkpoint while `eval` or `serve` reads it: safetensors opens the path twice, so the read can
+    get one file's header and the next one's data. The reader reads the new file, whole."""
+    interrupted_run(cli, tmp_path / "early", at=5)
+    interrupted_run(cli, tmp_path / "late", at=17)
+    path, newer = tmp_path / "early" / RunLayout.CHECKPOINT, tmp_path / "late" / RunLayout.CHECKPOINT
+    real, opened = checkpoint.safe_open, []
+
+    def replaced_between_header_and_data(name, framework):
+        if not opened:
+            opened.append(name)
+            os.replace(newer, path)  # the trainer's atomic save, landing inside the read
+            raise SafetensorError("Error while deserializing header: incomplete metadata, file not fully covered")
+        return real(name, framework)
+
+    monkeypatch.setattr(checkpoint, "safe_open", replaced_between_header_and_data)
+    assert load_checkpoint(path, "sort").step == 17
 
 
 # a full disk -------------------------------------------------------------------------------

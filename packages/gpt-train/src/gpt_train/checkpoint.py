@@ -87,8 +87,32 @@ def _opened(path: Path, read: Callable[[Path], T]) -> T:
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    with safe_open(str(path), framework="pt") as archive:
-        return {name: archive.get_tensor(name) for name in archive.keys()}, archive.metadata() or {}  # noqa: SIM118
+    """The file's tensors and metadata, read again if it was replaced meanwhile: safetensors opens the path twice
+    (header, then data), so a run saving its checkpoint between the two would hand a reader two files' halves."""
+    for _ in range(READ_TRIES):
+        before = _identity(path)
+        try:
+            with safe_open(str(path), framework="pt") as archive:
+                read = {name: archive.get_tensor(name) for name in archive.keys()}, archive.metadata() or {}  # noqa: SIM118
+        except HEADER_ERRORS:
+            if _identity(path) == before:
+                raise
+            continue
+        if _identity(path) == before:
+            return read
+    raise CheckpointError(f"{path} was replaced {READ_TRIES} times while it was read; read it again when it is not")
+
+
+READ_TRIES = 5
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    """What changes when a file is replaced (os.replace gives the path a new inode) or rewritten."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
