@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import errno
 import json
 import os
@@ -64,6 +65,22 @@ def test_new_run_into_a_directory_in_use_is_refused(cli, tmp_path):
     finally:
         held.release()
     assert list(run_dir.iterdir()) == []
+
+
+def test_runs_started_in_the_same_second_without_out_each_get_their_own_directory(cli, tmp_path, monkeypatch):
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 12, 6, 12, 7, 10)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("gpt_train.runs.datetime", Frozen)
+    for _ in range(3):
+        result = cli(*TINY)
+        assert result.code == 0, result.err
+    names = sorted(path.name for path in (tmp_path / "runs").iterdir())
+    assert names == ["sort-20261206-120710", "sort-20261206-120710-2", "sort-20261206-120710-3"]
+    assert all((tmp_path / "runs" / name / RunLayout.FINAL).is_file() for name in names)
 
 
 # torn and leftover files -----------------------------------------------------------------

@@ -117,10 +117,28 @@ def new_run(
     check_kernel_set(config.train.kernels, device)
     found = run_kernels(config, verify=True, device=device)
     check_precision(config.train.dtype, device)
-    layout = RunLayout(out if out is not None else Path("runs") / f"{task_name}-{datetime.now():%Y%m%d-%H%M%S}")
+    layout = RunLayout(out if out is not None else _unused_run_dir(task_name, rank.is_main))
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
     lock = _prepare_directory(layout, config, force, task) if rank.is_main else None
     return Run(config, task, layout, device, rank, resume=False, lock=lock, kernels=found)
+
+
+def _unused_run_dir(task_name: str, make: bool) -> Path:
+    """runs/<task>-<timestamp>, made here (rank 0) so that runs started in the same second, as a sweep's `&` starts
+    them, each get their own: the later ones -2, -3, ..."""
+    stem = Path("runs") / f"{task_name}-{datetime.now():%Y%m%d-%H%M%S}"
+    for number in range(1, 1000):
+        path = stem.with_name(f"{stem.name}-{number}") if number > 1 else stem
+        if not make:
+            return path
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError:
+            pass  # _prepare_directory says why it cannot be used
+        return path
+    return stem
 
 
 def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: Task) -> RunLock:
