@@ -89,6 +89,17 @@ def test_invalid_json_line_names_the_file_and_line_number(run_dir):
     assert "\n" not in str(error.value)
 
 
+def test_an_unfinished_last_line_is_left_out_as_a_run_still_writing_it(run_dir):
+    """A run appends a line at a time: a reader can meet the last one half-written, before its newline."""
+    path = RunLayout(run_dir).metrics
+    whole = load_metrics(run_dir)
+    path.write_text(path.read_text() + '{"step": 999, "lo')
+    assert load_metrics(run_dir) == whole
+    path.write_text(path.read_text() + "\n")  # ended by a newline, the line is damage, not a line being written
+    with pytest.raises(VizError, match=f"line {len(whole) + 1} is not valid JSON"):
+        load_metrics(run_dir)
+
+
 @pytest.mark.parametrize(("line", "problem"), [("[1, 2]", "is not a JSON object"), ('{"loss": 1.0}', 'has no "step"')])
 def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
     RunLayout(run_dir).metrics.write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n" + line + "\n")

@@ -80,17 +80,22 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
-    """One dict per logged step; blank lines skipped."""
+    """One dict per logged step; blank lines skipped, and an unfinished last line (no newline yet: a run writing
+    it, or killed while it did) too, as `gpt-train run --resume` drops it."""
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
     records = []
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+    text = read_text(path)
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
+            if number == len(lines) and not text.endswith("\n"):
+                break
             raise VizError(f"{path} line {number} is not valid JSON: {error.msg}") from error
         if not isinstance(record, dict):
             raise VizError(f"{path} line {number} is not a JSON object")
