@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import signal
 import socket
 import struct
@@ -27,6 +28,7 @@ from gpt_train.lab.explain import explain_prompt
 from gpt_train.lab.serve import LOOPBACK, Explorer, make_server
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError
+from gpt_viz import RunLayout
 
 CPU = torch.device("cpu")
 PROMPT = "3914"
@@ -418,6 +420,19 @@ def test_the_page_opens_on_the_head_the_model_needs_most(page, server):
     opened = json.loads(get(server, "/api/run")[1])["open"]
     assert (page.input_value("#layer"), page.input_value("#head")) == (str(opened["layer"]), str(opened["head"]))
     assert page.locator("#ablation tr").count() == 1 + 4
+
+
+def test_a_record_of_an_earlier_checkpoint_is_left_out_and_named_not_shown_as_this_ones(run_dir, tmp_path):
+    """`inspect` on a run that then trains on: its findings are of a checkpoint the server no longer serves."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    current = Explorer(copy, CPU).summary
+    assert "heads" in current["records"] and current["left_out"] == []
+    heads = RunLayout(copy).heads_ablation
+    heads.write_text(json.dumps(json.loads(heads.read_text()) | {"step": current["step"] - 1}))
+    older = Explorer(copy, CPU).summary
+    assert "heads" not in older["records"] and older["open"]["by"] == "first layer"
+    assert older["left_out"] == [f"{heads.name} (of step {current['step'] - 1:,}, not this checkpoint's)"]
 
 
 def test_the_page_survives_a_record_it_cannot_draw_and_says_what_was_left_out(browser, tiny_run):

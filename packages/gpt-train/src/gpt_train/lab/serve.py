@@ -47,8 +47,9 @@ SECURITY_HEADERS = {
 }
 
 
-def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[str]]:
-    """The run's inspect records that `records` finds usable for this model, and the names of those left out."""
+def saved_records(layout: RunLayout, model: GPT, step: int) -> tuple[dict[str, Any], list[str]]:
+    """The run's inspect records that `records` finds usable for this model at checkpoint `step`, and the names of
+    those left out (a record of an earlier checkpoint, as a run that trained on after `inspect` leaves, among them)."""
     records: dict[str, Any] = {"patching": {}}
     left_out = []
     checks = [
@@ -61,9 +62,13 @@ def saved_records(layout: RunLayout, model: GPT) -> tuple[dict[str, Any], list[s
         if not path.is_file():
             continue
         try:
-            record = check(load_inspection(path), model.config)
+            saved = load_inspection(path)
+            record = check(saved, model.config)
         except (VizError, record_checks.Unusable, KeyError):  # unreadable, or a field missing or unusable
             left_out.append(path.name)
+            continue
+        if isinstance(saved.get("step"), int) and saved["step"] != step:
+            left_out.append(f"{path.name} (of step {saved['step']:,}, not this checkpoint's)")
             continue
         if key == "patching":
             records["patching"][record["point"]] = record
@@ -93,7 +98,7 @@ class Explorer:
         self.device = device
         self.vocabulary: Vocabulary = saved.config.build_sampler()
         self.lock = threading.Lock()
-        records, left_out = saved_records(RunLayout(run_dir), self.model)
+        records, left_out = saved_records(RunLayout(run_dir), self.model, saved.step)
         layer, head = most_needed_head(records["heads"]) if "heads" in records else (0, 0)
         self.summary = {
             "title": f"{saved.config.task} — {run_dir.name}",
