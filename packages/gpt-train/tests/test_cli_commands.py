@@ -193,6 +193,15 @@ def test_every_command_has_help_with_an_example(cli, command):
     assert "Example" in result.out or "Start here" in result.out
 
 
+@pytest.mark.parametrize("command", [[], ["inspect"]])
+def test_a_group_given_no_command_prints_its_help_laid_out_not_as_an_error_line(cli, command):
+    result = cli(*command)
+    shown = result.out + result.err
+    assert "gpt-train: error" not in shown
+    assert shown.startswith(f"Usage: gpt-train {' '.join(command)}".rstrip() + " [OPTIONS]")
+    assert "\nCommands:\n" in shown or "\nAnalyses:\n" in shown, shown
+
+
 @pytest.mark.parametrize("analysis", ["heads", "logit-lens", "patch", "reads", "report", "phases"])
 def test_each_inspect_analysis_shows_its_help_with_no_run_yet(cli, tmp_path, monkeypatch, analysis):
     monkeypatch.chdir(tmp_path)  # no runs/ here

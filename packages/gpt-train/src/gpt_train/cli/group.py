@@ -91,6 +91,8 @@ class _Group(click.Group):
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:  # `gpt-train` alone: the help, laid out as --help lays it out
+            raise
         except click.UsageError as error:
             raise CommandError(error.format_message()) from None
         except KeyboardInterrupt:
@@ -104,6 +106,8 @@ class _Group(click.Group):
             raise Aborted() from None
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:  # `gpt-train inspect` alone: its help
+            raise
         except click.UsageError as error:
             raise CommandError(error.format_message()) from None
         except (TaskError, ParamError, VizError, TrainError) as error:
