@@ -351,7 +351,7 @@ def test_resume_rewrites_metrics_whole_so_a_failed_rewrite_keeps_every_line(cli,
     def no_space(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("gpt_train.files.os.fsync", no_space)
+    monkeypatch.setattr("gpt_viz.files.os.fsync", no_space)
     assert_one_line_error(cli("run", "--resume", run_dir), "cannot write", "metrics.jsonl", "No space left on device")
     assert (run_dir / RunLayout.METRICS).read_bytes() == before
 
@@ -388,7 +388,7 @@ def test_a_full_disk_while_writing_the_configuration_is_one_line(cli, tmp_path, 
     def no_space(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("gpt_train.files.os.fsync", no_space)
+    monkeypatch.setattr("gpt_viz.files.os.fsync", no_space)
     result = cli(*TINY, "--out", tmp_path / "run")
     assert_one_line_error(result, "cannot write", "config.json", "No space left on device")
     assert list((tmp_path / "run").iterdir()) == []  # nothing half-made: the same command can run again

@@ -1,4 +1,7 @@
-"""Saving: one file per format, sized figsize × SAVE_DPI, parents created."""
+"""Saving: one file per format, sized figsize × SAVE_DPI, parents created, each written whole."""
+
+import errno
+import os
 
 import pytest
 from matplotlib.image import imread
@@ -38,3 +41,17 @@ def test_unwritable_location_is_an_error(figure, tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(VizError, match="cannot write .*map.png"):
         save_figure(figure, tmp_path / "file" / "map.png")
+
+
+def test_a_full_disk_keeps_the_picture_already_there_and_leaves_no_part_of_the_new_one(figure, tmp_path, monkeypatch):
+    (png,) = save_figure(figure, tmp_path / "map.png")
+    before = png.read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("gpt_viz.files.os.fsync", no_space)
+    with pytest.raises(VizError, match="cannot write .*map.png: No space left on device"):
+        save_figure(figure, tmp_path / "map.png")
+    assert png.read_bytes() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["map.png"]

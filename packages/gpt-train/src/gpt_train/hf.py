@@ -21,8 +21,9 @@ from gpt_tasks import field_types
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, load_weights, read_safetensors, safetensors_header
 from gpt_train.errors import TrainError
-from gpt_train.files import WriteError, temporary_path, write_atomically, write_json_atomically
+from gpt_train.files import WriteError, write_atomically, write_json_atomically
 from gpt_viz.errors import in_the_way
+from gpt_viz.files import temporary_path
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from gpt_viz.errors import VizError, file_target
+from gpt_viz.files import write_atomically
 from gpt_viz.run_data import PathLike
 
 SAVE_DPI = 150  # sharp on screens and in slides, still small files
@@ -85,7 +86,7 @@ def save_figure(fig: Figure, path: PathLike, formats: Iterable[str] = ("png",)) 
         target = stem.with_name(f"{stem.name}.{fmt}")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(target, format=fmt, dpi=SAVE_DPI)
+            write_atomically(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=SAVE_DPI))
         except OSError as error:
             raise VizError(f"cannot write {target}: {error.strerror or error}") from error
         except (RuntimeError, ValueError) as error:  # pgf without LaTeX; text matplotlib cannot lay out

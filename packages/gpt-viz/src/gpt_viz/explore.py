@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpt_viz.errors import VizError, file_target
+from gpt_viz.files import write_atomically
 from gpt_viz.inspect_pictures import most_needed_head
 from gpt_viz.run_data import (
     AttentionSnapshot,
@@ -62,7 +63,7 @@ def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
         path = path.with_name(f"{path.name}.html")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        write_atomically(path, lambda tmp: tmp.write_text(page, encoding="utf-8"))
     except OSError as error:
         raise VizError(f"cannot write {path}: {error.strerror or error}") from error
     return path

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Union
 import numpy as np
 
 from gpt_viz.errors import VizError
+from gpt_viz.files import write_atomically
 from gpt_viz.run_layout import AXIS_KEYS, RunLayout
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -254,7 +255,12 @@ def save_attention_examples(run_dir: PathLike, examples: Sequence[AttentionSnaps
     )
     prompts = np.array([example.prompt_length or 0 for example in examples], dtype=np.int64)
     path = RunLayout(run_directory(run_dir)).attention
-    np.savez_compressed(path, weights=weights, tokens=tokens, lengths=lengths, prompt_lengths=prompts)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as file:  # a file, not a name: numpy would add ".npz" to the temporary's
+            np.savez_compressed(file, weights=weights, tokens=tokens, lengths=lengths, prompt_lengths=prompts)
+
+    write_atomically(path, write)
     return path
 
 
