@@ -33,6 +33,27 @@ def test_a_compiled_run_whose_gradients_are_wrong_stops_at_its_first_step_naming
     assert not (run_dir / RunLayout.FINAL).exists()
 
 
+def test_drop_compile_means_the_same_command_without_it_and_resume_takes_no_compile(cli, tmp_path):
+    """What the message says works: the run stopped before its first step, so its directory takes the same command
+    without --compile, or --resume with --no-compile (config.json keeps how the run started)."""
+    new, resumed = tmp_path / "new", tmp_path / "resumed"
+    again = {
+        new: (*TINY, "--kernel", WRONG_WHEN_COMPILED, "--out", new),
+        resumed: ("run", "--resume", resumed, "--no-compile", "--trust-kernels"),
+    }
+    for run_dir, command in again.items():
+        assert cli(*TINY, "--compile", "--kernel", WRONG_WHEN_COMPILED, "--out", run_dir).code != 0
+        result = cli(*command)
+        assert result.code == 0, result.err
+        assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 30
+    assert json.loads((resumed / "config.json").read_text())["train"]["compile"] is True
+
+
+def test_a_resumed_run_whose_compiled_step_disagrees_is_told_to_resume_with_no_compile():
+    problem = check_compiled_step(EAGER, step(2.5, w=[1.0, 2.0], b=[0.5]), 1e-2, resumed=True)
+    assert problem.endswith("(resume it with --no-compile)")
+
+
 def test_the_same_kernel_trains_eagerly(cli, tmp_path):
     """The kernel above is right without the compiler: the check is what stops the compiled run."""
     result = cli(*TINY, "--kernel", WRONG_WHEN_COMPILED, "--out", tmp_path / "run")

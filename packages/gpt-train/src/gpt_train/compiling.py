@@ -67,16 +67,21 @@ def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:
 
 
 def check_compiled_step(
-    eager: Step, compiled: Step, tolerance: float, exact: Step | None = None, kernels: str = "fast"
+    eager: Step,
+    compiled: Step,
+    tolerance: float,
+    exact: Step | None = None,
+    kernels: str = "fast",
+    resumed: bool = False,
 ) -> str | None:
     found = step_disagreement(eager, compiled, tolerance, exact)
     if found is None:
         return None
     other = "fast" if kernels == "reference" else "reference"
+    instead = "resume it with --no-compile" if resumed else f"drop --compile, or try --kernels {other}"
     return (
         f"--compile: the compiled first step disagrees with the eager one on the same batch and weights: {found}; "
-        "the compiler computes this model wrong here, so the run stopped before training (drop --compile, or try "
-        f"--kernels {other})"
+        f"the compiler computes this model wrong here, so the run stopped before training ({instead})"
     )
 
 

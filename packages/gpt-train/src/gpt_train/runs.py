@@ -191,26 +191,36 @@ def _tidy(layout: RunLayout, config: RunConfig) -> None:
 
 
 def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
-    """Whether the directory holds a run of `config` (library versions aside) that never wrote a checkpoint."""
+    """Whether the directory holds a run of `config` (library versions and --compile aside) that never wrote a
+    checkpoint."""
     if layout.checkpoint.exists() or layout.final.exists():
         return False
     try:
         saved = RunConfig.load(layout.root)
     except ConfigError:
         return False
-    return dataclasses.replace(saved, versions={}) == dataclasses.replace(config, versions={})
+    same = lambda c: dataclasses.replace(c, versions={}, train=dataclasses.replace(c.train, compile=False))
+    return same(saved) == same(config)  # --compile aside: "drop --compile" after its first step disagreed
 
 
 def resumed_run(
-    run_dir: Path, task_name: str | None, device: torch.device, rank: Rank, trust_kernels: bool = False
+    run_dir: Path,
+    task_name: str | None,
+    device: torch.device,
+    rank: Rank,
+    trust_kernels: bool = False,
+    compile_now: bool | None = None,
 ) -> Run:
     """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed, and
-    its kernels found and verified (`saved_kernels`)."""
+    its kernels found and verified (`saved_kernels`); `compile_now`, where given, compiles it from here on or not
+    (config.json keeps how the run started)."""
     if not run_dir.is_dir():
         missing = "is not a directory" if run_dir.exists() else "does not exist"
         raise RunDirError(f"cannot resume: run directory {run_dir} {missing}")
     layout = RunLayout(run_dir)
     config = RunConfig.load(run_dir)
+    if compile_now is not None:
+        config = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=compile_now))
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a run of task {config.task!r}, not {task_name!r}")
     if layout.checkpoint.exists():

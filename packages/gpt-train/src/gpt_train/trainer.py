@@ -104,6 +104,7 @@ class Trainer:
         self.on_step = on_step  # called after each step: how a test stops a run
         self.stop = StopRequest(say=None if self.quiet else Progress.note)
         self.record = Record(run)
+        self.resumed = run.resume
         self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
         s = self.settings
         self.optimizer = make_optimizer(self.model, s)
@@ -247,7 +248,8 @@ class Trainer:
             loss = self._gradients(batch, self.forward)
             grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
             tolerance = COMPILED_STEP_TOLERANCE[self.settings.dtype]
-            problem = check_compiled_step(eager, Step(float(loss), grads), tolerance, exact, self.settings.kernels)
+            compiled_step = Step(float(loss), grads)
+            problem = check_compiled_step(eager, compiled_step, tolerance, exact, self.settings.kernels, self.resumed)
         finally:
             self.model.train()
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)

@@ -61,12 +61,12 @@ from gpt_viz import (
 )
 @click.option("--out", type=click.Path(), callback=named_path, help="Run directory. [default: runs/<task>-<timestamp>]")
 @click.option(
-    "--compile",
+    "--compile/--no-compile",
     "compile_",
-    is_flag=True,
     default=None,
     help="Train through torch.compile. Its first step is checked against an eager step on the same batch; a "
-    "disagreement stops the run with one line naming the parameter. Evaluation runs eagerly.",
+    "disagreement stops the run with one line naming the parameter. Evaluation runs eagerly. With --resume, either "
+    "one changes how the run goes on (--no-compile: eagerly), as --device does.",
 )
 @set_option("Override a task, model or training parameter (repeatable), e.g. --set pos=rope.")
 @click.option(
@@ -158,8 +158,11 @@ def run(
     if resume is not None:
         from_dir = {"init_from": init_from} if init_from is not None else {}
         from_dir |= {"out": out} if out is not None else {}
+        compile_now = given.pop("compile", None)  # how it goes on, as --device: not a setting of the run
         _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
-        handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank, trust_kernels)
+        if compile_now:
+            check_compiler(target)
+        handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank, trust_kernels, compile_now)
     else:
         if task_name is None:
             raise CommandError("--task is required (or --resume DIR to continue a run); see `gpt-train tasks`")
