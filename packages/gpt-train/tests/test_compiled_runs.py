@@ -11,7 +11,7 @@ from train_helpers import TINY, assert_one_line_error
 
 from gpt_core.compiling import compiled
 from gpt_core.testing.compiled import GraphCounter
-from gpt_train.compiling import Step, check_compiled_step
+from gpt_train.compiling import LONGEST, CompileError, Step, check_compiled_step, compiler_failures_explained
 from gpt_train.config import resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.runs import Run
@@ -150,3 +150,26 @@ def test_the_trainers_step_and_evaluation_compile_whole_with_no_recompilation(tm
     for _ in range(2):
         evaluate_splits(task, trainer.forward, torch.device("cpu"), ["heldout"], limit=256)
     assert counter.graphs == 2
+
+
+def test_compile_with_the_triton_set_in_tritons_interpreter_is_refused_before_anything_is_written(
+    cli, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    result = cli(*TINY, "--compile", "--kernels", "triton", "--out", tmp_path / "run")
+    assert_one_line_error(result, "--compile cannot trace the triton set in Triton's interpreter", "drop --compile")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_compiler_failure_is_one_short_line_also_when_it_wraps_a_whole_report():
+    report = "RuntimeError when making fake tensor call\\n Explanation: " + "x" * 2000  # literal \n: a repr
+
+    def fails():
+        raise RuntimeError(report)
+
+    with pytest.raises(CompileError) as error:
+        compiler_failures_explained(fails)
+    assert str(error.value) == "torch.compile failed: RuntimeError when making fake tensor call"
+    with pytest.raises(CompileError) as error:
+        compiler_failures_explained(lambda: (_ for _ in ()).throw(RuntimeError("y" * 2000)))
+    assert len(str(error.value)) == len("torch.compile failed: ") + LONGEST and str(error.value).endswith("...")

@@ -48,8 +48,12 @@ def compiler_failures_explained(work: Callable[[], T]) -> T:
     except CompileError:
         raise
     except Exception as error:
-        text = str(error).strip()
-        raise CompileError(f"torch.compile failed: {text.splitlines()[0] if text else type(error).__name__}") from None
+        first = str(error).strip().split("\\n")[0].splitlines()[0] if str(error).strip() else type(error).__name__
+        first = first if len(first) <= LONGEST else first[: LONGEST - 3] + "..."  # a wrapped error's whole repr
+        raise CompileError(f"torch.compile failed: {first}") from None
+
+
+LONGEST = 300  # characters of a compiler error shown
 
 
 def relative_difference(compiled: torch.Tensor, eager: torch.Tensor) -> float:

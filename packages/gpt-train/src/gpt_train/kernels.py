@@ -128,6 +128,15 @@ def check_kernel_set(name: str, device: torch.device) -> None:
         )
 
 
+def check_compilable(name: str, device: torch.device) -> None:
+    """KernelError, in one line, for --compile with the triton set in Triton's interpreter, which the compiler
+    cannot trace (it fails deep inside, with a page of text)."""
+    if name == "triton" and device.type != "cuda" and triton_runs_on(device):
+        raise KernelError(
+            "--compile cannot trace the triton set in Triton's interpreter (TRITON_INTERPRET=1); drop --compile"
+        )
+
+
 def kernel_set_for(name: str, device: torch.device | str | None) -> Kernels:
     """The set `name` on `device`: the fast set stands in for triton where Triton cannot run."""
     if name == "triton" and device is not None and not triton_runs_on(torch.device(device)):

@@ -25,6 +25,7 @@ from gpt_train.files import stale_temporaries, write_bytes_atomically
 from gpt_train.guard import failures_named
 from gpt_train.kernels import (
     KernelError,
+    check_compilable,
     check_kernel_set,
     checked_kernels,
     is_module_path,
@@ -115,6 +116,8 @@ def new_run(
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
     check_memory(config.model, device)
     check_kernel_set(config.train.kernels, device)
+    if config.train.compile:
+        check_compilable(config.train.kernels, device)
     found = run_kernels(config, verify=True, device=device)
     check_precision(config.train.dtype, device)
     layout = RunLayout(out if out is not None else _unused_run_dir(task_name, rank.is_main))
@@ -221,6 +224,8 @@ def resumed_run(
     config = RunConfig.load(run_dir)
     if compile_now is not None:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=compile_now))
+    if config.train.compile:
+        check_compilable(config.train.kernels, device)
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a run of task {config.task!r}, not {task_name!r}")
     if layout.checkpoint.exists():
