@@ -1,5 +1,6 @@
 """The gpt-viz command: writes pictures and prints their paths; bad input is one line and exit 2."""
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,22 @@ def test_curves_writes_curves_png_into_each_run(runner, make_run):
     assert result.exit_code == 0, result.output
     assert written(result) == [runs[0] / "curves.png", runs[1] / "curves.png"]
     assert all(path.stat().st_size > 0 for path in written(result))
+
+
+def test_a_warning_while_drawing_is_one_line_naming_gpt_viz_not_a_source_listing(runner, make_run, monkeypatch):
+    drawn = gpt_viz.cli.training_curves
+
+    def warns(*args, **kwargs):
+        warnings.warn(
+            "Glyph 128578 (\\N{SLIGHTLY SMILING FACE})\nmissing from font(s) DejaVu Sans.", UserWarning, stacklevel=2
+        )
+        return drawn(*args, **kwargs)
+
+    monkeypatch.setattr(gpt_viz.cli, "training_curves", warns)
+    result = runner.invoke(main, ["curves", str(make_run("a"))])
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert line == "gpt-viz: warning: Glyph 128578 (\\N{SLIGHTLY SMILING FACE}) missing from font(s) DejaVu Sans."
 
 
 def test_curves_out_names_each_picture_after_its_run_and_svg_adds_svgs(runner, make_run, tmp_path):

@@ -3,6 +3,7 @@ line ``gpt-viz: error: ...`` on stderr and exit status 2, never a traceback."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import click
@@ -28,11 +29,17 @@ SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to
 class _VizGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning  # matplotlib's (a glyph its font lacks): one line, no source
+                return super().invoke(ctx)
         except VizError as error:
             message = str(error).replace("\n", " ")
             click.echo(f"gpt-viz: error: {message}", err=True)
             ctx.exit(2)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"gpt-viz: warning: {' '.join(str(message).split())}", err=True)
 
 
 @click.group(cls=_VizGroup, context_settings={"help_option_names": ["-h", "--help"]})
