@@ -19,7 +19,7 @@ from gpt_train.checkpoint import load_checkpoint, save_checkpoint
 from gpt_train.config import RunConfig
 from gpt_train.distributed import Rank
 from gpt_train.record import Record
-from gpt_train.runs import Run, RunLock
+from gpt_train.runs import Run, RunDirError, RunLock
 from gpt_train.trainer import Trainer
 from gpt_viz import RunLayout
 
@@ -81,6 +81,32 @@ def test_runs_started_in_the_same_second_without_out_each_get_their_own_director
     names = sorted(path.name for path in (tmp_path / "runs").iterdir())
     assert names == ["sort-20261206-120710", "sort-20261206-120710-2", "sort-20261206-120710-3"]
     assert all((tmp_path / "runs" / name / RunLayout.FINAL).is_file() for name in names)
+
+
+def test_a_run_whose_directory_is_moved_away_stops_and_writes_nothing_into_a_new_one_of_its_name(cli, tmp_path):
+    """The lock holds the directory, not its name: a run moved away (and another made under its name) must not
+    go on writing by name into the other."""
+    run_dir, moved = tmp_path / "run", tmp_path / "moved"
+    assert cli(*TINY, "--out", run_dir).code == 0  # lay out the directory, then train it afresh
+    for name in (RunLayout.CHECKPOINT, RunLayout.METRICS, RunLayout.FINAL):
+        (run_dir / name).unlink()
+    config = RunConfig.load(run_dir)
+    lock = RunLock(run_dir).acquire()
+    run = Run(config, config.build_task(), RunLayout(run_dir), torch.device("cpu"), Rank(), resume=False, lock=lock)
+
+    def move_at_step_12(step: int) -> None:
+        if step == 12:
+            run_dir.rename(moved)
+            run_dir.mkdir()  # another run's directory, under the old name
+
+    trainer = Trainer(run, quiet=True, on_step=move_at_step_12)
+    try:
+        with pytest.raises(RunDirError, match=f"was moved to {moved} while the run trained.*--resume {moved}"):
+            trainer.run()
+    finally:
+        lock.release()
+    assert list(run_dir.iterdir()) == []
+    assert [r["step"] for r in read_metrics(moved)] == [5, 10]
 
 
 # torn and leftover files -----------------------------------------------------------------

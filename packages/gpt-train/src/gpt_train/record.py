@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,32 @@ class Record:
         self.layout = run.layout
         self.task_name = run.config.task
         self.active = run.rank.is_main
+        self.lock = run.lock
         self.snapshots_kept = True  # until one cannot be written
+
+    def _still_in_place(self) -> None:
+        """The locked directory still has the run's path: one moved away stops the run, rather than write by name
+        into whatever is there now (another run's directory) or fail with no word of where the run went."""
+        fd = None if self.lock is None else self.lock.fd
+        if fd is None:
+            return
+        try:
+            here = os.stat(self.layout.root)
+        except OSError:
+            here = None
+        locked = os.fstat(fd)
+        if here is not None and (here.st_dev, here.st_ino) == (locked.st_dev, locked.st_ino):
+            return
+        try:
+            now = os.readlink(f"/proc/self/fd/{fd}")  # Linux names where the directory is now
+        except OSError:
+            now = " (deleted)"
+        if now.endswith(" (deleted)"):
+            raise RunDirError(f"{self.layout.root} was removed (or moved) while the run trained; it stopped")
+        raise RunDirError(
+            f"{self.layout.root} was moved to {now} while the run trained; it stopped, writing nothing more "
+            f"(continue it with gpt-train run --resume {now})"
+        )
 
     def restore(self) -> TrainingState:
         return load_checkpoint(self.layout.checkpoint, self.task_name)
@@ -38,16 +64,19 @@ class Record:
 
     def log(self, record: dict[str, Any]) -> None:
         if self.active:
+            self._still_in_place()
             _write(self.layout.metrics, json.dumps(record) + "\n", mode="a")
 
     def checkpoint(self, state: Callable[[], TrainingState]) -> None:
         if self.active:
+            self._still_in_place()
             save_checkpoint(self.layout.checkpoint, state())
 
     def snapshot(self, step: int, weights: dict[str, torch.Tensor]) -> None:
         """The weights at `step`; one that cannot be written is a warning, and the run goes on without more."""
         if not (self.active and self.snapshots_kept):
             return
+        self._still_in_place()
         path = self.layout.snapshot(step)
         try:
             save_snapshot(path, self.task_name, step, weights)
@@ -62,6 +91,7 @@ class Record:
 
     def finish(self, final: dict[str, Any]) -> None:
         if self.active:
+            self._still_in_place()
             write_json_atomically(self.layout.final, final)
 
     def last_checkpoint(self) -> str:
