@@ -499,12 +499,25 @@ def test_a_deep_copy_has_hooks_of_its_own(gen):
             r"'blocks.1.z' returned shape \(3, 4, 8, 4\) for an activation of shape \(3, 4, 9, 4\)$",
         ),
         (lambda a: a.tolist(), r"^the hook on 'blocks.1.z' returned a list; return None or a tensor$"),
+        (  # the model is float64: a float32 replacement failed later, in a product that did not name the hook
+            lambda a: a.float(),
+            r"^the hook on 'blocks.1.z' returned dtype torch.float32 for an activation of dtype torch.float64$",
+        ),
+        (lambda a: a.long(), r"returned dtype torch.int64 for an activation of dtype torch.float64$"),
     ],
 )
 def test_a_bad_replacement_is_a_one_line_value_error(gen, returned, message):
     model = _model()
     with pytest.raises(ValueError, match=message), model.hooks({"blocks.1.z": lambda a, n: returned(a)}):
         model(_tokens(gen))
+
+
+def test_run_with_cache_takes_one_name_as_a_string(gen):
+    model = _model()
+    idx = _tokens(gen)
+    logits, cache = model.run_with_cache(idx, names="logits")
+    assert list(cache) == ["logits"] and torch.equal(cache["logits"], logits)
+    assert list(model.run_with_cache(idx, names=["ln_final", "logits"])[1]) == ["ln_final", "logits"]
 
 
 @pytest.mark.parametrize("name", ["blocks.0.ln1", "blocks.1.mlp_hidden", "blocks.0.pattern"])

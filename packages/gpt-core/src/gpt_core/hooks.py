@@ -51,16 +51,19 @@ def check_hooks(fns: Mapping[str, object], known: Sequence[str]) -> None:
 
 
 def replaced(name: str, activation: Tensor, returned: object) -> Tensor:
-    """What a hook's return value makes of `activation`: itself for None, else the tensor, of the same shape."""
+    """What a hook's return value makes of `activation`: itself for None, else the tensor, of the same shape, dtype
+    and device (a float32 replacement in a bf16 model failed later, in a product that did not name the hook)."""
     if returned is None:
         return activation
     if not isinstance(returned, Tensor):
         raise ValueError(f"the hook on {name!r} returned a {type(returned).__name__}; return None or a tensor")
-    if returned.shape != activation.shape:
-        raise ValueError(
-            f"the hook on {name!r} returned shape {tuple(returned.shape)} for an activation of shape "
-            f"{tuple(activation.shape)}"
-        )
+    for what, got, wanted in (
+        ("shape", tuple(returned.shape), tuple(activation.shape)),
+        ("dtype", returned.dtype, activation.dtype),
+        ("device", returned.device, activation.device),
+    ):
+        if got != wanted:
+            raise ValueError(f"the hook on {name!r} returned {what} {got} for an activation of {what} {wanted}")
     return returned
 
 

@@ -300,11 +300,11 @@ class GPT(HookPoints, nn.Module):
         return self._hooks.offset
 
     def run_with_cache(
-        self, idx: Tensor, names: Iterable[str] | None = None, **forward_kwargs: Any
+        self, idx: Tensor, names: str | Iterable[str] | None = None, **forward_kwargs: Any
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """The logits and the named activations (all by default), detached, in forward order; in the caller's grad
-        mode (wrap it in torch.no_grad() for the numbers alone)."""
-        wanted = self.hook_names() if names is None else list(names)
+        """The logits and the named activations (all by default, or one name), detached, in forward order; in the
+        caller's grad mode (wrap it in torch.no_grad() for the numbers alone)."""
+        wanted = self.hook_names() if names is None else [names] if isinstance(names, str) else list(names)
         recorded: dict[str, Tensor] = {}
 
         def record(activation: Tensor, name: str) -> None:
