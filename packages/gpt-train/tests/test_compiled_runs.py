@@ -15,7 +15,7 @@ from gpt_train.compiling import LONGEST, CompileError, Step, check_compiled_step
 from gpt_train.config import resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.runs import Run
-from gpt_train.trainer import Trainer, evaluate_splits
+from gpt_train.trainer import Outcome, Trainer, evaluate_splits
 from gpt_viz import RunLayout
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the compiler's own, on importing it
@@ -161,15 +161,50 @@ def test_compile_with_the_triton_set_in_tritons_interpreter_is_refused_before_an
     assert not (tmp_path / "run").exists()
 
 
-def test_a_compiler_failure_is_one_short_line_also_when_it_wraps_a_whole_report():
-    report = "RuntimeError when making fake tensor call\\n Explanation: " + "x" * 2000  # literal \n: a repr
-
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("TorchRuntimeError('when making fake tensor call\\n Explanation: " + "x" * 2000, None),  # a whole repr
+        ("\nC:\\new_folder\\model.py: failed\nmore", "C:\\new_folder\\model.py: failed"),
+        ("", "RuntimeError"),
+    ],
+)
+def test_a_compiler_failure_is_one_short_line_its_first_non_blank_one(message, shown):
     def fails():
-        raise RuntimeError(report)
+        raise RuntimeError(message)
 
     with pytest.raises(CompileError) as error:
         compiler_failures_explained(fails)
-    assert str(error.value) == "torch.compile failed: RuntimeError when making fake tensor call"
-    with pytest.raises(CompileError) as error:
-        compiler_failures_explained(lambda: (_ for _ in ()).throw(RuntimeError("y" * 2000)))
-    assert len(str(error.value)) == len("torch.compile failed: ") + LONGEST and str(error.value).endswith("...")
+    line = str(error.value).removeprefix("torch.compile failed: ")
+    assert "\n" not in line
+    assert line == shown if shown is not None else len(line) == LONGEST and line.endswith("...")
+
+
+def test_a_resumed_run_is_told_to_resume_with_no_compile_where_compiling_cannot_work(cli, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--compile", "--kernel", WRONG_WHEN_COMPILED, "--out", run_dir).code != 0
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    config = json.loads((run_dir / "config.json").read_text())
+    config["train"]["kernels"] = "triton"
+    (run_dir / "config.json").write_text(json.dumps(config))
+    result = cli("run", "--resume", run_dir, "--trust-kernels")
+    assert_one_line_error(result, "cannot trace the triton set", "resume it with --no-compile")
+
+
+def test_no_compile_given_with_set_compile_is_named_as_given(cli, tmp_path):
+    result = cli(*TINY, "--no-compile", "--set", "compile=true", "--out", tmp_path / "run")
+    assert_one_line_error(result, "--no-compile and --set compile both set compile")
+
+
+def test_verify_refuses_compile_with_the_triton_set_in_tritons_interpreter_in_one_line(cli):
+    result = cli("verify", "--kernels", "triton", "--compile", "--seed", "0")
+    assert_one_line_error(result, "--compile cannot trace the triton set in Triton's interpreter", "drop --compile")
+
+
+def test_the_resume_command_printed_keeps_no_compile(cli, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir).code == 0
+    (run_dir / RunLayout.FINAL).unlink()  # the final evaluation left to do
+    monkeypatch.setattr(Trainer, "run", lambda self: Outcome("interrupted", 30, detail="checkpoint written"))
+    result = cli("run", "--resume", run_dir, "--no-compile")
+    assert_one_line_error(result, f"Resume with: gpt-train run --resume {run_dir} --no-compile", code=130)

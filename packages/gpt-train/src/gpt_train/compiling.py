@@ -33,12 +33,19 @@ class CompileError(TrainError):
     """torch.compile is unusable here (no toolchain), failed on the model, or computes it wrong."""
 
 
-def check_compiler(device: torch.device) -> None:
+def compile_off(resumed: bool) -> str:
+    """How to train without the compiler: a resumed run compiles as it started unless told --no-compile."""
+    return "resume it with --no-compile" if resumed else "drop --compile"
+
+
+def check_compiler(device: torch.device, resumed: bool = False) -> None:
     """torch.compile's backends need a toolchain: a C++ compiler on CPU, Triton on CUDA."""
     if device.type == "cpu" and not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
-        raise CompileError("--compile on CPU needs a C++ compiler (g++ or clang++); install one or drop --compile")
+        raise CompileError(
+            f"--compile on CPU needs a C++ compiler (g++ or clang++); install one or {compile_off(resumed)}"
+        )
     if device.type == "cuda" and importlib.util.find_spec("triton") is None:
-        raise CompileError("--compile on CUDA needs Triton (pip install triton); install it or drop --compile")
+        raise CompileError(f"--compile on CUDA needs Triton (pip install triton); install it or {compile_off(resumed)}")
 
 
 def compiler_failures_explained(work: Callable[[], T]) -> T:
@@ -48,7 +55,8 @@ def compiler_failures_explained(work: Callable[[], T]) -> T:
     except CompileError:
         raise
     except Exception as error:
-        first = str(error).strip().split("\\n")[0].splitlines()[0] if str(error).strip() else type(error).__name__
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        first = lines[0] if lines else type(error).__name__
         first = first if len(first) <= LONGEST else first[: LONGEST - 3] + "..."  # a wrapped error's whole repr
         raise CompileError(f"torch.compile failed: {first}") from None
 
@@ -82,7 +90,7 @@ def check_compiled_step(
     if found is None:
         return None
     other = "fast" if kernels == "reference" else "reference"
-    instead = "resume it with --no-compile" if resumed else f"drop --compile, or try --kernels {other}"
+    instead = compile_off(resumed) if resumed else f"drop --compile, or try --kernels {other}"
     return (
         f"--compile: the compiled first step disagrees with the eager one on the same batch and weights: {found}; "
         f"the compiler computes this model wrong here, so the run stopped before training ({instead})"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt_train.errors import TrainError
+from gpt_viz.files import TEMPORARY_GLOB
 from gpt_viz.files import write_atomically as replace_atomically
 
 
@@ -27,7 +28,7 @@ LIBRARY_TEMPORARY = re.compile(r"\.tmp[A-Za-z0-9]{6}")  # the temporary safetens
 def stale_temporaries(*directories: Path) -> list[Path]:
     found = []
     for directory in directories:
-        ours = directory.glob(".*.tmp-*")
+        ours = directory.glob(TEMPORARY_GLOB)
         theirs = (path for path in directory.glob(".tmp*") if LIBRARY_TEMPORARY.fullmatch(path.name))
         found += sorted(path for path in {*ours, *theirs} if path.is_file())
     return found

@@ -20,6 +20,7 @@ import torch
 
 from gpt_core import DEFAULT_KERNELS, KERNEL_SETS, KERNEL_SLOTS, Kernels, Row, kernel_report
 from gpt_core import plugins as core_plugins
+from gpt_train.compiling import compile_off
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
 from gpt_train.verify import FP32_TOLERANCE, TORCH_LABELS, torch_references
@@ -128,12 +129,13 @@ def check_kernel_set(name: str, device: torch.device) -> None:
         )
 
 
-def check_compilable(name: str, device: torch.device) -> None:
+def check_compilable(name: str, device: torch.device, resumed: bool = False) -> None:
     """KernelError, in one line, for --compile with the triton set in Triton's interpreter, which the compiler
     cannot trace (it fails deep inside, with a page of text)."""
     if name == "triton" and device.type != "cuda" and triton_runs_on(device):
         raise KernelError(
-            "--compile cannot trace the triton set in Triton's interpreter (TRITON_INTERPRET=1); drop --compile"
+            "--compile cannot trace the triton set in Triton's interpreter (TRITON_INTERPRET=1); "
+            + compile_off(resumed)
         )
 
 

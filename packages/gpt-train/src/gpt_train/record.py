@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ class Record:
         self.lock = run.lock
         self.snapshots_kept = True  # until one cannot be written
 
-    def _still_in_place(self) -> None:
+    def check_in_place(self) -> None:
         """The locked directory still has the run's path: one moved away stops the run, rather than write by name
         into whatever is there now (another run's directory) or fail with no word of where the run went."""
         fd = None if self.lock is None else self.lock.fd
@@ -48,7 +49,7 @@ class Record:
             raise RunDirError(f"{self.layout.root} was removed (or moved) while the run trained; it stopped")
         raise RunDirError(
             f"{self.layout.root} was moved to {now} while the run trained; it stopped, writing nothing more "
-            f"(continue it with gpt-train run --resume {now})"
+            f"(continue it with gpt-train run --resume {shlex.quote(now)})"
         )
 
     def restore(self) -> TrainingState:
@@ -64,19 +65,19 @@ class Record:
 
     def log(self, record: dict[str, Any]) -> None:
         if self.active:
-            self._still_in_place()
+            self.check_in_place()
             _write(self.layout.metrics, json.dumps(record) + "\n", mode="a")
 
     def checkpoint(self, state: Callable[[], TrainingState]) -> None:
         if self.active:
-            self._still_in_place()
+            self.check_in_place()
             save_checkpoint(self.layout.checkpoint, state())
 
     def snapshot(self, step: int, weights: dict[str, torch.Tensor]) -> None:
         """The weights at `step`; one that cannot be written is a warning, and the run goes on without more."""
         if not (self.active and self.snapshots_kept):
             return
-        self._still_in_place()
+        self.check_in_place()
         path = self.layout.snapshot(step)
         try:
             save_snapshot(path, self.task_name, step, weights)
@@ -91,7 +92,7 @@ class Record:
 
     def finish(self, final: dict[str, Any]) -> None:
         if self.active:
-            self._still_in_place()
+            self.check_in_place()
             write_json_atomically(self.layout.final, final)
 
     def last_checkpoint(self) -> str:

@@ -225,7 +225,7 @@ def resumed_run(
     if compile_now is not None:
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, compile=compile_now))
     if config.train.compile:
-        check_compilable(config.train.kernels, device)
+        check_compilable(config.train.kernels, device, resumed=True)
     if task_name is not None and task_name != config.task:
         raise ConfigError(f"cannot resume: {run_dir} is a run of task {config.task!r}, not {task_name!r}")
     if layout.checkpoint.exists():

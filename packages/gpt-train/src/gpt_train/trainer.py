@@ -193,7 +193,7 @@ class Trainer:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             module = self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
         if self.settings.compile:
-            check_compiler(self.device)
+            check_compiler(self.device, self.resumed)
             module = compiled(module)
         return module
 
@@ -391,6 +391,7 @@ class Trainer:
             with evaluation_progress(self.quiet):
                 final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
             layout = self.record.layout
+            self.record.check_in_place()  # after a long final evaluation, before writing by name again
             problem = write_attention(self.task, self.model, self.device, layout) if self.record.active else None
         except KeyboardInterrupt:
             self.save(elapsed())

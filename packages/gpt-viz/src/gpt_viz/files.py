@@ -14,6 +14,9 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+TEMPORARY_GLOB = ".*.tmp-*"  # every temporary_path: what a killed process leaves, for the next to remove
+
+
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     """Call `write(temporary)`, fsync, then rename it over `path`; whatever fails is raised, and the temporary is
     removed."""

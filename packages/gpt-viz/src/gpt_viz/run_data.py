@@ -82,7 +82,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     """One dict per logged step; blank lines skipped, and an unfinished last line (no newline yet: a run writing
-    it, or killed while it did) too, as `gpt-train run --resume` drops it."""
+    it, or killed while it did) too. (`gpt-train run --resume` drops a damaged last line, newline or not.)"""
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")

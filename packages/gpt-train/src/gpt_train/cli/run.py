@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,7 @@ def run(
     given = {name: value for name, value in flags.items() if value is not None}
     rank = Rank.from_env()
     target = rank.device_for(resolve_device(device))
+    compile_now = None
     if resume is not None:
         from_dir = {"init_from": init_from} if init_from is not None else {}
         from_dir |= {"out": out} if out is not None else {}
@@ -177,7 +179,8 @@ def run(
         values |= route_data(task_name, data)
         for name in given:
             if twice := sorted({name, f"train.{name}"} & values.keys()):
-                raise CommandError(f"--{name.replace('_', '-')} and --set {twice[0]} both set {name}; give it once")
+                flag = "--no-compile" if name == "compile" and not given[name] else f"--{name.replace('_', '-')}"
+                raise CommandError(f"{flag} and --set {twice[0]} both set {name}; give it once")
         values |= {f"train.{name}": value for name, value in given.items()}
         if not {"kernels", "train.kernels"} & values.keys():
             values["train.kernels"] = default_kernel_set(target)
@@ -191,6 +194,7 @@ def run(
         raise click.exceptions.Exit(130 if outcome.reason == "interrupted" else 1)  # rank 0 says why, once
     if outcome.reason == "interrupted":  # a run that stopped early ends the command with its reason and exit status
         again = resume_hint(rank, handed.layout.root) + opening_flags(handed.config)  # the same ranks, batches
+        again += {True: " --compile", False: " --no-compile"}.get(compile_now, "")  # as this process went on
         raise CommandError(f"interrupted at step {outcome.step}; {outcome.detail}. {again}", exit_code=130)
     if outcome.reason == "diverged":
         raise CommandError(outcome.detail, exit_code=1)
@@ -200,13 +204,14 @@ def run(
 
 def resume_hint(rank: Rank, run_dir: Path) -> str:
     """The command that resumes `run_dir` on this run's processes: per node, and nodes, as torchrun started it."""
+    where = shlex.quote(str(run_dir))  # pasted as printed, a space in the path included
     if not rank.distributed:
-        return f"Resume with: gpt-train run --resume {run_dir}"
+        return f"Resume with: gpt-train run --resume {where}"
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", rank.world_size))
     if per_node == rank.world_size:
-        return f"Resume with: torchrun --nproc_per_node {per_node} -m gpt_train run --resume {run_dir}"
+        return f"Resume with: torchrun --nproc_per_node {per_node} -m gpt_train run --resume {where}"
     nodes = f"--nnodes {rank.world_size // per_node} --nproc_per_node {per_node}"
-    return f"Resume on each node, with its rendezvous options: torchrun {nodes} -m gpt_train run --resume {run_dir}"
+    return f"Resume on each node, with its rendezvous options: torchrun {nodes} -m gpt_train run --resume {where}"
 
 
 def _announce(handed: Run, resume: Path | None, quiet: bool) -> None:

@@ -14,6 +14,7 @@ from gpt_train.guard import guarded
 from gpt_train.kernels import (
     KERNEL_CHECKS,
     TOLERANCE,
+    check_compilable,
     first_failure,
     parse_kernel_choices,
     resolve_kernel,
@@ -117,6 +118,8 @@ def verify(
     if not choices:
         if kernel_set == "triton" and target.type == "cpu":  # the kernels run on CPU tensors in Triton's interpreter
             os.environ.setdefault("TRITON_INTERPRET", "1")
+        if compile_:
+            check_compilable(kernel_set, target)
         kernels = KERNEL_SETS[kernel_set]
         what = "" if kernel_set == "fast" else f"{kernel_set} kernels: "
         what += "" if target.type == "cpu" else f"on {target}: "
