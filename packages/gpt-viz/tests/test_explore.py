@@ -178,9 +178,7 @@ def test_a_run_named_like_the_templates_marker_keeps_its_name(make_run):
 def test_head_ablation_table_is_embedded_when_inspect_heads_has_run(run_dir):
     assert embedded(explorer_page(run_dir))["ablation"] is None
     write_ablation(run_dir, ABLATION)
-    final = RunLayout(run_dir).final
-    final_step = json.loads(final.read_text())["step"] if final.is_file() else None
-    expected = ABLATION | {"step": None, "final_step": final_step, "higher_is_better": True}
+    expected = ABLATION | {"step": None, "checkpoint_step": None, "higher_is_better": True}  # no checkpoint here
     assert embedded(explorer_page(run_dir))["ablation"] == expected
 
 
@@ -193,19 +191,20 @@ def test_the_page_opens_on_the_head_ablation_finds_most_needed_else_the_first_la
     assert embedded(explorer_page(run_dir))["open"] == {"layer": 0, "head": 2, "by": "ablation"}
 
 
-@pytest.mark.parametrize(("step", "final_step"), [(10, 30), (30, 30), (None, 30), (10, None)])
-def test_the_page_says_which_checkpoint_a_head_ablation_table_describes(run_dir, step, final_step):
+@pytest.mark.parametrize(("step", "checkpoint"), [(10, 30), (30, 30), (None, 30), (10, None), (30, 10)])
+def test_the_page_says_which_checkpoint_a_head_ablation_table_describes(run_dir, step, checkpoint):
+    """Against the run's checkpoint, which a run still training rewrites (final.json says nothing of it), as
+    `gpt-train serve` compares."""
     layout = RunLayout(run_dir)
-    if final_step is None:
-        layout.final.unlink(missing_ok=True)
-    else:
-        layout.final.write_text(json.dumps({"step": final_step, "loss": 0.5}))
+    if checkpoint is not None:  # a safetensors header: its length in 8 bytes, then JSON with gpt-train's metadata
+        header = json.dumps({"__metadata__": {"task": "addition", "step": str(checkpoint)}}).encode()
+        layout.checkpoint.write_bytes(len(header).to_bytes(8, "little") + header)
     write_ablation(run_dir, ABLATION | ({} if step is None else {"step": step}))
     page = explorer_page(run_dir)
     table = embedded(page)["ablation"]
-    assert (table["step"], table["final_step"]) == (step, final_step)
-    assert "Older than the final checkpoint (step ${table.final_step})" in page
-    assert "table.step < table.final_step" in page
+    assert (table["step"], table["checkpoint_step"]) == (step, checkpoint)
+    assert "The run's checkpoint is of step ${table.checkpoint_step} now" in page
+    assert "table.step !== table.checkpoint_step" in page
 
 
 def test_a_run_without_an_attention_file_yet_still_gets_curves(make_run):

@@ -69,6 +69,20 @@ def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
     return path
 
 
+def checkpoint_step(layout: RunLayout) -> int | None:
+    """The step of the run's checkpoint, from its safetensors header (8 bytes of length, then JSON), which gpt-train
+    rewrites as the run goes: what an inspect record is measured against, as `gpt-train serve` measures it. None
+    without a readable one."""
+    try:
+        with layout.checkpoint.open("rb") as file:
+            size = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(min(size, 100_000_000)))
+        step = int(header["__metadata__"]["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return step if step >= 0 else None
+
+
 def page_data(run: Path) -> dict[str, Any]:
     """Everything the page draws, JSON-ready. It opens on the head the ablation table finds most needed, else on the
     first layer's first (a small model often leaves its last layer unused)."""
@@ -165,7 +179,7 @@ def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, A
     if heads is not None and shapes["zero"] != tuple(heads):
         raise VizError(f"{path} covers {shapes['zero']} layers x heads but the attention file has {tuple(heads)}")
     examples = table.get("examples")
-    final = read_json_object(layout.final).get("step") if layout.final.is_file() else None  # None: still training
+    latest = checkpoint_step(layout)
     return {
         "metric": table["metric"],
         "split": str(table.get("split", "")),
@@ -174,7 +188,7 @@ def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, A
         "step": table.get("step") if _is_step(table.get("step")) else None,
         "higher_is_better": table.get("higher_is_better") is not False,
         **grids,
-        "final_step": final if _is_step(final) else None,
+        "checkpoint_step": latest,
     }
 
 
