@@ -23,7 +23,7 @@ class Progress:
     def update(self, loss: float, latest: dict[str, float]) -> None:
         if self.bar.disable:
             return
-        shown = {"loss": f"{loss:.4f}"}
+        shown = {"loss": f"{loss:.4g}"}  # four significant digits: a loss of 4.5e-05 is not 0.0000
         if self.primary in latest:
             shown[self.primary] = f"{latest[self.primary]:.4f}"
         self.bar.set_postfix(shown, refresh=False)

@@ -249,7 +249,7 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
     course = held_out_course(config, run_dir)
-    loss = "not recorded" if final["loss"] is None else f"{final['loss']:.4f}"  # a checkpoint without it
+    loss = "not recorded" if final["loss"] is None else f"{final['loss']:.4g}"  # a checkpoint without it
     return (
         f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
         f"{primary} {format_value(value, examples)}{over}{course}; final loss {loss}; run in {run_dir}"
