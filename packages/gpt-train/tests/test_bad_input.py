@@ -14,6 +14,7 @@ from gpt_tasks.builtin.sort import SortParams, SortTask
 from gpt_train.cli.group import _show_warning
 from gpt_train.config import ConfigError, RunConfig, route
 from gpt_train.devices import resolve_device
+from gpt_train.distributed import DistributedError, Rank
 from gpt_viz import RunLayout
 
 
@@ -39,6 +40,18 @@ def test_a_numbered_gpu_is_made_the_current_device(monkeypatch):
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
     assert resolve_device("cuda") == torch.device("cuda") and resolve_device("cpu") == torch.device("cpu")
     assert made_current == [torch.device("cuda", 1)]
+
+
+def test_mps_0_as_torch_prints_an_mps_tensors_device_is_mps(monkeypatch):
+    monkeypatch.setattr(gpt_train.devices, "available_devices", lambda: ["cpu", "mps"])
+    assert resolve_device("mps:0") == resolve_device("MPS") == torch.device("mps")
+
+
+def test_torchrun_on_mps_is_refused_in_one_line_before_anything_starts():
+    """gloo and nccl carry CPU and CUDA tensors: each rank crashed in DistributedDataParallel with a traceback."""
+    with pytest.raises(DistributedError, match=r"^torchrun runs on cpu \(gloo\) or cuda \(nccl\), not mps"):
+        Rank(0, 0, 2).device_for(torch.device("mps"))
+    assert Rank().device_for(torch.device("mps")) == torch.device("mps")
 
 
 def test_nonsense_device_is_refused(cli):

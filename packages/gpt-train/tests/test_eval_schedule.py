@@ -10,7 +10,6 @@ from train_helpers import TINY, assert_one_line_error, read_metrics
 
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.config import resolve_run_config
-from gpt_train.progress import Progress
 from gpt_train.settings import TrainSettings
 from gpt_viz import RunLayout
 
@@ -62,12 +61,3 @@ def test_evaluating_early_changes_nothing_the_run_trains(cli, tmp_path):
     weights = {name: load_checkpoint(RunLayout(tmp_path / name).checkpoint, "sort").model for name in records}
     assert weights["early"].keys() == weights["plain"].keys()
     assert all(torch.equal(weights["early"][key], weights["plain"][key]) for key in weights["plain"])
-
-
-def test_the_progress_bar_shows_a_small_loss_in_significant_digits_not_as_zero(monkeypatch):
-    monkeypatch.delenv("TQDM_DISABLE", raising=False)
-    config, _ = resolve_run_config("sort", {})
-    progress = Progress(config, 0, quiet=False)
-    progress.update(4.5e-05, {config.primary_metric: 0.5})
-    assert progress.bar.postfix == f"loss=4.5e-05, {config.primary_metric}=0.5000"
-    progress.close()

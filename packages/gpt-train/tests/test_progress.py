@@ -7,7 +7,8 @@ import torch
 
 from gpt_core import GPT
 from gpt_tasks import get_task
-from gpt_train.progress import evaluation_progress
+from gpt_train.config import resolve_run_config
+from gpt_train.progress import Progress, evaluation_progress
 
 
 def _evaluate_modadd() -> None:
@@ -29,3 +30,12 @@ def test_quiet_shows_nothing(capsys):
         _evaluate_modadd()
     _evaluate_modadd()  # and outside the block no evaluation reports anything
     assert capsys.readouterr() == ("", "")
+
+
+def test_the_progress_bar_shows_a_small_loss_in_significant_digits_not_as_zero(monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    config, _ = resolve_run_config("sort", {})
+    progress = Progress(config, 0, quiet=False)
+    progress.update(4.5e-05, {config.primary_metric: 0.5})
+    assert progress.bar.postfix == f"loss=4.5e-05, {config.primary_metric}=0.5000"
+    progress.close()

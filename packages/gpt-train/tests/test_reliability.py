@@ -326,6 +326,19 @@ def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_pa
     assert "the batches differ from the uninterrupted run's" in result.err
 
 
+def test_a_checkpoint_keeps_an_mps_generator_state_and_a_cpu_resume_reads_past_it(cli, tmp_path):
+    """On MPS, dropout and randomized positions draw from the MPS generator: its state goes in the checkpoint
+    (rng/mps) for a resume there to draw on as the uninterrupted run would."""
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
+    mps = torch.arange(16, dtype=torch.uint8)
+    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, rng=state.rng | {"mps": mps}))
+    assert torch.equal(load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").rng["mps"], mps)
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+
+
 def test_a_checkpoint_that_records_no_number_of_processes_is_resumed_without_a_warning(cli, tmp_path):
     """Written before checkpoints recorded it: whether by 1 process or torchrun's N is not known."""
     run_dir = tmp_path / "run"

@@ -118,7 +118,7 @@ def _identity(path: Path) -> tuple[int, ...] | None:
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 OPTIMISER_SLOTS = ("step", "exp_avg", "exp_avg_sq")  # AdamW's state of each parameter
 PRECISION_STATE = ("scale", "growth_tracker", "skipped_in_a_row")
-RNG_STATES = ("cpu", "cuda")
+RNG_STATES = ("cpu", "cuda", "mps")
 GROUP_NUMBERS = ("lr", "eps", "weight_decay")  # a parameter group's numbers a resumed run takes (and `betas`)
 
 
@@ -135,7 +135,7 @@ def _check_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
         elif kind in ("model", "grokfast", "optim") and tensor.dtype not in FLOATS:
             wrong = f"is {tensor.dtype}, not a float"
         elif kind == "rng" and (rest not in RNG_STATES or tensor.dtype != torch.uint8 or tensor.dim() != 1):
-            wrong = "is not a random generator's state (rng/cpu or rng/cuda, bytes)"
+            wrong = "is not a random generator's state (rng/cpu, rng/cuda or rng/mps, bytes)"
         elif kind == "rng" and rest == "cpu" and tensor.numel() != cpu_size:
             wrong = f"holds {tensor.numel()} bytes, not the {cpu_size} of this PyTorch's generator state"
         elif kind == "precision" and not (rest in PRECISION_STATE and tensor.numel() == 1):

@@ -29,6 +29,7 @@ def resolve_device(name: str) -> torch.device:
     """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine. `cuda:N` is made the
     current device: Triton kernels and CUDA graphs launch on the current one, whatever their tensors' device."""
     name = name.strip().lower()
+    name = "mps" if name == "mps:0" else name  # as torch prints an MPS tensor's device
     if name == "auto":
         name = next((found for found in ("cuda", "mps") if found in available_devices()), "cpu")
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):

@@ -75,6 +75,8 @@ class Rank:
         return cls(rank, int(given.get("LOCAL_RANK", "0")), world_size)
 
     def device_for(self, device: torch.device) -> torch.device:
+        if self.distributed and device.type == "mps":  # gloo and nccl carry CPU and CUDA tensors only
+            raise DistributedError("torchrun runs on cpu (gloo) or cuda (nccl), not mps; give --device cpu")
         if self.distributed and device.type == "cuda":
             return torch.device("cuda", self.local_rank)
         return device

@@ -149,6 +149,11 @@ class Trainer:
                 torch.cuda.set_rng_state(state.rng["cuda"], self.device)
             except RuntimeError as error:
                 raise RunDirError(f"checkpoint's CUDA generator state does not fit this device ({error})") from None
+        if self.device.type == "mps" and "mps" in state.rng:  # dropout's and randomized positions' draws there
+            try:
+                torch.mps.set_rng_state(state.rng["mps"])
+            except RuntimeError as error:
+                raise RunDirError(f"checkpoint's MPS generator state does not fit this device ({error})") from None
         self.step, self.elapsed_before, self.cooldown_from = state.step, state.elapsed, state.cooldown_from
         self.saved_step = state.step
         self.loss = state.loss
@@ -173,6 +178,8 @@ class Trainer:
         rng = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.device.type == "mps":
+            rng["mps"] = torch.mps.get_rng_state()
         model, optimizer = dict(self.model.named_parameters()), self.optimizer.state_dict()
         grokfast = self.grokfast.state_dict() if self.grokfast is not None else {}
         precision = self.precision.state_dict()
