@@ -221,3 +221,16 @@ def test_a_run_that_ends_inside_its_warm_up_says_the_learning_rate_it_reaches(cl
     assert said in result.err
     full = cli(*args, "--set", "warmup_steps=30", "--out", tmp_path / "full")
     assert full.code == 0 and "warm-up" not in full.err
+
+
+def test_a_run_whose_snapshots_add_up_says_how_many_and_how_much_disk(cli, tmp_path, monkeypatch):
+    args = [arg for arg in TINY if arg != "--quiet"]
+    quiet = cli(*args, "--set", "snapshot_every=1", "--out", tmp_path / "small")
+    assert quiet.code == 0 and "snapshot_every" not in quiet.err  # 31 copies of a tiny model: nothing to say
+    monkeypatch.setattr("gpt_train.cli.run.SNAPSHOTS_NOTED", 100_000)
+    result = cli(*args, "--set", "snapshot_every=1", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    size = sum(path.stat().st_size for path in (tmp_path / "run" / "snapshots").iterdir())
+    (said,) = [line for line in result.err.splitlines() if "snapshot_every" in line]
+    assert said.startswith("gpt-train: note: snapshot_every=1 keeps 31 copies of the weights, about ")
+    assert float(said.split("about ")[1].split(" GiB")[0]) == pytest.approx(size / 2**30, rel=0.25)

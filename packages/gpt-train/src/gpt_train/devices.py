@@ -50,10 +50,7 @@ BYTES_PER_PARAMETER = 16  # float32 weight, gradient and AdamW's two moments
 def check_memory(model: GPTConfig, device: torch.device) -> None:
     """Refuse a model whose weights, gradients and AdamW moments alone exceed the device's memory: a typo in n_embd
     or n_layer would otherwise fill memory until the system kills the process (or another)."""
-    d = model.n_embd
-    per_layer = (4 + 8 * model.mlp) * d * d  # q, k, v, the output projection and the 4x MLP
-    tables = model.vocab_size * d * (2 - model.tie_weights) + (model.position_limit or 0) * d
-    parameters = model.n_layer * per_layer + tables
+    parameters = approximate_parameters(model)
     available = device_memory(device)
     if available is not None and BYTES_PER_PARAMETER * parameters > available:
         where = "this machine" if device.type == "cpu" else str(device)
@@ -62,6 +59,15 @@ def check_memory(model: GPTConfig, device: torch.device) -> None:
             f"its weights, gradients and AdamW state alone, more than the {available / 2**30:.3g} GiB of {where}; "
             "choose a smaller n_layer or n_embd"
         )
+
+
+def approximate_parameters(model: GPTConfig) -> int:
+    """The weights a model of this shape holds, from the shape alone: its matrices and embedding tables (the norms
+    and biases, a few per layer, left out)."""
+    d = model.n_embd
+    per_layer = (4 + 8 * model.mlp) * d * d  # q, k, v, the output projection and the 4x MLP
+    tables = model.vocab_size * d * (2 - model.tie_weights) + (model.position_limit or 0) * d
+    return model.n_layer * per_layer + tables
 
 
 def device_memory(device: torch.device) -> int | None:

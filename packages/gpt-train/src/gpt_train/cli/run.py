@@ -22,7 +22,7 @@ from gpt_train.cli.options import (
 )
 from gpt_train.compiling import check_compiler
 from gpt_train.config import RunConfig, parse_assignments, route_data
-from gpt_train.devices import resolve_device
+from gpt_train.devices import approximate_parameters, resolve_device
 from gpt_train.distributed import Rank
 from gpt_train.kernels import default_kernel_set, parse_kernel_choices
 from gpt_train.optimisation import learning_rate
@@ -33,6 +33,7 @@ from gpt_viz import (
     EXAMPLES,
     THRESHOLD,
     TRAIN,
+    RunLayout,
     VizError,
     collapses,
     first_crossing,
@@ -220,12 +221,23 @@ def _announce(handed: Run, resume: Path | None, quiet: bool) -> None:
         return
     click.echo(f"{'continuing' if resume is not None else 'training'} {handed.config.task} in {handed.layout.root}")
     s = handed.config.train
+    snapshots = s.steps // s.snapshot_every + 1 if s.snapshot_every else 0
+    size = snapshots * 4 * approximate_parameters(handed.config.model)  # float32 weights each
+    if resume is None and size > SNAPSHOTS_NOTED:
+        click.echo(
+            f"gpt-train: note: snapshot_every={s.snapshot_every} keeps {snapshots:,} copies of the weights, about "
+            f"{size / 2**30:.3g} GiB in {handed.layout.root / RunLayout.SNAPSHOTS}",
+            err=True,
+        )
     if resume is None and s.warmup_steps > s.steps:
         click.echo(
             f"gpt-train: note: the run ends inside its warm-up ({s.steps:,} of warmup_steps {s.warmup_steps:,}): the "
             f"learning rate reaches {learning_rate(s.steps - 1, s):.3g}, not lr {s.lr:g}",
             err=True,
         )
+
+
+SNAPSHOTS_NOTED = 2**30  # bytes of snapshots a run is told of as it starts
 
 
 def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: bool, kernels, unverified) -> None:
