@@ -54,6 +54,12 @@ def test_torchrun_on_mps_is_refused_in_one_line_before_anything_starts():
     assert Rank().device_for(torch.device("mps")) == torch.device("mps")
 
 
+def test_auto_under_torchrun_on_a_mac_is_the_cpu(monkeypatch):
+    monkeypatch.setattr(gpt_train.devices, "available_devices", lambda: ["cpu", "mps"])
+    assert resolve_device("auto") == torch.device("mps")
+    assert resolve_device("auto", distributed=True) == torch.device("cpu")
+
+
 def test_nonsense_device_is_refused(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--device", "tpu"), "unknown device 'tpu'")
 

@@ -3,12 +3,15 @@ nothing at all when quiet."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from gpt_core import GPT
 from gpt_tasks import get_task
+from gpt_train.cli.run import summary
 from gpt_train.config import resolve_run_config
-from gpt_train.progress import Progress, evaluation_progress
+from gpt_train.progress import Progress, evaluation_progress, format_loss
 
 
 def _evaluate_modadd() -> None:
@@ -39,3 +42,18 @@ def test_the_progress_bar_shows_a_small_loss_in_significant_digits_not_as_zero(m
     progress.update(4.5e-05, {config.primary_metric: 0.5})
     assert progress.bar.postfix == f"loss=4.5e-05, {config.primary_metric}=0.5000"
     progress.close()
+
+
+def test_a_loss_prints_four_decimals_and_a_tiny_one_its_significant_digits():
+    assert [format_loss(value) for value in (2.83221, 0.0547, 0.001, 4.5e-05, 0.0, float("nan"))] == [
+        "2.8322", "0.0547", "0.0010", "4.5e-05", "0", "nan",
+    ]  # fmt: skip
+
+
+def test_the_summary_gives_a_tiny_held_out_loss_its_digits(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}: the quick brown fox\n" for i in range(3000)))
+    config, _ = resolve_run_config("shakespeare", {"data": str(corpus)})
+    final = {"step": 30, "elapsed": 1.0, "loss": 4.5e-05, config.primary_metric: 3.2e-05}
+    line = summary(config, final, Path("runs/x"))
+    assert f"{config.primary_metric} 3.2e-05" in line and "final loss 4.5e-05" in line

@@ -103,7 +103,7 @@ def test_a_run_whose_directory_is_moved_away_stops_and_writes_nothing_into_a_new
 
     trainer = Trainer(run, quiet=True, on_step=move)
     try:
-        with pytest.raises(RunDirError, match=f"was moved to {moved} while the run trained.*--resume {moved}"):
+        with pytest.raises(RunDirError, match=f"was moved to {moved} while the run trained.*--resume with that path"):
             trainer.run()
     finally:
         lock.release()
@@ -337,6 +337,23 @@ def test_a_checkpoint_keeps_an_mps_generator_state_and_a_cpu_resume_reads_past_i
     assert torch.equal(load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").rng["mps"], mps)
     result = cli("run", "--resume", run_dir, "--quiet")
     assert result.code == 0, result.err
+
+
+def test_a_trainer_on_mps_saves_and_restores_the_mps_generator(cli, tmp_path, monkeypatch):
+    """No MPS here: the trainer is told its device is one, and torch.mps's two calls stand in."""
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    config = RunConfig.load(run_dir)
+    run = Run(config, config.build_task(), RunLayout(run_dir), torch.device("cpu"), Rank(), resume=True)
+    trainer = Trainer(run, quiet=True)
+    drawn, restored = torch.arange(16, dtype=torch.uint8), []
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda: drawn)
+    monkeypatch.setattr(torch.mps, "set_rng_state", restored.append)
+    trainer.device = torch.device("mps")
+    state = trainer._state(0.0)
+    assert torch.equal(state.rng["mps"], drawn)
+    trainer._restore(state)
+    assert len(restored) == 1 and torch.equal(restored[0], drawn)
 
 
 def test_a_checkpoint_that_records_no_number_of_processes_is_resumed_without_a_warning(cli, tmp_path):

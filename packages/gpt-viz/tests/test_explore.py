@@ -207,6 +207,16 @@ def test_the_page_says_which_checkpoint_a_head_ablation_table_describes(run_dir,
     assert "table.step !== table.checkpoint_step" in page
 
 
+@pytest.mark.parametrize(
+    "header",
+    [b"[" * 200_000, b'{"__metadata__": {"step": 1e400}}', b'{"__metadata__": {"step": 30.9}}', b"\xff\xfe", b"{}"],
+)
+def test_an_unreadable_checkpoint_header_leaves_the_table_unflagged_not_the_page_unwritten(run_dir, header):
+    RunLayout(run_dir).checkpoint.write_bytes(len(header).to_bytes(8, "little") + header)
+    write_ablation(run_dir, ABLATION | {"step": 10})
+    assert embedded(explorer_page(run_dir))["ablation"]["checkpoint_step"] is None
+
+
 def test_a_run_without_an_attention_file_yet_still_gets_curves(make_run):
     data = embedded(explorer_page(make_run(attention=False)))
     assert data["attention"] == []

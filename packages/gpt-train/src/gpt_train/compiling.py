@@ -90,7 +90,7 @@ def check_compiled_step(
     if found is None:
         return None
     other = "fast" if kernels == "reference" else "reference"
-    instead = compile_off(resumed) if resumed else f"drop --compile, or try --kernels {other}"
+    instead = compile_off(resumed) + ("" if resumed else f", or try --kernels {other}")
     return (
         f"--compile: the compiled first step disagrees with the eager one on the same batch and weights: {found}; "
         f"the compiler computes this model wrong here, so the run stopped before training ({instead})"

@@ -25,13 +25,15 @@ def available_devices() -> list[str]:
     return names
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine. `cuda:N` is made the
-    current device: Triton kernels and CUDA graphs launch on the current one, whatever their tensors' device."""
+def resolve_device(name: str, distributed: bool = False) -> torch.device:
+    """`auto`, `cpu`, `cuda`, `cuda:N` or `mps` -> a torch.device that exists on this machine (`auto` under torchrun:
+    never mps, which gloo and nccl cannot carry). `cuda:N` is made the current device: Triton kernels and CUDA graphs
+    launch on the current one, whatever their tensors' device."""
     name = name.strip().lower()
     name = "mps" if name == "mps:0" else name  # as torch prints an MPS tensor's device
     if name == "auto":
-        name = next((found for found in ("cuda", "mps") if found in available_devices()), "cpu")
+        wanted = ("cuda",) if distributed else ("cuda", "mps")
+        name = next((found for found in wanted if found in available_devices()), "cpu")
     if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
         raise DeviceError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps")
     if name not in available_devices():

@@ -12,20 +12,27 @@ from gpt_tasks.scoring import reporting_progress
 from gpt_train.config import RunConfig
 
 
+def format_loss(value: float) -> str:
+    """A loss, or a metric for which lower is better: four decimals, or below 0.001 four significant digits, so that
+    4.5e-05 never reads as 0.0000."""
+    return f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}"
+
+
 class Progress:
     """The progress bar: steps, the last loss and the latest primary metric, redrawn at tqdm's pace."""
 
     def __init__(self, config: RunConfig, start: int, quiet: bool):
         self.primary = config.primary_metric
+        self.shown = (lambda value: f"{value:.4f}") if config.higher_is_better else format_loss
         quieted = {"disable": True} if quiet else {}  # otherwise tqdm's own default, which TQDM_DISABLE=1 sets
         self.bar = tqdm(total=config.train.steps, initial=start, desc=config.task, dynamic_ncols=True, **quieted)
 
     def update(self, loss: float, latest: dict[str, float]) -> None:
         if self.bar.disable:
             return
-        shown = {"loss": f"{loss:.4g}"}  # four significant digits: a loss of 4.5e-05 is not 0.0000
+        shown = {"loss": format_loss(loss)}
         if self.primary in latest:
-            shown[self.primary] = f"{latest[self.primary]:.4f}"
+            shown[self.primary] = self.shown(latest[self.primary])
         self.bar.set_postfix(shown, refresh=False)
         self.bar.update(1)
 

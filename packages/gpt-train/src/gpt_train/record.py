@@ -48,8 +48,8 @@ class Record:
         if now.endswith(" (deleted)"):
             raise RunDirError(f"{self.layout.root} was removed (or moved) while the run trained; it stopped")
         raise RunDirError(
-            f"{self.layout.root} was moved to {now} while the run trained; it stopped, writing nothing more "
-            f"(continue it with gpt-train run --resume {shlex.quote(now)})"
+            f"{self.layout.root} was moved to {shlex.quote(now)} while the run trained; it stopped, writing nothing "
+            "more: --resume with that path continues it"
         )
 
     def restore(self) -> TrainingState:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -91,9 +92,10 @@ class Run:
     layout: RunLayout
     device: torch.device
     rank: Rank
-    resume: bool
+    resume: bool  # from a checkpoint
     lock: RunLock | None = None  # held by rank 0 only, which alone writes the directory
     kernels: Kernels | None = None  # found and verified as the run was built; None: the trainer finds them
+    continuing: bool = False  # opened by --resume, a checkpoint or not: what a hint to the user says to type
 
     def close(self) -> None:
         if self.lock is not None:
@@ -160,7 +162,7 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: 
         existing = layout.existing()
         if existing and not force and not _is_unstarted_run_of(layout, config):
             raise RunDirError(
-                f"{root} already holds a run ({existing[0].name}); continue it with --resume {root} "
+                f"{root} already holds a run ({existing[0].name}); continue it with --resume {shlex.quote(str(root))} "
                 "or replace it with --force"
             )
         for path in existing:
@@ -251,7 +253,7 @@ def resumed_run(
         if lock is not None:
             lock.release()
         raise
-    return Run(config, task, layout, device, rank, resume=has_checkpoint, lock=lock, kernels=kernels)
+    return Run(config, task, layout, device, rank, has_checkpoint, lock=lock, kernels=kernels, continuing=True)
 
 
 def opening_flags(config: RunConfig) -> str:

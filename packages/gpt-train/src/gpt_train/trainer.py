@@ -104,7 +104,7 @@ class Trainer:
         self.on_step = on_step  # called after each step: how a test stops a run
         self.stop = StopRequest(say=None if self.quiet else Progress.note)
         self.record = Record(run)
-        self.resumed = run.resume
+        self.continuing = run.continuing  # opened by --resume: how the user turns compiling off
         self.model = initial_model(run.config, run.device, pretrained=not run.resume, kernels=run.kernels)
         s = self.settings
         self.optimizer = make_optimizer(self.model, s)
@@ -200,7 +200,7 @@ class Trainer:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             module = self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
         if self.settings.compile:
-            check_compiler(self.device, self.resumed)
+            check_compiler(self.device, self.continuing)
             module = compiled(module)
         return module
 
@@ -256,7 +256,9 @@ class Trainer:
             grads = {name: p.grad for name, p in self.model.named_parameters() if p.grad is not None}
             tolerance = COMPILED_STEP_TOLERANCE[self.settings.dtype]
             compiled_step = Step(float(loss), grads)
-            problem = check_compiled_step(eager, compiled_step, tolerance, exact, self.settings.kernels, self.resumed)
+            problem = check_compiled_step(
+                eager, compiled_step, tolerance, exact, self.settings.kernels, self.continuing
+            )
         finally:
             self.model.train()
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)

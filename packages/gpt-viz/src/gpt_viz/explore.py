@@ -77,10 +77,10 @@ def checkpoint_step(layout: RunLayout) -> int | None:
         with layout.checkpoint.open("rb") as file:
             size = int.from_bytes(file.read(8), "little")
             header = json.loads(file.read(min(size, 100_000_000)))
-        step = int(header["__metadata__"]["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+        step = header["__metadata__"]["step"]  # a string of digits, as gpt-train writes it
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: "[[[[..." as a header
         return None
-    return step if step >= 0 else None
+    return int(step) if isinstance(step, str) and step.isascii() and step.isdigit() else None
 
 
 def page_data(run: Path) -> dict[str, Any]:

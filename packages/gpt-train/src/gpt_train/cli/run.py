@@ -26,6 +26,7 @@ from gpt_train.devices import approximate_parameters, resolve_device
 from gpt_train.distributed import Rank
 from gpt_train.kernels import default_kernel_set, parse_kernel_choices
 from gpt_train.optimisation import learning_rate
+from gpt_train.progress import format_loss
 from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import Run, new_run, opening_flags, resumed_run
 from gpt_train.trainer import train
@@ -156,7 +157,7 @@ def run(
     flags["compile"] = compile_
     given = {name: value for name, value in flags.items() if value is not None}
     rank = Rank.from_env()
-    target = rank.device_for(resolve_device(device))
+    target = rank.device_for(resolve_device(device, rank.distributed))
     compile_now = None
     if resume is not None:
         from_dir = {"init_from": init_from} if init_from is not None else {}
@@ -164,7 +165,7 @@ def run(
         compile_now = given.pop("compile", None)  # how it goes on, as --device: not a setting of the run
         _refuse_settings_on_resume(given | from_dir, assignments, data, force, kernel_pairs, unverified)
         if compile_now:
-            check_compiler(target)
+            check_compiler(target, resumed=True)
         handed = resumed_run(resolve_run_dir(resume)[0], task_name, target, rank, trust_kernels, compile_now)
     else:
         if task_name is None:
@@ -261,10 +262,11 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
     course = held_out_course(config, run_dir)
-    loss = "not recorded" if final["loss"] is None else f"{final['loss']:.4g}"  # a checkpoint without it
+    loss = "not recorded" if final["loss"] is None else format_loss(final["loss"])  # a checkpoint without it
+    shown = format_value(value, examples) if config.higher_is_better else format_loss(value)
     return (
         f"{config.task}: {final['step']} steps in {final['elapsed']:.1f}s; "
-        f"{primary} {format_value(value, examples)}{over}{course}; final loss {loss}; run in {run_dir}"
+        f"{primary} {shown}{over}{course}; final loss {loss}; run in {run_dir}"
     )
 
 

@@ -23,6 +23,7 @@ from gpt_train.errors import TrainError
 from gpt_train.learn.loading import LearnerError, learner_function, load_module
 from gpt_train.learn.progress import status
 from gpt_train.learn.steps import BY_NAME, STEPS, Step
+from gpt_train.progress import format_loss
 from gpt_train.runs import Run, new_run
 from gpt_train.trainer import Trainer, train
 
@@ -157,7 +158,7 @@ class CourseTrainer(Trainer):
 
     def evaluate(self, limit: int | None) -> dict[str, float]:
         s = self.settings
-        head = f"  step {self.step:,} of {s.steps:,}: loss {math.nan if self.loss is None else self.loss:.4f}"
+        head = f"  step {self.step:,} of {s.steps:,}: loss {format_loss(math.nan if self.loss is None else self.loss)}"
         final = self.step >= s.steps
         if final:
             self._report(f"{head}; scoring every held-out example")
