@@ -234,3 +234,19 @@ def test_a_run_whose_snapshots_add_up_says_how_many_and_how_much_disk(cli, tmp_p
     (said,) = [line for line in result.err.splitlines() if "snapshot_every" in line]
     assert said.startswith("gpt-train: note: snapshot_every=1 keeps 31 copies of the weights, about ")
     assert float(said.split("about ")[1].split(" GiB")[0]) == pytest.approx(size / 2**30, rel=0.25)
+
+
+def test_a_split_too_large_to_list_is_said_to_be_scored_on_a_sample(cli, tmp_path):
+    """Sort at length 7 has 10^7 sequences: eval and the run's summary score a fixed sample of 20,000, and say so,
+    where "(9 of 20,000 wrong)" read as the whole split."""
+    args = [arg for arg in TINY if arg != "--quiet"]
+    run_dir = tmp_path / "run"
+    result = cli(*args, "--set", "length=7", "--set", "final_eval_limit=300", "--out", run_dir)
+    assert result.code == 0, result.err
+    assert "of 300 wrong) (a fixed sample, drawn with replacement)" in result.out
+    listed = cli("eval", run_dir, "--set", "length=4", "--limit", "50")
+    assert listed.code == 0 and "too large to list" not in listed.err
+    sampled = cli("eval", run_dir, "--set", "length=7")
+    assert sampled.code == 0, sampled.err
+    assert "note: the heldout split is too large to list: scored (a fixed sample" not in sampled.err
+    assert "note: the heldout split is too large to list: scored a fixed sample, drawn with replacement" in sampled.err

@@ -19,6 +19,16 @@ def format_value(value: float, examples: float | None) -> str:
     return f"{value:.{decimals}f}"
 
 
+def sampled_note(task: object, split: str) -> str:
+    """ " (a fixed sample, drawn with replacement)" where `task` scores `split` on a sample, the split too large to
+    list (a built-in's IndexedSplit, sort at length >= 7); else ""."""
+    from gpt_tasks.splits import IndexedSplit  # torch: imported by a command, never by --help
+
+    splits = getattr(task, "split", None)
+    listed = not isinstance(splits, IndexedSplit) or splits.count(split) is not None
+    return "" if listed else " (a fixed sample, drawn with replacement)"
+
+
 def wrong_count(fraction: float, examples: float) -> int | None:
     """How many examples a per-example score (exact match, accuracy) got wrong; None when `fraction` is
     not a whole number of `examples`, so it cannot be such a score."""

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gpt_core import KERNEL_SETS
-from gpt_train.cli.formatting import format_value, wrong_count
+from gpt_train.cli.formatting import format_value, sampled_note, wrong_count
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import (
     DEVICE_HELP,
@@ -201,7 +201,8 @@ def run(
     if outcome.reason == "diverged":
         raise CommandError(outcome.detail, exit_code=1)
     if rank.is_main and not quiet:
-        click.echo(summary(handed.config, outcome.final, handed.layout.root))
+        sampled = sampled_note(handed.task, "heldout")
+        click.echo(summary(handed.config, outcome.final, handed.layout.root, sampled))
 
 
 def resume_hint(rank: Rank, run_dir: Path) -> str:
@@ -251,7 +252,7 @@ def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: 
         )
 
 
-def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
+def summary(config: RunConfig, final: dict[str, Any], run_dir: Path, sampled: str = "") -> str:
     """The end-of-run line; a per-example score says how many were wrong, so 7 errors never read as none."""
     primary = config.primary_metric
     parsed = parse_metric_key(primary)
@@ -261,6 +262,7 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path) -> str:
     wrong = wrong_count(value, examples) if examples and config.higher_is_better else None
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
+    over += sampled
     course = held_out_course(config, run_dir)
     loss = "not recorded" if final["loss"] is None else format_loss(final["loss"])  # a checkpoint without it
     shown = format_value(value, examples) if config.higher_is_better else format_loss(value)

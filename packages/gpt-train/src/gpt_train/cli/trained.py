@@ -12,7 +12,7 @@ import torch
 
 from gpt_core import generate
 from gpt_tasks.text.tokenizer import BpeTokenizer
-from gpt_train.cli.formatting import format_metrics
+from gpt_train.cli.formatting import format_metrics, sampled_note
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import DEVICE_HELP, SEED, TRUST_KERNELS_OPTION, set_option
 from gpt_train.config import RunConfig, field_types, parse_assignments, route, task_class
@@ -31,7 +31,11 @@ from gpt_viz import SPLITS, RunLayout, metric_key
 @click.argument("run_dir", metavar="RUN", type=RUN)
 @click.option("--split", type=click.Choice(SPLITS[::-1]), default="heldout", show_default=True)
 @set_option("Override a task parameter for this evaluation, e.g. --set length=8.")
-@click.option("--limit", type=click.IntRange(min=1), help="Score a fixed sample of this many examples. [default: all]")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    help="Score a fixed sample of this many examples. [default: all; 20,000 where the split is too large to list]",
+)
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @click.option(
     "--json",
@@ -42,8 +46,9 @@ from gpt_viz import SPLITS, RunLayout, metric_key
 )
 @TRUST_KERNELS_OPTION
 def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, trust_kernels) -> None:
-    """Evaluate a saved run on a split (the whole split unless --limit), in float32, as the run's own
-    evaluations were, whatever dtype it trained in.
+    """Evaluate a saved run on a split (the whole split unless --limit; a fixed sample of 20,000 where the split is
+    too large to list, as sort's at length 7 and more), in float32, as the run's own evaluations were, whatever
+    dtype it trained in.
 
     \b
     Examples:
@@ -67,6 +72,8 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
         metrics = checked_metrics(task, task.evaluate(model, split, target, limit))
     except ValueError as error:
         raise CommandError(str(error)) from None
+    if limit is None and (sampled := sampled_note(task, split)):
+        click.echo(f"note: the {split} split is too large to list: scored {sampled.strip(' ()')}", err=True)
     if limit is not None and metrics.get("examples", limit) < limit:
         scored = f"{int(metrics['examples']):,}"
         click.echo(f"note: scored {scored} examples, all the task evaluates on the {split} split", err=True)
