@@ -85,6 +85,14 @@ def test_a_cost_exactly_at_a_threshold_is_judged_by_the_rule_not_by_rounding():
     assert needed_heads(record) == [] and unused_layers(record) == [0] and minor_layers(record) == [0, 1]
 
 
+def test_an_ablation_too_small_to_judge_leaves_no_layer_minor_for_reads_to_call_left_out():
+    """A 30-step model scoring 0.0: heads says the ablation shows nothing, and reads must not then say a layer's
+    heads are left out "removing them all costs at most 1%"."""
+    untrained = heads_record(baseline=0.0, zero=((0.0, 0.0), (0.0, 0.0)), layer_zero=(0.0, 0.0))
+    assert "the heads show nothing" in head_findings(untrained)[0]
+    assert minor_layers(untrained) == []  # what reads_findings is handed as the layers to call left out
+
+
 def test_the_answer_appears_at_the_first_depth_reaching_99_percent_of_the_models_exact_match():
     depths = ["embeddings", "0: + attention", "0: + MLP", "1: + attention", "1: + MLP"]
     record = {"depths": depths, "exact_match": [0.0, 0.0, 0.003, 0.004, 1.0], "examples": 1000}

@@ -43,8 +43,16 @@ def unused_layers(record: Record) -> list[int]:
     return [layer for layer, shift in enumerate(shifts) if shift <= UNUSED_TOLERANCE]
 
 
+def judged(record: Record) -> bool:
+    """Whether the ablation scored enough right examples (JUDGED) for a NEEDED_COST cost to tell from one example."""
+    return not record.get("higher_is_better", True) or record["baseline"] * record["examples"] >= JUDGED
+
+
 def minor_layers(record: Record) -> list[int]:
-    """The layers unused or nearly unused: zero-ablating all their heads costs at most NEEDED_COST."""
+    """The layers unused or nearly unused: zero-ablating all their heads costs at most NEEDED_COST (none where the
+    ablation cannot tell)."""
+    if not judged(record):
+        return []
     return [layer for layer, value in enumerate(record.get("layer_zero", [])) if _cost(record, value) <= NEEDED_COST]
 
 
@@ -61,7 +69,7 @@ def needed_heads(record: Record) -> list[tuple[int, int]]:
 def head_findings(record: Record) -> list[str]:
     """Which layers are unused and which heads the model needs, from inspect_heads.json."""
     metric, baseline, examples = record["metric"], record["baseline"], record["examples"]
-    if record.get("higher_is_better", True) and baseline * examples < JUDGED:
+    if not judged(record):
         return [
             f"{metric} is {baseline:.4f} on {examples:,} examples, worth under {JUDGED} of them: a "
             f"{NEEDED_COST:.0%} cost could not be told from one example, so the heads show nothing: score more "
