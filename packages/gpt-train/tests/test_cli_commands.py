@@ -186,11 +186,15 @@ def test_verify_fails_when_the_tolerance_is_impossible(cli):
     assert result.code == 1 and "exceeds" in result.err
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["tasks"], ["kernels"], ["eval"], ["sample"], ["verify"]])
+@pytest.mark.parametrize(
+    "command",
+    [[], ["run"], ["tasks"], ["kernels"], ["eval"], ["sample"], ["verify"], ["export"], ["serve"], ["inspect"]]
+    + [["learn", *name] for name in ([], ["list"], ["start"], ["check"], ["train"])],
+)
 def test_every_command_has_help_with_an_example(cli, command):
     result = cli(*command, "--help")
     assert result.code == 0
-    assert "Example" in result.out or "Start here" in result.out
+    assert "Example" in result.out or "Start here" in result.out or "Start with" in result.out
 
 
 @pytest.mark.parametrize("command", [[], ["inspect"]])

@@ -117,6 +117,12 @@ def test_kernels_json_lists_a_plugins_kernel_with_its_plugin(cli, plugin, instal
     ]
 
 
+def test_each_kernels_description_is_its_docstrings_first_paragraph_whole(cli):
+    """A first line ending mid-sentence ("...q (B, H, Tq, d),") was listed as the description."""
+    own = [k for k in json.loads(cli("kernels", "--json").out)["kernels"] if k["plugin"] == "builtin"]
+    assert len(own) == len(KERNEL_SLOTS) and all(k["description"].endswith(".") for k in own), own
+
+
 # plugin failures stay contained ------------------------------------------------------------------
 def test_a_plugin_that_fails_to_import_is_a_warning_and_the_others_work(plugin):
     broken = plugin("kp_broken", "raise ImportError('no such thing')\n")

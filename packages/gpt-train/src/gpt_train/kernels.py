@@ -54,8 +54,9 @@ class KernelInfo:
 
     @property
     def description(self) -> str:
+        """The docstring's first paragraph, on one line (its first line may end mid-sentence)."""
         doc = (getattr(self.function, "__doc__", None) or "").strip()
-        return doc.splitlines()[0] if doc else ""
+        return " ".join(doc.split("\n\n")[0].split())
 
     @property
     def source(self) -> str:

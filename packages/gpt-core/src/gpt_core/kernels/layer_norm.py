@@ -4,7 +4,7 @@
 
 The closed-form gradient (`_LayerNorm`) needs only xhat and 1/std, where autograd saves every intermediate; mean and
 variance are float32 for 16-bit inputs. Under torch.compile it is the plain formula, whose backward the compiler
-fuses itself (Inductor on CUDA compiled `_LayerNorm`'s backward wrong).
+fuses itself (Inductor on CUDA can compile `_LayerNorm`'s backward wrong).
 """
 
 from __future__ import annotations

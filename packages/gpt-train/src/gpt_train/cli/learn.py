@@ -52,7 +52,12 @@ def learn(ctx: click.Context) -> None:
 @learn.command("list", context_settings=CONTEXT)
 @DIR_OPTION
 def list_steps(folder: Path) -> None:
-    """The steps in order, what each teaches, and whether your folder passes it."""
+    """The steps in order, what each teaches, and whether your folder passes it.
+
+    \b
+    Example:
+      gpt-train learn list --dir my-gpt
+    """
     width, digits = max(len(step.name) for step in STEPS), len(str(len(STEPS)))
     for number, step in enumerate(STEPS, 1):
         state = status(folder, step)
@@ -69,7 +74,12 @@ def command(verb: str, step: str, folder: Path) -> str:
 @STEP_ARGUMENT
 @DIR_OPTION
 def start(step_name: str, folder: Path) -> None:
-    """Write DIR/STEP.py, the stub of the step's function, never over a file already there."""
+    """Write DIR/STEP.py, the stub of the step's function, never over a file already there.
+
+    \b
+    Example:
+      gpt-train learn start softmax      # writes my-gpt/softmax.py
+    """
     step = BY_NAME[step_name]
     path = folder / step.file_name
     if path.exists():
@@ -98,7 +108,12 @@ def start(step_name: str, folder: Path) -> None:
 )
 def check(step_name: str, folder: Path, time_limit: float) -> None:
     """Grade DIR/STEP.py in float64, forward and backward, on `gpt-train verify`'s cases. Your code runs in a
-    process of its own, stopped after --time-limit seconds; the pass recorded is for the file as it was read."""
+    process of its own, stopped after --time-limit seconds; the pass recorded is for the file as it was read.
+
+    \b
+    Example:
+      gpt-train learn check softmax      # grades my-gpt/softmax.py
+    """
     step = BY_NAME[step_name]
     path = folder / step.file_name
     if not path.exists():
@@ -129,7 +144,12 @@ def train_command(folder: Path, device: str) -> None:
     """Train the seed task (sort) on your GPT (once the model step passes) with every kernel you have passed, say
     how it goes at each evaluation, score the whole held-out split beside the same run on gpt-core's GPT and
     kernels, and draw the two loss curves on one picture. Your run goes to DIR/runs/mine (replaced each time);
-    gpt-core's to DIR/runs/gpt-core, trained once and reused; the picture to DIR/runs/compare-loss.png."""
+    gpt-core's to DIR/runs/gpt-core, trained once and reused; the picture to DIR/runs/compare-loss.png.
+
+    \b
+    Example:
+      gpt-train learn train              # once the model step passes
+    """
     steps, model_file = passed_kernels(folder), passed_model(folder)
     if not steps and model_file is None:
         raise CommandError(f"no kernel step and no model step passed in {folder} yet: see `gpt-train learn list`")
