@@ -194,7 +194,8 @@ def test_flag_of_the_wrong_type_is_one_line(cli):
 
 def test_existing_run_is_refused_and_left_intact(cli, tiny_run):
     before = snapshot(tiny_run)
-    assert_one_line_error(cli(*TINY, "--out", tiny_run), "already holds a run", "--resume", "--force")
+    assert_one_line_error(cli(*TINY, "--out", tiny_run), "already holds a finished run", "--force")
+    assert "--resume" not in cli(*TINY, "--out", tiny_run).err  # a finished run cannot be resumed
     assert snapshot(tiny_run) == before
 
 

@@ -20,6 +20,7 @@ from gpt_train import kernels as kernels_module
 from gpt_train.kernels import (
     ENTRY_POINT_GROUP,
     KernelError,
+    KernelInfo,
     KernelPluginWarning,
     KernelRegistry,
     parse_kernel_choices,
@@ -121,6 +122,14 @@ def test_each_kernels_description_is_its_docstrings_first_paragraph_whole(cli):
     """A first line ending mid-sentence ("...q (B, H, Tq, d),") was listed as the description."""
     own = [k for k in json.loads(cli("kernels", "--json").out)["kernels"] if k["plugin"] == "builtin"]
     assert len(own) == len(KERNEL_SLOTS) and all(k["description"].endswith(".") for k in own), own
+
+    def gelu(x):
+        """My fast GELU,
+        tanh's.
+        \x20\x20\x20\x20
+        Long notes on how."""
+
+    assert KernelInfo("gelu", "mine", gelu, "p", "d", "1").description == "My fast GELU, tanh's."
 
 
 # plugin failures stay contained ------------------------------------------------------------------

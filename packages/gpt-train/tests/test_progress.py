@@ -9,6 +9,7 @@ import torch
 
 from gpt_core import GPT
 from gpt_tasks import get_task
+from gpt_train.cli.formatting import format_metrics
 from gpt_train.cli.run import summary
 from gpt_train.config import resolve_run_config
 from gpt_train.progress import Progress, evaluation_progress, format_loss
@@ -45,9 +46,11 @@ def test_the_progress_bar_shows_a_small_loss_in_significant_digits_not_as_zero(m
 
 
 def test_a_loss_prints_four_decimals_and_a_tiny_one_its_significant_digits():
-    assert [format_loss(value) for value in (2.83221, 0.0547, 0.001, 4.5e-05, 0.0, float("nan"))] == [
-        "2.8322", "0.0547", "0.0010", "4.5e-05", "0", "nan",
+    assert [format_loss(value) for value in (2.83221, 0.0547, 0.001, 0.00099996, 4.5e-05, 0.0, float("nan"))] == [
+        "2.8322", "0.0547", "0.0010", "0.0010", "4.5e-05", "0", "nan",
     ]  # fmt: skip
+    shown = format_metrics({"heldout_loss": 3.2e-05, "heldout_examples": 192, "heldout_exact_match": 0.5})
+    assert shown == "heldout_loss 3.2e-05, heldout_examples 192, heldout_exact_match 0.5000"  # eval's line
 
 
 def test_the_summary_gives_a_tiny_held_out_loss_its_digits(tmp_path):

@@ -209,7 +209,14 @@ def test_the_page_says_which_checkpoint_a_head_ablation_table_describes(run_dir,
 
 @pytest.mark.parametrize(
     "header",
-    [b"[" * 200_000, b'{"__metadata__": {"step": 1e400}}', b'{"__metadata__": {"step": 30.9}}', b"\xff\xfe", b"{}"],
+    [
+        b"[" * 200_000,
+        b'{"__metadata__": {"step": 1e400}}',
+        b'{"__metadata__": {"step": "' + b"9" * 5000 + b'"}}',
+        b'{"__metadata__": {"step": 30.9}}',
+        b"\xff\xfe",
+        b"{}",
+    ],
 )
 def test_an_unreadable_checkpoint_header_leaves_the_table_unflagged_not_the_page_unwritten(run_dir, header):
     RunLayout(run_dir).checkpoint.write_bytes(len(header).to_bytes(8, "little") + header)

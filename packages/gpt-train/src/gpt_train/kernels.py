@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -55,8 +57,8 @@ class KernelInfo:
     @property
     def description(self) -> str:
         """The docstring's first paragraph, on one line (its first line may end mid-sentence)."""
-        doc = (getattr(self.function, "__doc__", None) or "").strip()
-        return " ".join(doc.split("\n\n")[0].split())
+        doc = inspect.cleandoc(getattr(self.function, "__doc__", None) or "")
+        return " ".join(re.split(r"\n\s*\n", doc)[0].split())  # a blank line may keep its indentation
 
     @property
     def source(self) -> str:

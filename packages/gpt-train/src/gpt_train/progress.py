@@ -15,7 +15,7 @@ from gpt_train.config import RunConfig
 def format_loss(value: float) -> str:
     """A loss, or a metric for which lower is better: four decimals, or below 0.001 four significant digits, so that
     4.5e-05 never reads as 0.0000."""
-    return f"{value:.4g}" if abs(value) < 1e-3 else f"{value:.4f}"
+    return f"{value:.4g}" if abs(value) < 0.00095 else f"{value:.4f}"  # 0.00099996 rounds to 0.0010 as 0.001 does
 
 
 class Progress:

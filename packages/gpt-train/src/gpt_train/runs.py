@@ -161,9 +161,10 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: 
     try:
         existing = layout.existing()
         if existing and not force and not _is_unstarted_run_of(layout, config):
+            go_on = "" if layout.final.exists() else f"continue it with --resume {shlex.quote(str(root))} or "
             raise RunDirError(
-                f"{root} already holds a run ({existing[0].name}); continue it with --resume {shlex.quote(str(root))} "
-                "or replace it with --force"
+                f"{root} already holds a {'finished ' * (not go_on)}run ({existing[0].name}); {go_on}replace it "
+                "with --force"
             )
         for path in existing:
             path.unlink()

@@ -78,9 +78,9 @@ def checkpoint_step(layout: RunLayout) -> int | None:
             size = int.from_bytes(file.read(8), "little")
             header = json.loads(file.read(min(size, 100_000_000)))
         step = header["__metadata__"]["step"]  # a string of digits, as gpt-train writes it
+        return int(step) if isinstance(step, str) and step.isascii() and step.isdigit() and len(step) < 19 else None
     except (OSError, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: "[[[[..." as a header
         return None
-    return int(step) if isinstance(step, str) and step.isascii() and step.isdigit() else None
 
 
 def page_data(run: Path) -> dict[str, Any]:

@@ -47,6 +47,10 @@ def format_metrics(metrics: dict[str, Any]) -> str:
             continue
         if parsed.name == EXAMPLES:
             parts.append(f"{key} {value:,.0f}")
+        elif parsed.name.endswith("loss"):  # a loss prints as the run's summary prints it
+            from gpt_train.progress import format_loss
+
+            parts.append(f"{key} {format_loss(value)}")
         else:
             parts.append(f"{key} {format_value(value, metrics.get(metric_key(parsed.split, EXAMPLES)))}")
     return ", ".join(parts)

@@ -226,9 +226,10 @@ def _announce(handed: Run, resume: Path | None, quiet: bool) -> None:
     snapshots = s.steps // s.snapshot_every + 1 if s.snapshot_every else 0
     size = snapshots * 4 * approximate_parameters(handed.config.model)  # float32 weights each
     if resume is None and size > SNAPSHOTS_NOTED:
+        gib = size / 2**30
         click.echo(
             f"gpt-train: note: snapshot_every={s.snapshot_every} keeps {snapshots:,} copies of the weights, about "
-            f"{size / 2**30:.3g} GiB in {handed.layout.root / RunLayout.SNAPSHOTS}",
+            f"{f'{gib:,.0f}' if gib >= 100 else f'{gib:.3g}'} GiB in {handed.layout.root / RunLayout.SNAPSHOTS}",
             err=True,
         )
     if resume is None and s.warmup_steps > s.steps:
