@@ -3,6 +3,7 @@ one graph each with no recompilation, and a compiled run trains the model an eag
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -14,6 +15,7 @@ from gpt_core.testing.compiled import GraphCounter
 from gpt_train.compiling import LONGEST, CompileError, Step, check_compiled_step, compiler_failures_explained
 from gpt_train.config import resolve_run_config
 from gpt_train.distributed import Rank
+from gpt_train.kernels import KernelError, check_compilable
 from gpt_train.runs import Run
 from gpt_train.trainer import Outcome, Trainer, evaluate_splits
 from gpt_viz import RunLayout
@@ -21,6 +23,9 @@ from gpt_viz import RunLayout
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the compiler's own, on importing it
 
 WRONG_WHEN_COMPILED = "layer_norm=kernel_examples:layer_norm_wrong_when_compiled"
+NEEDS_TRITON = pytest.mark.skipif(  # the set exists where gpt-core[triton] is installed (nox: gpt-core's session)
+    importlib.util.find_spec("triton") is None, reason="the triton kernel set needs Triton installed"
+)
 
 
 def test_a_compiled_run_whose_gradients_are_wrong_stops_at_its_first_step_naming_the_parameter(cli, tmp_path):
@@ -152,6 +157,7 @@ def test_the_trainers_step_and_evaluation_compile_whole_with_no_recompilation(tm
     assert counter.graphs == 2
 
 
+@NEEDS_TRITON
 def test_compile_with_the_triton_set_in_tritons_interpreter_is_refused_before_anything_is_written(
     cli, tmp_path, monkeypatch
 ):
@@ -180,6 +186,7 @@ def test_a_compiler_failure_is_one_short_line_its_first_non_blank_one(message, s
     assert line == shown if shown is not None else len(line) == LONGEST and line.endswith("...")
 
 
+@NEEDS_TRITON
 def test_a_resumed_run_is_told_to_resume_with_no_compile_where_compiling_cannot_work(cli, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     assert cli(*TINY, "--compile", "--kernel", WRONG_WHEN_COMPILED, "--out", run_dir).code != 0
@@ -196,6 +203,7 @@ def test_no_compile_given_with_set_compile_is_named_as_given(cli, tmp_path):
     assert_one_line_error(result, "--no-compile and --set compile both set compile")
 
 
+@NEEDS_TRITON
 def test_verify_refuses_compile_with_the_triton_set_in_tritons_interpreter_in_one_line(cli):
     result = cli("verify", "--kernels", "triton", "--compile", "--seed", "0")
     assert_one_line_error(result, "--compile cannot trace the triton set in Triton's interpreter", "drop --compile")
@@ -208,3 +216,16 @@ def test_the_resume_command_printed_keeps_no_compile(cli, tmp_path, monkeypatch)
     monkeypatch.setattr(Trainer, "run", lambda self: Outcome("interrupted", 30, detail="checkpoint written"))
     result = cli("run", "--resume", run_dir, "--no-compile")
     assert_one_line_error(result, f"Resume with: gpt-train run --resume {run_dir} --no-compile", code=130)
+
+
+def test_the_compile_check_refuses_the_triton_interpreter_and_says_how_to_turn_compiling_off(monkeypatch):
+    """The rule itself, where Triton is not installed too (the CLI tests above need the set to exist)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cpu = torch.device("cpu")
+    with pytest.raises(KernelError, match=r"cannot trace the triton set .*; drop --compile$"):
+        check_compilable("triton", cpu)
+    with pytest.raises(KernelError, match=r"; resume it with --no-compile$"):
+        check_compilable("triton", cpu, resumed=True)
+    check_compilable("fast", cpu)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    check_compilable("triton", cpu)  # without the interpreter the set is refused on the CPU elsewhere
