@@ -20,13 +20,13 @@ def format_value(value: float, examples: float | None) -> str:
 
 
 def sampled_note(task: object, split: str) -> str:
-    """ " (a fixed sample, drawn with replacement)" where `task` scores `split` on a sample, the split too large to
-    list (a built-in's IndexedSplit, sort at length >= 7); else ""."""
+    """ "a fixed sample, drawn with replacement" where `task` scores `split` on a sample, the split too large to list
+    (a built-in's IndexedSplit, sort at length >= 7); else ""."""
     from gpt_tasks.splits import IndexedSplit  # torch: imported by a command, never by --help
 
     splits = getattr(task, "split", None)
     listed = not isinstance(splits, IndexedSplit) or splits.count(split) is not None
-    return "" if listed else " (a fixed sample, drawn with replacement)"
+    return "" if listed else "a fixed sample, drawn with replacement"
 
 
 def wrong_count(fraction: float, examples: float) -> int | None:
@@ -38,6 +38,7 @@ def wrong_count(fraction: float, examples: float) -> int | None:
 
 def format_metrics(metrics: dict[str, Any]) -> str:
     """Every summary metric (no per-position details), with the digits its split's example count needs."""
+    from gpt_train.progress import format_loss
     from gpt_viz import EXAMPLES, metric_key, parse_metric_key  # numpy: imported by a command, never by --help
 
     parts = []
@@ -48,8 +49,6 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         if parsed.name == EXAMPLES:
             parts.append(f"{key} {value:,.0f}")
         elif parsed.name.endswith("loss"):  # a loss prints as the run's summary prints it
-            from gpt_train.progress import format_loss
-
             parts.append(f"{key} {format_loss(value)}")
         else:
             parts.append(f"{key} {format_value(value, metrics.get(metric_key(parsed.split, EXAMPLES)))}")

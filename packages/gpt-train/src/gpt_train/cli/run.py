@@ -263,7 +263,7 @@ def summary(config: RunConfig, final: dict[str, Any], run_dir: Path, sampled: st
     wrong = wrong_count(value, examples) if examples and config.higher_is_better else None
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
-    over += sampled
+    over += f" ({sampled})" if sampled else ""
     course = held_out_course(config, run_dir)
     loss = "not recorded" if final["loss"] is None else format_loss(final["loss"])  # a checkpoint without it
     shown = format_value(value, examples) if config.higher_is_better else format_loss(value)

@@ -73,7 +73,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     except ValueError as error:
         raise CommandError(str(error)) from None
     if limit is None and (sampled := sampled_note(task, split)):
-        click.echo(f"note: the {split} split is too large to list: scored {sampled.strip(' ()')}", err=True)
+        click.echo(f"note: the {split} split is too large to list: scored {sampled}", err=True)
     if limit is not None and metrics.get("examples", limit) < limit:
         scored = f"{int(metrics['examples']):,}"
         click.echo(f"note: scored {scored} examples, all the task evaluates on the {split} split", err=True)
