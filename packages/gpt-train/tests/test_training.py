@@ -307,6 +307,45 @@ def test_sigint_or_sigterm_stops_cleanly_with_a_checkpoint_and_the_resume_comman
     assert state.step > 0
 
 
+def test_a_reader_that_goes_away_stops_the_run_with_a_checkpoint(tmp_path):
+    """`gpt-train run ... 2>&1 | head -1`: the progress bar's next write (BrokenPipeError) ended the run with none."""
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY if a != "--quiet"]
+    args[args.index("--steps") + 1] = "100000"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "gpt_train", *args, "--out", str(run_dir)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc.stderr.read(1)  # the progress bar has started; then its reader goes
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 130  # as a Ctrl-C: stopped, resumable
+    assert 0 < load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step < 100000
+
+
+def closed_pipe() -> int:
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+def test_a_finished_run_whose_summary_has_no_reader_keeps_everything(tmp_path):
+    args = [a for a in TINY if a != "--quiet"]
+    stdout = closed_pipe()
+    command = [sys.executable, "-m", "gpt_train", *args, "--out", str(tmp_path / "run")]
+    proc = subprocess.run(command, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    os.close(stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "run" / RunLayout.FINAL).is_file() and "Error" not in proc.stderr
+
+
+def test_a_listing_into_a_closed_pipe_ends_quietly():
+    stdout = closed_pipe()
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpt_train", "tasks"], stdout=stdout, stderr=subprocess.PIPE, text=True
+    )
+    os.close(stdout)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
 @pytest.mark.parametrize("at", [14, 4], ids=["after a checkpoint", "before any"])
 def test_a_second_ctrl_c_stops_at_once_keeping_the_checkpoint_on_disk(cli, tmp_path, at):
     """A step or an evaluation that never ends (a sampler starved by its split) could not be stopped but by kill."""

@@ -105,8 +105,9 @@ def test_compare_with_wrong_label_count_is_a_one_line_error(runner, make_run):
     assert_one_line_error(result, "got 1 labels for 2 runs")
 
 
-def test_compare_on_a_log_axis_refuses_a_metric_at_zero(runner, make_run):
+def test_compare_on_a_log_axis_refuses_a_metric_at_zero(runner, make_run, tmp_path, monkeypatch):
     """A log axis drops the points at or below 0: all of an untrained run's exact match was an empty picture."""
+    monkeypatch.chdir(tmp_path)  # the linear-axis run below writes compare-heldout_exact_match.png here
     records = [{"step": step, "loss": 1.0, "heldout_exact_match": 0.0} for step in (10, 20)]
     run = make_run(records=records, attention=False)
     result = runner.invoke(main, ["compare", str(run), "--metric", "heldout_exact_match", "--log-y"])

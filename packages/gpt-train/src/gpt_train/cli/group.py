@@ -17,6 +17,7 @@ import click
 from gpt_train.errors import TrainError, message_of
 from gpt_train.guard import exit_origin
 from gpt_train.heap import keep_freed_memory
+from gpt_train.signals import stop_when_the_reader_goes
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         warnings.showwarning = _show_warning
         keep_freed_memory()
-        cli.main(args=argv, prog_name="gpt-train")
+        with stop_when_the_reader_goes():
+            cli.main(args=argv, prog_name="gpt-train")
     except KeyboardInterrupt:  # before the command line is read, where click would not see it
         Aborted().show()
         sys.exit(Aborted().exit_code)
