@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -327,7 +329,7 @@ heads_record, lens_record, reads_record = heads.to_json(), lens.to_json(), reads
 minor, needed = findings.minor_layers(heads_record), findings.needed_heads(heads_record)
 said = []
 
-for layer in range(model.config.n_layer):
+for layer in range(model.config.n_layer if findings.judged(heads_record) else 0):
     if layer in findings.unused_layers(heads_record):
         said.append(f"Layer {layer}'s attention is unused.")
     elif layer in minor:
@@ -338,9 +340,11 @@ for layer in range(model.config.n_layer):
     else:
         said.append(f"Layer {layer}'s attention is used, though no one of its heads is needed alone.")
 
+if not findings.judged(heads_record):
+    said.append(f"Too few answers are right (under {findings.JUDGED}) to tell which layers and heads it uses.")
 depth = findings.answer_depth(lens_record)
 if depth is None:
-    said.append("The model gets no answer exactly right, so the answer appears at no depth.")
+    said.append(f"Too few answers are right (under {findings.JUDGED}) to place where the answer appears.")
 else:
     said.append(f"The answer can first be read out after {findings.depth_name(lens.depths[depth])}.")
 

@@ -200,11 +200,18 @@ def test_cross_entropy_with_large_logits_is_finite(randn, gen, close):
     assert torch.isfinite(g).all()
 
 
-def test_cross_entropy_with_every_row_ignored_is_nan_like_torch(randn):
-    logits = randn(3, 4, grad=False)
+def test_cross_entropy_with_every_row_ignored_is_nan_with_a_zero_gradient_like_torch(randn):
+    """A nan gradient (0/0 times 0) would have put nan into every parameter, where PyTorch's leaves them as they are."""
+    logits = randn(3, 4)
     targets = torch.full((3,), IGNORE_INDEX)
-    assert torch.isnan(cross_entropy(logits, targets))
-    assert torch.isnan(F.cross_entropy(logits, targets))
+    for loss in (
+        cross_entropy(logits, targets),
+        F.cross_entropy(logits, targets),
+        reference.cross_entropy(logits, targets),
+    ):
+        assert torch.isnan(loss)
+        (grad,) = torch.autograd.grad(loss, logits)
+        assert torch.equal(grad, torch.zeros_like(logits))
 
 
 # ----------------------------------------------------------------------------- dropout

@@ -207,7 +207,7 @@ class MLP(HookPoints, nn.Module):
         self.hook_points(hooks, f"blocks.{layer}.")
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.hook("mlp_hidden", self.act(self.fc(x)))  # (B, T, 4C)
+        h = self.hook("mlp_hidden", self.act(self.fc(x)))  # (B, T, 4C); (N, 4C) in the last block with `read`
         return dropout(self.proj(h), self.dropout_p, self.training)
 
 

@@ -26,7 +26,7 @@ KERNEL_SIGNATURES = {
     "dropout_p applies attention dropout, and only such a kernel serves a model with dropout",
     "attention_weights": "(q, k, causal) -> the weights softmax(q k^T / sqrt(d)) (B, H, Tq, Tk), masked as "
     "attention's, differentiable; a model hooked at `pattern` computes its attention as these weights times v",
-    "sampling_softmax": "(x) -> softmax over the last dim (generate samples from it)",
+    "sampling_softmax": "(x) -> softmax over the last dim (generate samples from it; static decoding attends with it)",
     "layer_norm": "(x, weight, bias, eps) -> normalised over the last dim, times weight, plus bias (None: none)",
     "gelu": "(x) -> GELU, tanh approximation",
     "cross_entropy": "(logits (N, V), targets (N,)) -> mean loss over the targets not equal to IGNORE_INDEX (-100)",

@@ -15,7 +15,8 @@ from gpt_core.reference import IGNORE_INDEX, upcast
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere. 16-bit logits: the
+    """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere (everywhere when no row
+    is scored, as PyTorch's). 16-bit logits: the
     loss is float32 (as PyTorch's under autocast), the gradient in the logits' dtype."""
 
     @staticmethod
@@ -36,7 +37,7 @@ class _CrossEntropy(torch.autograd.Function):
         logits, lse, safe_targets, scored, n_scored = ctx.saved_tensors
         grad = (upcast(logits) - lse).exp_()
         grad.scatter_add_(-1, safe_targets.unsqueeze(-1), torch.full_like(lse, -1.0))
-        grad.mul_((scored.unsqueeze(-1) * (dloss / n_scored)).to(grad.dtype))
+        grad.mul_((scored.unsqueeze(-1) * (dloss / n_scored.clamp(min=1))).to(grad.dtype))  # none scored: zero
         return grad.to(logits.dtype), None, None
 
 
