@@ -4,6 +4,7 @@ or break training and sampling. Each import runs in a fresh interpreter, which s
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -43,3 +44,22 @@ def test_the_explorer_does_import_the_logit_lens():
     """The check above would see a lab module if one were imported: the explorer's command imports several."""
     imported = lab_and_course_modules(cli.lazy["serve"].module)
     assert {"gpt_train.lab.serve", "gpt_train.lab.logit_lens"} <= set(imported)
+
+
+def series(version_text: str) -> tuple[int, int]:
+    major, minor = version_text.split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_the_sibling_packages_are_required_from_their_own_release_series():
+    """The four packages are released together: a gpt-core of another series could lack a name gpt-train imports,
+    and nothing said so before the first import failed."""
+    from importlib.metadata import requires, version
+
+    siblings = {"gpt-core", "gpt-tasks", "gpt-viz"}
+    wanted = {re.match(r"[\w.-]+", r)[0]: r for r in requires("gpt-train") or [] if ";" not in r}
+    assert siblings <= set(wanted), requires("gpt-train")
+    for name in siblings:
+        low, high = re.search(r">=([\d.]+)", wanted[name])[1], re.search(r"<([\d.]+)", wanted[name])[1]
+        assert series(low) == series(version("gpt-train")) == series(version(name)), wanted[name]
+        assert series(high) == (series(low)[0], series(low)[1] + 1), wanted[name]
