@@ -214,6 +214,18 @@ def test_cross_entropy_with_every_row_ignored_is_nan_with_a_zero_gradient_like_t
         assert torch.equal(grad, torch.zeros_like(logits))
 
 
+def test_cross_entropy_ignores_a_row_of_minus_inf_logits_whose_target_is_ignored(randn):
+    """0 times the row's nan (exp(-inf - -inf)) was nan: in the loss and in the row's gradient."""
+    logits = randn(3, 5, grad=False)
+    logits[1] = float("-inf")
+    targets, scored = torch.tensor([2, IGNORE_INDEX, 4]), torch.tensor([True, False, True])
+    leaf = logits.clone().requires_grad_()
+    loss = cross_entropy(leaf, targets)
+    assert torch.allclose(loss, F.cross_entropy(logits[scored], targets[scored]), rtol=0, atol=1e-12)
+    (grad,) = torch.autograd.grad(loss, leaf)
+    assert torch.isfinite(grad).all() and torch.equal(grad[1], torch.zeros(5, dtype=grad.dtype))
+
+
 # ----------------------------------------------------------------------------- dropout
 
 

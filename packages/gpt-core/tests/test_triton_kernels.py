@@ -182,6 +182,27 @@ def test_cross_entropy_with_every_target_ignored_is_nan_with_zero_gradient_like_
     assert torch.equal(grad, torch.zeros_like(grad))
 
 
+def test_cross_entropy_ignores_a_row_of_minus_inf_logits_whose_target_is_ignored(close):
+    """exp(-inf - lse) with lse = -inf is nan: times a zero scale it stayed nan, in the ignored row's gradient."""
+    logits, targets = randn(3, 65), torch.tensor([2, -100, 4], device=DEVICE)
+    logits[1] = float("-inf")
+    loss = cross_entropy(leaf(logits), targets)
+    scored = torch.tensor([True, False, True], device=DEVICE)
+    close("cross_entropy", loss, F.cross_entropy(logits[scored], targets[scored]), F64)
+    (grad,) = torch.autograd.grad(cross_entropy(logits := leaf(logits), targets), logits)
+    assert torch.isfinite(grad).all() and torch.equal(grad[1], torch.zeros_like(grad[1]))
+
+
+@pytest.mark.parametrize("target", [65, 1000, -1], ids=["V", "far past V", "-1"])
+def test_cross_entropy_of_a_target_outside_the_vocabulary_is_nan_not_a_read_of_other_memory(target):
+    """PyTorch raises; the kernel read row 1's logits for target V in row 0, a plausible loss, in silence."""
+    logits, targets = leaf(randn(2, 65)), torch.tensor([target, 3], device=DEVICE)
+    loss = cross_entropy(logits, targets)
+    assert loss.isnan()
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert grad[0].isnan().all() and torch.isfinite(grad[1]).all()
+
+
 def test_cross_entropy_takes_leading_dimensions_and_strided_logits(close):
     logits = randn(2, 3, 130)[..., :97]  # (B, T, V) rows strided within a wider tensor
     targets = targets_for(6, 97, (4,)).view(2, 3)

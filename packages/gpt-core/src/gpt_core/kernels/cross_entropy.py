@@ -28,7 +28,7 @@ class _CrossEntropy(torch.autograd.Function):
         lse = row_max + (wide - row_max).exp().sum(dim=-1, keepdim=True).log()  # (N, 1)
         picked = wide.gather(-1, safe_targets.unsqueeze(-1))  # (N, 1)
         n_scored = scored.sum()
-        loss = ((lse - picked).squeeze(-1) * scored).sum() / n_scored
+        loss = torch.where(scored, (lse - picked).squeeze(-1), 0).sum() / n_scored  # an ignored row of -inf: 0
         ctx.save_for_backward(logits, lse, safe_targets, scored, n_scored)  # 16-bit logits kept as given
         return loss
 
@@ -37,7 +37,8 @@ class _CrossEntropy(torch.autograd.Function):
         logits, lse, safe_targets, scored, n_scored = ctx.saved_tensors
         grad = (upcast(logits) - lse).exp_()
         grad.scatter_add_(-1, safe_targets.unsqueeze(-1), torch.full_like(lse, -1.0))
-        grad.mul_((scored.unsqueeze(-1) * (dloss / n_scored.clamp(min=1))).to(grad.dtype))  # none scored: zero
+        grad.mul_((dloss / n_scored.clamp(min=1)).to(grad.dtype))  # none scored: no row is left unmasked below
+        grad.masked_fill_(~scored.unsqueeze(-1), 0)  # ignored rows: zero, even one of -inf logits (nan above)
         return grad.to(logits.dtype), None, None
 
 

@@ -2,7 +2,9 @@
 
 For a row of V logits x with target t:
     lse = log sum_j exp(x_j),   loss_row = lse - x_t,   loss = mean of loss_row over the scored rows
-(rows whose target is IGNORE_INDEX are not scored; no scored row gives 0/0 = nan, as PyTorch does).
+(rows whose target is IGNORE_INDEX are not scored; no scored row gives 0/0 = nan, as PyTorch does). A target
+outside [0, V) that is not ignored makes the loss and its row's gradient nan, where PyTorch raises: checking it on
+the host would make every step wait for the GPU, and a nan loss stops a run.
 Backward: d loss_row / dx_j = exp(x_j - lse) - [j == t] = softmax(x)_j - onehot(t)_j, so
     dlogits = (softmax(x) - onehot(t)) * dloss / n_scored   on scored rows, 0 on the others.
 
@@ -47,8 +49,9 @@ def _cross_entropy_forward_kernel(Logits, Targets, LossRows, Lse, row_stride, V,
     lse = m + tl.log(s)
     target = tl.load(Targets + row)
     scored = target != ignore_index
-    picked = tl.load(logits + tl.where(scored, target, 0)).to(acc)  # x_t (any column for an ignored row)
-    tl.store(LossRows + row, tl.where(scored, lse - picked, 0.0))
+    known = (target >= 0) & (target < V)  # a target outside the vocabulary reads no memory and scores nan
+    picked = tl.load(logits + tl.where(scored & known, target, 0)).to(acc)  # x_t (column 0 for the others)
+    tl.store(LossRows + row, tl.where(scored, tl.where(known, lse - picked, float("nan")), 0.0))
     tl.store(Lse + row, lse)
 
 
@@ -59,13 +62,16 @@ def _cross_entropy_backward_kernel(
     acc = tl.float64 if Logits.dtype.element_ty == tl.float64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     target = tl.load(Targets + row)
-    scale = tl.where(target != ignore_index, tl.load(Scale).to(acc), 0.0)  # dloss / n_scored, 0 if ignored
+    scored = target != ignore_index
+    known = (target >= 0) & (target < V)
+    scale = tl.where(known, tl.load(Scale).to(acc), float("nan"))  # dloss / n_scored; nan for an unknown target
     lse = tl.load(Lse + row)
     for start in range(0, V, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)  # (BLOCK_V,)
         mask = cols < V
         x = tl.load(Logits + row * row_stride + cols, mask=mask, other=0.0).to(acc)  # (BLOCK_V,)
         grad = (tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)) * scale  # (BLOCK_V,)
+        grad = tl.where(scored, grad, 0.0)  # an ignored row: 0, even one of -inf logits (nan above)
         tl.store(DLogits + row * d_row_stride + cols, grad.to(DLogits.dtype.element_ty), mask=mask)
 
 
