@@ -7,6 +7,7 @@ import datetime
 import errno
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -246,6 +247,28 @@ def test_ctrl_c_during_the_final_evaluation_keeps_every_step_and_resuming_only_e
     strip = lambda records: [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
     assert strip(read_metrics(cut)) == strip(read_metrics(whole))
     assert_one_line_error(cli("run", "--resume", cut), "already finished (30 of 30 steps)")
+
+
+def test_sigterm_during_the_final_evaluation_writes_the_checkpoint_as_ctrl_c_does(cli, tmp_path, monkeypatch):
+    """SIGTERM's default there killed the process: every step since the last checkpoint was lost, in silence."""
+    evaluate = Trainer.evaluate
+
+    def terminated(self, limit):
+        if self.step == self.last_step:
+            signal.raise_signal(signal.SIGTERM)
+        return evaluate(self, limit)
+
+    def killed(signum, frame):  # what the default would do, without taking the test's process with it
+        raise SystemExit("killed by SIGTERM")
+
+    monkeypatch.setattr(Trainer, "evaluate", terminated)
+    previous = signal.signal(signal.SIGTERM, killed)
+    try:
+        stopped = cli(*TINY, "--set", "checkpoint_every=100", "--out", tmp_path / "run")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert_one_line_error(stopped, "interrupted at step 30", "final evaluation", code=130)
+    assert load_checkpoint(tmp_path / "run" / RunLayout.CHECKPOINT, "sort").step == 30
 
 
 def test_a_longer_run_stopped_in_its_final_evaluation_resumes_beside_the_shorter_runs_final_json(

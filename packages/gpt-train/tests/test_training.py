@@ -360,12 +360,12 @@ def test_a_second_ctrl_c_stops_at_once_keeping_the_checkpoint_on_disk(cli, tmp_p
             os.kill(os.getpid(), signal.SIGINT)  # the second raises here, inside the step
 
     trainer.on_step = two_ctrl_cs
-    if at < 10:
-        with pytest.raises(KeyboardInterrupt):  # nothing to resume from: the command says "aborted"
-            trainer.run()
+    outcome = trainer.run()
+    if at < 10:  # nothing to resume from; it was "aborted", with no word of how to start it again
+        assert (outcome.reason, outcome.step) == ("interrupted", at)
+        assert "before its first checkpoint: --resume starts it again" in outcome.detail
         assert not (tmp_path / RunLayout.CHECKPOINT).exists()
         return
-    outcome = trainer.run()
     assert (outcome.reason, outcome.step) == ("interrupted", at)
     assert outcome.detail == "stopped at once; the checkpoint of step 10 is kept"
     assert load_checkpoint(tmp_path / RunLayout.CHECKPOINT, "sort").step == 10

@@ -61,8 +61,9 @@ def _listening(request: StopRequest, handled: contextlib.AbstractContextManager[
 
 
 def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:
-    """Within the block, SIGINT raises KeyboardInterrupt, even in a process started with SIGINT ignored."""
-    return signals_handled_by(signal.default_int_handler)
+    """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt, even in a process started with SIGINT ignored:
+    what a Ctrl-C stops cleanly, a scheduler's SIGTERM stops the same way instead of killing the process."""
+    return signals_handled_by(signal.default_int_handler, (signal.SIGINT, signal.SIGTERM))
 
 
 class _Descriptor(io.RawIOBase):

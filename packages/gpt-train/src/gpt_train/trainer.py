@@ -41,7 +41,7 @@ from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32
 from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record, finished_at
 from gpt_train.runs import Run, RunDirError, RunWarning, run_kernels
-from gpt_train.signals import StopRequest
+from gpt_train.signals import StopRequest, ctrl_c_interrupts
 from gpt_viz import metric_key, probe_key
 
 T = TypeVar("T")
@@ -372,9 +372,9 @@ class Trainer:
                         self.save(elapsed())
                         return Outcome("interrupted", self.step, detail="checkpoint written")
         except KeyboardInterrupt:  # a second Ctrl-C: the step in progress is dropped, the checkpoint on disk kept
-            if self.saved_step is None:
-                raise
             detail = f"stopped at once; the checkpoint of step {self.saved_step} is kept"
+            if self.saved_step is None:
+                detail = "stopped at once, before its first checkpoint: --resume starts it again from step 0"
             return Outcome("interrupted", self.step, detail=detail)
         finally:
             progress.close()
@@ -397,11 +397,14 @@ class Trainer:
         """The final evaluation and the attention arrays, then the last checkpoint and final.json (a finished run has
         them all). Ctrl-C before final.json writes the last step's checkpoint, from which --resume only evaluates."""
         try:
-            with evaluation_progress(self.quiet):
-                final = self._computing("the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit))
-            layout = self.record.layout
-            self.record.check_in_place()  # after a long final evaluation, before writing by name again
-            problem = write_attention(self.task, self.model, self.device, layout) if self.record.active else None
+            with ctrl_c_interrupts():  # SIGTERM too, which killed the run here, its last steps unsaved
+                with evaluation_progress(self.quiet):
+                    final = self._computing(
+                        "the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit)
+                    )
+                layout = self.record.layout
+                self.record.check_in_place()  # after a long final evaluation, before writing by name again
+                problem = write_attention(self.task, self.model, self.device, layout) if self.record.active else None
         except KeyboardInterrupt:
             self.save(elapsed())
             return Outcome("interrupted", self.step, detail="checkpoint written; the final evaluation is still to do")
