@@ -349,7 +349,8 @@ TAMPERED = {
     "cool-down start not a number": (lambda t, m: m.update(cooldown_from="x"), "cooldown_from 'x' is not a whole"),
     "cool-down start after the step": (lambda t, m: m.update(cooldown_from="99"), "cooldown_from 99 is after step"),
     "processes not a number": (lambda t, m: m.update(world_size="two"), "world_size 'two' is not a whole number"),
-    "no processes": (lambda t, m: m.update(world_size="0"), "world_size 0 is not a number of processes"),
+    "no processes": (lambda t, m: m.update(world_size="0"), "world_size 0 is not a count of one or more"),
+    "no threads": (lambda t, m: m.update(threads="0"), "threads 0 is not a count of one or more"),
     "loss not a number": (lambda t, m: m.update(loss="low"), "unreadable metadata"),
     "param_groups not groups": (lambda t, m: m.update(param_groups='{"lr": 1}'), "param_groups is not"),
     "a learning rate as text": (

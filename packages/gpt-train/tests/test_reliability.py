@@ -349,6 +349,19 @@ def test_resuming_with_another_number_of_processes_says_what_changes(cli, tmp_pa
     assert "the batches differ from the uninterrupted run's" in result.err
 
 
+def test_resuming_on_a_cpu_with_another_number_of_threads_says_the_numbers_drift(cli, tmp_path):
+    """Same seed, flags, CPU model and threads give the same numbers: a resume with other threads drifted in silence."""
+    run_dir = tmp_path / "run"
+    interrupted_run(cli, run_dir)
+    state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
+    assert state.threads == torch.get_num_threads()
+    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, threads=state.threads + 1))
+    result = cli("run", "--resume", run_dir, "--quiet")
+    assert result.code == 0, result.err
+    assert f"written with {state.threads + 1} CPU thread(s), this process has {state.threads}" in result.err
+    assert f"OMP_NUM_THREADS={state.threads + 1} matches it" in result.err
+
+
 def test_a_checkpoint_keeps_an_mps_generator_state_and_a_cpu_resume_reads_past_it(cli, tmp_path):
     """On MPS, dropout and randomized positions draw from the MPS generator: its state goes in the checkpoint
     (rng/mps) for a resume there to draw on as the uninterrupted run would."""
@@ -384,11 +397,13 @@ def test_a_checkpoint_that_records_no_number_of_processes_is_resumed_without_a_w
     run_dir = tmp_path / "run"
     interrupted_run(cli, run_dir)
     state = load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort")
-    save_checkpoint(run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, world_size=None, loss=None))
+    save_checkpoint(
+        run_dir / RunLayout.CHECKPOINT, dataclasses.replace(state, world_size=None, loss=None, threads=None)
+    )
     assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").world_size is None
     result = cli("run", "--resume", run_dir, "--quiet")
     assert result.code == 0, result.err
-    assert "process(es)" not in result.err
+    assert "process(es)" not in result.err and "thread" not in result.err
 
 
 def test_a_resume_with_only_the_final_evaluation_left_does_not_warn_of_another_number_of_processes(

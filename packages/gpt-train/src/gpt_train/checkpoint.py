@@ -41,6 +41,7 @@ class TrainingState:
     cooldown_from: int | None = None  # the step that reached `cooldown_trigger`, once one has
     loss: float | None = None  # the last step's training loss: final.json's, when only the final evaluation is left
     world_size: int | None = 1  # the processes that trained it (torchrun's); None: not recorded
+    threads: int | None = None  # the CPU threads that trained it, on a CPU (their count orders its sums)
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -73,6 +74,8 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
         meta["loss"] = repr(state.loss)
     if state.world_size is not None:
         meta["world_size"] = str(state.world_size)
+    if state.threads is not None:
+        meta["threads"] = str(state.threads)
     write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
     write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
 
@@ -177,26 +180,28 @@ def _param_groups(path: Path, text: str) -> list[dict[str, Any]]:
 
 def _progress(path: Path, meta: dict[str, str]) -> dict[str, Any]:
     """The step, the seconds trained, the step whose evaluation started the cool-down (None before one has), the
-    last step's loss (None if not recorded) and the number of processes."""
+    last step's loss (None if not recorded), the number of processes and of CPU threads (None if not recorded)."""
     unreadable = lambda why: CheckpointError(f"checkpoint {path} has unreadable metadata ({why})")
     try:
         step, elapsed = meta["step"], float(meta["elapsed"])
         loss = float(meta["loss"]) if "loss" in meta else None
     except (KeyError, ValueError) as error:
         raise unreadable(error) from None
-    cooldown_from, world_size = meta.get("cooldown_from"), meta.get("world_size")
-    for name, number in (("step", step), ("cooldown_from", cooldown_from), ("world_size", world_size)):
+    cooldown_from, world_size, threads = meta.get("cooldown_from"), meta.get("world_size"), meta.get("threads")
+    numbers = (("step", step), ("cooldown_from", cooldown_from), ("world_size", world_size), ("threads", threads))
+    for name, number in numbers:
         if number is not None and not (number.isascii() and number.isdigit()):
             raise unreadable(f"{name} {number!r} is not a whole number >= 0")
     if not (math.isfinite(elapsed) and elapsed >= 0):
         raise unreadable(f"elapsed {elapsed!r} is not seconds >= 0")
     if cooldown_from is not None and int(cooldown_from) > int(step):
         raise unreadable(f"cooldown_from {cooldown_from} is after step {step}")
-    if world_size is not None and int(world_size) < 1:
-        raise unreadable(f"world_size {world_size} is not a number of processes")
+    for name, count in (("world_size", world_size), ("threads", threads)):
+        if count is not None and int(count) < 1:
+            raise unreadable(f"{name} {count} is not a count of one or more")
     whole = lambda number: None if number is None else int(number)
     return {"step": int(step), "elapsed": elapsed, "cooldown_from": whole(cooldown_from), "loss": loss,
-            "world_size": whole(world_size)}  # fmt: skip
+            "world_size": whole(world_size), "threads": whole(threads)}  # fmt: skip
 
 
 def load_checkpoint(path: Path, task: str) -> TrainingState:

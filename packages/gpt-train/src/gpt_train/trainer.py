@@ -165,6 +165,15 @@ class Trainer:
                 RunWarning,
                 stacklevel=2,
             )
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu" and state.threads not in (None, threads) and self.step < self.last_step:
+            warnings.warn(
+                f"the checkpoint was written with {state.threads} CPU thread(s), this process has {threads}: its sums "
+                f"add up in another order, so from here the numbers differ from the uninterrupted run's in their last "
+                f"digits (OMP_NUM_THREADS={state.threads} matches it)",
+                RunWarning,
+                stacklevel=2,
+            )
 
     @property
     def last_step(self) -> int:
@@ -185,7 +194,7 @@ class Trainer:
         precision = self.precision.state_dict()
         return TrainingState(
             self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from,
-            self.loss, self.rank.world_size,
+            self.loss, self.rank.world_size, torch.get_num_threads() if self.device.type == "cpu" else None,
         )  # fmt: skip
 
     def keep_snapshot(self) -> None:
