@@ -214,15 +214,16 @@ def test_without_a_gradient_to_record_only_the_forward_runs(monkeypatch):
     assert torch.equal(fa.attention(q.detach(), k.detach(), v.detach()), bare)
 
 
-def test_rejects_causal_with_more_queries_than_keys_dropout_outside_0_1_and_heads_over_128():
+def test_rejects_causal_with_more_queries_than_keys_dropout_outside_0_1_and_heads_of_0_or_over_128():
     q, k, v = qkv(1, 1, 5, 4, 16)
     with pytest.raises(ValueError, match="no more queries than keys"):
         fa.attention(q, k, v)
     with pytest.raises(ValueError, match="dropout_p"):
         fa.attention(q, q, q, dropout_p=1.5)
-    wide = make(1, 1, 4, 136)
-    with pytest.raises(ValueError, match="head dim <= 128"):
-        fa.attention(wide, wide, wide)
+    for d in (136, 0):  # 0 divided by zero in the scale 1 / sqrt(d)
+        head = make(1, 1, 4, d)
+        with pytest.raises(ValueError, match="head dim from 1 to 128"):
+            fa.attention(head, head, head)
 
 
 def test_the_signature_is_the_attention_slots():

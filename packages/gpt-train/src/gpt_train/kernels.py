@@ -128,7 +128,8 @@ def check_kernel_set(name: str, device: torch.device) -> None:
         raise KernelError(
             f"--kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not {device.type}; use the "
             "fast set there (the default), `gpt-train verify --kernels triton` to check the kernels in Triton's "
-            "interpreter, or TRITON_INTERPRET=1 to train with them there (far slower: a few tiny steps)"
+            "interpreter, or TRITON_INTERPRET=1 to train with them there (far slower: a few tiny steps, such as "
+            "--steps 5 --batch-size 8 --set eval_limit=16 --set final_eval_limit=16)"
         )
 
 

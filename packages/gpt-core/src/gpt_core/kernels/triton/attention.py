@@ -494,8 +494,8 @@ def flash_attention(
         )
     if causal and Tq > k.shape[2]:
         raise ValueError(f"causal attention needs no more queries than keys, got {Tq} > {k.shape[2]}")
-    if k.shape[2] == 0 or d > 128:  # larger heads: block sizes not chosen nor compiled for them
-        raise ValueError(f"need at least one key and a head dim <= 128, got Tk={k.shape[2]}, d={d}")
+    if k.shape[2] == 0 or not 1 <= d <= 128:  # larger heads: block sizes not chosen nor compiled for them
+        raise ValueError(f"need at least one key and a head dim from 1 to 128, got Tk={k.shape[2]}, d={d}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
     if dropout_p > 0.0 and seed is None:
