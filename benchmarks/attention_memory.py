@@ -97,6 +97,13 @@ def main() -> None:
     slot, _, name = args.kernel.partition("=")
     if slot != "attention" or not name:
         parser.error("--kernel takes attention=NAME")
+    from gpt_train.kernels import KernelError
+
+    try:
+        resolve(name)  # before any child process: a kernel that is not there is one line, not a child's traceback
+    except KernelError as error:
+        hint = "; pip install ./examples/gpt-kernel-flash" if name == "flash" else ""
+        parser.exit(2, f"attention_memory.py: {error}{hint}\n")
     sides = ["plain", name]
     extra: dict[tuple[str, int], list[float]] = {(side, t): [] for side in sides for t in args.lengths}
     for r in range(args.rounds):
@@ -112,10 +119,11 @@ def main() -> None:
         row = [f"{t:,}"]
         for side in sides:
             spread = Spread.of(extra[(side, t)])
-            growth = f"x{spread.median / previous[side]:.2f}" if side in previous else "-"
+            growth = f"x{spread.median / previous[side]:.2f}" if previous.get(side) else "-"  # from 0 MiB: none
             row += [spread.plain(1), growth]
             previous[side] = spread.median
-        row.append(f"{statistics.median(extra[('plain', t)]) / statistics.median(extra[(name, t)]):.1f}")
+        theirs = statistics.median(extra[(name, t)])
+        row.append(f"{statistics.median(extra[('plain', t)]) / theirs:.1f}" if theirs else "-")  # 0 MiB: no ratio
         rows.append(row)
     one_tt = b * h * 4 / MIB  # MiB of one float32 (B, H, T, T) tensor per T^2
     print_table(["T", "plain MiB", "growth", f"{name} MiB", "growth", "plain / " + name], rows)

@@ -130,9 +130,20 @@ def progress(message: str) -> None:
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-    print(line(header))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    """A markdown table, each column as wide as its widest cell."""
+    table = StreamedTable(header, [max(len(str(r[i])) for r in rows) if rows else 0 for i in range(len(header))])
     for row in rows:
-        print(line(row))
+        table.row(row)
+
+
+class StreamedTable:
+    """print_table's markdown table, printed a row at a time: the header and its rule at once, then each row as it
+    comes, flushed. Each column is as wide as its header or its given width, or a wider cell."""
+
+    def __init__(self, header: list[str], widths: list[int]) -> None:
+        self.widths = [max(len(name), width) for name, width in zip(header, widths, strict=True)]
+        self.row(header)
+        print("|" + "|".join("-" * (w + 2) for w in self.widths) + "|", flush=True)
+
+    def row(self, cells: list[object]) -> None:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, self.widths, strict=True)) + " |", flush=True)

@@ -1,91 +1,157 @@
 #!/usr/bin/env bash
-# The CUDA check, one call on a GPU machine (under ten minutes on an H200): install the four packages and both
-# example plugins into the machine's own PyTorch (no downloads), then
-#   1. gpt-train verify --device cuda --compile, for the fast and the reference set, and the triton set compiled
-#      for this GPU (verify --kernels triton) with its tests;
-#   2. the accelerator tests (every task and command on CUDA) and gpt-core's compile tests on CUDA;
-#   3. the default sort run on CUDA, eager and --compile: the compiled run must reach the eager run's held-out
-#      exact match (at least 0.9995);
-#   4. the default modadd run (the grokking task) on CUDA;
-#   5. the KV-cache benchmark (no cache, the cached forward, the static step replayed as a CUDA graph): the 6-layer
-#      model at batch 1, and GPT-2 124M's shape over its 1,024-token block at batch 1 and 8, its tables written to
-#      $OUT/kv_cache.md (DEVICE=cpu: --quick);
-#   6. with NANOGPT set to a clone of karpathy/nanoGPT (its model.py only), benchmarks/gpu_step.py's table;
-#   7. with SHAKESPEARE set to tinyshakespeare.txt too (NANOGPT's data/shakespeare_char prepared from it), nanoGPT's
-#      GPU recipe against ours (experiments/exp_nanogpt.py --recipe gpu: 5,000 steps each, wall time and held-out
-#      loss on the same characters; several minutes, so last).
-# Writes the log and the runs' final.json files to $OUT; exits non-zero if any step failed. DEVICE and PYTHON
-# rehearse it elsewhere (DEVICE=cpu: the same steps on the CPU, the CUDA-only tests skipped). WHEELS names a folder
-# of the six packages' wheels built beforehand (the machine has no network, and its setuptools may predate 77):
+# The CUDA check, on a GPU machine with no network: the four packages and both example plugins, installed from the
+# wheels benchmarks/gpu_pack.sh packed (into /tmp/site, on PYTHONPATH: the machine's own PyTorch and Triton stay
+# as they are), then these steps, the most wanted first, each stopped at its own limit and at the call's BUDGET:
+#    1. gpt-train verify --device cuda --kernels triton: the triton set compiled for this GPU, against PyTorch;
+#    2. the default sort run on CUDA (the triton set, CUDA's default): held-out exact match at least 0.9995;
+#    3. the KV-cache benchmark for the 6-layer model at batch 1 (no cache, the cached forward, the static step
+#       replayed as a CUDA graph), its table to $OUT/kv_cache.md;
+#    4. with the pack's nanoGPT, benchmarks/gpu_step.py's table (ours against nanoGPT's model.py), 6-layer shape;
+#    5. the same sort run with --compile, which must reach the eager run's held-out exact match;
+#    6. gpt-train verify --compile for the fast and the reference set;
+#    7. the accelerator tests (every task and command on CUDA), gpt-core's compile tests and the triton set's tests;
+#    8. the default modadd run (the grokking task);
+#    9. gpu_step.py at GPT-2 124M's shape, and the KV-cache benchmark there over its 1,024-token block, batch 1
+#       and 8;
+#   10. with the pack's nanoGPT and text, nanoGPT's GPU recipe against ours (experiments/exp_nanogpt.py --recipe
+#       gpu: 5,000 steps each, wall time and held-out loss on the same characters).
+# Each step's verdict is appended to $OUT/steps.tsv as it ends, and the log to $OUT/gpu_check.log; a step the BUDGET
+# leaves no time for is skipped and named, so a second call can run it: ONLY, a regular expression, picks steps by
+# name. Exits non-zero if a step failed or was skipped.
 #
-#   pip wheel -q --no-deps -w dist/wheels packages/gpt-* examples/gpt-*
-#   OUT=/tmp/gpu-check WHEELS=dist/wheels bash benchmarks/gpu_check.sh
+#   bash benchmarks/gpu_pack.sh NANOGPT_CLONE tinyshakespeare.txt             # here, with the network
+#   OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh                           # there
+#   OUT=/tmp/gpu-check ONLY="modadd|GPT-2|recipe" bash benchmarks/gpu_check.sh  # a second call: the rest
+#
+# DEVICE=cpu rehearses it on a CPU (the same steps, small: --quick, 200-step runs whose exact match is printed, not
+# required, Triton in its interpreter, CUDA-only tests skipped); PYTHON names the interpreter; BUDGET (seconds,
+# default 570) is the call's own limit less the time to send $OUT back.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
+PACK=${GPU_PACK:-.gpu}
+BUDGET=${BUDGET:-570}
+ONLY=${ONLY:-.}
 RUNS=/tmp/gpu-runs
 mkdir -p "$OUT" "$RUNS"
 export PYTHONUNBUFFERED=1
 TIMEFORMAT='  -> %R s wall'
-failed=()
-step() {  # step NAME COMMAND...: run it, timed, and remember a failure
-  echo "== $1"
-  local name=$1
+QUICK=$([ "$DEVICE" = cpu ] && echo --quick)
+SHORT=()  # a rehearsal's runs are short, and their exact match is printed, not required
+[ "$DEVICE" = cpu ] && SHORT=(--steps 200)
+failed=() skipped=()
+
+step() {  # step NAME LIMIT COMMAND...: run it for at most LIMIT seconds (less if the budget is short), noted in steps.tsv
+  local name=$1 limit=$2 left=$((BUDGET - SECONDS)) verdict=passed
+  shift 2
+  [[ $name =~ $ONLY ]] || return 0
+  if [ $left -lt 40 ]; then
+    echo "== $name: skipped, ${left} s of the budget left"
+    skipped+=("$name")
+    printf '%s\tskipped\t0\n' "$name" >> "$OUT/steps.tsv"
+    return 0
+  fi
+  [ $limit -gt $((left - 15)) ] && limit=$((left - 15))
+  echo "== $name (at most $limit s)"
+  local start=$SECONDS
+  if declare -F "$1" > /dev/null; then  # a function of this script: it applies LIMIT itself
+    time LIMIT=$limit "$@" || verdict=failed
+  else
+    time timeout --signal=INT --kill-after=10 "$limit" "$@" || verdict=failed
+  fi
+  [ $verdict = failed ] && failed+=("$name")
+  printf '%s\t%s\t%d\n' "$name" $verdict $((SECONDS - start)) >> "$OUT/steps.tsv"
+}
+triton_set() {  # triton_set COMMAND...: on a CPU, in Triton's interpreter
+  if [ "$DEVICE" = cpu ]; then TRITON_INTERPRET=1 "$@"; else "$@"; fi
+}
+gpt_train() { timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON -m gpt_train "$@"; }
+sort_run() {  # sort_run MODE [FLAGS]: the default sort run, its final.json kept in $OUT
+  local mode=$1
   shift
-  time "$@" || failed+=("$name")
+  gpt_train run --task sort --device $DEVICE "${SHORT[@]}" "$@" --force --out $RUNS/sort-$mode &&
+    cp $RUNS/sort-$mode/final.json "$OUT/sort-$DEVICE-$mode-final.json"
+}
+exact_match_at_least() {  # exact_match_at_least MODE FLOOR: the run's held-out exact match reaches FLOOR
+  $PYTHON -c "import json, sys; m = json.load(open(sys.argv[1]))['heldout_exact_match']; print(f'held-out exact \
+match {m:.6f}, at least {sys.argv[2]} wanted'); sys.exit(0 if m >= float(sys.argv[2]) or sys.argv[3] else 1)" \
+    "$OUT/sort-$DEVICE-$1-final.json" "$2" "${SHORT[*]}"
+}
+sort_eager() { sort_run eager && exact_match_at_least eager 0.9995; }
+sort_compiled() {  # the compiled run reaches the eager run's held-out exact match (0.9995 without one in $OUT)
+  local eager=0.9995 record="$OUT/sort-$DEVICE-eager-final.json"
+  [ -f "$record" ] && eager=$($PYTHON -c "import json, sys; print(json.load(open(sys.argv[1]))['heldout_exact_match'])" \
+    "$record")
+  sort_run compiled --compile && exact_match_at_least compiled "$eager"
+}
+modadd() {
+  gpt_train run --task modadd --device $DEVICE "${SHORT[@]}" --quiet --force --out $RUNS/modadd &&
+    cp $RUNS/modadd/final.json "$OUT/modadd-$DEVICE-final.json" &&
+    { cp $RUNS/modadd/grokking.png "$OUT/modadd-$DEVICE-grokking.png" 2>/dev/null || true; }
+}
+kv_cache() {  # kv_cache ARGS...: benchmarks/kv_cache.py on $DEVICE, its table appended to $OUT/kv_cache.md
+  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON benchmarks/kv_cache.py --device $DEVICE $QUICK "$@" |
+    tee -a "$OUT/kv_cache.md"
+}
+gpu_step() {  # gpu_step SHAPE: benchmarks/gpu_step.py at that shape, its table appended to $OUT/gpu_step.md
+  local shape=$([ "$DEVICE" = cpu ] && echo --quick || echo --shapes "$1")
+  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON benchmarks/gpu_step.py --nanogpt "$PACK/nanoGPT" \
+    --device $DEVICE $shape | tee -a "$OUT/gpu_step.md"
 }
 recipe() {  # nanoGPT's GPU recipe against ours, its table to $OUT (the pipe's status is the experiment's)
-  local quick=$([ "$DEVICE" = cpu ] && echo --quick)
-  $PYTHON experiments/exp_nanogpt.py --recipe gpu --device $DEVICE $quick --nanogpt "$NANOGPT" \
-    --data "$SHAKESPEARE" --out $RUNS/recipe | tee "$OUT/recipe.md"
+  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON experiments/exp_nanogpt.py --recipe gpu --device $DEVICE \
+    $QUICK --nanogpt "$PACK/nanoGPT" --data "$PACK/tinyshakespeare.txt" --out $RUNS/recipe | tee "$OUT/recipe.md"
 }
-kv_cache() {  # kv_cache SECONDS ARGS...: benchmarks/kv_cache.py on $DEVICE for at most SECONDS, its table to $OUT
-  local limit=$1 quick=$([ "$DEVICE" = cpu ] && echo --quick)
-  shift
-  timeout "$limit" $PYTHON benchmarks/kv_cache.py --device $DEVICE $quick "$@" | tee -a "$OUT/kv_cache.md"
+tests() {  # tests PYTEST_ARGS...: pytest for at most LIMIT seconds
+  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON -m pytest -q -p no:cacheprovider "$@"
 }
+
 {
-  if [ -n "${WHEELS:-}" ]; then  # built where setuptools >= 77 can be fetched; the GPU image's may be older
-    $PYTHON -m pip install -q --no-deps "$WHEELS"/*.whl 2>&1 | grep -v WARNING
-  else
-    $PYTHON -m pip install -q --no-deps --no-build-isolation ./packages/gpt-core ./packages/gpt-tasks \
-      ./packages/gpt-viz ./packages/gpt-train ./examples/gpt-task-reverse ./examples/gpt-kernel-flash 2>&1 | grep -v WARNING
+  echo "gpu_check: $(date -u '+%Y-%m-%d %H:%M UTC'), device $DEVICE, budget $BUDGET s, steps matching '$ONLY'"
+  wheels=("$PACK"/wheels/*.whl)
+  if [ ! -e "${wheels[0]}" ]; then
+    echo "gpu_check: cannot start: no wheels in $PACK/wheels; run benchmarks/gpu_pack.sh where there is a network"
+    exit 3
   fi
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $PYTHON -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
-  step "verify fast" $PYTHON -m gpt_train verify --device $DEVICE --compile --seed 0
-  step "verify reference" $PYTHON -m gpt_train verify --device $DEVICE --compile --kernels reference --seed 0
-  step "verify triton" $PYTHON -m gpt_train verify --device $DEVICE --kernels triton --seed 0
-  step "triton tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-core/tests/test_triton_set.py \
-    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py
-  step "accelerator tests" $PYTHON -m pytest -q -p no:cacheprovider packages/gpt-train/tests/test_accelerators.py \
+  rm -rf /tmp/site
+  $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${wheels[@]}" \
+    2>&1 | grep -v WARNING
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  if ! $PYTHON -c "
+import sys, click, torch, gpt_train.cli, gpt_task_reverse, gpt_kernel_flash
+assert tuple(map(int, click.__version__.split('.')[:2])) >= (8, 2), f'click {click.__version__} is older than 8.2'
+assert sys.argv[1] != 'cuda' or torch.cuda.is_available(), 'torch sees no CUDA device'
+import triton
+print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'click',
+      click.__version__, torch.cuda.get_device_name() if sys.argv[1] == 'cuda' else sys.argv[1])
+" "$DEVICE"; then
+    echo "gpu_check: cannot start: the packages do not import as above"
+    exit 3
+  fi
+  [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  have_nanogpt=$([ -f "$PACK/nanoGPT/model.py" ] && echo yes)
+  have_text=$([ -f "$PACK/tinyshakespeare.txt" ] && echo yes)
+
+  step "verify triton" 150 triton_set gpt_train verify --device $DEVICE --kernels triton --seed 0
+  step "sort on $DEVICE" 180 sort_eager
+  step "KV cache on $DEVICE (6-layer)" 120 kv_cache --models 6l --batches 1 --rounds 3
+  [ -n "$have_nanogpt" ] && step "gpu_step against nanoGPT (6-layer)" 200 gpu_step small
+  step "sort on $DEVICE (compiled)" 200 sort_compiled
+  step "verify fast, compiled" 150 gpt_train verify --device $DEVICE --compile --seed 0
+  step "verify reference, compiled" 150 gpt_train verify --device $DEVICE --compile --kernels reference --seed 0
+  step "accelerator tests" 240 tests packages/gpt-train/tests/test_accelerators.py \
     packages/gpt-core/tests/test_compile.py packages/gpt-core/tests/test_kv_cache_and_generate.py \
     packages/gpt-core/tests/test_static_decoding.py -k "cuda or accelerator"
-  for mode in eager compiled; do
-    flag=$([ $mode = compiled ] && echo --compile)
-    step "sort on $DEVICE ($mode)" $PYTHON -m gpt_train run --task sort --device $DEVICE $flag --force --out $RUNS/sort-$mode
-    cp $RUNS/sort-$mode/final.json "$OUT/sort-cuda-$mode-final.json"
-  done
-  step "compiled sort reaches the eager run" $PYTHON - "$OUT" <<'EOF'
-import json, sys
-eager, compiled = (json.load(open(f"{sys.argv[1]}/sort-cuda-{mode}-final.json")) for mode in ("eager", "compiled"))
-e, c = eager["heldout_exact_match"], compiled["heldout_exact_match"]
-print(f"held-out exact match: eager {e:.6f}, compiled {c:.6f}")
-sys.exit(0 if c >= 0.9995 else 1)
-EOF
-  step "modadd on $DEVICE" $PYTHON -m gpt_train run --task modadd --device $DEVICE --quiet --force --out $RUNS/modadd
-  cp $RUNS/modadd/final.json "$OUT/modadd-cuda-final.json"
-  cp $RUNS/modadd/grokking.png "$OUT/modadd-cuda-grokking.png" 2>/dev/null
-  step "KV cache on $DEVICE (6-layer)" kv_cache 120 --models 6l --batches 1 --rounds 3
-  step "KV cache on $DEVICE (GPT-2 124M)" kv_cache 300 --models gpt2 --batches 1 8 --rounds 2 --min-rounds 1 --budget 45
-  if [ -n "${NANOGPT:-}" ]; then
-    step "gpu_step against nanoGPT" $PYTHON benchmarks/gpu_step.py --nanogpt "$NANOGPT" --device $DEVICE \
-      $([ "$DEVICE" = cpu ] && echo --quick)
-  fi
-  if [ -n "${NANOGPT:-}" ] && [ -n "${SHAKESPEARE:-}" ]; then
-    step "shakespeare_char recipe against nanoGPT" recipe
-  fi
-  if [ ${#failed[@]} -eq 0 ]; then echo "gpu_check: every step passed"; else echo "gpu_check: FAILED: ${failed[*]}"; fi
+  step "triton tests" 240 triton_set tests packages/gpt-core/tests/test_triton_set.py \
+    packages/gpt-core/tests/test_triton_attention.py packages/gpt-core/tests/test_triton_kernels.py
+  step "modadd on $DEVICE" 180 modadd
+  [ -n "$have_nanogpt" ] && step "gpu_step against nanoGPT (GPT-2 124M)" 300 gpu_step gpt2
+  step "KV cache on $DEVICE (GPT-2 124M)" 300 kv_cache --models gpt2 --batches 1 8 --rounds 2 --min-rounds 1 --budget 45
+  [ -n "$have_nanogpt" ] && [ -n "$have_text" ] && step "shakespeare_char recipe against nanoGPT" 420 recipe
+
+  if [ ${#failed[@]} -gt 0 ]; then echo "gpu_check: FAILED: ${failed[*]}"; fi
+  if [ ${#skipped[@]} -gt 0 ]; then echo "gpu_check: SKIPPED (no time left): ${skipped[*]}"; fi
+  if [ ${#failed[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then echo "gpu_check: every step passed"; fi
 } 2>&1 | tee "$OUT/gpu_check.log"
 grep -q "every step passed" "$OUT/gpu_check.log"

@@ -1,5 +1,7 @@
-"""A full AdamW training step on a GPU: gpt-core's GPT (each kernel set, eager and compiled) against nanoGPT's
-own model.py, same shape, same optimiser, interleaved rounds in one process.
+"""A full AdamW training step on a GPU: gpt-core's GPT (the fast kernel set, and the triton set where the device
+runs it; eager and compiled) against nanoGPT's own model.py, same shape, same optimiser, interleaved rounds in one
+process. The reference set is left out on purpose: each piece as its plain-autograd definition, it is what the
+fast set is pinned to, not a contender for speed (benchmarks/step_time.py --kernels reference times it on a CPU).
 
     python benchmarks/gpu_step.py --nanogpt ../nanoGPT                 # the table, on CUDA
     python benchmarks/gpu_step.py --nanogpt ../nanoGPT --shapes small  # the 6-layer shape only
@@ -31,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import print_table, progress  # noqa: E402
+from common import StreamedTable, progress  # noqa: E402
 
 from gpt_core import GPT, KERNEL_SETS, GPTConfig  # noqa: E402
 from gpt_core.compiling import compiled  # noqa: E402
@@ -55,6 +57,8 @@ SHAPES = {
     "gpt2": Shape(12, 12, 768, 1024, 16, 50304, 0.0, ("bf16", "bf16+compile")),  # GPT-2 124M
 }
 QUICK = {"quick": Shape(2, 2, 32, 16, 4, 65, 0.2, ("fp32", "fp32+compile"))}
+TIMED_SETS = [name for name in KERNEL_SETS if name != "reference"]
+"""The kernel sets this table times: not the reference set, the plain-autograd definitions the fast set is pinned to."""
 
 
 def load_nanogpt(path: Path):
@@ -195,34 +199,66 @@ def time_mode(shape_name: str, shape: Shape, mode: str, sides: list[str], nanogp
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--shapes", default="small,gpt2", help="comma-separated: small, gpt2")
-    parser.add_argument("--kernels", default=None, help="kernel sets, comma-separated (default: each the device runs)")
+    parser.add_argument("--shapes", default="small,gpt2", help=f"comma-separated: {', '.join(SHAPES)}")
+    parser.add_argument("--kernels", default=None,
+                        help=f"kernel sets, comma-separated, of: {', '.join(TIMED_SETS)} (default: each the device "
+                        "runs)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per side per round")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a tiny shape in fp32: a rehearsal on any device")
     args = parser.parse_args()
     device = torch.device(args.device)
+    sets = checked_sets(parser, args.kernels, device)
+    shapes = QUICK if args.quick else {name: SHAPES[name] for name in checked_shapes(parser, args.shapes)}
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     nanogpt = load_nanogpt(args.nanogpt.resolve())
-    runs = [name for name in KERNEL_SETS if name != "triton" or triton_runs_on(device)]
-    sets = args.kernels.split(",") if args.kernels else runs
-    sides = ["nanoGPT", *(f"ours {name}" for name in sets if name != "reference")]
-    shapes = QUICK if args.quick else {name: SHAPES[name] for name in args.shapes.split(",")}
+    sides = ["nanoGPT", *(f"ours {name}" for name in sets)]
     peak = bf16_peak_tflops(device)
-    rows = []
-    for shape_name, shape in shapes.items():
-        for mode in shape.modes:
-            rows += time_mode(shape_name, shape, mode, sides, nanogpt, device, args, peak)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{name}, torch {torch.version.__version__}; {args.rounds} rounds of {args.steps} steps; "
           f"peak {peak:.1f} TFLOP/s (measured {'bf16' if device.type == 'cuda' else 'fp32'} matmul)")  # fmt: skip
-    print_table(["shape", "mode", "kernels", "ours ms", "nanoGPT ms", "ours / nanoGPT (range)",
-                 "MFU ours / nanoGPT", "peak MiB ours / nanoGPT"], rows)  # fmt: skip
+    # Each row as soon as its mode is measured: a run stopped by a time limit keeps the rows it finished.
+    header = ["shape", "mode", "kernels", "ours ms", "nanoGPT ms", "ours / nanoGPT (range)", "MFU ours / nanoGPT",
+              "peak MiB ours / nanoGPT"]  # fmt: skip
+    table = StreamedTable(header, [5, 12, 6, 7, 10, 22, 18, 23])
+    for shape_name, shape in shapes.items():
+        for mode in shape.modes:
+            for row in time_mode(shape_name, shape, mode, sides, nanogpt, device, args, peak):
+                table.row(row)
+
+
+def checked_sets(parser: argparse.ArgumentParser, kernels: str | None, device: torch.device) -> list[str]:
+    """The kernel sets to time (default: each of TIMED_SETS the device runs); a name this table does not time, or a
+    set the device cannot run, exits with one line before anything is built."""
+    if kernels is None:
+        return [name for name in TIMED_SETS if name != "triton" or triton_runs_on(device)]
+    sets = kernels.split(",")
+    for name in sets:
+        if name == "reference":
+            why = "the reference set (plain-autograd definitions, the fast set's yardstick) is no contender for speed"
+            parser.exit(2, f"gpu_step.py: --kernels reference is left out on purpose: {why} (benchmarks/step_time.py "
+                        f"--kernels reference times it on a CPU); choose among {', '.join(TIMED_SETS)}\n")  # fmt: skip
+        if name not in TIMED_SETS:
+            missing = " (the triton set needs Triton installed: gpt-core[triton])" if name == "triton" else ""
+            parser.exit(2, f"gpu_step.py: no kernel set {name!r}{missing}; choose among {', '.join(TIMED_SETS)}\n")
+        if name == "triton" and not triton_runs_on(device):
+            parser.exit(2, f"gpu_step.py: --kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not "
+                        f"{device.type}; leave it out there, as the default does\n")  # fmt: skip
+    return sets
+
+
+def checked_shapes(parser: argparse.ArgumentParser, shapes: str) -> list[str]:
+    """The --shapes names, each one of SHAPES, or one line and exit 2."""
+    names = shapes.split(",")
+    for name in names:
+        if name not in SHAPES:
+            parser.exit(2, f"gpu_step.py: no shape {name!r}; choose among {', '.join(SHAPES)}\n")
+    return names
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from gpt_train.trainer import Trainer  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40, help="run steps per round (a multiple of 20)")
     add_heap_option(parser)

@@ -47,9 +47,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import (  # noqa: E402
     Spread,
+    StreamedTable,
     add_heap_option,
     peak_rss_mib,
-    print_table,
     progress,
     ratio_spread,
     synchronize,
@@ -207,13 +207,19 @@ def main() -> None:
     static = "captured once per generation as a CUDA graph" if device.type == "cuda" else "run eagerly"
     print(f"torch {torch.__version__}, {where}, {heap}, greedy decoding, float32; the static step {static}")
     print("speedups and ceiling: median over rounds (lowest-highest round); times and tokens/s: medians\n")
-    rows = [measure(key, batch, args) for key in args.models for batch in args.batches]
-    print_table(HEADER, rows)
+    # Each row as soon as it is measured: a run stopped by a time limit keeps the rows it finished. The widths are
+    # fixed before the first row (the header's, the models' names, a typical spread), so the rows line up.
+    widths = {"model": max(len(MODELS[key][0]) for key in args.models)} | dict.fromkeys(SPREADS, len("8.1x (8.0-8.2)"))
+    table = StreamedTable(HEADER, [widths.get(name, 0) for name in HEADER])
+    for key in args.models:
+        for batch in args.batches:
+            table.row(measure(key, batch, args))
 
 
 HEADER = ["model", "batch", "new tokens", "rounds", "tokens/s no cache", "tokens/s cache", "tokens/s static",
           "speedup", "static speedup", "identical", "cached ms/step", "static ms/step", "weights floor ms", "ceiling",
           "memory pass ms", "peak RSS MiB"]  # fmt: skip
+SPREADS = ("speedup", "static speedup", "ceiling")  # the columns of a median with its range: "8.1x (8.0-8.2)"
 
 if __name__ == "__main__":
     main()

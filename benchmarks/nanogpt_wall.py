@@ -45,7 +45,7 @@ def timed(command: list[str], cwd: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT, data prepared")
     parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare.txt")
     parser.add_argument("--rounds", type=int, default=3)

@@ -154,6 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     args.setting = f"torch {torch.__version__}, {torch.get_num_threads()} threads, {use_heap(args.heap)}"
     if args.kernels:
+        check_kernel_set_runs_here(parser, args.kernels)
         time_kernel_set(args)
         return
     if args.kernel:
@@ -197,6 +198,16 @@ def time_kernel(args: argparse.Namespace) -> None:
     header = ["config", "gpt-core ms", f"{kernel} ms", "PyTorch ms", f"{kernel} / gpt-core", f"{kernel} / PyTorch"]
     print_table(header, rows)
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
+
+
+def check_kernel_set_runs_here(parser: argparse.ArgumentParser, name: str) -> None:
+    """One line and exit 2 for a kernel set this CPU cannot run (the triton set outside Triton's interpreter)."""
+    from gpt_train.kernels import triton_runs_on  # only this table needs gpt-train
+
+    if name == "triton" and not triton_runs_on(torch.device("cpu")):
+        parser.exit(2, "step_time.py: --kernels triton runs on CUDA (Triton compiles its kernels for the GPU) and this "
+                    "table runs on the CPU; time it on a GPU with benchmarks/gpu_step.py, or here in Triton's "
+                    "interpreter with TRITON_INTERPRET=1 (far slower)\n")  # fmt: skip
 
 
 def time_kernel_set(args: argparse.Namespace) -> None:

@@ -78,7 +78,7 @@ def timed(args: list[str], env: dict[str, str], workdir: Path) -> Timing:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="the source tree before (a checkout)")
     parser.add_argument("--after", type=Path, default=Path("."), help="the source tree after (default: here)")
     parser.add_argument("--waits", default=",".join(WAITS), help=f"comma-separated, of: {', '.join(WAITS)}")

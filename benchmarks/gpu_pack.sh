@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Pack what benchmarks/gpu_check.sh needs on a GPU machine with no network into .gpu/ (git-ignored), on a machine
+# with one: the six packages' wheels, click (gpt-train needs 8.2 or later; the machine's may be older), and, given
+# a clone of karpathy/nanoGPT and tinyshakespeare.txt, a copy of the clone with data/shakespeare_char prepared.
+#
+#   bash benchmarks/gpu_pack.sh                                   # the wheels alone: steps 1-5 of gpu_check.sh
+#   bash benchmarks/gpu_pack.sh ~/nanoGPT tinyshakespeare.txt     # and nanoGPT with its data: steps 6-7 too
+#
+# Then, on the GPU machine, from the repository's root (with .gpu/ carried along):
+#   OUT=/tmp/gpu-check GPU_PACK=.gpu bash benchmarks/gpu_check.sh
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+PACK=.gpu
+rm -rf "$PACK" && mkdir -p "$PACK/wheels"
+$PYTHON -m pip wheel -q --no-deps -w "$PACK/wheels" packages/gpt-* examples/gpt-*
+rm -rf packages/*/build examples/*/build  # setuptools' leftovers beside the sources
+$PYTHON -m pip download -q --no-deps --only-binary=:all: -d "$PACK/wheels" "click>=8.2"
+if [ $# -ge 2 ]; then
+  mkdir -p "$PACK/nanoGPT"
+  git -C "$1" archive HEAD model.py train.py configurator.py config data/shakespeare_char | tar -x -C "$PACK/nanoGPT"
+  cp "$2" "$PACK/tinyshakespeare.txt"
+  cp "$2" "$PACK/nanoGPT/data/shakespeare_char/input.txt"
+  (cd "$PACK/nanoGPT/data/shakespeare_char" && $PYTHON prepare.py > /dev/null)  # train.bin, val.bin, meta.pkl
+fi
+du -sh "$PACK"
