@@ -36,6 +36,7 @@ PAGE_NAME = "explore.html"
 TEMPLATE = "explore_template.html"
 MARKER = re.compile(r"__([A-Z]+)__")  # where a page template takes a part: __HEAD__, __DATA__, ...
 # Characters that could close the data's <script> element or open markup inside it, as JSON escapes.
+MOST_POINTS = 2000  # of a series on the page, whose curves canvas is at most 1,100 pixels wide
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
@@ -117,7 +118,24 @@ def curves_data(records: list[Record], primary_metric: str | None) -> dict[str, 
     if "loss" not in series:
         raise VizError("metrics.jsonl has no training loss (no line carries a finite number under 'loss')")
     primary = primary_metric if primary_metric in series else None
-    return {"primary": primary, "series": series}
+    logged = {key: len(steps) for key, (steps, _) in series.items()}
+    return {"primary": primary, "series": {key: _thinned(*points) for key, points in series.items()}, "logged": logged}
+
+
+def _thinned(steps: list[int], values: list[float | None]) -> tuple[list[int], list[float | None]]:
+    """At most MOST_POINTS of a series, for a page that stays small and quick to hover: of each of MOST_POINTS / 2
+    runs of consecutive points, its lowest and its highest in step order, so a spike is still drawn, and the first
+    and the last point (a run of gaps keeps its first)."""
+    n = len(steps)
+    if n <= MOST_POINTS:
+        return steps, values
+    runs, kept = (MOST_POINTS - 2) // 2, {0, n - 1}
+    for run in range(runs):
+        span = range(run * n // runs, (run + 1) * n // runs)
+        finite = [i for i in span if values[i] is not None]
+        kept |= {min(finite, key=values.__getitem__), max(finite, key=values.__getitem__)} if finite else {span[0]}
+    order = sorted(kept)
+    return [steps[i] for i in order], [values[i] for i in order]
 
 
 def _series(records: list[Record], key: str) -> tuple[list[int], list[float | None]]:
