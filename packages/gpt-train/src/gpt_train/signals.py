@@ -92,6 +92,13 @@ class _Descriptor(io.RawIOBase):
         return len(data)
 
 
+def _dropping(stream: io.TextIOWrapper, gone: Callable[[], None]) -> io.TextIOWrapper:
+    """A text stream like `stream`, on its file descriptor, whose writes are dropped once its reader has gone."""
+    buffered = io.BufferedWriter(_Descriptor(stream.fileno(), gone))
+    modes = {"line_buffering": stream.line_buffering, "write_through": stream.write_through}
+    return io.TextIOWrapper(buffered, encoding=stream.encoding, errors=stream.errors, **modes)
+
+
 @contextlib.contextmanager
 def stop_when_the_reader_goes() -> Iterator[None]:
     """Within the block, stdout and stderr drop what they are given once their reader has gone (a closed pipe), and
@@ -107,11 +114,14 @@ def stop_when_the_reader_goes() -> Iterator[None]:
         for request in _LISTENERS:
             request.requested = True
 
+    try:
+        replacements = {name: _dropping(stream, gone) for name, stream in before.items()}
+    except (AttributeError, OSError, ValueError):  # not a file descriptor's text stream: left as it is
+        yield
+        return
     for name, stream in before.items():
         stream.flush()
-        buffered = io.BufferedWriter(_Descriptor(stream.fileno(), gone))
-        modes = {"line_buffering": stream.line_buffering, "write_through": stream.write_through}
-        setattr(sys, name, io.TextIOWrapper(buffered, encoding=stream.encoding, errors=stream.errors, **modes))
+        setattr(sys, name, replacements[name])
     try:
         yield
     finally:
