@@ -41,11 +41,9 @@ def softmax(x: Tensor) -> Tensor:
 
 # attention_weights(q, k) = softmax(q k^T / sqrt(d) + mask), the mask -inf where key j is after query i
 def attention_weights(q: Tensor, k: Tensor, causal: bool = True) -> Tensor:
-    """q (B, H, Tq, d), k (B, H, Tk, d) -> (B, H, Tq, Tk), each row summing to 1. Causal: the queries are the
-    last Tq of the Tk positions (a KV-cached decoding step), so query i sits at Tk - Tq + i and sees keys up to it."""
+    """q (B, H, Tq, d), k (B, H, Tk, d) -> (B, H, Tq, Tk), each row summing to 1. Causal: the queries are the last
+    Tq <= Tk positions (a cached decoding step), query i at Tk - Tq + i seeing keys up to it (Tq > Tk: rows of nan)."""
     n_queries, n_keys = q.shape[-2], k.shape[-2]
-    if causal and n_queries > n_keys:  # a query with no key to see: a row of -inf, nan after the softmax
-        raise ValueError(f"causal attention needs no more queries than keys, got {n_queries} > {n_keys}")
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if causal:
         allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
