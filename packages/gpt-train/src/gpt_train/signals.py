@@ -5,11 +5,11 @@ serving, an interrupt, however the process was started."""
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 
 @contextlib.contextmanager
@@ -66,61 +66,57 @@ def ctrl_c_interrupts() -> contextlib.AbstractContextManager[None]:
     return signals_handled_by(signal.default_int_handler, (signal.SIGINT, signal.SIGTERM))
 
 
-class _Descriptor(io.RawIOBase):
-    """A file descriptor whose writes are dropped once its reader has gone, the loss told to `gone` once."""
+class _Dropping:
+    """`stream`, whose writes go nowhere once its reader has gone: its file descriptor is pointed at the null device,
+    so what is still buffered flushes there too, and `gone` is told, once. Every other attribute is the stream's."""
 
-    def __init__(self, fd: int, gone: Callable[[], None]) -> None:
-        super().__init__()
-        self.fd, self.gone, self.reader = fd, gone, True
+    def __init__(self, stream: TextIO, gone: Callable[[], None]) -> None:
+        self.stream, self.gone, self.fd = stream, gone, stream.fileno()
 
-    def writable(self) -> bool:
-        return True
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._lost()
+            return len(text)
 
-    def fileno(self) -> int:
-        return self.fd
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._lost()
 
-    def isatty(self) -> bool:
-        return os.isatty(self.fd)
+    def _lost(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self.fd)
+        os.close(null)
+        self.gone()
 
-    def write(self, data) -> int:
-        if self.reader:
-            try:
-                return os.write(self.fd, data)
-            except BrokenPipeError:
-                self.reader = False
-                self.gone()
-        return len(data)
-
-
-def _dropping(stream: io.TextIOWrapper, gone: Callable[[], None]) -> io.TextIOWrapper:
-    """A text stream like `stream`, on its file descriptor, whose writes are dropped once its reader has gone."""
-    buffered = io.BufferedWriter(_Descriptor(stream.fileno(), gone))
-    modes = {"line_buffering": stream.line_buffering, "write_through": stream.write_through}
-    return io.TextIOWrapper(buffered, encoding=stream.encoding, errors=stream.errors, **modes)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 @contextlib.contextmanager
 def stop_when_the_reader_goes() -> Iterator[None]:
-    """Within the block, stdout and stderr drop what they are given once their reader has gone (a closed pipe), and
-    that loss is a stop request: a run stops between steps with a checkpoint, where the write's BrokenPipeError would
-    have ended it with none. Streams a caller has replaced (a test's) are kept."""
+    """Within the block, stdout and stderr write nowhere once their reader has gone (a closed pipe), and that loss is
+    a stop request: a run stops between steps with a checkpoint, where the write's BrokenPipeError would have ended
+    it with none. Streams a caller has replaced (a test's) are kept."""
     streams = ("stdout", "stderr")
     before = {name: getattr(sys, name) for name in streams}
     if any(stream is None or stream is not getattr(sys, f"__{name}__") for name, stream in before.items()):
         yield
         return
 
-    def gone() -> None:  # inside the stream's write: setting a flag is all it may do
+    def gone() -> None:
         for request in _LISTENERS:
             request.requested = True
 
     try:
-        replacements = {name: _dropping(stream, gone) for name, stream in before.items()}
-    except (AttributeError, OSError, ValueError):  # not a file descriptor's text stream: left as it is
+        replacements = {name: _Dropping(stream, gone) for name, stream in before.items()}
+    except (AttributeError, OSError, ValueError):  # not a file descriptor's stream: left as it is
         yield
         return
-    for name, stream in before.items():
-        stream.flush()
+    for name in streams:
         setattr(sys, name, replacements[name])
     try:
         yield

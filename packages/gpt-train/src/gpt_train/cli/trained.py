@@ -3,6 +3,7 @@ Hugging Face GPT-2 directory)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -115,7 +116,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     type=SEED,
     default=0,
     show_default=True,
-    help="Seed for sampling (above temperature 0), each prompt's own.",
+    help="Seed for sampling (above temperature 0): a prompt's sample depends on it and on that prompt alone.",
 )
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @TRUST_KERNELS_OPTION
@@ -164,7 +165,7 @@ def sample(
         limit = model.config.position_limit
         if limit is not None and ids.shape[1] > limit:
             click.echo(f"note: the prompt is {ids.shape[1]} tokens; the model reads its last {limit}", err=True)
-        generator = torch.Generator(device=target).manual_seed(seed)  # each prompt's sample its own
+        generator = torch.Generator(device=target).manual_seed(prompt_seed(seed, text))
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
@@ -172,6 +173,12 @@ def sample(
         except ValueError as error:
             raise CommandError(str(error)) from None
         click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
+
+
+def prompt_seed(seed: int, text: str) -> int:
+    """The seed of one prompt's draws, from --seed and that prompt's text alone: its sample does not depend on the
+    prompts beside it, and two prompts do not draw the same numbers (which made their samples alike)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\0{text}".encode()).digest()[:8], "little") >> 1
 
 
 def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
