@@ -17,7 +17,8 @@ from gpt_core.model import GPT
 def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
                generator: torch.Generator | None = None,
                softmax: Callable[[Tensor], Tensor] = softmax) -> Tensor:  # fmt: skip
-    """One token per row of logits (B, V): argmax at temperature 0, else sampled from the top_k."""
+    """One token per row of logits (B, V): argmax at temperature 0 (the lowest id of a tie), else sampled from the
+    top_k (with every token tied with the k-th, as nanoGPT's)."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     scaled = logits / temperature

@@ -109,7 +109,11 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     show_default=True,
     help="0 is greedy; higher is more random.",
 )
-@click.option("--top-k", type=click.IntRange(min=1), help="Sample only from the k most likely tokens.")
+@click.option(
+    "--top-k",
+    type=click.IntRange(min=1),
+    help="Sample only from the k most likely tokens (and any tied with the k-th).",
+)
 @click.option("--no-cache", is_flag=True, help="Re-run the whole prefix each step instead of using the KV cache.")
 @click.option(
     "--seed",
