@@ -337,11 +337,11 @@ def test_a_finished_run_whose_summary_has_no_reader_keeps_everything(tmp_path):
     assert (tmp_path / "run" / RunLayout.FINAL).is_file() and "Error" not in proc.stderr
 
 
-def test_a_listing_into_a_closed_pipe_ends_quietly():
-    stdout = closed_pipe()
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpt_train", "tasks"], stdout=stdout, stderr=subprocess.PIPE, text=True
-    )
+@pytest.mark.parametrize("encoding", [None, "ascii"], ids=["utf-8", "ascii: click writes to the byte stream"])
+def test_a_listing_into_a_closed_pipe_ends_quietly(encoding):
+    stdout, env = closed_pipe(), os.environ | ({"PYTHONIOENCODING": encoding} if encoding else {})
+    command = [sys.executable, "-m", "gpt_train", "tasks"]
+    proc = subprocess.run(command, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
     os.close(stdout)
     assert (proc.returncode, proc.stderr) == (0, "")
 

@@ -140,13 +140,15 @@ def test_a_long_run_draws_at_most_MOST_POINTS_a_series_keeping_its_spikes_ends_a
     n = 20 * MOST_POINTS
     records = [{"step": step, "loss": 2.0 + math.sin(step)} for step in range(1, n + 1)]
     records[12_345]["loss"], records[23_456]["loss"] = 99.0, -5.0  # a spike and a dip inside one run each
-    records[30_000]["loss"] = math.nan
+    for step in range(30_000, 30_030):  # a stretch of non-finite losses, inside one run: the line breaks there
+        records[step]["loss"] = math.nan
     records[-1]["heldout_loss"] = 1.5
     curves = embedded(explorer_page(make_run("long", records=records)))["curves"]
     steps, values = curves["series"]["loss"]
     assert len(steps) <= MOST_POINTS and steps == sorted(steps)
     assert steps[0] == 1 and steps[-1] == n and 99.0 in values and -5.0 in values
     assert all(value == records[step - 1]["loss"] for step, value in zip(steps, values, strict=True) if value)
+    assert [step for step, value in zip(steps, values, strict=True) if value is None] == [30_001]
     assert curves["logged"] == {"loss": n, "heldout_loss": 1}
     assert curves["series"]["heldout_loss"] == [[n], [1.5]]
 

@@ -1,15 +1,16 @@
 """Ctrl-C: during training a request to stop between steps, never in the middle of one (SIGTERM too: a scheduler's
-preemption, `timeout`, `docker stop`; and a reader of the output that goes away, `gpt-train run ... | head`); while
-serving, an interrupt, however the process was started."""
+preemption, `timeout`, `docker stop`; and a reader of the progress bar that goes away, `gpt-train run ... 2>&1 |
+head`); while serving, an interrupt, however the process was started."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 
 @contextlib.contextmanager
@@ -70,10 +71,12 @@ class _Dropping:
     """`stream`, whose writes go nowhere once its reader has gone: its file descriptor is pointed at the null device,
     so what is still buffered flushes there too, and `gone` is told, once. Every other attribute is the stream's."""
 
-    def __init__(self, stream: TextIO, gone: Callable[[], None]) -> None:
+    def __init__(self, stream: TextIO | BinaryIO, gone: Callable[[], None]) -> None:
         self.stream, self.gone, self.fd = stream, gone, stream.fileno()
+        if isinstance(getattr(stream, "buffer", None), io.IOBase):  # click writes there for an ASCII locale
+            self.buffer = _Dropping(stream.buffer, gone)
 
-    def write(self, text: str) -> int:
+    def write(self, text: str | bytes) -> int:
         try:
             return self.stream.write(text)
         except BrokenPipeError:

@@ -123,17 +123,18 @@ def curves_data(records: list[Record], primary_metric: str | None) -> dict[str, 
 
 
 def _thinned(steps: list[int], values: list[float | None]) -> tuple[list[int], list[float | None]]:
-    """At most MOST_POINTS of a series, for a page that stays small and quick to hover: of each of MOST_POINTS / 2
-    runs of consecutive points, its lowest and its highest in step order, so a spike is still drawn, and the first
-    and the last point (a run of gaps keeps its first)."""
+    """At most MOST_POINTS of a series, for a page that stays small and quick to hover: of each of MOST_POINTS / 3
+    runs of consecutive points, its lowest and its highest in step order, so a spike is still drawn, and its first
+    gap, so a stretch of non-finite values still breaks the line; and the first and the last point."""
     n = len(steps)
     if n <= MOST_POINTS:
         return steps, values
-    runs, kept = (MOST_POINTS - 2) // 2, {0, n - 1}
+    runs, kept = (MOST_POINTS - 2) // 3, {0, n - 1}
     for run in range(runs):
         span = range(run * n // runs, (run + 1) * n // runs)
         finite = [i for i in span if values[i] is not None]
-        kept |= {min(finite, key=values.__getitem__), max(finite, key=values.__getitem__)} if finite else {span[0]}
+        kept |= {min(finite, key=values.__getitem__), max(finite, key=values.__getitem__)} if finite else set()
+        kept |= {next((i for i in span if values[i] is None), span[0])} if len(finite) < len(span) else set()
     order = sorted(kept)
     return [steps[i] for i in order], [values[i] for i in order]
 

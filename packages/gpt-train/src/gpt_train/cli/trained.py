@@ -120,7 +120,8 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
     type=SEED,
     default=0,
     show_default=True,
-    help="Seed for sampling (above temperature 0): a prompt's sample depends on it and on that prompt alone.",
+    help="Seed for sampling (above temperature 0): a prompt's sample depends on it and on that prompt alone; a prompt "
+    "given again draws another.",
 )
 @click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 @TRUST_KERNELS_OPTION
@@ -153,6 +154,7 @@ def sample(
         prompts = prompt or task.example_prompts()
     except ValueError as error:  # a text run whose corpus is gone has no held-out text to prompt with
         raise CommandError(str(error)) from None
+    seen: list[str] = []  # the prompts sampled so far: a repeated one draws anew
     for text in prompts:
         if not text:
             raise CommandError("--prompt must not be empty")
@@ -169,7 +171,8 @@ def sample(
         limit = model.config.position_limit
         if limit is not None and ids.shape[1] > limit:
             click.echo(f"note: the prompt is {ids.shape[1]} tokens; the model reads its last {limit}", err=True)
-        generator = torch.Generator(device=target).manual_seed(prompt_seed(seed, text))
+        generator = torch.Generator(device=target).manual_seed(prompt_seed(seed, text, seen.count(text)))
+        seen.append(text)
         try:
             out = generate(
                 model, ids, n_new, temperature, top_k, use_cache=not no_cache, generator=generator, slide=True
@@ -179,10 +182,11 @@ def sample(
         click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
 
 
-def prompt_seed(seed: int, text: str) -> int:
-    """The seed of one prompt's draws, from --seed and that prompt's text alone: its sample does not depend on the
-    prompts beside it, and two prompts do not draw the same numbers (which made their samples alike)."""
-    return int.from_bytes(hashlib.sha256(f"{seed}\0{text}".encode()).digest()[:8], "little") >> 1
+def prompt_seed(seed: int, text: str, earlier: int = 0) -> int:
+    """The seed of one prompt's draws, from --seed, its text and how many times that text came `earlier`: a sample
+    depends on no other prompt, two prompts do not draw the same numbers (which made their samples alike), and a
+    prompt given again draws a new sample."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\0{earlier}\0{text}".encode()).digest()[:8], "little") >> 1
 
 
 def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:
