@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu_pack.sh ~/nanoGPT tinyshakespeare.txt     # and nanoGPT with its data: steps 6-7 too
 #
 # Then, on the GPU machine, from the repository's root (with .gpu/ carried along):
-#   OUT=/tmp/gpu-check GPU_PACK=.gpu bash benchmarks/gpu_check.sh
+#   bash benchmarks/gpu_check.sh
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 PACK=.gpu
