@@ -11,8 +11,9 @@
     nox -s tutorial                           # execute docs/tutorial's notebook from a fresh kernel
     nox -s docs                               # the house rule for prose (tools/check_prose.py) and its tests
 
-Every install goes through constraints.txt, which pins torch to the CPU wheel used in development and CI, and
-transformers (gpt2 session only) to the version the parity tests pass with.
+Every install goes through constraints.txt, which pins torch to the version used in development and CI (there its
+CPU wheel), and transformers (gpt2 session only) to the version the parity tests pass with; triton is pinned by
+the triton session itself (TRITON).
 
 Virtualenvs are made by uv where it is installed (`pip install uv`): it links each package from its cache instead
 of unpacking it again for every session, which matters for torch; otherwise by virtualenv. uv does not read pip's
@@ -30,6 +31,10 @@ import nox
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+# The triton set's compiler in `nox -s triton`, the version its kernels are built and checked with where torch leaves
+# triton free (its CPU wheel). Not in constraints.txt: PyPI's Linux torch (the CUDA build) pins its own triton, and a
+# second pin would make every install through constraints.txt impossible there.
+TRITON = "triton==3.9.0"
 PYTHON = "3.11"
 
 # Each package with the sibling packages it depends on, in install order.
@@ -100,7 +105,9 @@ def triton(session: nox.Session) -> None:
     tensors), `gpt-train verify --kernels triton` likewise, and every kernel compiled ahead of time for sm_80
     and sm_90 (the compile test needs no interpreter: Triton builds GPU binaries on a CPU)."""
     install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
-    session.install(*CONSTRAINTS, package_dir("gpt-core") + "[test,triton]")
+    pins = "import importlib.metadata as m; print(any(r.startswith('triton') for r in m.requires('torch') or []))"
+    pinned = session.run("python", "-c", pins, silent=True).strip() == "True"  # a CUDA torch's own triton
+    session.install(*CONSTRAINTS, package_dir("gpt-core") + "[test,triton]", *([] if pinned else [TRITON]))
     workers, env = parallel_pytest(session, dist="load")
     tests = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("attention", "kernels", "set")]
     session.run("pytest", "-q", *workers, *tests, *session.posargs, env=env | {"TRITON_INTERPRET": "1"})
