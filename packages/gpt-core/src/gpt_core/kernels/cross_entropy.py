@@ -16,8 +16,8 @@ from gpt_core.reference import IGNORE_INDEX, upcast
 
 class _CrossEntropy(torch.autograd.Function):
     """Backward: (softmax(logits) - onehot(target)) / n_scored on scored rows, zero elsewhere (everywhere when no row
-    is scored, as PyTorch's). 16-bit logits: the
-    loss is float32 (as PyTorch's under autocast), the gradient in the logits' dtype."""
+    is scored, as PyTorch's). 16-bit logits: the loss is float32 (as PyTorch's under autocast), the gradient in the
+    logits' dtype."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
