@@ -35,8 +35,8 @@ from gpt_viz.run_layout import RunLayout, parse_metric_key
 PAGE_NAME = "explore.html"
 TEMPLATE = "explore_template.html"
 MARKER = re.compile(r"__([A-Z]+)__")  # where a page template takes a part: __HEAD__, __DATA__, ...
-# Characters that could close the data's <script> element or open markup inside it, as JSON escapes.
 MOST_POINTS = 2000  # of a series on the page, whose curves canvas is at most 1,100 pixels wide
+# Characters that could close the data's <script> element or open markup inside it, as JSON escapes.
 _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
