@@ -59,7 +59,7 @@ step() {  # step NAME LIMIT COMMAND...: run it for at most LIMIT seconds (less i
   if declare -F "$1" > /dev/null; then  # a function of this script: it applies LIMIT itself
     time LIMIT=$limit "$@" || verdict=failed
   else
-    time timeout --signal=INT --kill-after=10 "$limit" "$@" || verdict=failed
+    time LIMIT=$limit limited "$@" || verdict=failed
   fi
   if [ $verdict = failed ] && [ $((SECONDS - start)) -ge $((limit - 1)) ]; then verdict="timed out"; fi  # not wrong
   [ "$verdict" = passed ] || failed+=("$name ($verdict)")
@@ -73,7 +73,8 @@ unpacked() {  # unpacked NAME WHAT: a step left out because the pack has no WHAT
 triton_set() {  # triton_set COMMAND...: on a CPU, in Triton's interpreter
   if [ "$DEVICE" = cpu ]; then TRITON_INTERPRET=1 "$@"; else "$@"; fi
 }
-gpt_train() { timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON -m gpt_train "$@"; }
+limited() { timeout --signal=INT --kill-after=10 "$LIMIT" "$@"; }  # limited COMMAND...: stopped after LIMIT seconds
+gpt_train() { limited $PYTHON -m gpt_train "$@"; }
 sort_run() {  # sort_run MODE [FLAGS]: the default sort run, its final.json kept in $OUT
   local mode=$1
   shift
@@ -95,20 +96,20 @@ modadd() {
     { cp $RUNS/modadd/grokking.png "$OUT/modadd-$DEVICE-grokking.png" 2>/dev/null || true; }
 }
 kv_cache() {  # kv_cache ARGS...: benchmarks/kv_cache.py on $DEVICE, its table appended to $OUT/kv_cache.md
-  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON benchmarks/kv_cache.py --device $DEVICE $QUICK "$@" |
+  limited $PYTHON benchmarks/kv_cache.py --device $DEVICE $QUICK "$@" |
     tee -a "$OUT/kv_cache.md"
 }
 gpu_step() {  # gpu_step SHAPE: benchmarks/gpu_step.py at that shape, its table appended to $OUT/gpu_step.md
   local shape=$([ "$DEVICE" = cpu ] && echo --quick || echo --shapes "$1")
-  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON benchmarks/gpu_step.py --nanogpt "$PACK/nanoGPT" \
+  limited $PYTHON benchmarks/gpu_step.py --nanogpt "$PACK/nanoGPT" \
     --device $DEVICE $shape | tee -a "$OUT/gpu_step.md"
 }
 recipe() {  # nanoGPT's GPU recipe against ours, its table to $OUT (the pipe's status is the experiment's)
-  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON experiments/exp_nanogpt.py --recipe gpu --device $DEVICE \
+  limited $PYTHON experiments/exp_nanogpt.py --recipe gpu --device $DEVICE \
     $QUICK --nanogpt "$PACK/nanoGPT" --data "$PACK/tinyshakespeare.txt" --out $RUNS/recipe | tee "$OUT/recipe.md"
 }
 tests() {  # tests PYTEST_ARGS...: pytest for at most LIMIT seconds
-  timeout --signal=INT --kill-after=10 "$LIMIT" $PYTHON -m pytest -q -p no:cacheprovider "$@"
+  limited $PYTHON -m pytest -q -p no:cacheprovider "$@"
 }
 
 {
