@@ -491,6 +491,15 @@ def test_token_labels_escape_whitespace_and_show_partial_characters_as_bytes(cor
     ]
 
 
+def test_token_labels_show_invisible_characters_as_their_escapes(tmp_path):
+    invisible = "\u2028\u2029\u202e\u200f\x01\xa0"  # separators, direction marks, a control, no-break space
+    text = "".join(part + invisible for part in sentences(6000).split(". "))  # in every chunk, trained on
+    (tmp_path / "invisible.txt").write_text(text, encoding="utf-8")
+    task = text_task(tmp_path / "invisible.txt", tokenizer="char")
+    labels = task.token_labels(task.encode(invisible))
+    assert labels == ["\\u2028", "\\u2029", "\\u202e", "\\u200f", "\\x01", "\\xa0"]
+
+
 # hostile caches and corpora -----------------------------------------------------------------------------
 def edit_after_hashing(monkeypatch, edited: str) -> None:
     """Make the corpus change right after it is hashed, as an editor saving it mid-preparation would."""

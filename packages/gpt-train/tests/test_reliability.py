@@ -7,6 +7,7 @@ import datetime
 import errno
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -552,6 +553,17 @@ def test_an_empty_out_is_refused_not_taken_for_the_current_directory(cli, tmp_pa
     monkeypatch.chdir(here)
     assert_one_line_error(cli(*TINY, "--out", ""), "Invalid value for '--out': is empty; name a directory")
     assert list(here.iterdir()) == []
+
+
+def test_an_out_that_is_not_utf8_is_refused_and_a_renamed_run_says_why_it_cannot_be_read(cli, tiny_run, tmp_path):
+    latin1 = tmp_path / os.fsdecode(b"sort\xe9")  # typed in a Latin-1 terminal: safetensors cannot open it again
+    result = cli(*TINY, "--out", latin1)
+    assert_one_line_error(result, "Invalid value for '--out': ", code=2)
+    assert "is not UTF-8 text; name it in UTF-8" in result.err and not latin1.exists()
+    shutil.copytree(tiny_run, latin1)  # a run renamed so afterwards: its checkpoint is whole, not "corrupted"
+    result = cli("eval", latin1)
+    assert_one_line_error(result, "safetensors opens only paths in UTF-8; rename the directory")
+    assert "corrupted" not in result.err
 
 
 def test_data_for_a_task_that_reads_none_is_named_as_such(cli, tmp_path):

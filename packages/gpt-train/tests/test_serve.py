@@ -223,12 +223,45 @@ def test_hostile_prompts_are_answered_with_a_message_and_the_server_keeps_servin
     assert (status, json.loads(body)) == (400, {"error": "the request has too many fields"})
     status, body = get(server, "/api/prompt?text=" + quote("<script>alert(1)</script>"))
     assert status == 400 and "cannot encode" in json.loads(body)["error"]
-    reply = raw(server, b"GET /api/prompt?text=\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # raw bytes
+    reply = raw(server, b"GET /api/prompt?text=\xff\xfe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.0 400") and b"cannot encode" in reply
     reply = raw(server, b"\x00\x01garbage\r\n\r\n")  # no HTTP version: answered the HTTP/0.9 way, a bare body
     assert b"Error code: 400" in reply
     assert get(server, "/", method="POST")[0] == 405
     assert get(server, f"/api/prompt?text={PROMPT}")[0] == 200
+
+
+@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8765", "127.0.0.1.nip.io", "[::2]:80"])
+def test_a_request_addressed_to_another_name_is_refused_so_a_rebound_page_cannot_read_the_model(server, host):
+    for path in ("/", "/api/run", f"/api/prompt?text={PROMPT}"):
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        reply = raw(server, request)
+        assert reply.startswith(b"HTTP/1.0 403"), reply[:200]
+        assert reply.endswith(b'{"error": "this server answers requests to localhost only"}')
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:1", "127.0.0.1", "127.0.0.2:9", "[::1]:8765", None])
+def test_a_request_addressed_to_the_loopback_is_served(server, host):
+    line = b"" if host is None else f"Host: {host}\r\n".encode()
+    reply = raw(server, b"GET /api/run HTTP/1.0\r\n" + line + b"\r\n")
+    assert reply.startswith(b"HTTP/1.0 200"), reply[:200]
+
+
+def test_serve_listens_on_the_ipv6_loopback_when_asked(run_dir):
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        httpd = make_server(Explorer(run_dir, CPU), "::1", 0)
+    except OSError as error:  # a machine whose kernel has IPv6 switched off
+        pytest.skip(f"cannot bind ::1: {error}")
+    with httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        connection = http.client.HTTPConnection("::1", httpd.server_address[1], timeout=60)
+        connection.request("GET", "/api/run")
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["layers"] == 2
+        connection.close()
+        httpd.shutdown()
 
 
 def test_many_requests_at_once_all_get_the_same_answer(server):

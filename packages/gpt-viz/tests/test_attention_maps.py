@@ -58,6 +58,10 @@ def test_display_token_escapes_mathtext_and_shows_newlines():
     assert display_token("a$b\n") == "a\\$b↵"
 
 
+def test_display_token_shows_invisible_characters_and_lone_surrogates_as_escapes():
+    assert display_token("\u2028\u202e\x01\udce9 ") == "\\u2028\\u202e\\x01\\udce9␣"
+
+
 def test_long_sequences_get_thinned_tick_labels():
     length = 3 * MAX_TICK_LABELS
     (ax,) = heatmap_axes(attention_map(causal_map(length), [str(i) for i in range(length)]))

@@ -100,6 +100,11 @@ def test_the_page_renders_a_real_picture(page):
     assert page.locator("#example option").all_inner_texts() == ["1: 12+34=46\u2423$", "2: 9+8=17$", "3: 50+50=100$"]
 
 
+def test_invisible_characters_in_a_token_show_as_their_escapes_not_as_a_blank(page):
+    shown = page.evaluate(r"shown('a\u2028\u2029\u202e\u200f\x01 \n\t')")
+    assert shown == "a\\u2028\\u2029\\u202e\\u200f\\u0001\u2423\u21b5\u21e5"
+
+
 def test_the_page_opens_on_the_head_the_ablation_table_finds_most_needed(page, run_dir):
     # ABLATION: head 1.0 zero-ablated leaves 0.1, the lowest
     assert (page.input_value("#layer"), page.input_value("#head")) == ("1", "0")

@@ -1,5 +1,6 @@
 """The run directory schema: file names in one place, and metric keys that read back as they were made."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,16 @@ def test_existing_of_a_missing_directory_is_empty(tmp_path):
 def test_layouts_of_one_directory_are_equal_and_hashable(tmp_path):
     assert RunLayout(tmp_path) == RunLayout(Path(str(tmp_path)))
     assert len({RunLayout(tmp_path), RunLayout(tmp_path)}) == 1
+
+
+def test_a_runs_name_is_its_directorys_own_name_for_dot_too(tmp_path, monkeypatch):
+    run = tmp_path / "sort-rope"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    assert RunLayout(".").name == RunLayout(run).name == "sort-rope"
+
+
+def test_a_run_name_that_is_not_utf8_is_shown_with_replacement_characters(tmp_path):
+    name = os.fsdecode(b"sort\xe9")  # a Latin-1 name: Python holds the byte as a lone surrogate
+    assert RunLayout(tmp_path / name).name == "sort\ufffd"
+    assert RunLayout(tmp_path / name).name.encode("utf-8")  # a page or a title can write it

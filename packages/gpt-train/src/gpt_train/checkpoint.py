@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from safetensors.torch import save_file
 
 from gpt_core import GPTConfig
 from gpt_train.errors import TrainError
-from gpt_train.files import WriteError, write_atomically
+from gpt_train.files import WriteError, is_utf8, write_atomically
 
 T = TypeVar("T")
 
@@ -83,6 +84,9 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
 def _opened(path: Path, read: Callable[[Path], T]) -> T:
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
+    if not is_utf8(path):
+        shown = os.fsencode(path).decode("utf-8", "replace")
+        raise CheckpointError(f"checkpoint {shown}: safetensors opens only paths in UTF-8; rename the directory")
     try:
         return read(path)
     except HEADER_ERRORS as error:

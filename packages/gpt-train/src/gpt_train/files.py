@@ -52,3 +52,12 @@ def write_bytes_atomically(path: Path, data: bytes) -> None:
 
 def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     write_bytes_atomically(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def is_utf8(path: str | Path) -> bool:
+    """Whether a path's bytes are UTF-8 (Python holds other bytes as lone surrogates, which safetensors refuses)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

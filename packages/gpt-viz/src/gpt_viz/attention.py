@@ -24,7 +24,8 @@ BOUNDARY = "Red lines: the prompt ends and the answer begins; below them, what e
 
 
 def display_token(token: str) -> str:
-    return plain("".join(_VISIBLE.get(char, char) for char in token))
+    shown = (_VISIBLE.get(char) or (char if char.isprintable() else ascii(char)[1:-1]) for char in token)
+    return plain("".join(shown))  # a control or format character (U+2028, U+202E) as its escape
 
 
 def draw_attention(

@@ -58,7 +58,8 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     if has_attention:
         _draw_last_layer_attention(figure, figure.add_subplot(grid[:, 1]), run)
     task = config.get("task")
-    figure.suptitle(plain(f"{task} — {run.name}" if task else run.name))
+    name = RunLayout(run).name
+    figure.suptitle(plain(f"{task} — {name}" if task else name))
     return figure
 
 
@@ -142,7 +143,7 @@ def compare_runs(
     runs = [run_directory(run_dir) for run_dir in run_dirs]
     if not runs:
         raise VizError("compare needs at least one run directory")
-    labels = [plain(run.name) for run in runs] if labels is None else [plain(label) for label in labels]
+    labels = [plain(RunLayout(run).name) for run in runs] if labels is None else [plain(label) for label in labels]
     if len(labels) != len(runs):
         raise VizError(f"got {len(labels)} labels for {len(runs)} runs; give one label per run")
 

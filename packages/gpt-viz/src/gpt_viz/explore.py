@@ -94,7 +94,7 @@ def page_data(run: Path) -> dict[str, Any]:
     layer, head = most_needed_head(ablation) if ablation else (0, 0)
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
     return {
-        "title": f"{task} — {run.name}" if task else run.name,
+        "title": f"{task} — {RunLayout(run).name}" if task else RunLayout(run).name,
         "model": {key: model[key] for key in ("n_layer", "n_head", "n_embd", "pos") if _is_setting(model.get(key))},
         "curves": curves_data(load_metrics(run), config.get("primary_metric")),
         "attention": [attention_data(snapshot) for snapshot in attention],

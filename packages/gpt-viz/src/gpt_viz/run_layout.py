@@ -4,6 +4,7 @@ packages/gpt-viz/README.md). gpt-tasks follows the grammar without importing it 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,11 @@ class RunLayout:
 
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))
+
+    @property
+    def name(self) -> str:
+        """The run's name in titles: its directory's own name (that of `.` too), bytes that are not UTF-8 as \ufffd."""
+        return os.fsencode(self.root.resolve().name).decode("utf-8", "replace")
 
     config = _path_of(CONFIG)
     metrics = _path_of(METRICS)

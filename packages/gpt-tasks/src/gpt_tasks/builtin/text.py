@@ -41,7 +41,6 @@ DEFAULT_BPE_VOCAB = 1024
 EVAL_BATCH = 256  # windows per forward pass
 FINAL_EVAL_WINDOWS = 4096  # a final evaluation's default sample (tiny-shakespeare has 1,744 held-out windows)
 PROMPT_TOKENS = 8
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,8 @@ class TextVocabulary:
 
     def token_labels(self, ids: Sequence[int]) -> list[str]:
         table = self.tokenizer.token_bytes()
-        return ["".join(_ESCAPES.get(ch, ch) for ch in table[i].decode("utf-8", "backslashreplace")) for i in ids]
+        labels = (table[i].decode("utf-8", "backslashreplace") for i in ids)  # "\\n", "\\u2028": a label is seen
+        return ["".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in label) for label in labels]
 
     def example_prompts(self) -> list[str]:
         raise ValueError(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from gpt_train.files import is_utf8
+
 DEVICE_HELP = "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps. An absent device is an error."
 KERNEL_HELP = "Compute SLOT with kernel NAME: installed (see `gpt-train kernels`) or module:function. Repeatable."
 SEED = click.IntRange(0, 2**63 - 1)  # the seeds `run --seed` takes
@@ -37,9 +39,11 @@ TRUST_KERNELS_OPTION = trust_kernels_option()
 
 def named_path(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
     """A path option's callback: an empty one (an unset shell variable, `--out "$DIR"`) refused, not the current
-    directory."""
+    directory, and one that is not UTF-8 text (a Latin-1 terminal's name), which safetensors cannot open again."""
     if value == "":
         raise click.BadParameter("is empty; name a directory", ctx, param)
+    if value is not None and not is_utf8(value):
+        raise click.BadParameter(f"{click.format_filename(value)} is not UTF-8 text; name it in UTF-8", ctx, param)
     return None if value is None else Path(value)
 
 

@@ -355,9 +355,9 @@ def phases_command(run: str, device: str, trust_kernels: bool) -> None:
     measured = f"{count} snapshot{'s' * (count > 1)}, steps {first:,}-{last:,}"
     click.echo(f"grokking's progress measures of {run.run_dir} ({measured}; losses in nats)")
     click.echo(format_table(phases.TABLE_HEADER, phases.table_rows(result)))
-    title = f"{run.run_dir.name}: grokking's phases (key frequencies {', '.join(map(str, result.keys)) or 'none'})"
-    draw = lambda record: gpt_viz.progress_measures(record["records"], title=title)
     layout = RunLayout(run.run_dir)
+    title = f"{layout.name}: grokking's phases (key frequencies {', '.join(map(str, result.keys)) or 'none'})"
+    draw = lambda record: gpt_viz.progress_measures(record["records"], title=title)
     paths = layout.phases, layout.phases_picture
     save(result.to_json(), run.step, draw, paths, lambda _: phases.phases_findings(result))
 

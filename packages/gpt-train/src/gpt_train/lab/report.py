@@ -131,14 +131,14 @@ def report_page(
     if reads is not None:
         sections.append(section("reads", "What each head reads", layout.reads_picture, reads_tables(reads)))
     summary = (
-        f"The {task} model of {layout.root.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
+        f"The {task} model of {layout.name}, checkpoint of step {heads.get('step'):,}; {heads['metric']} "
         f"{heads['baseline']:.4f} on {heads['examples']:,} held-out examples."
     )
     by_reason: dict[str, list[str]] = {}  # three patching points refused for one reason are one sentence
     for name, reason in (left_out or {}).items():
         by_reason.setdefault(reason, []).append(name)
     summary += "".join(f" Left out, {', '.join(names)}: {reason}." for reason, names in by_reason.items())
-    title = f"{task} — {layout.root.name}"
+    title = f"{task} — {layout.name}"
     parts = {
         "TITLE": html.escape(title),
         "SUMMARY": html.escape(summary),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import socket
 import sys
 import threading
 from http import HTTPStatus
@@ -101,7 +102,7 @@ class Explorer:
         records, left_out = saved_records(RunLayout(run_dir), self.model, saved.step)
         layer, head = most_needed_head(records["heads"]) if "heads" in records else (0, 0)
         self.summary = {
-            "title": f"{saved.config.task} — {run_dir.name}",
+            "title": f"{saved.config.task} — {RunLayout(run_dir).name}",
             "task": saved.config.task,
             "step": saved.step,
             "layers": self.model.config.n_layer,
@@ -121,13 +122,34 @@ class Explorer:
             return explain_prompt(self.vocabulary, self.model, self.device, text).to_json()
 
 
+def names_this_machine(host: str | None) -> bool:
+    """Whether a request's Host header names the loopback: a browser page of another site that has pointed its own
+    name at 127.0.0.1 (DNS rebinding) sends its own name, and must not read the model's answers."""
+    if host is None:  # HTTP/1.0 without one: no browser sends such a request
+        return True
+    name = urlsplit(f"//{host}").hostname or ""
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(name).is_loopback
+    return name == "localhost"
+
+
 class Handler(BaseHTTPRequestHandler):
     """GET /, /api/run and /api/prompt?text=...; another path is 404, POST, PUT, DELETE and PATCH 405 (JSON, as every
-    answer), and a method the server knows nothing of (HEAD, OPTIONS) the standard library's 501."""
+    answer), and a method the server knows nothing of (HEAD, OPTIONS) the standard library's 501. Listening on the
+    loopback, a request addressed to another name is 403."""
 
     explorer: Explorer  # set on the subclass make_server builds
     server_version = "gpt-train-serve"
     sys_version = ""
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        loopback = ipaddress.ip_address(self.server.server_address[0]).is_loopback
+        if loopback and not names_this_machine(self.headers.get("Host")):
+            self.send_json(HTTPStatus.FORBIDDEN, {"error": "this server answers requests to localhost only"})
+            return False
+        return True
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -217,9 +239,11 @@ class ExplorerServer(ThreadingHTTPServer):
 
 
 def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PORT) -> ExplorerServer:
-    """A server for `explorer` bound to host:port (port 0: any free one); serve_forever() runs it."""
+    """A server for `explorer` bound to host:port (port 0: any free one; an IPv6 host such as ::1 too);
+    serve_forever() runs it."""
     handler = type("ExplorerHandler", (Handler,), {"explorer": explorer, "timeout": CONNECTION_TIMEOUT})
-    return ExplorerServer((host, port), handler)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return type("Server", (ExplorerServer,), {"address_family": family})((host, port), handler)
 
 
 @click.command()
@@ -261,7 +285,8 @@ def serve(run_dir: Path, port: int, host: str, device: str, trust_kernels: bool)
         )
     try:
         with ctrl_c_interrupts():
-            click.echo(f"serving {run_dir} at http://{address}:{bound}/ (Ctrl-C stops)")  # Ctrl-C from now on stops
+            shown = f"[{address}]" if ":" in address else address
+            click.echo(f"serving {run_dir} at http://{shown}:{bound}/ (Ctrl-C stops)")  # Ctrl-C from now on stops
             server.serve_forever()
     except KeyboardInterrupt:
         click.echo("stopped")
