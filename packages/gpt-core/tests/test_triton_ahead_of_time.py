@@ -1,15 +1,19 @@
 """Every Triton kernel of the `triton` set compiles for the NVIDIA chips it is meant for, from a CPU.
 
-Triton builds a GPU binary without a GPU (its own ptxas): each kernel, at the dtypes and block sizes the set
-launches it with (each module's AOT_SPECS), is compiled for sm_80 (A100) and sm_90 (H100, H200), and must fit
-the chip's shared memory per block. A kernel that asks for more than the chip has fails here, in CI, instead of
-at a user's first launch.
+Triton builds a GPU binary without a GPU (its own ptxas): each kernel, at the dtypes, block sizes, warps and
+pipeline stages the set launches it with (each module's AOT_SPECS), is compiled for sm_80 (A100) and sm_90
+(H100, H200). It must fit the chip's shared memory per block and its registers per block, and spill no register
+to local memory (cuobjdump, shipped with Triton, reads the binary's resource use). A kernel that asks for more
+than the chip has fails here, in CI, instead of at a user's first launch or as a slow loop on a user's GPU.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -23,13 +27,14 @@ from triton.runtime.jit import JITFunction  # noqa: E402
 
 MODULES = ("attention", "layer_norm", "cross_entropy", "gelu", "softmax")
 SHARED_MEMORY = {80: 166_912, 90: 232_448}  # bytes of shared memory one block may use (A100: 163 KiB, H100: 227 KiB)
+REGISTERS_PER_BLOCK = 65_536  # 32-bit registers one block may use, on both chips (at most 255 a thread)
+CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
 
 def specs():
     for name in MODULES:
         module = importlib.import_module(f"gpt_core.kernels.triton.{name}")
-        options = getattr(module, "AOT_OPTIONS", {})  # the warps and pipeline stages the module launches with
-        for kernel, signature, constexprs in module.AOT_SPECS:
+        for kernel, signature, constexprs, options in module.AOT_SPECS:  # options: the launch's warps and stages
             label = ",".join(f"{k}={v}" for k, v in constexprs.items())
             dtypes = sorted({t for t in signature.values() if t.startswith("*")})
             case = f"{name}.{kernel.fn.__name__}[{label};{'/'.join(dtypes)}]"
@@ -41,8 +46,8 @@ SPECS = list(specs())
 
 @pytest.mark.parametrize("capability", sorted(SHARED_MEMORY))
 @pytest.mark.parametrize(("kernel", "signature", "constexprs", "options"), SPECS)
-def test_every_triton_kernel_compiles_for_the_chip_within_its_shared_memory(
-    kernel, signature, constexprs, options, capability
+def test_every_triton_kernel_compiles_for_the_chip_within_its_memory_and_registers_without_spilling(
+    kernel, signature, constexprs, options, capability, tmp_path
 ):
     if not isinstance(kernel, JITFunction):  # imported under TRITON_INTERPRET=1: the interpreter's wrapper
         kernel = JITFunction(kernel.fn)
@@ -55,6 +60,19 @@ def test_every_triton_kernel_compiles_for_the_chip_within_its_shared_memory(
     shared = compiled.metadata.shared
     limit = SHARED_MEMORY[capability]
     assert shared <= limit, f"needs {shared} bytes of shared memory, sm_{capability} has {limit}"
+    registers, spilled = resource_use(compiled.asm["cubin"], tmp_path)
+    threads = 32 * compiled.metadata.num_warps
+    assert registers * threads <= REGISTERS_PER_BLOCK, f"{registers} registers x {threads} threads do not fit a block"
+    assert spilled == 0, f"spills {spilled} bytes a thread to local memory ({registers} registers): smaller tiles"
+
+
+def resource_use(cubin: bytes, folder: Path) -> tuple[int, int]:
+    """(registers a thread, bytes of stack a thread: the spills) of a compiled kernel, from `cuobjdump -res-usage`."""
+    path = folder / "kernel.cubin"
+    path.write_bytes(cubin)
+    report = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    registers, stack = re.search(r"REG:(\d+) STACK:(\d+)", report).groups()
+    return int(registers), int(stack)
 
 
 def test_every_module_of_the_set_names_kernels_to_compile():

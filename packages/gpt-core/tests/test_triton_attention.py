@@ -243,24 +243,41 @@ def test_float32_matmuls_are_exact_unless_pytorch_allows_tf32():
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def test_aot_specs_cover_every_kernel_in_fp32_bf16_fp16_at_head_dims_64_and_128():
-    kernels = {fa._attn_fwd, fa._bwd_preprocess, fa._bwd_dkdv, fa._bwd_dq}
-    covered = {
-        (fn, sig.get("Q", sig.get("Out")), const["HEAD_DIM"]) for fn, sig, const in fa.AOT_SPECS if fn in kernels
-    }
-    assert covered == {(fn, ty, d) for fn in kernels for ty in ("*fp32", "*bf16", "*fp16") for d in (64, 128)}
-    assert fa._dropout_keep_kernel in {fn for fn, _, _ in fa.AOT_SPECS}
-    for fn, sig, const in fa.AOT_SPECS:
+def test_aot_specs_cover_every_kernel_at_every_dot_precision_and_head_dim_with_the_tiles_it_launches_with():
+    kernels = {fa._attn_fwd, fa._bwd_dkdv, fa._bwd_dq}
+    dtypes = {"*fp32": torch.float32, "*bf16": torch.bfloat16, "*fp16": torch.float16}
+    covered = set()
+    for fn, sig, const, options in fa.AOT_SPECS:
         assert list(sig) == fn.arg_names
         assert {name for name, ty in sig.items() if ty == "constexpr"} == set(const)
+        if fn in kernels:
+            dtype, d = dtypes[sig["Q"]], const["HEAD_DIM"]
+            block_m, block_n, num_warps = fa._tiles(dtype, d, const["PRECISION"])
+            assert (const["BLOCK_M"], const["BLOCK_N"]) == (block_m, block_n)
+            assert options == {"num_warps": num_warps, "num_stages": fa._NUM_STAGES}
+            covered.add((fn, sig["Q"], const["PRECISION"], d))
+    inputs = [("*fp32", "ieee"), ("*fp32", "tf32"), ("*bf16", "ieee"), ("*fp16", "ieee")]
+    assert covered == {(fn, ty, p, d) for fn in kernels for ty, p in inputs for d in (16, 32, 64, 128)}
+    preprocessed = {
+        (sig["Out"], const["HEAD_DIM"], const["BLOCK_M"])
+        for fn, sig, const, _ in fa.AOT_SPECS
+        if fn is fa._bwd_preprocess
+    }
+    launched = {(ty, d, fa._tiles(dtypes[ty], d, p)[0]) for ty, p in inputs for d in (16, 32, 64, 128)}
+    assert preprocessed == launched
+    assert fa._dropout_keep_kernel in {fn for fn, *_ in fa.AOT_SPECS}
 
 
 def test_block_sizes_are_powers_of_two_of_at_least_16_and_shrink_with_the_row_size():
     for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         for d in (16, 24, 48, 64, 80, 128):
-            m, n = fa._blocks(dtype, d)
-            assert m >= 16 and n >= 16 and m & (m - 1) == 0 and n & (n - 1) == 0
-    assert fa._blocks(torch.float32, 128)[1] <= fa._blocks(torch.float16, 128)[1]
+            for precision in ("ieee", "tf32"):
+                m, n, warps = fa._tiles(dtype, d, precision)
+                assert m >= 16 and n >= 16 and m & (m - 1) == 0 and n & (n - 1) == 0 and warps in (4, 8)
+    for d in (16, 32, 64, 128):  # fp32's rows hold twice the bytes: its tiles are never the larger
+        half = math.prod(fa._tiles(torch.float16, d, "ieee")[:2])
+        assert math.prod(fa._tiles(torch.float32, d, "ieee")[:2]) <= half
+        assert math.prod(fa._tiles(torch.float32, d, "tf32")[:2]) <= half
     assert fa._block_d(24) == 32 and fa._block_d(48) == 64 and fa._block_d(8) == 16
 
 

@@ -346,10 +346,10 @@ def test_layer_norm_of_bf16_activations_with_float32_weight_and_bias_keeps_each_
 @pytest.mark.parametrize("name", MODULES)
 def test_each_module_lists_its_kernels_for_ahead_of_time_compilation_in_32_and_16_bits(name):
     module = importlib.import_module(f"gpt_core.kernels.triton.{name}")
-    kernels = {kernel for kernel, _, _ in module.AOT_SPECS}
+    kernels = {kernel for kernel, *_ in module.AOT_SPECS}
     assert len(kernels) == 2  # the forward and the backward
     input_dtypes = set()
-    for kernel, signature, constexprs in module.AOT_SPECS:
+    for kernel, signature, constexprs, _ in module.AOT_SPECS:
         assert set(signature) == set(kernel.arg_names), kernel.arg_names  # every argument typed, none extra
         assert {k for k, v in signature.items() if v == "constexpr"} == set(constexprs)
         input_dtypes.add(signature[kernel.arg_names[0]])  # the first argument: x, the logits, or y

@@ -60,7 +60,8 @@ Shapes in comments: (BLOCK_M, BLOCK_D) etc., BLOCK_D the head dim padded to a po
 the padding masked on load. q, k, v may be strided views (of a fused qkv projection): their strides
 are passed to the kernels, never copied. O, dO, dQ, dK, dV are contiguous buffers of this module
 (unit stride along d). Head dims up to 128. `AOT_SPECS` lists every kernel's signature for compiling ahead
-of time (sm_80, sm_90) from a CPU; compiled so, the largest takes 103 KB of shared memory.
+of time (sm_80, sm_90) from a CPU; compiled so, the largest takes 65 KiB of shared memory and none spills a
+register (`_TILES`).
 """
 
 from __future__ import annotations
@@ -73,7 +74,6 @@ import triton.language as tl
 from torch import Tensor
 
 _LOG2_E = tl.constexpr(1.4426950408889634)  # log2(e), readable inside the kernels
-_NUM_WARPS = 4
 _NUM_STAGES = 2
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _INTERPRETED = tl.constexpr(bool(triton.knobs.runtime.interpret))  # kernels run by the interpreter
@@ -358,17 +358,23 @@ def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def _blocks(dtype: torch.dtype, head_dim: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N), by the bytes of one tile row: the k and v tiles (num_stages deep) with q and dO stay
-    far inside sm_80's 164 KB of shared memory (at most 103 KB, fp32 d = 128 backward, compiled from a CPU)."""
-    row = torch.finfo(dtype).bits // 8 * _block_d(head_dim)  # bytes per row of a tile
-    if row <= 128:  # 16-bit d <= 64, fp32 d <= 32, fp64 d = 16
-        return 64, 64
-    if row <= 256:  # 16-bit d = 128, fp32 d = 64, fp64 d = 32
-        return 64, 32
-    if row <= 512:  # fp32 d = 128, fp64 d = 64
-        return 32, 32
-    return 32, 16  # fp64 d = 128
+# (BLOCK_M, BLOCK_N, num_warps) by the dot's inputs and BLOCK_D: large tiles whose three kernels compile for sm_80
+# and sm_90 without spilling a register, with Triton 3.6, 3.7 and 3.9 (test_triton_ahead_of_time.py compiles
+# each from a CPU and asks ptxas). A spill sends a thread's values through local memory inside the loop over blocks.
+# Exact fp32 (no tensor cores) holds the most per thread, so it takes the smallest tiles. Chosen by compiling, not
+# timed on a GPU.
+_TILES = {
+    "16-bit": {16: (64, 64, 8), 32: (32, 64, 8), 64: (64, 32, 8), 128: (64, 32, 8)},
+    "tf32": {16: (64, 64, 8), 32: (32, 16, 8), 64: (64, 32, 8), 128: (32, 16, 8)},
+    "ieee": {16: (32, 32, 4), 32: (16, 32, 4), 64: (32, 16, 4), 128: (32, 16, 8)},
+    "fp64": {16: (64, 64, 4), 32: (64, 32, 4), 64: (32, 32, 4), 128: (32, 16, 4)},  # verification only: not tuned
+}
+
+
+def _tiles(dtype: torch.dtype, head_dim: int, precision: str) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) from `_TILES` for q's dtype, its head dim and the dot's precision."""
+    inputs = "16-bit" if dtype.itemsize == 2 else "fp64" if dtype == torch.float64 else precision
+    return _TILES[inputs][_block_d(head_dim)]
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -384,7 +390,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _launch_meta(q: Tensor, causal: bool, dropout_p: float, blocks: tuple[int, int] | None) -> dict:
     head_dim = q.shape[-1]
-    block_m, block_n = blocks or _blocks(q.dtype, head_dim)
+    precision = _precision(q.dtype)
+    block_m, block_n, num_warps = _tiles(q.dtype, head_dim, precision)
+    block_m, block_n = blocks or (block_m, block_n)
     if blocks is None and q.shape[2] < block_m:  # short query blocks (decoding): no idle rows
         block_m = max(16, triton.next_power_of_2(q.shape[2]))
     return dict(
@@ -395,8 +403,8 @@ def _launch_meta(q: Tensor, causal: bool, dropout_p: float, blocks: tuple[int, i
         CAUSAL=causal,
         DROPOUT_P=float(dropout_p),
         SM_SCALE=1.0 / math.sqrt(head_dim),
-        PRECISION=_precision(q.dtype),
-        num_warps=_NUM_WARPS,
+        PRECISION=precision,
+        num_warps=num_warps,
         num_stages=_NUM_STAGES,
     )
 
@@ -524,31 +532,33 @@ def _signature(kernel, pointers: dict[str, str], constexprs: dict[str, object]) 
     return {name: "constexpr" if name in constexprs else pointers.get(name, "i32") for name in kernel.arg_names}
 
 
-def _aot_specs() -> list[tuple[object, dict[str, str], dict[str, object]]]:
-    """Every kernel for fp32, bf16 and fp16 at head dims 64 and 128 with the block sizes `_blocks` picks, in
-    its fullest variant (causal, with dropout: without either, the code is a subset on the same tiles); d
-    strides fixed at 1, as the JIT specialises a contiguous last axis."""
+def _aot_specs() -> list[tuple[object, dict[str, str], dict[str, object], dict[str, int]]]:
+    """Every kernel for each dot precision (fp32 exact and TF32, bf16, fp16) at head dims 16, 32, 64 and 128 with the
+    tiles and warps `_tiles` picks, in its fullest variant (causal, with dropout: without either, the code is a
+    subset on the same tiles); d strides fixed at 1, as the JIT specialises a contiguous last axis."""
     specs = []
-    for dtype, ty in ((torch.float32, "*fp32"), (torch.bfloat16, "*bf16"), (torch.float16, "*fp16")):
+    inputs = [(torch.float32, "*fp32", "ieee"), (torch.float32, "*fp32", "tf32")]
+    inputs += [(torch.bfloat16, "*bf16", "ieee"), (torch.float16, "*fp16", "ieee")]
+    for dtype, ty, precision in inputs:
         tensors = {name: ty for name in ("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV")}
         pointers = {**tensors, "LSE": "*fp32", "DELTA": "*fp32"}
-        for head_dim in (64, 128):
-            block_m, block_n = _blocks(dtype, head_dim)
+        for head_dim in (16, 32, 64, 128):
+            block_m, block_n, num_warps = _tiles(dtype, head_dim, precision)
+            options = {"num_warps": num_warps, "num_stages": _NUM_STAGES}
             shape = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_D=_block_d(head_dim))
-            specs.append((_bwd_preprocess, _signature(_bwd_preprocess, pointers, shape), shape))
+            preprocess = (_bwd_preprocess, _signature(_bwd_preprocess, pointers, shape), shape, {})  # Triton's defaults
+            if preprocess not in specs:  # no dot in it: fp32's tiles for exact and TF32 products may be the same
+                specs.append(preprocess)
             consts = dict(shape, BLOCK_N=block_n, CAUSAL=True, DROPOUT_P=0.1, SM_SCALE=1.0 / math.sqrt(head_dim))
-            consts.update(PRECISION="ieee", stride_qd=1, stride_kd=1, stride_vd=1)
+            consts.update(PRECISION=precision, stride_qd=1, stride_kd=1, stride_vd=1)
             for kernel in (_attn_fwd, _bwd_dkdv, _bwd_dq):
-                specs.append((kernel, _signature(kernel, pointers, consts), consts))
+                specs.append((kernel, _signature(kernel, pointers, consts), consts, options))
     keep = dict(DROPOUT_P=0.1, BLOCK_M=32, BLOCK_N=32)
-    specs.append((_dropout_keep_kernel, _signature(_dropout_keep_kernel, {"KEEP": "*u8"}, keep), keep))
+    specs.append((_dropout_keep_kernel, _signature(_dropout_keep_kernel, {"KEEP": "*u8"}, keep), keep, {}))
     return specs
 
 
 AOT_SPECS = _aot_specs()
-"""(kernel, signature, constexprs) for `triton.compile(ASTSource(fn=kernel, signature=..., constexprs=...),
-target=GPUTarget("cuda", 80 or 90, 32), options=AOT_OPTIONS)`: every @triton.jit kernel of this module,
-nothing compiled at import."""
-
-AOT_OPTIONS = {"num_warps": _NUM_WARPS, "num_stages": _NUM_STAGES}
-"""The launch options the kernels run with (triton.compile's defaults differ: num_stages 3)."""
+"""(kernel, signature, constexprs, options) for `triton.compile(ASTSource(fn=kernel, signature=...,
+constexprs=...), target=GPUTarget("cuda", 80 or 90, 32), options=options)`: every @triton.jit kernel of this
+module at the warps and pipeline stages it launches with, nothing compiled at import."""

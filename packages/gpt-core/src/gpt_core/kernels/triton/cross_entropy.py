@@ -145,14 +145,14 @@ def _aot_specs() -> list[tuple]:
         for block in (128, 2048, 4096):  # a short vocabulary in one block; GPT-2's 50304 in blocks
             rows = {"Logits": f"*{dtype}", "Targets": "*i64", "Lse": "*fp32", "row_stride": "i32", "V": "i32"}
             rows |= {"ignore_index": "i32", "BLOCK_V": "constexpr"}
-            consts = {"BLOCK_V": block}
-            specs.append((_cross_entropy_forward_kernel, {**rows, "LossRows": "*fp32"}, consts))
+            consts, options = {"BLOCK_V": block}, {"num_warps": _num_warps(block)}  # as launched
+            specs.append((_cross_entropy_forward_kernel, {**rows, "LossRows": "*fp32"}, consts, options))
             backward = {**rows, "Scale": "*fp32", "DLogits": f"*{dtype}", "d_row_stride": "i32"}
-            specs.append((_cross_entropy_backward_kernel, backward, consts))
+            specs.append((_cross_entropy_backward_kernel, backward, consts, options))
     return specs
 
 
 AOT_SPECS = _aot_specs()
-"""(kernel, signature, constexprs) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
+"""(kernel, signature, constexprs, options) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
 and sm_90): float32, bf16 and fp16 logits in blocks of 128 (V = 65 or 97) and of 2048 and 4096 (V = 50304).
 Nothing is compiled at import."""

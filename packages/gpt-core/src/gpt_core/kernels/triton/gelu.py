@@ -94,12 +94,12 @@ def gelu(x: Tensor) -> Tensor:
 
 AOT_SPECS = [
     (kernel, {**tensors, "n": "i32", "TWO_C": "constexpr", "A": "constexpr", "BLOCK": "constexpr"},
-     {"TWO_C": _TWO_C, "A": _A, "BLOCK": BLOCK})
+     {"TWO_C": _TWO_C, "A": _A, "BLOCK": BLOCK}, {})  # launched with Triton's default warps and stages
     for dtype in ("fp32", "bf16", "fp16")
     for kernel, tensors in (
         (_gelu_forward_kernel, {"X": f"*{dtype}", "Y": f"*{dtype}"}),
         (_gelu_backward_kernel, {"X": f"*{dtype}", "DY": f"*{dtype}", "DX": f"*{dtype}"}),
     )
 ]  # fmt: skip
-"""(kernel, signature, constexprs) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
+"""(kernel, signature, constexprs, options) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
 and sm_90): float32, bf16 and fp16, BLOCK elements a program (any tensor size). Nothing is compiled at import."""

@@ -172,15 +172,18 @@ def _aot_specs() -> list[tuple]:
             rows = {"X": f"*{dtype}", "W": f"*{dtype}", "Mean": "*fp32", "Rstd": "*fp32", "C": "i32"}
             flags = {"HAS_BIAS": "constexpr", "BLOCK_C": "constexpr"}
             consts = {"HAS_BIAS": True, "BLOCK_C": triton.next_power_of_2(width)}
+            options = {"num_warps": _num_warps(consts["BLOCK_C"])}  # as launched
             forward = {**rows, "B": f"*{dtype}", "Y": f"*{dtype}", "x_row_stride": "i32", "y_row_stride": "i32"}
             forward |= {**flags, "EPS": "constexpr"}
-            specs.append((_layer_norm_forward_kernel, forward, {**consts, "EPS": 1e-5}))
+            specs.append((_layer_norm_forward_kernel, forward, {**consts, "EPS": 1e-5}, options))
             backward = {**rows, "DY": f"*{dtype}", "DX": f"*{dtype}", "DW_partial": "*fp32", "DB_partial": "*fp32"}
             backward |= {"x_row_stride": "i32", "dy_row_stride": "i32", "dx_row_stride": "i32", "N": "i32"}
-            specs.append((_layer_norm_backward_kernel, {**backward, "rows_per_program": "i32", **flags}, consts))
+            specs.append(
+                (_layer_norm_backward_kernel, {**backward, "rows_per_program": "i32", **flags}, consts, options)
+            )
     return specs
 
 
 AOT_SPECS = _aot_specs()
-"""(kernel, signature, constexprs) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
+"""(kernel, signature, constexprs, options) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
 and sm_90): float32, bf16 and fp16 rows of 384 and 768 features. Nothing is compiled at import."""

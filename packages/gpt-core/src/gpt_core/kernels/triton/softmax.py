@@ -128,7 +128,12 @@ def softmax(x: Tensor) -> Tensor:
 
 
 AOT_SPECS = [
-    (kernel, {**tensors, **strides, "C": "i32", "BLOCK_C": "constexpr"}, {"BLOCK_C": block})
+    (
+        kernel,
+        {**tensors, **strides, "C": "i32", "BLOCK_C": "constexpr"},
+        {"BLOCK_C": block},
+        {"num_warps": _num_warps(block)},
+    )
     for dtype in ("fp32", "bf16", "fp16")
     for block in (128, 1024, 4096)  # attention rows of up to 128 and 1024 keys; a vocabulary in blocks
     for kernel, tensors, strides in (
@@ -140,7 +145,7 @@ AOT_SPECS = [
         ),
     )
 ]
-"""(kernel, signature, constexprs) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
+"""(kernel, signature, constexprs, options) to compile ahead of time (triton.compiler.ASTSource, e.g. for sm_80
 and sm_90): float32, bf16 and fp16 rows of up to 128 and 1024 entries in one block, and wider rows
 (a GPT-2 vocabulary of 50304) 4096 at a time. Nothing is compiled at import."""
 
