@@ -131,6 +131,27 @@ def test_export_into_an_empty_directory_writes_into_that_directory_itself(cli, t
     assert (tmp_path / "link").is_symlink() and target.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.parametrize("into", ["a new folder", "an empty folder"])
+def test_an_export_interrupted_after_its_config_leaves_nothing_behind(cli, tiny_run, tmp_path, monkeypatch, into):
+    from gpt_train import hf
+
+    write_json = hf.write_json_atomically
+
+    def interrupted(path, data):  # Ctrl-C (or SIGTERM) right after config.json is written
+        write_json(path, data)
+        raise KeyboardInterrupt
+
+    out = tmp_path / "parent" / "hf"
+    if into == "an empty folder":
+        out.mkdir(parents=True)
+    monkeypatch.setattr(hf, "write_json_atomically", interrupted)
+    result = cli("export", tiny_run, "--format", "hf", out)
+    assert (result.code, result.err.strip()) == (130, "gpt-train: aborted")
+    assert list(out.iterdir()) == [] if into == "an empty folder" else list((tmp_path / "parent").iterdir()) == []
+    monkeypatch.undo()
+    export(cli, tiny_run, out)  # not refused as "not an empty directory"
+
+
 # sample --hf and --init-from on a BPE text model ------------------------------------------------------
 @pytest.fixture
 def bpe_export(cli, tmp_path) -> tuple[Path, Path]:

@@ -272,6 +272,30 @@ def test_sigterm_during_the_final_evaluation_writes_the_checkpoint_as_ctrl_c_doe
     assert load_checkpoint(tmp_path / "run" / RunLayout.CHECKPOINT, "sort").step == 30
 
 
+@pytest.mark.parametrize("command", [("eval",), ("inspect", "heads")])
+def test_sigterm_to_a_command_reading_a_run_is_aborted_as_ctrl_c_is_and_leaves_no_temporary(
+    cli, tiny_run, monkeypatch, command
+):
+    """SIGTERM's default killed eval or inspect in silence (exit 143), leaving the file it wrote half-done."""
+
+    def terminated(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)
+
+    def killed(signum, frame):  # what the default would do, without taking the test's process with it
+        raise SystemExit("killed by SIGTERM")
+
+    monkeypatch.setattr("gpt_train.cli.trained.checked_metrics", terminated)  # eval, as it scores
+    monkeypatch.setattr(os, "fsync", terminated)  # inspect, as it writes its record
+    before = sorted(path.name for path in tiny_run.iterdir())
+    previous = signal.signal(signal.SIGTERM, killed)
+    try:
+        result = cli(command[0], tiny_run, *command[1:], "--device", "cpu")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (result.code, result.err.split("\r")[-1].strip()) == (130, "gpt-train: aborted")  # after eval's bar
+    assert "Traceback" not in result.err and sorted(path.name for path in tiny_run.iterdir()) == before
+
+
 def test_a_longer_run_stopped_in_its_final_evaluation_resumes_beside_the_shorter_runs_final_json(
     cli, tmp_path, monkeypatch
 ):

@@ -1,5 +1,7 @@
 """The gpt-viz command: writes pictures and prints their paths; bad input is one line and exit 2."""
 
+import os
+import signal
 import warnings
 from pathlib import Path
 
@@ -57,6 +59,30 @@ def test_a_warning_while_drawing_is_one_line_naming_gpt_viz_not_a_source_listing
     assert result.exit_code == 0, result.output
     (line,) = [line for line in result.stderr.splitlines() if "warning" in line]
     assert line == "gpt-viz: warning: Glyph 128578 (\\N{SLIGHTLY SMILING FACE}) missing from font(s) DejaVu Sans."
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_while_a_picture_is_written_is_one_line_and_leaves_the_old_picture(
+    runner, make_run, monkeypatch, signum
+):
+    run = make_run("a")
+    assert runner.invoke(main, ["curves", str(run)]).exit_code == 0
+    before = (run / "curves.png").read_bytes()
+
+    def stopped(*args, **kwargs):  # the signal arrives as the new picture is being written
+        signal.raise_signal(signum)
+
+    def killed(signum, frame):  # SIGTERM's default, without taking the test's process with it
+        raise SystemExit("killed by SIGTERM")
+
+    monkeypatch.setattr(os, "fsync", stopped)
+    previous = signal.signal(signal.SIGTERM, killed)
+    try:
+        result = runner.invoke(main, ["curves", str(run)])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (result.exit_code, result.stderr) == (130, "gpt-viz: aborted\n")
+    assert (run / "curves.png").read_bytes() == before and not list(run.glob(".*.tmp-*"))
 
 
 def test_curves_out_names_each_picture_after_its_run_and_svg_adds_svgs(runner, make_run, tmp_path):

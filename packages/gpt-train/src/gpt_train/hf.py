@@ -239,12 +239,14 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         names = _write_files(building, config, tensors, tokenizer)
         if fresh:
             os.rename(building, out)
-    except (WriteError, OSError) as error:
+    except BaseException as error:  # Ctrl-C too: nothing is left half-exported
         if fresh:
             shutil.rmtree(building, ignore_errors=True)
         else:  # only the export's own files: `out` was empty
             for name in EXPORTED:
                 (out / name).unlink(missing_ok=True)
+        if not isinstance(error, (WriteError, OSError)):
+            raise
         reason = error.reason if isinstance(error, WriteError) else error.strerror
         raise WriteError(f"cannot export to {out} ({reason or error}); nothing was left there") from None
     return [out / name for name in names]

@@ -3,22 +3,29 @@ line ``gpt-viz: error: ...`` on stderr and exit status 2, never a traceback."""
 
 from __future__ import annotations
 
+import signal
+import sys
 import warnings
 from pathlib import Path
 
 import click
-from matplotlib.backend_bases import FigureCanvasBase
-from matplotlib.figure import Figure
 
-from gpt_viz.attention import attention_grid
-from gpt_viz.canvas import save_figure
-from gpt_viz.curves import compare_runs, training_curves
-from gpt_viz.errors import VizError
-from gpt_viz.explore import write_explorer
-from gpt_viz.grokking_curves import METRIC, grokking
-from gpt_viz.run_data import load_attention, run_directory
-from gpt_viz.run_layout import RunLayout
-from gpt_viz.run_names import RUN
+try:  # matplotlib's import takes a moment: a Ctrl-C in it is the same one line as later
+    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.figure import Figure
+
+    from gpt_viz.attention import attention_grid
+    from gpt_viz.canvas import save_figure
+    from gpt_viz.curves import compare_runs, training_curves
+    from gpt_viz.errors import VizError
+    from gpt_viz.explore import write_explorer
+    from gpt_viz.grokking_curves import METRIC, grokking
+    from gpt_viz.run_data import load_attention, run_directory
+    from gpt_viz.run_layout import RunLayout
+    from gpt_viz.run_names import RUN
+except KeyboardInterrupt:
+    print("gpt-viz: aborted", file=sys.stderr)
+    sys.exit(130)
 
 PATH = click.Path(path_type=Path)
 FILE = click.Path(path_type=str)  # kept as typed: a trailing "/" names a directory, which Path would drop
@@ -28,6 +35,7 @@ SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to
 
 class _VizGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
+        stop = signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: no picture is left half-written
         try:
             with warnings.catch_warnings():
                 warnings.showwarning = _show_warning  # matplotlib's (a glyph its font lacks): one line, no source
@@ -36,6 +44,11 @@ class _VizGroup(click.Group):
             message = str(error).replace("\n", " ")
             click.echo(f"gpt-viz: error: {message}", err=True)
             ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("gpt-viz: aborted", err=True)
+            ctx.exit(130)
+        finally:
+            signal.signal(signal.SIGTERM, stop)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -17,7 +17,7 @@ import click
 from gpt_train.errors import TrainError, message_of
 from gpt_train.guard import exit_origin
 from gpt_train.heap import keep_freed_memory
-from gpt_train.signals import stop_when_the_reader_goes
+from gpt_train.signals import ctrl_c_interrupts, stop_when_the_reader_goes
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -36,7 +36,7 @@ class CommandError(click.ClickException):
 
 
 class Aborted(CommandError):
-    """Ctrl-C outside the training loop (which stops cleanly by itself): `gpt-train: aborted`, exit 130."""
+    """Ctrl-C or SIGTERM outside the training loop (which stops cleanly by itself): `gpt-train: aborted`, exit 130."""
 
     def __init__(self) -> None:
         super().__init__("aborted", exit_code=130)
@@ -100,10 +100,20 @@ class _Group(click.Group):
             raise Aborted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        with ctrl_c_interrupts():  # SIGTERM too: `timeout`, a scheduler; a file being written is then not left half
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
+            import numpy  # noqa: F401  before torch, which swallows a Ctrl-C inside its own import of numpy
+
             from gpt_tasks import ParamError, TaskError  # a command runs: torch is needed now
             from gpt_viz import VizError
         except KeyboardInterrupt:  # Ctrl-C while torch imports, the first second or two of every command
+            raise Aborted() from None
+        except RuntimeError as error:  # one inside a class's __set_name__ comes wrapped ("Error calling __set_name__")
+            if not isinstance(error.__cause__, KeyboardInterrupt):
+                raise
             raise Aborted() from None
         try:
             return super().invoke(ctx)
