@@ -86,16 +86,25 @@ def test_export_takes_a_run_whose_unverified_kernel_only_samples(cli, tmp_path):
     assert result.code == 0, result.err
 
 
-@pytest.mark.parametrize("final", ["deleted", "a shorter run's"])
-def test_export_of_an_unfinished_run_names_the_step_it_writes(cli, tiny_run, tmp_path, final):
+@pytest.mark.parametrize(
+    ("final", "said"),
+    [
+        ("deleted", "the run is unfinished)"),
+        ("a shorter run's", "the run is unfinished (its final.json is of step 20))"),
+        ("damaged", "the run is unfinished, or its final.json is damaged)"),  # it may well have finished
+    ],
+)
+def test_export_of_an_unfinished_run_names_the_step_it_writes(cli, tiny_run, tmp_path, final, said):
     path = tiny_run / RunLayout.FINAL
     if final == "deleted":
         path.unlink()
+    elif final == "damaged":
+        path.write_text("{bad")
     else:  # the run was resumed with more steps and stopped: final.json is the shorter run's
         path.write_text(json.dumps(json.loads(path.read_text()) | {"step": 20}))
     result = cli("export", tiny_run, "--format", "hf", tmp_path / "hf")
     assert result.code == 0, result.err
-    assert "(the weights of step 30: the run has not finished)" in result.out.splitlines()[0]
+    assert f"(the weights of step 30: {said}" in result.out.splitlines()[0]
 
 
 def test_export_into_a_non_empty_directory_is_refused_and_touches_nothing(cli, tiny_run, tmp_path):

@@ -135,6 +135,37 @@ def test_config_sizes_the_checkpoint_does_not_hold_are_one_line_and_no_model_is_
 
 
 @pytest.mark.parametrize(
+    ("setting", "value", "said"),
+    [("n_head", 4, "n_head=4, but checkpoint"), ("residual", False, "residual=False, but checkpoint")],
+)
+def test_a_model_setting_edited_in_config_json_is_refused_not_computed_with_the_trained_weights(
+    cli, tiny_run, setting, value, said
+):
+    """The weights' shapes do not pin n_head or the residual stream: such an edit loaded and scored a new model."""
+    trained = json.loads((tiny_run / RunLayout.CONFIG).read_text())["model"][setting]
+    edit_config(tiny_run, lambda config: config["model"].update({setting: value}))
+    for command in (["eval", tiny_run], ["sample", tiny_run], ["run", "--resume", tiny_run]):
+        result = cli(*command, "--device", "cpu")
+        assert_one_line_error(result, f"config.json has {said}", f"was trained with {setting}={trained!r}")
+
+
+def test_a_setting_that_only_shapes_training_may_differ_from_the_checkpoints(cli, tiny_run):
+    edit_config(tiny_run, lambda config: config["model"].update(dropout=0.3, init_scale=2.0))
+    assert cli("eval", tiny_run, "--device", "cpu").code == 0
+
+
+def test_a_checkpoint_holding_a_nan_weight_is_refused_not_scored(cli, tiny_run):
+    from gpt_train.checkpoint import load_checkpoint, save_checkpoint
+
+    path = RunLayout(tiny_run).checkpoint
+    state = load_checkpoint(path, "sort")
+    state.model["wte.weight"][0, 0] = float("nan")
+    save_checkpoint(path, state)  # a whole file, its checksum of these very tensors
+    for command in (["eval", tiny_run], ["sample", tiny_run], ["export", tiny_run, tiny_run.parent / "hf"]):
+        assert_one_line_error(cli(*command), "weight wte.weight holds nan or inf")
+
+
+@pytest.mark.parametrize(
     ("change", "said"),
     [
         (lambda c: c.update(kernels=["attention"]), "kernels must be a mapping, got [\"attention\"]"),

@@ -107,6 +107,28 @@ def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
         load_metrics(run_dir)
 
 
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"step": "ten", "loss": 1.0}', 'step is "ten", not a number'),
+        ('{"step": 2.5, "loss": 1.0}', "step is 2.5, not a number"),
+        ('{"step": 2, "loss": "high"}', 'loss is "high", not a number'),
+        ('{"step": 2, "loss": true}', "loss is true, not a number"),
+        ('{"step": 0, "loss": 9.2}', "step 0 comes after step 1"),
+    ],
+)
+def test_a_value_that_is_not_a_number_or_a_step_out_of_order_is_refused_by_every_reader(run_dir, line, problem):
+    """explore left such a line out in silence while curves refused it; a step going back drew the line back."""
+    RunLayout(run_dir).metrics.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n" + line + "\n")
+    with pytest.raises(VizError, match=f"line 2: {problem}"):
+        load_metrics(run_dir)
+
+
+def test_null_stands_for_a_value_that_was_not_finite(run_dir):
+    RunLayout(run_dir).metrics.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 1.0, "heldout_loss": null}\n')
+    assert load_metrics(run_dir)[1]["heldout_loss"] is None
+
+
 def test_missing_config_reads_as_empty_so_old_runs_still_plot(run_dir):
     RunLayout(run_dir).config.unlink()
     assert load_config(run_dir) == {}

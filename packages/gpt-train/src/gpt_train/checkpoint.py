@@ -8,7 +8,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ class TrainingState:
     loss: float | None = None  # the last step's training loss: final.json's, when only the final evaluation is left
     world_size: int | None = 1  # the processes that trained it (torchrun's); None: not recorded
     threads: int | None = None  # the CPU threads that trained it, on a CPU (their count orders its sums)
+    model_config: dict[str, Any] | None = None  # config.json's model: an edit there would change what weights compute
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -77,6 +78,8 @@ def save_checkpoint(path: Path, state: TrainingState, what: str = "checkpoint") 
         meta["world_size"] = str(state.world_size)
     if state.threads is not None:
         meta["threads"] = str(state.threads)
+    if state.model_config is not None:
+        meta["model"] = json.dumps(state.model_config, sort_keys=True)
     write = lambda tmp: save_file(tensors, str(tmp), metadata=meta)
     write_atomically(path, write, what=what, failures=(OSError, SafetensorError))
 
@@ -216,6 +219,9 @@ def load_checkpoint(path: Path, task: str) -> TrainingState:
     if meta.get("task") != task:
         raise CheckpointError(f"checkpoint {path} belongs to a run of task {meta.get('task')!r}, not {task!r}")
     _check_tensors(path, tensors)
+    for name, tensor in tensors.items():  # a run stops before a step that would make one so
+        if name.startswith("model/") and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"checkpoint {path}: weight {name.removeprefix('model/')} holds nan or inf")
     progress = _progress(path, meta)
     param_groups = _param_groups(path, meta.get("param_groups", ""))
     parts: dict[str, dict[str, torch.Tensor]] = {kind: {} for kind in KINDS}
@@ -245,6 +251,11 @@ WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names of the float
 HEADER_ERRORS = (SafetensorError, OSError, ValueError)  # what `safetensors_header` raises on an unreadable file
 
 
+def safetensors_metadata(path: Path) -> dict[str, str]:
+    with safe_open(str(path), framework="pt") as archive:
+        return archive.metadata() or {}
+
+
 def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Each tensor's dtype (F32, BOOL, ...) and shape, from the file's header alone (or one of HEADER_ERRORS)."""
     with safe_open(str(path), framework="pt") as archive:
@@ -252,9 +263,13 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         return {name: (part.get_dtype(), tuple(part.get_shape())) for name, part in slices.items()}
 
 
+TRAINING_ONLY = ("dropout", "init_scale")  # model settings that change training, not what trained weights compute
+
+
 def check_fits_checkpoint(config: GPTConfig, path: Path) -> None:
-    """config.json's model against the checkpoint's header, before any model is built: float weights, and the layers
-    and embedding tables that bound its size (`load_weights` compares every other shape)."""
+    """config.json's model against the checkpoint's header, before any model is built: float weights, the layers and
+    embedding tables that bound its size (`load_weights` compares every other shape), and the model it was trained
+    as (an edited n_head or residual would load and compute something else)."""
     header = _opened(path, safetensors_header)
     weights = {name.removeprefix("model/"): slot for name, slot in header.items() if name[:6] == "model/"}
     for name, (dtype, _) in weights.items():
@@ -271,9 +286,18 @@ def check_fits_checkpoint(config: GPTConfig, path: Path) -> None:
     for name, (rows, key) in tables.items():
         wanted, held = (rows, config.n_embd), weights.get(name, (None, None))[1]
         if held != wanted:
-            raise CheckpointError(
-                f"config.json's {key} x n_embd is {wanted}, but checkpoint {path} holds {name} of shape {held}"
-            )
+            holds = "no " + name if held is None else f"{name} of shape {held}"
+            raise CheckpointError(f"config.json's {key} x n_embd is {wanted}, but checkpoint {path} holds {holds}")
+    try:
+        trained = dict(json.loads(_opened(path, safetensors_metadata).get("model", "{}")))
+    except (ValueError, TypeError):
+        raise CheckpointError(f"checkpoint {path} is corrupted (its record of the model is not readable)") from None
+    now = asdict(config)
+    edited = [key for key in sorted(trained) if key not in TRAINING_ONLY and trained[key] != now.get(key)]
+    if edited:
+        changes = ", ".join(f"{key}={now.get(key)!r}" for key in edited)
+        was = ", ".join(f"{key}={trained[key]!r}" for key in edited)
+        raise CheckpointError(f"config.json has {changes}, but checkpoint {path} was trained with {was}")
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
@@ -284,5 +308,6 @@ def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> No
     with torch.no_grad():
         for name, param in params.items():
             if param.shape != weights[name].shape:
-                raise CheckpointError(f"checkpoint does not match this run's model ({name}: {tuple(param.shape)})")
+                shapes = f"{tuple(weights[name].shape)} there, {tuple(param.shape)} in the model"
+                raise CheckpointError(f"checkpoint does not match this run's model ({name}: {shapes})")
             param.copy_(weights[name])

@@ -108,6 +108,20 @@ def finished_at(layout: RunLayout, step: int) -> bool:
         return False
 
 
+def not_finished(layout: RunLayout) -> str:
+    """Why `finished_at` said no, in words: no final.json, one of another step (a longer run resumed), or one that
+    is damaged, which may be a finished run's."""
+    try:
+        step = json.loads(layout.final.read_text(encoding="utf-8")).get("step")
+    except FileNotFoundError:
+        return "unfinished"
+    except (OSError, ValueError, AttributeError):
+        step = None
+    if isinstance(step, int):
+        return f"unfinished (its {RunLayout.FINAL} is of step {step:,})"
+    return f"unfinished, or its {RunLayout.FINAL} is damaged"
+
+
 def _keep_metrics_through(path: Path, step: int) -> None:
     """Drop metrics.jsonl's lines past `step`, where a run resumes; an incomplete last line, with a warning."""
     if not path.exists():

@@ -8,7 +8,7 @@ import time
 import warnings
 from collections.abc import Callable
 from copy import deepcopy
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -195,6 +195,7 @@ class Trainer:
         return TrainingState(
             self.config.task, self.step, elapsed, model, optimizer, rng, grokfast, precision, self.cooldown_from,
             self.loss, self.rank.world_size, torch.get_num_threads() if self.device.type == "cpu" else None,
+            asdict(self.config.model),
         )  # fmt: skip
 
     def keep_snapshot(self) -> None:

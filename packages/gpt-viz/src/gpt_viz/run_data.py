@@ -81,8 +81,9 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
-    """One dict per logged step; blank lines skipped, and an unfinished last line (no newline yet: a run writing
-    it, or killed while it did) too. (`gpt-train run --resume` drops a damaged last line, newline or not.)"""
+    """One dict per logged step, in step order, every value a number (null: not finite); blank lines skipped, and
+    an unfinished last line (no newline yet: a run writing it, or killed while it did) too. (`gpt-train run
+    --resume` drops a damaged last line, newline or not.)"""
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
@@ -102,10 +103,22 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
             raise VizError(f"{path} line {number} is not a JSON object")
         if "step" not in record:
             raise VizError(f'{path} line {number} has no "step"')
+        for key, value in record.items():  # every picture and the explorer read the same checked numbers
+            if not _is_number(value, whole=key == "step"):
+                raise VizError(f"{path} line {number}: {key} is {json.dumps(value)[:40]}, not a number")
+        if records and record["step"] < records[-1]["step"]:
+            raise VizError(f"{path} line {number}: step {record['step']} comes after step {records[-1]['step']}")
         records.append(record)
     if not records:
         raise VizError(f"{path} is empty")
     return records
+
+
+def _is_number(value: Any, whole: bool) -> bool:
+    """A logged value: a number (not a bool), null for a metric that was not finite, and a whole number as a step."""
+    if value is None or isinstance(value, bool):
+        return value is None and not whole
+    return isinstance(value, int) or (isinstance(value, float) and not whole)
 
 
 def available_metrics(records: Iterable[Record]) -> list[str]:
