@@ -231,7 +231,9 @@ def test_hostile_prompts_are_answered_with_a_message_and_the_server_keeps_servin
     assert get(server, f"/api/prompt?text={PROMPT}")[0] == 200
 
 
-@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8765", "127.0.0.1.nip.io", "[::2]:80"])
+@pytest.mark.parametrize(
+    "host", ["attacker.example", "attacker.example:8765", "127.0.0.1.nip.io", "localhost.attacker.example", "[::2]:80"]
+)
 def test_a_request_addressed_to_another_name_is_refused_so_a_rebound_page_cannot_read_the_model(server, host):
     for path in ("/", "/api/run", f"/api/prompt?text={PROMPT}"):
         request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
@@ -240,7 +242,9 @@ def test_a_request_addressed_to_another_name_is_refused_so_a_rebound_page_cannot
         assert reply.endswith(b'{"error": "this server answers requests to localhost only"}')
 
 
-@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:1", "127.0.0.1", "127.0.0.2:9", "[::1]:8765", None])
+@pytest.mark.parametrize(
+    "host", ["localhost", "LOCALHOST:1", "localhost.", "app.localhost", "127.0.0.1", "127.0.0.2:9", "[::1]:8765", None]
+)
 def test_a_request_addressed_to_the_loopback_is_served(server, host):
     line = b"" if host is None else f"Host: {host}\r\n".encode()
     reply = raw(server, b"GET /api/run HTTP/1.0\r\n" + line + b"\r\n")

@@ -127,10 +127,10 @@ def names_this_machine(host: str | None) -> bool:
     name at 127.0.0.1 (DNS rebinding) sends its own name, and must not read the model's answers."""
     if host is None:  # HTTP/1.0 without one: no browser sends such a request
         return True
-    name = urlsplit(f"//{host}").hostname or ""
+    name = (urlsplit(f"//{host}").hostname or "").removesuffix(".")
     with contextlib.suppress(ValueError):
         return ipaddress.ip_address(name).is_loopback
-    return name == "localhost"
+    return name == "localhost" or name.endswith(".localhost")  # names no DNS may answer (RFC 6761)
 
 
 class Handler(BaseHTTPRequestHandler):
