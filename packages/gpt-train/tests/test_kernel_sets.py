@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from train_helpers import TINY, assert_one_line_error
 
@@ -53,3 +54,28 @@ def test_resume_refuses_a_kernel_set(cli, tiny_run):
 def test_an_unknown_kernel_set_is_one_line(cli):
     result = cli(*TINY, "--kernels", "quick")
     assert result.code == 2 and "'quick' is not one of 'fast', 'reference'" in result.err
+
+
+def fake_gpu(monkeypatch, capability: tuple[int, int]) -> torch.device:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    return torch.device("cuda")
+
+
+def test_the_triton_set_is_the_default_only_on_the_gpus_it_is_made_for(monkeypatch):
+    """Its 16-bit backward at head dim 128 needs 80 KiB of shared memory, and a T4 (7.5) has 64: it crashed there."""
+    from gpt_core import KERNEL_SETS
+    from gpt_train.kernels import default_kernel_set, kernel_set_for
+
+    monkeypatch.setitem(KERNEL_SETS._sets, "triton", KERNEL_SETS["reference"])  # as if Triton were installed
+    assert default_kernel_set(fake_gpu(monkeypatch, (8, 0))) == "triton"
+    assert default_kernel_set(fake_gpu(monkeypatch, (7, 5))) == "fast"
+    assert kernel_set_for("triton", fake_gpu(monkeypatch, (7, 5))) is KERNEL_SETS["fast"]  # a run trained on an A100
+
+
+def test_the_triton_set_asked_for_on_an_older_gpu_is_one_line(monkeypatch):
+    from gpt_train.kernels import KernelError, check_kernel_set
+
+    with pytest.raises(KernelError, match=r"compute capability 8.0 or later .*, and Tesla T4 is 7.5; use the fast"):
+        check_kernel_set("triton", fake_gpu(monkeypatch, (7, 5)))
+    check_kernel_set("triton", fake_gpu(monkeypatch, (9, 0)))

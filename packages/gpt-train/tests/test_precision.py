@@ -212,3 +212,24 @@ def test_verify_in_bf16_fails_a_kernel_that_overflows(cli):
         "--kernel", "sampling_softmax=test_precision:softmax_without_max_shift",
     )  # fmt: skip
     assert_one_line_error(result, "softmax, logits x 1000: output", code=1)
+
+
+def test_bf16_is_refused_on_a_gpu_that_only_emulates_it(monkeypatch):
+    """torch counts emulated bf16 as supported since 2.3: a T4 passed the check and ran bf16 without hardware for it."""
+    from gpt_train.config import ConfigError
+    from gpt_train.precision import check_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    with pytest.raises(ConfigError, match="dtype=bf16 is not supported by Tesla T4; use fp16 or fp32"):
+        check_precision("bf16", torch.device("cuda"))
+
+
+def test_float32_matmuls_gives_the_process_its_own_setting_back(monkeypatch):
+    """A CUDA run's TF32 stayed on after it, for whatever the process computed next (a notebook, a test)."""
+    from gpt_train.precision import float32_matmuls
+
+    before = torch.get_float32_matmul_precision()
+    with float32_matmuls("high"):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before

@@ -112,18 +112,32 @@ def default_kernel_registry() -> KernelRegistry:
     return KernelRegistry()
 
 
+TRITON_CAPABILITY = (8, 0)  # the triton set's kernels are compiled and checked for sm_80 and sm_90 (and fit their
+# shared memory: a T4's 64 KiB is too little for the 16-bit backward at head dim 128)
+
+
 def default_kernel_set(device: torch.device) -> str:
-    """The kernel set a run computes with unless told: triton on CUDA where Triton is installed, else fast."""
-    return "triton" if device.type == "cuda" and "triton" in KERNEL_SETS else "fast"
+    """The kernel set a run computes with unless told: triton on a CUDA GPU it is made for (compute capability 8.0
+    or later: A100, H100 and after) where Triton is installed, else fast."""
+    return "triton" if device.type == "cuda" and "triton" in KERNEL_SETS and triton_runs_on(device) else "fast"
 
 
 def triton_runs_on(device: torch.device) -> bool:
-    """Whether the triton set can take tensors on `device`: CUDA, or the CPU in Triton's interpreter."""
-    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    """Whether the triton set can take tensors on `device`: a CUDA GPU of compute capability 8.0 or later, or the
+    CPU in Triton's interpreter."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= TRITON_CAPABILITY
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def check_kernel_set(name: str, device: torch.device) -> None:
     """KernelError, in one line, if a new run asks for a kernel set that cannot run on its device."""
+    if name == "triton" and device.type == "cuda" and not triton_runs_on(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise KernelError(
+            f"--kernels triton is made for GPUs of compute capability 8.0 or later (compiled and checked for sm_80 "
+            f"and sm_90), and {torch.cuda.get_device_name(device)} is {major}.{minor}; use the fast set (its default)"
+        )
     if name == "triton" and not triton_runs_on(device):
         raise KernelError(
             f"--kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not {device.type}; use the "

@@ -22,20 +22,26 @@ def check_precision(dtype: str, device: torch.device) -> None:
             f"dtype=fp16 needs a CUDA device (its loss scaling is for CUDA's fp16), not {device.type}; "
             "use dtype=bf16 or fp32"
         )
-    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError(f"dtype=bf16 is not supported by {torch.cuda.get_device_name(device)}; use fp16 or fp32")
     if dtype == "bf16" and device.type not in ("cpu", "cuda"):
         raise ConfigError(f"dtype=bf16 runs on cpu and cuda, not {device.type}; use fp32")
 
 
 @contextlib.contextmanager
-def full_float32() -> Iterator[None]:
+def float32_matmuls(precision: str) -> Iterator[None]:
+    """Within the block, float32 matrix products at `precision` ("highest", or "high": TF32 on CUDA); the process's
+    own setting after it, so a run in a notebook or a test leaves the next computation as it found it."""
     before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
+    torch.set_float32_matmul_precision(precision)
     try:
         yield
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def full_float32() -> contextlib.AbstractContextManager[None]:
+    return float32_matmuls("highest")
 
 
 class Precision:

@@ -3,6 +3,7 @@ training process; it returns how the run ended, which the CLI alone turns into a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -37,7 +38,7 @@ from gpt_train.hf import read_weights
 from gpt_train.kernels import KernelError
 from gpt_train.optimisation import Optimizer, learning_rate, make_optimizer
 from gpt_train.pictures import draw_pictures, write_attention
-from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, full_float32
+from gpt_train.precision import MAX_SKIPPED_STEPS, Precision, float32_matmuls, full_float32
 from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record, finished_at
 from gpt_train.runs import Run, RunDirError, RunWarning, run_kernels
@@ -109,8 +110,6 @@ class Trainer:
         s = self.settings
         self.optimizer = make_optimizer(self.model, s)
         self.precision = Precision.for_run(s.dtype, run.device)
-        if run.device.type == "cuda":
-            torch.set_float32_matmul_precision("high" if s.tf32 else "highest")
         self.grokfast = Grokfast(s.grokfast_alpha, s.grokfast_lambda) if s.grokfast_lambda > 0 else None
         self.data_rng = torch.Generator()
         self.step, self.elapsed_before = 0, 0.0
@@ -348,8 +347,10 @@ class Trainer:
             progress.ends_at(self.last_step)
         latest: dict[str, float] = {}
         self.model.train()
+        cuda = self.device.type == "cuda"  # `tf32` is CUDA's; a CPU run leaves the setting as it finds it
+        matmuls = float32_matmuls("high" if s.tf32 else "highest") if cuda else contextlib.nullcontext()
         try:
-            with self.stop.installed():
+            with self.stop.installed(), matmuls:
                 while self.step < self.last_step:
                     loss, stop_requested = self._computing(f"step {self.step + 1}", lambda: self.train_step(self.step))
                     if not math.isfinite(loss):

@@ -81,7 +81,8 @@ from gpt_viz import (
     "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
 )
 @click.option("--kernels", type=click.Choice(list(KERNEL_SETS)),
-              help=KERNEL_SET_HELP + " [default: triton on CUDA where Triton is installed, else fast]")  # fmt: skip
+              help=KERNEL_SET_HELP + " [default: triton on a CUDA GPU of compute capability 8.0 or later where "
+                   "Triton is installed, else fast]")  # fmt: skip
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)
 @click.option(
     "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."
