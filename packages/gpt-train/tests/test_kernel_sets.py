@@ -79,3 +79,23 @@ def test_the_triton_set_asked_for_on_an_older_gpu_is_one_line(monkeypatch):
     with pytest.raises(KernelError, match=r"compute capability 8.0 or later .*, and Tesla T4 is 7.5; use the fast"):
         check_kernel_set("triton", fake_gpu(monkeypatch, (7, 5)))
     check_kernel_set("triton", fake_gpu(monkeypatch, (9, 0)))
+
+
+def test_triton_failing_on_the_gpu_at_the_first_step_is_one_line(cli, tmp_path, monkeypatch):
+    """A kernel that needs more shared memory than the GPU has raised Triton's own OutOfResources, a traceback."""
+    triton_errors = pytest.importorskip("triton.runtime.errors")
+    import dataclasses
+
+    import gpt_core.kernels
+    from gpt_core import KERNEL_SETS
+
+    def out_of_resources(*args, **kwargs):
+        raise triton_errors.OutOfResources(81_920, 65_536, "shared memory")
+
+    failing = dataclasses.replace(KERNEL_SETS["reference"], attention=out_of_resources)
+    monkeypatch.setattr(gpt_core.kernels, "_triton_installed", lambda: False)  # triton from _sets alone
+    monkeypatch.setitem(KERNEL_SETS._sets, "triton", failing)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # where the triton set runs without a GPU
+    result = cli(*TINY, "--set", "kernels=triton", "--out", tmp_path / "run")
+    assert_one_line_error(result, "--kernels triton: Triton cannot run this model on this GPU (OutOfResources: ")
+    assert "use --kernels fast, and please report it" in result.err
