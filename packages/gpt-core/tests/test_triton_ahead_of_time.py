@@ -2,7 +2,7 @@
 
 Triton builds a GPU binary without a GPU (its own ptxas): each kernel, at the dtypes, block sizes, warps and
 pipeline stages the set launches it with (each module's AOT_SPECS), is compiled for sm_80 (A100) and sm_90
-(H100, H200). It must fit the chip's shared memory per block and its registers per block, and spill no register
+(H100, H200), with and without the JIT's alignment hints. It must fit the chip's shared memory per block and its registers per block, and spill no register
 to local memory (cuobjdump, shipped with Triton, reads the binary's resource use). A kernel that asks for more
 than the chip has fails here, in CI, instead of at a user's first launch or as a slow loop on a user's GPU.
 """
@@ -44,15 +44,28 @@ def specs():
 SPECS = list(specs())
 
 
+def alignment_hints(kernel: JITFunction, signature: dict[str, str], hinted: str) -> dict[tuple[int], list]:
+    """What the JIT tells the compiler of a launch's arguments: pointers aligned to 16 bytes, and integers that are
+    multiples of 16 (a stride of a 64-wide head, T = 256). Which integers are depends on the shapes: none, the
+    strides only, or all of them bracket what a launch gets."""
+    if hinted == "none":
+        return {}
+    named = [name for name, ty in signature.items() if ty.startswith("*") or (ty == "i32" and hinted == "all")]
+    named += [name for name, ty in signature.items() if ty == "i32" and hinted == "strides" and "stride" in name]
+    return {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in named}
+
+
+@pytest.mark.parametrize("hinted", ["none", "strides", "all"])
 @pytest.mark.parametrize("capability", sorted(SHARED_MEMORY))
 @pytest.mark.parametrize(("kernel", "signature", "constexprs", "options"), SPECS)
 def test_every_triton_kernel_compiles_for_the_chip_within_its_memory_and_registers_without_spilling(
-    kernel, signature, constexprs, options, capability, tmp_path
+    kernel, signature, constexprs, options, capability, hinted, tmp_path
 ):
     if not isinstance(kernel, JITFunction):  # imported under TRITON_INTERPRET=1: the interpreter's wrapper
         kernel = JITFunction(kernel.fn)
+    hints = alignment_hints(kernel, signature, hinted)
     compiled = triton.compile(
-        ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+        ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=hints),
         target=GPUTarget("cuda", capability, 32),
         options=options,
     )

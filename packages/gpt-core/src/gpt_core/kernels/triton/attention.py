@@ -60,7 +60,7 @@ Shapes in comments: (BLOCK_M, BLOCK_D) etc., BLOCK_D the head dim padded to a po
 the padding masked on load. q, k, v may be strided views (of a fused qkv projection): their strides
 are passed to the kernels, never copied. O, dO, dQ, dK, dV are contiguous buffers of this module
 (unit stride along d). Head dims up to 128. `AOT_SPECS` lists every kernel's signature for compiling ahead
-of time (sm_80, sm_90) from a CPU; compiled so, the largest takes 65 KiB of shared memory and none spills a
+of time (sm_80, sm_90) from a CPU; compiled so, the largest takes 64 KiB of shared memory and none spills a
 register (`_TILES`).
 """
 
@@ -358,15 +358,15 @@ def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-# (BLOCK_M, BLOCK_N, num_warps) by the dot's inputs and BLOCK_D: large tiles whose three kernels compile for sm_80
-# and sm_90 without spilling a register, with Triton 3.6, 3.7 and 3.9 (test_triton_ahead_of_time.py compiles
-# each from a CPU and asks ptxas). A spill sends a thread's values through local memory inside the loop over blocks.
-# Exact fp32 (no tensor cores) holds the most per thread, so it takes the smallest tiles. Chosen by compiling, not
-# timed on a GPU.
+# (BLOCK_M, BLOCK_N, num_warps) by the dot's inputs and BLOCK_D: tiles whose three kernels compile for sm_80 and
+# sm_90 without spilling a register, with Triton 3.6, 3.7 and 3.9, whichever of the JIT's alignment hints a launch
+# gets (test_triton_ahead_of_time.py compiles each from a CPU and asks ptxas). A spill sends a thread's values
+# through local memory inside the loop over blocks. Exact fp32 (no tensor cores; evaluation's, and training's
+# without tf32) holds the most per thread and takes the smallest tiles. Chosen by compiling, not timed on a GPU.
 _TILES = {
-    "16-bit": {16: (64, 64, 8), 32: (32, 64, 8), 64: (64, 32, 8), 128: (64, 32, 8)},
-    "tf32": {16: (64, 64, 8), 32: (32, 16, 8), 64: (64, 32, 8), 128: (32, 16, 8)},
-    "ieee": {16: (32, 32, 4), 32: (16, 32, 4), 64: (32, 16, 4), 128: (32, 16, 8)},
+    "16-bit": {16: (64, 64, 8), 32: (32, 64, 8), 64: (64, 32, 8), 128: (64, 16, 8)},
+    "tf32": {16: (64, 64, 8), 32: (32, 16, 8), 64: (64, 16, 8), 128: (32, 16, 8)},
+    "ieee": {16: (16, 16, 8), 32: (16, 16, 4), 64: (16, 16, 4), 128: (16, 16, 8)},
     "fp64": {16: (64, 64, 4), 32: (64, 32, 4), 64: (32, 32, 4), 128: (32, 16, 4)},  # verification only: not tuned
 }
 
@@ -446,8 +446,9 @@ def _backward(
     dv = torch.empty((B, H, Tk, d), dtype=v.dtype, device=v.device)
     o_strides = out.stride()[:3]
     _bwd_preprocess[(triton.cdiv(Tq, meta["BLOCK_M"]) * B * H,)](
-        out, d_out, delta, *o_strides, H, Tq, HEAD_DIM=d, BLOCK_M=meta["BLOCK_M"], BLOCK_D=meta["BLOCK_D"]
-    )
+        out, d_out, delta, *o_strides, H, Tq, HEAD_DIM=d, BLOCK_M=meta["BLOCK_M"], BLOCK_D=meta["BLOCK_D"],
+        num_warps=meta["num_warps"], num_stages=meta["num_stages"],
+    )  # fmt: skip
     strides = (*q.stride(), *k.stride(), *v.stride(), *o_strides)
     _bwd_dkdv[(triton.cdiv(Tk, meta["BLOCK_N"]) * B * H,)](
         q, k, v, d_out, dk, dv, lse, delta, seed, *strides, *dk.stride()[:3], H, Tq, Tk, **meta
@@ -546,7 +547,7 @@ def _aot_specs() -> list[tuple[object, dict[str, str], dict[str, object], dict[s
             block_m, block_n, num_warps = _tiles(dtype, head_dim, precision)
             options = {"num_warps": num_warps, "num_stages": _NUM_STAGES}
             shape = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_D=_block_d(head_dim))
-            preprocess = (_bwd_preprocess, _signature(_bwd_preprocess, pointers, shape), shape, {})  # Triton's defaults
+            preprocess = (_bwd_preprocess, _signature(_bwd_preprocess, pointers, shape), shape, options)
             if preprocess not in specs:  # no dot in it: fp32's tiles for exact and TF32 products may be the same
                 specs.append(preprocess)
             consts = dict(shape, BLOCK_N=block_n, CAUSAL=True, DROPOUT_P=0.1, SM_SCALE=1.0 / math.sqrt(head_dim))
