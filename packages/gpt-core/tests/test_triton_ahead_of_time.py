@@ -2,9 +2,10 @@
 
 Triton builds a GPU binary without a GPU (its own ptxas): each kernel, at the dtypes, block sizes, warps and
 pipeline stages the set launches it with (each module's AOT_SPECS), is compiled for sm_80 (A100) and sm_90
-(H100, H200), with and without the JIT's alignment hints. It must fit the chip's shared memory per block and its registers per block, and spill no register
-to local memory (cuobjdump, shipped with Triton, reads the binary's resource use). A kernel that asks for more
-than the chip has fails here, in CI, instead of at a user's first launch or as a slow loop on a user's GPU.
+(H100, H200), with and without the JIT's alignment hints. It must fit the chip's shared memory per block and its
+registers per block, and spill no register to local memory (cuobjdump, shipped with Triton, reads the binary's
+resource use). A kernel that asks for more than the chip has fails here, in CI, instead of at a user's first
+launch or as a slow loop on a user's GPU.
 """
 
 from __future__ import annotations

@@ -584,6 +584,9 @@ def test_an_out_that_is_not_utf8_is_refused_and_a_renamed_run_says_why_it_cannot
     result = cli(*TINY, "--out", latin1)
     assert_one_line_error(result, "Invalid value for '--out': ", code=2)
     assert "is not UTF-8 text; name it in UTF-8" in result.err and not latin1.exists()
+    result = cli("export", tiny_run, latin1)  # an export there could not be read back by --init-from
+    assert_one_line_error(result, "Invalid value for 'OUT': ", "is not UTF-8 text")
+    assert not latin1.exists()
     shutil.copytree(tiny_run, latin1)  # a run renamed so afterwards: its checkpoint is whole, not "corrupted"
     result = cli("eval", latin1)
     assert_one_line_error(result, "safetensors opens only paths in UTF-8; rename the directory")

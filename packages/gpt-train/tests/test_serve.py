@@ -231,19 +231,44 @@ def test_hostile_prompts_are_answered_with_a_message_and_the_server_keeps_servin
     assert get(server, f"/api/prompt?text={PROMPT}")[0] == 200
 
 
-@pytest.mark.parametrize(
-    "host", ["attacker.example", "attacker.example:8765", "127.0.0.1.nip.io", "localhost.attacker.example", "[::2]:80"]
-)
+REFUSED_HOSTS = ["attacker.example", "attacker.example:8765", "127.0.0.1.nip.io", "localhost.attacker.example",
+                 "[::2]:80", "[evil", "[::1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("host", REFUSED_HOSTS)
 def test_a_request_addressed_to_another_name_is_refused_so_a_rebound_page_cannot_read_the_model(server, host):
     for path in ("/", "/api/run", f"/api/prompt?text={PROMPT}"):
         request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
         reply = raw(server, request)
         assert reply.startswith(b"HTTP/1.0 403"), reply[:200]
-        assert reply.endswith(b'{"error": "this server answers requests to localhost only"}')
+        error = json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error == f"this server answers requests to localhost, not to {host!r}; serve --allow-host names another"
+
+
+def test_allow_host_adds_a_name_the_server_answers_to(run_dir):
+    httpd = make_server(Explorer(run_dir, CPU), LOOPBACK, 0, allowed=("DevBox.example.",))
+    with httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        base = f"http://{LOOPBACK}:{httpd.server_address[1]}"
+        for host, status in (("devbox.example:8765", b"200"), ("other.example", b"403")):
+            reply = raw(base, f"GET /api/run HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            assert reply.startswith(b"HTTP/1.0 " + status), reply[:200]
+        httpd.shutdown()
 
 
 @pytest.mark.parametrize(
-    "host", ["localhost", "LOCALHOST:1", "localhost.", "app.localhost", "127.0.0.1", "127.0.0.2:9", "[::1]:8765", None]
+    "host",
+    [
+        "localhost",
+        "LOCALHOST:1",
+        "localhost.",
+        "app.localhost",
+        "127.0.0.1",
+        "127.0.0.2:9",
+        "[::1]:8765",
+        "[::ffff:127.0.0.1]",
+        None,
+    ],  # fmt: skip
 )
 def test_a_request_addressed_to_the_loopback_is_served(server, host):
     line = b"" if host is None else f"Host: {host}\r\n".encode()

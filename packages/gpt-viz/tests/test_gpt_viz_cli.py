@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 import warnings
 from pathlib import Path
 
@@ -83,6 +84,15 @@ def test_ctrl_c_or_sigterm_while_a_picture_is_written_is_one_line_and_leaves_the
         signal.signal(signal.SIGTERM, previous)
     assert (result.exit_code, result.stderr) == (130, "gpt-viz: aborted\n")
     assert (run / "curves.png").read_bytes() == before and not list(run.glob(".*.tmp-*"))
+
+
+def test_gpt_viz_runs_outside_the_main_thread_too(runner, make_run):
+    """A notebook's or a server's worker thread cannot set a signal handler: gpt-viz leaves signals alone there."""
+    run, results = make_run("a"), []
+    thread = threading.Thread(target=lambda: results.append(runner.invoke(main, ["curves", str(run)])))
+    thread.start()
+    thread.join()
+    assert results[0].exit_code == 0, results[0].output
 
 
 def test_curves_out_names_each_picture_after_its_run_and_svg_adds_svgs(runner, make_run, tmp_path):

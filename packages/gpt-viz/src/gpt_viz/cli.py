@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -35,7 +36,9 @@ SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to
 
 class _VizGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
-        stop = signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: no picture is left half-written
+        main_thread = threading.current_thread() is threading.main_thread()  # elsewhere signals stay as they are
+        if main_thread:
+            stop = signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: no picture left half-written
         try:
             with warnings.catch_warnings():
                 warnings.showwarning = _show_warning  # matplotlib's (a glyph its font lacks): one line, no source
@@ -48,7 +51,8 @@ class _VizGroup(click.Group):
             click.echo("gpt-viz: aborted", err=True)
             ctx.exit(130)
         finally:
-            signal.signal(signal.SIGTERM, stop)
+            if main_thread:
+                signal.signal(signal.SIGTERM, stop)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

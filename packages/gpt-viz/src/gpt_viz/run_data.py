@@ -81,9 +81,9 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
-    """One dict per logged step, in step order, every value a number (null: not finite); blank lines skipped, and
-    an unfinished last line (no newline yet: a run writing it, or killed while it did) too. (`gpt-train run
-    --resume` drops a damaged last line, newline or not.)"""
+    """One dict per logged step, in step order, every value a number (NaN or null: not finite); blank lines
+    skipped, and an unfinished last line (no newline yet: a run writing it, or killed while it did) too.
+    (`gpt-train run --resume` drops a damaged last line, newline or not.)"""
     path = RunLayout(run_directory(run_dir)).metrics
     if not path.is_file():
         raise VizError(f"{path} is missing")
@@ -105,7 +105,8 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
             raise VizError(f'{path} line {number} has no "step"')
         for key, value in record.items():  # every picture and the explorer read the same checked numbers
             if not _is_number(value, whole=key == "step"):
-                raise VizError(f"{path} line {number}: {key} is {json.dumps(value)[:40]}, not a number")
+                kind = "a whole number" if key == "step" else "a number"
+                raise VizError(f"{path} line {number}: {key} is {json.dumps(value)[:40]}, not {kind}")
         if records and record["step"] < records[-1]["step"]:
             raise VizError(f"{path} line {number}: step {record['step']} comes after step {records[-1]['step']}")
         records.append(record)

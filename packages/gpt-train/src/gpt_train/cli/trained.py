@@ -15,7 +15,7 @@ from gpt_core import generate
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics, sampled_note
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import DEVICE_HELP, SEED, TRUST_KERNELS_OPTION, set_option
+from gpt_train.cli.options import DEVICE_HELP, SEED, TRUST_KERNELS_OPTION, named_path, set_option
 from gpt_train.config import RunConfig, field_types, parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
@@ -207,7 +207,7 @@ LOGIT_SLOTS = ("attention", "layer_norm", "gelu")
 
 @click.command(context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN)
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(), callback=named_path)
 @click.option(
     "--format",
     "format_",

@@ -122,15 +122,20 @@ class Explorer:
             return explain_prompt(self.vocabulary, self.model, self.device, text).to_json()
 
 
-def names_this_machine(host: str | None) -> bool:
-    """Whether a request's Host header names the loopback: a browser page of another site that has pointed its own
-    name at 127.0.0.1 (DNS rebinding) sends its own name, and must not read the model's answers."""
+def names_this_machine(host: str | None, allowed: frozenset[str] = frozenset()) -> bool:
+    """Whether a request's Host header names the loopback (or one of `allowed`, lower case): a browser page of
+    another site that has pointed its own name at 127.0.0.1 (DNS rebinding) sends its own name, and must not read
+    the model's answers."""
     if host is None:  # HTTP/1.0 without one: no browser sends such a request
         return True
-    name = (urlsplit(f"//{host}").hostname or "").removesuffix(".")
+    try:
+        name = (urlsplit(f"//{host}").hostname or "").removesuffix(".")
+    except ValueError:  # "[evil": no host at all
+        return False
     with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(name).is_loopback
-    return name == "localhost" or name.endswith(".localhost")  # names no DNS may answer (RFC 6761)
+        address = ipaddress.ip_address(name)
+        return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+    return name == "localhost" or name.endswith(".localhost") or name in allowed  # .localhost: RFC 6761
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -139,6 +144,7 @@ class Handler(BaseHTTPRequestHandler):
     loopback, a request addressed to another name is 403."""
 
     explorer: Explorer  # set on the subclass make_server builds
+    allowed: frozenset[str] = frozenset()  # the names --allow-host adds to the loopback's
     server_version = "gpt-train-serve"
     sys_version = ""
 
@@ -146,8 +152,10 @@ class Handler(BaseHTTPRequestHandler):
         if not super().parse_request():
             return False
         loopback = ipaddress.ip_address(self.server.server_address[0]).is_loopback
-        if loopback and not names_this_machine(self.headers.get("Host")):
-            self.send_json(HTTPStatus.FORBIDDEN, {"error": "this server answers requests to localhost only"})
+        host = self.headers.get("Host")
+        if loopback and not names_this_machine(host, self.allowed):
+            error = f"this server answers requests to localhost, not to {host!r}; serve --allow-host names another"
+            self.send_json(HTTPStatus.FORBIDDEN, {"error": error})
             return False
         return True
 
@@ -238,10 +246,15 @@ class ExplorerServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PORT) -> ExplorerServer:
-    """A server for `explorer` bound to host:port (port 0: any free one; an IPv6 host such as ::1 too);
-    serve_forever() runs it."""
-    handler = type("ExplorerHandler", (Handler,), {"explorer": explorer, "timeout": CONNECTION_TIMEOUT})
+def make_server(
+    explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PORT, allowed: tuple[str, ...] = ()
+) -> ExplorerServer:
+    """A server for `explorer` bound to host:port (port 0: any free one; an IPv6 host such as ::1 too), answering
+    requests to the loopback's names and to `allowed`; serve_forever() runs it."""
+    names = frozenset(name.lower().removesuffix(".") for name in allowed)
+    handler = type(
+        "ExplorerHandler", (Handler,), {"explorer": explorer, "timeout": CONNECTION_TIMEOUT, "allowed": names}
+    )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return type("Server", (ExplorerServer,), {"address_family": family})((host, port), handler)
 
@@ -255,11 +268,20 @@ def make_server(explorer: Explorer, host: str = LOOPBACK, port: int = DEFAULT_PO
     "--host",
     default=LOOPBACK,
     show_default=True,
-    help="The address to listen on. Anything but 127.0.0.1 lets other machines use the model.",
+    help="The address to listen on. One beyond the loopback (0.0.0.0, a LAN address) lets other machines use the "
+    "model.",
+)
+@click.option(
+    "--allow-host",
+    "allowed",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests addressed to NAME (a proxy's or a forwarded port's host name); on the loopback, "
+    "requests to any other name are refused, so that no web page can read the model through its own name.",
 )
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N, mps or auto.")
 @TRUST_KERNELS_OPTION
-def serve(run_dir: Path, port: int, host: str, device: str, trust_kernels: bool) -> None:
+def serve(run_dir: Path, port: int, host: str, allowed: tuple[str, ...], device: str, trust_kernels: bool) -> None:
     """Serve the explorer on your own prompts: type one, see the model's answer, the probability of each
     answer token, every head's attention, the logit lens, where prompt and answer meet, and the inspect
     results the run holds. Ctrl-C stops it.
@@ -270,10 +292,11 @@ def serve(run_dir: Path, port: int, host: str, device: str, trust_kernels: bool)
     Examples:
       gpt-train serve sort
       gpt-train serve sort --port 8000
+      gpt-train serve sort --allow-host devbox.example   # reached through a proxy by that name
     """
     explorer = Explorer(run_dir, resolve_device(device), trust_kernels)
     try:
-        server = make_server(explorer, host, port)
+        server = make_server(explorer, host, port, allowed)
     except OSError as error:
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     address, bound = server.server_address[:2]
