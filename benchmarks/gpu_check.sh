@@ -3,7 +3,8 @@
 # wheels benchmarks/gpu_pack.sh packed (into /tmp/site, on PYTHONPATH: the machine's own PyTorch and Triton stay
 # as they are), then these steps, the most wanted first, each stopped at its own limit and at the call's BUDGET:
 #    1. gpt-train verify --device cuda --kernels triton: the triton set compiled for this GPU, against PyTorch;
-#    2. the default sort run on CUDA (the triton set, CUDA's default): held-out exact match at least 0.9995;
+#    2. the default sort run on CUDA (the triton set, the default from compute capability 8.0): held-out exact
+#       match at least 0.9995;
 #    3. the KV-cache benchmark for the 6-layer model at batch 1 (no cache, the cached forward, the static step
 #       replayed as a CUDA graph), its table to $OUT/kv_cache.md;
 #    4. with the pack's nanoGPT, benchmarks/gpu_step.py's table (ours against nanoGPT's model.py), 6-layer shape;

@@ -247,8 +247,9 @@ def checked_sets(parser: argparse.ArgumentParser, kernels: str | None, device: t
             missing = " (the triton set needs Triton installed: gpt-core[triton])" if name == "triton" else ""
             parser.exit(2, f"gpu_step.py: no kernel set {name!r}{missing}; choose among {', '.join(TIMED_SETS)}\n")
         if name == "triton" and not triton_runs_on(device):
-            parser.exit(2, f"gpu_step.py: --kernels triton runs on CUDA (Triton compiles its kernels for the GPU), not "
-                        f"{device.type}; leave it out there, as the default does\n")  # fmt: skip
+            parser.exit(2, f"gpu_step.py: --kernels triton runs on CUDA GPUs of compute capability 8.0 or later (its "
+                        f"kernels are compiled and checked for sm_80 and sm_90), not this {device.type} device; leave "
+                        "it out there, as the default does\n")  # fmt: skip
     return sets
 
 

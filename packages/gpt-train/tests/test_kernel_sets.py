@@ -63,7 +63,7 @@ def fake_gpu(monkeypatch, capability: tuple[int, int]) -> torch.device:
 
 
 def test_the_triton_set_is_the_default_only_on_the_gpus_it_is_made_for(monkeypatch):
-    """Its 16-bit backward at head dim 128 needs 80 KiB of shared memory, and a T4 (7.5) has 64: it crashed there."""
+    """Its 16-bit dQ kernel at head dim 128 needs 72 KiB of shared memory, and a T4 (7.5) has 64: it crashed there."""
     from gpt_core import KERNEL_SETS
     from gpt_train.kernels import default_kernel_set, kernel_set_for
 
@@ -73,29 +73,36 @@ def test_the_triton_set_is_the_default_only_on_the_gpus_it_is_made_for(monkeypat
     assert kernel_set_for("triton", fake_gpu(monkeypatch, (7, 5))) is KERNEL_SETS["fast"]  # a run trained on an A100
 
 
-def test_the_triton_set_asked_for_on_an_older_gpu_is_one_line(monkeypatch):
+def test_the_triton_set_asked_for_on_an_older_gpu_is_one_line(cli, monkeypatch):
     from gpt_train.kernels import KernelError, check_kernel_set
 
     with pytest.raises(KernelError, match=r"compute capability 8.0 or later .*, and Tesla T4 is 7.5; use the fast"):
         check_kernel_set("triton", fake_gpu(monkeypatch, (7, 5)))
     check_kernel_set("triton", fake_gpu(monkeypatch, (9, 0)))
+    fake_gpu(monkeypatch, (7, 5))  # and verify, which would otherwise check kernels `run` then refuses there
+    monkeypatch.setattr("gpt_train.devices.resolve_device", lambda name: torch.device("cuda"))
+    assert_one_line_error(cli("verify", "--device", "cuda", "--kernels", "triton"), "Tesla T4 is 7.5")
 
 
-def test_triton_failing_on_the_gpu_at_the_first_step_is_one_line(cli, tmp_path, monkeypatch):
-    """A kernel that needs more shared memory than the GPU has raised Triton's own OutOfResources, a traceback."""
+@pytest.mark.parametrize("dropout", ["0.0", "0.1"])
+def test_triton_failing_on_the_gpu_is_one_line(cli, tmp_path, monkeypatch, dropout):
+    """A kernel that needs more shared memory than the GPU has raised Triton's own OutOfResources, a traceback. With
+    dropout, the kernels that draw compile apart from those the first-step check runs in eval mode."""
     triton_errors = pytest.importorskip("triton.runtime.errors")
     import dataclasses
 
     import gpt_core.kernels
     from gpt_core import KERNEL_SETS
 
-    def out_of_resources(*args, **kwargs):
-        raise triton_errors.OutOfResources(81_920, 65_536, "shared memory")
+    def out_of_resources(q, k, v, causal=True, dropout_p=0.0):
+        if dropout_p > 0 or dropout == "0.0":
+            raise triton_errors.OutOfResources(81_920, 65_536, "shared memory")
+        return KERNEL_SETS["reference"].attention(q, k, v, causal, dropout_p)
 
     failing = dataclasses.replace(KERNEL_SETS["reference"], attention=out_of_resources)
     monkeypatch.setattr(gpt_core.kernels, "_triton_installed", lambda: False)  # triton from _sets alone
     monkeypatch.setitem(KERNEL_SETS._sets, "triton", failing)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # where the triton set runs without a GPU
-    result = cli(*TINY, "--set", "kernels=triton", "--out", tmp_path / "run")
-    assert_one_line_error(result, "--kernels triton: Triton cannot run this model on this GPU (OutOfResources: ")
+    result = cli(*TINY, "--set", "kernels=triton", "--set", f"dropout={dropout}", "--out", tmp_path / "run")
+    assert_one_line_error(result, "Triton failed (OutOfResources: out of resource: shared memory")
     assert "use --kernels fast, and please report it" in result.err

@@ -246,11 +246,12 @@ def test_a_request_addressed_to_another_name_is_refused_so_a_rebound_page_cannot
 
 
 def test_allow_host_adds_a_name_the_server_answers_to(run_dir):
-    httpd = make_server(Explorer(run_dir, CPU), LOOPBACK, 0, allowed=("DevBox.example.",))
+    httpd = make_server(Explorer(run_dir, CPU), LOOPBACK, 0, allowed=("DevBox.example.", "10.1.2.3", "proxy:8080"))
     with httpd:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         base = f"http://{LOOPBACK}:{httpd.server_address[1]}"
-        for host, status in (("devbox.example:8765", b"200"), ("other.example", b"403")):
+        answered = [("devbox.example:8765", b"200"), ("10.1.2.3:8765", b"200"), ("proxy", b"200")]
+        for host, status in [*answered, ("other.example", b"403"), ("10.1.2.4", b"403")]:
             reply = raw(base, f"GET /api/run HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
             assert reply.startswith(b"HTTP/1.0 " + status), reply[:200]
         httpd.shutdown()
@@ -274,6 +275,13 @@ def test_a_request_addressed_to_the_loopback_is_served(server, host):
     line = b"" if host is None else f"Host: {host}\r\n".encode()
     reply = raw(server, b"GET /api/run HTTP/1.0\r\n" + line + b"\r\n")
     assert reply.startswith(b"HTTP/1.0 200"), reply[:200]
+
+
+def test_an_ipv4_mapped_loopback_address_is_the_loopback_and_a_name_is_no_address():
+    from gpt_train.lab.serve import is_loopback
+
+    assert is_loopback("::ffff:127.0.0.1") and is_loopback("127.8.0.1") and is_loopback("::1")
+    assert not any(map(is_loopback, ["0.0.0.0", "::ffff:10.0.0.1", "localhost", ""]))
 
 
 def test_serve_listens_on_the_ipv6_loopback_when_asked(run_dir):

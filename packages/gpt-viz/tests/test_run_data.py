@@ -110,8 +110,8 @@ def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
-        ('{"step": "ten", "loss": 1.0}', 'step is "ten", not a whole number'),
-        ('{"step": 10.0, "loss": 1.0}', "step is 10.0, not a whole number"),
+        ('{"step": "ten", "loss": 1.0}', 'step is "ten", not an integer'),
+        ('{"step": 10.0, "loss": 1.0}', "step is 10.0, not an integer"),
         ('{"step": 2, "loss": "high"}', 'loss is "high", not a number'),
         ('{"step": 2, "loss": true}', "loss is true, not a number"),
         ('{"step": 0, "loss": 9.2}', "step 0 comes after step 1"),

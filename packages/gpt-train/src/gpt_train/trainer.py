@@ -288,7 +288,7 @@ class Trainer:
         fast.train(not draws)
         self.model.train(not draws)
         try:
-            ours = self._triton_step(batch)
+            ours = self._step(batch, self.model)
             loss = float(self._gradients(batch, fast))
             theirs = Step(loss, {name: p.grad for name, p in fast.named_parameters() if p.grad is not None})
         finally:
@@ -301,20 +301,6 @@ class Trainer:
                 f"{problem or 'on another rank'}; Triton's kernels compute this model wrong on this GPU, so the run "
                 "stopped before training (use --kernels fast, and please report it)"
             )
-
-    def _triton_step(self, batch) -> Step:
-        """The run's first step with the triton set; Triton failing on this GPU (a kernel that needs more shared
-        memory than it has, a chip its compiler does not know) is a KernelError in one line."""
-        from triton.runtime.errors import TritonError  # installed: the run computes with it (compiling errors too)
-
-        try:
-            return self._step(batch, self.model)
-        except TritonError as error:
-            words = " ".join(str(error).split())[:200]
-            raise KernelError(
-                f"--kernels triton: Triton cannot run this model on this GPU ({type(error).__name__}: {words}); "
-                "use --kernels fast, and please report it"
-            ) from None
 
     def _step(self, batch, module: torch.nn.Module) -> Step:
         loss = float(self._gradients(batch, module))

@@ -105,7 +105,7 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
             raise VizError(f'{path} line {number} has no "step"')
         for key, value in record.items():  # every picture and the explorer read the same checked numbers
             if not _is_number(value, whole=key == "step"):
-                kind = "a whole number" if key == "step" else "a number"
+                kind = "an integer" if key == "step" else "a number"
                 raise VizError(f"{path} line {number}: {key} is {json.dumps(value)[:40]}, not {kind}")
         if records and record["step"] < records[-1]["step"]:
             raise VizError(f"{path} line {number}: step {record['step']} comes after step {records[-1]['step']}")

@@ -137,6 +137,13 @@ class _Group(click.Group):
             raise CommandError(
                 f"{origin} called sys.exit({exit_.code!r}) (a kernel or plugin fails by raising, not by exiting)"
             ) from None
+        except Exception as error:  # Triton's own (a kernel needing more shared memory than the GPU has, say)
+            if type(error).__module__.split(".")[0] != "triton":
+                raise
+            words = " ".join(str(error).split())[:200]
+            raise CommandError(
+                f"Triton failed ({type(error).__name__}: {words}); use --kernels fast, and please report it"
+            ) from None
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)

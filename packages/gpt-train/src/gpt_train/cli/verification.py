@@ -15,6 +15,7 @@ from gpt_train.kernels import (
     KERNEL_CHECKS,
     TOLERANCE,
     check_compilable,
+    check_kernel_set,
     first_failure,
     parse_kernel_choices,
     resolve_kernel,
@@ -118,6 +119,8 @@ def verify(
     if not choices:
         if kernel_set == "triton" and target.type == "cpu":  # the kernels run on CPU tensors in Triton's interpreter
             os.environ.setdefault("TRITON_INTERPRET", "1")
+        if kernel_set == "triton" and target.type == "cuda":  # a GPU the set is not made for: as `run` says
+            check_kernel_set(kernel_set, target)
         if compile_:
             check_compilable(kernel_set, target)
         kernels = KERNEL_SETS[kernel_set]

@@ -122,20 +122,32 @@ class Explorer:
             return explain_prompt(self.vocabulary, self.model, self.device, text).to_json()
 
 
+def host_name(host: str) -> str:
+    """The name in a Host header or a --allow-host value, lower case, without port, brackets or a trailing dot
+    ("" for one that names nothing, "[evil")."""
+    try:
+        return (urlsplit(f"//{host}").hostname or "").removesuffix(".")
+    except ValueError:
+        return ""
+
+
+def is_loopback(address: str) -> bool:
+    """Whether an IP address is the loopback's, IPv4-mapped ones (::ffff:127.0.0.1) included (False for a name)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+
+
 def names_this_machine(host: str | None, allowed: frozenset[str] = frozenset()) -> bool:
-    """Whether a request's Host header names the loopback (or one of `allowed`, lower case): a browser page of
+    """Whether a request's Host header names the loopback (or one of `allowed`, by `host_name`): a browser page of
     another site that has pointed its own name at 127.0.0.1 (DNS rebinding) sends its own name, and must not read
     the model's answers."""
     if host is None:  # HTTP/1.0 without one: no browser sends such a request
         return True
-    try:
-        name = (urlsplit(f"//{host}").hostname or "").removesuffix(".")
-    except ValueError:  # "[evil": no host at all
-        return False
-    with contextlib.suppress(ValueError):
-        address = ipaddress.ip_address(name)
-        return (getattr(address, "ipv4_mapped", None) or address).is_loopback
-    return name == "localhost" or name.endswith(".localhost") or name in allowed  # .localhost: RFC 6761
+    name = host_name(host)
+    return name in allowed or is_loopback(name) or name == "localhost" or name.endswith(".localhost")  # RFC 6761
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -151,9 +163,8 @@ class Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
-        loopback = ipaddress.ip_address(self.server.server_address[0]).is_loopback
         host = self.headers.get("Host")
-        if loopback and not names_this_machine(host, self.allowed):
+        if is_loopback(self.server.server_address[0]) and not names_this_machine(host, self.allowed):
             error = f"this server answers requests to localhost, not to {host!r}; serve --allow-host names another"
             self.send_json(HTTPStatus.FORBIDDEN, {"error": error})
             return False
@@ -251,7 +262,7 @@ def make_server(
 ) -> ExplorerServer:
     """A server for `explorer` bound to host:port (port 0: any free one; an IPv6 host such as ::1 too), answering
     requests to the loopback's names and to `allowed`; serve_forever() runs it."""
-    names = frozenset(name.lower().removesuffix(".") for name in allowed)
+    names = frozenset(host_name(name) for name in allowed) - {""}
     handler = type(
         "ExplorerHandler", (Handler,), {"explorer": explorer, "timeout": CONNECTION_TIMEOUT, "allowed": names}
     )
@@ -300,7 +311,7 @@ def serve(run_dir: Path, port: int, host: str, allowed: tuple[str, ...], device:
     except OSError as error:
         raise ServeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     address, bound = server.server_address[:2]
-    if not ipaddress.ip_address(address).is_loopback:
+    if not is_loopback(address):
         click.echo(
             f"gpt-train: warning: listening on {address}, beyond this machine's loopback: anyone who can reach it "
             f"on port {bound} can use the model",
