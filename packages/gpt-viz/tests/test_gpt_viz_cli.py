@@ -78,10 +78,12 @@ def test_ctrl_c_or_sigterm_while_a_picture_is_written_is_one_line_and_leaves_the
 
     monkeypatch.setattr(os, "fsync", stopped)
     previous = signal.signal(signal.SIGTERM, killed)
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)  # a pytest-xdist worker ignores SIGINT
     try:
         result = runner.invoke(main, ["curves", str(run)])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, interrupt)
     assert (result.exit_code, result.stderr) == (130, "gpt-viz: aborted\n")
     assert (run / "curves.png").read_bytes() == before and not list(run.glob(".*.tmp-*"))
 
