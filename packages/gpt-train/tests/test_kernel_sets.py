@@ -73,13 +73,17 @@ def test_the_triton_set_is_the_default_only_on_the_gpus_it_is_made_for(monkeypat
     assert kernel_set_for("triton", fake_gpu(monkeypatch, (7, 5))) is KERNEL_SETS["fast"]  # a run trained on an A100
 
 
-def test_the_triton_set_asked_for_on_an_older_gpu_is_one_line(cli, monkeypatch):
+def test_the_triton_set_asked_for_on_an_older_gpu_is_one_line(monkeypatch):
     from gpt_train.kernels import KernelError, check_kernel_set
 
     with pytest.raises(KernelError, match=r"compute capability 8.0 or later .*, and Tesla T4 is 7.5; use the fast"):
         check_kernel_set("triton", fake_gpu(monkeypatch, (7, 5)))
     check_kernel_set("triton", fake_gpu(monkeypatch, (9, 0)))
-    fake_gpu(monkeypatch, (7, 5))  # and verify, which would otherwise check kernels `run` then refuses there
+
+
+def test_verify_refuses_the_triton_set_on_an_older_gpu_as_run_does(cli, monkeypatch):
+    pytest.importorskip("triton", reason="verify --kernels offers the sets installed: triton needs Triton")
+    fake_gpu(monkeypatch, (7, 5))
     monkeypatch.setattr("gpt_train.devices.resolve_device", lambda name: torch.device("cuda"))
     assert_one_line_error(cli("verify", "--device", "cuda", "--kernels", "triton"), "Tesla T4 is 7.5")
 

@@ -132,7 +132,8 @@ def test_every_serve_help_example_serves_when_pasted_and_stops_on_ctrl_c(runs_he
     ctx = click.Context(group, info_name="gpt-train")
     serve = group.get_command(ctx, "serve")
     examples = help_examples(serve, click.Context(serve, info_name="serve", parent=ctx))
-    assert examples == ["gpt-train serve sort", "gpt-train serve sort --port 8000"]
+    assert examples == ["gpt-train serve sort", "gpt-train serve sort --port 8000",
+                        "gpt-train serve sort --allow-host devbox.example"]  # fmt: skip
     for example in examples:
         line, result = serve_then_ctrl_c(*shlex.split(example)[2:])
         assert re.fullmatch(
