@@ -102,23 +102,23 @@ class Record:
 
 def finished_at(layout: RunLayout, step: int) -> bool:
     """Whether final.json is that of a run finished at `step` (an unreadable one is not)."""
-    try:
-        return json.loads(layout.final.read_text(encoding="utf-8")).get("step") == step
-    except (OSError, ValueError, AttributeError):
-        return False
+    return not_finished(layout, step) is None
 
 
-def not_finished(layout: RunLayout) -> str:
-    """Why `finished_at` said no, in words: no final.json, one of another step (a longer run resumed), or one that
-    is damaged, which may be a finished run's."""
+def not_finished(layout: RunLayout, step: int) -> str | None:
+    """None for a run whose final.json is that of step `step`; else why not, in words: no final.json, one of another
+    step (a longer run resumed), or one that is damaged, which may be a finished run's."""
     try:
-        step = json.loads(layout.final.read_text(encoding="utf-8")).get("step")
+        final = json.loads(layout.final.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return "unfinished"
-    except (OSError, ValueError, AttributeError):
-        step = None
-    if isinstance(step, int):
-        return f"unfinished (its {RunLayout.FINAL} is of step {step:,})"
+    except (OSError, ValueError):
+        final = None
+    written = final.get("step") if isinstance(final, dict) else None
+    if written == step:
+        return None
+    if isinstance(written, int):
+        return f"unfinished (its {RunLayout.FINAL} is of step {written:,})"
     return f"unfinished, or its {RunLayout.FINAL} is damaged"
 
 

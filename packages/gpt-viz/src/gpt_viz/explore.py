@@ -93,8 +93,9 @@ def page_data(run: Path) -> dict[str, Any]:
     ablation = heads_ablation_data(run, attention[0].weights.shape[:2] if attention else None)
     layer, head = most_needed_head(ablation) if ablation else (0, 0)
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    name = RunLayout(run).name
     return {
-        "title": f"{task} — {RunLayout(run).name}" if task else RunLayout(run).name,
+        "title": f"{task} — {name}" if task else name,
         "model": {key: model[key] for key in ("n_layer", "n_head", "n_embd", "pos") if _is_setting(model.get(key))},
         "curves": curves_data(load_metrics(run), config.get("primary_metric")),
         "attention": [attention_data(snapshot) for snapshot in attention],
@@ -140,11 +141,7 @@ def _thinned(steps: list[int], values: list[float | None]) -> tuple[list[int], l
 
 
 def _series(records: list[Record], key: str) -> tuple[list[int], list[float | None]]:
-    points = [
-        (record["step"], record[key])
-        for record in records
-        if isinstance(record.get(key), (int, float)) and isinstance(record["step"], (int, float))
-    ]
+    points = [(record["step"], record[key]) for record in records if record.get(key) is not None]  # load_metrics
     return [step for step, _ in points], [float(value) if math.isfinite(value) else None for _, value in points]
 
 

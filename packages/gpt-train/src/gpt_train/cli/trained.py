@@ -21,7 +21,7 @@ from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, answer_tokens, cut_answer_note, untrained_prompt_note
-from gpt_train.record import finished_at, not_finished
+from gpt_train.record import not_finished
 from gpt_train.run_names import RUN
 from gpt_train.runs import opening_flags
 from gpt_train.trainer import checked_metrics
@@ -67,8 +67,8 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
         takes = ", ".join(sorted(set(params) - set(task_type.eval_fixed))) or "none"
         raise CommandError(f"eval --set takes the {config.task} task's parameters ({takes}), not {', '.join(others)}")
     task = config.build_task(route(values, task_type)["task"])  # built once: building can hash the whole split
-    if not finished_at(RunLayout(loaded.run_dir), loaded.step):
-        why = not_finished(RunLayout(loaded.run_dir))
+    why = not_finished(RunLayout(loaded.run_dir), loaded.step)
+    if why is not None:
         click.echo(f"note: {loaded.run_dir} is {why}: scoring its checkpoint of step {loaded.step:,}", err=True)
     try:
         metrics = checked_metrics(task, task.evaluate(model, split, target, limit))
@@ -237,9 +237,8 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
         raise HFError(f"cannot export as GPT-2: the run's logits came from unverified kernels ({chosen}), not GPT-2's")
     tokenizer = run_tokenizer(saved.config)
     written = write_directory(saved.model, out, tokenizer)
-    saved_layout = RunLayout(saved.run_dir)
-    finished = finished_at(saved_layout, saved.step)
-    unfinished = "" if finished else f" (the weights of step {saved.step:,}: the run is {not_finished(saved_layout)})"
+    why = not_finished(RunLayout(saved.run_dir), saved.step)
+    unfinished = "" if why is None else f" (the weights of step {saved.step:,}: the run is {why})"
     click.echo(f"wrote {', '.join(path.name for path in written)} to {out}{unfinished}")
     if tokenizer is None:
         sample = f"gpt-train sample {run_dir}{opening_flags(saved.config)}"
