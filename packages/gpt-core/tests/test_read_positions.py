@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig, Kernels
+from gpt_core import GPT, IGNORE_INDEX, KERNEL_SETS, REFERENCE_KERNELS, GPTConfig, Kernels
 
 SHAPES = {
     "two layers, learned positions": {"n_layer": 2},
@@ -129,3 +129,24 @@ def test_a_read_mask_not_of_idxs_shape_or_not_bool_is_refused(read):
     idx, _ = _batch()
     with pytest.raises(ValueError, match=r"^read must be a bool mask of idx's shape \(4, 9\)"):
         _model(SHAPES["two layers, learned positions"], None)(idx, read=read)
+
+
+def test_a_read_mask_on_another_device_than_idx_and_the_host_is_refused():
+    idx, targets = _batch()
+    with pytest.raises(ValueError, match=r"on its device or the CPU, got torch.bool \(4, 9\) on meta$"):
+        _model(SHAPES["two layers, learned positions"], None)(idx, read=(targets != IGNORE_INDEX).to("meta"))
+
+
+def test_a_read_mask_on_the_host_trains_a_model_whose_values_the_host_never_reads():
+    """On a GPU, every read of a device value (`.item()`, `nonzero`, a bool) stalls the host until the GPU's queue
+    empties. A model on the meta device, whose tensors hold no values, stands for it: its forward and backward with
+    `read` on the host run through, and with `read` on the model's device they stop at the first such read."""
+    idx, targets = _batch()
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=11, block_size=9, n_head=2, n_embd=16, n_layer=2), KERNEL_SETS["fast"])
+    read = targets != IGNORE_INDEX
+    out = model(idx.to("meta"), targets.to("meta"), read=read)
+    out.loss.backward()
+    assert out.logits.shape == (int(read.sum()), 11) and out.loss.device.type == "meta"
+    with pytest.raises(RuntimeError, match="meta"):
+        model(idx.to("meta"), targets.to("meta"), read=read.to("meta"))

@@ -57,13 +57,14 @@ def main(out_dir: Path) -> None:
 
     ddp.register_comm_hook(None, recording_allreduce)
 
-    def loss_of(inputs, targets):
+    def loss_of(inputs, targets, read):
         micro_steps_run.append(1)
-        return ddp(inputs, targets).loss
+        return ddp(inputs, targets, read=read).loss
 
     whole = whole_batch()
     mine = Batch(whole.inputs[4 * rank : 4 * rank + 4], whole.targets[4 * rank : 4 * rank + 4])
-    accumulate_gradients(loss_of, mine, 2, Precision("fp32", torch.device("cpu")), ddp.no_sync)
+    cpu = torch.device("cpu")
+    accumulate_gradients(loss_of, mine, 2, Precision("fp32", cpu), cpu, ddp.no_sync)
     grads = {name: p.grad for name, p in ddp.module.named_parameters()}
     torch.save({"grads": grads, "synced_on": synced_on}, out_dir / f"rank{rank}.pt")
     Rank(rank, rank, 2).barrier()  # both ranks done, the last collective kept by the main thread (see LAST_BARRIER)

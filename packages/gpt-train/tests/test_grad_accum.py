@@ -14,6 +14,7 @@ import torch
 from accumulation_worker import tiny_model, whole_batch
 from train_helpers import TINY, assert_one_line_error, read_metrics
 
+from gpt_core import GPT, IGNORE_INDEX, GPTConfig
 from gpt_train import accumulation
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.precision import Precision
@@ -25,14 +26,14 @@ WORKER = Path(__file__).with_name("accumulation_worker.py")
 
 def whole_batch_gradients(batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model = tiny_model()
-    loss = model(batch.inputs, batch.targets).loss
+    loss = model(batch.inputs, batch.targets, read=batch.targets != IGNORE_INDEX).loss  # as a run's step reads
     loss.backward()
     return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
 
 
 def accumulated_gradients(batch, n: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model = tiny_model()
-    loss = accumulate_gradients(lambda x, t: model(x, t).loss, batch, n, FP32)
+    loss = accumulate_gradients(lambda x, t, read: model(x, t, read=read).loss, batch, n, FP32, torch.device("cpu"))
     return loss, {name: p.grad for name, p in model.named_parameters()}
 
 
@@ -62,8 +63,8 @@ def test_the_test_batch_tells_the_weighted_mean_from_a_plain_mean_of_means():
 
 
 def test_one_micro_batch_is_the_plain_step_bit_for_bit_and_counts_nothing(monkeypatch):
-    """Without accumulation nothing is counted (counting waits for the device), and the loss and gradients
-    are exactly those of the whole batch's plain backward."""
+    """Without accumulation nothing is counted, and the loss and gradients are exactly those of the whole batch's
+    plain backward."""
 
     def no_counting(parts):
         raise AssertionError("scored_counts called for a single micro-batch")
@@ -74,6 +75,18 @@ def test_one_micro_batch_is_the_plain_step_bit_for_bit_and_counts_nothing(monkey
     loss, grads = accumulated_gradients(batch, 1)
     assert torch.equal(loss, whole_loss)
     assert all(torch.equal(grads[name], whole_grads[name]) for name in whole_grads)
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_micro_batches_are_counted_and_read_on_the_host_never_on_the_device(n):
+    """A model on the meta device holds no values, as a GPU's cannot be read without waiting for its queue: each
+    micro-batch is copied there, and its scored targets are counted and found on the host, so the step runs
+    through (reading a value on the device would raise)."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    meta = torch.device("meta")
+    loss = accumulate_gradients(lambda x, t, read: model(x, t, read=read).loss, whole_batch(), n, FP32, meta)
+    assert loss.device == meta and all(p.grad.device == meta for p in model.parameters())
 
 
 def test_a_micro_batch_that_scores_nothing_adds_nothing():

@@ -16,6 +16,7 @@ from gpt_core.kernels.attention import attention, attention_weights, causal_mask
 from gpt_core.kernels.cross_entropy import cross_entropy
 from gpt_core.kernels.gelu import gelu
 from gpt_core.kernels.layer_norm import layer_norm
+from gpt_core.kernels.linear import to_device
 from gpt_core.kernels.softmax import log_softmax, softmax
 from gpt_core.kv_cache import KVCache
 from gpt_core.model import GELU, GPT, MLP, Block, Embedding, GPTConfig, GPTOutput, LayerNorm, Linear, MultiHeadAttention
@@ -63,6 +64,7 @@ __all__ = [
     "log_softmax",
     "next_token",
     "softmax",
+    "to_device",
     "verification_report",
 ]
 

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from gpt_core import positions as pos
 from gpt_core.hooks import HookFn, HookPoints, Hooks, check_hooks, hook_names
 from gpt_core.kernels import DEFAULT_KERNELS, Kernels
-from gpt_core.kernels.linear import embedding, first_read_position, linear, read_rows
+from gpt_core.kernels.linear import check_read, embedding, first_read_position, linear, read_rows
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import PositionEncoding, RotaryEmbedding
 from gpt_core.reference import dropout
@@ -340,10 +340,10 @@ class GPT(HookPoints, nn.Module):
                 positions: Tensor | None = None, read: Tensor | None = None) -> GPTOutput:  # fmt: skip
         """Token ids (B, T) -> logits (B, T, V) and, given targets, the loss over those not IGNORE_INDEX. With a
         `cache`, `idx` holds only the new tokens; `positions` (T,) or (B, T) are their ids (default: the next T).
-        `read` (B, T) bool: the last block's MLP and the head run only where True, giving `logits[read]` (N, V)."""
+        `read` (B, T) bool, on idx's device or the CPU: the last MLP and the head run only where True: logits (N, V)."""
         B, T = idx.shape
-        if read is not None and (read.dtype != torch.bool or read.shape != idx.shape):
-            raise ValueError(f"read must be a bool mask of idx's shape {(B, T)}, got {read.dtype} {tuple(read.shape)}")
+        if read is not None:
+            check_read(read, idx)
         offset = cache.length if cache is not None else None
         if positions is None:
             positions = pos.forward_positions(self.config, B, T, offset, self.training, self.wte.weight.device)
@@ -360,5 +360,5 @@ class GPT(HookPoints, nn.Module):
         if cache is not None:
             cache.advance(T)
         logits = self.hook("logits", self.lm_head(self.hook("ln_final", self.ln_f(x))))  # (B, T, V) or (N, V)
-        scored = targets if targets is None or read is None else targets[read]
+        scored = targets if targets is None or read is None else read_rows(targets, read)  # (N,)
         return GPTOutput(logits, None if scored is None else self.loss(logits, scored))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from gpt_core import GPT, GPTConfig
+from gpt_core import GPT, GPTConfig, to_device
 from gpt_tasks.symbols import CharVocab
 
 if TYPE_CHECKING:
@@ -26,9 +26,10 @@ class Batch:
     targets: torch.Tensor
 
     def to(self, device: torch.device | str) -> Batch:
-        """Copied as the caller waits: the CPU tensors are freed at once, and an asynchronous copy from freed
-        memory gives MPS garbage ids (on CUDA, from unpinned memory, it gained nothing)."""
-        return Batch(self.inputs.to(device), self.targets.to(device))
+        """On `device`: to a CUDA GPU through pinned memory, queued behind the GPU's work (`gpt_core.to_device`);
+        elsewhere as the caller waits (an asynchronous copy from freed memory gives MPS garbage ids)."""
+        device = torch.device(device)
+        return Batch(to_device(self.inputs, device), to_device(self.targets, device))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from gpt_core import IGNORE_INDEX
 from gpt_tasks import Batch
 from gpt_train.precision import Precision
 
-Loss = Callable[[Tensor, Tensor], Tensor]  # (inputs, targets) -> mean loss over the scored targets
+Loss = Callable[[Tensor, Tensor, Tensor], Tensor]  # (inputs, targets, read) -> mean loss over the scored targets
 NoSync = Callable[[], contextlib.AbstractContextManager]
 
 
@@ -33,19 +33,22 @@ def micro_batch_weights(parts: list[Batch]) -> dict[int, float]:
 
 
 def accumulate_gradients(
-    loss_of: Loss, batch: Batch, n: int, precision: Precision, no_sync: NoSync | None = None
+    loss_of: Loss, batch: Batch, n: int, precision: Precision, device: torch.device, no_sync: NoSync | None = None
 ) -> Tensor:
-    """Forward and backward of `batch` as `n` micro-batches, adding the whole batch's gradient to .grad; returns its
-    loss (detached). DDP's `no_sync` holds every backward but the last one's all-reduce."""
+    """Forward and backward of `batch` (on the host) as `n` micro-batches, adding the whole batch's gradient to .grad;
+    returns its loss (detached). Each micro-batch is copied to `device` as it runs, its `read` mask (targets not
+    IGNORE_INDEX) left on the host: counting and finding the scored rows never waits for a GPU. DDP's `no_sync` holds
+    every backward but the last one's all-reduce."""
     parts = [Batch(*pair) for pair in zip(batch.inputs.chunk(n), batch.targets.chunk(n), strict=True)]
     weights = micro_batch_weights(parts)
     last = max(weights)
     losses = []
     for i, weight in weights.items():
         sync = no_sync is None or i == last
+        part = parts[i].to(device)
         with contextlib.nullcontext() if sync else no_sync():
             with precision.autocast():
-                loss = loss_of(parts[i].inputs, parts[i].targets) * weight
+                loss = loss_of(part.inputs, part.targets, parts[i].targets != IGNORE_INDEX) * weight
             precision.backward(loss)
         losses.append(loss.detach())
     return sum(losses[1:], losses[0])

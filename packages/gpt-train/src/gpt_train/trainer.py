@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT, IGNORE_INDEX, KERNEL_SETS, Kernels
+from gpt_core import GPT, KERNEL_SETS, Kernels
 from gpt_core.compiling import compiled
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
@@ -221,7 +221,7 @@ class Trainer:
         self.data_rng.manual_seed(seed)
         if self.rank.distributed:
             torch.manual_seed(seed ^ 1 << 62)  # another stream than any step's batch; all ranks began on one seed
-        return self.task.batch(self.settings.batch_size, self.data_rng).to(self.device)
+        return self.task.batch(self.settings.batch_size, self.data_rng)  # on the host: `_gradients` copies it
 
     def train_step(self, step: int) -> tuple[float, bool]:
         """One optimiser step (none after a non-finite loss): the mean loss over ranks and whether one asked to stop."""
@@ -250,8 +250,12 @@ class Trainer:
     def _gradients(self, batch, module: torch.nn.Module, precision: Precision | None = None) -> torch.Tensor:
         """The batch's mean loss over its scored targets through `module`, its gradients added to .grad."""
         no_sync = self.ddp.no_sync if self.ddp is not None else None
-        loss_of = lambda inputs, targets: module(inputs, targets, read=targets != IGNORE_INDEX).loss
-        return accumulate_gradients(loss_of, batch, self.settings.grad_accum, precision or self.precision, no_sync)
+        compiled = self.settings.compile  # a compiled graph takes its inputs on one device; eager reads on the host
+        loss_of = lambda inputs, targets, read: (
+            module(inputs, targets, read=read.to(inputs.device) if compiled else read).loss
+        )
+        n, precision = self.settings.grad_accum, precision or self.precision
+        return accumulate_gradients(loss_of, batch, n, precision, self.device, no_sync)
 
     def _checked_compiled_step(self, batch) -> torch.Tensor:
         """The first compiled step, once it agrees with an eager one on the same batch and weights (else CompileError).

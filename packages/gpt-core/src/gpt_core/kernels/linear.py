@@ -25,12 +25,33 @@ def embedding(ids: Tensor, weight: Tensor) -> Tensor:
     return rows.view(*ids.shape, weight.shape[1])
 
 
+def check_read(read: Tensor, idx: Tensor) -> None:
+    """A ValueError unless `read` is a bool mask of idx's shape on idx's device or the CPU (the host, where a GPU
+    model's rows are found without waiting for the GPU)."""
+    if read.dtype != torch.bool or read.shape != idx.shape or read.device.type not in (idx.device.type, "cpu"):
+        raise ValueError(
+            f"read must be a bool mask of idx's shape {tuple(idx.shape)} on its device or the CPU, "
+            f"got {read.dtype} {tuple(read.shape)} on {read.device}"
+        )
+
+
 def read_rows(x: Tensor, read: Tensor) -> Tensor:
-    """`x[read]` (N, C) by `index_select`; when every position is read, the flattened `x` itself (eager only)."""
-    flat = x.reshape(-1, x.shape[-1])  # (B * T, C)
+    """`x[read]` (N, ...) of x (B, T, ...) by `index_select`; when every position is read, the flattened `x` itself
+    (eager only). A `read` on the host (x on a GPU) is searched there: no wait for the GPU's queue."""
+    flat = x.flatten(0, 1)  # (B * T, ...)
     if not torch.compiler.is_compiling() and bool(read.all()):
         return flat
-    return flat.index_select(0, read.reshape(-1).nonzero().squeeze(1))
+    return flat.index_select(0, to_device(read.reshape(-1).nonzero().squeeze(1), flat.device))
+
+
+def to_device(t: Tensor, device: torch.device) -> Tensor:
+    """`t` on `device`. From the host to a CUDA GPU through pinned memory, queued behind the GPU's work: the host
+    goes on launching kernels, where a copy from ordinary memory would wait for the GPU's queue to empty."""
+    if t.device == device:
+        return t
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)  # torch keeps the pinned block until the copy is done
+    return t.to(device)
 
 
 def first_read_position(read: Tensor) -> int:
