@@ -305,6 +305,50 @@ def test_next_token_samples_from_tempered_softmax(gen):
     assert (freq - expected).abs().max() < 0.0125
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_next_token_draws_what_torch_multinomial_draws_from_the_same_generator(dtype):
+    """The same tokens as torch.multinomial(probs, 1) for one seed, row by row: the same algorithm, its draws
+    taken in the same order."""
+    logits = torch.randn(64, V, generator=torch.Generator().manual_seed(1), dtype=dtype) * 3
+    for temperature, top_k in [(1.0, None), (0.7, 5)]:
+        ours = next_token(logits, temperature, top_k, torch.Generator().manual_seed(2))
+        scaled = logits / temperature
+        if top_k is not None:
+            scaled = scaled.masked_fill(scaled < scaled.topk(top_k, dim=-1).values[:, -1:], float("-inf"))
+        theirs = torch.multinomial(softmax(scaled), 1, generator=torch.Generator().manual_seed(2)).squeeze(-1)
+        assert torch.equal(ours, theirs)
+
+
+def _host_reads(fn) -> int:
+    """How many times `fn` reads a tensor's value back to the host (what waits for a GPU), kernels' own reads
+    included (torch.multinomial's two checks, say), as PyTorch's profiler records them."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return sum(event.name == "aten::_local_scalar_dense" for event in profile.events())
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0.0, None), (0.8, None), (0.8, 5)])
+def test_generation_reads_nothing_back_per_token(temperature, top_k):
+    """Each read of a GPU value waits for the GPU. next_token reads nothing; generate reads the prompt's id range
+    and, at the end, whether every step's logits were finite: as many reads for 2 tokens as for 8."""
+    assert _host_reads(lambda: next_token(torch.randn(8, V), temperature, top_k)) == 0
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, block_size=16, n_layer=1, n_head=2, n_embd=16)).eval()
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    reads = [_host_reads(lambda n=n: generate(model, prompt, n, temperature, top_k)) for n in (2, 8)]
+    assert reads[0] == reads[1] == 3
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generation_from_logits_that_are_not_finite_is_refused(gen, temperature):
+    """multinomial refused nan probabilities when sampling, and argmax gave a token in silence when greedy."""
+    model = _model("learned")
+    with torch.no_grad():
+        model.lm_head.weight[3, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"^the model gave logits that are not finite \(nan or inf\)"):
+        generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature, generator=gen)
+
+
 def test_slide_continues_past_block_size_with_learned_positions():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()

@@ -451,7 +451,7 @@ def test_under_torchrun_a_rank_stops_only_when_every_rank_has_agreed(cli, tmp_pa
     monkeypatch.setattr(Rank, "barrier", lambda self: None)
     exchanged = []  # each step's flag as this rank sent it; the other rank's is False
     monkeypatch.setattr(
-        Rank, "mean_and_any", lambda self, value, flag, device: (exchanged.append(flag), (value, flag))[1]
+        Rank, "mean_and_any", lambda self, value, flag, device: (exchanged.append(flag), (float(value), flag))[1]
     )
     run = Run(config, config.build_task(), RunLayout(tmp_path), torch.device("cpu"), Rank(0, 0, 2), resume=False)
     trainer = Trainer(run, quiet=True)

@@ -60,16 +60,16 @@ class PromptAnswerTask(Task):
         self.check_evaluation(model, split, limit)
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
-        correct = torch.zeros(self.answer_length, dtype=torch.long, device="cpu")
-        exact = 0
+        exact, correct = [], []  # per chunk, on the device until the end: one wait for a GPU per split
         # Only randomized positions draw anything: seeded, so every evaluation of a model scores the same.
         generator = torch.Generator().manual_seed(0)
         with evaluating(model):
             for chunk in in_chunks(ids, EVAL_BATCH, split):
                 batch = answer_batch(self.sequences(chunk), self.prompt_length).to(device)
                 hits = self.answer_hits(model, batch, generator)  # (N, answer_length)
-                exact += int(hits.all(dim=1).sum())
-                correct += hits.sum(dim=0).cpu()
+                exact.append(hits.all(dim=1).sum())
+                correct.append(hits.sum(dim=0))
+        exact, correct = int(torch.stack(exact).sum()), torch.stack(correct).sum(dim=0).cpu()
         n = len(ids)
         metrics = {"exact_match": exact / n, self.token_metric: float(correct.sum()) / (n * self.answer_length)}
         names = self.answer_position_names()
@@ -77,12 +77,14 @@ class PromptAnswerTask(Task):
         return metrics | {"examples": float(n)}
 
     def answer_hits(self, model: GPT, batch: Batch, generator: torch.Generator) -> torch.Tensor:
-        """Whether each answer token is the argmax given the true prefix (N, answer_length), from the head run there."""
-        read = batch.targets != IGNORE_INDEX  # (N, T): answer_length positions in every row
+        """Whether each answer token is the argmax given the true prefix (N, answer_length), from the head run there:
+        at `answer_queries`, the same in every row, so the mask is made on the host without reading the targets."""
         n, length = batch.inputs.shape
+        read = torch.zeros(n, length, dtype=torch.bool, device="cpu")  # (N, T), on the host
+        read[:, self.answer_queries()] = True
         positions = model.sample_positions(n, length, generator) if model.config.randomized_positions else None
         logits = model(batch.inputs, positions=positions, read=read).logits  # (N * answer_length, V)
-        return (logits.argmax(dim=-1) == batch.targets[read]).view(n, self.answer_length)
+        return logits.argmax(dim=-1).view(n, self.answer_length) == batch.targets[:, self.answer_queries()]
 
     def probe_batch(self) -> Batch:
         ids = self.split.evaluation_ids("heldout", PROBE_EXAMPLES, seed=2)

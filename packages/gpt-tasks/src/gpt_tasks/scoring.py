@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpt_core import GPT, IGNORE_INDEX, cross_entropy
+from gpt_core import GPT, IGNORE_INDEX, cross_entropy, to_device
 from gpt_tasks.task import Batch, evaluating
 
 Report = Callable[[str, int, int], None]  # report(split, examples done, examples in all)
@@ -56,15 +56,18 @@ def score_examples(
     split: str = "",
 ) -> Scores:
     """Score `model` on `examples` (N, ...), each chunk made a Batch by `make_batch`; every scored target weighs
-    alike, and the head runs only at them."""
-    total_loss, correct, scored = 0.0, 0, 0
+    alike, and the head runs only at them. The scored positions are found on the host and each chunk's numbers stay
+    on the device until the end: one wait for a GPU per split, not several per chunk."""
+    losses, hits, counts = [], [], []
     with evaluating(model):
         for chunk in in_chunks(examples, chunk_size, split):
-            batch = make_batch(chunk).to(device)
-            read = batch.targets != IGNORE_INDEX  # (n, T)
-            logits = model(batch.inputs, read=read).logits.float()  # (scored, V)
-            targets = batch.targets[read]  # (scored,)
-            total_loss += float(cross_entropy(logits, targets)) * len(targets)
-            correct += int((logits.argmax(dim=-1) == targets).sum())
-            scored += len(targets)
+            batch = make_batch(chunk)
+            read = batch.targets != IGNORE_INDEX  # (n, T), on the host
+            logits = model(to_device(batch.inputs, torch.device(device)), read=read).logits.float()  # (scored, V)
+            targets = to_device(batch.targets[read], logits.device)  # (scored,)
+            losses.append(cross_entropy(logits, targets))
+            hits.append((logits.argmax(dim=-1) == targets).sum())
+            counts.append(len(targets))
+    total_loss = sum(loss * count for loss, count in zip(torch.stack(losses).tolist(), counts, strict=True))
+    scored, correct = sum(counts), int(torch.stack(hits).sum())
     return Scores(loss=total_loss / scored, accuracy=correct / scored, examples=len(examples), targets=scored)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from gpt_core import to_device
 from gpt_train.errors import TrainError
 
 LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what torchrun sets for each process
@@ -97,12 +98,16 @@ class Rank:
             work.wait()
             LAST_BARRIER[:] = [work]
 
-    def mean_and_any(self, value: float, flag: bool, device: torch.device) -> tuple[float, bool]:
+    def mean_and_any(self, value: float | torch.Tensor, flag: bool, device: torch.device) -> tuple[float, bool]:
+        """The mean of `value` (a number, or a scalar tensor on `device`) over the ranks and whether any rank's `flag`
+        is set, in one read of the device after the all-reduce."""
         if not self.distributed:
-            return value, flag
-        packed = torch.tensor([value, float(flag)], dtype=torch.float64, device=device)
+            return float(value), flag
+        parts = (torch.as_tensor(value, dtype=torch.float64), torch.tensor(float(flag), dtype=torch.float64))
+        packed = torch.stack([to_device(part, device) for part in parts])
         dist.all_reduce(packed)
-        return packed[0].item() / self.world_size, packed[1].item() > 0
+        total, flagged = packed.tolist()
+        return total / self.world_size, flagged > 0
 
     def gather_floats(self, value: float, device: torch.device) -> list[float]:
         if not self.distributed:

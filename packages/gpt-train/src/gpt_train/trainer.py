@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT, KERNEL_SETS, Kernels
+from gpt_core import GPT, KERNEL_SETS, Kernels, to_device
 from gpt_core.compiling import compiled
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
@@ -236,7 +236,7 @@ class Trainer:
             loss = compiler_failures_explained(lambda: self._checked_compiled_step(batch))
         else:
             loss = self._gradients(batch, self.forward)
-        loss_value, stop = self.rank.mean_and_any(loss.item(), self.stop.requested, self.device)
+        loss_value, stop = self.rank.mean_and_any(loss, self.stop.requested, self.device)  # the step's one read
         if not math.isfinite(loss_value):
             return loss_value, stop
         finite = self.precision.unscale(self.optimizer, self.model.parameters())
@@ -252,7 +252,7 @@ class Trainer:
         no_sync = self.ddp.no_sync if self.ddp is not None else None
         compiled = self.settings.compile  # a compiled graph takes its inputs on one device; eager reads on the host
         loss_of = lambda inputs, targets, read: (
-            module(inputs, targets, read=read.to(inputs.device) if compiled else read).loss
+            module(inputs, targets, read=to_device(read, inputs.device) if compiled else read).loss
         )
         n, precision = self.settings.grad_accum, precision or self.precision
         return accumulate_gradients(loss_of, batch, n, precision, self.device, no_sync)
