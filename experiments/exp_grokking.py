@@ -25,7 +25,7 @@ from gpt_tasks.builtin.modadd import FOURIER_SHARE, TOP_FREQUENCIES, fourier_spe
 from gpt_train.config import RunConfig
 from gpt_train.loading import load_run
 from gpt_train.trainer import initial_model
-from gpt_viz import HELDOUT, TRAIN, metric_key
+from gpt_viz import HELDOUT, TRAIN, metric_key, probe_key
 
 QUESTION = (
     "Does a one-layer transformer trained on a + b mod 113 memorise its training pairs first and generalise to the "
@@ -53,7 +53,7 @@ VARIANTS = {"default": (), "wd0": ("--weight-decay", "0", "--steps", str(WD0_STE
 QUICK = ("--set", "p=23", "--set", "eval_every=10", "--set", "cooldown_steps=0")
 QUICK_STEPS = 60
 ACCURACY = {split: metric_key(split, "accuracy") for split in (TRAIN, HELDOUT)}
-PROGRESS = metric_key(TRAIN, FOURIER_SHARE)  # a property of the weights: every split reports the same value
+PROGRESS = probe_key(FOURIER_SHARE)  # a property of the weights, logged as a probe
 SHARE = f"top-{TOP_FREQUENCIES} Fourier share"
 DEFAULT_HEADER = ["seed", f"t_fit (train acc >= {THRESHOLD})", f"t_gen (held-out acc >= {THRESHOLD})", "t_gen / t_fit",
                   f"max held-out acc up to {WINDOW} x t_fit", "lowest held-out acc after t_gen",

@@ -110,15 +110,14 @@ def test_a_random_embedding_spreads_its_power_over_all_frequencies():
     assert 5 / 56 < top_frequency_share(spectrum) < 0.15  # 5 of 56 frequencies, plus the luck of the top 5
 
 
-def test_evaluation_reports_the_embeddings_fourier_share_on_every_split(modadd_task, tiny_model):
+def test_the_embeddings_fourier_share_is_a_probe_under_one_name_not_a_metric_of_each_split(modadd_task, tiny_model):
+    """A property of the weights: logged once, as the probe, where each split's metrics repeated it."""
     model = tiny_model(modadd_task)
     expected = top_frequency_share(fourier_spectrum(model.wte.weight[:113]))
-    for split in modadd_task.eval_splits:
-        assert modadd_task.evaluate(model, split, "cpu", limit=50)[FOURIER_SHARE] == expected
+    assert modadd_task.probes(model, None) == {FOURIER_SHARE: expected}
     assert FOURIER_SHARE == "fourier_top5_share"
-    assert modadd_task.evaluate(Oracle(113, wrong=False), "heldout", "cpu", limit=10)[FOURIER_SHARE] == pytest.approx(
-        1.0
-    )
+    assert not any(FOURIER_SHARE in modadd_task.evaluate(model, split, "cpu", 50) for split in modadd_task.eval_splits)
+    assert modadd_task.probes(Oracle(113, wrong=False), None)[FOURIER_SHARE] == pytest.approx(1.0)
 
 
 def test_defaults_train_on_the_full_batch(modadd_task):

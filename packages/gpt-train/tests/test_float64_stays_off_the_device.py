@@ -54,7 +54,7 @@ def test_modadd_trains_with_its_fourier_and_progress_measures_and_phases_reads_t
             {key: value for key, value in final.items() if key != "elapsed"},
             phases.out.replace(str(out), "RUN"),
         )
-    assert "heldout_fourier_top5_share" in runs["plain"][0]
+    assert "heldout_probe_fourier_top5_share" in runs["plain"][0]
     assert runs["on_device"] == runs["plain"]
 
 

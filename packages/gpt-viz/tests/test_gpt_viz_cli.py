@@ -321,11 +321,13 @@ def test_grokking_plots_the_metric_it_is_given(runner, make_run):
 def test_grokking_draws_the_loss_and_progress_panels_it_is_asked_for(runner, make_run):
     records = [
         {"step": step, "loss": 1.0, "train_accuracy": acc, "heldout_accuracy": acc / 2, "train_loss": 1 - acc / 2,
-         "heldout_loss": 2 - acc, "train_fourier_top5_share": acc / 3}
+         "heldout_loss": 2 - acc, "heldout_probe_fourier_top5_share": acc / 3}
         for step, acc in [(10, 0.5), (100, 1.0)]
     ]  # fmt: skip
     run = make_run(records=records)
-    result = runner.invoke(main, ["grokking", str(run), "--loss", "loss", "--progress", "train_fourier_top5_share"])
+    result = runner.invoke(
+        main, ["grokking", str(run), "--loss", "loss", "--progress", "heldout_probe_fourier_top5_share"]
+    )
     assert result.exit_code == 0, result.output
     assert written(result) == [run / "grokking.png"]
     result = runner.invoke(main, ["grokking", str(run), "--progress", "heldout_fourier_top5_share"])

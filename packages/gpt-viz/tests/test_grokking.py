@@ -118,13 +118,13 @@ def grokking_records():
             "step": step, "loss": 0.01 if fitted else 4.0,
             "train_accuracy": 1.0 if fitted else 0.05, "heldout_accuracy": 1.0 if jumped else 0.01,
             "train_loss": 0.01 if fitted else 4.0, "heldout_loss": 0.02 if jumped else 20.0,
-            "train_fourier_top5_share": min(1.0, 0.1 + step / 2500),
+            "heldout_probe_fourier_top5_share": min(1.0, 0.1 + step / 2500),
         })  # fmt: skip
     return records
 
 
 def test_progress_and_loss_panels_share_the_log_step_axis_under_the_accuracy():
-    figure = grokking(grokking_records(), loss="loss", progress="train_fourier_top5_share")
+    figure = grokking(grokking_records(), loss="loss", progress="heldout_probe_fourier_top5_share")
     accuracy, progress, loss = figure.axes
     assert [ax.get_ylabel() for ax in figure.axes] == ["accuracy", "fourier top5 share", "loss (log scale)"]
     assert all(ax.get_xscale() == "log" for ax in figure.axes) and loss.get_yscale() == "log"
@@ -138,7 +138,7 @@ def test_progress_and_loss_panels_share_the_log_step_axis_under_the_accuracy():
 
 
 def test_a_picture_with_every_panel_renders(assert_real_picture):
-    assert_real_picture(grokking(grokking_records(), loss="loss", progress="train_fourier_top5_share"))
+    assert_real_picture(grokking(grokking_records(), loss="loss", progress="heldout_probe_fourier_top5_share"))
 
 
 def test_a_missing_progress_key_is_named():

@@ -154,7 +154,7 @@ def attention(run_dir: Path, layer: int | None, out: str | None, svg: bool) -> N
     help="Task metric without its split; plots train_METRIC and heldout_METRIC.",
 )
 @click.option("--loss", help="Task loss without its split (loss): adds a panel of train_LOSS and heldout_LOSS.")
-@click.option("--progress", help="A metric key (train_fourier_top5_share): adds its curve under the accuracy.")
+@click.option("--progress", help="A metric key (heldout_probe_fourier_top5_share): adds its curve under the accuracy.")
 @click.option("--out", type=FILE, help="Picture path [default: RUN_DIR/grokking.png].")
 @SVG_OPTION
 def grokking_command(
@@ -165,7 +165,7 @@ def grokking_command(
     \b
     Example:
       gpt-viz grokking modadd --out grokking.png
-      gpt-viz grokking modadd --loss loss --progress train_fourier_top5_share
+      gpt-viz grokking modadd --loss loss --progress heldout_probe_fourier_top5_share
     """
     figure = grokking(run_dir, metric=metric, loss=loss, progress=progress)
     _save_and_report(figure, RunLayout(run_dir).grokking_picture if out is None else out, svg)

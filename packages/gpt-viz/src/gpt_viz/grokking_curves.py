@@ -22,7 +22,7 @@ from gpt_viz.run_data import (
     metric_series,
     run_directory,
 )
-from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key, parse_metric_key
+from gpt_viz.run_layout import HELDOUT, PROBE_PREFIX, TRAIN, metric_key, parse_metric_key
 
 METRIC = "accuracy"
 _SPLIT_STYLE = ((TRAIN, "train", "tab:blue"), (HELDOUT, "held-out", "tab:red"))
@@ -112,7 +112,7 @@ def _positive_steps(records: Sequence[Record], key: str, source: str) -> tuple[n
 def _draw_progress(ax: Axes, records: Sequence[Record], key: str, source: str) -> None:
     steps, values = _positive_steps(records, key, source)
     parsed = parse_metric_key(key)
-    name = parsed.name if parsed is not None else key
+    name = key if parsed is None else parsed.name.removeprefix(PROBE_PREFIX) if parsed.is_probe else parsed.name
     label = f"progress measure: {name.replace('_', ' ')}"
     ax.plot(steps, values, color="tab:green", marker=lone_marker(steps), linewidth=1.4, label=label)
     ax.set_ylabel(name.replace("_", " "))

@@ -117,12 +117,12 @@ class ModAddTask(Task):
         return self.examples(ids)
 
     def evaluate(self, model: GPT, split: str, device, limit: int | None = None) -> dict[str, float]:
-        """Accuracy and loss at "=", and `fourier_top5_share`, the weights' (the same for every split)."""
+        """Accuracy and loss at "=". `fourier_top5_share`, a property of the weights, not of a split, is a probe."""
         self.check_evaluation(model, split, limit)
         ids = self.split.evaluation_ids(split, limit)
         scores = score_examples(model, ids, self.examples, device, EVAL_BATCH, split)
         metrics = {"accuracy": scores.accuracy, "loss": scores.loss, "examples": float(len(ids))}
-        return metrics | self.probes(model, None)
+        return metrics
 
     def probes(self, model: GPT, cache: ProbeCache | None) -> dict[str, float]:
         return {FOURIER_SHARE: top_frequency_share(fourier_spectrum(model.wte.weight[: self.params.p]))}
