@@ -247,7 +247,8 @@ def gpt_train_step(model: GPT, batch: int, config: GPTConfig, dtype: str, grad_a
     def step() -> None:
         x = torch.randint(config.vocab_size, (batch, config.block_size), generator=gen)
         optimizer.zero_grad(set_to_none=True)
-        accumulate_gradients(lambda i, t: model(i, t).loss, Batch(x, torch.roll(x, -1, dims=1)), grad_accum, precision)
+        loss_of = lambda i, t, read: model(i, t, read=read).loss
+        accumulate_gradients(loss_of, Batch(x, torch.roll(x, -1, dims=1)), grad_accum, precision, torch.device("cpu"))
         optimizer.step()
 
     return step

@@ -345,8 +345,26 @@ def test_generation_from_logits_that_are_not_finite_is_refused(gen, temperature)
     model = _model("learned")
     with torch.no_grad():
         model.lm_head.weight[3, 0] = float("nan")
-    with pytest.raises(ValueError, match=r"^the model gave logits that are not finite \(nan or inf\)"):
+    with pytest.raises(ValueError, match=r"^the model gave logits that are nan or \+inf, or -inf for every token"):
         generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature, generator=gen)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_token_banned_by_a_logit_of_minus_inf_is_never_generated_and_all_banned_is_refused(gen, temperature):
+    model = _sharpen(_model("learned"), gen)
+    prompt = torch.zeros(4, 2, dtype=torch.long)
+    free = generate(model, prompt, 6, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    favourite = int(free[:, 2:].flatten().mode().values)
+
+    def ban(logits, name):
+        return logits.index_fill(-1, torch.tensor([favourite]), float("-inf"))
+
+    with model.hooks({"logits": ban}):
+        banned = generate(model, prompt, 6, temperature=temperature, generator=torch.Generator().manual_seed(0))
+    assert favourite in free[:, 2:] and favourite not in banned[:, 2:]
+    every_token_banned = model.hooks({"logits": lambda logits, name: torch.full_like(logits, float("-inf"))})
+    with every_token_banned, pytest.raises(ValueError, match="or -inf for every token"):
+        generate(model, prompt, 2, temperature=temperature)
 
 
 def test_slide_continues_past_block_size_with_learned_positions():

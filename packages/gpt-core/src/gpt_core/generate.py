@@ -18,8 +18,8 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
                generator: torch.Generator | None = None,
                softmax: Callable[[Tensor], Tensor] = softmax) -> Tensor:  # fmt: skip
     """One token per row of logits (B, V): argmax at temperature 0 (the lowest id of a tie), else sampled from the
-    top_k (with every token tied with the k-th, as nanoGPT's). A row that is not finite gives a meaningless token,
-    unread: `generate` refuses it at the end."""
+    top_k (with every token tied with the k-th, as nanoGPT's); a logit of -inf is never drawn. A row holding nan or
+    +inf, or -inf alone, gives a meaningless token, unread: `generate` refuses it at the end."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
     scaled = logits / temperature
@@ -104,9 +104,10 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
         cache = model.new_cache(B, length) if use_cache else None
         logits = model(idx, cache=cache, positions=_first(positions, T)).logits
     tokens = [idx]
-    finite = torch.ones((), dtype=torch.bool, device=idx.device)  # every step's logits, read once at the end
+    sound = torch.ones((), dtype=torch.bool, device=idx.device)  # every step's logits, read once at the end
     for step in range(n_new):
-        finite &= logits[:, -1, :].isfinite().all()
+        last = logits[:, -1, :]  # (B, V)
+        sound &= (last < math.inf).all() & (last > -math.inf).any(dim=-1).all()  # no nan or +inf; -inf bans a token
         token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
         tokens.append(token[:, None].to(idx.dtype))
         if step == n_new - 1:
@@ -118,8 +119,10 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
             logits = model(token[:, None], cache=cache, positions=here).logits
         else:
             logits = model(torch.cat(tokens, dim=1), positions=_first(positions, T + step + 1)).logits
-    if not bool(finite):
-        raise ValueError("the model gave logits that are not finite (nan or inf): its tokens would be meaningless")
+    if not bool(sound):
+        raise ValueError(
+            "the model gave logits that are nan or +inf, or -inf for every token: its tokens would be meaningless"
+        )
     return torch.cat(tokens, dim=1)
 
 

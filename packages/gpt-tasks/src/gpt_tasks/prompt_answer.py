@@ -60,7 +60,7 @@ class PromptAnswerTask(Task):
         self.check_evaluation(model, split, limit)
         model.config.check_positions(self.block_size, f"each {self.name} example")
         ids = self.split.evaluation_ids(split, limit)
-        exact, correct = [], []  # per chunk, on the device until the end: one wait for a GPU per split
+        exact, correct = [], []  # per chunk, on the device until the end: two reads per split, not per chunk
         # Only randomized positions draw anything: seeded, so every evaluation of a model scores the same.
         generator = torch.Generator().manual_seed(0)
         with evaluating(model):

@@ -57,7 +57,7 @@ def score_examples(
 ) -> Scores:
     """Score `model` on `examples` (N, ...), each chunk made a Batch by `make_batch`; every scored target weighs
     alike, and the head runs only at them. The scored positions are found on the host and each chunk's numbers stay
-    on the device until the end: one wait for a GPU per split, not several per chunk."""
+    on the device until the end: two reads of a GPU per split, not several per chunk."""
     losses, hits, counts = [], [], []
     with evaluating(model):
         for chunk in in_chunks(examples, chunk_size, split):

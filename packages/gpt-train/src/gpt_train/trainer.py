@@ -206,8 +206,9 @@ class Trainer:
     def _training_forward(self) -> torch.nn.Module:
         module: torch.nn.Module = self.model
         if self.rank.distributed:
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            module = self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
+            # device_ids=None: DDP copies no argument to the GPU, so the read mask stays on the host (the batches
+            # arrive on the device already)
+            module = self.ddp = DistributedDataParallel(self.model, device_ids=None)
         if self.settings.compile:
             check_compiler(self.device, self.continuing)
             module = compiled(module)

@@ -60,8 +60,8 @@ Shapes in comments: (BLOCK_M, BLOCK_D) etc., BLOCK_D the head dim padded to a po
 the padding masked on load. q, k, v may be strided views (of a fused qkv projection): their strides
 are passed to the kernels, never copied. O, dO, dQ, dK, dV are contiguous buffers of this module
 (unit stride along d). Head dims up to 128. `AOT_SPECS` lists every kernel's signature for compiling ahead
-of time (sm_80, sm_90) from a CPU; compiled so, at `_TILES`' sizes, the largest takes 64 KiB of shared memory
-and none spills a register.
+of time (sm_80, sm_90) from a CPU; compiled so, at `_TILES`' and `_SHORT_TILES`' sizes, the largest takes 64 KiB of
+shared memory and none spills a register.
 """
 
 from __future__ import annotations
