@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import itertools
 import math
 import os
 
@@ -247,44 +246,48 @@ def test_float32_matmuls_are_exact_unless_pytorch_allows_tf32():
 def test_aot_specs_cover_every_kernel_at_every_dot_precision_and_head_dim_with_the_tiles_it_launches_with():
     kernels = {fa._attn_fwd, fa._bwd_dkdv, fa._bwd_dq}
     dtypes = {"*fp32": torch.float32, "*bf16": torch.bfloat16, "*fp16": torch.float16}
-    inputs = [("*fp32", "ieee"), ("*fp32", "tf32"), ("*bf16", "ieee"), ("*fp16", "ieee")]
-    launched = set()  # (kernel, Q's type, precision, head dim, BLOCK_M, BLOCK_N, warps) of every launch
-    for ty, p in inputs:
-        for d, queries in itertools.product((16, 32, 64, 128), (1, 15, 16, 31, 63, 64, 1024)):
-            m, n, warps = fa._tiles(dtypes[ty], d, p, queries)
-            launched |= {(fn, ty, p, d, m, n, warps) for fn in kernels}
-            launched.add((fa._bwd_preprocess, ty, None, d, m, None, warps))
-    compiled = set()
+    covered = set()
     for fn, sig, const, options in fa.AOT_SPECS:
         assert list(sig) == fn.arg_names
         assert {name for name, ty in sig.items() if ty == "constexpr"} == set(const)
-        if fn in kernels or fn is fa._bwd_preprocess:
-            assert options["num_stages"] == fa._NUM_STAGES
-            tiles = (const["BLOCK_M"], const.get("BLOCK_N"), options["num_warps"])
-            compiled.add((fn, sig["Q" if fn in kernels else "Out"], const.get("PRECISION"), const["HEAD_DIM"], *tiles))
-    assert compiled == launched
+        if fn in kernels:
+            dtype, d = dtypes[sig["Q"]], const["HEAD_DIM"]
+            block_m, block_n, num_warps = fa._tiles(dtype, d, const["PRECISION"])
+            assert (const["BLOCK_M"], const["BLOCK_N"]) == (block_m, block_n)
+            assert options == {"num_warps": num_warps, "num_stages": fa._NUM_STAGES}
+            covered.add((fn, sig["Q"], const["PRECISION"], d))
+    inputs = [("*fp32", "ieee"), ("*fp32", "tf32"), ("*bf16", "ieee"), ("*fp16", "ieee")]
+    assert covered == {(fn, ty, p, d) for fn in kernels for ty, p in inputs for d in (16, 32, 64, 128)}
+    preprocessed = {
+        (sig["Out"], const["HEAD_DIM"], const["BLOCK_M"])
+        for fn, sig, const, _ in fa.AOT_SPECS
+        if fn is fa._bwd_preprocess
+    }
+    launched = {(ty, d, fa._tiles(dtypes[ty], d, p)[0]) for ty, p in inputs for d in (16, 32, 64, 128)}
+    assert preprocessed == launched
     assert fa._dropout_keep_kernel in {fn for fn, *_ in fa.AOT_SPECS}
 
 
-def test_fewer_queries_than_a_block_take_16_row_tiles_and_the_rest_the_table_s():
-    for inputs, dtype, precision in [("16-bit", torch.bfloat16, "ieee"), ("tf32", torch.float32, "tf32")]:
-        for d in (16, 32, 64, 128):
-            long_tile = fa._TILES[inputs][d]
-            assert fa._tiles(dtype, d, precision, long_tile[0]) == long_tile
-            assert fa._tiles(dtype, d, precision, 1)[0] == 16
-            assert fa._tiles(dtype, d, precision, long_tile[0] - 1) == fa._SHORT_TILES[inputs][d]
+@pytest.mark.parametrize("queries", [1, 15, 1024])
+def test_any_number_of_queries_launches_the_tables_tiles_the_ones_compiled_ahead_of_time(queries):
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for d in (16, 64, 128):
+            q = torch.zeros(1, 1, queries, d, dtype=dtype)
+            meta = fa._launch_meta(q, True, 0.0, None)
+            tiles = fa._tiles(dtype, d, fa._precision(dtype))
+            assert (meta["BLOCK_M"], meta["BLOCK_N"], meta["num_warps"]) == tiles
 
 
 def test_block_sizes_are_powers_of_two_of_at_least_16_and_shrink_with_the_row_size():
     for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         for d in (16, 24, 48, 64, 80, 128):
-            for precision, queries in itertools.product(("ieee", "tf32"), (1, 1024)):
-                m, n, warps = fa._tiles(dtype, d, precision, queries)
+            for precision in ("ieee", "tf32"):
+                m, n, warps = fa._tiles(dtype, d, precision)
                 assert m >= 16 and n >= 16 and m & (m - 1) == 0 and n & (n - 1) == 0 and warps in (4, 8)
     for d in (16, 32, 64, 128):  # fp32's rows hold twice the bytes: its tiles are never the larger
-        half = math.prod(fa._tiles(torch.float16, d, "ieee", 1024)[:2])
-        assert math.prod(fa._tiles(torch.float32, d, "ieee", 1024)[:2]) <= half
-        assert math.prod(fa._tiles(torch.float32, d, "tf32", 1024)[:2]) <= half
+        half = math.prod(fa._tiles(torch.float16, d, "ieee")[:2])
+        assert math.prod(fa._tiles(torch.float32, d, "ieee")[:2]) <= half
+        assert math.prod(fa._tiles(torch.float32, d, "tf32")[:2]) <= half
     assert fa._block_d(24) == 32 and fa._block_d(48) == 64 and fa._block_d(8) == 16
 
 

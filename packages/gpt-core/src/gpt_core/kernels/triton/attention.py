@@ -60,13 +60,12 @@ Shapes in comments: (BLOCK_M, BLOCK_D) etc., BLOCK_D the head dim padded to a po
 the padding masked on load. q, k, v may be strided views (of a fused qkv projection): their strides
 are passed to the kernels, never copied. O, dO, dQ, dK, dV are contiguous buffers of this module
 (unit stride along d). Head dims up to 128. `AOT_SPECS` lists every kernel's signature for compiling ahead
-of time (sm_80, sm_90) from a CPU; compiled so, at `_TILES`' and `_SHORT_TILES`' sizes, the largest takes 64 KiB of
-shared memory and none spills a register.
+of time (sm_80, sm_90) from a CPU; compiled so, at `_TILES`' sizes, the largest takes 64 KiB of shared memory
+and none spills a register.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
@@ -364,27 +363,20 @@ def _block_d(head_dim: int) -> int:
 # gets (test_triton_ahead_of_time.py compiles each from a CPU and asks ptxas). A spill sends a thread's values
 # through local memory inside the loop over blocks. Exact fp32 (no tensor cores; evaluation's, and training's
 # without tf32) holds the most per thread and takes the smallest tiles. Chosen by compiling, not timed on a GPU.
+# Fewer queries than BLOCK_M (decoding) launch these tiles too, the rows past the last query masked: smaller tiles,
+# tried for them, spilled with one Triton version or another.
 _TILES = {
     "16-bit": {16: (64, 64, 8), 32: (32, 64, 8), 64: (64, 32, 8), 128: (64, 16, 8)},
     "tf32": {16: (64, 64, 8), 32: (32, 16, 8), 64: (64, 16, 8), 128: (32, 16, 8)},
     "ieee": {16: (16, 16, 8), 32: (16, 16, 4), 64: (16, 16, 4), 128: (16, 16, 8)},
     "fp64": {16: (64, 64, 4), 32: (64, 32, 4), 64: (32, 32, 4), 128: (32, 16, 4)},  # verification only: not tuned
 }
-# The same for fewer queries than `_TILES`' BLOCK_M (decoding, short prompts): 16 rows, so no program computes
-# mostly idle rows; warps and BLOCK_N again chosen by compiling, as a smaller tile spills at other warps.
-_SHORT_TILES = {
-    "16-bit": {16: (16, 64, 4), 32: (16, 64, 4), 64: (16, 32, 4), 128: (16, 16, 4)},
-    "tf32": {16: (16, 64, 8), 32: (16, 16, 8), 64: (16, 16, 8), 128: (16, 32, 4)},
-    "ieee": _TILES["ieee"],
-    "fp64": {16: (16, 64, 4), 32: (16, 32, 4), 64: (16, 32, 4), 128: (16, 16, 4)},
-}
 
 
-def _tiles(dtype: torch.dtype, head_dim: int, precision: str, queries: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for q's dtype, its head dim, the dot's precision and the number of queries."""
+def _tiles(dtype: torch.dtype, head_dim: int, precision: str) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) from `_TILES` for q's dtype, its head dim and the dot's precision."""
     inputs = "16-bit" if dtype.itemsize == 2 else "fp64" if dtype == torch.float64 else precision
-    tiles = _TILES[inputs][_block_d(head_dim)]
-    return tiles if queries >= tiles[0] else _SHORT_TILES[inputs][_block_d(head_dim)]
+    return _TILES[inputs][_block_d(head_dim)]
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -401,8 +393,8 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 def _launch_meta(q: Tensor, causal: bool, dropout_p: float, blocks: tuple[int, int] | None) -> dict:
     head_dim = q.shape[-1]
     precision = _precision(q.dtype)
-    block_m, block_n, num_warps = _tiles(q.dtype, head_dim, precision, q.shape[2])
-    block_m, block_n = blocks or (block_m, block_n)
+    block_m, block_n, num_warps = _tiles(q.dtype, head_dim, precision)
+    block_m, block_n = blocks or (block_m, block_n)  # fewer queries than BLOCK_M (decoding): the rest masked
     return dict(
         HEAD_DIM=head_dim,
         BLOCK_M=block_m,
@@ -543,26 +535,25 @@ def _signature(kernel, pointers: dict[str, str], constexprs: dict[str, object]) 
 
 def _aot_specs() -> list[tuple[object, dict[str, str], dict[str, object], dict[str, int]]]:
     """Every kernel for each dot precision (fp32 exact and TF32, bf16, fp16) at head dims 16, 32, 64 and 128 with the
-    tiles and warps `_tiles` picks for few and many queries, in its fullest variant (causal, with dropout: without
-    either, the code is a subset on the same tiles); d strides fixed at 1, as the JIT specialises a contiguous last
-    axis."""
+    tiles and warps `_tiles` picks, in its fullest variant (causal, with dropout: without either, the code is a
+    subset on the same tiles); d strides fixed at 1, as the JIT specialises a contiguous last axis."""
     specs = []
     inputs = [(torch.float32, "*fp32", "ieee"), (torch.float32, "*fp32", "tf32")]
     inputs += [(torch.bfloat16, "*bf16", "ieee"), (torch.float16, "*fp16", "ieee")]
     for dtype, ty, precision in inputs:
         tensors = {name: ty for name in ("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV")}
         pointers = {**tensors, "LSE": "*fp32", "DELTA": "*fp32"}
-        for head_dim, queries in itertools.product((16, 32, 64, 128), (1, 1024)):
-            block_m, block_n, num_warps = _tiles(dtype, head_dim, precision, queries)
+        for head_dim in (16, 32, 64, 128):
+            block_m, block_n, num_warps = _tiles(dtype, head_dim, precision)
             options = {"num_warps": num_warps, "num_stages": _NUM_STAGES}
             shape = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_D=_block_d(head_dim))
+            preprocess = (_bwd_preprocess, _signature(_bwd_preprocess, pointers, shape), shape, options)
+            if preprocess not in specs:  # no dot in it: fp32's tiles for exact and TF32 products may be the same
+                specs.append(preprocess)
             consts = dict(shape, BLOCK_N=block_n, CAUSAL=True, DROPOUT_P=0.1, SM_SCALE=1.0 / math.sqrt(head_dim))
             consts.update(PRECISION=precision, stride_qd=1, stride_kd=1, stride_vd=1)
-            kernels = [(_bwd_preprocess, shape)] + [(kernel, consts) for kernel in (_attn_fwd, _bwd_dkdv, _bwd_dq)]
-            for kernel, constexprs in kernels:
-                spec = (kernel, _signature(kernel, pointers, constexprs), constexprs, options)
-                if spec not in specs:  # tiles shared by short and long query blocks, or by exact fp32 and TF32
-                    specs.append(spec)
+            for kernel in (_attn_fwd, _bwd_dkdv, _bwd_dq):
+                specs.append((kernel, _signature(kernel, pointers, consts), consts, options))
     keep = dict(DROPOUT_P=0.1, BLOCK_M=32, BLOCK_N=32)
     specs.append((_dropout_keep_kernel, _signature(_dropout_keep_kernel, {"KEEP": "*u8"}, keep), keep, {}))
     return specs
