@@ -108,7 +108,7 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
     for step in range(n_new):
         last = logits[:, -1, :]  # (B, V)
         sound &= (last < math.inf).all() & (last > -math.inf).any(dim=-1).all()  # no nan or +inf; -inf bans a token
-        token = next_token(logits[:, -1, :], temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
+        token = next_token(last, temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
         tokens.append(token[:, None].to(idx.dtype))
         if step == n_new - 1:
             break
