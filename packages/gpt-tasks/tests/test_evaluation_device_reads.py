@@ -1,5 +1,5 @@
-"""An evaluation on a GPU reads the device's numbers once per split, not once per chunk: every read makes the host
-wait until the GPU's queue is empty, and sort's held-out split is about 490 chunks.
+"""An evaluation on a GPU reads the device's numbers a fixed few times per split, not once per chunk: every read
+makes the host wait until the GPU's queue is empty, and sort's held-out split is about 490 chunks.
 
 The model sits on the meta device, whose tensors hold no values, standing for a GPU: `DeviceReads` answers each
 read of a meta tensor's value (an `.item()`, a copy to the host) with zeros and counts it, and a read PyTorch makes
@@ -33,9 +33,8 @@ class DeviceReads(TorchDispatchMode):
             if func is aten._local_scalar_dense.default:  # .item(), int(t), bool(t)
                 self.reads += 1
                 return 0
-            if (
-                func is aten._to_copy.default and kwargs.get("device", source.device).type != "meta"
-            ):  # .cpu(), .tolist()
+            to_host = kwargs.get("device", source.device).type != "meta"  # .cpu(), .tolist()
+            if func is aten._to_copy.default and to_host:
                 self.reads += 1
                 return torch.zeros(source.shape, dtype=kwargs.get("dtype") or source.dtype, device=kwargs["device"])
             if func is aten.copy_.default and args[0].device.type != "meta":
