@@ -393,6 +393,141 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path
     assert all(torch.isfinite(t).all() for t in state.model.values())
 
 
+def lagged_trainer(cli, tmp_path: Path, *settings: str) -> Trainer:
+    """A 30-step sort trainer (logs every 5 steps, evaluates and saves every 10) with no `on_step` hook, so the loop
+    reads most steps' losses a step late."""
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir, "--steps", "1", *settings).code == 0
+    config = RunConfig.load(run_dir)
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=30))
+    (run_dir / RunLayout.CHECKPOINT).unlink()
+    return trainer_for(config, run_dir)
+
+
+def watch_steps(trainer: Trainer, monkeypatch, before_step=lambda taken: None) -> list[tuple[str, list[int]]]:
+    """What the loop does, in order: ("take", [n]) as step n is queued, ("read", steps) as their losses are read."""
+    events: list[tuple[str, list[int]]] = []
+    take, read = Trainer.train_step, Rank.read
+
+    def taking(self, step):
+        before_step(step)
+        events.append(("take", [step + 1]))
+        return take(self, step)
+
+    def reading(self, reduced):
+        if reduced:
+            events.append(("read", list(range(trainer.step + 1, trainer.step + 1 + len(reduced)))))
+        return read(self, reduced)
+
+    monkeypatch.setattr(Trainer, "train_step", taking)
+    monkeypatch.setattr(Rank, "read", reading)
+    return events
+
+
+def test_a_steps_loss_is_read_while_the_next_step_runs_unless_the_loop_acts_on_that_step(cli, tmp_path, monkeypatch):
+    """On a GPU a read waits for every queued kernel: reading step n's loss after queueing step n + 1 keeps the GPU
+    busy. A step that is logged, evaluated or saved (every 5th here) is read at once, before the next is queued."""
+    trainer = lagged_trainer(cli, tmp_path)
+    events = watch_steps(trainer, monkeypatch)
+    assert trainer.run().reason == "finished"
+    expected, pending = [], []
+    for n in range(1, 31):
+        expected.append(("take", [n]))
+        pending.append(n)
+        ready, pending = (pending, []) if n % 5 == 0 else (pending[:-1], pending[-1:])
+        expected += [("read", ready)] if ready else []
+    assert events == expected
+
+
+def test_reading_a_step_late_changes_no_metric_evaluation_snapshot_or_checkpoint(cli, tmp_path, monkeypatch):
+    """Evaluations (every 7 steps), checkpoints (every 6) and snapshots (every 4) fall on steps that are not logged
+    (every 5): each must see its own step's weights, never the next step's, as a run reading every step at once."""
+    settings = ("--set", "eval_every=7", "--set", "checkpoint_every=6", "--set", "snapshot_every=4")
+    seen = {}
+
+    def run(name: str) -> tuple[list[dict], dict]:  # metrics.jsonl and final.json, less the clock
+        trainer = lagged_trainer(cli, tmp_path / name, *settings)
+        weights = seen[name] = {}
+        for method in ("save", "keep_snapshot", "evaluate"):
+            original = getattr(trainer, method)
+
+            def watched(*args, _original=original, _method=method):
+                weights[_method, trainer.step] = [p.detach().clone() for p in trainer.model.parameters()]
+                return _original(*args)
+
+            setattr(trainer, method, watched)
+        assert trainer.run().reason == "finished"
+        drop = lambda record: {k: v for k, v in record.items() if k != "elapsed"}
+        final = json.loads((tmp_path / name / "run" / "final.json").read_text())
+        return [drop(r) for r in read_metrics(tmp_path / name / "run")], drop(final)
+
+    records = run("lagged")
+    monkeypatch.setattr(Trainer, "_acts_at", lambda self, step: True)
+    assert records == run("at_once")
+    # keep_snapshot runs after every step and writes at every 4th
+    acted = lambda seen: {key: w for key, w in seen.items() if key[0] != "keep_snapshot" or key[1] % 4 == 0}
+    lagged, at_once = acted(seen["lagged"]), acted(seen["at_once"])
+    assert lagged.keys() == at_once.keys()
+    assert {("evaluate", 7), ("save", 6), ("keep_snapshot", 4), ("save", 30)} <= lagged.keys()
+    for key, weights in lagged.items():
+        assert all(torch.equal(a, b) for a, b in zip(weights, at_once[key], strict=True)), key
+
+
+def test_a_nan_loss_read_a_step_late_still_stops_at_its_own_step_and_keeps_the_last_good_checkpoint(
+    cli, tmp_path, monkeypatch
+):
+    """Step 14 is queued on the spoilt weights before step 13's loss is read; nothing is saved from them."""
+    trainer = lagged_trainer(cli, tmp_path)
+
+    def poison(taken: int) -> None:
+        if taken == 12:  # before step 13, after the checkpoint at step 10
+            with torch.no_grad():
+                trainer.model.wte.weight.fill_(float("nan"))
+
+    events = watch_steps(trainer, monkeypatch, poison)
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("diverged", 12)
+    assert "loss became nan at step 13" in outcome.detail and "last good checkpoint" in outcome.detail
+    assert events[-2:] == [("take", [14]), ("read", [13])]
+    state = load_checkpoint(tmp_path / "run" / RunLayout.CHECKPOINT, "sort")
+    assert state.step == 10 and all(torch.isfinite(t).all() for t in state.model.values())
+
+
+def test_ctrl_c_reads_the_step_at_once_and_saves_it(cli, tmp_path, monkeypatch):
+    trainer = lagged_trainer(cli, tmp_path)
+    events = watch_steps(trainer, monkeypatch, lambda taken: setattr(trainer.stop, "requested", taken == 12))
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("interrupted", 13)
+    assert events[-3:] == [("read", [11]), ("take", [13]), ("read", [12, 13])]
+    assert load_checkpoint(tmp_path / "run" / RunLayout.CHECKPOINT, "sort").step == 13
+
+
+def test_under_torchrun_a_stop_read_a_step_late_stops_every_rank_after_the_step_already_queued(
+    cli, tmp_path, monkeypatch
+):
+    """Rank 0's Ctrl-C during step 13 travels in step 13's exchange, read while step 14 runs: every rank reads the
+    same flags at the same steps, so each stops after step 14 and none queues step 15 (whose all-reduce would wait
+    for ranks that have stopped)."""
+    no_group = lambda model, device_ids: (setattr(model, "no_sync", contextlib.nullcontext), model)[1]
+    monkeypatch.setattr("gpt_train.trainer.DistributedDataParallel", no_group)
+    monkeypatch.setattr(Rank, "barrier", lambda self: None)
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir).code == 0
+    sent = lambda value, flag: torch.tensor([2 * float(value), float(flag)], dtype=torch.float64)  # as if summed
+    monkeypatch.setattr(Rank, "reduced", lambda self, value, flag, device: sent(value, flag))
+    config = RunConfig.load(run_dir)
+    (run_dir / RunLayout.CHECKPOINT).unlink()
+    for name in (RunLayout.METRICS, RunLayout.FINAL):
+        (run_dir / name).unlink()
+    run = Run(config, config.build_task(), RunLayout(run_dir), torch.device("cpu"), Rank(0, 0, 2), resume=False)
+    trainer = Trainer(run, quiet=True)
+    events = watch_steps(trainer, monkeypatch, lambda taken: setattr(trainer.stop, "requested", taken == 12))
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step) == ("interrupted", 14)
+    assert events[-5:] == [("take", [13]), ("read", [12]), ("take", [14]), ("read", [13]), ("read", [14])]
+    assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step == 14
+
+
 @pytest.mark.parametrize("extra", [[], TRIGGERED], ids=["plain", "triggered"])
 def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path, extra):
     """Triggered: only rank 0 evaluates, and both ranks still drop the rate and stop at the same step (a rank
@@ -450,8 +585,9 @@ def test_under_torchrun_a_rank_stops_only_when_every_rank_has_agreed(cli, tmp_pa
     monkeypatch.setattr("gpt_train.trainer.DistributedDataParallel", no_group)
     monkeypatch.setattr(Rank, "barrier", lambda self: None)
     exchanged = []  # each step's flag as this rank sent it; the other rank's is False
+    sent = lambda value, flag: torch.tensor([2 * float(value), float(flag)], dtype=torch.float64)  # as if summed
     monkeypatch.setattr(
-        Rank, "mean_and_any", lambda self, value, flag, device: (exchanged.append(flag), (float(value), flag))[1]
+        Rank, "reduced", lambda self, value, flag, device: (exchanged.append(flag), sent(value, flag))[1]
     )
     run = Run(config, config.build_task(), RunLayout(tmp_path), torch.device("cpu"), Rank(0, 0, 2), resume=False)
     trainer = Trainer(run, quiet=True)

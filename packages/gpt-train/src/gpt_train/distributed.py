@@ -98,16 +98,31 @@ class Rank:
             work.wait()
             LAST_BARRIER[:] = [work]
 
+    def reduced(self, value: float | torch.Tensor, flag: bool, device: torch.device) -> torch.Tensor:
+        """`value` (a number, or a scalar tensor on `device`) summed over the ranks, beside how many ranks set `flag`:
+        a (2,) tensor on `device`, not read, so a GPU goes on with its queue. A lone process: `value` alone."""
+        if not self.distributed:
+            return torch.as_tensor(value).detach()
+        parts = (torch.as_tensor(value, dtype=torch.float64), torch.tensor(float(flag), dtype=torch.float64))
+        packed = torch.stack([to_device(part.detach(), device) for part in parts])
+        dist.all_reduce(packed)
+        return packed
+
+    def read(self, reduced: list[torch.Tensor]) -> list[tuple[float, bool]]:
+        """`reduced` values, in one read of the device: each one's mean over the ranks and whether any rank set its
+        flag (a lone process: the value, False)."""
+        if not reduced:
+            return []
+        rows = torch.stack(reduced).tolist()
+        if not self.distributed:
+            return [(value, False) for value in rows]
+        return [(total / self.world_size, flagged > 0) for total, flagged in rows]
+
     def mean_and_any(self, value: float | torch.Tensor, flag: bool, device: torch.device) -> tuple[float, bool]:
-        """The mean of `value` (a number, or a scalar tensor on `device`) over the ranks and whether any rank's `flag`
-        is set, in one read of the device after the all-reduce."""
+        """The mean of `value` over the ranks and whether any rank's `flag` is set, read at once."""
         if not self.distributed:
             return float(value), flag
-        parts = (torch.as_tensor(value, dtype=torch.float64), torch.tensor(float(flag), dtype=torch.float64))
-        packed = torch.stack([to_device(part, device) for part in parts])
-        dist.all_reduce(packed)
-        total, flagged = packed.tolist()
-        return total / self.world_size, flagged > 0
+        return self.read([self.reduced(value, flag, device)])[0]
 
     def gather_floats(self, value: float, device: torch.device) -> list[float]:
         if not self.distributed:

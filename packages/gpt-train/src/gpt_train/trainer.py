@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -224,8 +225,10 @@ class Trainer:
             torch.manual_seed(seed ^ 1 << 62)  # another stream than any step's batch; all ranks began on one seed
         return self.task.batch(self.settings.batch_size, self.data_rng)  # on the host: `_gradients` copies it
 
-    def train_step(self, step: int) -> tuple[float, bool]:
-        """One optimiser step (none after a non-finite loss): the mean loss over ranks and whether one asked to stop."""
+    def train_step(self, step: int) -> torch.Tensor:
+        """One optimiser step, queued on the device and not read: its loss, under torchrun summed over the ranks
+        beside how many asked to stop (`Rank.read` gives the mean and the verdict). A non-finite loss spoils the
+        weights in memory: the loop stops at it before saving, evaluating or taking another step on them."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s, self.cooldown_from)
@@ -237,16 +240,14 @@ class Trainer:
             loss = compiler_failures_explained(lambda: self._checked_compiled_step(batch))
         else:
             loss = self._gradients(batch, self.forward)
-        loss_value, stop = self.rank.mean_and_any(loss, self.stop.requested, self.device)  # the step's one read
-        if not math.isfinite(loss_value):
-            return loss_value, stop
+        reduced = self.rank.reduced(loss, self.stop.requested, self.device)
         finite = self.precision.unscale(self.optimizer, self.model.parameters())
         if self.grokfast is not None and finite:  # filtered before clipping: the clip bounds the step actually taken
             self.grokfast.apply(self.model)
         if s.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
         self.precision.step(self.optimizer, finite)
-        return loss_value, stop
+        return reduced
 
     def _gradients(self, batch, module: torch.nn.Module, precision: Precision | None = None) -> torch.Tensor:
         """The batch's mean loss over its scored targets through `module`, its gradients added to .grad."""
@@ -354,37 +355,33 @@ class Trainer:
         self.model.train()
         cuda = self.device.type == "cuda"  # `tf32` is CUDA's; a CPU run leaves the setting as it finds it
         matmuls = float32_matmuls("high" if s.tf32 else "highest") if cuda else contextlib.nullcontext()
+        pending: list[torch.Tensor] = []  # the losses of steps taken and not yet read, on the device
+        stopping = False
         try:
             with self.stop.installed(), matmuls:
                 while self.step < self.last_step:
-                    loss, stop_requested = self._computing(f"step {self.step + 1}", lambda: self.train_step(self.step))
-                    if not math.isfinite(loss):
-                        return self._diverged(f"loss became {loss}")
-                    if self.precision.diverged:
-                        return self._diverged(
-                            f"gradients were not finite for {MAX_SKIPPED_STEPS} steps in a row "
-                            f"(fp16 loss scale down to {self.precision.scale:.1e})"
-                        )
-                    self.step, self.loss = self.step + 1, loss
-                    if self.on_step is not None:
-                        self.on_step(self.step)
-                    self.keep_snapshot()
-                    evaluated = s.evaluates_at(self.step) and self.step < self.last_step
-                    if evaluated:
-                        latest = self._computing(
-                            f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit)
-                        )
-                        self._follow_cooldown_trigger(latest, progress)
-                    if evaluated or (self.step % s.log_every == 0 and self.step < self.last_step):
-                        lr = self.optimizer.param_groups[0]["lr"]
-                        line = {"step": self.step, "elapsed": round(elapsed(), 3), "loss": loss, "lr": lr}
-                        self.record.log(line | (latest if evaluated else {}))
-                    progress.update(loss, latest)
-                    if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
-                        self.save(elapsed())
+                    if not stopping:
+                        taken = self.step + len(pending)
+                        pending.append(self._computing(f"step {taken + 1}", partial(self.train_step, taken)))
+                    # A step's loss is read while the next step runs (the GPU never waits for the host), unless the
+                    # loop acts on that step at once.
+                    late = 0 if stopping or self._acts_at(self.step + len(pending)) else 1
+                    ready, pending = pending[: len(pending) - late], pending[len(pending) - late :]
+                    read = self._computing(f"step {self.step + 1}", partial(self.rank.read, ready))
+                    for loss, stop_requested in read:
+                        if not math.isfinite(loss):
+                            return self._diverged(f"loss became {loss}")
+                        if self.precision.diverged:
+                            return self._diverged(
+                                f"gradients were not finite for {MAX_SKIPPED_STEPS} steps in a row "
+                                f"(fp16 loss scale down to {self.precision.scale:.1e})"
+                            )
+                        self.step, self.loss = self.step + 1, loss
+                        latest = self._after_step(loss, latest, progress, elapsed)
+                        stopping |= stop_requested  # under torchrun: every rank's agreed flag
                     # Under torchrun only the agreed flag: a Ctrl-C during the exchange goes in the next one.
-                    stop = stop_requested or (self.stop.requested and not self.rank.distributed)
-                    if stop and self.step < self.last_step:
+                    stopping |= self.stop.requested and not self.rank.distributed
+                    if stopping and not pending and self.step < self.last_step:
                         self.save(elapsed())
                         return Outcome("interrupted", self.step, detail="checkpoint written")
         except KeyboardInterrupt:  # a second Ctrl-C: the step in progress is dropped, the checkpoint on disk kept
@@ -395,6 +392,43 @@ class Trainer:
         finally:
             progress.close()
         return self._finish(elapsed)
+
+    def _acts_at(self, step: int) -> bool:
+        """Whether the loop acts on `step` as soon as it is taken (logs, evaluates, saves, stops, or calls `on_step`),
+        so reads its loss at once. fp16 counts skipped steps as it takes them, reading the device every step anyway.
+        Under torchrun every rank reads at the same steps: a rank's own Ctrl-C waits for the exchange."""
+        s = self.settings
+        every = (s.log_every, s.checkpoint_every, s.snapshot_every)
+        return (
+            step >= self.last_step
+            or s.evaluates_at(step)
+            or any(n and step % n == 0 for n in every)
+            or self.on_step is not None
+            or self.precision.scaler is not None
+            or (self.stop.requested and not self.rank.distributed)
+        )
+
+    def _after_step(
+        self, loss: float, latest: dict[str, float], progress: Progress, elapsed: Callable[[], float]
+    ) -> dict[str, float]:
+        """What follows step `self.step` once its loss is read: the snapshot, evaluation, metrics line, progress bar
+        and checkpoint due at it; the latest evaluation's metrics."""
+        s = self.settings
+        if self.on_step is not None:
+            self.on_step(self.step)
+        self.keep_snapshot()
+        evaluated = s.evaluates_at(self.step) and self.step < self.last_step
+        if evaluated:
+            latest = self._computing(f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit))
+            self._follow_cooldown_trigger(latest, progress)
+        if evaluated or (self.step % s.log_every == 0 and self.step < self.last_step):
+            lr = self.optimizer.param_groups[0]["lr"]
+            line = {"step": self.step, "elapsed": round(elapsed(), 3), "loss": loss, "lr": lr}
+            self.record.log(line | (latest if evaluated else {}))
+        progress.update(loss, latest)
+        if self.step % s.checkpoint_every == 0 and self.step < self.last_step:  # the last: with final.json
+            self.save(elapsed())
+        return latest
 
     def _follow_cooldown_trigger(self, metrics: dict[str, float], progress: Progress) -> None:
         """Start the cool-down at the first evaluation reaching `cooldown_trigger`, end it at one below; every rank
