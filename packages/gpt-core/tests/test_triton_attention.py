@@ -106,13 +106,36 @@ def test_float64_forward_and_gradients_match_pytorch_to_1e12(close, shape, block
 @needs_kernels
 @pytest.mark.parametrize("blocks", [(16, 16), None], ids=["blocks16x16", "default_blocks"])
 def test_strided_views_of_a_fused_qkv_projection_match_pytorch(close, blocks):
-    """q, k, v as the model makes them: permuted views into one (B, T, 3 H d) projection, never contiguous."""
+    """q, k, v as the model makes them: transposed views into one (B, T, 3 H d) projection, never contiguous."""
     B, T, H, d = 2, 19, 3, 24
     fused = make(B, T, 3 * H * d)
-    q, k, v = fused.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, d)
+    q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in fused.split(H * d, 2))  # each (B, H, T, d)
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
     ours = fa.flash_attention(q, k, v, True, blocks=blocks)
     check_forward_and_grads(close, "triton attention fp64 strided", ours, reference(q, k, v, True), (fused,), 1e-12)
+
+
+@needs_kernels
+def test_the_output_and_gradients_are_laid_out_as_the_models_activations_so_nothing_copies_them(close):
+    """O, dQ, dK and dV are (B, H, T, d) laid out (B, T, H, d): the model's merge of the heads into (B, T, C) is a
+    view of O, the gradient of that merge reaches the backward in O's layout (no copy), and dQ, dK, dV reach the
+    qkv projection's (B, T, 3C) through views, to its split's one concatenation."""
+    B, T, H, d = 2, 19, 3, 16
+    C = H * d
+    fused = make(B, T, 3 * C)
+    q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in fused.split(C, 2))
+    out = fa.attention(q, k, v, True)
+    merged = out.transpose(1, 2).reshape(B, T, C)
+    assert merged.data_ptr() == out.data_ptr() and merged._base is not None  # a view
+    grads = {}
+    for name, tensor in (("out", out), ("q", q), ("k", k), ("v", v)):
+        tensor.register_hook(lambda grad, name=name: grads.setdefault(name, grad))
+    (merged * make(B, T, C).detach()).sum().backward()
+    assert grads["out"].stride() == out.stride()
+    assert all(grads[name].transpose(1, 2).is_contiguous() for name in "qkv")
+    upstream = grads["out"].transpose(1, 2).reshape(B, T, C)
+    wanted = torch.autograd.grad(reference(q, k, v, True).transpose(1, 2).reshape(B, T, C), fused, upstream)[0]
+    close("triton attention fp64 d(qkv) through views", fused.grad, wanted, 1e-12)
 
 
 DROPOUT_SHAPES = {

@@ -102,7 +102,7 @@ class StaticDecoder:
         """`attn` for one new token per row (B, 1, C) over every slot of the cache, the hidden ones masked:
         softmax(q k^T / sqrt(d) + mask) v by the kernel set's softmax (an attention kernel takes no mask)."""
         B, _, C = x.shape
-        q, k, v = attn.qkv(x).view(B, 1, 3, attn.n_head, C // attn.n_head).permute(2, 0, 3, 1, 4)  # (B, H, 1, d)
+        q, k, v = (t.view(B, 1, attn.n_head, -1).transpose(1, 2) for t in attn.qkv(x).split(C, 2))  # (B, H, 1, d)
         if attn.rope is not None:
             q, k = attn.rope(q, where), attn.rope(k, where)
         k, v = self.cache.write(attn.layer, k, v, self.at)  # (B, H, T_max, d)

@@ -178,7 +178,7 @@ class MultiHeadAttention(HookPoints, nn.Module):
         """x (B, T, C) -> (B, T - first_read, C): every position is a key, those from the first one read on are
         queries too (the causal kernel aligns queries to the end, as for a cache). RoPE rotates by `positions`."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, d)
+        q, k, v = (t.view(B, T, self.n_head, -1).transpose(1, 2) for t in self.qkv(x).split(C, 2))  # (B, H, T, d)
         if self.rope is not None:
             at = positions if positions is not None else (cache.length if cache is not None else 0)
             q, k = self.rope(q, at), self.rope(k, at)

@@ -58,10 +58,12 @@ float64 its precision; one compilation per head dim and per dropout rate.
 
 Shapes in comments: (BLOCK_M, BLOCK_D) etc., BLOCK_D the head dim padded to a power of two (>= 16),
 the padding masked on load. q, k, v may be strided views (of a fused qkv projection): their strides
-are passed to the kernels, never copied. O, dO, dQ, dK, dV are contiguous buffers of this module
-(unit stride along d). Head dims up to 128. `AOT_SPECS` lists every kernel's signature for compiling ahead
-of time (sm_80, sm_90) from a CPU; compiled so, at `_TILES`' sizes, the largest takes 64 KiB of shared memory
-and none spills a register.
+are passed to the kernels, never copied. O, dQ, dK and dV are buffers of this module laid out (B, T, H, d),
+as a (B, T, C) activation is: the model's `y.transpose(1, 2).reshape(B, T, C)` is then a view, not a copy, and
+the gradients reach the qkv projection's (B, T, 3C) without one (unit stride along d; dO shares O's layout).
+Head dims up to 128. `AOT_SPECS` lists every kernel's signature for compiling ahead of time (sm_80, sm_90)
+from a CPU; compiled so, at `_TILES`' sizes, the largest takes 64 KiB of shared memory and none spills a
+register.
 """
 
 from __future__ import annotations
@@ -409,13 +411,18 @@ def _launch_meta(q: Tensor, causal: bool, dropout_p: float, blocks: tuple[int, i
     )
 
 
+def _heads_last(B: int, H: int, T: int, d: int, like: Tensor) -> Tensor:
+    """An empty (B, H, T, d) laid out as (B, T, H, d)."""
+    return torch.empty((B, T, H, d), dtype=like.dtype, device=like.device).transpose(1, 2)
+
+
 def _forward(
     q: Tensor, k: Tensor, v: Tensor, causal: bool, dropout_p: float, seed: int, blocks: tuple[int, int] | None
 ) -> tuple[Tensor, Tensor]:
     B, H, Tq, d = q.shape
     Tk = k.shape[2]
     meta = _launch_meta(q, causal, dropout_p, blocks)
-    out = torch.empty((B, H, Tq, d), dtype=q.dtype, device=q.device)
+    out = _heads_last(B, H, Tq, d, q)  # (B, H, Tq, d)
     lse = torch.empty((B, H, Tq), dtype=_acc_dtype(q.dtype), device=q.device)
     grid = (triton.cdiv(Tq, meta["BLOCK_M"]) * B * H,)
     _attn_fwd[grid](
@@ -439,11 +446,11 @@ def _backward(
     B, H, Tq, d = q.shape
     Tk = k.shape[2]
     meta = _launch_meta(q, causal, dropout_p, blocks)
-    d_out = d_out.contiguous()  # O's layout; a no-op for the usual contiguous gradient
+    if d_out.stride() != out.stride():  # the model's gradient arrives in O's layout already
+        d_out = torch.empty_like(out).copy_(d_out)
     delta = torch.empty_like(lse)
-    dq = torch.empty((B, H, Tq, d), dtype=q.dtype, device=q.device)
-    dk = torch.empty((B, H, Tk, d), dtype=k.dtype, device=k.device)
-    dv = torch.empty((B, H, Tk, d), dtype=v.dtype, device=v.device)
+    dq = torch.empty_like(out)  # O's layout, as the kernel stores it
+    dk, dv = _heads_last(B, H, Tk, d, k), _heads_last(B, H, Tk, d, v)
     o_strides = out.stride()[:3]
     _bwd_preprocess[(triton.cdiv(Tq, meta["BLOCK_M"]) * B * H,)](
         out, d_out, delta, *o_strides, H, Tq, HEAD_DIM=d, BLOCK_M=meta["BLOCK_M"], BLOCK_D=meta["BLOCK_D"],
