@@ -149,12 +149,10 @@ class LiveTrainer(Trainer):
     def __init__(self, run):
         self.losses, self.scores = [], []  # every step's loss; (step, held-out exact match) at each evaluation
         self.picture, self.began = DisplayHandle(), time.perf_counter()
-        super().__init__(run, quiet=True)
+        super().__init__(run, quiet=True, on_step=self.record_loss)
 
-    def train_step(self, step):
-        loss, stop = super().train_step(step)
-        self.losses.append(loss)
-        return loss, stop
+    def record_loss(self, step):
+        self.losses.append(self.loss)  # the loss of the step just taken
 
     def evaluate(self, limit):
         metrics = super().evaluate(limit)

@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from device_stand_in import OnDevice
 from train_helpers import TINY, is_count_of, read_metrics
 
 from gpt_tasks import get_task
+from gpt_train.distributed import Unread
 from gpt_train.lab.serve import LOOPBACK, Explorer, make_server
 from gpt_viz import RunLayout
 
@@ -110,6 +112,22 @@ def test_run_trains_and_evaluates_on_the_accelerator(cli, tmp_path, device):
     assert cli("eval", tmp_path / "run", "--device", device, "--limit", "50").code == 0
     cached = cli("sample", tmp_path / "run", "--device", device, "--prompt", "3141").out
     assert cached == cli("sample", tmp_path / "run", "--device", device, "--prompt", "3141", "--no-cache").out
+
+
+@CUDA
+def test_reading_a_steps_loss_waits_for_that_step_alone_not_for_the_work_queued_after_it():
+    """The training loop reads step n's loss after queueing step n + 1: the read must not wait for step n + 1, here
+    a kernel that keeps the GPU busy for about a second, queued after the loss."""
+    unread = Unread(torch.full((), 3.0, device="cuda"))
+    torch.cuda._sleep(2_000_000_000)  # GPU clock cycles
+    start = time.perf_counter()
+    assert unread.read() == 3.0
+    waited = time.perf_counter() - start
+    queued = torch.cuda.Event()
+    queued.record()
+    busy = not queued.query()
+    torch.cuda.synchronize()
+    assert busy and waited < 0.1, f"the read waited {waited:.3f} s"
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -24,7 +24,7 @@ from gpt_tasks import field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.cli.run import resume_hint
 from gpt_train.config import ConfigError, RunConfig, train_settings
-from gpt_train.distributed import Rank
+from gpt_train.distributed import Rank, Unread
 from gpt_train.progress import Progress
 from gpt_train.runs import Run
 from gpt_train.settings import TrainSettings
@@ -513,7 +513,7 @@ def test_under_torchrun_a_stop_read_a_step_late_stops_every_rank_after_the_step_
     monkeypatch.setattr(Rank, "barrier", lambda self: None)
     run_dir = tmp_path / "run"
     assert cli(*TINY, "--out", run_dir).code == 0
-    sent = lambda value, flag: torch.tensor([2 * float(value), float(flag)], dtype=torch.float64)  # as if summed
+    sent = lambda value, flag: Unread(torch.tensor([2 * float(value), float(flag)], dtype=torch.float64))  # summed
     monkeypatch.setattr(Rank, "reduced", lambda self, value, flag, device: sent(value, flag))
     config = RunConfig.load(run_dir)
     (run_dir / RunLayout.CHECKPOINT).unlink()
@@ -585,7 +585,7 @@ def test_under_torchrun_a_rank_stops_only_when_every_rank_has_agreed(cli, tmp_pa
     monkeypatch.setattr("gpt_train.trainer.DistributedDataParallel", no_group)
     monkeypatch.setattr(Rank, "barrier", lambda self: None)
     exchanged = []  # each step's flag as this rank sent it; the other rank's is False
-    sent = lambda value, flag: torch.tensor([2 * float(value), float(flag)], dtype=torch.float64)  # as if summed
+    sent = lambda value, flag: Unread(torch.tensor([2 * float(value), float(flag)], dtype=torch.float64))  # summed
     monkeypatch.setattr(
         Rank, "reduced", lambda self, value, flag, device: (exchanged.append(flag), sent(value, flag))[1]
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,25 @@ then and abort the process. The main thread keeps it instead, and releases it.""
 
 class DistributedError(TrainError):
     """torchrun's variables left in the environment, or set to what torchrun never sets."""
+
+
+class Unread:
+    """A device tensor's values on their way to the host. On CUDA they are copied into pinned memory behind the work
+    queued so far, and an event marks the copy: reading them waits for that work alone, not for what was queued
+    after it (`tolist` on the tensor would wait for the whole queue). Elsewhere the tensor is read as it is."""
+
+    def __init__(self, value: torch.Tensor):
+        self.value, self.copied = value, None
+        if value.device.type == "cuda":
+            self.value = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+            self.value.copy_(value, non_blocking=True)
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def read(self) -> Any:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.value.tolist()
 
 
 @dataclass(frozen=True)
@@ -98,22 +118,20 @@ class Rank:
             work.wait()
             LAST_BARRIER[:] = [work]
 
-    def reduced(self, value: float | torch.Tensor, flag: bool, device: torch.device) -> torch.Tensor:
-        """`value` (a number, or a scalar tensor on `device`) summed over the ranks, beside how many ranks set `flag`:
-        a (2,) tensor on `device`, not read, so a GPU goes on with its queue. A lone process: `value` alone."""
+    def reduced(self, value: float | torch.Tensor, flag: bool, device: torch.device) -> Unread:
+        """`value` (a number, or a scalar tensor on `device`) summed over the ranks, beside how many ranks set `flag`,
+        on its way to the host (`read` gives them). A lone process: `value` alone."""
         if not self.distributed:
-            return torch.as_tensor(value).detach()
+            return Unread(torch.as_tensor(value).detach())
         parts = (torch.as_tensor(value, dtype=torch.float64), torch.tensor(float(flag), dtype=torch.float64))
         packed = torch.stack([to_device(part.detach(), device) for part in parts])
         dist.all_reduce(packed)
-        return packed
+        return Unread(packed)
 
-    def read(self, reduced: list[torch.Tensor]) -> list[tuple[float, bool]]:
-        """`reduced` values, in one read of the device: each one's mean over the ranks and whether any rank set its
-        flag (a lone process: the value, False)."""
-        if not reduced:
-            return []
-        rows = torch.stack(reduced).tolist()
+    def read(self, reduced: list[Unread]) -> list[tuple[float, bool]]:
+        """`reduced` values read: each one's mean over the ranks and whether any rank set its flag (a lone process:
+        the value, False)."""
+        rows = [unread.read() for unread in reduced]
         if not self.distributed:
             return [(value, False) for value in rows]
         return [(total / self.world_size, flagged > 0) for total, flagged in rows]

@@ -32,6 +32,7 @@ from gpt_train.compiling import (
     step_disagreement,
 )
 from gpt_train.config import RunConfig
+from gpt_train.distributed import Unread
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, KernelFailure
@@ -103,7 +104,7 @@ class Trainer:
         self.config, self.task, self.device, self.rank = run.config, run.task, run.device, run.rank
         self.settings = run.config.train
         self.quiet = quiet or not run.rank.is_main
-        self.on_step = on_step  # called after each step: how a test stops a run
+        self.on_step = on_step  # called after each step, its loss read (self.loss): how a test stops a run
         self.stop = StopRequest(say=None if self.quiet else Progress.note)
         self.record = Record(run)
         self.continuing = run.continuing  # opened by --resume: how the user turns compiling off
@@ -225,10 +226,10 @@ class Trainer:
             torch.manual_seed(seed ^ 1 << 62)  # another stream than any step's batch; all ranks began on one seed
         return self.task.batch(self.settings.batch_size, self.data_rng)  # on the host: `_gradients` copies it
 
-    def train_step(self, step: int) -> torch.Tensor:
-        """One optimiser step, queued on the device and not read: its loss, under torchrun summed over the ranks
-        beside how many asked to stop (`Rank.read` gives the mean and the verdict). A non-finite loss spoils the
-        weights in memory: the loop stops at it before saving, evaluating or taking another step on them."""
+    def train_step(self, step: int) -> Unread:
+        """One optimiser step, queued on the device: its loss on its way to the host, under torchrun summed over the
+        ranks beside how many asked to stop (`Rank.read` gives the mean and the verdict). A non-finite loss spoils
+        the weights in memory: the loop stops at it before it saves or evaluates (one more step may be queued)."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s, self.cooldown_from)
@@ -355,7 +356,7 @@ class Trainer:
         self.model.train()
         cuda = self.device.type == "cuda"  # `tf32` is CUDA's; a CPU run leaves the setting as it finds it
         matmuls = float32_matmuls("high" if s.tf32 else "highest") if cuda else contextlib.nullcontext()
-        pending: list[torch.Tensor] = []  # the losses of steps taken and not yet read, on the device
+        pending: list[Unread] = []  # the losses of the steps taken and not yet read
         stopping = False
         try:
             with self.stop.installed(), matmuls:
