@@ -118,6 +118,7 @@ def test_run_trains_and_evaluates_on_the_accelerator(cli, tmp_path, device):
 def test_reading_a_steps_loss_waits_for_that_step_alone_not_for_the_work_queued_after_it():
     """The training loop reads step n's loss after queueing step n + 1: the read must not wait for step n + 1, here
     a kernel that keeps the GPU busy for about a second, queued after the loss."""
+    torch.cuda.synchronize()  # nothing queued before the test
     unread = Unread(torch.full((), 3.0, device="cuda"))
     torch.cuda._sleep(2_000_000_000)  # GPU clock cycles
     start = time.perf_counter()

@@ -37,7 +37,7 @@ class Unread:
             self.value = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
             self.value.copy_(value, non_blocking=True)
             self.copied = torch.cuda.Event()
-            self.copied.record()
+            self.copied.record(torch.cuda.current_stream(value.device))  # the copy's stream: the source GPU's
 
     def read(self) -> Any:
         if self.copied is not None:
