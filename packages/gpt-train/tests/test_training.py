@@ -425,8 +425,8 @@ def watch_steps(trainer: Trainer, monkeypatch, before_step=lambda taken: None) -
 
 
 def test_a_steps_loss_is_read_while_the_next_step_runs_unless_the_loop_acts_on_that_step(cli, tmp_path, monkeypatch):
-    """On a GPU a read waits for every queued kernel: reading step n's loss after queueing step n + 1 keeps the GPU
-    busy. A step that is logged, evaluated or saved (every 5th here) is read at once, before the next is queued."""
+    """Reading step n's loss once step n + 1 is queued keeps a GPU busy while the host reads. A step that is logged,
+    evaluated or saved (every 5th here) is read at once, before the next is queued."""
     trainer = lagged_trainer(cli, tmp_path)
     events = watch_steps(trainer, monkeypatch)
     assert trainer.run().reason == "finished"

@@ -364,8 +364,8 @@ class Trainer:
                     if not stopping:
                         taken = self.step + len(pending)
                         pending.append(self._computing(f"step {taken + 1}", partial(self.train_step, taken)))
-                    # A step's loss is read while the next step runs (the GPU never waits for the host), unless the
-                    # loop acts on that step at once.
+                    # A step's loss is read once the next step is queued (on CUDA the read waits for that step
+                    # alone, the GPU running the next one meanwhile), unless the loop acts on that step at once.
                     late = 0 if stopping or self._acts_at(self.step + len(pending)) else 1
                     ready, pending = pending[: len(pending) - late], pending[len(pending) - late :]
                     read = self._computing(f"step {self.step + 1}", partial(self.rank.read, ready))
@@ -385,7 +385,7 @@ class Trainer:
                     if stopping and not pending and self.step < self.last_step:
                         self.save(elapsed())
                         return Outcome("interrupted", self.step, detail="checkpoint written")
-        except KeyboardInterrupt:  # a second Ctrl-C: the step in progress is dropped, the checkpoint on disk kept
+        except KeyboardInterrupt:  # a second Ctrl-C: the steps in progress are dropped, the checkpoint on disk kept
             detail = f"stopped at once; the checkpoint of step {self.saved_step} is kept"
             if self.saved_step is None:
                 detail = "stopped at once, before its first checkpoint: --resume starts it again from step 0"
