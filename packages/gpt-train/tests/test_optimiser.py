@@ -3,6 +3,7 @@ resuming from either's state_dict, and a training step that never imports the co
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -58,6 +59,33 @@ def test_it_takes_the_very_steps_of_torch_optim_fused_adamw():
     train(theirs, torch_adamw(theirs), range(12))
     assert same_weights(ours, theirs)
     assert not same_weights(ours, model())  # it trained
+
+
+def test_under_fp16_loss_scaling_it_takes_torch_optim_fused_adamws_steps_and_skips_the_same_one():
+    """GradScaler hands both optimisers its verdict on the device; step 5's nan gradient is skipped by both (weights
+    and step counts unchanged), and the scale halves."""
+    runs = {}
+    for name, make in (("ours", lambda m: make_optimizer(m, SETTINGS)), ("torch", torch_adamw)):
+        m = model()
+        optimizer, scaler = make(m), torch.amp.GradScaler("cpu", init_scale=2.0**8)
+        weights = []
+        for step in range(8):
+            ids = torch.randint(0, 11, (4, 8), generator=torch.Generator().manual_seed(step))
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = m(ids[:, :-1], ids[:, 1:]).loss
+            scaler.scale(loss * (math.nan if step == 5 else 1.0)).backward()
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+            weights.append([p.detach().clone() for p in m.parameters()])
+        steps = [state["step"].item() for state in optimizer.state.values()]
+        runs[name] = weights, steps, scaler.get_scale()
+    (ours, our_steps, our_scale), (theirs, their_steps, their_scale) = runs["ours"], runs["torch"]
+    assert all(torch.equal(a, b) for step in range(8) for a, b in zip(ours[step], theirs[step], strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(ours[5], ours[4], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(ours[6], ours[5], strict=True))
+    assert our_steps == their_steps == [7.0] * len(our_steps) and our_scale == their_scale == 2.0**7
 
 
 @pytest.mark.parametrize("writer", ["ours", "torch"])

@@ -38,10 +38,13 @@ def fp16_trainer(run_dir: Path, **settings) -> Trainer:
 
 
 def make_gradients_non_finite(trainer: Trainer, at: set[int] | None = None, from_step: int | None = None) -> None:
-    """From now on, the token embedding's gradient is nan at the steps `at` (or every step from `from_step`)."""
+    """From now on, the token embedding's gradient is nan at the steps `at` (or every step from `from_step`), counted
+    from 0 as they are taken (`trainer.step` counts the steps read, which may lag one behind)."""
+    taking, draw = [], trainer.draw_batch
+    trainer.draw_batch = lambda step: (taking.append(step), draw(step))[1]
 
     def poison(grad: torch.Tensor) -> torch.Tensor:
-        hit = trainer.step in at if at is not None else trainer.step >= from_step
+        hit = taking[-1] in at if at is not None else taking[-1] >= from_step
         return grad * math.nan if hit else grad
 
     trainer.model.wte.weight.register_hook(poison)
@@ -78,6 +81,30 @@ def test_fp16_gradients_that_stay_non_finite_end_the_run_as_diverged(tmp_path):
     assert f"at step {last}; stopped (the last good checkpoint is" in outcome.detail
     state = load_checkpoint(tmp_path / RunLayout.CHECKPOINT, "sort")
     assert state.step == 60 and all(torch.isfinite(t).all() for t in state.model.values())
+
+
+def host_reads(fn) -> int:
+    """How many times `fn` reads a tensor's value back to the host (each read waits for a GPU's queue to empty),
+    kernels' own reads included, as PyTorch's profiler records them."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return sum(event.name == "aten::_local_scalar_dense" for event in profile.events())
+
+
+def test_an_fp16_step_reads_the_device_no_more_than_an_fp32_step(tmp_path):
+    """fp16's loss scaling decides on the device whether a step is skipped, and counts the skips there: its step
+    reads what an fp32 step reads (on a CPU, the fused AdamW kernel's own reads of its step counts; none on CUDA).
+    Its loss and skip count are read later, beside each other."""
+    fp16 = fp16_trainer(tmp_path / "fp16", steps=12)
+    fp32 = fp16_trainer(tmp_path / "fp32", steps=12)
+    fp32.precision = Precision("fp32", torch.device("cpu"))
+    for trainer in (fp16, fp32):
+        trainer.train_step(0)  # the first step makes the optimiser's state
+    assert host_reads(lambda: fp16.train_step(1)) == host_reads(lambda: fp32.train_step(1))
+    make_gradients_non_finite(fp16, at={2})
+    loss, skipped = fp16.train_step(2)
+    assert math.isfinite(loss.read()) and skipped.read() == 1
+    assert fp16.train_step(3)[1].read() == 0
 
 
 def test_a_non_finite_loss_still_stops_an_fp16_run_at_once(tmp_path):

@@ -25,6 +25,7 @@ from gpt_train.checkpoint import load_checkpoint
 from gpt_train.cli.run import resume_hint
 from gpt_train.config import ConfigError, RunConfig, train_settings
 from gpt_train.distributed import Rank, Unread
+from gpt_train.precision import Precision
 from gpt_train.progress import Progress
 from gpt_train.runs import Run
 from gpt_train.settings import TrainSettings
@@ -424,10 +425,16 @@ def watch_steps(trainer: Trainer, monkeypatch, before_step=lambda taken: None) -
     return events
 
 
-def test_a_steps_loss_is_read_while_the_next_step_runs_unless_the_loop_acts_on_that_step(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_a_steps_loss_is_read_while_the_next_step_runs_unless_the_loop_acts_on_that_step(
+    cli, tmp_path, monkeypatch, dtype
+):
     """Reading step n's loss once step n + 1 is queued keeps a GPU busy while the host reads. A step that is logged,
-    evaluated or saved (every 5th here) is read at once, before the next is queued."""
+    evaluated or saved (every 5th here) is read at once, before the next is queued. fp16's count of skipped steps
+    is read with the loss (CPU's GradScaler standing for CUDA's)."""
     trainer = lagged_trainer(cli, tmp_path)
+    if dtype == "fp16":
+        trainer.precision = Precision("fp16", torch.device("cpu"), torch.amp.GradScaler("cpu"))
     events = watch_steps(trainer, monkeypatch)
     assert trainer.run().reason == "finished"
     expected, pending = [], []

@@ -29,7 +29,11 @@ def learning_rate(step: int, s: TrainSettings, triggered: int | None = None) -> 
 
 class FusedAdamW:
     """torch.optim.AdamW(fused=True)'s numbers and `state_dict`, bit for bit, without its import of torch._dynamo
-    (a second of start-up)."""
+    (a second of start-up). Like it, it takes fp16's verdict from GradScaler on the device: the scaler sets
+    `found_inf` (and `grad_scale` where the gradients are still scaled) before `step`, and the kernel skips the update
+    where gradients were not finite, so the scaler never reads the device."""
+
+    _step_supports_amp_scaling = True
 
     def __init__(self, groups: list[dict[str, Any]], lr: float, betas: tuple[float, float], eps: float = 1e-8):
         self.param_groups = [
@@ -53,7 +57,8 @@ class FusedAdamW:
             beta1, beta2 = group["betas"]
             adamw(params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                   [], [s["step"] for s in states], fused=True, amsgrad=False, beta1=beta1, beta2=beta2,
-                  lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)  # fmt: skip
+                  lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
+                  grad_scale=getattr(self, "grad_scale", None), found_inf=getattr(self, "found_inf", None))  # fmt: skip
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from gpt_train.config import ConfigError
+from gpt_train.distributed import Unread
 from gpt_train.optimisation import Optimizer
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -45,13 +46,15 @@ def full_float32() -> contextlib.AbstractContextManager[None]:
 
 
 class Precision:
-    """The run's precision around a forward pass, its backward and the optimiser step."""
+    """The run's precision around a forward pass, its backward and the optimiser step. fp16's scaling stays on the
+    device: the fused optimiser skips a step whose gradients are not finite, and the count of steps skipped in a row
+    travels to the host beside the loss, so a step is queued without reading the one before."""
 
     def __init__(self, dtype: str, device: torch.device, scaler: torch.amp.GradScaler | None = None):
         self.dtype = dtype
         self.device_type = device.type
         self.scaler = scaler
-        self.skipped_in_a_row = 0
+        self.skipped_in_a_row = torch.zeros((), dtype=torch.int64, device=device)
 
     @classmethod
     def for_run(cls, dtype: str, device: torch.device) -> Precision:
@@ -67,27 +70,31 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
-    def unscale(self, optimizer: Optimizer, params: Iterable[torch.Tensor]) -> bool:
-        """Divide fp16's gradients by the scale; whether they are finite (without a scaler: True)."""
+    def unscale(self, optimizer: Optimizer, params: Iterable[torch.Tensor]) -> bool | torch.Tensor:
+        """Divide fp16's gradients by the scale; whether they are all finite, a boolean on the device (without a
+        scaler: True)."""
         if self.scaler is None:
             return True
         self.scaler.unscale_(optimizer)
         finite = [torch.isfinite(p.grad).all() for p in params if p.grad is not None]
-        return bool(finite) and bool(torch.stack(finite).all())
+        return torch.stack(finite).all() if finite else self.skipped_in_a_row.new_zeros((), dtype=torch.bool)
 
-    def step(self, optimizer: Optimizer, finite: bool) -> None:
+    def step(self, optimizer: Optimizer, finite: bool | torch.Tensor) -> Unread | None:
+        """The optimiser's step (fp16: skipped where the gradients are not finite); fp16's count of steps skipped in
+        a row, on its way to the host."""
         if self.scaler is None:
             optimizer.step()
-            return
-        self.scaler.step(optimizer)
+            return None
+        self.scaler.step(optimizer)  # a fused optimiser takes the verdict on the device; another reads it
         self.scaler.update()
-        self.skipped_in_a_row = 0 if finite else self.skipped_in_a_row + 1
+        self.skipped_in_a_row = torch.where(finite, 0, self.skipped_in_a_row + 1)
+        return Unread(self.skipped_in_a_row)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         if self.scaler is None:
             return {}
         saved = self.scaler.state_dict()
-        numbers = [saved["scale"], saved["_growth_tracker"], self.skipped_in_a_row]
+        numbers = [saved["scale"], saved["_growth_tracker"], int(self.skipped_in_a_row)]
         return dict(zip(("scale", "growth_tracker", "skipped_in_a_row"), map(torch.tensor, numbers), strict=True))
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -98,11 +105,7 @@ class Precision:
         saved = self.scaler.state_dict()
         saved |= {"scale": state["scale"].item(), "_growth_tracker": int(state["growth_tracker"])}
         self.scaler.load_state_dict(saved)
-        self.skipped_in_a_row = int(state["skipped_in_a_row"])
-
-    @property
-    def diverged(self) -> bool:
-        return self.skipped_in_a_row >= MAX_SKIPPED_STEPS
+        self.skipped_in_a_row.fill_(int(state["skipped_in_a_row"]))
 
     @property
     def scale(self) -> float | None:

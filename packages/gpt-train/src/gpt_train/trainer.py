@@ -48,6 +48,7 @@ from gpt_train.signals import StopRequest, ctrl_c_interrupts
 from gpt_viz import metric_key, probe_key
 
 T = TypeVar("T")
+Taken = tuple[Unread, Unread | None]  # a step queued: its loss (and stop flag), fp16's steps skipped in a row
 
 
 @dataclass(frozen=True)
@@ -226,10 +227,11 @@ class Trainer:
             torch.manual_seed(seed ^ 1 << 62)  # another stream than any step's batch; all ranks began on one seed
         return self.task.batch(self.settings.batch_size, self.data_rng)  # on the host: `_gradients` copies it
 
-    def train_step(self, step: int) -> Unread:
+    def train_step(self, step: int) -> Taken:
         """One optimiser step, queued on the device: its loss on its way to the host, under torchrun summed over the
-        ranks beside how many asked to stop (`Rank.read` gives the mean and the verdict). A non-finite loss spoils
-        the weights in memory: the loop stops at it before it saves or evaluates (one more step may be queued)."""
+        ranks beside how many asked to stop (`Rank.read` gives the mean and the verdict), and fp16's count of steps
+        skipped in a row. A non-finite loss spoils the weights in memory: the loop stops at it before it saves or
+        evaluates (one more step may be queued)."""
         s = self.settings
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s, self.cooldown_from)
@@ -243,12 +245,13 @@ class Trainer:
             loss = self._gradients(batch, self.forward)
         reduced = self.rank.reduced(loss, self.stop.requested, self.device)
         finite = self.precision.unscale(self.optimizer, self.model.parameters())
-        if self.grokfast is not None and finite:  # filtered before clipping: the clip bounds the step actually taken
+        # Filtered before clipping (the clip bounds the step actually taken), and only finite gradients: under fp16
+        # Grokfast reads the verdict from the device.
+        if self.grokfast is not None and bool(finite):
             self.grokfast.apply(self.model)
         if s.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
-        self.precision.step(self.optimizer, finite)
-        return reduced
+        return reduced, self.precision.step(self.optimizer, finite)
 
     def _gradients(self, batch, module: torch.nn.Module, precision: Precision | None = None) -> torch.Tensor:
         """The batch's mean loss over its scored targets through `module`, its gradients added to .grad."""
@@ -356,7 +359,7 @@ class Trainer:
         self.model.train()
         cuda = self.device.type == "cuda"  # `tf32` is CUDA's; a CPU run leaves the setting as it finds it
         matmuls = float32_matmuls("high" if s.tf32 else "highest") if cuda else contextlib.nullcontext()
-        pending: list[Unread] = []  # the losses of the steps taken and not yet read
+        pending: list[Taken] = []  # the steps taken and not yet read
         stopping = False
         try:
             with self.stop.installed(), matmuls:
@@ -368,11 +371,11 @@ class Trainer:
                     # alone, the GPU running the next one meanwhile), unless the loop acts on that step at once.
                     late = 0 if stopping or self._acts_at(self.step + len(pending)) else 1
                     ready, pending = pending[: len(pending) - late], pending[len(pending) - late :]
-                    read = self._computing(f"step {self.step + 1}", partial(self.rank.read, ready))
-                    for loss, stop_requested in read:
+                    read = self._computing(f"step {self.step + 1}", partial(self._read, ready))
+                    for loss, stop_requested, skipped in read:
                         if not math.isfinite(loss):
                             return self._diverged(f"loss became {loss}")
-                        if self.precision.diverged:
+                        if skipped >= MAX_SKIPPED_STEPS:
                             return self._diverged(
                                 f"gradients were not finite for {MAX_SKIPPED_STEPS} steps in a row "
                                 f"(fp16 loss scale down to {self.precision.scale:.1e})"
@@ -396,8 +399,8 @@ class Trainer:
 
     def _acts_at(self, step: int) -> bool:
         """Whether the loop acts on `step` as soon as it is taken (logs, evaluates, saves, stops, or calls `on_step`),
-        so reads its loss at once. fp16 counts skipped steps as it takes them, reading the device every step anyway.
-        Under torchrun every rank reads at the same steps: a rank's own Ctrl-C waits for the exchange."""
+        so reads its loss at once. Under torchrun every rank reads at the same steps: a rank's own Ctrl-C waits for
+        the exchange."""
         s = self.settings
         every = (s.log_every, s.checkpoint_every, s.snapshot_every)
         return (
@@ -405,9 +408,14 @@ class Trainer:
             or s.evaluates_at(step)
             or any(n and step % n == 0 for n in every)
             or self.on_step is not None
-            or self.precision.scaler is not None
             or (self.stop.requested and not self.rank.distributed)
         )
+
+    def _read(self, taken: list[Taken]) -> list[tuple[float, bool, int]]:
+        """Each step's loss and stop verdict (`Rank.read`) beside fp16's steps skipped in a row (0 without it)."""
+        read = self.rank.read([reduced for reduced, _ in taken])
+        skipped = [0 if count is None else count.read() for _, count in taken]
+        return [(loss, stop, n) for (loss, stop), n in zip(read, skipped, strict=True)]
 
     def _after_step(
         self, loss: float, latest: dict[str, float], progress: Progress, elapsed: Callable[[], float]
