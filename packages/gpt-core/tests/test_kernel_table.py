@@ -21,6 +21,7 @@ from gpt_core import (
     Kernels,
     attention,
     attention_weights,
+    dropout,
     generate,
 )
 from gpt_core import kernels as F_ours
@@ -47,11 +48,13 @@ def same_function_swapped(calls: list[str]) -> Kernels:
         layer_norm=counting(F_ours.layer_norm.layer_norm, calls, "layer_norm"),
         gelu=counting(F_ours.gelu.gelu, calls, "gelu"),
         cross_entropy=counting(F_ours.cross_entropy.cross_entropy, calls, "cross_entropy"),
+        dropout=counting(dropout, calls, "dropout"),
     )
 
 
 def test_slots_and_signatures_name_the_same_fields():
-    assert KERNEL_SLOTS == ("attention", "attention_weights", "sampling_softmax", "layer_norm", "gelu", "cross_entropy")
+    order = ("attention", "attention_weights", "sampling_softmax", "layer_norm", "gelu", "cross_entropy", "dropout")
+    assert tuple(KERNEL_SLOTS) == order
     assert set(KERNEL_SIGNATURES) == set(KERNEL_SLOTS)
     assert DEFAULT_KERNELS.swapped() == []
     assert Kernels(gelu=lambda x: x).swapped() == ["gelu"]
@@ -70,10 +73,11 @@ def test_swapped_kernels_compute_the_same_model_and_are_the_ones_called(close):
     close("swapped kernels: logits", b.logits, a.logits, 1e-12)
     for (name, p), q in zip(swapped.named_parameters(), ours.parameters(), strict=True):
         close(f"swapped kernels: grad {name}", p.grad, q.grad, 1e-12)
-    # 2 layers: 2 attention, 5 LayerNorms, 2 GELUs, 1 loss in the forward; softmax only when sampling, the
-    # weights only when a hook reads them.
-    assert sorted(set(calls)) == ["attention", "cross_entropy", "gelu", "layer_norm"]
-    assert (calls.count("attention"), calls.count("layer_norm"), calls.count("gelu")) == (2, 5, 2)
+    # 2 layers: 2 attention, 5 LayerNorms, 2 GELUs, 5 dropouts (the embeddings' and each block's two outputs'), 1
+    # loss in the forward; softmax only when sampling, the weights only when a hook reads them.
+    assert sorted(set(calls)) == ["attention", "cross_entropy", "dropout", "gelu", "layer_norm"]
+    counts = [calls.count(slot) for slot in ("attention", "layer_norm", "gelu", "dropout")]
+    assert counts == [2, 5, 2, 5]
     names = [name for name in ours.hook_names() if name.endswith(".pattern")]
     calls.clear()
     with torch.no_grad():
@@ -144,10 +148,11 @@ def test_the_default_is_the_fast_set_and_every_set_is_named():
     triton = ["triton"] if importlib.util.find_spec("triton") is not None else []  # gpt-core[triton]'s GPU kernels
     assert list(KERNEL_SETS) == ["fast", "reference", *triton]  # named without importing Triton
     assert KERNEL_SETS["fast"] is FAST_KERNELS and KERNEL_SETS["reference"] is REFERENCE_KERNELS
-    assert REFERENCE_KERNELS.swapped() == list(KERNEL_SLOTS)  # every slot is the reference's own
+    own = [slot for slot in KERNEL_SLOTS if slot != "dropout"]  # the fast set's dropout is the reference's
+    assert REFERENCE_KERNELS.swapped() == own  # every other slot is the reference's own
     from gpt_core import reference
 
-    for slot in ("attention", "attention_weights", "layer_norm", "gelu", "cross_entropy"):
+    for slot in ("attention", "attention_weights", "layer_norm", "gelu", "cross_entropy", "dropout"):
         assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
     assert REFERENCE_KERNELS.sampling_softmax is reference.softmax
 

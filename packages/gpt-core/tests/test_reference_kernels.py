@@ -45,7 +45,8 @@ def _failures(rows) -> list[str]:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_reference_set_matches_pytorch_in_float64_forward_and_backward(seed, torch_references):
     rows = verification_report(torch_references, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
-    assert len(rows) > 20 and all(row.grad is not None for row in rows if not row.component.startswith("KV"))
+    statistics = ("KV", "dropout, training: share")  # compared outputs alone: nothing to differentiate
+    assert len(rows) > 20 and all(row.grad is not None for row in rows if not row.component.startswith(statistics))
     assert _failures(rows) == [], format_report(rows)
 
 

@@ -26,7 +26,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-MODULES = ("attention", "layer_norm", "cross_entropy", "gelu", "softmax")
+MODULES = ("attention", "layer_norm", "cross_entropy", "gelu", "softmax", "dropout")
 SHARED_MEMORY = {80: 166_912, 90: 232_448}  # bytes of shared memory one block may use (A100: 163 KiB, H100: 227 KiB)
 REGISTERS_PER_BLOCK = 65_536  # 32-bit registers one block may use, on both chips (at most 255 a thread)
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

@@ -1,4 +1,5 @@
-"""The Triton LayerNorm, cross-entropy, GELU and softmax kernels, each against PyTorch's own built-in.
+"""The Triton LayerNorm, cross-entropy, GELU, softmax and dropout kernels, each against PyTorch's own built-in (dropout,
+which draws at random, against the mask its output shows).
 
 Without a GPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set before Triton is imported), which
 executes the same kernel code on CPU tensors, float64 included: in float64 every forward and every gradient must
@@ -22,6 +23,7 @@ pytest.importorskip("triton")
 import torch.nn.functional as F  # noqa: E402  (the reference, in tests only)
 
 from gpt_core.kernels.triton.cross_entropy import cross_entropy  # noqa: E402
+from gpt_core.kernels.triton.dropout import dropout  # noqa: E402
 from gpt_core.kernels.triton.gelu import gelu  # noqa: E402
 from gpt_core.kernels.triton.layer_norm import layer_norm  # noqa: E402
 from gpt_core.kernels.triton.softmax import softmax  # noqa: E402
@@ -29,7 +31,7 @@ from gpt_core.kernels.triton.softmax import softmax  # noqa: E402
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 F64 = 1e-12
 HALF = 2e-2  # bf16 and fp16, relative to the largest entry of the float32 reference
-MODULES = ("layer_norm", "cross_entropy", "gelu", "softmax")
+MODULES = ("layer_norm", "cross_entropy", "gelu", "softmax", "dropout")
 
 
 def randn(*shape: int, seed: int = 0, scale: float = 1.0, dtype=torch.float64) -> torch.Tensor:
@@ -340,6 +342,100 @@ def test_layer_norm_of_bf16_activations_with_float32_weight_and_bias_keeps_each_
         assert (ours - theirs).abs().max() <= HALF * theirs.abs().max()
 
 
+# Dropout -----------------------------------------------------------------------------------------------------
+
+
+def kept(y: torch.Tensor) -> torch.Tensor:
+    """The mask an output of nonzero inputs shows: 1 where the element was kept."""
+    return (y != 0).to(y.dtype)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7, 65), (3, 5, 97), (2049,)], ids=str)  # (2049,): three programs, one short
+def test_dropout_keeps_x_over_1_minus_p_and_its_backward_regenerates_the_same_mask(close, shape):
+    """Float64: the kept elements are exactly x / (1 - p), and the gradient is the cotangent through the very mask
+    the forward drew (a backward drawing a fresh mask, or none, fails)."""
+    x = leaf(randn(*shape) + 10.0)  # nonzero: a zero in the output is a dropped element
+    torch.manual_seed(0)
+    y = dropout(x, 0.3, True)
+    cotangent = randn(*shape, seed=7)
+    (grad,) = torch.autograd.grad(y, x, cotangent)
+    keep = kept(y)
+    assert 0 < keep.sum() < keep.numel() or keep.numel() < 8
+    close("triton dropout", y, x.detach() * keep / (1 - 0.3), F64)
+    close("triton dropout grad", grad, cotangent * keep / (1 - 0.3), F64)
+
+
+def test_dropout_draws_from_torchs_generator_a_new_mask_each_call():
+    x = randn(4096) + 10.0
+    torch.manual_seed(5)
+    first, second = kept(dropout(x, 0.5, True)), kept(dropout(x, 0.5, True))
+    torch.manual_seed(5)
+    assert torch.equal(kept(dropout(x, 0.5, True)), first)
+    assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_drops_a_share_p_of_the_elements_and_independently_of_their_place(p):
+    """2^16 elements: the share dropped within 6 standard deviations of p, overall and in each half, and pairs of
+    elements 1, 1,024 (a program's block) and 2^15 apart dropped together p^2 of the time (a counter that restarted
+    in each program would drop the same elements in every block)."""
+    torch.manual_seed(1)
+    dropped = 1 - kept(dropout(randn(2**16) + 10.0, p, True))
+    for part, n in ((dropped, 2**16), (dropped[: 2**15], 2**15), (dropped[2**15 :], 2**15)):
+        assert abs(part.mean().item() - p) < 6 * (p * (1 - p) / n) ** 0.5
+    for apart in (1, 1024, 2**15):
+        together = dropped[:-apart] * dropped[apart:]  # (2^16 - apart,)
+        assert abs(together.mean().item() - p * p) < 6 * (p * p * (1 - p * p) / together.numel()) ** 0.5
+
+
+def test_dropout_takes_non_contiguous_input_and_leaves_evaluation_and_p_0_alone(close):
+    x = randn(65, 7).t() + 10.0
+    torch.manual_seed(2)
+    y = dropout(x, 0.25, True)
+    close("triton dropout", y, x * kept(y) / 0.75, F64)
+    assert dropout(x, 0.25, False) is x and dropout(x, 0.0, True) is x
+    assert torch.equal(dropout(x, 1.0, True), torch.zeros_like(x))
+    with pytest.raises(ValueError, match="dropout probability must be in"):
+        dropout(x, 1.5, True)
+
+
+def test_dropout_without_a_gradient_runs_the_kernel_alone():
+    x = leaf(randn(5, 48) + 10.0)
+    with torch.no_grad():
+        y = dropout(x, 0.5, True)
+    assert y.grad_fn is None and 0 < kept(y).sum() < y.numel()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_dropout_in_16_bits_keeps_its_dtype_and_scales_the_kept_elements(dtype):
+    """Within one unit in the last place of the float32 result: Triton's interpreter rounds bf16 toward zero where a
+    GPU (and PyTorch) rounds to nearest."""
+    x = leaf((randn(9, 96) + 10.0).to(dtype))
+    torch.manual_seed(3)
+    y = dropout(x, 0.2, True)
+    (grad,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert y.dtype == grad.dtype == dtype
+    keep, ulp = kept(y).float(), torch.finfo(dtype).eps
+    for ours, exact in ((y, x.detach().float() * keep / 0.8), (grad, keep / 0.8)):
+        assert torch.equal(ours == 0, exact == 0)
+        assert ((ours.float() - exact).abs() <= ulp * exact.abs()).all()
+
+
+def test_dropout_reads_nothing_back_to_the_host():
+    """Its seed is drawn on the device: a seed read as a Python int would wait for a GPU and, under torch.compile,
+    break the graph at every call. PyTorch's profiler counts the reads (`.item()`, `int(t)`, a kernel's own)."""
+    x = leaf(randn(3000))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        dropout(x, 0.2, True).sum().backward()
+    assert sum(event.name == "aten::_local_scalar_dense" for event in profile.events()) == 0
+
+
+def test_dropout_refuses_more_elements_than_its_32_bit_counters_reach(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("gpt_core.kernels.triton.dropout"), "MAX_ELEMENTS", 100)
+    with pytest.raises(ValueError, match="counts elements in 32 bits: 101 is too many"):
+        dropout(randn(101), 0.5, True)
+
+
 # Ahead-of-time specs -----------------------------------------------------------------------------------------
 
 
@@ -347,7 +443,7 @@ def test_layer_norm_of_bf16_activations_with_float32_weight_and_bias_keeps_each_
 def test_each_module_lists_its_kernels_for_ahead_of_time_compilation_in_32_and_16_bits(name):
     module = importlib.import_module(f"gpt_core.kernels.triton.{name}")
     kernels = {kernel for kernel, *_ in module.AOT_SPECS}
-    assert len(kernels) == 2  # the forward and the backward
+    assert len(kernels) == (1 if name == "dropout" else 2)  # the forward and the backward (dropout: one kernel)
     input_dtypes = set()
     for kernel, signature, constexprs, _ in module.AOT_SPECS:
         assert set(signature) == set(kernel.arg_names), kernel.arg_names  # every argument typed, none extra

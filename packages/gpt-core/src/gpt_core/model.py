@@ -21,7 +21,6 @@ from gpt_core.kernels import DEFAULT_KERNELS, Kernels
 from gpt_core.kernels.linear import check_read, embedding, first_read_position, linear, read_rows
 from gpt_core.kv_cache import KVCache
 from gpt_core.positions import PositionEncoding, RotaryEmbedding
-from gpt_core.reference import dropout
 
 
 @dataclass(frozen=True)
@@ -187,28 +186,29 @@ class MultiHeadAttention(HookPoints, nn.Module):
             k, v = cache.store(self.layer, k, v)  # (B, H, T_total, d)
         p = self.dropout_p if self.training else 0.0  # only a kernel taking dropout_p is given p > 0
         if self.hooked("pattern"):  # the weights (B, H, T', T_total), for the hook to read or replace, times v
-            y = dropout(self.hook("pattern", self.kernels.attention_weights(q, k, True)), p, True) @ v
+            weights = self.hook("pattern", self.kernels.attention_weights(q, k, True))  # (B, H, T', T_total)
+            y = self.kernels.dropout(weights, p, True) @ v
         else:
             y = self.kernels.attention(q, k, v, True, dropout_p=p) if p else self.kernels.attention(q, k, v, True)
         y = self.hook("z", y).transpose(1, 2).reshape(B, T - first_read, C)  # (B, T', C)
-        return dropout(self.proj(y), self.dropout_p, self.training)
+        return self.kernels.dropout(self.proj(y), self.dropout_p, self.training)
 
 
 class MLP(HookPoints, nn.Module):
     """Position-wise feed-forward: expand 4x, GELU (hook point mlp_hidden), project back."""
 
-    def __init__(self, n_embd: int, bias: bool, dropout_p: float, gelu: Callable[..., Tensor] = DEFAULT_KERNELS.gelu,
+    def __init__(self, n_embd: int, bias: bool, dropout_p: float, kernels: Kernels = DEFAULT_KERNELS,
                  hooks: Hooks | None = None, layer: int = 0):  # fmt: skip
         super().__init__()
         self.fc = Linear(n_embd, 4 * n_embd, bias=bias)
-        self.act = GELU(gelu)
+        self.act = GELU(kernels.gelu)
         self.proj = Linear(4 * n_embd, n_embd, bias=bias)
-        self.dropout_p = dropout_p
+        self.dropout_p, self.kernels = dropout_p, kernels
         self.hook_points(hooks, f"blocks.{layer}.")
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.hook("mlp_hidden", self.act(self.fc(x)))  # (B, T, 4C); (N, 4C) in the last block with `read`
-        return dropout(self.proj(h), self.dropout_p, self.training)
+        return self.kernels.dropout(self.proj(h), self.dropout_p, self.training)
 
 
 def _norm(config: GPTConfig, kernels: Kernels) -> nn.Module:
@@ -228,7 +228,7 @@ class Block(HookPoints, nn.Module):
         self.ln1 = _norm(c, kernels)
         self.attn = MultiHeadAttention(c.n_embd, c.n_head, c.bias, c.dropout, rope, kernels, self._hooks, layer)
         self.ln2 = _norm(c, kernels) if c.mlp else None
-        self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels.gelu, self._hooks, layer) if c.mlp else None
+        self.mlp = MLP(c.n_embd, c.bias, c.dropout, kernels, self._hooks, layer) if c.mlp else None
 
     def forward(self, x: Tensor, cache: KVCache | None = None, positions: Tensor | None = None,
                 read: Tensor | None = None) -> Tensor:  # fmt: skip
@@ -354,7 +354,7 @@ class GPT(HookPoints, nn.Module):
         x = self.hook("embed", self.wte(idx))  # (B, T, C)
         if self.wpe is not None:
             x = x + self.hook("pos_embed", self.wpe.weight[positions])  # (T, C) broadcast over B, or (B, T, C)
-        x = dropout(x, self.config.dropout, self.training)
+        x = self.kernels.dropout(x, self.config.dropout, self.training)
         for i, block in enumerate(self.blocks):
             x = block(x, cache, positions, read if i == len(self.blocks) - 1 else None)  # last: (N, C) with read
         if cache is not None:

@@ -30,6 +30,8 @@ KERNEL_SIGNATURES = {
     "layer_norm": "(x, weight, bias, eps) -> normalised over the last dim, times weight, plus bias (None: none)",
     "gelu": "(x) -> GELU, tanh approximation",
     "cross_entropy": "(logits (N, V), targets (N,)) -> mean loss over the targets not equal to IGNORE_INDEX (-100)",
+    "dropout": "(x, p, training) -> in training, each element zeroed with probability p and the rest scaled by "
+    "1/(1-p); x itself otherwise (the embeddings', each block's outputs' and a `pattern` hook's weights' dropout)",
 }
 """Each slot of `Kernels`, with the signature a kernel for it must have."""
 
@@ -44,6 +46,7 @@ class Kernels:
     layer_norm: Callable[[Tensor, Tensor, Tensor | None, float], Tensor] = fast_layer_norm
     gelu: Callable[[Tensor], Tensor] = fast_gelu
     cross_entropy: Callable[[Tensor, Tensor], Tensor] = fast_cross_entropy
+    dropout: Callable[[Tensor, float, bool], Tensor] = reference.dropout
 
     def swapped(self) -> list[str]:
         """The slots whose kernel is not the fast set's."""
@@ -75,6 +78,7 @@ REFERENCE_KERNELS = Kernels(
     layer_norm=reference.layer_norm,
     gelu=reference.gelu,
     cross_entropy=reference.cross_entropy,
+    dropout=reference.dropout,
 )
 
 

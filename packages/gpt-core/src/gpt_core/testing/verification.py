@@ -169,6 +169,19 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
     def activations(scale: float):
         return lambda g, dt: (_randn(g, dt, B, T, C, scale=scale),)
 
+    # Dropout draws at random, so its training cases check what holds for any draw: the kept elements are x / (1-p)
+    # and the dropped 0, so y (1-p) + x [y = 0] is x (its gradient is the cotangent only if the backward keeps the
+    # forward's mask and scale), and the share dropped of 2^18 elements is p to two decimals (6 sigma).
+    def reassembled(kernels, x):
+        y = kernels.dropout(x, 0.25, True)
+        return y * 0.75 + x * (y == 0)
+
+    def share_dropped(kernels, x):
+        return ((kernels.dropout(x, 0.25, True) == 0).to(x.dtype).mean() * 100).round() / 100
+
+    def many(g, dt):
+        return (torch.randn(2**18, generator=g, dtype=dt),)
+
     return [
         _Case("Linear", "linear", None, ("x", "weight", "bias"), linear_inputs, ref["linear"], linear_ours),
         _Case("Embedding", "embedding", None, ("weight",), lambda g, dt: (_randn(g, dt, V, C),),
@@ -183,6 +196,12 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
               lambda kernels, x: log_softmax(x)),
         _Case("cross_entropy (ignore_index)", "cross_entropy", "cross_entropy", ("logits", "targets"), ce_inputs,
               ref["cross_entropy"]),
+        _Case("dropout, evaluation", "x", "dropout", ("x",), activations(1.0), lambda x: x * 1,
+              lambda kernels, x: kernels.dropout(x, 0.25, False)),
+        _Case("dropout, training: y (1-p) + x [y = 0]", "x", "dropout", ("x",), activations(1.0), lambda x: x * 1,
+              reassembled),
+        _Case("dropout, training: share of zeros", "p = 0.25", "dropout", ("x",), many,
+              lambda x: torch.full((), 0.25, dtype=x.dtype), share_dropped),
         *_attention_cases(ref),
     ]  # fmt: skip
 
@@ -271,7 +290,7 @@ def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Map
     except Exception as error:
         return _row(case.component, label, dtype, _raised("the forward", error))
     forward = difference("output", ours, theirs, relative)
-    if not isinstance(ours, Tensor) or ours.shape != theirs.shape:
+    if not isinstance(ours, Tensor) or ours.shape != theirs.shape or not leaves:  # not leaves: nothing to differentiate
         return _row(case.component, label, dtype, forward)
     grads_theirs = torch.autograd.grad(theirs, [reference_inputs[i] for i in leaves], cotangent.to(theirs.dtype))
     try:

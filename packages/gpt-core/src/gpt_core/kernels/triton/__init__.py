@@ -1,4 +1,4 @@
-"""The Triton kernel set: attention, LayerNorm, GELU, the loss and softmax as hand-written GPU kernels.
+"""The Triton kernel set: attention, LayerNorm, GELU, the loss, softmax and dropout as hand-written GPU kernels.
 
 Each module is one piece, opening with the maths it computes and why it is fast on a GPU:
     attention.py      FlashAttention-2: tiled, online softmax, P recomputed in the backward, dropout regenerated
@@ -6,6 +6,7 @@ Each module is one piece, opening with the maths it computes and why it is fast 
     cross_entropy.py  an online log-sum-exp over the vocabulary; the (N, V) softmax never stored
     gelu.py           the tanh approximation and its derivative, one elementwise kernel each way
     softmax.py        sampling's softmax, and the attention weights a `pattern` hook reads
+    dropout.py        one elementwise kernel each way, its mask regenerated from a seed instead of stored
 
 `TRITON_KERNELS` is the table (`gpt_core.KERNEL_SETS["triton"]`, `gpt-train run --kernels triton`). The kernels
 run on CUDA tensors; on the CPU they run only in Triton's interpreter (TRITON_INTERPRET=1, set before Triton is
@@ -25,6 +26,7 @@ from torch import Tensor
 from gpt_core.kernels import Kernels
 from gpt_core.kernels.triton.attention import attention
 from gpt_core.kernels.triton.cross_entropy import cross_entropy
+from gpt_core.kernels.triton.dropout import dropout
 from gpt_core.kernels.triton.gelu import gelu
 from gpt_core.kernels.triton.layer_norm import layer_norm
 from gpt_core.kernels.triton.softmax import attention_weights, softmax
@@ -61,5 +63,6 @@ TRITON_KERNELS = Kernels(
     layer_norm=_on_its_device(layer_norm),
     gelu=_on_its_device(gelu),
     cross_entropy=_on_its_device(cross_entropy),
+    dropout=_on_its_device(dropout),
 )
 """The Triton set: every slot a hand-written Triton kernel."""
