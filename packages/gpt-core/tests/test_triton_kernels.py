@@ -422,8 +422,8 @@ def test_dropout_in_16_bits_keeps_its_dtype_and_scales_the_kept_elements(dtype):
 
 
 def test_dropout_reads_nothing_back_to_the_host():
-    """Its seed is drawn on the device: a seed read as a Python int would wait for a GPU and, under torch.compile,
-    break the graph at every call. PyTorch's profiler counts the reads (`.item()`, `int(t)`, a kernel's own)."""
+    """Its seed is drawn on the device: a seed read as a Python int breaks torch.compile's graph at every call (and
+    drawn on a GPU, waits for it). PyTorch's profiler counts the reads (`.item()`, `int(t)`, a kernel's own)."""
     x = leaf(randn(3000))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         dropout(x, 0.2, True).sum().backward()
