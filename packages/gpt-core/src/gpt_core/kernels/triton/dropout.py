@@ -30,6 +30,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.reference import dropout as reference_dropout
+
 BLOCK = 1024  # elements per program
 MAX_ELEMENTS = 2**31 - BLOCK  # the last program's counters stay below 2^31
 
@@ -67,13 +69,10 @@ class _Dropout(torch.autograd.Function):
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Zero each element with probability p and rescale the rest by 1/(1-p) (inverted dropout), in training."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:  # everything dropped; x * keep / (1 - p) would be 0/0 = nan
-        return x * 0.0
+    """Zero each element with probability p and rescale the rest by 1/(1-p) (inverted dropout), in training. What
+    draws nothing (evaluation, p = 0 or 1) and a p outside [0, 1] are `reference.dropout`'s to answer."""
+    if not training or not 0.0 < p < 1.0:
+        return reference_dropout(x, p, training)
     if x.numel() > MAX_ELEMENTS:
         raise ValueError(f"the triton dropout counts elements in 32 bits: {x.numel()} is too many; use the fast set")
     x = x.contiguous()  # elementwise: any order of the elements works, but the kernel reads them flat
