@@ -102,8 +102,9 @@ def tests(session: nox.Session, package: str) -> None:
 def triton(session: nox.Session) -> None:
     """The `triton` kernel set without a GPU: Triton installed (gpt-core[triton]), every kernel checked against
     PyTorch forward and backward in float64 by Triton's interpreter (TRITON_INTERPRET=1 runs the kernels on CPU
-    tensors), `gpt-train verify --kernels triton` likewise, and every kernel compiled ahead of time for sm_80
-    and sm_90 (the compile test needs no interpreter: Triton builds GPU binaries on a CPU)."""
+    tensors), `gpt-train verify --kernels triton` likewise, every kernel compiled ahead of time for sm_80
+    and sm_90, and a training step traced by torch.compile for sm_90 (these two need Triton's compiler, not its
+    interpreter: it builds GPU binaries, and the kernels' TTIR, on a CPU)."""
     install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
     pins = "import importlib.metadata as m; print(any(r.startswith('triton') for r in m.requires('torch') or []))"
     pinned = session.run("python", "-c", pins, silent=True).strip() == "True"  # a CUDA torch's own triton
@@ -111,8 +112,9 @@ def triton(session: nox.Session) -> None:
     workers, env = parallel_pytest(session, dist="load")
     tests = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("attention", "kernels", "set")]
     session.run("pytest", "-q", *workers, *tests, *session.posargs, env=env | {"TRITON_INTERPRET": "1"})
-    aot = package_dir("gpt-core") + "/tests/test_triton_ahead_of_time.py"
-    session.run("pytest", "-q", *workers, aot, env=env | {"TRITON_INTERPRET": "0"})  # the compiler, not the interpreter
+    built = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("ahead_of_time", "compiled_trace")]
+    compiler = env | {"TRITON_INTERPRET": "0"}  # Triton's compiler, not its interpreter
+    session.run("pytest", "-q", *workers, *built, env=compiler)
     session.run("gpt-train", "verify", "--kernels", "triton", env=env | {"TRITON_INTERPRET": "1"})
 
 

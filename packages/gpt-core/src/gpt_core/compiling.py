@@ -12,6 +12,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def compiled(model: F, **options: Any) -> F:
-    """torch.compile(model, **options), with `read`'s row count traced rather than a graph break."""
+    """torch.compile(model, **options), with `read`'s row count and the attention kernels' dropout seeds (an int
+    drawn on the CPU, `kernels/triton/attention.py`) traced rather than a graph break."""
     torch.compiler.config.capture_dynamic_output_shape_ops = True
+    torch.compiler.config.capture_scalar_outputs = True
     return torch.compile(model, **options)

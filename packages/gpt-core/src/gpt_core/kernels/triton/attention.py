@@ -483,8 +483,9 @@ class _FlashAttention(torch.autograd.Function):
 
 
 def draw_seed() -> int:
-    """A dropout seed from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible,
-    and drawing on the CPU costs no device synchronisation."""
+    """A dropout seed from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible, and
+    drawing on the CPU costs no device synchronisation. `gpt_core.compiled` traces the `.item()` into the graph
+    (the seed is then a graph value, drawn afresh each step), where torch.compile alone would break it."""
     return int(torch.randint(0, 2**31 - 1, (1,)).item())
 
 

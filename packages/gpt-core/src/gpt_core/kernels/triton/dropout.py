@@ -16,8 +16,7 @@ backward keeps nothing but the one-element seed: for the 6-layer shakespeare_cha
 64 x 256 x 384 bytes (78 MiB) that never exist.
 
 The seed is a one-element tensor drawn on x's device by torch's generator there, which the kernel loads: so
-`torch.manual_seed` makes the masks reproducible and drawing reads nothing back to the host, where a seed read as a
-Python int would also stop torch.compile's graph (dynamo breaks at `.item()`). The counter i is a
+`torch.manual_seed` makes the masks reproducible and drawing reads nothing back to the host. The counter i is a
 32-bit integer: a tensor of more than 2^31 - 1,024 elements is refused. The maths is float32 for fp32, bf16 and
 fp16 inputs (float64 for float64, how the kernel is verified); p is a compile-time constant, one compilation per
 rate.
