@@ -3,6 +3,8 @@ per call unless seeded."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,13 +12,16 @@ import torch.nn.functional as F
 import gpt_core.testing.verification as verification
 from gpt_core import (
     DEFAULT_KERNELS,
+    FAST_KERNELS,
     KERNEL_SLOTS,
+    REFERENCE_KERNELS,
     REFERENCE_SIGNATURES,
     Row,
     format_report,
     kernel_report,
     verification_report,
 )
+from gpt_core.testing.verification import dropout_report
 
 _ORIGINAL_RANDN = verification._randn
 
@@ -46,6 +51,8 @@ EXPECTED_COMPONENTS = [
     "attention weights non-causal",
     "attention weights causal, queries offset by 4",
     "attention weights causal, single query",
+    "sdpa causal, dropout: O (1-p) + P [O = 0]",
+    "sdpa, dropout: share of weights dropped",
     "KV-cache decoding (learned positions)",
     "KV-cache decoding (rope positions)",
     "KV-cache decoding (none positions)",
@@ -64,8 +71,8 @@ def test_verification_report_rows_are_all_within_1e_12_in_float64(close, torch_r
         close(f"report: {row.component}", torch.tensor(row.forward, dtype=torch.float64), zero, 1e-12)
         if row.grad is not None:
             close(f"report: {row.component} grad", torch.tensor(row.grad, dtype=torch.float64), zero, 1e-12)
-    # Every built-in comparison checks gradients; the KV-cache rows and dropout's share of zeros are forward-only.
-    forward_only = ("KV-cache", "dropout, training: share")
+    # Every built-in comparison checks gradients; the KV-cache rows and dropout's shares dropped are forward-only.
+    forward_only = ("KV-cache", "dropout, training: share", "sdpa, dropout: share")
     assert all(r.grad is not None for r in rows if not r.component.startswith(forward_only))
     assert all(r.grad is None for r in rows if r.component.startswith(forward_only))
 
@@ -151,9 +158,10 @@ def test_missing_references_are_named(torch_references):
 
 # kernel_report: a replacement kernel pinned on its slot's cases ------------------------------------
 def _own(slot: str):
-    """gpt-core's own kernel for `slot`, as a new function object (so the model treats it as swapped)."""
+    """gpt-core's own kernel for `slot`, as a new function object (so the model treats it as swapped) with its
+    signature (so an attention kernel is seen to take dropout_p)."""
     kernel = getattr(DEFAULT_KERNELS, slot)
-    return lambda *args: kernel(*args)
+    return functools.wraps(kernel)(lambda *args, **kwargs: kernel(*args, **kwargs))
 
 
 def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot(torch_references):
@@ -168,6 +176,9 @@ def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot(torch_referenc
         name for name in EXPECTED_COMPONENTS if name.startswith("sdpa")
     ]
     assert sum(name.startswith("KV-cache") for name in attention) == 3
+    without_dropout = kernel_report("attention", lambda q, k, v, causal: _own("attention")(q, k, v, causal),
+                                    torch_references, seed=0)  # fmt: skip
+    assert [row.component for row in without_dropout] == [name for name in attention if "dropout" not in name]
     rows = kernel_report("attention_weights", _own("attention_weights"), torch_references, seed=0)
     weights = [row.component for row in rows]
     assert weights == [name for name in EXPECTED_COMPONENTS if name.startswith("attention weights")] + [
@@ -253,3 +264,13 @@ def test_a_non_finite_output_is_a_failure_saying_so(torch_references):
 def test_kernel_report_refuses_an_unknown_slot(torch_references):
     with pytest.raises(ValueError, match="unknown kernel slot 'linear'"):
         kernel_report("linear", lambda x: x, torch_references)
+
+
+def test_dropout_report_runs_the_checks_that_hold_for_any_draw_and_only_those(torch_references):
+    """What a training step with dropout runs that no comparison of two sets' steps can reach (each draws its own
+    masks), for the first-step check to run on the device; float32 by default."""
+    draws = [name for name in EXPECTED_COMPONENTS if "dropout, training" in name or "dropout:" in name]
+    for kernels in (FAST_KERNELS, REFERENCE_KERNELS):
+        rows = dropout_report(kernels, torch_references, seed=0)
+        assert [row.component for row in rows] == draws
+        assert all(row.failure(1e-6) is None for row in rows), rows

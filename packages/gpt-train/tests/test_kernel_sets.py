@@ -16,7 +16,7 @@ from gpt_viz import RunLayout
 def test_verify_checks_the_reference_set_against_pytorch(cli):
     result = cli("verify", "--kernels", "reference", "--seed", "0")
     assert result.code == 0, result.err
-    assert "reference kernels: all 29 checks within 1e-12" in result.out
+    assert "reference kernels: all 31 checks within 1e-12" in result.out
 
 
 def test_a_run_on_the_reference_kernels_records_them_and_is_loaded_with_them(cli, tmp_path):
@@ -88,10 +88,43 @@ def test_verify_refuses_the_triton_set_on_an_older_gpu_as_run_does(cli, monkeypa
     assert_one_line_error(cli("verify", "--device", "cuda", "--kernels", "triton"), "Tesla T4 is 7.5")
 
 
+def drops_half(x, p, training):
+    """Inverted dropout at rate 1/2 whatever p is: its kept elements are scaled right, so only the share shows it."""
+    return x * (torch.rand_like(x) >= 0.5) / (1 - p) if training and p > 0 else x
+
+
+def never_drops(q, k, v, causal=True, dropout_p=0.0):
+    return REFERENCE_KERNELS.attention(q, k, v, causal)
+
+
+@pytest.mark.parametrize(
+    ("slot", "kernel", "row"),
+    [("dropout", drops_half, "dropout, training: share of zeros"),
+     ("attention", never_drops, "sdpa causal, dropout: O (1-p) + P [O = 0]")],
+    ids=["dropout-rate", "attention-dropout"],
+)  # fmt: skip
+def test_a_triton_dropout_that_draws_wrong_stops_the_run_before_it_trains(
+    cli, tmp_path, monkeypatch, slot, kernel, row
+):
+    """The first-step check runs its step in eval mode, where nothing draws: the dropout a training step runs is
+    checked apart, on the device, by what holds for any draw."""
+    import dataclasses
+
+    import gpt_core.kernels
+    from gpt_core import KERNEL_SETS
+
+    monkeypatch.setattr(gpt_core.kernels, "_triton_installed", lambda: False)  # triton from _sets alone
+    monkeypatch.setitem(KERNEL_SETS._sets, "triton", dataclasses.replace(REFERENCE_KERNELS, **{slot: kernel}))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # where the triton set runs without a GPU
+    result = cli(*TINY, "--set", "kernels=triton", "--set", "dropout=0.1", "--out", tmp_path / "run")
+    assert_one_line_error(result, f"--kernels triton: its dropout fails a check that holds for any draw: {row}")
+    assert not RunLayout(tmp_path / "run").checkpoint.exists()
+
+
 @pytest.mark.parametrize("dropout", ["0.0", "0.1"])
 def test_triton_failing_on_the_gpu_is_one_line(cli, tmp_path, monkeypatch, dropout):
     """A kernel that needs more shared memory than the GPU has raised Triton's own OutOfResources, a traceback. With
-    dropout, the kernels that draw compile apart from those the first-step check runs in eval mode."""
+    dropout, the first-step check runs the kernels that draw as well (its step runs in eval mode), and names them."""
     triton_errors = pytest.importorskip("triton.runtime.errors")
     import dataclasses
 
@@ -108,5 +141,6 @@ def test_triton_failing_on_the_gpu_is_one_line(cli, tmp_path, monkeypatch, dropo
     monkeypatch.setitem(KERNEL_SETS._sets, "triton", failing)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # where the triton set runs without a GPU
     result = cli(*TINY, "--set", "kernels=triton", "--set", f"dropout={dropout}", "--out", tmp_path / "run")
-    assert_one_line_error(result, "Triton failed (OutOfResources: out of resource: shared memory")
+    failed = "Triton failed (" if dropout == "0.0" else "its dropout fails a check that holds for any draw: sdpa"
+    assert_one_line_error(result, failed, "OutOfResources: out of resource: shared memory")
     assert "use --kernels fast, and please report it" in result.err

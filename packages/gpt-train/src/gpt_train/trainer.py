@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gpt_core import GPT, KERNEL_SETS, Kernels, to_device
 from gpt_core.compiling import compiled
+from gpt_core.testing.verification import dropout_report
 from gpt_tasks import Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_weights
@@ -45,6 +46,7 @@ from gpt_train.progress import Progress, evaluation_progress
 from gpt_train.record import Record, finished_at
 from gpt_train.runs import Run, RunDirError, RunWarning, run_kernels
 from gpt_train.signals import StopRequest, ctrl_c_interrupts
+from gpt_train.verify import torch_references
 from gpt_viz import metric_key, probe_key
 
 T = TypeVar("T")
@@ -290,7 +292,8 @@ class Trainer:
 
     def _check_triton_step(self, batch) -> None:
         """The triton set's first step against the fast set's (else KernelError): Triton compiles for this very GPU,
-        which no test here has run. A model that draws at random is checked in eval mode."""
+        which no test here has run. A model that draws at random is checked in eval mode, and its dropout kernels
+        (which draw masks of their own) by what holds for any draw, in float32 on the device."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         with torch.random.fork_rng(devices=[]):  # its initial draws would shift a resumed run's dropout masks
             fast = GPT(self.config.model, KERNEL_SETS["fast"]).to(self.device)
@@ -304,13 +307,26 @@ class Trainer:
         finally:
             self.model.train()
         problem = step_disagreement(theirs, ours, COMPILED_STEP_TOLERANCE[self.settings.dtype])
+        if problem is not None:
+            problem = f"the first step disagrees with the fast set's on the same batch and weights: {problem}"
+        elif self.config.model.dropout > 0:
+            problem = self._dropout_problem()
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)
         if anywhere:
             raise KernelError(
-                f"--kernels triton: the first step disagrees with the fast set's on the same batch and weights: "
-                f"{problem or 'on another rank'}; Triton's kernels compute this model wrong on this GPU, so the run "
-                "stopped before training (use --kernels fast, and please report it)"
+                f"--kernels triton: {problem or 'the first-step check failed on another rank'}; Triton's kernels "
+                "fail this model on this GPU, so the run stopped before training (use --kernels fast, and please "
+                "report it)"
             )
+
+    def _dropout_problem(self) -> str | None:
+        """The model's kernels' dropout, checked on the device by what holds for any draw, or None if it holds. The
+        device's generator is left as it was: the run's own masks come from it."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            rows = dropout_report(self.model.kernels, torch_references(), self.device, seed=0)
+        failures = [failure for row in rows if (failure := row.failure(COMPILED_STEP_TOLERANCE["fp32"]))]
+        return f"its dropout fails a check that holds for any draw: {failures[0]}" if failures else None
 
     def _step(self, batch, module: torch.nn.Module) -> Step:
         loss = float(self._gradients(batch, module))

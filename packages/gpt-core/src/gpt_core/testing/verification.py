@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from gpt_core.kernels import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, Kernels
+from gpt_core.kernels import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, Kernels, _takes_dropout
 from gpt_core.kernels.softmax import log_softmax
 from gpt_core.model import GPT, Embedding, GPTConfig, Linear
 from gpt_core.reference import IGNORE_INDEX
@@ -73,6 +73,7 @@ class _Case:
     inputs: Callable[[torch.Generator, torch.dtype], Sequence[Any]]  # the arguments
     theirs: Callable[..., Tensor]  # the reference on the same arguments
     ours: Callable[..., Tensor] | None = None  # (kernels, *arguments); None: the slot's kernel on the arguments
+    draws: bool = False  # whether it checks a random draw (dropout), by what holds for any draw
 
     def call(self, kernels: Kernels, *arguments: Any) -> Tensor:
         return self.ours(kernels, *arguments) if self.ours else getattr(kernels, self.slot)(*arguments)
@@ -122,6 +123,24 @@ def _attention_cases(ref: References) -> list[_Case]:
         inputs = shapes(*shape, causal, with_v=False)
         return _Case(component, "sdpa", "attention_weights", ("q", "k", "causal"), inputs, weights)
 
+    # Dropout of the attention weights draws inside the kernel. With v the identity (a head size of Tk) the output is
+    # the weights themselves, each kept one scaled by 1/(1-p), each dropped one 0: O (1-p) + P [O = 0], with P the
+    # same kernel's weights without dropout, is the reference's weights for any draw (and its gradient theirs only if
+    # the backward keeps the forward's mask and scale), and the share of the 2^18 weights dropped is p.
+    def identity(k: Tensor) -> Tensor:
+        return torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(k.shape)  # (B, H, Tk, Tk)
+
+    def reassembled(kernels, q: Tensor, k: Tensor, causal: bool) -> Tensor:
+        dropped = kernels.attention(q, k, identity(k), causal, dropout_p=0.25)
+        return dropped * 0.75 + kernels.attention(q, k, identity(k), causal) * (dropped == 0)
+
+    def share_dropped(kernels, q: Tensor, k: Tensor, causal: bool) -> Tensor:
+        dropped = kernels.attention(q, k, identity(k), causal, dropout_p=0.25)  # non-causal: every weight is above 0
+        return ((dropped == 0).to(q.dtype).mean() * 100).round() / 100
+
+    def many(g, dt):
+        return [torch.randn(4, 16, 64, 64, generator=g, dtype=dt) for _ in "qk"] + [False]
+
     return [
         case("sdpa causal", B, H, T, T, d, causal=True),
         case("sdpa non-causal", B, H, T, T, d, causal=False),
@@ -134,7 +153,11 @@ def _attention_cases(ref: References) -> list[_Case]:
         weights_case("attention weights non-causal", B, H, T, T, d, causal=False),
         weights_case("attention weights causal, queries offset by 4", B, H, T - 4, T, d, causal=True),
         weights_case("attention weights causal, single query", B, H, 1, T, d, causal=True),
-    ]
+        _Case("sdpa causal, dropout: O (1-p) + P [O = 0]", "sdpa", "attention", ("q", "k", "causal"),
+              shapes(B, H, T, T, T, True, with_v=False), weights, reassembled, draws=True),
+        _Case("sdpa, dropout: share of weights dropped", "p = 0.25", "attention", ("q", "k", "causal"), many,
+              lambda q, k, causal: torch.full((), 0.25, dtype=q.dtype), share_dropped, draws=True),
+    ]  # fmt: skip
 
 
 def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
@@ -199,19 +222,19 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
         _Case("dropout, evaluation", "x", "dropout", ("x",), activations(1.0), lambda x: x * 1,
               lambda kernels, x: kernels.dropout(x, 0.25, False)),
         _Case("dropout, training: y (1-p) + x [y = 0]", "x", "dropout", ("x",), activations(1.0), lambda x: x * 1,
-              reassembled),
+              reassembled, draws=True),
         _Case("dropout, training: share of zeros", "p = 0.25", "dropout", ("x",), many,
-              lambda x: torch.full((), 0.25, dtype=x.dtype), share_dropped),
+              lambda x: torch.full((), 0.25, dtype=x.dtype), share_dropped, draws=True),
         *_attention_cases(ref),
     ]  # fmt: skip
 
 
 def slot_cases(slot: str, references: References, seed: int) -> list[tuple[str, str, tuple, Callable[..., Tensor]]]:
-    """`slot`'s cases in float64 drawn from `seed`: (component, reference, the kernel's arguments, the reference on
-    them)."""
+    """`slot`'s cases that call its kernel on their arguments, in float64 drawn from `seed`: (component, reference,
+    the kernel's arguments, the reference on them)."""
     gen = torch.Generator().manual_seed(seed)
     return [(case.component, case.reference, tuple(case.inputs(gen, torch.float64)), case.theirs)
-            for case in _cases(references) if case.slot == slot]  # fmt: skip
+            for case in _cases(references) if case.slot == slot and case.ours is None]  # fmt: skip
 
 
 def is_relative(dtype: torch.dtype) -> bool:
@@ -275,6 +298,12 @@ def _leaf(x: Tensor, to: torch.device | str | torch.dtype) -> Tensor:
 
 def _raised(what: str, error: Exception) -> Difference:
     return math.inf, f"{what} raised {type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _checks(kernels: Kernels, case: _Case) -> bool:
+    """Whether `kernels` have what `case` checks: an attention kernel without `dropout_p` applies no dropout (and
+    serves no model with dropout, `Kernels.check_dropout`)."""
+    return not (case.draws and case.slot == "attention" and not _takes_dropout(kernels.attention))
 
 
 def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Mapping[str, str] | None, device) -> Row:
@@ -392,12 +421,23 @@ def verification_report(references: References, dtype: torch.dtype = torch.float
     """One Row per comparison of `kernels` with `references`, on `device` (plus a whole GPT there vs the CPU)."""
     _check_references(references)
     with _inputs_from(seed) as gen:
-        rows = [_compare(case, kernels, gen, dtype, labels, device) for case in _cases(references, device)]
+        cases = [case for case in _cases(references, device) if _checks(kernels, case)]
+        rows = [_compare(case, kernels, gen, dtype, labels, device) for case in cases]
         kv_cases = [(pos, False) for pos in ("learned", "rope", "none")] + [("learned", True), ("rope", True)]
         rows += [kv_cache_row(gen, dtype, pos, randomized, kernels, device) for pos, randomized in kv_cases]
         if torch.device(device).type != "cpu":
             rows.append(device_model_row(gen, dtype, kernels, device))
     return rows
+
+
+def dropout_report(kernels: Kernels, references: References, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32, seed: int | None = None) -> list[Row]:  # fmt: skip
+    """The cases that check `kernels`' random draws (dropout alone and inside attention) on `device`: what a training
+    step with dropout runs that no comparison with another set's step can reach, each set drawing its own masks."""
+    _check_references(references)
+    with _inputs_from(seed) as gen:
+        cases = [case for case in _cases(references, device) if case.draws and _checks(kernels, case)]
+        return [_compare(case, kernels, gen, dtype, None, device) for case in cases]
 
 
 def kernel_report(slot: str, kernel: Callable[..., Tensor], references: References,
@@ -409,7 +449,8 @@ def kernel_report(slot: str, kernel: Callable[..., Tensor], references: Referenc
     _check_references(references)
     kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: kernel})
     with _inputs_from(seed) as gen:
-        rows = [_compare(case, kernels, gen, dtype, labels, "cpu") for case in _cases(references) if case.slot == slot]
+        cases = [case for case in _cases(references) if case.slot == slot and _checks(kernels, case)]
+        rows = [_compare(case, kernels, gen, dtype, labels, "cpu") for case in cases]
         if slot != "sampling_softmax":  # a training step never calls it: only generate samples from it
             rows.append(model_row(gen, dtype, kernels, hook_pattern=slot == "attention_weights"))
         if slot == "attention":
