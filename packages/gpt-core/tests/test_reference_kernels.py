@@ -45,7 +45,7 @@ def _failures(rows) -> list[str]:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_reference_set_matches_pytorch_in_float64_forward_and_backward(seed, torch_references):
     rows = verification_report(torch_references, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
-    statistics = ("KV", "dropout, training: share")  # compared outputs alone: nothing to differentiate
+    statistics = ("KV", "dropout, training: share", "sdpa, dropout: share")  # outputs alone: nothing to differentiate
     assert len(rows) > 20 and all(row.grad is not None for row in rows if not row.component.startswith(statistics))
     assert _failures(rows) == [], format_report(rows)
 
@@ -54,7 +54,7 @@ def test_the_reference_set_matches_pytorch_in_float64_forward_and_backward(seed,
 def test_the_reference_and_fast_sets_agree_in_float64_on_every_verification_case(seed):
     rows = verification_report(FAST, torch.float64, seed=seed, kernels=REFERENCE_KERNELS)
     assert _failures(rows) == [], format_report(rows)
-    attention = [row for row in rows if row.component.startswith("sdpa")]
+    attention = [row for row in rows if row.component.startswith("sdpa") and "dropout" not in row.component]
     assert len(attention) == 7 and max(row.grad for row in attention) > 0  # a real comparison, not 0 by identity
 
 
