@@ -116,20 +116,33 @@ def test_each_compiled_backward_kernel_regenerates_the_very_mask_its_forward_dre
             assert Counter(args[seed] for kernel, args in backward if kernel == name) == drawn
 
 
-def test_the_compiled_step_reads_a_number_to_the_host_only_for_the_attention_seeds(for_an_sm90):
-    """The attention's seed is an int drawn on the CPU (`compiled` captures it rather than breaking the graph
-    there); nothing else in the step is read back, so the GPU never waits on the host inside it."""
+def test_the_compiled_step_reads_nothing_back_and_draws_each_attention_seed_by_its_own_operator(for_an_sm90):
+    """The attention's seed is an int drawn on the CPU by an operator of its own, which the graph calls as it is
+    (the seeds eager draws); nothing in the step is read back from the device, so the GPU never waits on the host."""
     graphs = traced_step(dropout=0.1)
-    read = torch.ops.aten._local_scalar_dense.default
-    reads = [node for node in graphs["forward"].graph.nodes if node.target == read]
-    assert len(reads) == N_LAYER
-    assert all(node.args[0].target == torch.ops.aten.randint.low for node in reads)
+    calls = [node for graph in graphs.values() for node in graph.graph.nodes if node.op == "call_function"]
+    assert not [node for node in calls if node.target == torch.ops.aten._local_scalar_dense.default]
+    drawn = [node for node in calls if node.target == torch.ops.gpt_core.attention_dropout_seed.default]
+    assert len(drawn) == N_LAYER
     seeds = {args["seed"] for name, args in launches(graphs["forward"]) if name == "_attn_fwd"}
-    assert seeds == {node.name for node in reads}
-    assert not [node for node in graphs["backward"].graph.nodes if node.op == "call_function" and "scalar" in node.name]
+    assert seeds == {node.name for node in drawn}
 
 
 def test_without_dropout_the_compiled_step_draws_no_seed(for_an_sm90):
     graphs = traced_step(dropout=0.0)
     assert "_dropout_kernel" not in {name for name, _ in launches(graphs["forward"])}
     assert not [node for node in graphs["forward"].graph.nodes if "randint" in str(node.target)]
+
+
+def test_compiled_the_attention_dropout_seed_is_drawn_in_the_graph_as_eager_draws_it():
+    """The seed operator runs as it is inside the graph: `torch.manual_seed` gives a compiled step the seeds eager
+    draws, each call a new one (the operator is marked random, so the compiler neither merges nor replays it)."""
+    from gpt_core.kernels.triton.attention import draw_seed
+
+    x = torch.zeros(2, dtype=torch.int64)  # exact for any seed
+    twice = compiled(lambda x: (x + draw_seed(x), x + draw_seed(x)), fullgraph=True, backend="aot_eager")
+    torch.manual_seed(0)
+    eager = [draw_seed(x), draw_seed(x)]
+    torch.manual_seed(0)
+    assert [int(y[0]) for y in twice(x)] == eager
+    assert eager[0] != eager[1]

@@ -12,8 +12,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def compiled(model: F, **options: Any) -> F:
-    """torch.compile(model, **options), with `read`'s row count and the attention kernels' dropout seeds (an int
-    drawn on the CPU, `kernels/triton/attention.py`) traced rather than a graph break."""
+    """torch.compile(model, **options), with `read`'s row count and the triton attention's dropout seeds (an int
+    drawn on the CPU by an operator of its own, `kernels/triton/attention.py`) traced rather than a graph break."""
     torch.compiler.config.capture_dynamic_output_shape_ops = True
-    torch.compiler.config.capture_scalar_outputs = True
     return torch.compile(model, **options)

@@ -482,11 +482,19 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def draw_seed() -> int:
-    """A dropout seed from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible, and
-    drawing on the CPU costs no device synchronisation. `gpt_core.compiled` traces the `.item()` into the graph
-    (the seed is then a graph value, drawn afresh each step), where torch.compile alone would break it."""
+@torch.library.custom_op("gpt_core::attention_dropout_seed", mutates_args=(), tags=torch.Tag.nondeterministic_seeded)
+def draw_seed(like: Tensor) -> int:
+    """A dropout seed from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible, and drawing
+    on the CPU costs no device synchronisation. An operator of its own, so that torch.compile (`gpt_core.compiled`)
+    keeps the draw in its graph as a call to this very function, the same seeds as eager, where the `.item()` would
+    break the graph (or, captured, be compiled to a CPU kernel of the compiler's own). `like` is only the tensor whose
+    device the compiler files the call under; nothing of it is read."""
     return int(torch.randint(0, 2**31 - 1, (1,)).item())
+
+
+@draw_seed.register_fake
+def _(like: Tensor):
+    return torch.library.get_ctx().new_dynamic_size(min=0, max=2**31 - 2)  # a graph value, not known when tracing
 
 
 def flash_attention(
@@ -516,7 +524,7 @@ def flash_attention(
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
     if dropout_p > 0.0 and seed is None:
-        seed = draw_seed()
+        seed = draw_seed(q)
     seed = 0 if seed is None else seed
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FlashAttention.apply(q, k, v, causal, dropout_p, seed, blocks)
