@@ -482,7 +482,12 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-@torch.library.custom_op("gpt_core::attention_dropout_seed", mutates_args=(), tags=torch.Tag.nondeterministic_seeded)
+@torch.library.custom_op(
+    "gpt_core::attention_dropout_seed",
+    mutates_args=(),
+    schema="(Tensor like) -> SymInt",
+    tags=(torch.Tag.nondeterministic_seeded,),  # random: never merged with another call, nor replayed
+)
 def draw_seed(like: Tensor) -> int:
     """A dropout seed from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible, and drawing
     on the CPU costs no device synchronisation. An operator of its own, so that torch.compile (`gpt_core.compiled`)
