@@ -117,7 +117,8 @@ def test_a_triton_dropout_that_draws_wrong_stops_the_run_before_it_trains(
     monkeypatch.setitem(KERNEL_SETS._sets, "triton", dataclasses.replace(REFERENCE_KERNELS, **{slot: kernel}))
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # where the triton set runs without a GPU
     result = cli(*TINY, "--set", "kernels=triton", "--set", "dropout=0.1", "--out", tmp_path / "run")
-    assert_one_line_error(result, f"--kernels triton: its dropout fails a check that holds for any draw: {row}")
+    checked = "--kernels triton: its dropout, checked on the device by what holds for any draw"
+    assert_one_line_error(result, f"{checked}: {row}")
     assert not RunLayout(tmp_path / "run").checkpoint.exists()
 
 
@@ -141,6 +142,6 @@ def test_triton_failing_on_the_gpu_is_one_line(cli, tmp_path, monkeypatch, dropo
     monkeypatch.setitem(KERNEL_SETS._sets, "triton", failing)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # where the triton set runs without a GPU
     result = cli(*TINY, "--set", "kernels=triton", "--set", f"dropout={dropout}", "--out", tmp_path / "run")
-    failed = "Triton failed (" if dropout == "0.0" else "its dropout fails a check that holds for any draw: sdpa"
+    failed = "Triton failed (" if dropout == "0.0" else "its dropout, checked on the device by what holds for any draw"
     assert_one_line_error(result, failed, "OutOfResources: out of resource: shared memory")
     assert "use --kernels fast, and please report it" in result.err

@@ -111,9 +111,12 @@ def _attention_cases(ref: References) -> list[_Case]:
 
         return make
 
+    def identity(k: Tensor) -> Tensor:
+        """v = I (B, H, Tk, Tk): attention's output is then its weights."""
+        return torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(*k.shape[:-1], k.shape[-2])
+
     def weights(q: Tensor, k: Tensor, causal: bool) -> Tensor:
-        identity = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(*k.shape[:-1], k.shape[-2])
-        return end_aligned(ref["sdpa"], q, k, identity, causal)
+        return end_aligned(ref["sdpa"], q, k, identity(k), causal)
 
     def case(component: str, *shape: int, causal: bool) -> _Case:
         return _Case(component, "sdpa", "attention", ("q", "k", "v", "causal"), shapes(*shape, causal),
@@ -123,13 +126,11 @@ def _attention_cases(ref: References) -> list[_Case]:
         inputs = shapes(*shape, causal, with_v=False)
         return _Case(component, "sdpa", "attention_weights", ("q", "k", "causal"), inputs, weights)
 
-    # Dropout of the attention weights draws inside the kernel. With v the identity (a head size of Tk) the output is
-    # the weights themselves, each kept one scaled by 1/(1-p), each dropped one 0: O (1-p) + P [O = 0], with P the
-    # same kernel's weights without dropout, is the reference's weights for any draw (and its gradient theirs only if
-    # the backward keeps the forward's mask and scale), and the share of the 2^18 weights dropped is p.
-    def identity(k: Tensor) -> Tensor:
-        return torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(k.shape)  # (B, H, Tk, Tk)
-
+    # Dropout of the attention weights draws inside the kernel. With v the identity (a head size of Tk, as the kernel
+    # wants v shaped like k) the output is the weights themselves, each kept one scaled by 1/(1-p), each dropped one 0:
+    # O (1-p) + P [O = 0], with P the same kernel's weights without dropout, is the reference's weights for any draw
+    # (and its gradients with respect to q and k theirs only if the backward keeps the forward's mask and scale), and
+    # the share of the 2^18 weights dropped is p. v being constant, its gradient is not checked here.
     def reassembled(kernels, q: Tensor, k: Tensor, causal: bool) -> Tensor:
         dropped = kernels.attention(q, k, identity(k), causal, dropout_p=0.25)
         return dropped * 0.75 + kernels.attention(q, k, identity(k), causal) * (dropped == 0)

@@ -482,24 +482,29 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-@torch.library.custom_op(
-    "gpt_core::attention_dropout_seed",
-    mutates_args=(),
-    schema="(Tensor like) -> SymInt",
-    tags=(torch.Tag.nondeterministic_seeded,),  # random: never merged with another call, nor replayed
-)
-def draw_seed(like: Tensor) -> int:
-    """A dropout seed from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible, and drawing
-    on the CPU costs no device synchronisation. An operator of its own, so that torch.compile (`gpt_core.compiled`)
-    keeps the draw in its graph as a call to this very function, the same seeds as eager, where the `.item()` would
-    break the graph (or, captured, be compiled to a CPU kernel of the compiler's own). `like` is only the tensor whose
-    device the compiler files the call under; nothing of it is read."""
+# The seed's draw is an operator of its own, so that torch.compile keeps it in its graph as a call (the seeds eager
+# draws) where the `.item()` would break the graph, or, captured, be compiled into a CPU kernel of the compiler's own.
+# Marked random, it is never constant-folded; the compiler may merge two calls on one tensor, and each attention
+# passes its own q. torch.library.define takes the tag in every torch this package supports.
+torch.library.define("gpt_core::attention_dropout_seed", "(Tensor q) -> SymInt",
+                     tags=(torch.Tag.nondeterministic_seeded,))  # fmt: skip
+
+
+@torch.library.impl("gpt_core::attention_dropout_seed", "CompositeExplicitAutograd")
+def _draw(q: Tensor) -> int:
     return int(torch.randint(0, 2**31 - 1, (1,)).item())
 
 
-@draw_seed.register_fake
-def _(like: Tensor):
-    return torch.library.get_ctx().new_dynamic_size(min=0, max=2**31 - 2)  # a graph value, not known when tracing
+@torch.library.register_fake("gpt_core::attention_dropout_seed")
+def _drawn_when_run(q: Tensor):
+    return torch.library.get_ctx().new_dynamic_size(min=0, max=2**31 - 2)  # a graph value, unknown when traced
+
+
+def draw_seed(q: Tensor) -> int:
+    """A dropout seed for the kernels attending with `q` (nothing of it is read: it files the call under q's
+    device), from torch's default (CPU) generator: `torch.manual_seed` makes it reproducible, and drawing on the CPU
+    costs no device synchronisation."""
+    return torch.ops.gpt_core.attention_dropout_seed(q)
 
 
 def flash_attention(
