@@ -20,7 +20,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     reason = "Dynamo traces Triton's compiled kernels, not its interpreter (TRITON_INTERPRET=0)"
     pytest.skip(reason, allow_module_level=True)
 triton = pytest.importorskip("triton")
-from functorch.compile import min_cut_rematerialization_partition, nop  # noqa: E402
+from functorch.compile import min_cut_rematerialization_partition  # noqa: E402
 from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 from torch._dynamo.exc import BackendCompilerFailed  # noqa: E402
 from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table  # noqa: E402
@@ -136,13 +136,13 @@ def test_without_dropout_the_compiled_step_draws_no_seed(for_an_sm90):
 
 
 def test_compiled_each_attention_seed_is_drawn_in_the_training_graph_as_eager_draws_it():
-    """The seed operator runs as it is inside a training graph (the partitioner Inductor uses, nothing compiled to
-    code): `torch.manual_seed` gives a compiled step the seeds eager draws, a new one for each attention's q."""
+    """Inductor keeps the seed operator in a training graph as a call to it (here for the CPU, where the rest of
+    the graph becomes C++): `torch.manual_seed` gives a compiled step the seeds eager draws, a new one for each
+    attention's q."""
     from gpt_core.kernels.triton.attention import draw_seed
 
     qs = [torch.ones(2, dtype=torch.float64, requires_grad=True) for _ in range(2)]  # seeds below 2^31: exact
-    backend = aot_autograd(fw_compiler=nop, partition_fn=min_cut_rematerialization_partition)
-    step = compiled(lambda a, b: (a * draw_seed(a), b * draw_seed(b)), fullgraph=True, backend=backend)
+    step = compiled(lambda a, b: (a * draw_seed(a), b * draw_seed(b)), fullgraph=True)
     torch.manual_seed(0)
     eager = [draw_seed(q) for q in qs]
     torch.manual_seed(0)
