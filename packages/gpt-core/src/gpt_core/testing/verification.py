@@ -130,8 +130,10 @@ def _attention_cases(ref: References) -> list[_Case]:
     # wants v shaped like k) the output is the weights themselves, each kept one scaled by 1/(1-p), each dropped one 0:
     # O (1-p) + P [O = 0], with P the same kernel's weights without dropout, is the reference's weights for any draw
     # (and its gradients with respect to q and k theirs only if the backward keeps the forward's mask and scale), and
-    # the share of the 2^18 weights dropped is p. v being constant, its gradient is not checked here. 80 positions: a
-    # tiled kernel's several tiles, the causal diagonal across them and a last tile cut short.
+    # the share of the 2^18 weights dropped is p. 80 positions: a tiled kernel's several tiles, the causal diagonal
+    # across them and a last tile cut short. v's gradient: with v = [I V] (head size 2 Tk) one call's output is
+    # [A, A V], A the dropped weights, so O[V] - O[I] V is 0 with zero gradients (q and k's only if the backward keeps
+    # the forward's mask; V's, A^T G - A^T G, only if v's gradient does too).
     def reassembled(kernels, q: Tensor, k: Tensor, causal: bool) -> Tensor:
         dropped = kernels.attention(q, k, identity(k), causal, dropout_p=0.25)
         return dropped * 0.75 + kernels.attention(q, k, identity(k), causal) * (dropped == 0)
@@ -142,6 +144,18 @@ def _attention_cases(ref: References) -> list[_Case]:
 
     def many(g, dt):
         return [torch.randn(4, 16, 64, 64, generator=g, dtype=dt) for _ in "qk"] + [False]
+
+    def values_inputs(g, dt):
+        return [_randn(g, dt, 1, 2, 48, 96), _randn(g, dt, 1, 2, 48, 96), _randn(g, dt, 1, 2, 48, 48), True]
+
+    def values_through(kernels, q: Tensor, k: Tensor, values: Tensor, causal: bool) -> Tensor:
+        eye = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand_as(values)  # (B, H, Tk, Tk)
+        out = kernels.attention(q, k, torch.cat((eye, values), dim=-1), causal, dropout_p=0.25)  # [A, A V]
+        dropped, through = out.split(k.shape[-2], dim=-1)
+        return through - dropped @ values
+
+    def nothing(q: Tensor, k: Tensor, values: Tensor, causal: bool) -> Tensor:
+        return (q.sum() + k.sum()) * 0 + values * 0  # zeros, with zero gradients for q, k and V
 
     return [
         case("sdpa causal", B, H, T, T, d, causal=True),
@@ -157,6 +171,8 @@ def _attention_cases(ref: References) -> list[_Case]:
         weights_case("attention weights causal, single query", B, H, 1, T, d, causal=True),
         _Case("sdpa causal, dropout: O (1-p) + P [O = 0]", "sdpa", "attention", ("q", "k", "causal"),
               shapes(1, 2, 80, 80, 80, True, with_v=False), weights, reassembled, draws=True),  # tiles, a ragged end
+        _Case("sdpa causal, dropout, v = [I V]: O[V] - O[I] V", "0", "attention", ("q", "k", "V", "causal"),
+              values_inputs, nothing, values_through, draws=True),
         _Case("sdpa, dropout: share of weights dropped", "p = 0.25", "attention", ("q", "k", "causal"), many,
               lambda q, k, causal: torch.full((), 0.25, dtype=q.dtype), share_dropped, draws=True),
     ]  # fmt: skip
