@@ -149,8 +149,7 @@ def _attention_cases(ref: References) -> list[_Case]:
         return [_randn(g, dt, 1, 2, 48, 96), _randn(g, dt, 1, 2, 48, 96), _randn(g, dt, 1, 2, 48, 48), True]
 
     def values_through(kernels, q: Tensor, k: Tensor, values: Tensor, causal: bool) -> Tensor:
-        eye = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand_as(values)  # (B, H, Tk, Tk)
-        out = kernels.attention(q, k, torch.cat((eye, values), dim=-1), causal, dropout_p=0.25)  # [A, A V]
+        out = kernels.attention(q, k, torch.cat((identity(k), values), dim=-1), causal, dropout_p=0.25)  # [A, A V]
         dropped, through = out.split(k.shape[-2], dim=-1)
         return through - dropped @ values
 
