@@ -7,6 +7,7 @@ from collections import Counter
 
 import torch
 
+from gpt_core.reference import dropout as reference_dropout
 from gpt_train.learn.zoo import OWN
 
 CALLS: Counter[str] = Counter()
@@ -75,3 +76,11 @@ def layer_norm_wrong_when_compiled(x, weight, bias, eps):
     if torch.compiler.is_compiling():
         y = y + (x - x.detach())  # adds 0 to the output, and the identity to its gradient
     return y
+
+
+def dropout_wrong_when_compiled(x, p, training):
+    """Right eagerly, wrong under torch.compile and only in training, as a compiler's bug in its random draws would
+    be: the same output, a gradient off by the incoming gradient. A model that draws has its compiled first step
+    checked in eval mode, which cannot see it."""
+    y = reference_dropout(x, p, training)
+    return y + (x - x.detach()) if training and torch.compiler.is_compiling() else y

@@ -74,6 +74,19 @@ def test_a_compiled_run_learns_what_the_eager_run_learns(cli, tmp_path):
     assert abs(compiled_["heldout_token_accuracy"] - eager["heldout_token_accuracy"]) < 0.05
 
 
+def test_a_compiled_run_whose_dropout_is_wrong_only_in_training_stops_before_training(cli, tmp_path):
+    """The compiled first step of a model that draws runs in eval mode, where dropout draws nothing: its dropout is
+    checked compiled, apart, by what holds for any draw."""
+    run_dir = tmp_path / "run"
+    wrong = "dropout=kernel_examples:dropout_wrong_when_compiled"
+    result = cli(*TINY, "--compile", "--set", "dropout=0.1", "--kernel", wrong, "--out", run_dir)
+    assert_one_line_error(
+        result, "--compile: its dropout fails a check that holds for any draw: compiled dropout, training: y (1-p)",
+        "gradient of x", "drop --compile",
+    )  # fmt: skip
+    assert not (run_dir / RunLayout.CHECKPOINT).exists()
+
+
 def test_a_compiled_run_with_dropout_trains(cli, tmp_path):
     """Dropout drew its mask with torch.rand(x.shape), and the last block's rows (those read) have a data-dependent
     count: the compiler failed at the first step."""

@@ -29,6 +29,7 @@ from gpt_train.compiling import (
     Step,
     check_compiled_step,
     check_compiler,
+    compile_off,
     compiler_failures_explained,
     step_disagreement,
 )
@@ -273,7 +274,8 @@ class Trainer:
 
     def _checked_compiled_step(self, batch) -> torch.Tensor:
         """The first compiled step, once it agrees with an eager one on the same batch and weights (else CompileError).
-        A model that draws at random (dropout, randomized positions) is checked in eval mode."""
+        A model that draws at random (dropout, randomized positions) is checked in eval mode, and its dropout,
+        compiled, by what holds for any draw."""
         draws = self.config.model.dropout > 0 or self.config.model.randomized_positions
         self.model.train(not draws)
         try:
@@ -288,6 +290,11 @@ class Trainer:
             )
         finally:
             self.model.train()
+        if problem is None and self.config.model.dropout > 0 and (failure := self._dropout_failure(True)) is not None:
+            problem = (
+                f"--compile: its dropout fails a check that holds for any draw: {failure}; the compiler computes "
+                f"this model's dropout wrong here, so the run stopped before training ({compile_off(self.continuing)})"
+            )
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)
         if anywhere:
             raise CompileError(problem or "--compile: another rank's compiled first step disagrees with its eager one")
@@ -315,8 +322,8 @@ class Trainer:
         problem = step_disagreement(theirs, ours, COMPILED_STEP_TOLERANCE[self.settings.dtype])
         if problem is not None:
             problem = f"the first step disagrees with the fast set's on the same batch and weights: {problem}"
-        elif self.config.model.dropout > 0:
-            problem = self._dropout_failure()
+        elif self.config.model.dropout > 0 and (failure := self._dropout_failure()) is not None:
+            problem = f"its dropout, checked on the device by what holds for any draw: {failure}"
         _, anywhere = self.rank.mean_and_any(0.0, problem is not None, self.device)
         if anywhere:
             raise KernelError(
@@ -325,14 +332,14 @@ class Trainer:
                 "report it)"
             )
 
-    def _dropout_failure(self) -> str | None:
-        """The model's kernels' dropout, checked on the device by what holds for any draw (None if it holds), with
-        the CPU's and the device's generators left as they were: the run's own masks come from them."""
+    def _dropout_failure(self, compile: bool = False) -> str | None:
+        """How the model's kernels' dropout (compiled, with `compile`) fails a check that holds for any draw, on the
+        device, or None; the CPU's and the device's generators are left as they were: the run's masks come from them."""
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
-            rows = dropout_report(self.model.kernels, torch_references(), self.device, seed=0)
+            rows = dropout_report(self.model.kernels, torch_references(), self.device, seed=0, compile=compile)
         failures = [failure for row in rows if (failure := row.failure(DROPOUT_CHECK_TOLERANCE))]
-        return f"its dropout, checked on the device by what holds for any draw: {failures[0]}" if failures else None
+        return failures[0] if failures else None
 
     def _step(self, batch, module: torch.nn.Module) -> Step:
         loss = float(self._gradients(batch, module))

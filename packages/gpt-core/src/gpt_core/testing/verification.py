@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from gpt_core.compiling import compiled
 from gpt_core.kernels import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, Kernels, _takes_dropout
 from gpt_core.kernels.softmax import log_softmax
 from gpt_core.model import GPT, Embedding, GPTConfig, Linear
@@ -448,13 +449,18 @@ def verification_report(references: References, dtype: torch.dtype = torch.float
 
 
 def dropout_report(kernels: Kernels, references: References, device: torch.device | str = "cpu",
-                   dtype: torch.dtype = torch.float32, seed: int | None = None) -> list[Row]:  # fmt: skip
+                   dtype: torch.dtype = torch.float32, seed: int | None = None,
+                   labels: Mapping[str, str] | None = None, compile: bool = False) -> list[Row]:  # fmt: skip
     """The cases that check `kernels`' random draws (dropout alone and inside attention) on `device`: what a training
-    step with dropout runs that no comparison with another set's step can reach, each set drawing its own masks."""
+    step with dropout runs that no comparison with another set's step can reach, each set drawing its own masks.
+    With `compile`, each case goes through `gpt_core.compiled` whole: what the compiler makes of the draws."""
     _check_references(references)
     with _inputs_from(seed) as gen:
         cases = [case for case in _cases(references, device) if case.draws and _checks(kernels, case)]
-        return [_compare(case, kernels, gen, dtype, None, device) for case in cases]
+        if compile:
+            cases = [dataclasses.replace(case, component=f"compiled {case.component}",
+                                         ours=compiled(case.call, fullgraph=True)) for case in cases]  # fmt: skip
+        return [_compare(case, kernels, gen, dtype, labels, device) for case in cases]
 
 
 def kernel_report(slot: str, kernel: Callable[..., Tensor], references: References,

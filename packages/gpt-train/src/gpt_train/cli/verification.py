@@ -131,11 +131,15 @@ def verify(
         )
         click.echo(format_report(rows))
         _check_rows(rows, tolerance, what, torch_dtype)
-        if compile_:  # torch.compile against eager on the device
+        if compile_:  # torch.compile against eager on the device, and its dropout by what holds for any draw
             from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
+            from gpt_core.testing.verification import dropout_report
 
-            click.echo(f"\ntorch.compile against eager on {target} (float32):")
+            click.echo(
+                f"\ntorch.compile against eager on {target} (float32), and its dropout against what holds for any draw:"
+            )
             rows = compiled_report(kernels, target, seed)
+            rows += dropout_report(kernels, torch_references(), target, seed=seed, labels=TORCH_LABELS, compile=True)
             click.echo(format_report(rows))
             _check_rows(rows, COMPILED_TOLERANCE, what, torch.float32)
         return
