@@ -12,7 +12,7 @@ from gpt_core import FAST_KERNELS, GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConf
 from gpt_core.compiling import compiled
 from gpt_core.kernels import layer_norm as fast_layer_norm_module
 from gpt_core.testing.compiled import COMPILED_TOLERANCE, GraphCounter, compiled_report
-from gpt_core.testing.verification import device_model_row
+from gpt_core.testing.verification import device_model_row, dropout_report
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the compiler's own, on importing it
 
@@ -109,3 +109,14 @@ def test_a_whole_gpt_on_a_device_matches_the_same_weights_on_the_cpu(device, dty
     gen = torch.Generator().manual_seed(0)
     row = device_model_row(gen, dtype, FAST_KERNELS, device)
     assert row.failure(1e-4 if dtype == torch.float32 else 1e-12) is None, row
+
+
+def test_the_compiled_dropout_report_holds_for_the_fast_set_however_often_a_process_makes_it(torch_references):
+    """One compilation per case's function, reused by a later report in the same process: with one compilation
+    allowed per function, compiling the cases through one shared frame fails from the second case on (fullgraph
+    turns the limit's hit into an error)."""
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for _ in range(2):
+            rows = dropout_report(FAST_KERNELS, torch_references, seed=0, compile=True)
+            assert [row.component.startswith("compiled ") for row in rows] == [True] * 5
+            assert not failures(rows, 1e-5), format_report(rows)
