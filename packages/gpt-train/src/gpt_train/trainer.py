@@ -53,9 +53,10 @@ from gpt_viz import metric_key, probe_key
 T = TypeVar("T")
 
 DROPOUT_CHECK_TOLERANCE = 1e-2
-"""The largest difference accepted in the dropout checks a triton run makes on its device (float32, the weights at
-most 1): TF32 products, which the run's float32 training uses, round them by up to 2^-11 each; a mask that differs
-between forward and backward moves a gradient by the order of the gradient."""
+"""The largest difference accepted in the dropout checks a run with the triton set or --compile makes on its device
+before training (float32, the weights at most 1): TF32 products, which the run's float32 training uses, round them
+by up to 2^-11 each; a mask that differs between forward and backward moves a gradient by the order of the
+gradient."""
 
 Taken = tuple[Unread, Unread | None]  # a step queued: its loss (and stop flag), fp16's steps skipped in a row
 
