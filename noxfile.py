@@ -13,7 +13,7 @@
 
 Every install goes through constraints.txt, which pins torch to the version used in development and CI (there its
 CPU wheel), and transformers (gpt2 session only) to the version the parity tests pass with; triton is pinned by
-the triton session itself (TRITON).
+the triton session itself (TRITONS).
 
 Virtualenvs are made by uv where it is installed (`pip install uv`): it links each package from its cache instead
 of unpacking it again for every session, which matters for torch; otherwise by virtualenv. uv does not read pip's
@@ -31,10 +31,12 @@ import nox
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
-# The triton set's compiler in `nox -s triton`, the version its kernels are built and checked with where torch leaves
-# triton free (its CPU wheel). Not in constraints.txt: PyPI's Linux torch (the CUDA build) pins its own triton, and a
-# second pin would make every install through constraints.txt impossible there.
-TRITON = "triton==3.9.0"
+# The Triton releases `nox -s triton` builds and checks the set with where torch leaves triton free (its CPU wheel):
+# the oldest the set runs on (gpt_core.kernels.TRITON_FLOOR) and the newest, each with what its interpreter needs
+# beside it (before 3.7 it reads a one-element array as an int, which numpy 2.4 refuses). Not in constraints.txt:
+# PyPI's Linux torch (the CUDA build) pins its own triton, and a second pin would make every install through
+# constraints.txt impossible there.
+TRITONS = {"3.5.1": ["numpy<2.4"], "3.9.0": []}
 PYTHON = "3.11"
 
 # Each package with the sibling packages it depends on, in install order.
@@ -99,8 +101,10 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
-def triton(session: nox.Session) -> None:
-    """The `triton` kernel set without a GPU: Triton installed (gpt-core[triton]), every kernel checked against
+@nox.parametrize("release", list(TRITONS))
+def triton(session: nox.Session, release: str) -> None:
+    """The `triton` kernel set without a GPU, at the oldest and the newest Triton it runs on (TRITONS): Triton
+    installed (gpt-core[triton]), every kernel checked against
     PyTorch forward and backward in float64 by Triton's interpreter (TRITON_INTERPRET=1 runs the kernels on CPU
     tensors), `gpt-train verify --kernels triton` likewise, every kernel compiled ahead of time for sm_80
     and sm_90, and a training step traced by torch.compile for sm_90 (these two need Triton's compiler, not its
@@ -108,7 +112,10 @@ def triton(session: nox.Session) -> None:
     install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
     pins = "import importlib.metadata as m; print(any(r.startswith('triton') for r in m.requires('torch') or []))"
     pinned = session.run("python", "-c", pins, silent=True).strip() == "True"  # a CUDA torch's own triton
-    session.install(*CONSTRAINTS, package_dir("gpt-core") + "[test,triton]", *([] if pinned else [TRITON]))
+    if pinned and release != list(TRITONS)[-1]:
+        session.skip("this torch pins its own Triton; the newest release's session checks the set with it")
+    ours = [] if pinned else [f"triton=={release}", *TRITONS[release]]
+    session.install(*CONSTRAINTS, package_dir("gpt-core") + "[test,triton]", *ours)
     workers, env = parallel_pytest(session, dist="load")
     tests = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("attention", "kernels", "set")]
     session.run("pytest", "-q", *workers, *tests, *session.posargs, env=env | {"TRITON_INTERPRET": "1"})

@@ -20,6 +20,34 @@ KERNEL_SET_HELP = (
 )
 
 
+class KernelSetChoice(click.Choice):
+    """The installed kernel sets (`gpt_core.KERNEL_SETS`); naming triton where it is not installed says why."""
+
+    def __init__(self):
+        from gpt_core import KERNEL_SETS
+
+        super().__init__(list(KERNEL_SETS))
+
+    def convert(self, value, param, ctx):
+        if value == "triton" and value not in self.choices:
+            self.fail(f"the triton set needs {_triton_needed()}; use fast (the default) or reference", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _triton_needed() -> str:
+    """What the triton set lacks here: Triton itself, or a newer one."""
+    import importlib.metadata
+    import importlib.util
+
+    from gpt_core.kernels import TRITON_FLOOR
+
+    floor = ".".join(map(str, TRITON_FLOOR))
+    if importlib.util.find_spec("triton") is None:
+        return f"Triton {floor} or later (pip install 'gpt-core[triton]')"
+    found = importlib.metadata.version("triton")
+    return f"Triton {floor} or later, and {found} is installed (PyTorch 2.9 or later brings one)"
+
+
 def set_option(help: str):
     return click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help=help)
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 
-from gpt_core import KERNEL_SETS
 from gpt_train.cli.formatting import format_value, sampled_note, wrong_count
 from gpt_train.cli.group import CONTEXT, CommandError
 from gpt_train.cli.options import (
     DEVICE_HELP,
     KERNEL_HELP,
     KERNEL_SET_HELP,
+    KernelSetChoice,
     named_path,
     set_option,
     trust_kernels_option,
@@ -80,7 +80,7 @@ from gpt_viz import (
 @click.option(
     "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
 )
-@click.option("--kernels", type=click.Choice(list(KERNEL_SETS)),
+@click.option("--kernels", type=KernelSetChoice(),
               help=KERNEL_SET_HELP + " [default: triton on a CUDA GPU of compute capability 8.0 or later where "
                    "Triton is installed, else fast]")  # fmt: skip
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)

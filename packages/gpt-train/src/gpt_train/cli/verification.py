@@ -9,7 +9,7 @@ import torch
 
 from gpt_core import KERNEL_SETS
 from gpt_train.cli.group import CONTEXT, CommandError
-from gpt_train.cli.options import KERNEL_SET_HELP, SEED, finite
+from gpt_train.cli.options import KERNEL_SET_HELP, SEED, KernelSetChoice, finite
 from gpt_train.guard import guarded
 from gpt_train.kernels import (
     KERNEL_CHECKS,
@@ -27,7 +27,7 @@ from gpt_train.kernels import (
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME",
               help="Verify this kernel instead: an installed one (see `gpt-train kernels`) or module:function. "
               "Repeatable.")  # fmt: skip
-@click.option("--kernels", "kernel_set", type=click.Choice(list(KERNEL_SETS)), default="fast", show_default=True,
+@click.option("--kernels", "kernel_set", type=KernelSetChoice(), default="fast", show_default=True,
               help="The kernel set to check: " + KERNEL_SET_HELP.split(": ", 1)[1].split("; ")[0] + ".")  # fmt: skip
 @click.option("--seed", type=SEED, help="Fix the random inputs. [default: fresh each time]")
 @click.option(

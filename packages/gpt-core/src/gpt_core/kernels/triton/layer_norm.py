@@ -64,9 +64,8 @@ def _layer_norm_backward_kernel(
     w = tl.load(W + cols, mask=mask, other=0.0).to(acc)  # (BLOCK_C,), read once for all the rows
     dw = tl.zeros((BLOCK_C,), dtype=acc)  # this program's partial sums, kept in registers
     db = tl.zeros((BLOCK_C,), dtype=acc)
-    first = program * rows_per_program
+    first = program.to(tl.int64) * rows_per_program  # int64 rows, so 64-bit offsets: N * C may pass 2^31
     for row in range(first, tl.minimum(first + rows_per_program, N)):
-        row = tl.cast(row, tl.int64)  # 64-bit offsets: N * C may pass 2^31
         x = tl.load(X + row * x_row_stride + cols, mask=mask, other=0.0).to(acc)  # (BLOCK_C,)
         dy = tl.load(DY + row * dy_row_stride + cols, mask=mask, other=0.0).to(acc)  # (BLOCK_C,)
         rstd = tl.load(Rstd + row)
