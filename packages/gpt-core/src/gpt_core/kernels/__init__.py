@@ -86,8 +86,9 @@ REFERENCE_KERNELS = Kernels(
 
 TRITON_FLOOR = (3, 5)
 """The oldest Triton the triton set is built and checked with (`nox -s triton` runs it beside the newest). Older ones
-fail on it: 3.0-3.3 lack `triton.knobs`, and 3.4 spills registers in attention's backward. PyTorch's CUDA wheels
-before 2.9 bring those, so the set is offered only where Triton is at least this."""
+fail on it: 3.0-3.3 lack `triton.knobs`; 3.4's `tl.dot` takes no float64 (the set's verification) and its
+attention backward spills registers. PyTorch's CUDA wheels before 2.9 bring those, so the set is offered only where
+Triton is at least this."""
 
 
 class _KernelSets(Mapping[str, Kernels]):
