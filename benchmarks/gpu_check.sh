@@ -8,13 +8,15 @@
 #    3. the KV-cache benchmark for the 6-layer model at batch 1 (no cache, the cached forward, the static step
 #       replayed as a CUDA graph), its table to $OUT/kv_cache.md;
 #    4. with the pack's nanoGPT, benchmarks/gpu_step.py's table (ours against nanoGPT's model.py), 6-layer shape;
-#    5. the same sort run with --compile, which must reach 0.9995 too;
-#    6. gpt-train verify --compile for the fast and the reference set;
-#    7. the accelerator tests (every task and command on CUDA), gpt-core's compile tests and the triton set's tests;
-#    8. the default modadd run (the grokking task);
-#    9. gpu_step.py at GPT-2 124M's shape, and the KV-cache benchmark there over its 1,024-token block, batch 1
+#    5. with this machine's torch, a compiled training step is one graph (a graph break under its compiler makes
+#       every compiled row eager), for the fast set and, traced for sm_90, the triton set;
+#    6. the same sort run with --compile, which must reach 0.9995 too;
+#    7. gpt-train verify --compile for the fast and the reference set;
+#    8. the accelerator tests (every task and command on CUDA), gpt-core's compile tests and the triton set's tests;
+#    9. the default modadd run (the grokking task);
+#   10. gpu_step.py at GPT-2 124M's shape, and the KV-cache benchmark there over its 1,024-token block, batch 1
 #       and 8;
-#   10. with the pack's nanoGPT and text, nanoGPT's GPU recipe against ours (experiments/exp_nanogpt.py --recipe
+#   11. with the pack's nanoGPT and text, nanoGPT's GPU recipe against ours (experiments/exp_nanogpt.py --recipe
 #       gpu: 5,000 steps each, wall time and held-out loss on the same characters).
 # Each step's verdict (passed, failed, timed out, not packed) is appended to $OUT/steps.tsv as it ends, and the log
 # to $OUT/gpu_check.log; a step the BUDGET leaves no time for is skipped and named, so a second call can run it:
@@ -147,6 +149,8 @@ print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', ve
   step "sort on $DEVICE" 180 sort_eager
   step "KV cache on $DEVICE (6-layer)" 120 kv_cache --models 6l --batches 1 --rounds 3
   nanogpt_step "gpu_step against nanoGPT (6-layer)" 200 gpu_step small
+  step "compiled graphs" 120 tests packages/gpt-core/tests/test_compile.py \
+    packages/gpt-core/tests/test_triton_compiled_trace.py -k "compile_whole or (compiled_trace and not eager_draws)"
   step "sort on $DEVICE (compiled)" 200 sort_compiled
   step "verify fast, compiled" 150 gpt_train verify --device $DEVICE --compile --seed 0
   step "verify reference, compiled" 150 gpt_train verify --device $DEVICE --compile --kernels reference --seed 0

@@ -3,8 +3,8 @@
 # with one: the six packages' wheels, click (gpt-train needs 8.2 or later; the machine's may be older), and, given
 # a clone of karpathy/nanoGPT and tinyshakespeare.txt, a copy of the clone with data/shakespeare_char prepared.
 #
-#   bash benchmarks/gpu_pack.sh                                   # the wheels alone: steps 1-5 of gpu_check.sh
-#   bash benchmarks/gpu_pack.sh ~/nanoGPT tinyshakespeare.txt     # and nanoGPT with its data: steps 6-7 too
+#   bash benchmarks/gpu_pack.sh                                   # the wheels alone: the steps not against nanoGPT
+#   bash benchmarks/gpu_pack.sh ~/nanoGPT tinyshakespeare.txt     # and nanoGPT with its data: every step
 #
 # Then, on the GPU machine, from the repository's root (with .gpu/ carried along):
 #   bash benchmarks/gpu_check.sh
