@@ -146,7 +146,7 @@ def test_a_swapped_attention_with_dropout_is_refused():
 
 def test_the_default_is_the_fast_set_and_every_set_is_named():
     assert DEFAULT_KERNELS is FAST_KERNELS and Kernels() == FAST_KERNELS
-    triton = ["triton"] if importlib.util.find_spec("triton") is not None else []  # gpt-core[triton]'s GPU kernels
+    triton = ["triton"] if F_ours._triton_installed() else []  # gpt-core[triton]'s GPU kernels, where Triton runs them
     assert list(KERNEL_SETS) == ["fast", "reference", *triton]  # named without importing Triton
     assert KERNEL_SETS["fast"] is FAST_KERNELS and KERNEL_SETS["reference"] is REFERENCE_KERNELS
     own = [slot for slot in KERNEL_SLOTS if slot != "dropout"]  # the fast set's dropout is the reference's
