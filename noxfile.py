@@ -2,6 +2,7 @@
 
     nox -s tests                              # every package
     nox -s "tests(package='gpt-core')"        # one package
+    nox -s torch_floor                        # gpt-core's tests with the oldest torch the packages ask for
     nox -s plugin                             # the example third-party task plugin, installed as a third party would
     nox -s kernel_plugin                      # the example third-party kernel plugin (flash attention), likewise
     nox -s triton                             # the Triton set: in its interpreter, and built for sm_80/sm_90
@@ -32,11 +33,15 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 # The Triton releases `nox -s triton` builds and checks the set with where torch leaves triton free (its CPU wheel):
-# the oldest the set runs on (gpt_core.kernels.TRITON_FLOOR) and the newest, each with what its interpreter needs
+# the oldest gpt-core[triton] asks for (the one torch 2.9 pins) and the newest, each with what its interpreter needs
 # beside it (before 3.7 it reads a one-element array as an int, which numpy 2.4 refuses). Not in constraints.txt:
 # PyPI's Linux torch (the CUDA build) pins its own triton, and a second pin would make every install through
 # constraints.txt impossible there.
 TRITONS = {"3.5.1": ["numpy<2.4"], "3.9.0": []}
+# The oldest torch the packages ask for (torch>=2.9 in their pyproject.toml): PyPI's build of it, the CUDA one (it
+# runs on a CPU too), with the Triton it pins (3.5.1, the oldest gpt-core[triton] asks for). Not through
+# constraints.txt, which pins the one CI develops with.
+TORCH_FLOOR = "torch==2.9.1"
 PYTHON = "3.11"
 
 # Each package with the sibling packages it depends on, in install order.
@@ -47,7 +52,8 @@ PACKAGES = {
     "gpt-train": ["gpt-core", "gpt-tasks[bpe]", "gpt-viz"],  # [bpe]: its tests train a BPE text run
 }
 
-nox.options.sessions = ["tests", "triton", "plugin", "kernel_plugin", "gpt2", "experiments", "tutorial", "lint", "docs"]
+nox.options.sessions = ["tests", "triton", "torch_floor", "plugin", "kernel_plugin", "gpt2", "experiments", "tutorial",
+                        "lint", "docs"]  # fmt: skip
 nox.options.reuse_existing_virtualenvs = False
 nox.options.default_venv_backend = "uv|virtualenv"
 
@@ -123,6 +129,17 @@ def triton(session: nox.Session, release: str) -> None:
     compiler = env | {"TRITON_INTERPRET": "0"}  # Triton's compiler, not its interpreter
     session.run("pytest", "-q", *workers, *built, env=compiler)
     session.run("gpt-train", "verify", "--kernels", "triton", env=env | {"TRITON_INTERPRET": "1"})
+
+
+@nox.session(python=PYTHON)
+def torch_floor(session: nox.Session) -> None:
+    """gpt-core's tests, the triton set's included, with the oldest torch the packages ask for (TORCH_FLOOR): what
+    the compiler traces differs between releases (torch 2.11's broke a graph that 2.13's kept whole). There,
+    Inductor's C++ build needs setuptools, and Triton 3.5's interpreter needs numpy below 2.4."""
+    session.install(TORCH_FLOOR, "setuptools", "numpy<2.4")
+    session.install(package_dir("gpt-core") + "[test,triton]")  # keeps that torch: it satisfies torch>=2.9
+    workers, env = parallel_pytest(session)
+    session.run("pytest", "-q", *workers, package_dir("gpt-core") + "/tests", *session.posargs, env=env)
 
 
 def run_example_tests(session: nox.Session, name: str) -> None:

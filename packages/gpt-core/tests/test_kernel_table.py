@@ -4,7 +4,6 @@ default and change nothing; a swapped-in kernel gives the same model when it com
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import importlib.util
 
 import pytest
@@ -146,7 +145,7 @@ def test_a_swapped_attention_with_dropout_is_refused():
 
 def test_the_default_is_the_fast_set_and_every_set_is_named():
     assert DEFAULT_KERNELS is FAST_KERNELS and Kernels() == FAST_KERNELS
-    triton = ["triton"] if F_ours._triton_installed() else []  # gpt-core[triton]'s GPU kernels, where Triton runs them
+    triton = ["triton"] if importlib.util.find_spec("triton") is not None else []  # gpt-core[triton]'s GPU kernels
     assert list(KERNEL_SETS) == ["fast", "reference", *triton]  # named without importing Triton
     assert KERNEL_SETS["fast"] is FAST_KERNELS and KERNEL_SETS["reference"] is REFERENCE_KERNELS
     own = [slot for slot in KERNEL_SLOTS if slot != "dropout"]  # the fast set's dropout is the reference's
@@ -156,36 +155,6 @@ def test_the_default_is_the_fast_set_and_every_set_is_named():
     for slot in ("attention", "attention_weights", "layer_norm", "gelu", "cross_entropy", "dropout"):
         assert getattr(REFERENCE_KERNELS, slot) is getattr(reference, slot), slot
     assert REFERENCE_KERNELS.sampling_softmax is reference.softmax
-
-
-def installed_triton(monkeypatch, version: str | None) -> None:
-    """As if Triton `version` were installed (None: under another distribution name), without importing it."""
-    spec, version_of = importlib.util.find_spec, importlib.metadata.version
-
-    def found(name: str):
-        if name == "triton" and version is None:
-            raise importlib.metadata.PackageNotFoundError(name)
-        return version if name == "triton" else version_of(name)
-
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else spec(name, *a))
-    monkeypatch.setattr(importlib.metadata, "version", found)
-
-
-@pytest.mark.parametrize(
-    "version, offered",
-    [("3.3.1", False), ("3.4.0", False), ("3.5.0", True), ("3.6.0+git9a3c1", True), ("3.10.1", True), (None, True)],
-)
-def test_the_triton_set_is_offered_only_with_a_triton_it_is_checked_with(monkeypatch, version, offered):
-    """Triton 3.0-3.3 lack what the kernels use (PyTorch's CUDA wheels before 2.9 bring them): the set is not named
-    there, so a CUDA run's default falls back to the fast set instead of failing on import. 3.10 is newer than 3.5."""
-    installed_triton(monkeypatch, version)
-    assert ("triton" in list(KERNEL_SETS)) is offered
-    assert (F_ours.TRITON_FLOOR, len(KERNEL_SETS)) == ((3, 5), 2 + offered)
-
-
-def test_the_triton_extra_asks_for_the_triton_the_set_is_offered_with():
-    floor = ".".join(map(str, F_ours.TRITON_FLOOR))
-    assert f'triton>={floor}; extra == "triton"' in importlib.metadata.requires("gpt-core")
 
 
 def test_a_models_kernels_are_fixed_when_it_is_built():

@@ -15,5 +15,5 @@ F = TypeVar("F", bound=Callable[..., Any])
 def compiled(model: F, **options: Any) -> F:
     """torch.compile(model, **options), with `read`'s row count and the triton attention's dropout seeds (an int
     drawn on the CPU by an operator of its own, `kernels/triton/attention.py`) traced rather than a graph break."""
-    torch._dynamo.config.capture_dynamic_output_shape_ops = True  # torch.compiler.config's too, from torch 2.10
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True  # torch.compiler.config's too, in newer releases
     return torch.compile(model, **options)

@@ -118,7 +118,7 @@ TRITON_CAPABILITY = (8, 0)  # the triton set's kernels are compiled and checked 
 
 def default_kernel_set(device: torch.device) -> str:
     """The kernel set a run computes with unless told: triton on a CUDA GPU it is made for (compute capability 8.0
-    or later: A100, H100 and after) where Triton 3.5 or later is installed, else fast."""
+    or later: A100, H100 and after) where Triton is installed, else fast."""
     return "triton" if device.type == "cuda" and "triton" in KERNEL_SETS and triton_runs_on(device) else "fast"
 
 

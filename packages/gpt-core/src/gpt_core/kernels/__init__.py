@@ -4,10 +4,8 @@ modules, each opening with the maths it implements and why each of its tricks is
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import inspect
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
@@ -84,16 +82,8 @@ REFERENCE_KERNELS = Kernels(
 )
 
 
-TRITON_FLOOR = (3, 5)
-"""The oldest Triton the triton set is built and checked with (`nox -s triton` runs it beside the newest). Older ones
-fail on it: 3.0-3.3 lack `triton.knobs`; 3.4's `tl.dot` takes no float64 (the set's verification) and its
-attention backward spills registers. PyTorch's CUDA wheels before 2.9 bring those, so the set is offered only where
-Triton is at least this."""
-
-
 class _KernelSets(Mapping[str, Kernels]):
-    """The kernel sets gpt-core ships, by name; "triton" where a Triton of TRITON_FLOOR or later is installed,
-    imported on first use."""
+    """The kernel sets gpt-core ships, by name; "triton" where Triton is installed, imported on first use."""
 
     def __init__(self, **sets: Kernels):
         self._sets = sets
@@ -115,15 +105,7 @@ class _KernelSets(Mapping[str, Kernels]):
 
 
 def _triton_installed() -> bool:
-    """Whether a Triton of TRITON_FLOOR or later is installed, read without importing it (a build under another
-    distribution name, such as PyTorch's nightly `pytorch-triton`, is taken as new enough)."""
-    if importlib.util.find_spec("triton") is None:
-        return False
-    try:
-        version = importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:2]) >= TRITON_FLOOR
+    return importlib.util.find_spec("triton") is not None
 
 
 KERNEL_SETS: Mapping[str, Kernels] = _KernelSets(fast=FAST_KERNELS, reference=REFERENCE_KERNELS)

@@ -21,7 +21,7 @@ KERNEL_SET_HELP = (
 
 
 class KernelSetChoice(click.Choice):
-    """The installed kernel sets (`gpt_core.KERNEL_SETS`); naming triton where it is not installed says why."""
+    """The installed kernel sets (`gpt_core.KERNEL_SETS`); naming triton where Triton is not installed says so."""
 
     def __init__(self):
         from gpt_core import KERNEL_SETS
@@ -30,22 +30,9 @@ class KernelSetChoice(click.Choice):
 
     def convert(self, value, param, ctx):
         if value == "triton" and value not in self.choices:
-            self.fail(f"the triton set needs {_triton_needed()}; use fast (the default) or reference", param, ctx)
+            needs = "the triton set needs Triton (pip install 'gpt-core[triton]')"
+            self.fail(f"{needs}; use fast (the default) or reference", param, ctx)
         return super().convert(value, param, ctx)
-
-
-def _triton_needed() -> str:
-    """What the triton set lacks here: Triton itself, or a newer one."""
-    import importlib.metadata
-    import importlib.util
-
-    from gpt_core.kernels import TRITON_FLOOR
-
-    floor = ".".join(map(str, TRITON_FLOOR))
-    if importlib.util.find_spec("triton") is None:
-        return f"Triton {floor} or later (pip install 'gpt-core[triton]')"
-    found = importlib.metadata.version("triton")
-    return f"Triton {floor} or later, and {found} is installed (PyTorch 2.9 or later brings one)"
 
 
 def set_option(help: str):

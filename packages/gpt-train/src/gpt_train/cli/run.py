@@ -82,7 +82,7 @@ from gpt_viz import (
 )
 @click.option("--kernels", type=KernelSetChoice(),
               help=KERNEL_SET_HELP + " [default: triton on a CUDA GPU of compute capability 8.0 or later where "
-                   "Triton 3.5 or later is installed, else fast]")  # fmt: skip
+                   "Triton is installed, else fast]")  # fmt: skip
 @click.option("--kernel", "kernel_pairs", multiple=True, metavar="SLOT=NAME", help=KERNEL_HELP)
 @click.option(
     "--unverified", is_flag=True, help="Train with the --kernel ones even if they fail verification (recorded)."

@@ -42,9 +42,8 @@ class Family:
     entries: dict[Any, str] = field(default_factory=dict)  # Python function -> its name, seen when entered
 
 
-_CLIPPING = {getattr(torch.nn.utils, name): f"torch.nn.utils.{name}"  # the last two from PyTorch 2.6
-             for name in ("clip_grad_norm_", "clip_grads_with_norm_", "get_total_norm")
-             if hasattr(torch.nn.utils, name)}  # fmt: skip
+_CLIPPING = {getattr(torch.nn.utils, name): f"torch.nn.utils.{name}"
+             for name in ("clip_grad_norm_", "clip_grads_with_norm_", "get_total_norm")}  # fmt: skip
 
 FAMILIES = {
     family.key: family
