@@ -12,9 +12,9 @@
     nox -s tutorial                           # execute docs/tutorial's notebook from a fresh kernel
     nox -s docs                               # the house rule for prose (tools/check_prose.py) and its tests
 
-Every install goes through constraints.txt, which pins torch to the version used in development and CI (there its
-CPU wheel), and transformers (gpt2 session only) to the version the parity tests pass with; triton is pinned by
-the triton session itself (TRITONS).
+Every install but torch_floor's goes through constraints.txt, which pins torch to the version used in development
+and CI (there its CPU wheel), and transformers (gpt2 session only) to the version the parity tests pass with;
+triton is pinned by the triton session itself (TRITONS).
 
 Virtualenvs are made by uv where it is installed (`pip install uv`): it links each package from its cache instead
 of unpacking it again for every session, which matters for torch; otherwise by virtualenv. uv does not read pip's
@@ -134,12 +134,14 @@ def triton(session: nox.Session, release: str) -> None:
 @nox.session(python=PYTHON)
 def torch_floor(session: nox.Session) -> None:
     """gpt-core's tests, the triton set's included, with the oldest torch the packages ask for (TORCH_FLOOR): what
-    the compiler traces differs between releases (torch 2.11's broke a graph that 2.13's kept whole). There,
-    Inductor's C++ build needs setuptools, and Triton 3.5's interpreter needs numpy below 2.4."""
-    session.install(TORCH_FLOOR, "setuptools", "numpy<2.4")
+    the compiler traces differs between releases (torch 2.9's cannot trace `bool()` of a dict subclass, which
+    2.13's can). There, Inductor's C++ build needs setuptools, and Triton 3.5's interpreter numpy below 2.4."""
+    session.install(TORCH_FLOOR, f"triton=={list(TRITONS)[0]}", "setuptools", "numpy<2.4")
     session.install(package_dir("gpt-core") + "[test,triton]")  # keeps that torch: it satisfies torch>=2.9
     workers, env = parallel_pytest(session)
     session.run("pytest", "-q", *workers, package_dir("gpt-core") + "/tests", *session.posargs, env=env)
+    built = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("ahead_of_time", "compiled_trace")]
+    session.run("pytest", "-q", *workers, *built, env=env | {"TRITON_INTERPRET": "0"})  # skipped in the interpreter
 
 
 def run_example_tests(session: nox.Session, name: str) -> None:

@@ -58,12 +58,14 @@ def test_an_unknown_kernel_set_is_one_line(cli):
 
 
 def test_naming_the_triton_set_without_triton_says_how_to_install_it(monkeypatch):
-    """Instead of click's bare list of choices, which leaves out a set that is not installed."""
+    """Instead of click's bare list of choices, which leaves out a set that is not installed: on the command line,
+    and in a run's settings (`--set kernels=triton`, or a triton run resumed or evaluated where Triton is not)."""
     import importlib.util
 
     import click
 
     from gpt_train.cli.options import KernelSetChoice
+    from gpt_train.settings import TrainSettings
 
     spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else spec(name, *a))
@@ -74,6 +76,8 @@ def test_naming_the_triton_set_without_triton_says_how_to_install_it(monkeypatch
         choice.convert("triton", None, None)
     with pytest.raises(click.BadParameter, match="'quick' is not one of 'fast', 'reference'"):
         choice.convert("quick", None, None)
+    with pytest.raises(ValueError, match=re.escape("the triton set needs Triton (pip install 'gpt-core[triton]'); ")):
+        TrainSettings(kernels="triton")
 
 
 def fake_gpu(monkeypatch, capability: tuple[int, int]) -> torch.device:

@@ -8,6 +8,9 @@ from typing import Literal, get_args
 
 from gpt_core import KERNEL_SETS
 
+TRITON_MISSING = "the triton set needs Triton (pip install 'gpt-core[triton]')"
+"""Why "triton" is not among the kernel sets where Triton is not installed."""
+
 Schedule = Literal["cosine", "constant"]
 Dtype = Literal["fp32", "bf16", "fp16"]
 
@@ -87,7 +90,8 @@ class TrainSettings:
             "cooldown_steps applies to the constant schedule (cosine already decays to min_lr); set schedule=constant",
         )
         sets = ", ".join(KERNEL_SETS)
-        _require(self.kernels in KERNEL_SETS, f"kernels must be one of {sets}, got {self.kernels!r}")
+        missing = f"{TRITON_MISSING}; " if self.kernels == "triton" else ""
+        _require(self.kernels in KERNEL_SETS, f"{missing}kernels must be one of {sets}, got {self.kernels!r}")
         _require(
             self.batch_size % self.grad_accum == 0,
             f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum}): "

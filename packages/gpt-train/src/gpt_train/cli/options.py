@@ -30,8 +30,9 @@ class KernelSetChoice(click.Choice):
 
     def convert(self, value, param, ctx):
         if value == "triton" and value not in self.choices:
-            needs = "the triton set needs Triton (pip install 'gpt-core[triton]')"
-            self.fail(f"{needs}; use fast (the default) or reference", param, ctx)
+            from gpt_train.settings import TRITON_MISSING
+
+            self.fail(f"{TRITON_MISSING}; use fast (the default) or reference", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -72,8 +72,8 @@ def verify(
 
     --kernels reference checks the reference set instead: each piece as its plain-autograd definition
     (gpt_core.reference), the same cases, the same tolerance. --kernels triton checks the Triton set (where
-    Triton is installed): on a GPU compiled, on the CPU in Triton's interpreter (TRITON_INTERPRET=1),
-    which runs the same kernel code on CPU tensors in float64.
+    Triton is installed): on a GPU compiled, on the CPU in Triton's interpreter (TRITON_INTERPRET=1), which runs
+    the same kernel code on CPU tensors in float64.
 
     With --kernel SLOT=NAME, checks that kernel instead, on every case of its slot, forward and
     backward, then a whole GPT computed with it against gpt-core's own kernels (and, for attention,

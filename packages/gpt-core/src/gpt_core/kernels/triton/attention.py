@@ -361,10 +361,11 @@ def _block_d(head_dim: int) -> int:
 
 
 # (BLOCK_M, BLOCK_N, num_warps) by the dot's inputs and BLOCK_D: tiles whose three kernels compile for sm_80 and
-# sm_90 without spilling a register, with Triton 3.6, 3.7 and 3.9, whichever of the JIT's alignment hints a launch
-# gets (test_triton_ahead_of_time.py compiles each from a CPU and asks ptxas). A spill sends a thread's values
-# through local memory inside the loop over blocks. Exact fp32 (no tensor cores; evaluation's, and training's
-# without tf32) holds the most per thread and takes the smallest tiles. Chosen by compiling, not timed on a GPU.
+# sm_90 without spilling a register, with each Triton `nox -s triton` builds with, whichever of the JIT's
+# alignment hints a launch gets (test_triton_ahead_of_time.py compiles each from a CPU and asks ptxas). A spill
+# sends a thread's values through local memory inside the loop over blocks. Exact fp32 (no tensor cores;
+# evaluation's, and training's without tf32) holds the most per thread and takes the smallest tiles. Chosen by
+# compiling, not timed on a GPU.
 # Fewer queries than BLOCK_M (decoding) launch these tiles too, the rows past the last query masked: smaller tiles,
 # tried for them, spilled with one Triton version or another.
 _TILES = {
