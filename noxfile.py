@@ -33,15 +33,15 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 # The Triton releases `nox -s triton` builds and checks the set with where torch leaves triton free (its CPU wheel):
-# the oldest gpt-core[triton] asks for (the one torch 2.9 pins) and the newest, each with what its interpreter needs
+# the oldest gpt-core[triton] asks for (the one torch 2.11 pins) and the newest, each with what its interpreter needs
 # beside it (before 3.7 it reads a one-element array as an int, which numpy 2.4 refuses). Not in constraints.txt:
 # PyPI's Linux torch (the CUDA build) pins its own triton, and a second pin would make every install through
 # constraints.txt impossible there.
-TRITONS = {"3.5.1": ["numpy<2.4"], "3.9.0": []}
-# The oldest torch the packages ask for (torch>=2.9 in their pyproject.toml): PyPI's build of it, the CUDA one (it
-# runs on a CPU too), with the Triton it pins (3.5.1, the oldest gpt-core[triton] asks for). Not through
+TRITONS = {"3.6.0": ["numpy<2.4"], "3.9.0": []}
+# The oldest torch the packages ask for (torch>=2.11 in their pyproject.toml): PyPI's build of it, the CUDA one (it
+# runs on a CPU too), with the Triton it pins (3.6.0, the oldest gpt-core[triton] asks for). Not through
 # constraints.txt, which pins the one CI develops with.
-TORCH_FLOOR = "torch==2.9.1"
+TORCH_FLOOR = "torch==2.11.0"
 PYTHON = "3.11"
 
 # Each package with the sibling packages it depends on, in install order.
@@ -134,10 +134,10 @@ def triton(session: nox.Session, release: str) -> None:
 @nox.session(python=PYTHON)
 def torch_floor(session: nox.Session) -> None:
     """gpt-core's tests, the triton set's included, with the oldest torch the packages ask for (TORCH_FLOOR): what
-    the compiler traces differs between releases (torch 2.9's cannot trace `bool()` of a dict subclass, which
-    2.13's can). There, Inductor's C++ build needs setuptools, and Triton 3.5's interpreter numpy below 2.4."""
+    the compiler traces differs between releases (torch 2.11's cannot trace `bool()` of a dict subclass, which
+    2.13's can). There, Inductor's C++ build needs setuptools, and Triton 3.6's interpreter numpy below 2.4."""
     session.install(TORCH_FLOOR, f"triton=={list(TRITONS)[0]}", "setuptools", "numpy<2.4")
-    session.install(package_dir("gpt-core") + "[test,triton]")  # keeps that torch: it satisfies torch>=2.9
+    session.install(package_dir("gpt-core") + "[test,triton]")  # keeps that torch: it satisfies torch>=2.11
     workers, env = parallel_pytest(session)
     session.run("pytest", "-q", *workers, package_dir("gpt-core") + "/tests", *session.posargs, env=env)
     built = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("ahead_of_time", "compiled_trace")]

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def compiled(model: F, **options: Any) -> F:
     """torch.compile(model, **options), with `read`'s row count and the triton attention's dropout seeds (an int
     drawn on the CPU by an operator of its own, `kernels/triton/attention.py`) traced rather than a graph break."""
-    import torch._dynamo.config  # here, not on import: it loads the compiler, which a run without --compile never needs
-
-    torch._dynamo.config.capture_dynamic_output_shape_ops = True  # torch 2.9's torch.compiler.config lacks it
+    torch.compiler.config.capture_dynamic_output_shape_ops = True
     return torch.compile(model, **options)
