@@ -12,9 +12,9 @@
     nox -s tutorial                           # execute docs/tutorial's notebook from a fresh kernel
     nox -s docs                               # the house rule for prose (tools/check_prose.py) and its tests
 
-Every install but torch_floor's goes through constraints.txt, which pins torch to the version used in development
-and CI (there its CPU wheel), and transformers (gpt2 session only) to the version the parity tests pass with;
-triton is pinned by the triton session itself (TRITONS).
+Every install but torch_floor's torch, Triton and gpt-core goes through constraints.txt, which pins torch to the
+version used in development and CI (there its CPU wheel), and transformers (gpt2 session only) to the version the
+parity tests pass with; triton is pinned by the triton session itself (TRITONS).
 
 Virtualenvs are made by uv where it is installed (`pip install uv`): it links each package from its cache instead
 of unpacking it again for every session, which matters for torch; otherwise by virtualenv. uv does not read pip's
@@ -109,12 +109,12 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python=PYTHON)
 @nox.parametrize("release", list(TRITONS))
 def triton(session: nox.Session, release: str) -> None:
-    """The `triton` kernel set without a GPU, at the oldest and the newest Triton it runs on (TRITONS): Triton
-    installed (gpt-core[triton]), every kernel checked against
-    PyTorch forward and backward in float64 by Triton's interpreter (TRITON_INTERPRET=1 runs the kernels on CPU
-    tensors), `gpt-train verify --kernels triton` likewise, every kernel compiled ahead of time for sm_80
-    and sm_90, and a training step traced by torch.compile for sm_90 (these two need Triton's compiler, not its
-    interpreter: it builds GPU binaries, and the kernels' TTIR, on a CPU)."""
+    """The `triton` kernel set without a GPU, at the oldest Triton gpt-core[triton] asks for (the one torch 2.11
+    pins) and the newest (TRITONS): Triton installed (gpt-core[triton]), every kernel checked against PyTorch
+    forward and backward in float64 by Triton's interpreter (TRITON_INTERPRET=1 runs the kernels on CPU tensors),
+    `gpt-train verify --kernels triton` likewise, every kernel compiled ahead of time for sm_80 and sm_90, and a
+    training step traced by torch.compile for sm_90 (these two need Triton's compiler, not its interpreter: it
+    builds GPU binaries, and the kernels' TTIR, on a CPU)."""
     install_packages(session, "gpt-core", "gpt-tasks", "gpt-viz", "gpt-train")
     pins = "import importlib.metadata as m; print(any(r.startswith('triton') for r in m.requires('torch') or []))"
     pinned = session.run("python", "-c", pins, silent=True).strip() == "True"  # a CUDA torch's own triton
@@ -141,7 +141,8 @@ def torch_floor(session: nox.Session) -> None:
     workers, env = parallel_pytest(session)
     session.run("pytest", "-q", *workers, package_dir("gpt-core") + "/tests", *session.posargs, env=env)
     built = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("ahead_of_time", "compiled_trace")]
-    session.run("pytest", "-q", *workers, *built, env=env | {"TRITON_INTERPRET": "0"})  # skipped in the interpreter
+    by_test, _ = parallel_pytest(session, dist="load")  # two files: test by test
+    session.run("pytest", "-q", *by_test, *built, env=env | {"TRITON_INTERPRET": "0"})  # skipped in the interpreter
 
 
 def run_example_tests(session: nox.Session, name: str) -> None:

@@ -10,7 +10,7 @@ One provenance line a page. A page (README.md, each docs/**/*.md, any file given
 examples/) names versions on one line at most: the line that says what its figures were measured with. A line
 names a version when it holds a three-part version number (`0.3.7`, `2.13.0+cpu`, `v1.2.3`; not part of a longer
 dotted number such as the address 127.0.0.1) or a torch version written `torch 2.13`/`torch==2.13`; a range a
-package asks for (`torch>=2.4`) is a requirement, not a version measured. Fenced code counts as prose here:
+package asks for (`torch>=2.11`) is a requirement, not a version measured. Fenced code counts as prose here:
 a table copied from a benchmark gives its setting without the versions the provenance line already names. The
 history of versions belongs in CHANGELOG.md, which is not checked. Package and example READMEs are exempt:
 they document installs and plugin listings that print their own version numbers.

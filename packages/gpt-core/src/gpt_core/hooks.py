@@ -114,6 +114,6 @@ class HookPoints:
         return self._hooks.fire(self._prefix + point, x) if self._hooks else x
 
     def hooked(self, point: str) -> bool:
-        """Whether a hook is set on this module's `point`. (Not `bool(self._hooks)`: torch.compile in 2.9 and 2.11
-        cannot trace `bool` of a dict subclass, and breaks the model's graph there.)"""
+        """Whether a hook is set on this module's `point`. (Not `bool(self._hooks)`: torch.compile in 2.11, the oldest
+        torch the packages ask for, cannot trace `bool` of a dict subclass, and breaks the model's graph there.)"""
         return self._prefix + point in self._hooks if self._hooks else False
