@@ -135,8 +135,9 @@ def triton(session: nox.Session, release: str) -> None:
 def torch_floor(session: nox.Session) -> None:
     """gpt-core's tests, the triton set's included, with the oldest torch the packages ask for (TORCH_FLOOR): what
     the compiler traces differs between releases (torch 2.11's cannot trace `bool()` of a dict subclass, which
-    2.13's can). There, Inductor's C++ build needs setuptools, and Triton 3.6's interpreter numpy below 2.4."""
-    session.install(TORCH_FLOOR, f"triton=={list(TRITONS)[0]}", "setuptools", "numpy<2.4")
+    2.13's can). Its Triton is the oldest of TRITONS, with what that one's interpreter needs beside it."""
+    floor = list(TRITONS)[0]  # the Triton TORCH_FLOOR pins
+    session.install(TORCH_FLOOR, f"triton=={floor}", *TRITONS[floor])
     session.install(package_dir("gpt-core") + "[test,triton]")  # keeps that torch: it satisfies torch>=2.11
     workers, env = parallel_pytest(session)
     session.run("pytest", "-q", *workers, package_dir("gpt-core") + "/tests", *session.posargs, env=env)
