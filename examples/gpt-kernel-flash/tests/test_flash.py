@@ -79,6 +79,13 @@ def test_every_tile_size_is_the_same_attention(tile):
     assert first_failure(rows) is None, rows
 
 
+def test_a_second_derivative_through_it_is_refused_rather_than_missing_terms():
+    q, k, v = (torch.randn(1, 1, 5, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = flash_attention(q, k, v, True)
+    with pytest.raises(RuntimeError, match="gpt_kernel_flash.flash's backward differentiates once"):
+        torch.autograd.grad(out.square().sum(), (q, k, v), create_graph=True)
+
+
 def largest_tensors_of_a_step(kernel, n: int) -> tuple[int, int]:
     """The largest tensor made in the forward, and in the backward, of attention over n positions."""
     q, k, v = (torch.randn(1, 1, n, 16, requires_grad=True) for _ in range(3))

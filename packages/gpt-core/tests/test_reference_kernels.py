@@ -130,3 +130,48 @@ def test_the_reference_attention_applies_its_dropout_only_when_asked(gen):
     assert not torch.equal(reference.attention(q, k, v, True, dropout_p=0.5), plain)
     config = GPTConfig(vocab_size=7, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.1)
     GPT(config, dataclasses.replace(REFERENCE_KERNELS))  # a model with dropout accepts the reference attention
+
+
+def _hessian_times(model: GPT, v: list[torch.Tensor], idx: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+    """H v, H the Hessian of the loss in the model's parameters: the gradient of (gradient . v)."""
+    params = list(model.parameters())
+    grads = torch.autograd.grad(model(idx, targets).loss, params, create_graph=True)
+    return list(torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v, strict=True)), params))
+
+
+def test_a_reference_model_gives_hessian_vector_products_equal_to_central_differences_of_its_gradient(gen):
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16)
+    model = GPT(config, REFERENCE_KERNELS).double()
+    idx, targets = torch.randint(11, (2, 8), generator=gen), torch.randint(11, (2, 8), generator=gen)
+    params = list(model.parameters())
+    v = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in params]
+    hv = _hessian_times(model, v, idx, targets)
+    eps = 1e-5
+
+    def gradient_at(step: float) -> tuple[torch.Tensor, ...]:
+        moved = GPT(config, REFERENCE_KERNELS).double()
+        moved.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            for p, u in zip(moved.parameters(), v, strict=True):
+                p.add_(step * u)
+        return torch.autograd.grad(moved(idx, targets).loss, list(moved.parameters()))
+
+    central = [(a - b) / (2 * eps) for a, b in zip(gradient_at(eps), gradient_at(-eps), strict=True)]
+    scale = max(c.abs().max() for c in central)
+    assert scale > 1.0  # a real curvature, not zero by construction
+    assert max((a - b).abs().max() for a, b in zip(hv, central, strict=True)) <= 1e-5 * scale
+
+
+@pytest.mark.parametrize("slot", ["attention", "layer_norm", "gelu", "cross_entropy"])
+def test_a_fast_kernel_refuses_a_second_derivative_rather_than_give_one_missing_terms(gen, slot):
+    """Its backward computes from quantities saved without a graph: differentiated again, it would silently drop
+    every term through them (a Hessian-vector product off by the size of the product itself)."""
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    model = GPT(config, dataclasses.replace(REFERENCE_KERNELS, **{slot: getattr(FAST_KERNELS, slot)})).double()
+    idx, targets = torch.randint(11, (2, 8), generator=gen), torch.randint(11, (2, 8), generator=gen)
+    v = [torch.ones_like(p) for p in model.parameters()]
+    with pytest.raises(RuntimeError, match=f"kernels.{slot}'s backward differentiates once.*REFERENCE_KERNELS"):
+        _hessian_times(model, v, idx, targets)
+    model.zero_grad()
+    model(idx, targets).loss.backward()  # one derivative: as before
+    assert all(p.grad is not None for p in model.parameters())

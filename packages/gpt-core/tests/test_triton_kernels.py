@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 
 import torch.nn.functional as F  # noqa: E402  (the reference, in tests only)
 
+from gpt_core.kernels.triton.attention import attention  # noqa: E402
 from gpt_core.kernels.triton.cross_entropy import cross_entropy  # noqa: E402
 from gpt_core.kernels.triton.dropout import dropout  # noqa: E402
 from gpt_core.kernels.triton.gelu import gelu  # noqa: E402
@@ -450,3 +451,27 @@ def test_each_module_lists_its_kernels_for_ahead_of_time_compilation_in_32_and_1
         assert {k for k, v in signature.items() if v == "constexpr"} == set(constexprs)
         input_dtypes.add(signature[kernel.arg_names[0]])  # the first argument: x, the logits, or y
     assert input_dtypes == {"*fp32", "*bf16", "*fp16"}
+
+
+# Second derivatives ----------------------------------------------------------------------------------------------
+
+ONCE = {
+    "layer_norm": lambda x: layer_norm(x, torch.ones_like(x[0])),
+    "cross_entropy": lambda x: cross_entropy(x, torch.tensor([1, 2, 3], device=DEVICE)),
+    "gelu": gelu,
+    "softmax": softmax,
+    "dropout": lambda x: dropout(x, 0.3, True),
+    "attention": lambda x: attention(*[x.view(1, 1, 3, 33)] * 3, True),  # q = k = v: 3 positions, d = 33
+}
+
+
+@pytest.mark.parametrize("module", ONCE)
+def test_each_backward_refuses_to_be_differentiated_again_and_names_the_set_that_can(module):
+    """Each computes its gradient from quantities saved without a graph: differentiated again (create_graph=True),
+    it would silently drop every term through them."""
+    x = leaf(randn(3, 33) + 1.0)
+    out = ONCE[module](x)
+    with pytest.raises(RuntimeError, match=f"triton.{module}'s backward differentiates once.*REFERENCE_KERNELS"):
+        torch.autograd.grad(out, x, torch.ones_like(out), create_graph=True)
+    (grad,) = torch.autograd.grad(ONCE[module](x), x, torch.ones_like(out))  # once: as ever
+    assert grad.shape == x.shape

@@ -14,7 +14,8 @@ import math
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from gpt_core.kernels.once import differentiates_once
 
 TILE = 64
 """Queries and keys per tile: big enough that each tile is a real matrix product, small against T."""
@@ -42,7 +43,7 @@ class _FlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiates_once
     def backward(ctx, d_out: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
         return (*_backward(q, k, v, out, lse, d_out, ctx.causal, ctx.tile), None, None)

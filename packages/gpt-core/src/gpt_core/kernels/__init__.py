@@ -1,6 +1,9 @@
 """The kernel table: the functions a `GPT` calls for its hand-written pieces, swappable for one model alone.
 REFERENCE_KERNELS is `gpt_core.reference`, each piece as its definition; FAST_KERNELS, the default, is this package's
-modules, each opening with the maths it implements and why each of its tricks is there."""
+modules, each opening with the maths it implements and why each of its tricks is there.
+
+The fast and triton sets' hand-written backward passes differentiate once (`once.py`): second derivatives
+(create_graph=True) need the reference set."""
 
 from __future__ import annotations
 

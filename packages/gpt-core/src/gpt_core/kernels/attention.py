@@ -19,6 +19,7 @@ import math
 import torch
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
 from gpt_core.reference import upcast
 
 _LOG2_E = math.log2(math.e)
@@ -96,6 +97,7 @@ class _Attention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, d_out: Tensor):
         q_log2, k, v, probs, keep, out = ctx.saved_tensors  # q_log2 = q * scale * log2(e)
         d_out = d_out.contiguous()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
 from gpt_core.reference import IGNORE_INDEX, upcast
 
 
@@ -33,6 +34,7 @@ class _CrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dloss: Tensor):
         logits, lse, safe_targets, scored, n_scored = ctx.saved_tensors
         grad = (upcast(logits) - lse).exp_()

@@ -13,6 +13,7 @@ import math
 import torch
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
 from gpt_core.reference import upcast
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -37,6 +38,7 @@ class _GELU(torch.autograd.Function):
         return x * s
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dy: Tensor) -> Tensor:
         x, s = map(upcast, ctx.saved_tensors)  # float16's x d(2u)/dx is inf from |x| = 68, and inf (1 - s) is nan
         slope = (x * x).mul_(6.0 * _GELU_C * _GELU_A).add_(2.0 * _GELU_C)  # d(2u)/dx

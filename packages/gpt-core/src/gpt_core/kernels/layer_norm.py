@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
 from gpt_core.reference import layer_norm as layer_norm_formula
 from gpt_core.reference import upcast
 
@@ -44,6 +45,7 @@ class _LayerNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dy: Tensor):
         xhat, rstd, weight = ctx.saved_tensors
         width = dy.shape[-1]

@@ -75,6 +75,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
+
 _LOG2_E = tl.constexpr(1.4426950408889634)  # log2(e), readable inside the kernels
 _NUM_STAGES = 2
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -476,7 +478,7 @@ class _FlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @differentiates_once
     def backward(ctx, d_out):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(d_out, q, k, v, out, lse, ctx.causal, ctx.dropout_p, ctx.seed, ctx.blocks)

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
 from gpt_core.reference import IGNORE_INDEX
 
 
@@ -113,6 +114,7 @@ class _CrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dloss: Tensor):
         logits, targets, lse = ctx.saved_tensors
         n, vocab = logits.shape

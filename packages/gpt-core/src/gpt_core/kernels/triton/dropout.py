@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
 from gpt_core.reference import dropout as reference_dropout
 
 BLOCK = 1024  # elements per program
@@ -62,6 +63,7 @@ class _Dropout(torch.autograd.Function):
         return _apply(x, p, seed)
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dy: Tensor) -> tuple[Tensor, None, None]:
         (seed,) = ctx.saved_tensors
         return _apply(dy.contiguous(), ctx.p, seed), None, None

@@ -30,6 +30,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
+
 # Triton's interpreter computes with numpy, which warns where exp(-2u) overflows to inf: here that is intended.
 warnings.filterwarnings("ignore", "overflow encountered in exp", RuntimeWarning, r"triton\.")
 
@@ -76,6 +78,7 @@ class _GELU(torch.autograd.Function):
         return _forward(x)
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dy: Tensor) -> Tensor:
         (x,) = ctx.saved_tensors
         dy = dy.contiguous()

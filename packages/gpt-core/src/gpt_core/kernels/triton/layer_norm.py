@@ -30,6 +30,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
+
 
 @triton.jit
 def _layer_norm_forward_kernel(
@@ -136,6 +138,7 @@ class _LayerNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dy: Tensor):
         rows, weight, mean, rstd = ctx.saved_tensors
         n, width = rows.shape

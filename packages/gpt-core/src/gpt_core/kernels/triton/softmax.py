@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from gpt_core.kernels.once import differentiates_once
+
 
 @triton.jit
 def _softmax_forward_kernel(X, Y, x_row_stride, y_row_stride, C, BLOCK_C: tl.constexpr):
@@ -107,6 +109,7 @@ class _Softmax(torch.autograd.Function):
         return y
 
     @staticmethod
+    @differentiates_once
     def backward(ctx, dy: Tensor) -> Tensor:
         (y,) = ctx.saved_tensors
         width = y.shape[-1]
