@@ -1,8 +1,10 @@
-"""The triton kernel set as a whole: a GPT computed with it is the reference set's GPT, and it refuses where it
-cannot run. Without a GPU the kernels run in Triton's interpreter, on CPU tensors, in float64."""
+"""The triton kernel set as a whole: a GPT computed with it is the reference set's GPT, it keeps no more for its
+backward than PyTorch's own kernels, and it refuses where it cannot run. Without a GPU the kernels run in Triton's
+interpreter, on CPU tensors, in float64."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -11,6 +13,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: its kernels then run on the CPU
 pytest.importorskip("triton")
+
+import torch.nn.functional as F  # noqa: E402  (the reference, in tests only)
 
 from gpt_core import GPT, KERNEL_SETS, KERNEL_SLOTS, REFERENCE_KERNELS, GPTConfig, generate  # noqa: E402
 from gpt_core.decode import StaticDecoder  # noqa: E402
@@ -134,3 +138,41 @@ def test_a_bf16_autocast_step_on_the_triton_set_is_the_reference_sets_within_bf1
     assert abs(loss.item() - ref_loss.item()) < 5e-2 * abs(ref_loss.item())
     for (name, _), g, r in zip(ours.named_parameters(), grads, ref_grads, strict=True):
         assert (g - r).norm() < 5e-2 * r.norm(), name
+
+
+def saved_for_backward(model: GPT, idx: torch.Tensor, targets: torch.Tensor) -> int:
+    """Bytes of the tensors a training forward keeps for its backward, the parameters left out, each storage once:
+    the activation memory of a step, the same count on every device."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(idx, targets)
+    return sum(kept.values())
+
+
+def test_a_training_forward_keeps_no_more_for_its_backward_than_pytorchs_own_kernels():
+    """PyTorch's twin: F.layer_norm, F.gelu, scaled_dot_product_attention (its flash kernel keeps q, k, v, the output
+    and the log-sum-exp) and F.cross_entropy, as nanoGPT's model uses them. The fast set keeps more: the (T, T)
+    weights of its attention, GELU's gate beside its input."""
+    builtin = dataclasses.replace(
+        REFERENCE_KERNELS,
+        layer_norm=lambda x, weight, bias, eps: F.layer_norm(x, x.shape[-1:], weight, bias, eps),
+        gelu=lambda x: F.gelu(x, approximate="tanh"),
+        attention=lambda q, k, v, causal, dropout_p=0.0: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        cross_entropy=lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=-100),
+    )
+    config = GPTConfig(vocab_size=65, block_size=64, n_layer=2, n_head=2, n_embd=64, bias=False)
+    idx, targets = (torch.randint(65, (2, 64), generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+    kept = {}
+    for name, kernels in (("triton", TRITON_KERNELS), ("builtin", builtin), ("fast", KERNEL_SETS["fast"])):
+        torch.manual_seed(0)
+        kept[name] = saved_for_backward(GPT(config, kernels).to(DEVICE).train(), idx.to(DEVICE), targets.to(DEVICE))
+    lse = 4 * idx.numel()  # the loss's log-sum-exp, a float32 a position (F.cross_entropy keeps an (N, V) too)
+    assert kept["triton"] <= kept["builtin"] + lse < kept["fast"], kept
