@@ -3,6 +3,7 @@
     nox -s tests                              # every package
     nox -s "tests(package='gpt-core')"        # one package
     nox -s torch_floor                        # gpt-core's tests with the oldest torch the packages ask for
+    nox -s pythons                            # every package's tests under Python 3.12 and 3.13 (not a default)
     nox -s plugin                             # the example third-party task plugin, installed as a third party would
     nox -s kernel_plugin                      # the example third-party kernel plugin (flash attention), likewise
     nox -s triton                             # the Triton set: in its interpreter, and built for sm_80/sm_90
@@ -43,6 +44,10 @@ TRITONS = {"3.6.0": ["numpy<2.4"], "3.9.0": []}
 # constraints.txt, which pins the one CI develops with.
 TORCH_FLOOR = "torch==2.11.0"
 PYTHON = "3.11"
+# The Pythons beside PYTHON (the oldest the packages ask for, requires-python >=3.11) that `nox -s pythons` runs every
+# package's tests under, not a default session since CI's machine has one Python: the GPU machine's (3.12) and the
+# newest TORCH_FLOOR has wheels for.
+PYTHONS = ["3.12", "3.13"]
 
 # Each package with the sibling packages it depends on, in install order.
 PACKAGES = {
@@ -144,6 +149,20 @@ def torch_floor(session: nox.Session) -> None:
     built = [package_dir("gpt-core") + f"/tests/test_triton_{name}.py" for name in ("ahead_of_time", "compiled_trace")]
     by_test, _ = parallel_pytest(session, dist="load")  # two files: test by test
     session.run("pytest", "-q", *by_test, *built, env=env | {"TRITON_INTERPRET": "0"})  # skipped in the interpreter
+
+
+@nox.session(python=PYTHONS)
+def pythons(session: nox.Session) -> None:
+    """Every package's tests under each of PYTHONS, in one virtualenv, with TORCH_FLOOR and its Triton: PyPI has
+    their wheels for each, where the torch constraints.txt pins is a CPU build kept on the build machines for CI's
+    Python alone."""
+    floor = list(TRITONS)[0]
+    session.install(TORCH_FLOOR, f"triton=={floor}", *TRITONS[floor])
+    extras = {name: "[test,triton]" if name == "gpt-core" else "[test]" for name in PACKAGES}
+    session.install(*(package_dir(name) + extras[name] for name in PACKAGES))
+    workers, env = parallel_pytest(session)
+    for name in PACKAGES:
+        session.run("pytest", "-q", *workers, package_dir(name) + "/tests", *session.posargs, env=env)
 
 
 def run_example_tests(session: nox.Session, name: str) -> None:
