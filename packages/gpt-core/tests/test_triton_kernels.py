@@ -461,7 +461,7 @@ ONCE = {
     "gelu": gelu,
     "softmax": softmax,
     "dropout": lambda x: dropout(x, 0.3, True),
-    "attention": lambda x: attention(*[x.view(1, 1, 3, 33)] * 3, True),  # q = k = v: 3 positions, d = 33
+    "attention": lambda x: attention(*[x.view(1, 1, 3, 32)] * 3, True),  # q = k = v: 3 positions, d = 32
 }
 
 
@@ -469,7 +469,7 @@ ONCE = {
 def test_each_backward_refuses_to_be_differentiated_again_and_names_the_set_that_can(module):
     """Each computes its gradient from quantities saved without a graph: differentiated again (create_graph=True),
     it would silently drop every term through them."""
-    x = leaf(randn(3, 33) + 1.0)
+    x = leaf(randn(3, 32) + 1.0)
     out = ONCE[module](x)
     with pytest.raises(RuntimeError, match=f"triton.{module}'s backward differentiates once.*REFERENCE_KERNELS"):
         torch.autograd.grad(out, x, torch.ones_like(out), create_graph=True)
