@@ -13,9 +13,9 @@
     nox -s tutorial                           # execute docs/tutorial's notebook from a fresh kernel
     nox -s docs                               # the house rule for prose (tools/check_prose.py) and its tests
 
-Every install but torch_floor's torch, Triton and gpt-core goes through constraints.txt, which pins torch to the
-version used in development and CI (there its CPU wheel), and transformers (gpt2 session only) to the version the
-parity tests pass with; triton is pinned by the triton session itself (TRITONS).
+Every install but torch_floor's torch, Triton and gpt-core, and the pythons session's, goes through constraints.txt,
+which pins torch to the version used in development and CI (there its CPU wheel), and transformers (gpt2 session
+only) to the version the parity tests pass with; triton is pinned by the triton session itself (TRITONS).
 
 Virtualenvs are made by uv where it is installed (`pip install uv`): it links each package from its cache instead
 of unpacking it again for every session, which matters for torch; otherwise by virtualenv. uv does not read pip's
@@ -46,7 +46,7 @@ TORCH_FLOOR = "torch==2.11.0"
 PYTHON = "3.11"
 # The Pythons beside PYTHON (the oldest the packages ask for, requires-python >=3.11) that `nox -s pythons` runs every
 # package's tests under, not a default session since CI's machine has one Python: the GPU machine's (3.12) and the
-# newest TORCH_FLOOR has wheels for.
+# newest one checked (3.13).
 PYTHONS = ["3.12", "3.13"]
 
 # Each package with the sibling packages it depends on, in install order.

@@ -25,7 +25,7 @@ def _gpt_core_frames_above(frame, stop) -> list[str]:
     chain = []
     while frame is not None and frame.f_code is not stop:
         if Path(frame.f_code.co_filename).is_relative_to(SRC):
-            chain.append(frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname") else frame.f_code.co_name)
+            chain.append(frame.f_code.co_qualname)
         frame = frame.f_back
     assert frame is not None, "GPT.forward is not on the stack"
     return chain[::-1]

@@ -164,8 +164,7 @@ def test_a_reference_model_gives_hessian_vector_products_equal_to_central_differ
 
 @pytest.mark.parametrize("slot", ["attention", "layer_norm", "gelu", "cross_entropy"])
 def test_a_fast_kernel_refuses_a_second_derivative_rather_than_give_one_missing_terms(gen, slot):
-    """Its backward computes from quantities saved without a graph: differentiated again, it would silently drop
-    every term through them (a Hessian-vector product off by the size of the product itself)."""
+    """Differentiated again, it would silently drop every term through what it saved (kernels/once.py)."""
     config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16)
     model = GPT(config, dataclasses.replace(REFERENCE_KERNELS, **{slot: getattr(FAST_KERNELS, slot)})).double()
     idx, targets = torch.randint(11, (2, 8), generator=gen), torch.randint(11, (2, 8), generator=gen)

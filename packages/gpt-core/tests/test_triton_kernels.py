@@ -467,8 +467,7 @@ ONCE = {
 
 @pytest.mark.parametrize("module", ONCE)
 def test_each_backward_refuses_to_be_differentiated_again_and_names_the_set_that_can(module):
-    """Each computes its gradient from quantities saved without a graph: differentiated again (create_graph=True),
-    it would silently drop every term through them."""
+    """Differentiated again, each would silently drop every term through what it saved (kernels/once.py)."""
     x = leaf(randn(3, 32) + 1.0)
     out = ONCE[module](x)
     with pytest.raises(RuntimeError, match=f"triton.{module}'s backward differentiates once.*REFERENCE_KERNELS"):

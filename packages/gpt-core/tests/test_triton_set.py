@@ -142,7 +142,7 @@ def test_a_bf16_autocast_step_on_the_triton_set_is_the_reference_sets_within_bf1
 
 def saved_for_backward(model: GPT, idx: torch.Tensor, targets: torch.Tensor) -> int:
     """Bytes of the tensors a training forward keeps for its backward, the parameters left out, each storage once:
-    the activation memory of a step, the same count on every device."""
+    most of a step's activation memory."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     kept: dict[int, int] = {}
 
@@ -157,7 +157,7 @@ def saved_for_backward(model: GPT, idx: torch.Tensor, targets: torch.Tensor) -> 
     return sum(kept.values())
 
 
-def test_a_training_forward_keeps_no_more_for_its_backward_than_pytorchs_own_kernels():
+def test_a_training_forward_keeps_no_more_for_its_backward_than_pytorchs_own_kernels_but_the_losss_logsumexp():
     """PyTorch's twin: F.layer_norm, F.gelu, scaled_dot_product_attention (its flash kernel keeps q, k, v, the output
     and the log-sum-exp) and F.cross_entropy, as nanoGPT's model uses them. The fast set keeps more: the (T, T)
     weights of its attention, GELU's gate beside its input."""
