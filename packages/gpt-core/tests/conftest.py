@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpt_core import IGNORE_INDEX
 
@@ -41,8 +42,14 @@ def torch_references() -> dict:
         "softmax": lambda x: torch.softmax(x, dim=-1),
         "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
         "cross_entropy": lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX),
-        "sdpa": lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        "sdpa": _math_sdpa,
     }
+
+
+def _math_sdpa(q, k, v, causal):
+    """By the math backend, whose backward can be differentiated again (for the second-derivative checks)."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 @pytest.fixture

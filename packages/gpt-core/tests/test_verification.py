@@ -3,11 +3,13 @@ per call unless seeded."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 import gpt_core.testing.verification as verification
 from gpt_core import (
@@ -19,8 +21,10 @@ from gpt_core import (
     Row,
     format_report,
     kernel_report,
+    second_derivative_report,
     verification_report,
 )
+from gpt_core.kernels.layer_norm import _LayerNorm
 from gpt_core.testing.verification import dropout_report
 
 _ORIGINAL_RANDN = verification._randn
@@ -275,3 +279,65 @@ def test_dropout_report_runs_the_checks_that_hold_for_any_draw_and_only_those(to
         rows = dropout_report(kernels, torch_references, seed=0)
         assert [row.component for row in rows] == draws
         assert all(row.failure(1e-6) is None for row in rows), rows
+
+
+# second_derivative_report: a kernel may refuse a second derivative, never answer it wrong --------------------------
+SECOND_DERIVATIVE_CASES = ["LayerNorm", "GELU (tanh)", "softmax", "cross_entropy (ignore_index)", "sdpa causal",
+                           "attention weights causal"]  # fmt: skip
+"""The first case of each slot whose kernel is called on its arguments (dropout, which draws, has none)."""
+
+
+def test_the_reference_set_answers_every_second_derivative_as_the_built_ins(torch_references):
+    rows = second_derivative_report(torch_references, REFERENCE_KERNELS, seed=0)
+    assert [row.component for row in rows] == SECOND_DERIVATIVE_CASES
+    assert all(not row.refused and row.forward <= 1e-12 and row.grad is None for row in rows), rows
+
+
+def test_the_fast_sets_hand_written_backwards_refuse_and_the_rest_answer_right(torch_references):
+    rows = {row.component: row for row in second_derivative_report(torch_references, FAST_KERNELS, seed=0)}
+    refused = {"LayerNorm", "GELU (tanh)", "cross_entropy (ignore_index)", "sdpa causal"}
+    assert {name for name, row in rows.items() if row.refused} == refused
+    assert all(row.refused.startswith("RuntimeError: gpt_core.kernels.") for row in rows.values() if row.refused)
+    assert all(row.failure(1e-12) is None for row in rows.values())
+    assert all(rows[name].forward <= 1e-12 for name in set(rows) - refused)
+
+
+class _LayerNormDifferentiatedTwice(_LayerNorm):
+    backward = staticmethod(_LayerNorm.backward.__wrapped__)  # the fast backward without `differentiates_once`
+
+
+class _LayerNormOnceDifferentiable(_LayerNorm):
+    backward = staticmethod(once_differentiable(_LayerNorm.backward.__wrapped__))
+
+
+class _LayerNormWithoutGraph(_LayerNorm):
+    @staticmethod
+    def backward(ctx, *grads):
+        with torch.no_grad():  # as a backward computed by a compiled kernel's launch is
+            return _LayerNorm.backward.__wrapped__(ctx, *grads)
+
+
+@pytest.mark.parametrize(
+    "function",
+    [_LayerNormDifferentiatedTwice, _LayerNormOnceDifferentiable, _LayerNormWithoutGraph],
+    ids=["wrong graph", "error node", "no graph"],
+)
+def test_a_second_derivative_answered_wrong_fails_naming_what_differs(function, torch_references):
+    """Each answers a Hessian-vector product through a model without a word: the fast backward unmarked records a
+    graph missing every term through xhat and 1/std; under PyTorch's once_differentiable it records an error node,
+    which `autograd.grad` prunes; with no graph at all, the product gets nothing from LayerNorm either way."""
+    kernels = dataclasses.replace(FAST_KERNELS, layer_norm=lambda x, w, b, eps: function.apply(x, w, b, eps))
+    first_order = kernel_report("layer_norm", kernels.layer_norm, torch_references, seed=0)
+    assert all(row.failure(1e-12) is None for row in first_order)  # its first derivatives are right
+    (row,) = second_derivative_report(torch_references, kernels, seed=0, slots=("layer_norm",))
+    assert not row.refused and row.forward > 1e-2
+    assert row.failure(1e-12).startswith("LayerNorm: d<grad, u>/d")
+
+
+def test_a_refused_row_passes_and_says_so_in_the_table():
+    rows = [Row("LayerNorm", "layer_norm", 0.0, None, refused="RuntimeError: no"), Row("GELU", "gelu", 2e-16, None)]
+    assert rows[0].failure(0.0) is None
+    lines = format_report(rows, first="2nd derivative").splitlines()
+    assert lines[0].split() == ["component", "reference", "max", "|diff|", "2nd", "derivative"]  # no grad column
+    assert lines[2].split() == ["LayerNorm", "layer_norm", "refuses"]
+    assert lines[3].split() == ["GELU", "gelu", "2.0e-16"]

@@ -7,6 +7,7 @@ from collections import Counter
 
 import torch
 
+from gpt_core.kernels.layer_norm import _LayerNorm
 from gpt_core.reference import dropout as reference_dropout
 from gpt_train.learn.zoo import OWN
 
@@ -48,6 +49,16 @@ def unbiased_layer_norm(x, weight, bias, eps):
 
 layer_norm_backward_drops_a_term = next(m for m in OWN["layer_norm_backward"] if m.key == "misses_variance").kernels[0]
 """Wrong: LayerNorm whose backward drops the - xhat * mean(g * xhat) term of dx (the course's classic mistake)."""
+
+
+class _LayerNormDifferentiatedTwice(_LayerNorm):
+    backward = staticmethod(_LayerNorm.backward.__wrapped__)  # gpt-core's backward without `differentiates_once`
+
+
+def layer_norm_wrong_second_derivative(x, weight, bias, eps):
+    """Right forward and backward, a wrong second derivative: gpt-core's own LayerNorm unmarked, so under
+    create_graph=True its backward records a graph missing every term through xhat and 1/std, saved without one."""
+    return _LayerNormDifferentiatedTwice.apply(x, weight, bias, eps)
 
 
 def gelu_right_in_float64_only(x):

@@ -199,6 +199,20 @@ def test_verify_passes_a_right_kernel(cli):
     assert result.out.startswith(f"kernel {RIGHT}\n")
     assert f"kernel {RIGHT}: all 11 checks within 1e-12" in result.out
     assert f"kernel {RIGHT} in float32: all 11 checks within 1e-04 in float32" in result.out
+    assert f"kernel {RIGHT}: second derivatives: 1 check within 1e-12" in result.out  # plain autograd answers
+
+
+SECOND_WRONG = "layer_norm=kernel_examples:layer_norm_wrong_second_derivative"
+
+
+def test_verify_fails_a_kernel_whose_second_derivative_is_silently_wrong_and_run_still_trains_with_it(cli, tmp_path):
+    result = cli("verify", "--seed", "0", "--kernel", SECOND_WRONG)
+    said = f"kernel {SECOND_WRONG}: second derivatives: LayerNorm: d<grad, u>/d"
+    assert_one_line_error(result, said, "differs from F.layer_norm", "exceeds the tolerance 1e-12", code=1)
+    assert f"kernel {SECOND_WRONG}: all 3 checks within 1e-12" in result.out  # its first derivatives are right
+    assert f"kernel {SECOND_WRONG} in float32: all 3 checks within 1e-04" in result.out
+    result = cli(*TINY, "--steps", "2", "--kernel", SECOND_WRONG, "--out", tmp_path / "run")
+    assert result.code == 0, result.err  # training takes first derivatives only
 
 
 FLOAT64_ONLY = "gelu=kernel_examples:gelu_right_in_float64_only"

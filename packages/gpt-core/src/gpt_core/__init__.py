@@ -22,7 +22,14 @@ from gpt_core.kv_cache import KVCache
 from gpt_core.model import GELU, GPT, MLP, Block, Embedding, GPTConfig, GPTOutput, LayerNorm, Linear, MultiHeadAttention
 from gpt_core.positions import POSITION_ENCODINGS, RotaryEmbedding
 from gpt_core.reference import IGNORE_INDEX, dropout
-from gpt_core.testing import REFERENCE_SIGNATURES, Row, format_report, kernel_report, verification_report
+from gpt_core.testing import (
+    REFERENCE_SIGNATURES,
+    Row,
+    format_report,
+    kernel_report,
+    second_derivative_report,
+    verification_report,
+)
 
 __all__ = [
     "BLOCK_POINTS",
@@ -63,6 +70,7 @@ __all__ = [
     "layer_norm",
     "log_softmax",
     "next_token",
+    "second_derivative_report",
     "softmax",
     "to_device",
     "verification_report",

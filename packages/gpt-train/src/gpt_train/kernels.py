@@ -20,7 +20,15 @@ from typing import Any
 
 import torch
 
-from gpt_core import DEFAULT_KERNELS, KERNEL_SETS, KERNEL_SLOTS, Kernels, Row, kernel_report
+from gpt_core import (
+    DEFAULT_KERNELS,
+    KERNEL_SETS,
+    KERNEL_SLOTS,
+    Kernels,
+    Row,
+    kernel_report,
+    second_derivative_report,
+)
 from gpt_core import plugins as core_plugins
 from gpt_train.compiling import compile_off
 from gpt_train.errors import TrainError
@@ -260,6 +268,12 @@ def verify_kernel(
     slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
 ) -> list[Row]:
     return kernel_report(slot, output_checked(kernel), torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
+
+
+def verify_second_derivatives(slot: str, kernel: Callable[..., Any], seed: int | None = None) -> list[Row]:
+    """A second derivative through `kernel` against PyTorch's, in float64 (none for a slot without a case)."""
+    kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: output_checked(kernel)})
+    return second_derivative_report(torch_references(), kernels, seed, TORCH_LABELS, slots=(slot,))
 
 
 def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | None:

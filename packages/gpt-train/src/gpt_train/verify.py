@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpt_core import IGNORE_INDEX
 
@@ -19,11 +20,17 @@ TORCH_BUILTINS: dict[str, tuple[str, Callable[..., Tensor]]] = {
     "log_softmax": ("torch.log_softmax", lambda x: torch.log_softmax(x, dim=-1)),
     "cross_entropy": ("F.cross_entropy", lambda logits, targets: F.cross_entropy(logits, targets,
                                                                                   ignore_index=IGNORE_INDEX)),
-    "sdpa": ("F.scaled_dot_product_attention", lambda q, k, v, causal: F.scaled_dot_product_attention(
-        q, k, v, is_causal=causal)),
+    "sdpa": ("F.scaled_dot_product_attention", lambda q, k, v, causal: _sdpa(q, k, v, causal)),
 }  # fmt: skip
 """Each reference gpt-core's verification needs (its REFERENCE_SIGNATURES), by name: how a message names it, and it."""
 TORCH_LABELS = {name: label for name, (label, _) in TORCH_BUILTINS.items()}
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    """F.scaled_dot_product_attention by its math backend: its backward can be differentiated again (the CPU's fused
+    float64 one cannot), so second derivatives through attention have a reference too."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 def torch_references() -> dict[str, Callable[..., Tensor]]:

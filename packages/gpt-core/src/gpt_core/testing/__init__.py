@@ -3,7 +3,14 @@
 """
 
 from gpt_core.testing.tensor_sizes import LargestTensor
-from gpt_core.testing.verification import REFERENCE_SIGNATURES, Row, format_report, kernel_report, verification_report
+from gpt_core.testing.verification import (
+    REFERENCE_SIGNATURES,
+    Row,
+    format_report,
+    kernel_report,
+    second_derivative_report,
+    verification_report,
+)
 
 __all__ = [
     "LargestTensor",
@@ -11,5 +18,6 @@ __all__ = [
     "Row",
     "format_report",
     "kernel_report",
+    "second_derivative_report",
     "verification_report",
 ]

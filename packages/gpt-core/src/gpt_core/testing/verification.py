@@ -52,6 +52,7 @@ class Row:
     forward_at: str = ""
     grad_at: str = ""
     relative: bool = False  # differences over max(1, the reference's largest |value|) (16-bit dtypes)
+    refused: str = ""  # what the kernel raised instead of answering (second derivatives): loud, so not a failure
 
     def failure(self, tolerance: float) -> str | None:
         """One line saying which output differs, by how much and where, if this row exceeds `tolerance`."""
@@ -483,20 +484,72 @@ def kernel_report(slot: str, kernel: Callable[..., Tensor], references: Referenc
     return rows
 
 
+def second_derivative_report(references: References, kernels: Kernels = FAST_KERNELS, seed: int | None = None,
+                             labels: Mapping[str, str] | None = None, slots: Sequence[str] = KERNEL_SLOTS,
+                             device: torch.device | str = "cpu") -> list[Row]:  # fmt: skip
+    """A second derivative through each of `slots`' kernels in `kernels` against the references', on the slot's first
+    case, in float64 on `device`: the gradient of <gradient, u> (create_graph=True), u random, with respect to the
+    inputs and the cotangent. A kernel that raises instead (a backward that differentiates once) is a row saying
+    so; one that answers must answer right, as a Hessian-vector product through a model would use it."""
+    _check_references(references)
+    with _inputs_from(seed) as gen:
+        firsts: dict[str, _Case] = {}
+        for case in _cases(references, device):
+            if case.slot in slots and case.ours is None and not case.draws:  # dropout draws: its own rows check it
+                firsts.setdefault(case.slot, case)
+        return [_second_derivative(case, kernels, gen, labels, device) for case in firsts.values()]
+
+
+def _second_derivative(case: _Case, kernels: Kernels, gen, labels: Mapping[str, str] | None, device) -> Row:
+    component, label = case.component, (labels or {}).get(case.reference, case.reference)
+    dtype = torch.float64
+    inputs = [_leaf(x, device) if isinstance(x, Tensor) else x for x in case.inputs(gen, dtype)]
+    leaves = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    reference_inputs = [_leaf(x, device) if i in leaves else x for i, x in enumerate(inputs)]  # a graph of their own
+    theirs = case.theirs(*reference_inputs)
+    cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device).requires_grad_()
+    directions = [torch.randn(inputs[i].shape, generator=gen, dtype=dtype, device="cpu").to(device) for i in leaves]
+    expected = _gradient_of_gradient(theirs, [reference_inputs[i] for i in leaves], cotangent, directions)
+    try:
+        ours = case.call(kernels, *inputs)
+    except Exception as error:
+        return _row(component, label, dtype, _raised("the forward", error))
+    try:
+        got = _gradient_of_gradient(ours, [inputs[i] for i in leaves], cotangent, directions)
+    except Exception as error:
+        return Row(component, label, 0.0, None, refused=f"{type(error).__name__}: {' '.join(str(error).split())}")
+    names = [f"d<grad, u>/d{case.names[i]}" for i in leaves] + ["d<grad, u>/dcotangent"]
+    pairs = zip(names, got, expected, strict=True)
+    return _row(component, label, dtype, _largest([difference(*pair) for pair in pairs]))
+
+
+def _gradient_of_gradient(output: Tensor, leaves: Sequence[Tensor], cotangent: Tensor, directions) -> list[Tensor]:
+    """d<g, u>/d(leaves, cotangent), g the gradient of <output, cotangent> with respect to `leaves`: the zeros where
+    the gradient records no graph, the nothing a model's Hessian-vector product then silently gets from it."""
+    grads = torch.autograd.grad(output, leaves, cotangent, create_graph=True, allow_unused=True)
+    terms = [(g * u).sum() for g, u in zip(grads, directions, strict=True) if g is not None and g.requires_grad]
+    wrt = [*leaves, cotangent]
+    found = torch.autograd.grad(sum(terms), wrt, allow_unused=True) if terms else [None] * len(wrt)
+    return [torch.zeros_like(x) if d is None else d for d, x in zip(found, wrt, strict=True)]
+
+
 def _check_references(references: References) -> None:
     missing = sorted(set(REFERENCE_SIGNATURES) - set(references))
     if missing:
         raise ValueError(f"verification_report needs references for: {', '.join(missing)}")
 
 
-def format_report(rows: Sequence[Row]) -> str:
-    """A plain-text table: component, reference, max |diff| forward and grad (relative in a 16-bit report)."""
+def format_report(rows: Sequence[Row], first: str = "fwd") -> str:
+    """A plain-text table: component, reference, max |diff| forward (or `first`) and grad (relative in a 16-bit
+    report); a column no row fills is left out."""
     diff = "max |diff|/max(1,|ref|)" if any(r.relative for r in rows) else "max |diff|"
-    header = ("component", "reference", f"{diff} fwd", f"{diff} grad")
-    body = [(r.component, r.reference, f"{r.forward:.1e}", "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(4)]
+    header = ("component", "reference", f"{diff} {first}", f"{diff} grad")
+    body = [(r.component, r.reference, "refuses" if r.refused else f"{r.forward:.1e}",
+             "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]  # fmt: skip
+    n = 4 if any(r.grad is not None for r in rows) else 3
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(n)]
     lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)).rstrip() for line in [header, *body]
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from gpt_train.kernels import (
     parse_kernel_choices,
     resolve_kernel,
     verify_kernel,
+    verify_second_derivatives,
 )
 
 
@@ -84,6 +85,11 @@ def verify(
     everything runs there (float32 on mps, which has no float64, at float32's tolerance); --compile's comparison
     is held to 1e-4 of the eager scale. Run it first on a new GPU, or after upgrading PyTorch.
 
+    In float64 it then takes a second derivative through each kernel (create_graph=True: the gradient of
+    <gradient, u> with respect to the inputs and the cotangent, as a Hessian-vector product uses it) against the
+    built-in's. A kernel may refuse, raising as the fast and triton sets' backward passes do; one that answers must
+    answer right.
+
     \b
     Examples:
       gpt-train verify
@@ -94,7 +100,7 @@ def verify(
       gpt-train verify --kernel attention=flash          # after pip install ./examples/gpt-kernel-flash
       gpt-train verify --kernel layer_norm=mykernels:layer_norm
     """
-    from gpt_core import format_report, verification_report
+    from gpt_core import format_report, second_derivative_report, verification_report
     from gpt_train.compiling import check_compiler
     from gpt_train.devices import resolve_device
     from gpt_train.verify import BF16_TOLERANCE, DTYPES, FP32_TOLERANCE, TORCH_LABELS, torch_references
@@ -131,6 +137,12 @@ def verify(
         )
         click.echo(format_report(rows))
         _check_rows(rows, tolerance, what, torch_dtype)
+        if torch_dtype == torch.float64:
+            _second_derivatives(
+                second_derivative_report(torch_references(), kernels, seed, TORCH_LABELS, device=target),
+                tolerance,
+                what,
+            )
         if compile_:  # torch.compile against eager on the device, and its dropout by what holds for any draw
             from gpt_core.testing.compiled import COMPILED_TOLERANCE, compiled_report
             from gpt_core.testing.verification import dropout_report
@@ -151,12 +163,37 @@ def verify(
             rows = verify_kernel(slot, kernel, seed, check_dtype)
             click.echo(f"{gap}{what}\n{format_report(rows)}")
             _check_rows(rows, limit, f"{what}: ", check_dtype)
+        if torch_dtype == torch.float64 and (rows := verify_second_derivatives(slot, kernel, seed)):
+            _second_derivatives(rows, tolerance, f"kernel {slot}={name}: ")
+
+
+def _second_derivatives(rows, tolerance: float, what: str) -> None:
+    from gpt_core import format_report
+
+    click.echo(
+        "\nsecond derivatives (create_graph=True) in float64: d<grad, u>/d(inputs, cotangent), u random, against "
+        "the built-in's; a kernel may refuse (raise), never differ"
+    )
+    click.echo(format_report(rows, first="2nd derivative"))
+    for row in rows:
+        if row.refused:
+            click.echo(f"  {row.component}: {row.refused}")
+    _check_rows(rows, tolerance, f"{what}second derivatives: ", torch.float64)
 
 
 def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
     failure = first_failure(rows, tolerance)
     if failure is not None:
         raise CommandError(f"{what}{failure}", exit_code=1)
-    worst = max(max(r.forward, r.grad or 0.0) for r in rows)
+    answered = [r for r in rows if not r.refused]
+    refused = f"{len(rows) - len(answered)} refused (their kernels raise rather than answer)"
+    if not answered:
+        click.echo(f"\n{what}all {len(rows)} refused: their kernels raise rather than answer")
+        return
+    worst = max(max(r.forward, r.grad or 0.0) for r in answered)
     in_float32 = " in float32" if dtype == torch.float32 else ""  # float64 and bf16 are named by --dtype
-    click.echo(f"\n{what}all {len(rows)} checks within {tolerance:.0e}{in_float32} (largest {worst:.1e})")
+    within = f"within {tolerance:.0e}{in_float32} (largest {worst:.1e})"
+    if len(answered) == len(rows):
+        click.echo(f"\n{what}{f'all {len(rows)} checks' if len(rows) > 1 else '1 check'} {within}")
+    else:
+        click.echo(f"\n{what}{len(answered)} {'checks' if len(answered) > 1 else 'check'} {within}, {refused}")
