@@ -186,14 +186,13 @@ def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
     if failure is not None:
         raise CommandError(f"{what}{failure}", exit_code=1)
     answered = [r for r in rows if not r.refused]
-    refused = f"{len(rows) - len(answered)} refused (their kernels raise rather than answer)"
+    n_refused = len(rows) - len(answered)
+    refused = "1 refused (it raises rather than answers)" if n_refused == 1 else f"{n_refused} refused (each raises)"
     if not answered:
-        click.echo(f"\n{what}all {len(rows)} refused: their kernels raise rather than answer")
+        click.echo(f"\n{what}{'all ' * (n_refused > 1)}{refused}")
         return
     worst = max(max(r.forward, r.grad or 0.0) for r in answered)
     in_float32 = " in float32" if dtype == torch.float32 else ""  # float64 and bf16 are named by --dtype
-    within = f"within {tolerance:.0e}{in_float32} (largest {worst:.1e})"
-    if len(answered) == len(rows):
-        click.echo(f"\n{what}{f'all {len(rows)} checks' if len(rows) > 1 else '1 check'} {within}")
-    else:
-        click.echo(f"\n{what}{len(answered)} {'checks' if len(answered) > 1 else 'check'} {within}, {refused}")
+    checks = f"{len(answered)} checks" if len(answered) > 1 else "1 check"
+    within = f"{checks} within {tolerance:.0e}{in_float32} (largest {worst:.1e})"
+    click.echo(f"\n{what}{'all ' * (len(rows) > 1)}{within}" if not n_refused else f"\n{what}{within}, {refused}")
