@@ -9,6 +9,10 @@ the output O = P v:
 
 (masked entries have P = 0, so they get no gradient by themselves).
 
+Your backward computes from P, saved without a graph, so it differentiates once: a second derivative through
+it (create_graph=True) misses every term through P. gpt-core's own kernel raises there instead
+(gpt_core/kernels/once.py).
+
 Check it with `gpt-train learn check attention_backward`: the check refuses a gradient autograd derived,
 including autograd called inside your backward (torch.autograd.grad, .backward(), torch.func). Mind the
 shapes: dV and dK have one row per key, (Tk, d), so each is a transpose times a (Tq, ...) matrix.

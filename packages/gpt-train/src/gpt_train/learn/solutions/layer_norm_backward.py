@@ -9,6 +9,10 @@ g = dy * weight (the gradient reaching xhat):
 
 (derive it: xhat depends on x directly, through the mean, and through the variance: one term each).
 
+Your backward computes from xhat and 1/std, saved without a graph, so it differentiates once: a second
+derivative through it (create_graph=True) misses every term through them. gpt-core's own kernel raises there
+instead (gpt_core/kernels/once.py).
+
 Check it with `gpt-train learn check layer_norm_backward`: the check refuses a gradient autograd derived,
 including autograd called inside your backward (torch.autograd.grad, .backward(), torch.func).
 """
