@@ -199,7 +199,16 @@ def test_verify_passes_a_right_kernel(cli):
     assert result.out.startswith(f"kernel {RIGHT}\n")
     assert f"kernel {RIGHT}: all 11 checks within 1e-12" in result.out
     assert f"kernel {RIGHT} in float32: all 11 checks within 1e-04 in float32" in result.out
-    assert f"kernel {RIGHT}: second derivatives: 1 check within 1e-12" in result.out  # plain autograd answers
+    assert f"kernel {RIGHT}: second derivatives: all 2 checks within 1e-12" in result.out  # plain autograd answers
+    assert f"kernel {RIGHT} in float32: second derivatives: all 2 checks within 1e-04 in float32" in result.out
+
+
+def test_verify_passes_a_kernel_that_refuses_second_derivatives_saying_so(cli):
+    choice = "layer_norm=gpt_core.kernels.layer_norm:layer_norm"  # gpt-core's own, marked `differentiates_once`
+    result = cli("verify", "--seed", "0", "--kernel", choice)
+    assert result.code == 0, result.err
+    assert f"kernel {choice}: second derivatives: 1 refused (it raises)" in result.out
+    assert "LayerNorm: RuntimeError: gpt_core.kernels.layer_norm's backward differentiates once" in result.out
 
 
 SECOND_WRONG = "layer_norm=kernel_examples:layer_norm_wrong_second_derivative"

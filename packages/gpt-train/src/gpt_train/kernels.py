@@ -270,10 +270,12 @@ def verify_kernel(
     return kernel_report(slot, output_checked(kernel), torch_references(), dtype, seed=seed, labels=TORCH_LABELS)
 
 
-def verify_second_derivatives(slot: str, kernel: Callable[..., Any], seed: int | None = None) -> list[Row]:
-    """A second derivative through `kernel` against PyTorch's, in float64 (none for a slot without a case)."""
+def verify_second_derivatives(
+    slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
+) -> list[Row]:
+    """A second derivative through `kernel` against PyTorch's (`gpt_core.second_derivative_report`)."""
     kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: output_checked(kernel)})
-    return second_derivative_report(torch_references(), kernels, seed, TORCH_LABELS, slots=(slot,))
+    return second_derivative_report(torch_references(), kernels, seed, TORCH_LABELS, slots=(slot,), dtype=dtype)
 
 
 def first_failure(rows: Iterable[Row], tolerance: float = TOLERANCE) -> str | None:

@@ -36,7 +36,8 @@ REFERENCE_SIGNATURES = {
     "cross_entropy": "(logits (N, V), targets (N,)) -> mean loss, targets equal to IGNORE_INDEX unscored",
     "sdpa": "(q, k, v, causal) -> attention output; causal masks keys after each query, top-left aligned",
 }
-"""The references `verification_report` needs, by name, with the signature each must have."""
+"""The references `verification_report` needs, by name, with the signature each must have (differentiable twice,
+for `second_derivative_report`)."""
 
 References = Mapping[str, Callable[..., Tensor]]
 
@@ -315,8 +316,12 @@ def _leaf(x: Tensor, to: torch.device | str | torch.dtype) -> Tensor:
     return x.detach().to(to).requires_grad_(x.requires_grad)
 
 
+def _described(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
 def _raised(what: str, error: Exception) -> Difference:
-    return math.inf, f"{what} raised {type(error).__name__}: {' '.join(str(error).split())}"
+    return math.inf, f"{what} raised {_described(error)}"
 
 
 def _checks(kernels: Kernels, case: _Case) -> bool:
@@ -484,43 +489,68 @@ def kernel_report(slot: str, kernel: Callable[..., Tensor], references: Referenc
     return rows
 
 
+SECOND_DERIVATIVE_CASES = {
+    "layer_norm": ("LayerNorm",),
+    "gelu": ("GELU (tanh)",),
+    "sampling_softmax": ("softmax",),
+    "cross_entropy": ("cross_entropy (ignore_index)",),
+    "dropout": ("dropout, training: y (1-p) + x [y = 0]",),  # x for any draw: d<grad, u>/dcotangent is u
+    "attention": ("sdpa causal", "sdpa non-causal, 133 positions, head size 5"),  # one tile, then several
+    "attention_weights": ("attention weights causal",),
+}
+"""The cases `second_derivative_report` runs for each slot, by component."""
+
+
 def second_derivative_report(references: References, kernels: Kernels = FAST_KERNELS, seed: int | None = None,
                              labels: Mapping[str, str] | None = None, slots: Sequence[str] = KERNEL_SLOTS,
-                             device: torch.device | str = "cpu") -> list[Row]:  # fmt: skip
-    """A second derivative through each of `slots`' kernels in `kernels` against the references', on the slot's first
-    case, in float64 on `device`: the gradient of <gradient, u> (create_graph=True), u random, with respect to the
-    inputs and the cotangent. A kernel that raises instead (a backward that differentiates once) is a row saying
-    so; one that answers must answer right, as a Hessian-vector product through a model would use it."""
+                             device: torch.device | str = "cpu",
+                             dtype: torch.dtype = torch.float64) -> list[Row]:  # fmt: skip
+    """A second derivative through each of `slots`' kernels in `kernels` against the references' (which must be
+    differentiable twice), on SECOND_DERIVATIVE_CASES: the gradient of <gradient, u> (create_graph=True), u random,
+    with respect to the inputs and the cotangent. A kernel whose backward raises when asked to record a graph (one
+    that differentiates once) is a row saying so, a refusal; one that answers must answer right, as a
+    Hessian-vector product through a model would use it."""
     _check_references(references)
+    unknown = [slot for slot in slots if slot not in KERNEL_SLOTS]
+    if unknown or isinstance(slots, str):
+        raise ValueError(f"unknown kernel slots {unknown or slots!r}; slots: {', '.join(KERNEL_SLOTS)}")
+    chosen = {name for slot in slots for name in SECOND_DERIVATIVE_CASES[slot]}
     with _inputs_from(seed) as gen:
-        firsts: dict[str, _Case] = {}
-        for case in _cases(references, device):
-            if case.slot in slots and case.ours is None and not case.draws:  # dropout draws: its own rows check it
-                firsts.setdefault(case.slot, case)
-        return [_second_derivative(case, kernels, gen, labels, device) for case in firsts.values()]
+        cases = [case for case in _cases(references, device) if case.component in chosen]  # verify's order
+        return [_second_derivative(case, kernels, gen, dtype, labels, device) for case in cases]
 
 
-def _second_derivative(case: _Case, kernels: Kernels, gen, labels: Mapping[str, str] | None, device) -> Row:
-    component, label = case.component, (labels or {}).get(case.reference, case.reference)
-    dtype = torch.float64
+def _second_derivative(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels, device) -> Row:
+    label = (labels or {}).get(case.reference, case.reference)
     inputs = [_leaf(x, device) if isinstance(x, Tensor) else x for x in case.inputs(gen, dtype)]
-    leaves = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
-    reference_inputs = [_leaf(x, device) if i in leaves else x for i, x in enumerate(inputs)]  # a graph of their own
+    leaves = [inputs[i] for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    reference_inputs = [_leaf(x, device) if isinstance(x, Tensor) else x for x in inputs]  # a graph of their own
     theirs = case.theirs(*reference_inputs)
     cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device).requires_grad_()
-    directions = [torch.randn(inputs[i].shape, generator=gen, dtype=dtype, device="cpu").to(device) for i in leaves]
-    expected = _gradient_of_gradient(theirs, [reference_inputs[i] for i in leaves], cotangent, directions)
+    directions = [torch.randn(x.shape, generator=gen, dtype=dtype, device="cpu").to(device) for x in leaves]
+    reference_leaves = [x for x in reference_inputs if isinstance(x, Tensor) and x.requires_grad]
+    try:
+        expected = _gradient_of_gradient(theirs, reference_leaves, cotangent, directions)
+    except RuntimeError as error:
+        raise ValueError(f"second_derivative_report needs {label} differentiable twice: {_described(error)}") from None
     try:
         ours = case.call(kernels, *inputs)
     except Exception as error:
-        return _row(component, label, dtype, _raised("the forward", error))
-    try:
-        got = _gradient_of_gradient(ours, [inputs[i] for i in leaves], cotangent, directions)
+        return _row(case.component, label, dtype, _raised("the forward", error))
+    forward = difference("output", ours, theirs)
+    if math.isinf(forward[0]):  # not a tensor, the wrong shape, nan
+        return _row(case.component, label, dtype, forward)
+    try:  # the first derivative must come: only recording its graph may be refused
+        torch.autograd.grad(ours, leaves, cotangent.detach(), retain_graph=True, allow_unused=True)
     except Exception as error:
-        return Row(component, label, 0.0, None, refused=f"{type(error).__name__}: {' '.join(str(error).split())}")
-    names = [f"d<grad, u>/d{case.names[i]}" for i in leaves] + ["d<grad, u>/dcotangent"]
-    pairs = zip(names, got, expected, strict=True)
-    return _row(component, label, dtype, _largest([difference(*pair) for pair in pairs]))
+        return _row(case.component, label, dtype, _raised("the backward", error))
+    try:
+        got = _gradient_of_gradient(ours, leaves, cotangent, directions)
+    except Exception as error:
+        return Row(case.component, label, 0.0, None, refused=_described(error))
+    names = [f"d<grad, u>/d{case.names[i]}" for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    pairs = zip([*names, "d<grad, u>/dcotangent"], got, expected, strict=True)
+    return _row(case.component, label, dtype, _largest([difference(*pair) for pair in pairs]))
 
 
 def _gradient_of_gradient(output: Tensor, leaves: Sequence[Tensor], cotangent: Tensor, directions) -> list[Tensor]:
@@ -539,17 +569,16 @@ def _check_references(references: References) -> None:
         raise ValueError(f"verification_report needs references for: {', '.join(missing)}")
 
 
-def format_report(rows: Sequence[Row], first: str = "fwd") -> str:
-    """A plain-text table: component, reference, max |diff| forward (or `first`) and grad (relative in a 16-bit
-    report); a column no row fills is left out."""
+def format_report(rows: Sequence[Row], first: str = "fwd", grad: bool = True) -> str:
+    """A plain-text table: component, reference, max |diff| forward (or `first`) and, with `grad`, gradient
+    (relative in a 16-bit report)."""
     diff = "max |diff|/max(1,|ref|)" if any(r.relative for r in rows) else "max |diff|"
-    header = ("component", "reference", f"{diff} {first}", f"{diff} grad")
+    header = ("component", "reference", f"{diff} {first}", f"{diff} grad")[: 4 if grad else 3]
     body = [(r.component, r.reference, "refuses" if r.refused else f"{r.forward:.1e}",
-             "-" if r.grad is None else f"{r.grad:.1e}") for r in rows]  # fmt: skip
-    n = 4 if any(r.grad is not None for r in rows) else 3
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(n)]
+             "-" if r.grad is None else f"{r.grad:.1e}")[: len(header)] for r in rows]  # fmt: skip
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
     lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)).rstrip() for line in [header, *body]
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *body]
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -86,9 +86,9 @@ def verify(
     is held to 1e-4 of the eager scale. Run it first on a new GPU, or after upgrading PyTorch.
 
     In float64 it then takes a second derivative through each kernel (create_graph=True: the gradient of
-    <gradient, u> with respect to the inputs and the cotangent, as a Hessian-vector product uses it) against the
-    built-in's. A kernel may refuse, raising as the fast and triton sets' backward passes do; one that answers must
-    answer right.
+    <gradient, u> with respect to the inputs and the cotangent, as a Hessian-vector product uses it) on a case of
+    each slot (two for attention), against the built-in's; with --kernel, in float32 too. A kernel may refuse,
+    raising as the fast and triton sets' backward passes do; one that answers must answer right.
 
     \b
     Examples:
@@ -163,36 +163,40 @@ def verify(
             rows = verify_kernel(slot, kernel, seed, check_dtype)
             click.echo(f"{gap}{what}\n{format_report(rows)}")
             _check_rows(rows, limit, f"{what}: ", check_dtype)
-        if torch_dtype == torch.float64 and (rows := verify_second_derivatives(slot, kernel, seed)):
-            _second_derivatives(rows, tolerance, f"kernel {slot}={name}: ")
+        if torch_dtype == torch.float64:  # as the first derivatives: float64, then float32
+            for check_dtype, limit, label in ((torch_dtype, tolerance, ""), *more):
+                rows = verify_second_derivatives(slot, kernel, seed, check_dtype)
+                _second_derivatives(rows, limit, f"kernel {slot}={name}{label}: ", check_dtype)
 
 
-def _second_derivatives(rows, tolerance: float, what: str) -> None:
+def _second_derivatives(rows, tolerance: float, what: str, dtype: torch.dtype = torch.float64) -> None:
     from gpt_core import format_report
 
     click.echo(
-        "\nsecond derivatives (create_graph=True) in float64: d<grad, u>/d(inputs, cotangent), u random, against "
-        "the built-in's; a kernel may refuse (raise), never differ"
+        f"\nsecond derivatives (create_graph=True) in {str(dtype).removeprefix('torch.')}: d<grad, u>/d(inputs, "
+        "cotangent), u random, against the built-in's; a kernel may refuse (raise), never differ"
     )
-    click.echo(format_report(rows, first="2nd derivative"))
+    click.echo(format_report(rows, first="2nd derivative", grad=False))
+    refusals: dict[str, list[str]] = {}  # what was raised: by whom
     for row in rows:
         if row.refused:
-            click.echo(f"  {row.component}: {row.refused}")
-    _check_rows(rows, tolerance, f"{what}second derivatives: ", torch.float64)
+            refusals.setdefault(row.refused, []).append(row.component)
+    for refusal, components in refusals.items():
+        click.echo(f"  {'; '.join(components)}: {refusal}")
+    _check_rows(rows, tolerance, f"{what}second derivatives: ", dtype)
 
 
 def _check_rows(rows, tolerance: float, what: str, dtype: torch.dtype) -> None:
     failure = first_failure(rows, tolerance)
     if failure is not None:
         raise CommandError(f"{what}{failure}", exit_code=1)
-    answered = [r for r in rows if not r.refused]
-    n_refused = len(rows) - len(answered)
-    refused = "1 refused (it raises rather than answers)" if n_refused == 1 else f"{n_refused} refused (each raises)"
-    if not answered:
-        click.echo(f"\n{what}{'all ' * (n_refused > 1)}{refused}")
-        return
-    worst = max(max(r.forward, r.grad or 0.0) for r in answered)
-    in_float32 = " in float32" if dtype == torch.float32 else ""  # float64 and bf16 are named by --dtype
-    checks = f"{len(answered)} checks" if len(answered) > 1 else "1 check"
-    within = f"{checks} within {tolerance:.0e}{in_float32} (largest {worst:.1e})"
-    click.echo(f"\n{what}{'all ' * (len(rows) > 1)}{within}" if not n_refused else f"\n{what}{within}, {refused}")
+    answered, n_refused, parts = [r for r in rows if not r.refused], sum(bool(r.refused) for r in rows), []
+    if answered:
+        worst = max(max(r.forward, r.grad or 0.0) for r in answered)
+        in_float32 = " in float32" if dtype == torch.float32 else ""  # float64 and bf16 are named by --dtype
+        checks = "1 check" if len(answered) == 1 else f"{'all ' * (not n_refused)}{len(answered)} checks"
+        parts.append(f"{checks} within {tolerance:.0e}{in_float32} (largest {worst:.1e})")
+    if n_refused:
+        parts.append("1 refused (it raises)" if n_refused == 1 else f"{'all ' * (not answered)}{n_refused} refused "
+                     "(each raises)")  # fmt: skip
+    click.echo(f"\n{what}{', '.join(parts)}")
