@@ -511,9 +511,11 @@ def second_derivative_report(references: References, kernels: Kernels = FAST_KER
     that differentiates once) is a row saying so, a refusal; one that answers must answer right, as a
     Hessian-vector product through a model would use it."""
     _check_references(references)
-    unknown = [slot for slot in slots if slot not in KERNEL_SLOTS]
-    if unknown or isinstance(slots, str):
-        raise ValueError(f"unknown kernel slots {unknown or slots!r}; slots: {', '.join(KERNEL_SLOTS)}")
+    unknown = [slots] if isinstance(slots, str) else [slot for slot in slots if slot not in KERNEL_SLOTS]
+    if unknown:
+        raise ValueError(
+            f"unknown kernel slots {unknown}, or not a sequence of slots; slots: {', '.join(KERNEL_SLOTS)}"
+        )
     chosen = {name for slot in slots for name in SECOND_DERIVATIVE_CASES[slot]}
     with _inputs_from(seed) as gen:
         cases = [case for case in _cases(references, device) if case.component in chosen]  # verify's order
@@ -523,12 +525,12 @@ def second_derivative_report(references: References, kernels: Kernels = FAST_KER
 def _second_derivative(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels, device) -> Row:
     label = (labels or {}).get(case.reference, case.reference)
     inputs = [_leaf(x, device) if isinstance(x, Tensor) else x for x in case.inputs(gen, dtype)]
-    leaves = [inputs[i] for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
     reference_inputs = [_leaf(x, device) if isinstance(x, Tensor) else x for x in inputs]  # a graph of their own
+    held = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]  # the differentiated
+    leaves, reference_leaves = [inputs[i] for i in held], [reference_inputs[i] for i in held]
     theirs = case.theirs(*reference_inputs)
     cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device).requires_grad_()
     directions = [torch.randn(x.shape, generator=gen, dtype=dtype, device="cpu").to(device) for x in leaves]
-    reference_leaves = [x for x in reference_inputs if isinstance(x, Tensor) and x.requires_grad]
     try:
         expected = _gradient_of_gradient(theirs, reference_leaves, cotangent, directions)
     except RuntimeError as error:
@@ -548,8 +550,8 @@ def _second_derivative(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, l
         got = _gradient_of_gradient(ours, leaves, cotangent, directions)
     except Exception as error:
         return Row(case.component, label, 0.0, None, refused=_described(error))
-    names = [f"d<grad, u>/d{case.names[i]}" for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
-    pairs = zip([*names, "d<grad, u>/dcotangent"], got, expected, strict=True)
+    names = [f"d<grad, u>/d{case.names[i]}" for i in held] + ["d<grad, u>/dcotangent"]
+    pairs = zip(names, got, expected, strict=True)
     return _row(case.component, label, dtype, _largest([difference(*pair) for pair in pairs]))
 
 
