@@ -188,6 +188,48 @@ def test_cached_decoding_at_sampled_ids_equals_the_full_forward(gen, close, pos)
 
 
 @pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_a_cache_holding_the_ids_feeds_each_cached_forward_its_next_slots_ids(gen, close, pos):
+    model = _model(pos=pos, **RANDOMIZED).eval()
+    idx = _ids(gen, length=20)
+    ids = model.sample_positions(3, 20, gen)
+    full = model(idx, positions=ids).logits
+    cache = model.new_cache(3, 20, ids)
+    steps = [model(idx[:, :6], cache=cache).logits]
+    steps += [model(idx[:, t : t + 1], cache=cache).logits for t in range(6, 20)]
+    close(f"randomized {pos}: cache holding the ids vs full", torch.cat(steps, dim=1), full, 1e-12)
+    with pytest.raises(ValueError, match=r"^KV cache is full: 21 positions needed, 20 allocated$"):
+        model(idx[:, :1], cache=cache)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (torch.tensor([[0, 1, 32]]), r"^position id 32 is outside range\(32\)$"),
+        (torch.tensor([[-1, 1, 2]]), r"^position id -1 is negative$"),
+        (torch.tensor([0, 1, 2]), r"must be \(batch, max_length\) = \(1, 3\), got \(3,\)$"),
+        (torch.tensor([[0, 1]]), r"must be \(batch, max_length\) = \(1, 3\), got \(1, 2\)$"),
+    ],
+)
+def test_a_cache_refuses_ids_outside_the_range_or_of_another_shape(ids, message):
+    with pytest.raises(ValueError, match=message):
+        _model(**RANDOMIZED).new_cache(1, 3, ids)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_cached_generation_checks_the_drawn_ids_once_not_at_every_token(gen, monkeypatch, static):
+    from gpt_core import positions
+
+    checked = []
+    check = positions.check_position_ids
+    monkeypatch.setattr(positions, "check_position_ids", lambda c, ids: checked.append(ids.shape) or check(c, ids))
+    model = _model(**RANDOMIZED).eval()
+    out = generate(model, _ids(gen, length=5), 15, temperature=0.0, generator=torch.Generator().manual_seed(4),
+                   static=static)  # fmt: skip
+    assert out.shape == (3, 20)
+    assert checked == [(3, 19)]  # once, on the host, for the whole generation: a GPU is read once, not per token
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope"])
 def test_generation_draws_ids_once_and_agrees_with_and_without_cache(gen, pos):
     model = _model(pos=pos, **RANDOMIZED).eval()
     prompt = _ids(gen, length=5)

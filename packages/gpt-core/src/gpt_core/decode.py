@@ -36,8 +36,7 @@ class StaticDecoder:
         if graph and device.type != "cuda":
             raise ValueError(f"a CUDA graph needs a model on a CUDA device, not {device.type}")
         self.model, self.kernels, self.graph = model, model.kernels, graph
-        self.cache = model.new_cache(batch_size, max_length)  # keys and values (L, B, H, T_max, d)
-        self.positions = positions  # (B, T_max) or None
+        self.cache = model.new_cache(batch_size, max_length, positions)  # keys, values (L, B, H, T_max, d), the ids
         self.slots = torch.arange(max_length, device=device)  # (T_max,) every position of the cache
         self.at = torch.zeros(1, dtype=torch.long, device=device)  # (1,) where the next step writes
         self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=device)  # (B, 1) the next step's input
@@ -46,18 +45,14 @@ class StaticDecoder:
 
     def prefill(self, idx: Tensor) -> Tensor:
         """Run the prompt (B, T) through the model's own cached forward; its logits (B, T, V)."""
-        T = idx.shape[1]
-        given = None if self.positions is None else self.positions[:, :T]
-        logits = self.model(idx, cache=self.cache, positions=given).logits
-        self.at.fill_(T)
+        logits = self.model(idx, cache=self.cache).logits
+        self.at.fill_(idx.shape[1])
         return logits
 
     def step(self, token: Tensor) -> Tensor:
         """Feed each row's next token (B, 1); the logits (B, 1, V) after it, which the next step overwrites."""
-        cache = self.cache
-        if cache.length >= cache.max_length:  # the host's count, checked before a write out of the buffers
-            raise ValueError(f"KV cache is full: {cache.length + 1} positions needed, {cache.max_length} allocated")
-        cache.advance(1)
+        self.cache.check_room(1)  # the host's count, checked before a write out of the buffers
+        self.cache.advance(1)
         self.token.copy_(token)
         if not self.graph:
             return self._step()
@@ -84,7 +79,8 @@ class StaticDecoder:
     def _step(self) -> Tensor:
         """The model's forward for one new token per row, every shape fixed by the cache's size."""
         model = self.model
-        where = self.at if self.positions is None else self.positions.index_select(1, self.at)  # (1,) or (B, 1)
+        ids = self.cache.positions  # (B, T_max) or None
+        where = self.at if ids is None else ids.index_select(1, self.at)  # (1,) or (B, 1)
         hidden = self.slots > self.at  # (T_max,) the slots not yet written
         x = model.wte(self.token)  # (B, 1, C)
         if model.wpe is not None:

@@ -101,8 +101,8 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
         decoder = StaticDecoder(model, B, length, positions, graph=idx.device.type == "cuda")
         logits = decoder.prefill(idx)
     else:
-        cache = model.new_cache(B, length) if use_cache else None
-        logits = model(idx, cache=cache, positions=_first(positions, T)).logits
+        cache = model.new_cache(B, length, positions) if use_cache else None  # holding the ids, checked once
+        logits = model(idx, cache=cache, positions=None if use_cache else _first(positions, T)).logits
     tokens = [idx]
     best = []  # each step's best logit per row: finite unless a row holds nan or +inf or is -inf throughout
     for step in range(n_new):
@@ -115,8 +115,7 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
         if static:
             logits = decoder.step(token[:, None])  # (B, 1, V)
         elif use_cache:
-            here = None if positions is None else positions[:, T + step : T + step + 1]
-            logits = model(token[:, None], cache=cache, positions=here).logits
+            logits = model(token[:, None], cache=cache).logits
         else:
             logits = model(torch.cat(tokens, dim=1), positions=_first(positions, T + step + 1)).logits
     if not bool(torch.stack(best).isfinite().all()):

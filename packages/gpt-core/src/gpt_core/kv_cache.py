@@ -1,6 +1,7 @@
 """A key/value cache for incremental decoding: each layer keeps the keys and values it has computed in buffers
 preallocated for the whole generation, so a step costs one token's projections and one row of attention. `store`
-returns the filled part; `write` the whole buffers, the same shapes every step (`gpt_core.decode`)."""
+returns the filled part; `write` the whole buffers, the same shapes every step (`gpt_core.decode`). A randomized
+model's cache also holds each slot's position id, drawn once for the whole generation."""
 
 from __future__ import annotations
 
@@ -9,22 +10,39 @@ from torch import Tensor
 
 
 class KVCache:
-    """Preallocated keys and values for every layer, and how many positions are filled."""
+    """Preallocated keys and values for every layer, how many positions are filled, and the slots' position ids
+    (`positions`, (B, T_max); None: slot i is position i)."""
 
     def __init__(self, n_layer: int, batch_size: int, n_head: int, head_dim: int, max_length: int,
-                 device: torch.device | str, dtype: torch.dtype):  # fmt: skip
+                 device: torch.device | str, dtype: torch.dtype, positions: Tensor | None = None):  # fmt: skip
+        if positions is not None and tuple(positions.shape) != (batch_size, max_length):
+            raise ValueError(f"the cache's position ids must be (batch, max_length) = {(batch_size, max_length)}, "
+                             f"got {tuple(positions.shape)}")  # fmt: skip
         shape = (n_layer, batch_size, n_head, max_length, head_dim)  # (L, B, H, T_max, d)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.positions = None if positions is None else positions.to(device)  # (B, T_max) or None
         self.max_length = max_length
         self.length = 0
+
+    def check_room(self, n_positions: int) -> None:
+        """Raise ValueError if the next n positions do not fit: checked on the host, before any write."""
+        if self.length + n_positions > self.max_length:
+            needed = self.length + n_positions
+            raise ValueError(f"KV cache is full: {needed} positions needed, {self.max_length} allocated")
+
+    def next_positions(self, n_positions: int) -> Tensor | None:
+        """The ids (B, n) of the next n slots, or None where slot i is position i."""
+        if self.positions is None:
+            return None
+        self.check_room(n_positions)
+        return self.positions[:, self.length : self.length + n_positions]
 
     def store(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write k, v (B, H, T, d) after the filled part; return all filled keys and values. `length` moves on once
         per forward, in `advance`, after every layer has stored."""
+        self.check_room(k.shape[-2])
         end = self.length + k.shape[-2]
-        if end > self.max_length:
-            raise ValueError(f"KV cache is full: {end} positions needed, {self.max_length} allocated")
         self.keys[layer, :, :, self.length : end] = k
         self.values[layer, :, :, self.length : end] = v
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]

@@ -314,10 +314,13 @@ class GPT(HookPoints, nn.Module):
             logits = self(idx, **forward_kwargs).logits
         return logits, recorded
 
-    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
-        """An empty KV cache for `batch_size` sequences of up to `max_length` positions."""
+    def new_cache(self, batch_size: int, max_length: int, positions: Tensor | None = None) -> KVCache:
+        """An empty KV cache for `batch_size` sequences of up to `max_length` positions, holding `positions` (B,
+        max_length) if given: a randomized model's ids, checked here once, which each cached forward then reads."""
         c, p = self.config, self.wte.weight
-        return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype)
+        if positions is not None:
+            pos.check_position_ids(c, positions)
+        return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype, positions)
 
     @property
     def kernels(self) -> Kernels:
@@ -339,18 +342,14 @@ class GPT(HookPoints, nn.Module):
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | None = None,
                 positions: Tensor | None = None, read: Tensor | None = None) -> GPTOutput:  # fmt: skip
         """Token ids (B, T) -> logits (B, T, V) and, given targets, the loss over those not IGNORE_INDEX. With a
-        `cache`, `idx` holds only the new tokens; `positions` (T,) or (B, T) are their ids (default: the next T).
+        `cache`, idx is just the new ones; positions (T,) or (B, T): their ids (default: the cache's, else the next T).
         `read` (B, T) bool, on idx's device or the CPU: the last MLP and the head run only where True: logits (N, V)."""
         B, T = idx.shape
         if read is not None:
             check_read(read, idx)
-        offset = cache.length if cache is not None else None
-        if positions is None:
-            positions = pos.forward_positions(self.config, B, T, offset, self.training, self.wte.weight.device)
-        else:
-            pos.check_position_ids(self.config, positions)
+        positions = pos.forward_positions(self.config, B, T, positions, cache, self.training, self.wte.weight.device)
         if self._hooks:
-            self._hooks.offset = offset or 0  # where this call's T positions start
+            self._hooks.offset = cache.length if cache is not None else 0  # where this call's T positions start
         x = self.hook("embed", self.wte(idx))  # (B, T, C)
         if self.wpe is not None:
             x = x + self.hook("pos_embed", self.wpe.weight[positions])  # (T, C) broadcast over B, or (B, T, C)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
+    from gpt_core.kv_cache import KVCache
     from gpt_core.model import GPTConfig
 
 PositionEncoding = Literal["learned", "rope", "none"]
@@ -85,12 +86,25 @@ def sample_positions(
 
 
 def forward_positions(
-    c: GPTConfig, batch_size: int, length: int, offset: int | None, training: bool, device: torch.device
+    c: GPTConfig,
+    batch_size: int,
+    length: int,
+    given: Tensor | None,
+    cache: KVCache | None,
+    training: bool,
+    device: torch.device,
 ) -> Tensor:
-    """A forward's ids when given none: sampled (B, T) in randomized training, else the next T (T,)."""
-    if training and c.randomized_positions and offset is None:
+    """A forward's ids: those `given`, checked; else the cache's next slots' (B, T) where it holds ids, sampled
+    (B, T) in randomized training, else the next T (T,)."""
+    if given is not None:
+        check_position_ids(c, given)
+        return given
+    held = cache.next_positions(length) if cache is not None else None
+    if held is not None:
+        return held  # checked when the cache was made: no read from the device a token
+    if training and c.randomized_positions and cache is None:
         return sample_positions(c, batch_size, length, device)
-    start = offset or 0
+    start = cache.length if cache is not None else 0
     check_positions(c, start + length, "the sequence")
     return torch.arange(start, start + length, device=device)
 
