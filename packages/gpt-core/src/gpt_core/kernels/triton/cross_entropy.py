@@ -30,6 +30,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gpt_core.kernels.once import differentiates_once
+from gpt_core.kernels.triton.softmax import online_max_and_sum
 from gpt_core.reference import IGNORE_INDEX
 
 
@@ -38,15 +39,7 @@ def _cross_entropy_forward_kernel(Logits, Targets, LossRows, Lse, row_stride, V,
     acc = tl.float64 if Logits.dtype.element_ty == tl.float64 else tl.float32  # the dtype of the maths
     row = tl.program_id(0).to(tl.int64)
     logits = Logits + row * row_stride  # this row's logits
-    m = tl.cast(float("-inf"), acc)  # running max
-    s = tl.cast(0.0, acc)  # running sum of exp(x - m)
-    for start in range(0, V, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)  # (BLOCK_V,)
-        x = tl.load(logits + cols, mask=cols < V, other=float("-inf")).to(acc)  # (BLOCK_V,)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # while all is -inf: exp(-inf - 0) = 0, not nan
-        s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)
-        m = m_new
+    m, s = online_max_and_sum(logits, V, BLOCK_V)  # the max and sum exp(x - max), one pass
     lse = m + tl.log(s)
     target = tl.load(Targets + row)
     scored = target != ignore_index

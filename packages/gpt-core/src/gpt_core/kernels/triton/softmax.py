@@ -32,19 +32,28 @@ from gpt_core.kernels.once import differentiates_once
 
 
 @triton.jit
-def _softmax_forward_kernel(X, Y, x_row_stride, y_row_stride, C, BLOCK_C: tl.constexpr):
-    acc = tl.float64 if X.dtype.element_ty == tl.float64 else tl.float32  # the dtype of the maths
-    row = tl.program_id(0).to(tl.int64)
-    x_row, y_row = X + row * x_row_stride, Y + row * y_row_stride
+def online_max_and_sum(row, n, BLOCK: tl.constexpr):
+    """(m, s): the max m of a row's n entries and s = sum exp(x - m), in one pass BLOCK entries at a time, s rescaled
+    by exp(m - m') whenever the max grows to m'. In float32 (float64 for float64); the loss's kernel uses it too."""
+    acc = tl.float64 if row.dtype.element_ty == tl.float64 else tl.float32  # the dtype of the maths
     m = tl.cast(float("-inf"), acc)  # running max
     s = tl.cast(0.0, acc)  # running sum of exp(x - m)
-    for start in range(0, C, BLOCK_C):
-        cols = start + tl.arange(0, BLOCK_C)  # (BLOCK_C,)
-        x = tl.load(x_row + cols, mask=cols < C, other=float("-inf")).to(acc)  # (BLOCK_C,)
+    for start in range(0, n, BLOCK):
+        cols = start + tl.arange(0, BLOCK)  # (BLOCK,)
+        x = tl.load(row + cols, mask=cols < n, other=float("-inf")).to(acc)  # (BLOCK,)
         m_new = tl.maximum(m, tl.max(x, axis=0))
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # while all is -inf: exp(-inf - 0) = 0, not nan
         s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)
         m = m_new
+    return m, s
+
+
+@triton.jit
+def _softmax_forward_kernel(X, Y, x_row_stride, y_row_stride, C, BLOCK_C: tl.constexpr):
+    acc = tl.float64 if X.dtype.element_ty == tl.float64 else tl.float32  # the dtype of the maths
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = X + row * x_row_stride, Y + row * y_row_stride
+    m, s = online_max_and_sum(x_row, C, BLOCK_C)  # the first pass
     for start in range(0, C, BLOCK_C):
         cols = start + tl.arange(0, BLOCK_C)  # (BLOCK_C,)
         mask = cols < C
