@@ -80,6 +80,15 @@ def test_kv_cache_raises_a_clear_error_when_full(gen):
         model(torch.randint(V, (1, 1), generator=gen), cache=cache)
 
 
+def test_a_cached_forward_refuses_an_input_of_another_batch_than_the_caches(gen):
+    model = _model("rope")
+    cache = model.new_cache(2, 6)
+    for batch in (1, 3):
+        with pytest.raises(ValueError, match=rf"^the KV cache holds 2 sequences, the input {batch}$"):
+            model(torch.randint(V, (batch, 2), generator=gen), cache=cache)
+    assert cache.length == 0 and not cache.keys.any()
+
+
 def test_kv_cache_store_returns_every_filled_position():
     cache = KVCache(n_layer=2, batch_size=1, n_head=1, head_dim=2, max_length=5, device="cpu", dtype=torch.float64)
     k1, v1 = torch.ones(1, 1, 2, 2), 2 * torch.ones(1, 1, 2, 2)
@@ -219,9 +228,9 @@ def test_top_k_below_one_raises(gen):
         generate(_model("rope"), torch.randint(V, (1, 2), generator=gen), 3, top_k=0)
 
 
-@pytest.mark.parametrize("shape", [(1, 0), (3,), (1, 2, 1)])
+@pytest.mark.parametrize("shape", [(1, 0), (0, 3), (3,), (1, 2, 1)])
 def test_a_prompt_that_is_not_b_by_t_tokens_raises_naming_its_shape(shape):
-    message = f"idx must be (B, T) token ids with T >= 1, got shape {shape}"
+    message = f"idx must be (B, T) token ids with B >= 1 and T >= 1, got shape {shape}"
     with pytest.raises(ValueError, match=re.escape(message)):
         generate(_model("rope"), torch.zeros(shape, dtype=torch.long), 3)
 

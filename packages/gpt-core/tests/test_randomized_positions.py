@@ -165,6 +165,30 @@ def test_negative_ids_are_refused_where_a_table_would_read_them_from_its_end(gen
         model(torch.randint(11, (1, 4), generator=gen), positions=torch.tensor([-1, 0, 1, 2]))
 
 
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (torch.arange(4.0), r"^position ids must be int64 \(or int32\), got torch.float32$"),
+        (torch.ones(4, dtype=torch.bool), r"^position ids must be int64 \(or int32\), got torch.bool$"),
+        (torch.arange(4, dtype=torch.int16), r"^position ids must be int64 \(or int32\), got torch.int16$"),
+        (torch.tensor(3), r"^positions must be \(T,\) = \(4,\) or \(B, T\) = \(3, 4\), got \(\)$"),
+        (torch.arange(5), r"^positions must be \(T,\) = \(4,\) or \(B, T\) = \(3, 4\), got \(5,\)$"),
+        (torch.zeros(1, 4, dtype=torch.long), r"got \(1, 4\)$"),
+    ],
+)
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_position_ids_of_another_type_or_shape_are_refused_in_one_line(gen, pos, ids, message):
+    model = _model(pos=pos, **RANDOMIZED)  # rope would take a float or a bool as an angle, without a word
+    with pytest.raises(ValueError, match=message):
+        model(_ids(gen, length=4), positions=ids)
+
+
+def test_int32_position_ids_give_the_int64_ids_logits(gen):
+    model = _model(**RANDOMIZED)
+    idx, ids = _ids(gen, length=6), model.sample_positions(3, 6, gen)
+    assert torch.equal(model(idx, positions=ids.int()).logits, model(idx, positions=ids).logits)
+
+
 def test_rope_with_one_row_of_ids_per_sequence_equals_rotating_each_row_alone(randn):
     rope = RotaryEmbedding(8)
     x = randn(3, 2, 5, 8, grad=False)
@@ -208,11 +232,20 @@ def test_a_cache_holding_the_ids_feeds_each_cached_forward_its_next_slots_ids(ge
         (torch.tensor([[-1, 1, 2]]), r"^position id -1 is negative$"),
         (torch.tensor([0, 1, 2]), r"must be \(batch, max_length\) = \(1, 3\), got \(3,\)$"),
         (torch.tensor([[0, 1]]), r"must be \(batch, max_length\) = \(1, 3\), got \(1, 2\)$"),
+        (torch.tensor([[0.0, 1.0, 2.0]]), r"^position ids must be int64 \(or int32\), got torch.float32$"),
     ],
 )
 def test_a_cache_refuses_ids_outside_the_range_or_of_another_shape(ids, message):
     with pytest.raises(ValueError, match=message):
         _model(**RANDOMIZED).new_cache(1, 3, ids)
+
+
+def test_a_cache_keeps_its_own_copy_of_the_ids_it_checked(gen):
+    model = _model(pos="rope", **RANDOMIZED)
+    ids = model.sample_positions(1, 4, gen)
+    cache = model.new_cache(1, 4, ids)
+    ids[0, 3] = 10**6  # out of range, after the check
+    assert int(cache.positions.max()) < 32
 
 
 @pytest.mark.parametrize("static", [False, True])

@@ -231,6 +231,33 @@ def test_a_static_step_past_the_cache_raises_a_clear_error_before_writing(gen):
             decoder.step(torch.randint(V, (1, 1), generator=gen))
 
 
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_a_prompt_prefilled_in_parts_then_stepped_equals_the_full_forward(gen, close, pos):
+    model = _model(pos, False, torch.float64)
+    idx = torch.randint(V, (2, 6), generator=gen)
+    decoder = StaticDecoder(model, 2, BLOCK)
+    with torch.no_grad():
+        full = model(idx).logits
+        parts = [decoder.prefill(idx[:, :3]), decoder.prefill(idx[:, 3:5]), decoder.step(idx[:, 5:6])]
+    close(f"static step after a prefill in parts ({pos})", torch.cat(parts, dim=1), full, 1e-12)
+
+
+def test_a_static_decoder_refuses_a_cache_past_the_models_positions_and_steps_of_another_shape(gen):
+    with pytest.raises(ValueError, match=rf"^the decoder's cache needs {BLOCK + 1} positions, longer than block_size"):
+        StaticDecoder(_model("learned", False), 1, BLOCK + 1)
+    with pytest.raises(ValueError, match=r"^the decoder's cache needs 33 positions, more than max_positions 32"):
+        StaticDecoder(_model("rope", True), 1, 2 * BLOCK + 1)
+    decoder = StaticDecoder(_model("rope", False), 2, 8)
+    with torch.no_grad():
+        decoder.prefill(torch.randint(V, (2, 3), generator=gen))
+        for token in (torch.zeros(1, 1, dtype=torch.long), torch.zeros(2, dtype=torch.long)):
+            with pytest.raises(ValueError, match=r"^a step takes one token per row, \(2, 1\), got "):
+                decoder.step(token)
+        with pytest.raises(ValueError, match=r"^the KV cache holds 2 sequences, the input 1$"):
+            decoder.prefill(torch.randint(V, (1, 2), generator=gen))
+    assert decoder.cache.length == 3 and int(decoder.at) == 3  # nothing written by the refused calls
+
+
 def test_a_hooked_model_refuses_the_static_step_and_generate_says_why(gen):
     model = _model("rope", False)
     prompt = torch.randint(V, (1, 2), generator=gen)

@@ -35,6 +35,7 @@ class StaticDecoder:
         device = model.wte.weight.device
         if graph and device.type != "cuda":
             raise ValueError(f"a CUDA graph needs a model on a CUDA device, not {device.type}")
+        model.config.check_positions(max_length, "the decoder's cache")
         self.model, self.kernels, self.graph = model, model.kernels, graph
         self.cache = model.new_cache(batch_size, max_length, positions)  # keys, values (L, B, H, T_max, d), the ids
         self.slots = torch.arange(max_length, device=device)  # (T_max,) every position of the cache
@@ -44,14 +45,16 @@ class StaticDecoder:
         self.logits: Tensor | None = None  # the recorded step's output (B, 1, V), rewritten by every replay
 
     def prefill(self, idx: Tensor) -> Tensor:
-        """Run the prompt (B, T) through the model's own cached forward; its logits (B, T, V)."""
+        """Run the prompt (B, T), or its next part, through the model's own cached forward; its logits (B, T, V)."""
         logits = self.model(idx, cache=self.cache).logits
-        self.at.fill_(idx.shape[1])
+        self.at.fill_(self.cache.length)
         return logits
 
     def step(self, token: Tensor) -> Tensor:
         """Feed each row's next token (B, 1); the logits (B, 1, V) after it, which the next step overwrites."""
-        self.cache.check_room(1)  # the host's count, checked before a write out of the buffers
+        if token.shape != self.token.shape:
+            raise ValueError(f"a step takes one token per row, {tuple(self.token.shape)}, got {tuple(token.shape)}")
+        self.cache.check_fits(token.shape[0], 1)  # the host's count, checked before a write out of the buffers
         self.cache.advance(1)
         self.token.copy_(token)
         if not self.graph:

@@ -47,11 +47,11 @@ def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 
     and none run on) or, with `slide`, continues from the last position_limit // 2 (at least one) as a fresh prompt
     (a prompt past the limit: its first token reads the last position_limit). A randomized model's ids are drawn
     once per window with `generator`. `static`: steps of fixed shapes (`gpt_core.decode`)."""
-    if idx.dim() != 2 or idx.shape[1] == 0:
-        raise ValueError(f"idx must be (B, T) token ids with T >= 1, got shape {tuple(idx.shape)}")
+    if idx.dim() != 2 or idx.shape[0] == 0 or idx.shape[1] == 0:
+        raise ValueError(f"idx must be (B, T) token ids with B >= 1 and T >= 1, got shape {tuple(idx.shape)}")
     if idx.dtype not in (torch.int64, torch.int32):  # the types an embedding indexes with
         raise ValueError(f"idx must hold token ids as int64 (or int32), got {idx.dtype}")
-    if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < model.config.vocab_size:
+    if not 0 <= int(idx.min()) <= int(idx.max()) < model.config.vocab_size:
         raise ValueError(f"idx holds ids from {int(idx.min())} to {int(idx.max())}; the vocabulary has 0 to "
                          f"{model.config.vocab_size - 1}")  # fmt: skip
     try:

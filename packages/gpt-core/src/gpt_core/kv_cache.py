@@ -21,12 +21,15 @@ class KVCache:
         shape = (n_layer, batch_size, n_head, max_length, head_dim)  # (L, B, H, T_max, d)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
-        self.positions = None if positions is None else positions.to(device)  # (B, T_max) or None
-        self.max_length = max_length
+        # (B, T_max) or None; a copy, so that the ids checked when the cache is made are the ids it uses
+        self.positions = None if positions is None else positions.to(device, copy=True)
+        self.batch_size, self.max_length = batch_size, max_length
         self.length = 0
 
-    def check_room(self, n_positions: int) -> None:
-        """Raise ValueError if the next n positions do not fit: checked on the host, before any write."""
+    def check_fits(self, batch_size: int, n_positions: int) -> None:
+        """Raise ValueError unless n more positions of `batch_size` sequences fit: on the host, before any write."""
+        if batch_size != self.batch_size:
+            raise ValueError(f"the KV cache holds {self.batch_size} sequences, the input {batch_size}")
         if self.length + n_positions > self.max_length:
             needed = self.length + n_positions
             raise ValueError(f"KV cache is full: {needed} positions needed, {self.max_length} allocated")
@@ -35,13 +38,12 @@ class KVCache:
         """The ids (B, n) of the next n slots, or None where slot i is position i."""
         if self.positions is None:
             return None
-        self.check_room(n_positions)
         return self.positions[:, self.length : self.length + n_positions]
 
     def store(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write k, v (B, H, T, d) after the filled part; return all filled keys and values. `length` moves on once
         per forward, in `advance`, after every layer has stored."""
-        self.check_room(k.shape[-2])
+        self.check_fits(k.shape[0], k.shape[-2])
         end = self.length + k.shape[-2]
         self.keys[layer, :, :, self.length : end] = k
         self.values[layer, :, :, self.length : end] = v

@@ -95,8 +95,13 @@ def forward_positions(
     device: torch.device,
 ) -> Tensor:
     """A forward's ids: those `given`, checked; else the cache's next slots' (B, T) where it holds ids, sampled
-    (B, T) in randomized training, else the next T (T,)."""
+    (B, T) in randomized training, else the next T (T,). A cache is checked to hold the batch and room for T more."""
+    if cache is not None:
+        cache.check_fits(batch_size, length)
     if given is not None:
+        if tuple(given.shape) not in ((length,), (batch_size, length)):
+            raise ValueError(f"positions must be (T,) = ({length},) or (B, T) = ({batch_size}, {length}), "
+                             f"got {tuple(given.shape)}")  # fmt: skip
         check_position_ids(c, given)
         return given
     held = cache.next_positions(length) if cache is not None else None
@@ -110,7 +115,11 @@ def forward_positions(
 
 
 def check_position_ids(c: GPTConfig, positions: Tensor) -> None:
-    """Raise ValueError if a given position id lies outside the range the model has."""
+    """Raise ValueError unless the given position ids are integers (int64 or int32) in the range the model has."""
+    if positions.dtype not in (torch.int64, torch.int32):  # RoPE would take a float or bool as an angle
+        raise ValueError(f"position ids must be int64 (or int32), got {positions.dtype}")
+    if positions.numel() == 0:
+        return
     limit = position_limit(c)
     low, high = torch.stack(positions.aminmax()).tolist()  # one read from the device
     if low < 0:
