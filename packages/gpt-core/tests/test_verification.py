@@ -191,6 +191,46 @@ def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot(torch_referenc
     ]
 
 
+def test_a_kernel_that_writes_into_its_arguments_fails_naming_the_argument_and_the_pass(torch_references):
+    """Right values, but the input or the weight changed in place (which corrupts the activations wherever the
+    model reads them again): a failure naming it, whose pass does it, never an error of the reference's backward."""
+
+    def gelu_doubling_its_input(x):
+        y = DEFAULT_KERNELS.gelu(x)
+        with torch.no_grad():
+            x.mul_(2)
+        return y
+
+    def layer_norm_shifting_its_weight(x, weight, bias, eps=1e-5):
+        y = DEFAULT_KERNELS.layer_norm(x, weight, bias, eps)
+        weight.data.add_(1.0)  # not even autograd's version counter sees this one
+        return y
+
+    class Halving(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return DEFAULT_KERNELS.sampling_softmax(x.detach())
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            with torch.no_grad():
+                x.mul_(0.5)
+            return torch.zeros_like(dy)
+
+    cases = {
+        "gelu": (gelu_doubling_its_input, "the forward changed its argument x in place"),
+        "layer_norm": (layer_norm_shifting_its_weight, "the forward changed its argument weight in place"),
+        "sampling_softmax": (Halving.apply, "the backward changed the argument x"),
+    }
+    for dtype in (torch.float64, torch.float32):
+        for slot, (kernel, said) in cases.items():
+            rows = kernel_report(slot, kernel, torch_references, seed=0, dtype=dtype)
+            first = next(row for row in rows if row.failure(1e-4) is not None)
+            assert said in first.failure(1e-4), (slot, first)
+
+
 def test_a_weights_function_that_differs_fails_its_cases_and_the_hooked_model(torch_references):
     """The weights slot is pinned by its own cases and by a model whose `pattern` is hooked, the one place a
     model calls it: weights off by a small amount fail both."""

@@ -166,13 +166,21 @@ NOT_PLAIN = {
     "on another device": ("return out.detach().to('meta')", "its output is on device meta, not cpu"),
     "sparse": ("return out.to_sparse()", "its output is a sparse tensor (torch.sparse_coo)"),
     "a tensor subclass": ("return Odd(out)", "its output is a Odd, a tensor subclass"),
+    "nested": ("return strided_nested(out)", "its output is a nested tensor"),  # a jagged one is a tensor subclass
 }
 NOT_PLAIN_SOURCE = """
+    import warnings
+
     import torch
     from gpt_core import DEFAULT_KERNELS
 
     class Odd(torch.Tensor):
         pass
+
+    def strided_nested(out):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the layout's "prototype stage" warning
+            return torch.nested.nested_tensor([out.detach()])
 
     def attention(q, k, v, causal):
         out = DEFAULT_KERNELS.attention(q, k, v, causal)

@@ -253,6 +253,8 @@ def output_checked(kernel: Callable[..., Any]) -> Callable[..., Any]:
             problem = f"is a {type(output).__name__}, not a tensor"
         elif type(output) not in (torch.Tensor, torch.nn.Parameter):
             problem = f"is a {type(output).__name__}, a tensor subclass"
+        elif output.is_nested:
+            problem = "is a nested tensor"
         elif output.layout != torch.strided:
             problem = f"is a sparse tensor ({output.layout})"
         elif device is not None and output.device != device:

@@ -330,6 +330,18 @@ def _checks(kernels: Kernels, case: _Case) -> bool:
     return not (case.draws and case.slot == "attention" and not _takes_dropout(kernels.attention))
 
 
+def _changed(names: Sequence[str], arguments: Sequence[Any], given: Sequence[Any]) -> str | None:
+    """The name of the first tensor argument whose values are no longer those `given` (a copy), or None. A kernel
+    that writes into its input corrupts the model's activations wherever that input is read again."""
+    for name, now, was in zip(names, arguments, given, strict=True):
+        if isinstance(now, Tensor) and not torch.equal(now, was):
+            if not now.is_floating_point() or not torch.equal(now.isnan(), was.isnan()):
+                return name
+            if not torch.equal(now.detach().nan_to_num(), was.nan_to_num()):  # nan where it was: unchanged
+                return name
+    return None
+
+
 def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Mapping[str, str] | None, device) -> Row:
     """One case's outputs and gradients; a kernel failing in any way is this row's result, not an error."""
     relative, label = is_relative(dtype), (labels or {}).get(case.reference, case.reference)
@@ -338,18 +350,25 @@ def _compare(case: _Case, kernels: Kernels, gen, dtype: torch.dtype, labels: Map
     reference_inputs = [_leaf(x, torch.float64) if relative and i in leaves else x for i, x in enumerate(inputs)]
     theirs = case.theirs(*reference_inputs)
     cotangent = torch.randn(theirs.shape, generator=gen, dtype=dtype, device="cpu").to(device)
+    # the reference's gradients first: nothing the kernel does to the arguments it shares can reach them
+    wrt = [reference_inputs[i] for i in leaves]
+    grads_theirs = torch.autograd.grad(theirs, wrt, cotangent.to(theirs.dtype)) if leaves else ()
+    given = [x.detach().clone() if isinstance(x, Tensor) else x for x in inputs]
     try:
         ours = case.call(kernels, *inputs)
     except Exception as error:
         return _row(case.component, label, dtype, _raised("the forward", error))
+    if (name := _changed(case.names, inputs, given)) is not None:
+        return _row(case.component, label, dtype, (math.inf, f"the forward changed its argument {name} in place"))
     forward = difference("output", ours, theirs, relative)
     if not isinstance(ours, Tensor) or ours.shape != theirs.shape or not leaves:  # not leaves: nothing to differentiate
         return _row(case.component, label, dtype, forward)
-    grads_theirs = torch.autograd.grad(theirs, [reference_inputs[i] for i in leaves], cotangent.to(theirs.dtype))
     try:
         grads_ours = torch.autograd.grad(ours, [inputs[i] for i in leaves], cotangent, allow_unused=True)
     except Exception as error:
         return _row(case.component, label, dtype, forward, _raised("the backward", error))
+    if (name := _changed(case.names, inputs, given)) is not None:
+        return _row(case.component, label, dtype, forward, (math.inf, f"the backward changed the argument {name}"))
     names = [f"gradient of {case.names[i]}" for i in leaves]
     gradients = list(zip(names, grads_ours, grads_theirs, strict=True))
     return compared(case.component, label, [("output", ours, theirs)], gradients, relative)
