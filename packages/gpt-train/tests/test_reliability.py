@@ -250,6 +250,34 @@ def test_ctrl_c_during_the_final_evaluation_keeps_every_step_and_resuming_only_e
     assert_one_line_error(cli("run", "--resume", cut), "already finished (30 of 30 steps)")
 
 
+@pytest.mark.parametrize("at", ["final", "step 25"])
+def test_an_evaluation_that_raises_keeps_every_step_trained_and_resuming_goes_on_from_them(
+    cli, tmp_path, monkeypatch, at
+):
+    """A task's evaluation that fails (its own error, memory on the whole split): the steps since the last checkpoint
+    (checkpoint_every 20 here) are written before the error goes on, and --resume trains none of them again."""
+    evaluate = Trainer.evaluate
+
+    def failing(self, limit):
+        if self.step == (30 if at == "final" else 25):
+            raise RuntimeError("the task cannot score this split")
+        return evaluate(self, limit)
+
+    run_dir, settings = tmp_path / "run", ("--set", "checkpoint_every=20", "--set", "eval_every=5")
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "evaluate", failing)
+        with pytest.raises(RuntimeError, match="^the task cannot score this split$"):  # its traceback, as ours
+            cli(*TINY, *settings, "--out", run_dir)
+    saved = 30 if at == "final" else 25
+    assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step == saved  # not 20
+    steps = []
+    train_step = Trainer.train_step
+    monkeypatch.setattr(Trainer, "train_step", lambda self, step: steps.append(step) or train_step(self, step))
+    assert cli("run", "--resume", run_dir, "--quiet").code == 0
+    assert steps == list(range(saved, 30))
+    assert json.loads((run_dir / RunLayout.FINAL).read_text())["step"] == 30
+
+
 def test_sigterm_during_the_final_evaluation_writes_the_checkpoint_as_ctrl_c_does(cli, tmp_path, monkeypatch):
     """SIGTERM's default there killed the process: every step since the last checkpoint was lost, in silence."""
     evaluate = Trainer.evaluate

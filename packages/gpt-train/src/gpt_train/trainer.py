@@ -458,7 +458,7 @@ class Trainer:
         self.keep_snapshot()
         evaluated = s.evaluates_at(self.step) and self.step < self.last_step
         if evaluated:
-            latest = self._computing(f"the evaluation at step {self.step}", lambda: self.evaluate(s.eval_limit))
+            latest = self._evaluating(f"the evaluation at step {self.step}", s.eval_limit, elapsed)
             self._follow_cooldown_trigger(latest, progress)
         if evaluated or (self.step % s.log_every == 0 and self.step < self.last_step):
             lr = self.optimizer.param_groups[0]["lr"]
@@ -488,9 +488,7 @@ class Trainer:
         try:
             with ctrl_c_interrupts():  # SIGTERM too, which killed the run here, its last steps unsaved
                 with evaluation_progress(self.quiet):
-                    final = self._computing(
-                        "the final evaluation", lambda: self.evaluate(self.settings.final_eval_limit)
-                    )
+                    final = self._evaluating("the final evaluation", self.settings.final_eval_limit, elapsed)
                 layout = self.record.layout
                 self.record.check_in_place()  # after a long final evaluation, before writing by name again
                 problem = write_attention(self.task, self.model, self.device, layout) if self.record.active else None
@@ -518,12 +516,24 @@ class Trainer:
         detail = f"{what} at step {self.step + 1}; stopped ({self.record.last_checkpoint()})"
         return Outcome("diverged", self.step, detail=detail)
 
-    def _computing(self, what: str, work: Callable[[], T]) -> T:
-        """Run `work` (a step, an evaluation); with chosen kernels, a foreign error from it is a KernelFailure naming
-        them and `what`. Without them an error is gpt-core's or gpt-train's own, and keeps its traceback."""
+    def _evaluating(self, what: str, limit: int | None, elapsed: Callable[[], float]) -> dict[str, float]:
+        """An evaluation. Whatever it raises (a task's own error, memory), the steps trained so far are written first:
+        an evaluation changes no weight, so the checkpoint is the model as trained, and --resume goes on from it."""
+
+        def keep_the_steps() -> None:
+            if self.saved_step != self.step:
+                self.save(elapsed())
+
+        return self._computing(what, lambda: self.evaluate(limit), keep_the_steps)
+
+    def _computing(self, what: str, work: Callable[[], T], on_error: Callable[[], None] = lambda: None) -> T:
+        """Run `work` (a step, an evaluation), and `on_error` if it raises; with chosen kernels, a foreign error from
+        it is a KernelFailure naming them and `what`. Without them an error is gpt-core's or gpt-train's own, or a
+        task's, and keeps its traceback."""
         try:
             return work()
         except Exception as error:
+            on_error()
             if not self.config.kernels or (isinstance(error, TrainError) and not isinstance(error, KernelExit)):
                 raise
             kernels, unverified = self.config.kernels, self.config.unverified_kernels
