@@ -278,7 +278,7 @@ def test_eval_with_learned_positions_past_their_table(cli, tiny_run):
 def test_eval_set_of_a_key_that_is_no_task_parameter_names_the_ones_eval_takes(cli, tiny_run, key):
     result = cli("eval", tiny_run, "--set", f"{key}=2")
     assert_one_line_error(
-        result, f"eval --set takes the sort task's parameters (length, min_length, separator, vocab), not {key}"
+        result, f"eval --set takes the sort task's parameters (length, min_length), not {key}"
     )
 
 
@@ -292,7 +292,13 @@ def test_eval_set_that_changes_the_vocabulary_is_refused(cli, tiny_run, tmp_path
     for p, tokens in ((7, 8), (13, 14)):
         refused = cli("eval", modadd, "--set", f"p={p}")
         assert_one_line_error(refused, f"--set p={p} gives the modadd task a vocabulary of {tokens} tokens", "of 12")
-    assert_one_line_error(cli("eval", tiny_run, "--set", "vocab=5"), "a vocabulary of 5 tokens, and the model")
+    assert_one_line_error(cli("eval", tiny_run, "--set", "vocab=5"), "cannot change vocab of a trained sort run")
+
+
+def test_eval_set_that_keeps_the_vocabularys_size_but_not_what_its_ids_mean_is_refused(cli, tiny_run):
+    """sort with vocab 9 and the separator has 10 ids, as vocab 10 without: id 9 would be '=' to the evaluation."""
+    refused = cli("eval", tiny_run, "--set", "vocab=9", "--set", "separator=true")
+    assert_one_line_error(refused, "cannot change separator, vocab of a trained sort run", "what the token ids mean")
 
 
 def test_eval_set_that_changes_the_held_out_split_is_refused(cli, tiny_run):

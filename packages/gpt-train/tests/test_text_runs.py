@@ -60,8 +60,9 @@ def test_a_bpe_run_keeps_its_tokenizer_and_eval_and_sample_use_it_after_the_run_
     sampled = cli("sample", moved, "--prompt", "the café 🎉 ẞ", "--max-new-tokens", "5")
     assert sampled.code == 0 and sampled.out.startswith("the café 🎉 ẞ -> ")
 
-    for setting in ("vocab_size=400", "tokenizer=byte", "chunk_size=512", "heldout_fraction=0.5"):
+    for setting in ("vocab_size=400", "tokenizer=byte", "chunk_size=512", "heldout_fraction=0.5", "corpus_sha256="):
         refused = cli("eval", moved, "--set", setting)  # vocab_size=400 was ignored; the others changed the split
+        # (an empty corpus_sha256 checked no corpus: another text's held-out chunks lay in this one's training text)
         assert refused.code != 0 and f"cannot change {setting.split('=')[0]} of a trained text run" in refused.err
     assert cli("eval", moved, "--set", "block_size=16").code == 0
 

@@ -54,6 +54,7 @@ class SortTask(PromptAnswerTask):
     description = "sort a run of digits (seed task; exact match of greedy generation)"
     Params = SortParams
     primary_metric = "exact_match"
+    eval_fixed = ("heldout_fraction", "vocab", "separator")  # vocab 9 with the separator is 10 ids, as vocab 10
 
     def __init__(self, params: SortParams):
         super().__init__(params)

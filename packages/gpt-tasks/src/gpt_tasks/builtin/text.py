@@ -125,7 +125,9 @@ class TextTask(Task):
     Params = TextParams
     primary_metric = "bits_per_char"
     higher_is_better = False
-    eval_fixed = ("heldout_fraction", "chunk_size", "tokenizer", "vocab_size", "alphabet", "tokenizer_file")
+    eval_fixed = (
+        "heldout_fraction", "chunk_size", "corpus_sha256", "tokenizer", "vocab_size", "alphabet", "tokenizer_file"
+    )  # fmt: skip
     SALT: ClassVar[bytes] = b"text"  # a named case of text keeps its own, and with it its held-out chunks
     CORPUS_NOUN: ClassVar[str] = "text corpus"
     FINAL_EVAL_LIMIT: ClassVar[int | None] = FINAL_EVAL_WINDOWS  # None: every held-out window
