@@ -134,6 +134,21 @@ def test_plugin_whose_register_raises_has_its_partial_registrations_dropped(plug
         registry.info("half")
 
 
+def test_a_plugin_that_exits_is_reported_and_the_others_still_work(plugin):
+    """sys.exit is a BaseException, not an Exception: it ended every command (and a Python program listing tasks)."""
+    at_import = plugin("gt_exits_at_import", "import sys\nsys.exit(0)\n")
+    at_register = task_plugin(plugin, "gt_exits_registering", "exits", body="raise SystemExit(3)")
+    good = task_plugin(plugin, "gt_good_x", "good_x")
+    with pytest.warns(PluginWarning) as warned:
+        registry = Registry(plugins=[at_import, at_register, good])
+    said = [str(warning.message) for warning in warned]
+    assert any(re.search(r"'gt_exits_at_import'.*failed to load: it called sys.exit\(0\)$", text) for text in said)
+    assert any(
+        re.search(r"'gt_exits_registering'.*register its tasks: it called sys.exit\(3\)$", text) for text in said
+    )
+    assert [info.name for info in registry.tasks()] == ["good_x"]
+
+
 def test_registering_something_that_is_not_a_task_is_reported(plugin):
     not_a_task = task_plugin(plugin, "gt_not_a_task", "unused", body="register(int)")
     good = task_plugin(plugin, "gt_good_c", "good_c")

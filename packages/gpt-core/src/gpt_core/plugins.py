@@ -92,7 +92,7 @@ class PluginTable(Generic[Item]):
         name = f"{origin.distribution}:{entry_point.name}={entry_point.value}"  # a name is unique in its distribution
         try:
             self._manager.register(entry_point.load(), name=name)
-        except Exception as error:  # a broken plugin must not take the others down
+        except (Exception, SystemExit) as error:  # a broken plugin must not take the others down, nor end the program
             self._warn(origin, "failed to load", error)
             return []
         registered: list[Item] = []
@@ -109,15 +109,20 @@ class PluginTable(Generic[Item]):
         for hook in hooks:
             try:
                 hook.function(register=register)
-            except Exception as error:
+            except (Exception, SystemExit) as error:
                 self._manager.unregister(name=name)
                 self._warn(origin, f"failed to register its {self.kind.noun}s", error)
                 return []
         return registered
 
-    def _warn(self, origin: Origin, what: str, error: Exception) -> None:
+    def _warn(self, origin: Origin, what: str, error: Exception | SystemExit) -> None:
         plugin = f"{self.kind.noun} plugin {origin.plugin!r} ({origin.distribution})"
-        warnings.warn(f"{plugin} {what}: {type(error).__name__}: {error}", self.kind.warning, stacklevel=5)
+        said = (
+            f"it called sys.exit({error.code!r})"
+            if isinstance(error, SystemExit)
+            else f"{type(error).__name__}: {error}"
+        )
+        warnings.warn(f"{plugin} {what}: {said}", self.kind.warning, stacklevel=5)
 
     def _add(self, item: Item) -> None:
         if item.key in self._clashes:
