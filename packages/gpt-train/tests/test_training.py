@@ -20,7 +20,7 @@ from train_helpers import TINY, assert_one_line_error, read_metrics
 
 import gpt_core.kernels
 from gpt_core import GPT, KERNEL_SETS, GPTConfig
-from gpt_tasks import field_types, get_task, list_tasks
+from gpt_tasks import Batch, field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.cli.run import resume_hint
 from gpt_train.config import ConfigError, RunConfig, train_settings
@@ -29,7 +29,15 @@ from gpt_train.precision import Precision
 from gpt_train.progress import Progress
 from gpt_train.runs import Run
 from gpt_train.settings import TrainSettings
-from gpt_train.trainer import MetricsError, Trainer, checked_metrics, learning_rate, make_optimizer
+from gpt_train.trainer import (
+    BatchError,
+    MetricsError,
+    Trainer,
+    checked_batch,
+    checked_metrics,
+    learning_rate,
+    make_optimizer,
+)
 from gpt_viz import RunLayout
 
 SETTINGS = dict(steps=100, batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=10, schedule="cosine",
@@ -649,3 +657,38 @@ def test_an_evaluation_outside_the_contract_is_one_error_at_the_first_evaluation
     with pytest.raises(MetricsError, match=re.escape(said)):
         checked_metrics(task, returned)
     assert checked_metrics(task, {"exact_match": 1, "token_accuracy": 0.5}) == {"exact_match": 1, "token_accuracy": 0.5}
+
+
+SORT_4 = get_task("sort", length=4)  # batches (B, 7), its block_size; vocabulary 0 to 9
+GOOD = SORT_4.batch(3, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        ((GOOD.inputs, GOOD.targets), "a tuple, not a gpt_tasks.Batch"),
+        (Batch(GOOD.inputs.float(), GOOD.targets), "inputs as torch.float32 (3, 7); a Batch holds (B, T) token ids"),
+        (Batch(GOOD.inputs.tolist(), GOOD.targets), "inputs as list; a Batch holds (B, T) token ids"),
+        (Batch(GOOD.inputs[..., None], GOOD.targets), "inputs as torch.int64 (3, 7, 1)"),
+        (Batch(GOOD.inputs, GOOD.targets[:, :-1]), "inputs (3, 7) and targets (3, 6): the same (B, T)"),
+        (Batch(GOOD.inputs[:0], GOOD.targets[:0]), "inputs (0, 7) and targets (0, 7): the same (B, T), B >= 1"),
+        (Batch(GOOD.inputs.repeat(1, 2), GOOD.targets.repeat(1, 2)), "T from 1 to the task's block_size 7"),
+        (Batch(GOOD.inputs + 1000, GOOD.targets), "input ids from 100"),
+        (Batch(GOOD.inputs - 5, GOOD.targets), "input ids from -"),
+        (Batch(GOOD.inputs, GOOD.targets.clamp(min=0) + 10), "the vocabulary has 0 to 9 (and -100 for an unscored"),
+    ],
+)
+def test_a_batch_outside_the_contract_is_one_error_naming_the_task_at_the_first_step(returned, said):
+    """A plugin's batch of floats, of another shape or of ids past the vocabulary failed deep in the model with a
+    traceback; one longer than the block trained a rope model on lengths the task never asks for."""
+    with pytest.raises(BatchError, match=r"^task 'sort': batch\(\) returned .*" + re.escape(said)):
+        checked_batch(SORT_4, returned)
+    assert checked_batch(SORT_4, GOOD) is GOOD
+    assert checked_batch(SORT_4, Batch(GOOD.inputs.int(), GOOD.targets.int())).inputs.dtype == torch.int32
+
+
+def test_a_run_whose_task_makes_a_wrong_batch_stops_at_its_first_step_in_one_line(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(type(SORT_4), "batch", lambda self, size, generator: Batch(GOOD.inputs + 1000, GOOD.targets))
+    result = cli(*TINY, "--out", tmp_path / "run")
+    assert_one_line_error(result, "task 'sort': batch() returned input ids from 100")
+    assert not (tmp_path / "run" / RunLayout.CHECKPOINT).exists()

@@ -17,10 +17,10 @@ from typing import Any, Literal, TypeVar
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt_core import GPT, KERNEL_SETS, Kernels, to_device
+from gpt_core import GPT, IGNORE_INDEX, KERNEL_SETS, Kernels, to_device
 from gpt_core.compiling import compiled
 from gpt_core.testing.verification import dropout_report
-from gpt_tasks import Task, measure_probes
+from gpt_tasks import Batch, Task, measure_probes
 from gpt_train.accumulation import accumulate_gradients
 from gpt_train.checkpoint import TrainingState, load_weights
 from gpt_train.compiling import (
@@ -100,6 +100,37 @@ def checked_metrics(task: Task, metrics: Any) -> dict[str, float]:
     if wrong:
         raise MetricsError(f"{what} {wrong[0]} as a {type(metrics[wrong[0]]).__name__}; metrics are Python numbers")
     return metrics
+
+
+class BatchError(TrainError):
+    """A task's `batch` that returns what the contract does not: a Batch of (B, T) token ids the model can read."""
+
+
+def checked_batch(task: Task, batch: Any) -> Batch:
+    """`batch()`'s Batch, checked at a run's first step (on the host, where batches are made): a wrong one failed
+    deep in the model, with a traceback, or (longer than the block, with rope) trained on what the task never asks."""
+    what = f"task {task.name!r}: batch() returned"
+    if not isinstance(batch, Batch):
+        raise BatchError(f"{what} a {type(batch).__name__}, not a gpt_tasks.Batch")
+    for name in ("inputs", "targets"):
+        ids = getattr(batch, name)
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32) or ids.dim() != 2:
+            got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise BatchError(f"{what} {name} as {got}; a Batch holds (B, T) token ids, int64 (or int32)")
+    shape, (B, T) = tuple(batch.targets.shape), batch.inputs.shape
+    if shape != (B, T) or not (B >= 1 and 1 <= T <= task.block_size):
+        raise BatchError(
+            f"{what} inputs {(B, T)} and targets {shape}: the same (B, T), B >= 1 and T from 1 to the task's "
+            f"block_size {task.block_size}"
+        )
+    scored = batch.targets[batch.targets != IGNORE_INDEX]
+    for name, ids in (("input", batch.inputs), ("target", scored)):
+        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < task.vocab_size:
+            raise BatchError(
+                f"{what} {name} ids from {int(ids.min())} to {int(ids.max())}; the vocabulary has 0 to "
+                f"{task.vocab_size - 1}" + (f" (and {IGNORE_INDEX} for an unscored target)" if name == "target" else "")
+            )
+    return batch
 
 
 def evaluate_splits(task: Task, model: GPT, device: torch.device, splits, limit: int | None) -> dict[str, float]:
@@ -246,6 +277,8 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(step, s, self.cooldown_from)
         batch = self.draw_batch(step)
+        if step == self.first_step:
+            checked_batch(self.task, batch)
         self.optimizer.zero_grad(set_to_none=True)
         if s.kernels == "triton" and step == self.first_step and self.model.kernels is not KERNEL_SETS["fast"]:
             self._check_triton_step(batch)
