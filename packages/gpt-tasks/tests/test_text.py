@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import mmap
+import os
 import random
 from pathlib import Path
 
@@ -175,6 +176,26 @@ def test_a_directory_with_no_matching_text_is_refused(tmp_path):
 def test_a_bad_glob_is_refused(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     one_line_error(lambda: text_task(tmp_path, glob="/abs/*.txt"), "glob '/abs/*.txt'")
+
+
+def test_a_directory_that_cannot_be_listed_is_refused_where_the_glob_reaches_it(tmp_path, monkeypatch):
+    """Path.glob passes over a folder it may not list, and the folder's files with it: a run trained on part of
+    the corpus without a word. Listing is refused here as a user without the permission is (root may list any)."""
+    for name in ("a.txt", "closed/b.txt", ".hidden/c.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("some text to read\n")
+    scandir = os.scandir
+
+    def refusing(path=".", *args):
+        if Path(path).name in ("closed", ".hidden"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path, *args)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    for glob in ("**/*.txt", "closed/*.txt", "*/b.txt"):
+        with pytest.raises(ValueError, match=rf"^cannot list {tmp_path / 'closed'} \(Permission denied\): its files"):
+            Corpus.find(tmp_path, glob)
+    assert Corpus.find(tmp_path, "*.txt").files == (tmp_path / "a.txt",)  # the glob never enters a folder
 
 
 def test_a_missing_corpus_and_no_corpus_at_all_are_refused(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ class Corpus:
             matches = [p for p in path.glob(glob) if p.is_file() and not _hidden(p.relative_to(path))]
         except (ValueError, NotImplementedError) as error:
             raise ValueError(f"glob {glob!r} cannot be used: {error}") from None
+        if (closed := _unlisted_directory(path, None if "**" in glob else glob.count("/"))) is not None:
+            raise ValueError(f"cannot list {closed.filename} ({closed.strerror}): its files could match glob {glob!r}")
         if not matches:
             raise ValueError(f"no file under {path} matches glob {glob!r} (hidden files are skipped)")
         files = tuple(sorted(matches, key=lambda p: p.relative_to(path).as_posix()))
@@ -83,6 +86,18 @@ class Corpus:
                 digest.update(text.encode())
                 bar.update(len(raw))
         return digest.hexdigest()
+
+
+def _unlisted_directory(root: Path, depth: int | None) -> OSError | None:
+    """The error listing the first non-hidden directory under `root`, at most `depth` levels down (None: any), that
+    cannot be listed, or None: Path.glob passes over such a directory without a word, and its files with it."""
+    failed: list[OSError] = []
+    for folder, subfolders, _ in os.walk(root, onerror=failed.append):
+        if failed:
+            break
+        level = len(Path(folder).relative_to(root).parts)
+        subfolders[:] = [] if depth is not None and level >= depth else [d for d in subfolders if not d.startswith(".")]
+    return failed[0] if failed else None
 
 
 def _hidden(relative: Path) -> bool:
