@@ -277,9 +277,7 @@ def test_eval_with_learned_positions_past_their_table(cli, tiny_run):
 @pytest.mark.parametrize("key", ["n_layer", "model.n_layer", "bogus", "task.bogus"])
 def test_eval_set_of_a_key_that_is_no_task_parameter_names_the_ones_eval_takes(cli, tiny_run, key):
     result = cli("eval", tiny_run, "--set", f"{key}=2")
-    assert_one_line_error(
-        result, f"eval --set takes the sort task's parameters (length, min_length), not {key}"
-    )
+    assert_one_line_error(result, f"eval --set takes the sort task's parameters (length, min_length), not {key}")
 
 
 def test_eval_set_that_changes_the_vocabulary_is_refused(cli, tiny_run, tmp_path):

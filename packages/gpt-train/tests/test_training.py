@@ -29,6 +29,7 @@ from gpt_train.precision import Precision
 from gpt_train.progress import Progress
 from gpt_train.runs import Run
 from gpt_train.settings import TrainSettings
+from gpt_train.signals import REPEAT_GRACE
 from gpt_train.trainer import (
     BatchError,
     MetricsError,
@@ -366,6 +367,7 @@ def test_a_second_ctrl_c_stops_at_once_keeping_the_checkpoint_on_disk(cli, tmp_p
     def two_ctrl_cs(step: int) -> None:
         if step == at:
             os.kill(os.getpid(), signal.SIGINT)  # the first asks for a stop after this step
+            time.sleep(REPEAT_GRACE)
             os.kill(os.getpid(), signal.SIGINT)  # the second raises here, inside the step
 
     trainer.on_step = two_ctrl_cs
@@ -378,6 +380,28 @@ def test_a_second_ctrl_c_stops_at_once_keeping_the_checkpoint_on_disk(cli, tmp_p
     assert (outcome.reason, outcome.step) == ("interrupted", at)
     assert outcome.detail == "stopped at once; the checkpoint of step 10 is kept"
     assert load_checkpoint(tmp_path / RunLayout.CHECKPOINT, "sort").step == 10
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_sent_twice_at_once_as_timeout_sends_it_stops_after_the_step_with_a_checkpoint(cli, tmp_path, signum):
+    """GNU timeout signals the process, then its process group: a few milliseconds apart, the second was a "second
+    Ctrl-C" and stopped the run at once, dropping every step since the last checkpoint."""
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir, "--steps", "1").code == 0
+    config = RunConfig.load(run_dir)
+    (run_dir / RunLayout.CHECKPOINT).unlink()
+    trainer = trainer_for(dataclasses.replace(config, train=dataclasses.replace(config.train, steps=30)), run_dir)
+
+    def twice(step: int) -> None:
+        if step == 14:
+            os.kill(os.getpid(), signum)
+            time.sleep(0.01)  # as a busy machine delays timeout's second kill
+            os.kill(os.getpid(), signum)
+
+    trainer.on_step = twice
+    outcome = trainer.run()
+    assert (outcome.reason, outcome.step, outcome.detail) == ("interrupted", 14, "checkpoint written")
+    assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step == 14
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path):

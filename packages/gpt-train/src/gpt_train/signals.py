@@ -9,6 +9,7 @@ import io
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TextIO
 
@@ -28,20 +29,30 @@ def signals_handled_by(handler: Callable, signums: tuple[int, ...] = (signal.SIG
             signal.signal(signum, before)
 
 
+REPEAT_GRACE = 0.5
+"""Seconds after a stop request in which another signal is the same request, not a second one: `timeout` sends its
+SIGTERM twice, to the process and then to its process group, a few milliseconds apart or more on a busy machine."""
+
+
 class StopRequest:
     """Turns SIGINT and SIGTERM into a flag the loop checks between steps, so a stop never tears a step in half; a
-    second one raises KeyboardInterrupt at once, for a step (or an evaluation) that would take too long to end. An
-    output whose reader has gone sets the flag too, in silence: there is nobody to tell."""
+    second one (REPEAT_GRACE or more after the first) raises KeyboardInterrupt at once, for a step (or an evaluation)
+    that would take too long to end. An output whose reader has gone sets the flag too, in silence: there is nobody
+    to tell."""
 
     def __init__(self, say: Callable[[str], None] | None = None) -> None:
         self.requested = False
+        self.requested_at: float | None = None  # when a signal asked, on the monotonic clock
         self.say = say  # told once, at the first request
 
     def installed(self) -> contextlib.AbstractContextManager[None]:
         def stop(signum, frame) -> None:
+            now = time.monotonic()
+            if self.requested and self.requested_at is not None and now - self.requested_at < REPEAT_GRACE:
+                return  # the first request, sent again
             if self.requested:
                 raise KeyboardInterrupt
-            self.requested = True
+            self.requested, self.requested_at = True, now
             if self.say is not None:
                 self.say("stopping after this step, with a checkpoint; Ctrl-C again stops at once")
 
