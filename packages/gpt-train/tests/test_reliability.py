@@ -176,14 +176,24 @@ def test_safetensors_own_temporaries_left_by_a_kill_are_removed_at_the_next_star
     assert mine.read_text() == "my notes"
 
 
-def test_an_out_directory_holding_files_of_another_kind_is_refused_and_left_alone(cli, tmp_path):
+@pytest.mark.parametrize("config", ['{"my": "own settings"}\n', None])
+def test_an_out_directory_holding_files_of_another_kind_is_refused_and_left_alone_even_with_force(
+    cli, tmp_path, config
+):
+    """A project's own config.json and curves.png were "a run": --resume then refused it, and --force, the other
+    way the message offered, deleted them."""
     project = tmp_path / "project"
     project.mkdir()
-    (project / RunLayout.CONFIG).write_text('{"my": "own settings"}\n')
+    if config is not None:
+        (project / RunLayout.CONFIG).write_text(config)
     (project / RunLayout.CURVES_PICTURE).write_bytes(b"my own picture")
     before = snapshot(project)
-    assert_one_line_error(cli(*TINY, "--out", project), "already holds a run (config.json)", "--force")
-    assert snapshot(project) == before
+    why = "is not a valid run configuration (it has no 'task')" if config else "no config.json"
+    for force in ((), ("--force",)):
+        result = cli(*TINY, *force, "--out", project)
+        assert_one_line_error(result, f"and they are not a run's ({project / 'config.json'}" if config else "", why)
+        assert "--force replaces only a run, so choose another --out, or move them" in result.err
+        assert snapshot(project) == before
 
 
 def test_a_stopped_run_of_another_configuration_is_not_reused_without_force(cli, tmp_path):

@@ -160,6 +160,12 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: 
     lock = RunLock(layout.root).acquire()
     try:
         existing = layout.existing()
+        if existing and not _is_unstarted_run_of(layout, config) and (why := _not_a_run(layout, existing)):
+            names = ", ".join(path.name for path in existing)
+            raise RunDirError(
+                f"{root} holds {names}, and they are not a run's ({why}): --force replaces only a run, so choose "
+                "another --out, or move them"
+            )
         if existing and not force and not _is_unstarted_run_of(layout, config):
             go_on = "" if layout.final.exists() else f"continue it with --resume {shlex.quote(str(root))} or "
             raise RunDirError(
@@ -194,6 +200,19 @@ def _tidy(layout: RunLayout, config: RunConfig) -> None:
         folder.mkdir(exist_ok=True)
     except OSError as error:
         raise RunDirError(f"cannot create {folder} ({describe(error)})") from None
+
+
+def _not_a_run(layout: RunLayout, existing: list[Path]) -> str | None:
+    """Why files named as a run's are not one (None: they are, or a run's task files laid out before its config):
+    a config.json that is no run configuration, or none beside other files (a project's own curves.png, say)."""
+    if not layout.config.exists():
+        task_files = set(layout.root.glob(layout.task_file_name("*")))
+        return f"no {layout.config.name}" if set(existing) - task_files else None
+    try:
+        RunConfig.load(layout.root)
+    except ConfigError as error:
+        return str(error)
+    return None
 
 
 def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
