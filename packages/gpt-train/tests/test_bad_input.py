@@ -304,6 +304,13 @@ def test_eval_set_that_changes_the_held_out_split_is_refused(cli, tiny_run):
     assert_one_line_error(cli("eval", tiny_run, "--set", "heldout_fraction=0.5"), "cannot change heldout_fraction")
 
 
+def test_a_very_long_prompt_is_refused_in_a_short_line(cli, tiny_run):
+    """A 5,000-digit prompt was echoed whole: one line of 5,073 characters."""
+    result = cli("sample", tiny_run, "--prompt", "9" * 5000)
+    assert_one_line_error(result, f"prompt {'9' * 40!r}... (5,000 characters): 5000 tokens, and the model reads")
+    assert len(result.err) < 200
+
+
 def test_sample_prompt_outside_the_vocabulary(cli, tiny_run):
     assert_one_line_error(cli("sample", tiny_run, "--prompt", "12x4"), "not in the vocabulary")
 

@@ -111,8 +111,8 @@ class RepeatsTask(Task):
         self.check_evaluation(model, split, limit)
         sequences = self.fixed(split)[:limit]
         rows = torch.arange(len(sequences), device="cpu")
-        copy = score_examples(model, rows, lambda r: self.examples(sequences[r], True), device, EVAL_BATCH)
-        every = score_examples(model, rows, lambda r: self.examples(sequences[r]), device, EVAL_BATCH)
+        copy = score_examples(model, rows, lambda r: self.examples(sequences[r], True), device, EVAL_BATCH, split)
+        every = score_examples(model, rows, lambda r: self.examples(sequences[r]), device, EVAL_BATCH, split)
         metrics = {"copy_accuracy": copy.accuracy, "copy_loss": copy.loss, "loss": every.loss}
         return metrics | {"examples": float(len(rows))}
 

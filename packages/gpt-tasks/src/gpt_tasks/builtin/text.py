@@ -310,7 +310,7 @@ class TextTask(Task):
         self.check_evaluation(model, split, limit)
         model.config.check_positions(self.block_size, "each evaluation window")
         windows = self.evaluation_windows(split, limit)
-        scores = score_examples(model, windows, self.window_batch, device, EVAL_BATCH)
+        scores = score_examples(model, windows, self.window_batch, device, EVAL_BATCH, split)
         chars, size = self.scored_text(windows)
         bits = scores.loss * scores.targets / math.log(2)
         metrics = {"loss": scores.loss, "bits_per_char": bits / chars, "bits_per_byte": bits / size}

@@ -163,7 +163,9 @@ def sample(
             ids = torch.tensor([task.encode(text)], device=target)
             answer = answer_tokens(task, model, ids.shape[1])  # refuses a prompt-answer prompt past the positions
         except (ValueError, PromptError) as error:
-            raise CommandError(f"prompt {text!r}: {error}") from None
+            shown = repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text):,} characters)"
+            words = str(error) if len(str(error)) <= 300 else str(error)[:297] + "..."  # its characters, say
+            raise CommandError(f"prompt {shown}: {words}") from None
         n_new = max_new_tokens or answer
         if note := untrained_prompt_note(task, ids[0].tolist()):
             click.echo(f"note: {note}", err=True)
