@@ -64,6 +64,16 @@ def test_tasks_lists_each_task_with_its_distribution(cli):
     assert "builtin" in sort_line and "gpt-tasks" in sort_line and info.version in sort_line
 
 
+def test_a_plugins_description_is_listed_on_one_line_with_no_terminal_escape(cli, monkeypatch):
+    """A description holding a newline broke the table, and an escape byte reached the terminal as it was."""
+    sort = type(get_task("sort", length=4))
+    monkeypatch.setattr(sort, "description", "line one\nline two\x1b[31m red")
+    result = cli("tasks")
+    assert result.code == 0 and "\x1b" not in result.out
+    sort_line = next(line for line in result.out.splitlines() if line.startswith("sort "))
+    assert sort_line.endswith("line one line two?[31m red")
+
+
 def test_tasks_json_is_machine_readable(cli):
     rows = json.loads(cli("tasks", "--json").out)
     assert {"sort", "addition", "modadd", "shakespeare"} <= {r["name"] for r in rows}
