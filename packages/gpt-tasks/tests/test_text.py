@@ -244,6 +244,14 @@ def test_a_missing_or_foreign_tokenizer_file_is_refused(corpus, tmp_path):
     one_line_error(lambda: text_task(corpus, tokenizer="bpe", tokenizer_file=str(tmp_path / "bad.json")), "bad.json")
 
 
+def test_a_vocab_size_other_than_the_tokenizer_files_is_refused_not_ignored(corpus):
+    trained = text_task(corpus, tokenizer="bpe", vocab_size=300)
+    held = trained.params.vocab_size
+    kept = {"tokenizer": "bpe", "tokenizer_file": trained.params.tokenizer_file}
+    assert text_task(corpus, **kept, vocab_size=held).vocab_size == held  # what a run's config.json gives again
+    one_line_error(lambda: text_task(corpus, **kept, vocab_size=1024), f"vocab_size 1,024 is not the {held} tokens")
+
+
 def test_a_char_model_asked_for_a_character_it_never_saw_says_which(corpus):
     task = text_task(corpus)
     one_line_error(lambda: task.encode("the 🙂 café ẞ"), "not in the vocabulary", "'ẞ🙂'", "training chunks")
@@ -475,8 +483,8 @@ def test_bpe_records_its_vocabulary_size_and_hands_its_file_to_the_trainer(corpu
     """The size the BPE holds, not the one asked for: a small corpus gives fewer merges than the default 1,024."""
     task = text_task(corpus, tokenizer="bpe")
     assert task.params.vocab_size == task.vocab_size < 1024 and Path(task.params.tokenizer_file).is_file()
-    given = text_task(corpus, tokenizer="bpe", vocab_size=300, tokenizer_file=task.params.tokenizer_file)
-    assert given.params.vocab_size == given.vocab_size == task.vocab_size  # the file's, not 300
+    given = text_task(corpus, tokenizer="bpe", tokenizer_file=task.params.tokenizer_file)
+    assert given.params.vocab_size == given.vocab_size == task.vocab_size  # the file's
     assert task.files() == {"tokenizer_file": Path(task.params.tokenizer_file).read_bytes()}
     assert text_task(corpus).files() == {} and text_task(corpus, tokenizer="byte").files() == {}
 

@@ -161,6 +161,12 @@ class TextTask(Task):
         split = {"corpus_sha256": digest, "chunk_size": params.chunk_size, "salt": self.SALT.hex()}
         root = cache_root(params.cache_dir)
         self.tokenizer, tokenizer_file = self._tokenizer(params, corpus, split, root)
+        held = self.tokenizer.vocab_size
+        if params.tokenizer_file and params.vocab_size is not None and params.vocab_size != held:
+            raise ValueError(
+                f"vocab_size {params.vocab_size:,} is not the {held:,} tokens of tokenizer_file "
+                f"{params.tokenizer_file}: a tokenizer file fixes the vocabulary; give one of them"
+            )
         entry = root / key_of(split | {"tokenizer_sha256": self.tokenizer.identity()})
         self.cache = prepare(entry, corpus, params.chunk_size, digest, self.tokenizer, self.SALT, params.in_memory)
         alphabet = self.tokenizer.alphabet if isinstance(self.tokenizer, CharTokenizer) else ""
