@@ -269,6 +269,7 @@ def test_write_explorer_puts_the_page_in_the_run_by_default(run_dir, tmp_path):
         ([1, 2], "must hold a JSON object"),
         ({**ABLATION, "metric": None}, 'needs "metric"'),
         ({**ABLATION, "baseline": "high"}, 'needs "baseline"'),
+        ({**ABLATION, "baseline": 10**400}, 'needs "baseline"'),  # no float holds it: math.isfinite overflowed
         ({**ABLATION, "zero": [[0.1, 0.2, 0.3, 0.4], [0.1]]}, '"zero" must be a list per layer'),
         ({**ABLATION, "mean": [[0.1, None, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]]}, '"mean" must be a list per layer'),
         ({**ABLATION, "mean": []}, '"mean" must be a list per layer'),

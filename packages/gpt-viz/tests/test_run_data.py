@@ -115,6 +115,8 @@ def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
         ('{"step": 2, "loss": "high"}', 'loss is "high", not a number'),
         ('{"step": 2, "loss": true}', "loss is true, not a number"),
         ('{"step": 0, "loss": 9.2}', "step 0 comes after step 1"),
+        ('{"step": 2, "loss": 1' + "0" * 400 + "}", "loss is 1000000000000000000000000000000000000000, not a number"),
+        ('{"step": 100000000000000000000000, "loss": 1.0}', "step is 100000000000000000000000, not an integer"),
     ],
 )
 def test_a_value_that_is_not_a_number_or_a_step_out_of_order_is_refused_by_every_reader(run_dir, line, problem):
@@ -127,6 +129,19 @@ def test_a_value_that_is_not_a_number_or_a_step_out_of_order_is_refused_by_every
 def test_null_stands_for_a_value_that_was_not_finite(run_dir):
     RunLayout(run_dir).metrics.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 1.0, "heldout_loss": null}\n')
     assert load_metrics(run_dir)[1]["heldout_loss"] is None
+
+
+def test_a_metric_never_finite_is_refused_by_name_not_drawn_as_an_empty_picture(run_dir):
+    """A loss of NaN at every step drew an empty axis and exited 0; null at every step was "not found", though
+    listed as there."""
+    RunLayout(run_dir).metrics.write_text(
+        '{"step": 1, "loss": NaN, "heldout_loss": null}\n{"step": 2, "loss": NaN, "heldout_loss": null}\n'
+    )
+    records = load_metrics(run_dir)
+    with pytest.raises(VizError, match=r"^metric 'loss' in the records is not finite at any of its 2 steps"):
+        metric_series(records, "loss")
+    with pytest.raises(VizError, match=r"^metric 'heldout_loss' not found in the records; it has: loss$"):
+        metric_series(records, "heldout_loss")
 
 
 def test_missing_config_reads_as_empty_so_old_runs_still_plot(run_dir):

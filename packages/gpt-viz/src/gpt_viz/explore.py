@@ -9,6 +9,7 @@ import html
 import json
 import math
 import re
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,10 @@ def _layer_by_head(grid: Any, path: Path, kind: str) -> list[list[float]]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a float64 holds (JSON's integers have no bound: math.isfinite overflows on a larger one)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= sys.float_info.max
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def script_json(data: Any) -> str:

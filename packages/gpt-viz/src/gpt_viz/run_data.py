@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tokenize
 import zipfile
 import zlib
@@ -116,14 +117,18 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
 
 
 def _is_number(value: Any, whole: bool) -> bool:
-    """A logged value: a number (not a bool), null for a metric that was not finite, and a whole number as a step."""
+    """A logged value: a number (not a bool) a float64 holds, null for a metric that was not finite, and a whole
+    number an int64 holds as a step (JSON's integers have no bound; a larger one failed in NumPy, a traceback)."""
     if value is None or isinstance(value, bool):
         return value is None and not whole
-    return isinstance(value, int) or (isinstance(value, float) and not whole)
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63 if whole else abs(value) <= sys.float_info.max
+    return isinstance(value, float) and not whole
 
 
 def available_metrics(records: Iterable[Record]) -> list[str]:
-    names = {key for record in records for key in record}
+    """The metrics some record holds a number of (null at every step: none)."""
+    names = {key for record in records for key, value in record.items() if value is not None}
     return sorted(names - AXIS_KEYS)
 
 
@@ -136,9 +141,12 @@ def metric_series(records: Iterable[Record], key: str, *, source: str = "the rec
         raise VizError(f"metric {key!r} not found in {source}; it has: {available}")
     steps, values = zip(*points, strict=True)
     try:
-        return np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as error:
+        steps, values = np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as error:
         raise VizError(f"metric {key!r} in {source} has a step or value that is not a number: {error}") from error
+    if not np.isfinite(values).any():  # a picture of it is empty
+        raise VizError(f"metric {key!r} in {source} is not finite at any of its {len(values)} steps (nan or inf)")
+    return steps, values
 
 
 THRESHOLD = 0.99
