@@ -343,9 +343,10 @@ def test_patch_and_logit_lens_refuse_a_task_without_prompt_answer_shape(cli, tmp
         "run", "--task", "modadd", "--set", "p=11", "--steps", "2", "--device", "cpu", "--quiet", "--out", run_dir
     )
     assert trained.code == 0, trained.err
-    for command in ("patch", "logit-lens"):
-        result = cli("inspect", run_dir, command, "--device", "cpu")
-        assert_one_line_error(result, f"{command} needs a prompt-answer task", "'modadd'")
+    for command in ("patch", "logit-lens", "reads"):
+        for examples in ((), ("--examples", "999999")):  # the task named, not --examples: none would do
+            result = cli("inspect", run_dir, command, "--device", "cpu", *examples)
+            assert_one_line_error(result, f"{command} needs a prompt-answer task", "'modadd'")
     heads = cli("inspect", run_dir, "heads", "--device", "cpu")  # ablation needs only the task's own scoring
     assert heads.code == 0, heads.err
     assert json.loads(RunLayout(run_dir).heads_ablation.read_text())["metric"] == "accuracy"

@@ -220,7 +220,7 @@ def inspect_heads(run: Inspected, examples: int, ablate: tuple[str, ...] = ()) -
     return record
 
 
-@analysis("logit-lens", 10_000, "Held-out sequences decoded")
+@analysis("logit-lens", 10_000, "Held-out sequences decoded", True)
 def inspect_logit_lens(run: Inspected, examples: int) -> dict[str, Any]:
     """Decode the residual stream after each layer through the final LayerNorm and the head.
 
@@ -245,7 +245,7 @@ def inspect_logit_lens(run: Inspected, examples: int) -> dict[str, Any]:
     return save(lens.to_json(), run.step, pictures.logit_lens_picture, paths, findings.logit_lens_findings)
 
 
-@analysis("patch", 1_000, "Clean/corrupted pairs")
+@analysis("patch", 1_000, "Clean/corrupted pairs", True)
 @click.option(
     "--hook",
     "point",
@@ -288,7 +288,7 @@ def inspect_patch(
     return save(result.to_json(), run.step, pictures.patching_picture, paths, findings.patching_findings)
 
 
-@analysis("reads", 10_000, "Held-out sequences read")
+@analysis("reads", 10_000, "Held-out sequences read", True)
 def inspect_reads(run: Inspected, examples: int) -> dict[str, Any]:
     """What each head reads: its mean attention from the answer positions onto each prompt token, by that
     token's value (columns) and the value of the answer token just written (rows).
