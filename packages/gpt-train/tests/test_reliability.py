@@ -192,7 +192,7 @@ def test_an_out_directory_holding_files_of_another_kind_is_refused_and_left_alon
     for force in ((), ("--force",)):
         result = cli(*TINY, *force, "--out", project)
         assert_one_line_error(result, f"and they are not a run's ({project / 'config.json'}" if config else "", why)
-        assert "--force replaces only a run, so choose another --out, or move them" in result.err
+        assert "move them, or train into another directory (--force replaces only a run)" in result.err
         assert snapshot(project) == before
 
 

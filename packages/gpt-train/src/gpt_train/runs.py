@@ -163,8 +163,8 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: 
         if existing and not _is_unstarted_run_of(layout, config) and (why := _not_a_run(layout, existing)):
             names = ", ".join(path.name for path in existing)
             raise RunDirError(
-                f"{root} holds {names}, and they are not a run's ({why}): --force replaces only a run, so choose "
-                "another --out, or move them"
+                f"{root} holds {names}, and they are not a run's ({why}): move them, or train into another "
+                "directory (--force replaces only a run)"
             )
         if existing and not force and not _is_unstarted_run_of(layout, config):
             go_on = "" if layout.final.exists() else f"continue it with --resume {shlex.quote(str(root))} or "

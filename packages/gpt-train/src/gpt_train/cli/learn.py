@@ -12,7 +12,7 @@ from gpt_train.cli.options import finite
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.learn.isolation import LONGEST_TIME_LIMIT, TIME_LIMIT, grade_in_child
-from gpt_train.learn.progress import forget_pass, record_pass, status
+from gpt_train.learn.progress import digest, forget_pass, record_pass, status
 from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS, stub
 from gpt_train.learn.training import (
     TASK,
@@ -124,12 +124,15 @@ def check(step_name: str, folder: Path, time_limit: float) -> None:
         source = path.read_bytes()
     except OSError as error:
         raise CommandError(f"cannot read {path}: {error.strerror or error}") from None
+    graded = digest(folder, source)  # the file and the modules of the folder it imports, as the grading starts
     verdict = grade_in_child(step.name, path, source, time_limit)
     click.echo(verdict.message)
     try:
-        if verdict.passed:
-            record_pass(folder, step, source)
-        elif verdict.judged:  # a check stopped by its time limit says nothing of a pass
+        if verdict.passed and not record_pass(folder, step, graded):
+            forget_pass(folder, step)
+            changed = f"{path.name} or a module it imports changed during the check"
+            click.echo(f"note: not recorded as passed: {changed}; check it again", err=True)
+        elif verdict.judged and not verdict.passed:  # a check stopped by its time limit says nothing of a pass
             forget_pass(folder, step)
     except OSError as error:
         raise CommandError(f"cannot record the check in {folder}: {error.strerror or error}") from None

@@ -87,13 +87,17 @@ def _locked(folder: Path) -> Iterator[None]:
         os.close(descriptor)  # releases the lock
 
 
-def record_pass(folder: Path, step: Step, source: bytes | None = None) -> None:
-    """Record that `step` passes with `source`, the bytes that were graded (None: the file's bytes now)."""
-    if source is None:
-        source = (folder / step.file_name).read_bytes()
+def record_pass(folder: Path, step: Step, graded: str | None = None) -> bool:
+    """Record that `step` passes, if the digest of its file and the folder's modules it imports is still `graded`,
+    the one taken before the grading (None: the files now); False, and nothing recorded, where one changed during
+    the grading, which may have read either version."""
+    now = digest(folder, (folder / step.file_name).read_bytes())
+    if graded is not None and now != graded:
+        return False
     with _locked(folder):
-        passed = _record(folder) | {step.name: digest(folder, source)}
+        passed = _record(folder) | {step.name: now}
         write_json_atomically(folder / RECORD, {"passed": passed})
+    return True
 
 
 def forget_pass(folder: Path, step: Step) -> None:
