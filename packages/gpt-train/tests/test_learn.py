@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from learn_transcript import SOLUTIONS, answer, solved, write
 
 from gpt_train.cli.learn import learn
+from gpt_train.config import resolve_run_config
 from gpt_train.learn.grader import grade
 from gpt_train.learn.progress import record_pass, status
 from gpt_train.learn.steps import BY_NAME, STEPS
@@ -579,7 +580,17 @@ def test_the_check_of_a_task_file_runs_in_its_own_process_too(tmp_path):
     ids=["a list", "a number as text", "a list of examples", "NaN", "half an example"],
 )  # fmt: skip
 def test_a_damaged_gpt_core_run_is_trained_again_not_read(tmp_path, final):
+    resolve_run_config("sort", {})[0].save(tmp_path)  # gpt-core's run, as `learn train` makes it
+    (tmp_path / "final.json").write_text('{"heldout_exact_match": 0.9, "heldout_examples": 10}')
+    assert finished_figure(tmp_path) is not None
     (tmp_path / "final.json").write_text(final)
+    assert finished_figure(tmp_path) is None
+
+
+def test_a_finished_run_of_another_configuration_is_not_taken_for_gpt_cores(tmp_path):
+    """A one-layer 20-step run in runs/gpt-core was set beside the learner's as "the same run, same seed"."""
+    resolve_run_config("sort", {"n_layer": 1, "steps": 20})[0].save(tmp_path)
+    (tmp_path / "final.json").write_text('{"heldout_exact_match": 0.0, "heldout_examples": 250050}')
     assert finished_figure(tmp_path) is None
 
 

@@ -220,12 +220,18 @@ def _is_unstarted_run_of(layout: RunLayout, config: RunConfig) -> bool:
     checkpoint."""
     if layout.checkpoint.exists() or layout.final.exists():
         return False
+    return is_run_of(layout.root, config)
+
+
+def is_run_of(run_dir: Path, config: RunConfig) -> bool:
+    """Whether `run_dir`'s config.json is `config`, library versions and --compile aside ("drop --compile" after a
+    compiled first step disagreed is the same run)."""
     try:
-        saved = RunConfig.load(layout.root)
+        saved = RunConfig.load(run_dir)
     except ConfigError:
         return False
     same = lambda c: dataclasses.replace(c, versions={}, train=dataclasses.replace(c.train, compile=False))
-    return same(saved) == same(config)  # --compile aside: "drop --compile" after its first step disagreed
+    return same(saved) == same(config)
 
 
 def resumed_run(

@@ -18,13 +18,14 @@ import torch
 from torch import Tensor, nn
 
 from gpt_core import GPT, GPTOutput
+from gpt_train.config import resolve_run_config
 from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.learn.loading import LearnerError, learner_function, load_module
 from gpt_train.learn.progress import status
 from gpt_train.learn.steps import BY_NAME, STEPS, Step
 from gpt_train.progress import format_loss
-from gpt_train.runs import Run, new_run
+from gpt_train.runs import Run, is_run_of, new_run
 from gpt_train.trainer import Trainer, train
 
 TASK = "sort"
@@ -75,8 +76,11 @@ def train_sort(folder: Path, kernels: dict[str, str], out: Path, device: torch.d
 
 
 def finished_figure(out: Path) -> Figure | None:
-    """The figure of a finished run already in `out`: a final.json with an exact match in [0, 1] over a whole number
-    of examples (else None, and the run is trained again)."""
+    """The figure of gpt-core's finished run already in `out`: the seed task's run with gpt-core's GPT and kernels
+    (config.json says so) and a final.json with an exact match in [0, 1] over a whole number of examples (else None,
+    and the run is trained again: another run there was set beside the learner's as the same one)."""
+    if not is_run_of(out, resolve_run_config(TASK, {})[0]):
+        return None
     try:
         final = json.loads((out / "final.json").read_text())
         exact_match, examples = final[METRIC], final[EXAMPLES]
