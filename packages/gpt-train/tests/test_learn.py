@@ -657,3 +657,20 @@ def test_a_module_not_found_says_where_an_import_of_a_file_beside_it_goes():
 
     said = describe(ModuleNotFoundError("No module named 'softmax'", name="softmax"))
     assert said.startswith("ModuleNotFoundError: No module named 'softmax' (a module beside your file is found by")
+
+
+@pytest.mark.parametrize(
+    ("step", "after", "said"),
+    [
+        ("generation", "    return out\n", "your generate changed its argument idx in place (greedy (temperature 0))"),
+        ("training_step", "    return loss.detach()\n", "your training_step changed its argument inputs in place"),
+    ],
+)
+def test_a_step_that_changes_the_callers_tensors_in_place_fails_naming_the_argument(tmp_path, step, after, said):
+    """The kernels' checks fail such code; these two passed it (the prompt zeroed after generating from it)."""
+    change = "    idx.zero_()\n" if step == "generation" else "    inputs.fill_(0)\n"
+    source = (SOLUTIONS / f"{step}.py").read_text()
+    assert after in source
+    write(tmp_path, step, source.replace(after, change + after, 1))
+    result = invoke("check", step, "--dir", tmp_path)
+    assert result.exit_code == 1 and result.output.startswith(f"{step}: {said}"), result.output

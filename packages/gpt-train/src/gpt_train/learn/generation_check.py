@@ -53,6 +53,7 @@ class Outcome:
     tokens: Any
     error: BaseException | None = None
     widths: tuple[int, ...] = ()
+    changed: bool = False  # whether the call changed the caller's prompt in place
 
 
 POSITION_SCALE = 3.0  # a larger position table: a cached token at the wrong position changes greedy decoding
@@ -84,11 +85,12 @@ def run(step: Step, function: Callable[..., Any], watch: Watch | None = None) ->
         model, widths = handed_model(SIZES, SEED, _weights(SEED)).eval(), []
         hooks = [block.attn.qkv.register_forward_hook(functools.partial(_add_width, widths)) for block in model.blocks]
         generator = torch.Generator().manual_seed(case.seed)
-        arguments = (model, _prompt(SEED + 1), NEW_TOKENS, case.temperature, case.top_k, case.use_cache, generator)
+        prompt = _prompt(SEED + 1)
+        arguments = (model, prompt, NEW_TOKENS, case.temperature, case.top_k, case.use_cache, generator)
         tokens, error = attempt(functools.partial(call, *arguments))
         for hook in hooks:
             hook.remove()
-        outcomes.append(Outcome(tokens, error, tuple(widths)))
+        outcomes.append(Outcome(tokens, error, tuple(widths), not prompt.equal(_prompt(SEED + 1))))
     return outcomes
 
 
@@ -107,6 +109,9 @@ def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> s
     fn = step.function
     for case, got, want in zip(CASES, outcomes, expected, strict=True):
         tokens, right = got.tokens, want.tokens
+        if got.changed:
+            return (f"your {fn} changed its argument idx in place ({case.name}): the caller's prompt must stay as it "
+                    "was; build the output with torch.cat((idx, new), dim=1)")  # fmt: skip
         if tokens is None:
             return f"your {fn} returns None: `return` the prompt and the new tokens, (B, T + max_new_tokens)"
         if not isinstance(tokens, Tensor):

@@ -52,6 +52,7 @@ class Outcome:
 
     snapshots: list[dict[str, Tensor]]
     error: BaseException | None = None
+    changed: str = ""  # the name of an argument the step changed in place ("": none)
 
 
 def handed_model(sizes: dict[str, int], seed: int, theirs: nn.Module | None = None) -> nn.Module:
@@ -108,16 +109,22 @@ def run(step: Step, function: Callable[..., Any], watch: Watch | None = None) ->
     outcomes = []
     for i, case in enumerate(CASES):
         snapshots: list[dict[str, Tensor]] = []
-        _, error = attempt(functools.partial(_train, call, case, SEED + i, snapshots))
-        outcomes.append(Outcome(snapshots, error))
+        changed: list[str] = []
+        _, error = attempt(functools.partial(_train, call, case, SEED + i, snapshots, changed))
+        outcomes.append(Outcome(snapshots, error, changed[0] if changed else ""))
     return outcomes
 
 
-def _train(call: Callable[..., Any], case: Case, seed: int, snapshots: list[dict[str, Tensor]]) -> None:
+def _train(call: Callable[..., Any], case: Case, seed: int, snapshots: list[dict[str, Tensor]],
+           changed: list[str]) -> None:  # fmt: skip
     model, state = handed_model(SIZES, seed), {}
     for step, (inputs, targets) in enumerate(_batches(case, seed)):
+        given = {"inputs": inputs.clone(), "targets": targets.clone()}
         call(model, state, inputs, targets, step, dataclasses.replace(case.settings))  # settings of its own to change
         snapshots.append({name: param.detach().clone() for name, param in model.named_parameters()})
+        changed += [name for name, batch in (("inputs", inputs), ("targets", targets)) if not batch.equal(given[name])]
+        if changed:
+            return
 
 
 def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
@@ -131,6 +138,8 @@ def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
 
 def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
     fn = step.function
+    if changed := next((got.changed for got in outcomes if got.changed), ""):
+        return f"your {fn} changed its argument {changed} in place: the caller's batch must stay as it was"
     for got, want in zip(outcomes, expected, strict=True):
         for after, right in zip(got.snapshots, want.snapshots, strict=True):
             for name, value in right.items():
