@@ -199,7 +199,7 @@ def test_a_compiled_ddp_model_split_at_its_gradient_buckets_gives_the_eager_grad
             model.zero_grad(set_to_none=True)
             loss = module(idx, targets).loss
             loss.backward()
-            steps[name] = (float(loss), {n: p.grad.clone() for n, p in model.named_parameters()})
+            steps[name] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()})
     finally:
         torch.distributed.destroy_process_group()
         torch._dynamo.reset()
