@@ -171,9 +171,9 @@ def test_negative_ids_are_refused_where_a_table_would_read_them_from_its_end(gen
         (torch.arange(4.0), r"^position ids must be int64 \(or int32\), got torch.float32$"),
         (torch.ones(4, dtype=torch.bool), r"^position ids must be int64 \(or int32\), got torch.bool$"),
         (torch.arange(4, dtype=torch.int16), r"^position ids must be int64 \(or int32\), got torch.int16$"),
-        (torch.tensor(3), r"^positions must be \(T,\) = \(4,\) or \(B, T\) = \(3, 4\), got \(\)$"),
-        (torch.arange(5), r"^positions must be \(T,\) = \(4,\) or \(B, T\) = \(3, 4\), got \(5,\)$"),
-        (torch.zeros(1, 4, dtype=torch.long), r"got \(1, 4\)$"),
+        (torch.tensor(3), r"^positions must be \(T,\) = \(4,\) or \(B, T\) = \(3, 4\) \(or \(1, T\)\), got \(\)$"),
+        (torch.arange(5), r"^positions must be \(T,\) = \(4,\) or \(B, T\) = \(3, 4\) \(or \(1, T\)\), got \(5,\)$"),
+        (torch.zeros(2, 4, dtype=torch.long), r"got \(2, 4\)$"),
     ],
 )
 @pytest.mark.parametrize("pos", ["learned", "rope"])
@@ -183,10 +183,12 @@ def test_position_ids_of_another_type_or_shape_are_refused_in_one_line(gen, pos,
         model(_ids(gen, length=4), positions=ids)
 
 
-def test_int32_position_ids_give_the_int64_ids_logits(gen):
+def test_int32_position_ids_give_the_int64_ids_logits_and_one_row_serves_every_sequence(gen):
     model = _model(**RANDOMIZED)
     idx, ids = _ids(gen, length=6), model.sample_positions(3, 6, gen)
     assert torch.equal(model(idx, positions=ids.int()).logits, model(idx, positions=ids).logits)
+    one = ids[:1]  # (1, T): broadcast over the batch, as (T,) is
+    assert torch.equal(model(idx, positions=one).logits, model(idx, positions=one[0]).logits)
 
 
 def test_rope_with_one_row_of_ids_per_sequence_equals_rotating_each_row_alone(randn):
@@ -238,6 +240,16 @@ def test_a_cache_holding_the_ids_feeds_each_cached_forward_its_next_slots_ids(ge
 def test_a_cache_refuses_ids_outside_the_range_or_of_another_shape(ids, message):
     with pytest.raises(ValueError, match=message):
         _model(**RANDOMIZED).new_cache(1, 3, ids)
+
+
+def test_a_kv_cache_made_by_hand_has_its_ids_checked_at_its_first_forward(gen):
+    from gpt_core import KVCache
+
+    model = _model(pos="rope", **RANDOMIZED)
+    c = model.config
+    cache = KVCache(c.n_layer, 1, c.n_head, c.head_dim, 4, "cpu", torch.float64, torch.tensor([[0, 1_000_000, 2, 3]]))
+    with pytest.raises(ValueError, match=r"^position id 1000000 is outside range\(32\)$"):
+        model(_ids(gen, batch=1, length=2), cache=cache)
 
 
 def test_a_cache_keeps_its_own_copy_of_the_ids_it_checked(gen):

@@ -192,10 +192,13 @@ def test_a_directory_that_cannot_be_listed_is_refused_where_the_glob_reaches_it(
         return scandir(path, *args)
 
     monkeypatch.setattr(os, "scandir", refusing)
-    for glob in ("**/*.txt", "closed/*.txt", "*/b.txt"):
+    for glob in ("**/*.txt", "closed/*.txt", "*/b.txt", "c*/**/*.txt"):
         with pytest.raises(ValueError, match=rf"^cannot list {tmp_path / 'closed'} \(Permission denied\): its files"):
             Corpus.find(tmp_path, glob)
-    assert Corpus.find(tmp_path, "*.txt").files == (tmp_path / "a.txt",)  # the glob never enters a folder
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "d.txt").write_text("more text\n")
+    for glob, found in (("*.txt", "a.txt"), ("data/*.txt", "data/d.txt"), ("d*/**/*.txt", "data/d.txt")):
+        assert Corpus.find(tmp_path, glob).files == (tmp_path / found,)  # the glob never enters closed/
 
 
 def test_a_missing_corpus_and_no_corpus_at_all_are_refused(tmp_path):

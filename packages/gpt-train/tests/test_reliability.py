@@ -188,12 +188,42 @@ def test_an_out_directory_holding_files_of_another_kind_is_refused_and_left_alon
         (project / RunLayout.CONFIG).write_text(config)
     (project / RunLayout.CURVES_PICTURE).write_bytes(b"my own picture")
     before = snapshot(project)
-    why = "is not a valid run configuration (it has no 'task')" if config else "no config.json"
+    why = "is not a run configuration: it has no task, model, train" if config else "no config.json"
     for force in ((), ("--force",)):
         result = cli(*TINY, *force, "--out", project)
         assert_one_line_error(result, f"and they are not a run's ({project / 'config.json'}" if config else "", why)
         assert "move them, or train into another directory (--force replaces only a run)" in result.err
         assert snapshot(project) == before
+
+
+def test_force_replaces_a_run_whose_config_another_version_wrote(cli, tmp_path):
+    """A setting this version does not know makes config.json fail to load; the folder is still a run's."""
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, "--out", run_dir).code == 0
+    config = json.loads((run_dir / RunLayout.CONFIG).read_text())
+    config["train"]["a_setting_of_another_version"] = 1
+    (run_dir / RunLayout.CONFIG).write_text(json.dumps(config))
+    assert_one_line_error(cli(*TINY, "--out", run_dir), "already holds a finished run", "--force")
+    assert cli(*TINY, "--force", "--out", run_dir).code == 0
+
+
+def test_a_checkpoint_that_cannot_be_written_after_a_failed_evaluation_leaves_the_evaluations_error_first(
+    cli, tmp_path, monkeypatch
+):
+    def failing(self, limit):
+        raise RuntimeError("the task cannot score this split")
+
+    def unwritable(self, elapsed):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "evaluate", failing)
+    monkeypatch.setattr(Trainer, "save", unwritable)
+    with pytest.raises(RuntimeError, match="^the task cannot score this split") as raised:
+        cli(*TINY, "--out", tmp_path / "run")
+    assert str(raised.value) == "the task cannot score this split"
+    assert raised.value.__notes__ == [
+        "and the checkpoint could not be written: OSError: [Errno 28] No space left on device"
+    ]
 
 
 def test_a_stopped_run_of_another_configuration_is_not_reused_without_force(cli, tmp_path):

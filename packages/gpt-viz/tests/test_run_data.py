@@ -115,8 +115,11 @@ def test_line_that_is_not_a_step_record_is_reported(run_dir, line, problem):
         ('{"step": 2, "loss": "high"}', 'loss is "high", not a number'),
         ('{"step": 2, "loss": true}', "loss is true, not a number"),
         ('{"step": 0, "loss": 9.2}', "step 0 comes after step 1"),
-        ('{"step": 2, "loss": 1' + "0" * 400 + "}", "loss is 1000000000000000000000000000000000000000, not a number"),
-        ('{"step": 100000000000000000000000, "loss": 1.0}', "step is 100000000000000000000000, not an integer"),
+        (
+            '{"step": 2, "loss": 1' + "0" * 400 + "}",
+            r"loss is 10{23}\.\.\. \(401 characters\), more than a float64 holds",
+        ),
+        ('{"step": 100000000000000000000000, "loss": 1.0}', "step is 100000000000000000000000, more than an int64 hol"),
     ],
 )
 def test_a_value_that_is_not_a_number_or_a_step_out_of_order_is_refused_by_every_reader(run_dir, line, problem):

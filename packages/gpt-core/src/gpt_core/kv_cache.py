@@ -23,6 +23,7 @@ class KVCache:
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         # (B, T_max) or None; a copy, so that the ids checked when the cache is made are the ids it uses
         self.positions = None if positions is None else positions.to(device, copy=True)
+        self.positions_checked = False  # against a model's range, once (`positions.forward_positions`)
         self.batch_size, self.max_length = batch_size, max_length
         self.length = 0
 

@@ -318,9 +318,9 @@ class GPT(HookPoints, nn.Module):
         """An empty KV cache for `batch_size` sequences of up to `max_length` positions, holding `positions` (B,
         max_length) if given: a randomized model's ids, checked here once, which each cached forward then reads."""
         c, p = self.config, self.wte.weight
-        if positions is not None:
-            pos.check_position_ids(c, positions)
-        return KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype, positions)
+        cache = KVCache(c.n_layer, batch_size, c.n_head, c.head_dim, max_length, p.device, p.dtype, positions)
+        pos.check_held_positions(c, cache)
+        return cache
 
     @property
     def kernels(self) -> Kernels:

@@ -99,19 +99,27 @@ def forward_positions(
     if cache is not None:
         cache.check_fits(batch_size, length)
     if given is not None:
-        if tuple(given.shape) not in ((length,), (batch_size, length)):
-            raise ValueError(f"positions must be (T,) = ({length},) or (B, T) = ({batch_size}, {length}), "
+        if tuple(given.shape) not in ((length,), (1, length), (batch_size, length)):
+            raise ValueError(f"positions must be (T,) = ({length},) or (B, T) = ({batch_size}, {length}) (or (1, T)), "
                              f"got {tuple(given.shape)}")  # fmt: skip
         check_position_ids(c, given)
         return given
     held = cache.next_positions(length) if cache is not None else None
     if held is not None:
-        return held  # checked when the cache was made: no read from the device a token
+        check_held_positions(c, cache)  # `GPT.new_cache` has; a KVCache made by hand is checked here, once
+        return held  # no read from the device a token
     if training and c.randomized_positions and cache is None:
         return sample_positions(c, batch_size, length, device)
     start = cache.length if cache is not None else 0
     check_positions(c, start + length, "the sequence")
     return torch.arange(start, start + length, device=device)
+
+
+def check_held_positions(c: GPTConfig, cache: KVCache) -> None:
+    """Check the ids a KV cache holds (if any) once for the whole cache, however it was made."""
+    if cache.positions is not None and not cache.positions_checked:
+        check_position_ids(c, cache.positions)
+        cache.positions_checked = True
 
 
 def check_position_ids(c: GPTConfig, positions: Tensor) -> None:

@@ -4,6 +4,7 @@ process locks its directory, so a second `run` on it refuses to start rather tha
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import warnings
@@ -202,16 +203,22 @@ def _tidy(layout: RunLayout, config: RunConfig) -> None:
         raise RunDirError(f"cannot create {folder} ({describe(error)})") from None
 
 
+RUN_KEYS = ("task", "model", "train")  # what any version's config.json holds: a run's, if not one this version loads
+
+
 def _not_a_run(layout: RunLayout, existing: list[Path]) -> str | None:
     """Why files named as a run's are not one (None: they are, or a run's task files laid out before its config):
-    a config.json that is no run configuration, or none beside other files (a project's own curves.png, say)."""
+    a config.json that is no run's (not JSON, or without a task, model and train), or none beside other files (a
+    project's own curves.png, say). Another version's run, which this one may not load, is a run."""
     if not layout.config.exists():
         task_files = set(layout.root.glob(layout.task_file_name("*")))
         return f"no {layout.config.name}" if set(existing) - task_files else None
     try:
-        RunConfig.load(layout.root)
-    except ConfigError as error:
-        return str(error)
+        data = json.loads(layout.config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"{layout.config} is not a run configuration: {error}"
+    if not isinstance(data, dict) or not set(RUN_KEYS) <= data.keys():
+        return f"{layout.config} is not a run configuration: it has no {', '.join(RUN_KEYS)}"
     return None
 
 

@@ -124,6 +124,7 @@ def stop_when_the_reader_goes() -> Iterator[None]:
     def gone() -> None:
         for request in _LISTENERS:
             request.requested = True
+            request.requested_at = request.requested_at or time.monotonic()  # `timeout ... | head`: one request
 
     try:
         replacements = {name: _Dropping(stream, gone) for name, stream in before.items()}

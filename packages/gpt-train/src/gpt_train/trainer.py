@@ -566,7 +566,10 @@ class Trainer:
         try:
             return work()
         except Exception as error:
-            on_error()
+            try:
+                on_error()
+            except Exception as also:  # the error that stopped the work is the one to tell
+                error.add_note(f"and the checkpoint could not be written: {type(also).__name__}: {also}")
             if not self.config.kernels or (isinstance(error, TrainError) and not isinstance(error, KernelExit)):
                 raise
             kernels, unverified = self.config.kernels, self.config.unverified_kernels

@@ -105,9 +105,10 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
         if "step" not in record:
             raise VizError(f'{path} line {number} has no "step"')
         for key, value in record.items():  # every picture and the explorer read the same checked numbers
-            if not _is_number(value, whole=key == "step"):
-                kind = "an integer" if key == "step" else "a number"
-                raise VizError(f"{path} line {number}: {key} is {json.dumps(value)[:40]}, not {kind}")
+            if (wrong := _not_logged(value, whole=key == "step")) is not None:
+                shown = json.dumps(value)
+                shown = shown if len(shown) <= 40 else f"{shown[:24]}... ({len(shown):,} characters)"
+                raise VizError(f"{path} line {number}: {key} is {shown}, {wrong}")
         if records and record["step"] < records[-1]["step"]:
             raise VizError(f"{path} line {number}: step {record['step']} comes after step {records[-1]['step']}")
         records.append(record)
@@ -116,14 +117,17 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def _is_number(value: Any, whole: bool) -> bool:
-    """A logged value: a number (not a bool) a float64 holds, null for a metric that was not finite, and a whole
-    number an int64 holds as a step (JSON's integers have no bound; a larger one failed in NumPy, a traceback)."""
+def _not_logged(value: Any, whole: bool) -> str | None:
+    """What is wrong with a logged value (None: nothing): a number (not a bool) a float64 holds, null for a metric
+    that was not finite, and a whole number an int64 holds as a step (JSON's integers have no bound; a larger one
+    failed in NumPy, a traceback)."""
+    kind = "an integer" if whole else "a number"
     if value is None or isinstance(value, bool):
-        return value is None and not whole
+        return None if value is None and not whole else f"not {kind}"
     if isinstance(value, int):
-        return -(2**63) <= value < 2**63 if whole else abs(value) <= sys.float_info.max
-    return isinstance(value, float) and not whole
+        fits = -(2**63) <= value < 2**63 if whole else abs(value) <= sys.float_info.max
+        return None if fits else f"more than {'an int64' if whole else 'a float64'} holds"
+    return None if isinstance(value, float) and not whole else f"not {kind}"
 
 
 def available_metrics(records: Iterable[Record]) -> list[str]:

@@ -5,6 +5,7 @@ be larger than memory; a file that is not UTF-8 or holds a NUL is refused by nam
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import hashlib
 import os
 from collections.abc import Iterable, Iterator
@@ -38,7 +39,7 @@ class Corpus:
             matches = [p for p in path.glob(glob) if p.is_file() and not _hidden(p.relative_to(path))]
         except (ValueError, NotImplementedError) as error:
             raise ValueError(f"glob {glob!r} cannot be used: {error}") from None
-        if (closed := _unlisted_directory(path, None if "**" in glob else glob.count("/"))) is not None:
+        if (closed := _unlisted_directory(path, glob)) is not None:
             raise ValueError(f"cannot list {closed.filename} ({closed.strerror}): its files could match glob {glob!r}")
         if not matches:
             raise ValueError(f"no file under {path} matches glob {glob!r} (hidden files are skipped)")
@@ -88,16 +89,29 @@ class Corpus:
         return digest.hexdigest()
 
 
-def _unlisted_directory(root: Path, depth: int | None) -> OSError | None:
-    """The error listing the first non-hidden directory under `root`, at most `depth` levels down (None: any), that
-    cannot be listed, or None: Path.glob passes over such a directory without a word, and its files with it."""
+def _unlisted_directory(root: Path, glob: str) -> OSError | None:
+    """The error listing the first non-hidden directory under `root` that `glob` reaches and that cannot be listed,
+    or None: Path.glob passes over such a directory without a word, and its files with it."""
     failed: list[OSError] = []
     for folder, subfolders, _ in os.walk(root, onerror=failed.append):
         if failed:
             break
-        level = len(Path(folder).relative_to(root).parts)
-        subfolders[:] = [] if depth is not None and level >= depth else [d for d in subfolders if not d.startswith(".")]
+        here = Path(folder).relative_to(root).parts
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and _reaches(glob, (*here, d))]
     return failed[0] if failed else None
+
+
+def _reaches(glob: str, folder: tuple[str, ...]) -> bool:
+    """Whether `glob` (its last part names files) may look inside `folder`, a path of names under the root."""
+    parts = glob.split("/")
+    for depth, name in enumerate(folder):
+        if depth >= len(parts) - 1:
+            return False
+        if parts[depth] == "**":
+            return True
+        if not fnmatch.fnmatchcase(name, parts[depth]):
+            return False
+    return True
 
 
 def _hidden(relative: Path) -> bool:

@@ -91,7 +91,10 @@ def record_pass(folder: Path, step: Step, graded: str | None = None) -> bool:
     """Record that `step` passes, if the digest of its file and the folder's modules it imports is still `graded`,
     the one taken before the grading (None: the files now); False, and nothing recorded, where one changed during
     the grading, which may have read either version."""
-    now = digest(folder, (folder / step.file_name).read_bytes())
+    try:
+        now = digest(folder, (folder / step.file_name).read_bytes())
+    except OSError:  # deleted or made unreadable during the grading: changed too
+        return False
     if graded is not None and now != graded:
         return False
     with _locked(folder):
