@@ -295,6 +295,18 @@ def test_train_names_the_steps_it_leaves_to_gpt_core_because_they_are_not_passed
     assert said + f"`gpt-train learn check gelu --dir {tmp_path}`" in result.output
 
 
+def test_train_does_not_name_as_gpt_cores_the_modules_a_passed_model_imports(tmp_path, monkeypatch):
+    """The model step graded the learner's block.py and multi_head_attention.py with it, and trains them: they are
+    not "gpt-core's standing in", though their own steps are not passed."""
+    for step in ("multi_head_attention", "block"):
+        solved(tmp_path, step)
+    assert invoke("check", "model", "--dir", solved(tmp_path, "model")).exit_code == 0
+    monkeypatch.setattr("gpt_train.cli.learn.train_sort", lambda *args, **kwargs: 1 / 0)
+    result = CliRunner().invoke(learn, ["train", "--dir", str(tmp_path)])
+    assert "training sort on your GPT (model.py)" in result.output
+    assert "stand in" not in result.output  # it said: "gpt-core's stand in: multi_head_attention, block"
+
+
 def test_check_before_start_says_how_to_start(tmp_path):
     result = invoke("check", "gelu", "--dir", tmp_path)
     assert result.exit_code == 2

@@ -58,11 +58,13 @@ def format_metrics(metrics: dict[str, Any]) -> str:
 def echo_table(header: dict[str, str], rows: list[dict[str, Any]]) -> None:
     """Columns padded to their widest cell, under a header row; `header` maps each key of the rows to its title. A
     cell is one line of printable characters (a plugin's description may hold a newline or a terminal's escape)."""
-    cells = [{k: _one_line(row[k]) for k in header} for row in [header, *rows]]
+    cells = [{k: one_line(row[k]) for k in header} for row in [header, *rows]]
     widths = {k: max(len(row[k]) for row in cells) for k in header}
     for row in cells:
         click.echo("  ".join(row[k].ljust(widths[k]) for k in header).rstrip())
 
 
-def _one_line(value: Any) -> str:
-    return "".join(c if c.isprintable() else "?" for c in " ".join(str(value).split()))
+def one_line(value: Any) -> str:
+    """`value` on one line of printable characters: a line break or tab a space, anything else unprintable `?` (a
+    terminal's escape byte); the spaces a cell is aligned with are kept."""
+    return "".join(c if c.isprintable() else " " if c in "\n\r\t" else "?" for c in str(value))

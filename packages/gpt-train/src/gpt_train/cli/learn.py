@@ -12,7 +12,7 @@ from gpt_train.cli.options import finite
 from gpt_train.devices import resolve_device
 from gpt_train.errors import TrainError
 from gpt_train.learn.isolation import LONGEST_TIME_LIMIT, TIME_LIMIT, grade_in_child
-from gpt_train.learn.progress import digest, forget_pass, record_pass, status
+from gpt_train.learn.progress import digest, forget_pass, imported_modules, record_pass, status
 from gpt_train.learn.steps import BY_NAME, DEFAULT_DIR, STEPS, stub
 from gpt_train.learn.training import (
     TASK,
@@ -156,7 +156,8 @@ def train_command(folder: Path, device: str) -> None:
     steps, model_file = passed_kernels(folder), passed_model(folder)
     if not steps and model_file is None:
         raise CommandError(f"no kernel step and no model step passed in {folder} yet: see `gpt-train learn list`")
-    unused = [step.name for step in STEPS if status(folder, step) == "not passed"]
+    yours = imported_modules(folder, model_file.read_bytes()) if model_file is not None else set()  # graded with it
+    unused = [step.name for step in STEPS if status(folder, step) == "not passed" and step.name not in yours]
     if unused:  # never passed, or edited since its pass: gpt-core's piece stands in, which the learner should know
         listed = ", ".join(unused)
         click.echo(f"note: not passed (yet, or since an edit), so gpt-core's stand in: {listed}; see "

@@ -16,6 +16,7 @@ import gpt_viz
 from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask, Task
 from gpt_train import lab
+from gpt_train.cli.formatting import one_line
 from gpt_train.cli.options import DEVICE_HELP, TRUST_KERNELS_OPTION
 from gpt_train.devices import resolve_device
 from gpt_train.files import write_bytes_atomically, write_json_atomically
@@ -141,7 +142,7 @@ def scored_as(examples: float) -> Callable[[float], str]:
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [list(map(str, header))] + [[str(cell) for cell in row] for row in rows]
+    cells = [list(map(one_line, header))] + [[one_line(cell) for cell in row] for row in rows]  # a plugin's names
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 

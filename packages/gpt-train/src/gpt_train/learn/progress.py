@@ -53,6 +53,11 @@ def _imported_files(folder: Path, source: bytes) -> dict[str, bytes]:
     return found
 
 
+def imported_modules(folder: Path, source: bytes) -> set[str]:
+    """The names of the folder's modules `source` imports, directly or through each other."""
+    return set(_imported_files(folder, source))
+
+
 def digest(folder: Path, source: bytes) -> str:
     """What a pass is recorded for: the bytes graded and those of the folder's modules they import, so an edit to
     any of them after it is not passed."""
