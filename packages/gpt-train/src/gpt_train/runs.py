@@ -161,13 +161,14 @@ def _prepare_directory(layout: RunLayout, config: RunConfig, force: bool, task: 
     lock = RunLock(layout.root).acquire()
     try:
         existing = layout.existing()
-        if existing and not _is_unstarted_run_of(layout, config) and (why := _not_a_run(layout, existing)):
+        kept = bool(existing) and not _is_unstarted_run_of(layout, config)  # files that are not ours to reuse
+        if kept and (why := _not_a_run(layout, existing)):
             names = ", ".join(path.name for path in existing)
             raise RunDirError(
                 f"{root} holds {names}, and they are not a run's ({why}): move them, or train into another "
                 "directory (--force replaces only a run)"
             )
-        if existing and not force and not _is_unstarted_run_of(layout, config):
+        if kept and not force:
             go_on = "" if layout.final.exists() else f"continue it with --resume {shlex.quote(str(root))} or "
             raise RunDirError(
                 f"{root} already holds a {'finished ' * (not go_on)}run ({existing[0].name}); {go_on}replace it "
