@@ -120,10 +120,6 @@ def ratio_spread(numerators: Sequence[float], denominators: Sequence[float]) -> 
     return Spread.of([a / b for a, b in zip(numerators, denominators, strict=True)])
 
 
-def median_of(seconds: Sequence[float]) -> float:
-    return statistics.median(seconds)
-
-
 def progress(message: str) -> None:
     """A progress line on stderr (the table goes to stdout)."""
     print(message, file=sys.stderr, flush=True)

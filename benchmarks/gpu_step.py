@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import StreamedTable, progress  # noqa: E402
+from common import StreamedTable, progress, synchronize  # noqa: E402
 
 from gpt_core import GPT, KERNEL_SETS, GPTConfig  # noqa: E402
 from gpt_core.compiling import compiled  # noqa: E402
@@ -105,7 +105,7 @@ def make_step(model: torch.nn.Module, mode: str, shape: Shape, device: torch.dev
     model.train()
 
     def step() -> float:
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = loss_of(forward(x, y))
         loss.backward()
@@ -114,11 +114,6 @@ def make_step(model: torch.nn.Module, mode: str, shape: Shape, device: torch.dev
         return loss
 
     return step
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bf16_peak_tflops(device: torch.device, n: int = 8192, repeats: int = 20) -> float:

@@ -57,7 +57,7 @@ def main() -> None:
 
         def twin_steps() -> None:
             for _ in range(args.steps):
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()
                 twin(batch.inputs, batch.targets).loss.backward()
                 optimizer.step()
 

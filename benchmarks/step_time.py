@@ -64,7 +64,7 @@ def make_step(model: GPT, batch: int, block: int, vocab: int, compile_: bool):
     def step() -> None:
         x = torch.randint(vocab, (batch, block), generator=gen)
         loss = forward(x, torch.roll(x, -1, dims=1)).loss
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
 
@@ -246,7 +246,7 @@ def gpt_train_step(model: GPT, batch: int, config: GPTConfig, dtype: str, grad_a
 
     def step() -> None:
         x = torch.randint(config.vocab_size, (batch, config.block_size), generator=gen)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss_of = lambda i, t, read: model(i, t, read=read).loss
         accumulate_gradients(loss_of, Batch(x, torch.roll(x, -1, dims=1)), grad_accum, precision, torch.device("cpu"))
         optimizer.step()

@@ -130,7 +130,7 @@ def make_step(task, model, optimizer, batch_size: int, seed: int):
     def step() -> None:
         batch = task.batch(batch_size, generator)
         loss = model(batch.inputs, batch.targets).loss
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
 

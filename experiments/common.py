@@ -21,6 +21,7 @@ import torch
 
 import gpt_core
 from gpt_viz import RunLayout
+from gpt_viz.phases import first_at_least
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_VARIABLE = "GPT_DATA"
@@ -93,7 +94,7 @@ class Run:
 
     def first_step(self, key: str, threshold: float) -> int | None:
         """First logged step at which `key` reaches `threshold` (None if never)."""
-        return next((r["step"] for r in self.metrics if r.get(key, -1.0) >= threshold), None)
+        return first_at_least(self.metrics, key, threshold)
 
 
 def gpt_train(ctx: Context, *args: str, check: bool = True) -> subprocess.CompletedProcess:

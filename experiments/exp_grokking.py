@@ -25,7 +25,8 @@ from gpt_tasks.builtin.modadd import FOURIER_SHARE, TOP_FREQUENCIES, fourier_spe
 from gpt_train.config import RunConfig
 from gpt_train.loading import load_run
 from gpt_train.trainer import initial_model
-from gpt_viz import HELDOUT, TRAIN, metric_key, probe_key
+from gpt_viz import HELDOUT, THRESHOLD, TRAIN, metric_key, probe_key
+from gpt_viz.phases import LEFT_CHANCE
 
 QUESTION = (
     "Does a one-layer transformer trained on a + b mod 113 memorise its training pairs first and generalise to the "
@@ -42,7 +43,6 @@ COLLAPSE_STEPS = 6000
 CONSTANT = ("--set", "cooldown_steps=0", "--steps", str(COLLAPSE_STEPS))  # the full learning rate to the end
 REPORTED_SEEDS = "301-320 and 401-420"  # seeds earlier versions of this page reported, seen before this recipe
 UNSEEN_SEEDS = tuple(range(501, 521))  # the default run only: named before any was run, never used to choose
-THRESHOLD = 0.99  # train accuracy at t_fit, held-out accuracy at t_gen
 CHANCE_BOUND = 0.10  # held-out accuracy may not exceed this ...
 WINDOW = 5  # ... at any evaluation up to WINDOW x t_fit
 MIN_RATIO = 10  # t_gen / t_fit
@@ -59,7 +59,7 @@ DEFAULT_HEADER = ["seed", f"t_fit (train acc >= {THRESHOLD})", f"t_gen (held-out
                   f"max held-out acc up to {WINDOW} x t_fit", "lowest held-out acc after t_gen",
                   f"last below {THRESHOLD} (step)", "final train acc", "final held-out acc", f"final {SHARE}",
                   "run's clock", "targets met"]  # fmt: skip
-WD0_HEADER = ["seed", "t_fit", f"first held-out acc >= {CHANCE_BOUND}", "max held-out acc", "final held-out acc",
+WD0_HEADER = ["seed", "t_fit", f"first held-out acc >= {LEFT_CHANCE}", "max held-out acc", "final held-out acc",
               "final held-out loss", f"final {SHARE}", "run's clock"]  # fmt: skip
 GROKFAST_HEADER = ["seed", "t_gen without", "t_gen with Grokfast", "factor", "t_fit with",
                    f"max held-out acc up to {WINDOW} x t_fit with", "run's clock with"]  # fmt: skip
@@ -156,7 +156,7 @@ def wd0_rows(runs: dict[str, Run], seeds: Sequence[int]) -> list[list]:
     for seed in seeds:
         run = runs[f"grokking-wd0-seed{seed}"]
         g = Grokking.of(run)
-        above = run.first_step(ACCURACY[HELDOUT], CHANCE_BOUND)
+        above = run.first_step(ACCURACY[HELDOUT], LEFT_CHANCE)
         rows.append([seed, step_or_never(g.t_fit), step_or_never(above), f"{g.heldout_max:.4f}",
                      f"{g.final[ACCURACY[HELDOUT]]:.4f}", f"{g.final[metric_key(HELDOUT, 'loss')]:.2f}",
                      f"{g.final[PROGRESS]:.3f}", f"{run.clock:.0f} s"])  # fmt: skip
@@ -267,12 +267,12 @@ def progress_summary(main: Run, shares: Sequence[float]) -> str:
         "initialisation (a random embedding spreads its power over all frequencies), "
         f"{shares[1]:.3f} at memorisation: memorising does not use the waves. "
     )
-    leaves_chance = main.first_step(ACCURACY[HELDOUT], CHANCE_BOUND)
+    leaves_chance = main.first_step(ACCURACY[HELDOUT], LEFT_CHANCE)
     if g.window_covered and g.t_gen is not None and leaves_chance is not None:
         text += (
             f"It then rises through the plateau while held-out accuracy is still near chance "
             f"({by_step[WINDOW * g.t_fit]:.3f} at {WINDOW} x t_fit, {by_step[leaves_chance]:.3f} at step "
-            f"{leaves_chance}, where held-out accuracy first reaches {CHANCE_BOUND}), then {by_step[g.t_gen]:.3f} at "
+            f"{leaves_chance}, where held-out accuracy first reaches {LEFT_CHANCE}), then {by_step[g.t_gen]:.3f} at "
             f"t_gen and {shares[2]:.3f} at the end, where a few frequencies carry the numbers, as Nanda et al. found "
             "(the middle panel of the grokking picture)."
         )

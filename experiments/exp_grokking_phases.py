@@ -30,7 +30,7 @@ from gpt_train.lab.phases import HELDOUT_LOSS, SPIKE, GrokkingProgress, measure_
 from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, first_below
 
 PUBLISHED_SEEDS = (1, 2, 3)  # the seeds of docs/results/grokking.md
-NEW_SEEDS = (7, 42)
+OWN_SEEDS = (7, 42)
 EVERY = 20
 NANDA_LR = 1e-3  # Nanda et al.'s learning rate
 QUICK = ("--set", "p=23", "--set", "eval_every=10", "--steps", "60")
@@ -185,7 +185,7 @@ def comparison(measured: Sequence[Measured], chance: float, lr: float) -> str:
 
 def run(ctx: Context):
     start = time.perf_counter()
-    seeds = PUBLISHED_SEEDS[:1] if ctx.quick else PUBLISHED_SEEDS + NEW_SEEDS
+    seeds = PUBLISHED_SEEDS[:1] if ctx.quick else PUBLISHED_SEEDS + OWN_SEEDS
     every = QUICK_EVERY if ctx.quick else EVERY
     extra = list(QUICK) if ctx.quick else []
     args = {s: ["--task", "modadd", "--seed", str(s), *extra, "--set", f"snapshot_every={every}"] for s in seeds}
@@ -203,7 +203,11 @@ def run(ctx: Context):
             pictures.append(f"![{name[:-4]}]({name})")
     body = (
         f"Seeds {', '.join(str(s) for s in seeds if s in PUBLISHED_SEEDS)} are the grokking page's"
-        + (f"; {', '.join(str(s) for s in seeds if s in NEW_SEEDS)} are new" if set(seeds) & set(NEW_SEEDS) else "")
+        + (
+            f"; {', '.join(str(s) for s in seeds if s in OWN_SEEDS)} are this page's own"
+            if set(seeds) & set(OWN_SEEDS)
+            else ""
+        )
         + f". t_fit: the first evaluation with train accuracy >= {FITTED}; cleanup from: the first after it with "
         f"held-out accuracy >= {LEFT_CHANCE}; t_gen: the first with held-out accuracy >= {GENERALISED}. Losses in "
         f"nats (chance ln({p}) = {chance:.2f}); the restricted loss is measured on the held-out pairs, the excluded "

@@ -224,9 +224,9 @@ def describe(setup: Setup) -> str:
         "evaluation as in training): each held-out sequence is read at sorted random ids for its whole length, drawn "
         "from a fixed seed. Exact match is greedy generation of the whole answer with the KV cache: at the trained "
         f"length over the whole held-out split, at longer ones over a fixed sample of 20,000 held-out runs. Mean ± "
-        f"sample standard deviation over seeds {', '.join(map(str, setup.seeds))}. The baseline rows are the earlier "
-        f"experiment re-run: the seed task (length {n} only, no separator, {FULL.fewer_steps:,} steps), only `pos` "
-        "changed; its learned table has no vectors past the trained block."
+        f"sample standard deviation over seeds {', '.join(map(str, setup.seeds))}. The baseline rows are the sort task "
+        f"run with its defaults and only `pos` changed (length {n} only, no separator, {FULL.fewer_steps:,} steps), "
+        "over the same seeds; its learned table has no vectors past the trained block."
     )
 
 

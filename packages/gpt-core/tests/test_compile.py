@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 import torch
 
-from gpt_core import FAST_KERNELS, GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig, format_report
+from gpt_core import FAST_KERNELS, GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig
 from gpt_core.compiling import compiled
 from gpt_core.kernels import layer_norm as fast_layer_norm_module
+from gpt_core.testing import format_report
 from gpt_core.testing.compiled import COMPILED_TOLERANCE, GraphCounter, compiled_report
 from gpt_core.testing.verification import device_model_row, dropout_report
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from gpt_core import GPT, GPTConfig, KVCache, generate, next_token, softmax
+from gpt_core import GPT, KERNEL_SETS, GPTConfig, KVCache, generate, next_token, softmax
 
 V = 17
 
@@ -87,6 +87,24 @@ def test_a_cached_forward_refuses_an_input_of_another_batch_than_the_caches(gen)
         with pytest.raises(ValueError, match=rf"^the KV cache holds 2 sequences, the input {batch}$"):
             model(torch.randint(V, (batch, 2), generator=gen), cache=cache)
     assert cache.length == 0 and not cache.keys.any()
+
+
+@pytest.mark.parametrize("parts", [(8,), (3, 5)], ids=["one forward", "two forwards"])
+@pytest.mark.parametrize("kernels", ["fast", "reference"])
+def test_a_forward_through_the_cache_has_the_gradients_of_the_forward_without_it(gen, kernels, parts):
+    """The next layer's write into the shared buffers changed the keys a backward had saved: autograd refused."""
+    model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=2, n_head=2, n_embd=16), KERNEL_SETS[kernels]).double()
+    x, y = torch.randint(V, (2, 8), generator=gen), torch.randint(V, (2, 8), generator=gen)
+    model(x, y).loss.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    cache, start, loss = model.new_cache(2, 8), 0, 0.0
+    for n in parts:  # each part's mean loss weighted by its share of the tokens: the whole sequence's mean
+        loss = loss + model(x[:, start : start + n], y[:, start : start + n], cache=cache).loss * n / 8
+        start += n
+    loss.backward()
+    for param, grad in zip(model.parameters(), expected, strict=True):
+        torch.testing.assert_close(param.grad, grad, rtol=0, atol=1e-12)
 
 
 def test_kv_cache_store_returns_every_filled_position():
@@ -277,6 +295,14 @@ def test_a_temperature_so_small_it_overflows_the_logits_samples_the_best_token(d
     logits = torch.tensor([[10.0, 9.0, 2.0], [1.0, 3.0, 2.0]], dtype=dtype)
     picks = [next_token(logits, temperature, generator=torch.Generator().manual_seed(s)).tolist() for s in range(20)]
     assert picks == [[0, 1]] * 20
+
+
+@pytest.mark.parametrize("top_k", [None, 1])
+def test_two_bfloat16_logits_a_small_temperature_keeps_apart_never_tie(top_k):
+    """Divided in bfloat16, 11.6875 / 1e-30 and 11.75 / 1e-30 rounded to one value: the worse token was drawn half
+    the time, with top_k=1 too."""
+    logits = torch.tensor([[11.6875, 11.75]], dtype=torch.bfloat16).expand(2000, 2)
+    assert (next_token(logits, 1e-30, top_k, torch.Generator().manual_seed(0)) == 1).all()
 
 
 def test_a_logit_so_low_it_overflows_to_minus_inf_leaves_the_others_sampled():

@@ -34,7 +34,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _logits_loss_grads(model: GPT, idx, targets, read) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    model.zero_grad(set_to_none=True)
+    model.zero_grad()
     out = model(idx, targets, read=read)
     out.loss.backward()
     return out.logits.detach(), out.loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}

@@ -9,18 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt_core import (
-    FAST_KERNELS,
-    GPT,
-    IGNORE_INDEX,
-    REFERENCE_KERNELS,
-    GPTConfig,
-    format_report,
-    log_softmax,
-    reference,
-    verification_report,
-)
+from gpt_core import FAST_KERNELS, GPT, IGNORE_INDEX, REFERENCE_KERNELS, GPTConfig, log_softmax, reference
 from gpt_core.kernels.linear import embedding, linear
+from gpt_core.testing import format_report, verification_report
 
 TOL = 1e-12
 

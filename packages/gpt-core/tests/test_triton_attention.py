@@ -266,6 +266,18 @@ def test_float32_matmuls_are_exact_unless_pytorch_allows_tf32():
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
+@pytest.mark.parametrize("switch", ["torch.backends", "torch.backends.cuda.matmul"])
+def test_tf32_set_by_backend_is_read_as_tf32_where_allow_tf32_raised(switch):
+    backend = torch.backends if switch == "torch.backends" else torch.backends.cuda.matmul
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "none"  # follows torch.backends' own (an earlier test set it)
+        backend.fp32_precision = "tf32"
+        assert fa._precision(torch.float32) == "tf32" and fa._precision(torch.bfloat16) == "ieee"
+    finally:
+        backend.fp32_precision = torch.backends.cuda.matmul.fp32_precision = "none"
+    assert fa._precision(torch.float32) == "ieee"
+
+
 def test_aot_specs_cover_every_kernel_at_every_dot_precision_and_head_dim_with_the_tiles_it_launches_with():
     kernels = {fa._attn_fwd, fa._bwd_dkdv, fa._bwd_dq}
     dtypes = {"*fp32": torch.float32, "*bf16": torch.bfloat16, "*fp16": torch.float16}

@@ -110,6 +110,16 @@ def test_layer_norm_weight_and_bias_gradients_are_the_same_bits_on_every_run():
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
 
 
+@pytest.mark.parametrize("has_bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 8)], ids=str)
+def test_layer_norm_of_no_rows_has_zero_weight_and_bias_gradients(shape, has_bias):
+    """The backward divided by the number of rows."""
+    x, weight, bias = leaf(randn(*shape)), leaf(randn(8, seed=1)), leaf(randn(8, seed=2)) if has_bias else None
+    layer_norm(x, weight, bias).sum().backward()
+    assert x.grad.shape == shape and torch.equal(weight.grad, torch.zeros(8, dtype=weight.dtype))
+    assert bias is None or torch.equal(bias.grad, torch.zeros(8, dtype=bias.dtype))
+
+
 def test_layer_norm_without_a_gradient_runs_the_forward_alone(close):
     x, weight, bias = randn(5, 48), randn(48, seed=1), randn(48, seed=2)
     with torch.no_grad():

@@ -12,11 +12,9 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 import gpt_core.testing.verification as verification
-from gpt_core import (
-    DEFAULT_KERNELS,
-    FAST_KERNELS,
-    KERNEL_SLOTS,
-    REFERENCE_KERNELS,
+from gpt_core import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, REFERENCE_KERNELS
+from gpt_core.kernels.layer_norm import _LayerNorm
+from gpt_core.testing import (
     REFERENCE_SIGNATURES,
     Row,
     format_report,
@@ -24,7 +22,6 @@ from gpt_core import (
     second_derivative_report,
     verification_report,
 )
-from gpt_core.kernels.layer_norm import _LayerNorm
 from gpt_core.testing.verification import dropout_report
 
 _ORIGINAL_RANDN = verification._randn

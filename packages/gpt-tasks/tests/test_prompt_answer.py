@@ -23,7 +23,7 @@ def trained(task: PromptAnswerTask, steps: int) -> GPT:
     generator = torch.Generator().manual_seed(0)
     for _ in range(steps):
         batch = task.batch(128, generator)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         model(batch.inputs, batch.targets).loss.backward()
         optimizer.step()
     return model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from importlib.metadata import EntryPoint, version
 
 import pytest
@@ -233,3 +234,245 @@ def test_a_task_breaking_the_contract_is_refused_when_it_registers(plugin, task,
     with pytest.warns(PluginWarning, match=re.escape(said)):
         registry = Registry(plugins=[broken, task_plugin(plugin, f"gt_good_{task.lower()}", "good")])
     assert [info.name for info in registry.tasks()] == ["good"]
+
+
+# the contract's class attributes and Params' types ---------------------------------------------------
+CONTRACT_TASKS = """
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from gpt_core.plugins import hookimpl
+from gpt_tasks import Task
+from gpt_tasks.builtin.sort import SortParams, SortTask
+
+if TYPE_CHECKING:
+    from gt_nowhere import Shape
+
+
+class NoPrimary(Task):  # every member written but primary_metric, which Task leaves to each task
+    name = "no_primary"
+    Params = SortParams
+    block_size = 4
+    batch = evaluate = defaults = example_prompts = attention_examples = lambda self, *args: None
+
+
+class EmptyPrimary(SortTask):
+    name = "empty_primary"
+    primary_metric = ""
+
+
+class TestSplit(SortTask):
+    name = "test_split"
+    eval_splits = ("test",)
+
+
+class TrainOnly(SortTask):
+    name = "train_only"
+    eval_splits = ("train",)
+
+
+class SplitList(SortTask):
+    name = "split_list"
+    eval_splits = ["heldout"]
+
+
+class HigherString(SortTask):
+    name = "higher_string"
+    higher_is_better = "no"
+
+
+class DescribedByProperty(SortTask):
+    name = "described_by_property"
+    description = property(lambda self: "computed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Unresolved:
+    length: int = 4
+    heldout_fraction: float = 0.25
+    shape: Shape | None = None
+
+
+class UnresolvedParams(SortTask):
+    name = "unresolved_params"
+    eval_fixed = ("heldout_fraction",)  # its Params has no vocab nor separator
+    Params = Unresolved
+
+
+@dataclasses.dataclass(frozen=True)
+class Weighted:
+    length: int = 4
+    heldout_fraction: float = 0.25
+    weights: tuple[int, ...] = (1, 2)
+
+
+class TupleParams(SortTask):
+    name = "tuple_params"
+    eval_fixed = ("heldout_fraction",)  # its Params has no vocab nor separator
+    Params = Weighted
+
+
+@hookimpl
+def register_tasks(register):
+    register({task})
+"""
+
+
+@pytest.fixture
+def contract_plugin(plugin):
+    """contract_plugin(task) -> (an entry point registering CONTRACT_TASKS' `task`, one registering a good task)."""
+
+    def make(task: str) -> tuple[EntryPoint, EntryPoint]:
+        broken = plugin(f"gt_contract_{task.lower()}", CONTRACT_TASKS.format(task=task))
+        return broken, task_plugin(plugin, f"gt_fine_{task.lower()}", "fine")
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("task", "said"),
+    [
+        ("NoPrimary", "task 'no_primary': NoPrimary sets no primary_metric (a key of evaluate()'s metrics)"),
+        ("EmptyPrimary", "EmptyPrimary.primary_metric must be a key of evaluate()'s metrics, got ''"),
+        ("TestSplit", "TestSplit.eval_splits must be ('heldout',) or ('train', 'heldout')"),
+        ("TrainOnly", "TrainOnly.eval_splits must be ('heldout',) or ('train', 'heldout')"),
+        ("SplitList", "SplitList.eval_splits must be ('heldout',) or ('train', 'heldout')"),
+        ("HigherString", "task 'higher_string': HigherString.higher_is_better must be True or False, got 'no'"),
+        ("DescribedByProperty", "DescribedByProperty.description must be a str, one line for `gpt-train tasks`"),
+    ],
+)
+def test_a_task_whose_class_attributes_would_fail_after_training_started_is_refused_when_it_registers(
+    contract_plugin, task, said
+):
+    """Each gave a traceback: no primary_metric at the run's start, a split but heldout at the first evaluation after
+    config.json and a checkpoint were written, higher_is_better 'no' when config.json was read back by eval, a
+    description property in `gpt-train tasks --json`."""
+    broken, fine = contract_plugin(task)
+    with pytest.warns(PluginWarning) as warned:
+        registry = Registry(plugins=[broken, fine])
+    (message,) = [str(warning.message) for warning in warned]
+    assert said in message and "\n" not in message
+    assert [info.name for info in registry.tasks()] == ["fine"]
+
+
+def test_params_annotations_that_do_not_resolve_are_refused_when_it_registers(contract_plugin):
+    """A type imported under TYPE_CHECKING alone: get_type_hints raised NameError as the run parsed --set."""
+    broken, fine = contract_plugin("UnresolvedParams")
+    said = (
+        "task 'unresolved_params': UnresolvedParams.Params's annotations do not resolve (NameError: name 'Shape' is "
+        "not defined): a type a field names must be importable when the plugin runs, not only under TYPE_CHECKING"
+    )
+    with pytest.warns(PluginWarning, match=re.escape(said)):
+        registry = Registry(plugins=[broken, fine])
+    assert [info.name for info in registry.tasks()] == ["fine"]
+
+
+def test_a_params_field_of_a_type_coerce_cannot_read_is_refused_when_it_registers(contract_plugin):
+    """tuple[int, ...]: its default trained, then eval, sample and --resume refused the run's own config.json."""
+    broken, fine = contract_plugin("TupleParams")
+    said = (
+        "task 'tuple_params': TupleParams.Params field 'weights' is tuple[int, ...], which --set and config.json "
+        "cannot give: a task parameter is int, float, bool, str, a Literal of those, or one of them | None"
+    )
+    with pytest.warns(PluginWarning, match=re.escape(said)):
+        registry = Registry(plugins=[broken, fine])
+    assert [info.name for info in registry.tasks()] == ["fine"]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "supported"),
+    [
+        ("int", True),
+        ("float | None", True),
+        ("typing.Literal[1, 2, 4]", True),
+        ("typing.Literal['a', 1, 0.5, True, None] | None", True),
+        ("tuple[int, ...]", False),
+        ("list[str]", False),
+        ("int | str", False),  # coerce would read it as int alone, and "none" as None
+        ("typing.Literal[b'x']", False),
+        ("dict", False),
+    ],
+)
+def test_the_registry_accepts_exactly_the_parameter_types_coerce_reads(annotation, supported):
+    import typing
+
+    from gpt_tasks import ParamError, coerce
+    from gpt_tasks.params import supported_type
+
+    hint = eval(annotation, {"typing": typing})
+    assert supported_type(hint) is supported
+    if not supported:
+        with pytest.raises(ParamError, match="unsupported parameter type"):
+            coerce("field", "1", hint)
+
+
+def test_every_builtin_task_registers_without_a_warning():
+    """The contract's checks read the Task base class's defaults: a built-in relying on one is not refused."""
+    builtin = EntryPoint(name="builtin", value="gpt_tasks.builtin", group=ENTRY_POINT_GROUP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PluginWarning)
+        assert {info.name for info in Registry(plugins=[builtin]).tasks()} == BUILTINS
+
+
+def test_a_plugin_registering_a_task_twice_is_told_so_in_one_warning(plugin):
+    """It read "task 'twice' is registered by both plugin 'gt_twice' (...) and plugin 'gt_twice' (...)"."""
+    twice = task_plugin(plugin, "gt_twice", "twice", body="register(Task_)\n    register(Task_)")
+    with pytest.warns(PluginWarning) as warned:
+        registry = Registry(plugins=[twice, task_plugin(plugin, "gt_once", "once")])
+    assert [str(warning.message) for warning in warned] == [
+        "task plugin 'gt_twice' (unknown) failed to register its tasks: it registers task 'twice' twice"
+    ]
+    assert [info.name for info in registry.tasks()] == ["once"]
+
+
+# Literal parameters ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("annotation", "given", "expected"),
+    [
+        ("typing.Literal[1, 2, 4]", "4", 4),
+        ("typing.Literal[1, 2, 4]", 4, 4),
+        ("typing.Literal[1, 2, 4] | None", "2", 2),
+        ("typing.Literal[1, 2, 4] | None", "none", None),
+        ("typing.Literal[0.5, 1.0]", "0.5", 0.5),
+        ("typing.Literal[0.5, 1.0]", "1", 1.0),
+        ("typing.Literal[True]", "yes", True),
+        ("typing.Literal['1', 1]", "1", "1"),  # a string choice spelt exactly is the string
+        ("typing.Literal['char', 'bpe']", "bpe", "bpe"),
+    ],
+)
+def test_a_literal_of_numbers_or_bools_is_set_from_its_command_line_spelling(annotation, given, expected):
+    """`--set width=4` for `width: Literal[1, 2, 4]` compared the string '4' with the numbers and was refused."""
+    import typing
+
+    from gpt_tasks import coerce
+
+    got = coerce("width", given, eval(annotation, {"typing": typing}))
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "given"),
+    [("typing.Literal[1, 2, 4]", "3"), ("typing.Literal[1, 2, 4]", True), ("typing.Literal[1, 2]", "1.0")],
+)
+def test_a_literal_refuses_what_is_none_of_its_choices(annotation, given):
+    import typing
+
+    from gpt_tasks import coerce
+
+    with pytest.raises(ParamError, match=r"width must be one of 1, 2"):
+        coerce("width", given, eval(annotation, {"typing": typing}))
+
+
+def test_the_builtin_tasks_declare_which_metrics_count_examples():
+    """gpt-train's summary counts wrong examples from these alone: a token accuracy is a share of tokens."""
+    declared = {info.name: info.task_class.per_example_metrics for info in list_tasks() if info.name in BUILTINS}
+    assert declared == {
+        "sort": ("exact_match",),
+        "addition": ("exact_match",),
+        "modadd": ("accuracy",),  # one answer token a pair
+        "repeats": (),  # copy_accuracy: a share of the repeated tokens
+        "shakespeare": (),
+        "text": (),
+    }

@@ -178,6 +178,13 @@ def test_a_bad_glob_is_refused(tmp_path):
     one_line_error(lambda: text_task(tmp_path, glob="/abs/*.txt"), "glob '/abs/*.txt'")
 
 
+def test_a_link_to_nothing_that_matches_the_glob_is_refused_naming_it(tmp_path):
+    """It was skipped without a word, where the text it pointed at would have been read."""
+    (tmp_path / "a.txt").write_text(sentences(500))
+    (tmp_path / "b.txt").symlink_to(tmp_path / "gone.txt")
+    one_line_error(lambda: text_task(tmp_path), "b.txt matches glob", "is a link to nothing")
+
+
 def test_a_directory_that_cannot_be_listed_is_refused_where_the_glob_reaches_it(tmp_path, monkeypatch):
     """Path.glob passes over a folder it may not list, and the folder's files with it: a run trained on part of
     the corpus without a word. Listing is refused here as a user without the permission is (root may list any)."""
@@ -218,6 +225,18 @@ def test_chunks_too_short_for_a_window_of_bpe_tokens_say_what_to_change(corpus):
         "no chunk of 64 characters holds a window of 61 tokens",
         "raise chunk_size",
     )
+
+
+def test_chunks_left_out_for_holding_too_few_bpe_tokens_are_counted_in_a_note(corpus, capsys):
+    """A BPE at a block near its chunks' token counts trained and scored on a few chunks without a word."""
+    task = text_task(corpus, tokenizer="bpe", vocab_size=300, block_size=30)
+    kept = len(task.chunks("train")) + len(task.chunks("heldout"))
+    total = len(task.cache.offsets) - 1
+    said = capsys.readouterr().err
+    assert 0 < kept < total - 1
+    assert f"{total - kept:,} of {total:,} chunks (" in said and "a larger chunk_size keeps them" in said
+    text_task(corpus, tokenizer="bpe", vocab_size=300, block_size=8)
+    assert "neither trained on nor scored" not in capsys.readouterr().err  # at most the last chunk is short
 
 
 @pytest.mark.parametrize(
@@ -500,6 +519,24 @@ def test_a_bpe_file_given_is_used_as_it_is(corpus, tmp_path):
     other.write_text(sentences(4000, seed=5))
     task = text_task(other, tokenizer="bpe", tokenizer_file=str(kept))
     assert task.tokenizer.identity() == trained.tokenizer.identity() and task.params.tokenizer_file == str(kept)
+
+
+@pytest.mark.parametrize("setting", ["padding", "truncation"])
+def test_a_bpe_file_that_would_pad_or_cut_what_it_encodes_is_refused(corpus, tmp_path, setting):
+    """Taken as it was, it padded every chunk of a batch to the longest (the padding trained on and scored) or cut each
+    to its first tokens."""
+    import tokenizers
+
+    hf = tokenizers.Tokenizer.from_str(text_task(corpus, tokenizer="bpe", vocab_size=300).tokenizer.data.decode())
+    if setting == "padding":
+        hf.enable_padding(pad_id=0, pad_token="!")
+    else:
+        hf.enable_truncation(max_length=10)
+    (tmp_path / "t.json").write_text(hf.to_str())
+    one_line_error(
+        lambda: text_task(corpus, tokenizer="bpe", tokenizer_file=str(tmp_path / "t.json")),
+        f"the tokenizer has {setting} turned on",
+    )
 
 
 @pytest.mark.parametrize("tokenizer", ["char", "bpe"])

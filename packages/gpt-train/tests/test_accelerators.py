@@ -162,7 +162,7 @@ def test_the_report_the_explorer_and_export_work_on_a_run_trained_on_the_acceler
     finally:
         httpd.shutdown()
         httpd.server_close()
-    exported = cli("export", run_dir, "--format", "hf", tmp_path / "hf")
+    exported = cli("export", run_dir, tmp_path / "hf")
     assert exported.code == 0, exported.err
     assert (tmp_path / "hf" / "model.safetensors").exists()
 

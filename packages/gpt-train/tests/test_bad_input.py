@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -199,9 +200,52 @@ def test_existing_run_is_refused_and_left_intact(cli, tiny_run):
     assert snapshot(tiny_run) == before
 
 
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        (["grokfast_alpha=0.5"], "grokfast_alpha weighs Grokfast's gradient average, and grokfast_lambda is 0"),
+        (["pos=rope", "decay_position_embedding=true"], "and pos=rope has none"),
+        (["early_eval_every=10"], "give one below it"),
+        (["early_eval_every=0", "early_eval_until=100"], "early_eval_until ends the early evaluations"),
+        (["schedule=constant", "min_lr=1e-5"], "schedule=constant has no cool-down"),
+    ],
+)
+def test_a_training_setting_the_run_would_never_read_is_refused(cli, tmp_path, given, named):
+    """Each trained a run bit for bit the same as without it, and said nothing."""
+    settings = [arg for setting in given for arg in ("--set", setting)]
+    assert_one_line_error(cli(*TINY, *settings, "--out", tmp_path / "run"), named)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_setting_set_as_it_acts_or_left_at_a_default_the_run_does_not_read_is_accepted(cli, tmp_path):
+    extra = ("--steps", "2", "--set", "grokfast_lambda=1", "--set", "grokfast_alpha=0.5", "--set", "min_lr=1e-5")
+    assert cli(*TINY, *extra, "--set", "early_eval_every=5", "--out", tmp_path / "run").code == 0
+
+
+def test_a_config_whose_unverified_kernels_are_not_among_its_kernels_is_refused_by_every_reader(
+    cli, tiny_run, tmp_path
+):
+    """`export` ended in a KeyError traceback; eval and sample took it."""
+    path = RunLayout(tiny_run).config
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"unverified_kernels": ["attention"]}))
+    for command in (("export", tiny_run, tmp_path / "hf"), ("eval", tiny_run), ("sample", tiny_run)):
+        assert_one_line_error(cli(*command), "unverified_kernels names attention, which kernels does not")
+
+
 def test_force_replaces_an_existing_run(cli, tiny_run):
     assert cli(*TINY, "--out", tiny_run, "--force", "--seed", "7").code == 0
     assert '"seed": 7' in (tiny_run / RunLayout.CONFIG).read_text()
+
+
+def test_force_drops_the_pictures_and_page_gpt_viz_drew_of_the_replaced_model(cli, tiny_run):
+    """They stayed beside the new run, showing the old model's attention."""
+    views = ["explore.html", "attention-layer0.png", "attention-layer0.svg", "curves.svg", "grokking.svg"]
+    for name in views:
+        (tiny_run / name).write_text("the replaced model's")
+    (tiny_run / "notes.txt").write_text("the user's own")
+    assert cli(*TINY, "--out", tiny_run, "--force", "--no-pictures").code == 0
+    assert [name for name in views if (tiny_run / name).exists()] == []
+    assert (tiny_run / "notes.txt").read_text() == "the user's own"
 
 
 def test_resume_of_a_missing_directory(cli, tmp_path):

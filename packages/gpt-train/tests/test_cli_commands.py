@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from train_helpers import TINY, assert_one_line_error, is_count_of, read_metrics
 
 from gpt_tasks import get_task, list_tasks
+from gpt_tasks.builtin.sort import SortTask
+from gpt_tasks.registry import default_registry
 from gpt_viz import RunLayout
 
 PICTURES = {RunLayout.CURVES_PICTURE, RunLayout.ATTENTION_PICTURE, RunLayout.GROKKING_PICTURE}
@@ -78,6 +81,77 @@ def test_tasks_json_is_machine_readable(cli):
     rows = json.loads(cli("tasks", "--json").out)
     assert {"sort", "addition", "modadd", "shakespeare"} <= {r["name"] for r in rows}
     assert all({"name", "plugin", "distribution", "version", "description"} <= set(r) for r in rows)
+
+
+VERSIONLESS_PLUGIN = """
+from gpt_core.plugins import hookimpl
+from gpt_tasks.builtin.sort import SortTask
+
+
+class Versionless(SortTask):
+    name = "versionless"
+
+
+@hookimpl
+def register_tasks(register):
+    register(Versionless)
+"""
+
+
+@pytest.fixture
+def versionless_plugin(tmp_path, monkeypatch):
+    """A task plugin installed from a distribution whose METADATA has a Name and no Version."""
+    site = tmp_path / "site"
+    (site / "versionless_plug-0.dist-info").mkdir(parents=True)
+    (site / "versionless_plug-0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: versionless-plug\n")
+    (site / "versionless_plug-0.dist-info" / "entry_points.txt").write_text("[gpt_tasks]\nvl = gt_versionless\n")
+    (site / "gt_versionless.py").write_text(VERSIONLESS_PLUGIN)
+    monkeypatch.syspath_prepend(str(site))
+    default_registry.cache_clear()
+    yield
+    default_registry.cache_clear()
+    sys.modules.pop("gt_versionless", None)
+
+
+def test_a_task_from_a_distribution_without_a_version_is_listed_trains_and_its_run_loads(
+    cli, tmp_path, versionless_plugin
+):
+    """config.json recorded the missing version as null, and eval, sample and --resume refused the run for it."""
+    listed = cli("tasks")
+    assert listed.code == 0, listed.err
+    line = next(line for line in listed.out.splitlines() if line.startswith("versionless "))
+    assert line.split()[1:4] == ["vl", "versionless-plug", "unknown"]
+    run_dir = tmp_path / "run"
+    trained = cli(*[a if a != "sort" else "versionless" for a in TINY], "--out", run_dir)
+    assert trained.code == 0, trained.err
+    assert json.loads((run_dir / RunLayout.CONFIG).read_text())["versions"]["versionless-plug"] == "unknown"
+    scored = cli("eval", run_dir, "--limit", "20")
+    assert scored.code == 0 and scored.err == "", scored.err
+
+
+def test_eval_set_cannot_change_the_answer_order_of_a_trained_addition_run(cli, tmp_path):
+    """`--set reverse=false` scored a model trained on reversed sums against sums in the usual order, with no note."""
+    shape = ("--set", "digits=2", "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2")
+    run_dir = tmp_path / "addition"
+    trained = cli("run", "--task", "addition", "--device", "cpu", "--quiet", "--steps", "2", *shape, "--no-pictures",
+                  "--out", run_dir)  # fmt: skip
+    assert trained.code == 0, trained.err
+    refused = cli("eval", run_dir, "--set", "reverse=false")
+    assert_one_line_error(refused, "cannot change reverse of a trained addition run")
+    assert cli("eval", run_dir, "--set", "digits=1").code == 0  # sums of another length: still scored
+
+
+def test_the_summary_counts_wrong_examples_only_for_a_metric_the_task_declares_per_example(cli, tmp_path, monkeypatch):
+    """A per-token primary metric whose (1 - value) x examples happened to be whole read "151 of 221 wrong" where
+    218 were: whether a score counts examples is the task's to say (PromptAnswerTask: exact_match)."""
+    args = [arg for arg in TINY if arg != "--quiet"]
+    counted = cli(*args, "--out", tmp_path / "counted")
+    assert counted.code == 0 and " wrong)" in counted.out, counted.err
+    monkeypatch.setattr(SortTask, "per_example_metrics", ())
+    result = cli(*args, "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    final = json.loads((tmp_path / "run" / RunLayout.FINAL).read_text())
+    assert f" over {final['heldout_examples']:,.0f} examples;" in result.out and " wrong)" not in result.out
 
 
 def test_eval_prints_the_metrics_of_a_saved_run(cli, tiny_run):

@@ -196,7 +196,7 @@ def test_a_compiled_ddp_model_split_at_its_gradient_buckets_gives_the_eager_grad
         ddp = DistributedDataParallel(model, device_ids=None, bucket_cap_mb=1)
         steps = {}
         for name, module in (("eager", ddp), ("compiled", compiled(ddp))):
-            model.zero_grad(set_to_none=True)
+            model.zero_grad()
             loss = module(idx, targets).loss
             loss.backward()
             steps[name] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()})

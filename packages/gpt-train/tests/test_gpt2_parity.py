@@ -119,7 +119,7 @@ def sort_run(tmp_path_factory) -> Path:
 
 def test_exported_sort_model_answers_held_out_prompts_in_transformers_as_in_gpt_core(sort_run, tmp_path):
     out = tmp_path / "hf"
-    gpt_train("export", sort_run, "--format", "hf", out)
+    gpt_train("export", sort_run, out)
     run = load_run(sort_run, torch.device("cpu"))
     ours, task = run.model, run.task
     hf = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
@@ -136,7 +136,7 @@ def test_exported_sort_model_answers_held_out_prompts_in_transformers_as_in_gpt_
 
 
 def test_round_trip_ours_to_transformers_to_ours_is_bit_identical(sort_run, tmp_path):
-    gpt_train("export", sort_run, "--format", "hf", tmp_path / "ours")
+    gpt_train("export", sort_run, tmp_path / "ours")
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours")
     back = load_model(save(hf, tmp_path / "theirs"))
     trained = load_run(sort_run, torch.device("cpu")).model
@@ -151,7 +151,7 @@ def test_untied_head_exports_and_runs_in_transformers(tmp_path):
         "run", "--task", "sort", "--device", "cpu", "--quiet", "--steps", "2", "--set", "length=4",
         "--set", "tie_weights=false", "--set", "eval_every=2", "--set", "final_eval_limit=8", "--out", run_dir,
     )  # fmt: skip
-    gpt_train("export", run_dir, "--format", "hf", tmp_path / "hf")
+    gpt_train("export", run_dir, tmp_path / "hf")
     ours = load_run(run_dir, torch.device("cpu")).model
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     assert not torch.equal(hf.lm_head.weight, hf.transformer.wte.weight)
@@ -172,7 +172,7 @@ def test_exported_bpe_text_run_loads_with_its_tokenizer_in_transformers(tmp_path
         "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--set", "eval_every=2",
         "--set", "eval_limit=4", "--out", run_dir,
     )  # fmt: skip
-    gpt_train("export", run_dir, "--format", "hf", tmp_path / "hf")
+    gpt_train("export", run_dir, tmp_path / "hf")
     capsys.readouterr()
     gpt_train("sample", run_dir, "--prompt", "the night", "--max-new-tokens", "10", "--device", "cpu")
     printed = capsys.readouterr().out

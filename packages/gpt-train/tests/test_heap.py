@@ -29,7 +29,7 @@ model = GPT(GPTConfig(vocab_size=10, block_size=11, n_layer=2, n_head=4, n_embd=
 optimizer = torch.optim.AdamW(model.parameters(), fused=True)
 def step():
     x = torch.randint(10, (128, 11))
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad()
     model(x, x.roll(-1, dims=1)).loss.backward()
     optimizer.step()
 for _ in range(10):

@@ -1,4 +1,4 @@
-"""GPT-2 directories without transformers: `export --format hf` writes one that gpt-train reads back
+"""GPT-2 directories without transformers: `export` writes one that gpt-train reads back
 bit-identically, `sample --hf` samples from it with its tokenizer.json as the run itself does, `run
 --init-from` starts from its weights and tokenizer, and every directory that is not a GPT-2 gpt-core can
 load is one line. (Parity with transformers itself: test_gpt2_parity.py, in `nox -s gpt2`.)"""
@@ -24,7 +24,7 @@ ONE_STEP = ("--steps", "1", "--set", "eval_every=1", "--set", "eval_limit=8", "-
 
 
 def export(cli, run_dir: Path, out: Path) -> Path:
-    result = cli("export", run_dir, "--format", "hf", out)
+    result = cli("export", run_dir, out)
     assert result.code == 0, result.err
     assert ("no tokenizer exported" in result.out) == (not (out / "tokenizer.json").exists())  # said iff so
     return out
@@ -50,7 +50,7 @@ def test_export_writes_config_and_safetensors_that_load_back_bit_identical(cli, 
 
 
 def test_export_without_a_tokenizer_says_to_sample_the_run_itself(cli, tiny_run, tmp_path):
-    result = cli("export", tiny_run, "--format", "hf", tmp_path / "hf")
+    result = cli("export", tiny_run, tmp_path / "hf")
     assert result.code == 0, result.err
     last = result.out.strip().splitlines()[-1]
     assert last == f"no tokenizer exported (not a BPE text run): sample with `gpt-train sample {tiny_run}`"
@@ -72,7 +72,7 @@ def test_export_refuses_a_run_that_is_no_gpt2(cli, tmp_path, options, named):
     """Another architecture, or logits from an unverified kernel (a verified one computes gpt-core's own to 1e-12)."""
     run_dir = tmp_path / "run"
     assert cli(*TINY, *ONE_STEP, *options, "--out", run_dir).code == 0
-    result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
+    result = cli("export", run_dir, tmp_path / "out")
     assert_one_line_error(result, "cannot export as GPT-2", named)
     assert not (tmp_path / "out").exists()
 
@@ -82,7 +82,7 @@ def test_export_takes_a_run_whose_unverified_kernel_only_samples(cli, tmp_path):
     run_dir = tmp_path / "run"
     choice = "sampling_softmax=kernel_examples:hotter_sampling_softmax"
     assert cli(*TINY, *ONE_STEP, "--kernel", choice, "--unverified", "--out", run_dir).code == 0
-    result = cli("export", run_dir, "--format", "hf", tmp_path / "out")
+    result = cli("export", run_dir, tmp_path / "out")
     assert result.code == 0, result.err
 
 
@@ -102,7 +102,7 @@ def test_export_of_an_unfinished_run_names_the_step_it_writes(cli, tiny_run, tmp
         path.write_text("{bad")
     else:  # the run was resumed with more steps and stopped: final.json is the shorter run's
         path.write_text(json.dumps(json.loads(path.read_text()) | {"step": 20}))
-    result = cli("export", tiny_run, "--format", "hf", tmp_path / "hf")
+    result = cli("export", tiny_run, tmp_path / "hf")
     assert result.code == 0, result.err
     assert f"(the weights of step 30: {said}" in result.out.splitlines()[0]
 
@@ -111,17 +111,17 @@ def test_export_into_a_non_empty_directory_is_refused_and_touches_nothing(cli, t
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    assert_one_line_error(cli("export", tiny_run, "--format", "hf", out), "not an empty directory")
+    assert_one_line_error(cli("export", tiny_run, out), "not an empty directory")
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
 
 
 def test_export_under_a_file_or_to_a_dangling_link_names_what_is_in_the_way(cli, tiny_run, tmp_path):
     (tmp_path / "file").write_text("kept")
     (tmp_path / "link").symlink_to(tmp_path / "nowhere")
-    result = cli("export", tiny_run, "--format", "hf", tmp_path / "file" / "sub")
+    result = cli("export", tiny_run, tmp_path / "file" / "sub")
     assert_one_line_error(result, f"{tmp_path / 'file'} is a file, not a directory")
     for out in (tmp_path / "link", tmp_path / "link" / "sub"):
-        result = cli("export", tiny_run, "--format", "hf", out)
+        result = cli("export", tiny_run, out)
         assert_one_line_error(result, f"{tmp_path / 'link'} is a link to {tmp_path / 'nowhere'}, which does not exist")
     assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "nowhere").exists()
 
@@ -154,7 +154,7 @@ def test_an_export_interrupted_after_its_config_leaves_nothing_behind(cli, tiny_
     if into == "an empty folder":
         out.mkdir(parents=True)
     monkeypatch.setattr(hf, "write_json_atomically", interrupted)
-    result = cli("export", tiny_run, "--format", "hf", out)
+    result = cli("export", tiny_run, out)
     assert (result.code, result.err.strip()) == (130, "gpt-train: aborted")
     assert list(out.iterdir()) == [] if into == "an empty folder" else list((tmp_path / "parent").iterdir()) == []
     monkeypatch.undo()
@@ -210,7 +210,7 @@ def test_init_from_starts_from_the_directorys_weights_and_tokenizer(cli, bpe_exp
     [
         (("--set", "n_layer=2"), "--init-from"),
         (("--set", "tokenizer=char"), "brings its own tokenizer.json; drop --set tokenizer"),
-        (("--set", "block_size=32"), "block_size 32 is longer than the model's 16 positions"),
+        (("--set", "block_size=17"), "block_size 17 is longer than the model's 16 positions"),
     ],
 )
 def test_init_from_settings_that_do_not_fit_the_model_are_one_line(cli, bpe_export, tmp_path, extra, named):
@@ -238,6 +238,17 @@ def test_init_from_an_exported_sort_model_continues_training_it(cli, tiny_run, e
     source = load_run(tiny_run, torch.device("cpu")).model
     start = dict(initial_model(RunConfig.load(run_dir)).named_parameters())
     assert all(torch.equal(param, start[name]) for name, param in source.named_parameters())
+
+
+def test_force_over_a_run_keeps_it_when_the_init_from_weights_are_refused(cli, tiny_run, exported, tmp_path):
+    """The weights were read only once the run's directory had been cleared: --force had already removed the run."""
+    tensors = tensors_of(exported)
+    tensors["transformer.ln_f.weight"][0] = float("nan")
+    save_file(tensors, exported / "model.safetensors")
+    before = sorted(path.name for path in tiny_run.iterdir())
+    sort = ("run", "--task", "sort", "--set", "length=4", *ONE_STEP, "--init-from", exported, "--force")
+    assert_one_line_error(cli(*sort, "--out", tiny_run), "'transformer.ln_f.weight' holds values that are not finite")
+    assert sorted(path.name for path in tiny_run.iterdir()) == before and RunLayout(tiny_run).final.exists()
 
 
 def test_init_from_a_directory_that_is_not_there_is_one_line(cli, tmp_path):
@@ -309,7 +320,7 @@ def test_sample_takes_a_run_or_hf_and_hf_needs_a_prompt(cli, tiny_run, exported)
 
 def test_export_has_help_with_an_example(cli):
     result = cli("export", "--help")
-    assert result.code == 0 and "gpt-train export sort --format hf" in result.out
+    assert result.code == 0 and "gpt-train export sort exported/sort" in result.out
 
 
 # hostile directories: shapes no file holds, weights that are no GPT-2's, settings of the wrong type ------------

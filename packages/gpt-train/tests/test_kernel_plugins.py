@@ -292,7 +292,7 @@ def test_the_commands_a_module_kernel_run_prints_carry_trust_kernels_and_work_wh
         stopped = cli(*TINY, "--kernel", RIGHT, "--out", run_dir)
     assert_one_line_error(stopped, f"Resume with: gpt-train run --resume {run_dir} --trust-kernels", code=130)
     assert cli("run", "--resume", run_dir, "--quiet", "--trust-kernels").code == 0
-    exported = cli("export", run_dir, "--format", "hf", tmp_path / "hf")
+    exported = cli("export", run_dir, tmp_path / "hf")
     assert exported.code == 0, exported.err
     assert exported.out.strip().endswith(f"sample with `gpt-train sample {run_dir} --trust-kernels`")
 

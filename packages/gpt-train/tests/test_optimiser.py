@@ -38,7 +38,7 @@ def train(m: GPT, optimizer, steps: range) -> None:
         ids = torch.randint(0, 11, (4, 8), generator=gen)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, SETTINGS)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         m(ids[:, :-1], ids[:, 1:]).loss.backward()
         if step % 2:
             m.lm_head.weight.grad = None
@@ -71,7 +71,7 @@ def test_under_fp16_loss_scaling_it_takes_torch_optim_fused_adamws_steps_and_ski
         weights = []
         for step in range(8):
             ids = torch.randint(0, 11, (4, 8), generator=torch.Generator().manual_seed(step))
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = m(ids[:, :-1], ids[:, 1:]).loss
             scaler.scale(loss * (math.nan if step == 5 else 1.0)).backward()

@@ -260,3 +260,22 @@ def test_float32_matmuls_gives_the_process_its_own_setting_back(monkeypatch):
     with float32_matmuls("high"):
         assert torch.get_float32_matmul_precision() == "high"
     assert torch.get_float32_matmul_precision() == before
+
+
+@pytest.mark.parametrize("backend", ["torch.backends", "torch.backends.cuda.matmul"])
+def test_float32_matmuls_runs_and_restores_a_precision_set_by_backend(backend):
+    """Set by backend (`torch.backends.fp32_precision`), the process's setting made the global getter raise, so a
+    run failed before its first step."""
+    from gpt_train.precision import float32_matmuls
+
+    switch = torch.backends if backend == "torch.backends" else torch.backends.cuda.matmul
+    cuda = torch.backends.cuda.matmul
+    try:
+        cuda.fp32_precision = "none"  # follows torch.backends' own (an earlier test may have set it)
+        switch.fp32_precision = "tf32"
+        with float32_matmuls("highest"):
+            assert cuda.fp32_precision == "ieee"
+        assert cuda.fp32_precision == "tf32"
+    finally:
+        switch.fp32_precision = cuda.fp32_precision = torch.backends.fp32_precision = "none"
+    assert torch.get_float32_matmul_precision() == "highest"  # the legacy getter reads again

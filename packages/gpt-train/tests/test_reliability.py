@@ -643,8 +643,29 @@ def test_an_empty_out_is_refused_not_taken_for_the_current_directory(cli, tmp_pa
     here = tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)
-    assert_one_line_error(cli(*TINY, "--out", ""), "Invalid value for '--out': is empty; name a directory")
+    assert_one_line_error(cli(*TINY, "--out", ""), "Invalid value for '--out': is empty; name a path")
     assert list(here.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        (("run", "--task", "text", "--data", ""), "Invalid value for '--data': is empty"),
+        (("run", "--resume", ""), "Invalid value for '--resume': is empty"),
+        (("run", "--task", "sort", "--init-from", ""), "Invalid value for '--init-from': is empty"),
+        (("sample", "--hf", "", "--prompt", "x"), "Invalid value for '--hf': is empty"),
+        (("eval", ""), "the run named is empty"),
+        (("export", "", "out"), "the run named is empty"),
+    ],
+)
+def test_an_empty_path_is_refused_not_taken_for_the_current_directory(cli, tmp_path, monkeypatch, command, named):
+    """An unset shell variable: --data "" trained on every .txt under the current directory."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    (here / "notes.txt").write_text("the user's own text " * 200)
+    assert_one_line_error(cli(*command), named)
+    assert sorted(path.name for path in here.iterdir()) == ["notes.txt"]
 
 
 def test_an_out_that_is_not_utf8_is_refused_and_a_renamed_run_says_why_it_cannot_be_read(cli, tiny_run, tmp_path):

@@ -19,8 +19,9 @@ from train_helpers import TINY, assert_one_line_error, serve_then_ctrl_c
 import gpt_train
 from gpt_train.cli import cli as group
 from gpt_train.cli import main
-from gpt_train.run_names import newest_run_of, resolve_run_dir
+from gpt_train.run_names import resolve_run_dir
 from gpt_train.runs import RunDirError
+from gpt_viz.run_names import newest_run_of
 
 TWO_LAYER = ("--set", "n_layer=2", "--set", "n_head=4", "--steps", "60")  # the default layout: 2 layers of 4 heads
 SMALL_MODADD = ("run", "--task", "modadd", "--device", "cpu", "--quiet", "--no-pictures", "--steps", "40",

@@ -113,6 +113,20 @@ def test_a_corpus_named_by_a_relative_set_data_is_found_from_any_directory(cli, 
     assert cli("eval", "../r", "--limit", "8", "--device", "cpu", "--set", "data=~/corpus.txt").code == 0
 
 
+def test_a_relative_cache_dir_is_recorded_absolute_so_eval_elsewhere_reuses_the_cache(cli, tmp_path, monkeypatch):
+    """Recorded as given, it named another folder from eval's directory, which tokenized the corpus again there."""
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "corpus.txt")
+    assert cli("run", "--task", "text", "--data", corpus, "--set", "cache_dir=cache", *SMALL, "--out", "r").code == 0
+    params = json.loads((tmp_path / "r" / "config.json").read_text())["task_params"]
+    assert params["cache_dir"] == str(tmp_path / "cache")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    evaluated = cli("eval", "../r", "--limit", "8", "--device", "cpu")
+    assert evaluated.code == 0 and "preparing" not in evaluated.err, evaluated.err
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def empty_file(folder: Path) -> Path:
     (folder / "empty.txt").write_text("")
     return folder / "empty.txt"

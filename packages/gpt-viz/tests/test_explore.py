@@ -28,6 +28,13 @@ def uniform_causal(n_layer: int, n_head: int, length: int) -> np.ndarray:
     return np.broadcast_to(rows / rows.sum(axis=1, keepdims=True), (n_layer, n_head, length, length)).copy()
 
 
+def write_attention_file(run: Path, weights: np.ndarray, tokens: list[str]) -> None:
+    """One example's ``weights`` (n_layer, n_head, T, T) written as they are (float32, unchecked) in attention.npz's
+    layout: (1, n_layer, n_head, T, T), tokens (1, T), lengths (1,), and no prompt_lengths."""
+    arrays = {"weights": weights[None], "tokens": np.array([tokens]), "lengths": np.array([len(tokens)])}
+    np.savez(RunLayout(run).attention, **arrays)
+
+
 def logged(run: Path) -> list[dict]:
     return [json.loads(line) for line in RunLayout(run).metrics.read_text().splitlines()]
 
@@ -82,15 +89,6 @@ def test_each_rows_largest_weight_is_level_255_and_a_diffuse_row_keeps_its_detai
     assert_quantised_from(example, stored)
 
 
-def test_an_attention_file_from_before_several_examples_were_kept_gives_one(make_run, tokens):
-    run = make_run(attention=False)
-    weights = uniform_causal(2, 3, len(tokens))
-    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))  # (L, H, T, T) and (T,)
-    (example,) = embedded(explorer_page(run))["attention"]
-    assert example["tokens"] == tokens and example["shape"] == [2, 3, len(tokens), len(tokens)]
-    assert_quantised_from(example, weights)
-
-
 def test_the_page_carries_each_examples_prompt_length_and_none_for_a_text_window(make_run, attention_examples):
     run = make_run(attention=False)
     addition, text, whole_prompt = attention_examples  # "12+34=" then "46 $"; a text window; all of it prompt
@@ -103,8 +101,8 @@ def test_the_page_carries_each_examples_prompt_length_and_none_for_a_text_window
 
 def test_an_attention_file_without_prompt_lengths_gives_none(run_dir, make_run, tokens):
     assert [example["prompt_length"] for example in embedded(explorer_page(run_dir))["attention"]] == [None] * 3
-    run = make_run("old", attention=False)
-    np.savez(RunLayout(run).attention, weights=uniform_causal(1, 1, len(tokens)), tokens=np.array(tokens))
+    run = make_run("without", attention=False)
+    write_attention_file(run, uniform_causal(1, 1, len(tokens)), tokens)
     assert embedded(explorer_page(run))["attention"][0]["prompt_length"] is None
 
 
@@ -182,8 +180,7 @@ def test_page_fetches_nothing_from_anywhere(run_dir):
 def test_token_text_cannot_close_the_script_or_become_markup(make_run):
     tokens = ["</script>", "<img src=x onerror=alert(1)>", "&amp;", "<!--", '"', "\u2028", "é"]
     run = make_run(config={"task": "<b>sort</b>"}, attention=False)
-    weights = uniform_causal(1, 2, len(tokens))
-    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
+    write_attention_file(run, uniform_causal(1, 2, len(tokens)), tokens)
     page = explorer_page(run)
     assert page.count("</script>") == 2  # the template's own two script elements, nothing from the data
     assert "<img" not in page and "<b>" not in page and "<!--" not in page
@@ -290,7 +287,7 @@ def test_attention_weights_that_are_not_finite_are_refused(make_run, tokens):
     run = make_run(attention=False)
     weights = uniform_causal(1, 2, len(tokens))
     weights[0, 1, 3, 0] = np.nan
-    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
+    write_attention_file(run, weights, tokens)
     with pytest.raises(VizError, match="NaN or infinite"):
         explorer_page(run)
 
@@ -299,7 +296,7 @@ def test_negative_attention_weights_are_refused(make_run, tokens):
     run = make_run(attention=False)
     weights = uniform_causal(1, 2, len(tokens))
     weights[0, 1, 3, 0] = -0.25
-    np.savez(RunLayout(run).attention, weights=weights, tokens=np.array(tokens))
+    write_attention_file(run, weights, tokens)
     with pytest.raises(VizError, match="attention.npz: weights hold negative values; attention weights are prob"):
         explorer_page(run)
 

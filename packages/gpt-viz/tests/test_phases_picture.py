@@ -7,7 +7,7 @@ import pytest
 
 from gpt_viz import grokking_phases, progress_measures
 from gpt_viz.errors import VizError
-from gpt_viz.phases import LOOK_AT, Phases, first_below, value_at
+from gpt_viz.phases import LOOK_AT, Phases, first_below
 
 
 def records(fit: int = 100, leaves_chance: int = 600, generalised: int = 800, last: int = 1000) -> list[dict]:
@@ -40,12 +40,11 @@ def test_a_run_that_never_generalises_has_no_cleanup_end():
     assert grokking_phases(records(fit=5000)) == Phases(None, None, None)
 
 
-def test_first_below_and_value_at_read_the_records():
+def test_first_below_reads_the_records():
     rows = records()
     assert first_below(rows, "restricted_loss", 2.3) == 360  # 4.6 - 360 / 150 = 2.2
     assert first_below(rows, "heldout_loss", 1.0) == 800
     assert first_below(rows, "heldout_loss", -1.0) is None
-    assert value_at(rows, "weight_norm", 600) == 40.0
 
 
 def test_the_picture_draws_three_panels_with_the_phases_in_the_title():

@@ -1,6 +1,7 @@
 """Reading run directories, and the one-line errors for malformed ones."""
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -206,7 +207,8 @@ def test_an_uncompressed_float32_attention_file_of_several_examples_still_reads(
 
 
 def test_attention_weights_that_are_not_numbers_are_one_line(run_dir, tokens):
-    np.savez(RunLayout(run_dir).attention, weights=np.full((1, 1, 10, 10), "x"), tokens=np.array(tokens))
+    weights = np.full((1, 1, 1, 10, 10), "x")
+    np.savez(RunLayout(run_dir).attention, weights=weights, tokens=np.array([tokens]), lengths=np.array([10]))
     with pytest.raises(VizError, match=r"attention\.npz: weights are not numbers \(<U1\)"):
         load_attention(run_dir)
 
@@ -236,13 +238,17 @@ def test_saving_more_attention_than_the_budget_is_refused(run_dir, monkeypatch, 
     assert len(load_attention_examples(run_dir)) == 2  # the file written before is left as it was
 
 
-def test_an_attention_file_from_before_several_examples_were_kept_reads_as_one(run_dir, layer_weights, tokens):
-    weights = np.stack([layer_weights, layer_weights[::-1]])  # (L, H, T, T), as runs wrote it then
+def test_an_attention_file_of_one_example_with_four_axis_weights_is_refused(run_dir, layer_weights, tokens):
+    weights = np.stack([layer_weights, layer_weights[::-1]])  # (L, H, T, T) with tokens (T,): no examples axis
     np.savez(RunLayout(run_dir).attention, weights=weights, tokens=np.array(tokens))
-    (example,) = load_attention_examples(run_dir)
-    assert example.tokens == tokens
-    np.testing.assert_array_equal(example.weights, weights)
-    np.testing.assert_array_equal(load_attention(run_dir).weights, weights)
+    with pytest.raises(VizError) as error:
+        load_attention_examples(run_dir)
+    message = str(error.value)
+    expected = (
+        f"{RunLayout(run_dir).attention}: weights have shape (2, 4, 10, 10); expected (examples, n_layer, n_head, T, T)"
+    )
+    assert message == expected
+    assert "\n" not in message
 
 
 @pytest.mark.parametrize(
@@ -290,32 +296,36 @@ def test_missing_attention_file_is_reported(make_run):
 
 
 def test_attention_shape_that_does_not_match_the_tokens_is_rejected(run_dir):
-    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 2, 4, 4)), tokens=np.array(["a", "b", "c"]))
-    with pytest.raises(VizError, match="cover 4 positions but there are 3 tokens"):
+    tokens = np.array([["a", "b", "c"]])
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 2, 4, 4)), tokens=tokens, lengths=np.array([3]))
+    with pytest.raises(VizError, match=r"tokens have shape \(1, 3\); expected \(1, 4\), one row per example"):
         load_attention(run_dir)
 
 
-def test_attention_that_is_not_square_is_rejected(run_dir):
-    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 2, 4, 3)), tokens=np.array(["a", "b", "c"]))
-    with pytest.raises(VizError, match=r"shape \(1, 2, 4, 3\) are not square"):
+@pytest.mark.parametrize("shape", [(1, 1, 2, 3, 4), (1, 1, 2, 4, 3)], ids=["more keys", "more queries"])
+def test_attention_that_is_not_square_is_rejected(run_dir, shape):
+    """With more queries than keys, each example was cut to a square of its length and read as if it were one."""
+    tokens = np.array([["a", "b", "c", "d"][: shape[-1]]])
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros(shape), tokens=tokens, lengths=np.array([3]))
+    with pytest.raises(VizError, match=re.escape(f"weights have shape {shape}; expected (examples, n_layer,")):
         load_attention(run_dir)
 
 
 def test_attention_without_layer_and_head_axes_is_rejected(run_dir):
     np.savez(RunLayout(run_dir).attention, weights=np.zeros((3, 3)), tokens=np.array(["a", "b", "c"]))
-    with pytest.raises(VizError, match=r"expected \(examples, n_layer, n_head, T, T\), or \(n_layer, n_head, T, T\)"):
+    with pytest.raises(VizError, match=r"weights have shape \(3, 3\); expected \(examples, n_layer, n_head, T, T\)$"):
         load_attention(run_dir)
 
 
 def test_attention_archive_without_tokens_is_rejected(run_dir):
-    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 3, 3)))
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 1, 3, 3)), lengths=np.array([3]))
     with pytest.raises(VizError, match="lacks the array 'tokens'"):
         load_attention(run_dir)
 
 
 def test_attention_with_pickled_tokens_is_refused(run_dir):
-    tokens = np.array(["a", "b", "c"], dtype=object)
-    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 3, 3)), tokens=tokens)
+    tokens = np.array([["a", "b", "c"]], dtype=object)
+    np.savez(RunLayout(run_dir).attention, weights=np.zeros((1, 1, 1, 3, 3)), tokens=tokens, lengths=np.array([3]))
     with pytest.raises(VizError, match=r"attention\.npz stores 'tokens' as pickled Python objects.*store tokens as"):
         load_attention(run_dir)
 
@@ -368,7 +378,7 @@ def test_attention_file_that_is_no_npz_archive_says_so_and_blames_no_pickle(run_
 
 def test_attention_saved_as_a_bare_npy_array_is_no_npz_archive(run_dir):
     with open(RunLayout(run_dir).attention, "wb") as file:
-        np.save(file, np.zeros((1, 1, 3, 3)))
+        np.save(file, np.zeros((1, 1, 1, 3, 3)))
     with pytest.raises(VizError, match=r"attention\.npz is not a readable \.npz archive"):
         load_attention(run_dir)
 

@@ -103,6 +103,15 @@ def test_a_tasks_files_are_named_by_their_parameter_and_listed_after_the_run_fil
     assert layout.existing() == [layout.config, layout.task_file("merges"), layout.task_file("vocab")]
 
 
+def test_existing_lists_the_views_gpt_viz_writes_into_a_run_after_the_inspections(tmp_path):
+    layout = RunLayout(tmp_path)
+    views = ["attention-layer1.png", "attention-layer0.svg", "curves.svg", "grokking.svg"]
+    for name in (*views, "explore.html", "report.html", "attention-notes.png", "curves.pdf"):
+        (tmp_path / name).write_text("x")
+    expected = ["report.html", "explore.html", "attention-layer1.png", "attention-layer0.svg", "curves.svg"]
+    assert [path.name for path in layout.existing()] == [*expected, "grokking.svg"]
+
+
 def test_existing_of_a_missing_directory_is_empty(tmp_path):
     assert RunLayout(tmp_path / "nowhere").existing() == []
 

@@ -22,14 +22,6 @@ from gpt_core.kv_cache import KVCache
 from gpt_core.model import GELU, GPT, MLP, Block, Embedding, GPTConfig, GPTOutput, LayerNorm, Linear, MultiHeadAttention
 from gpt_core.positions import POSITION_ENCODINGS, RotaryEmbedding
 from gpt_core.reference import IGNORE_INDEX, dropout
-from gpt_core.testing import (
-    REFERENCE_SIGNATURES,
-    Row,
-    format_report,
-    kernel_report,
-    second_derivative_report,
-    verification_report,
-)
 
 __all__ = [
     "BLOCK_POINTS",
@@ -44,7 +36,6 @@ __all__ = [
     "MLP",
     "POSITION_ENCODINGS",
     "REFERENCE_KERNELS",
-    "REFERENCE_SIGNATURES",
     "Block",
     "Embedding",
     "GPTConfig",
@@ -56,24 +47,19 @@ __all__ = [
     "Linear",
     "MultiHeadAttention",
     "RotaryEmbedding",
-    "Row",
     "attention",
     "attention_weights",
     "block_hook",
     "causal_mask",
     "cross_entropy",
     "dropout",
-    "format_report",
     "gelu",
     "generate",
-    "kernel_report",
     "layer_norm",
     "log_softmax",
     "next_token",
-    "second_derivative_report",
     "softmax",
     "to_device",
-    "verification_report",
 ]
 
 __version__ = "0.3.9"

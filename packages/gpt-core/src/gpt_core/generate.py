@@ -12,6 +12,7 @@ from torch import Tensor
 from gpt_core.decode import StaticDecoder
 from gpt_core.kernels.softmax import softmax
 from gpt_core.model import GPT
+from gpt_core.reference import upcast
 
 
 def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -22,6 +23,7 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     +inf, or -inf alone, gives a meaningless token, unread: `generate` refuses it at the end."""
     if temperature == 0.0:
         return logits.argmax(dim=-1)
+    logits = upcast(logits)  # divided in 16 bits, two logits a small T keeps apart can round to one (B, V)
     scaled = logits / temperature
     if temperature < 1.0:  # only dividing by less than 1 can overflow: a row that did is shifted by its best logit
         overflowed = (~scaled.isfinite() & logits.isfinite()).any(dim=-1, keepdim=True)  # (B, 1)

@@ -48,7 +48,11 @@ class KVCache:
         end = self.length + k.shape[-2]
         self.keys[layer, :, :, self.length : end] = k
         self.values[layer, :, :, self.length : end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        keys, values = self.keys[layer, :, :, :end], self.values[layer, :, :, :end]  # (B, H, end, d) views
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            # the next layer's (or forward's) write changes the buffers in place: a backward needs its own copy
+            return keys.clone(), values.clone()
+        return keys, values
 
     def advance(self, n_positions: int) -> None:
         self.length += n_positions

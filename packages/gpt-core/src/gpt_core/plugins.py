@@ -50,10 +50,27 @@ class Origin:
 
     @classmethod
     def of(cls, entry_point: EntryPoint) -> Origin:
+        """A distribution whose metadata has no Name goes by the entry point's name, one with no Version "unknown":
+        config.json records the version, and a run whose record holds none could not be read back."""
         dist = getattr(entry_point, "dist", None)
         if dist is None:  # an entry point made by hand, not read from an installed distribution
             return cls(entry_point.name, "unknown", "unknown")
-        return cls(entry_point.name, dist.name, dist.version)
+        return cls(
+            entry_point.name, _metadata(dist, "Name") or entry_point.name, _metadata(dist, "Version") or "unknown"
+        )
+
+
+def _metadata(dist: Any, key: str) -> str | None:
+    """The distribution's metadata field `key` (stripped), else None: missing, empty, or the metadata unreadable."""
+    try:
+        value = dist.metadata.get(key)
+    except Exception:  # metadata that cannot be read is metadata the distribution does not give
+        return None
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+class RegisteredTwice(ValueError):
+    """One plugin registering one key twice (the same class again, or a second under a name already used)."""
 
 
 # An item has the `key` it is found by, its `label` ("task 'sort'") and `source` ("plugin 'flash' (dist 0.2.0)").
@@ -98,7 +115,10 @@ class PluginTable(Generic[Item]):
         registered: list[Item] = []
 
         def register(*args: Any, **kwargs: Any) -> None:
-            registered.append(self.kind.accept(origin, *args, **kwargs))
+            item = self.kind.accept(origin, *args, **kwargs)
+            if any(each.key == item.key for each in registered):  # not a clash of two plugins: this one's mistake
+                raise RegisteredTwice(f"it registers {item.label} twice")
+            registered.append(item)
 
         # This plugin's hook alone, so that one raising is attributed to it and drops only what it registered.
         hooks = [
@@ -117,11 +137,12 @@ class PluginTable(Generic[Item]):
 
     def _warn(self, origin: Origin, what: str, error: Exception | SystemExit) -> None:
         plugin = f"{self.kind.noun} plugin {origin.plugin!r} ({origin.distribution})"
-        said = (
-            f"it called sys.exit({error.code!r})"
-            if isinstance(error, SystemExit)
-            else f"{type(error).__name__}: {error}"
-        )
+        if isinstance(error, SystemExit):
+            said = f"it called sys.exit({error.code!r})"
+        elif isinstance(error, RegisteredTwice):
+            said = str(error)
+        else:
+            said = f"{type(error).__name__}: {error}"
         warnings.warn(f"{plugin} {what}: {said}", self.kind.warning, stacklevel=5)
 
     def _add(self, item: Item) -> None:

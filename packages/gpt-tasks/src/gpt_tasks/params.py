@@ -22,13 +22,67 @@ def field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def coerce(key: str, value: Any, annotation: Any) -> Any:
+SUPPORTED_TYPES = "int, float, bool, str, a Literal of those, or one of them | None"
+"""The parameter types `coerce` reads a command-line string as (the registry refuses a task's Params of any other)."""
+
+
+def supported_type(annotation: Any) -> bool:
+    """Whether `coerce` can read a command-line string as `annotation` (one of SUPPORTED_TYPES)."""
     origin = typing.get_origin(annotation)
     if origin is Literal:
-        choices = typing.get_args(annotation)
-        if value not in choices:
-            raise ParamError(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
-        return value
+        return all(choice is None or isinstance(choice, str | int | float) for choice in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        others = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(others) == 1 and supported_type(others[0])  # X | None; `int | str` would be read as int alone
+    return annotation in (bool, str, int, float)
+
+
+def type_name(annotation: Any) -> str:
+    """`annotation` as written in code: `int`, `tuple[int, ...]`, `typing.Literal[1, 2]`."""
+    plain = typing.get_origin(annotation) is None and isinstance(annotation, type)
+    return annotation.__name__ if plain else repr(annotation)
+
+
+def _names(choice: Any, text: str) -> bool:
+    """Whether command-line `text` names Literal choice `choice`, read as the choice's type ("4" names 4)."""
+    if choice is None:
+        return text.lower() in ("none", "null")
+    if isinstance(choice, bool):
+        return _BOOLS.get(text.lower()) is choice
+    if isinstance(choice, str):
+        return text == choice
+    try:
+        return (int(text, 10) if isinstance(choice, int) else float(text)) == choice
+    except ValueError:
+        return False
+
+
+def _is(choice: Any, value: Any) -> bool:
+    """Whether Python `value` is Literal choice `choice`: True is not 1, and an int is a float choice's number."""
+    if isinstance(choice, bool) or isinstance(value, bool):
+        return value is choice
+    if isinstance(choice, float) and isinstance(value, int):
+        return value == choice
+    return type(value) is type(choice) and value == choice
+
+
+def _literal(key: str, value: Any, choices: tuple[Any, ...]) -> Any:
+    """The choice `value` is, or names as a command-line string; a string choice spelt exactly comes first."""
+    if isinstance(value, str):
+        matched = [c for c in choices if isinstance(c, str) and c == value] or [c for c in choices if _names(c, value)]
+    else:
+        matched = [c for c in choices if _is(c, value)]
+    if not matched:
+        raise ParamError(f"{key} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return matched[0]
+
+
+def coerce(key: str, value: Any, annotation: Any) -> Any:
+    if not supported_type(annotation):
+        raise ParamError(f"{key}: unsupported parameter type {type_name(annotation)}; a parameter is {SUPPORTED_TYPES}")
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return _literal(key, value, typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             return None
@@ -39,8 +93,6 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
         raise ParamError(f"{key} must be true or false, got {value!r}")
     if annotation is str:
         return str(value)
-    if annotation not in (int, float):
-        raise ParamError(f"{key}: unsupported parameter type {annotation!r}")
     if isinstance(value, bool):
         raise ParamError(f"{key} must be {annotation.__name__}, got {value!r}")
     wanted = "an integer" if annotation is int else "a number"

@@ -22,6 +22,7 @@ class PromptAnswerTask(Task):
 
     split: IndexedSplit
     token_metric = "token_accuracy"
+    per_example_metrics = ("exact_match",)  # the token metric is a share of answer tokens
 
     @property
     @abstractmethod

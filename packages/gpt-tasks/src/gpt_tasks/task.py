@@ -51,6 +51,7 @@ class Task(ABC):
     higher_is_better: ClassVar[bool] = True
     eval_splits: ClassVar[tuple[str, ...]] = ("heldout",)  # of "train" and "heldout"
     eval_fixed: ClassVar[tuple[str, ...]] = ("heldout_fraction",)  # Params a trained model's evaluation keeps
+    per_example_metrics: ClassVar[tuple[str, ...]] = ()  # metrics that are the share of examples right, counted
 
     vocab: CharVocab  # set in __init__ (or a property); any object with len, encode, decode and token_labels
 

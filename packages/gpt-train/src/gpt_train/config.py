@@ -79,6 +79,9 @@ class RunConfig:
                 "train": build_params(TrainSettings, data["train"], what="training setting"),
                 "eval_splits": tuple(data["eval_splits"]),
             }
+            unnamed = sorted(set(given.get("unverified_kernels", ())) - set(given.get("kernels", {})))
+            if unnamed:
+                raise ValueError(f"unverified_kernels names {', '.join(unnamed)}, which kernels does not")
             return cls(**given | built)
         except (ValueError, KeyError, TypeError, OSError) as error:
             raise ConfigError(f"{path} is not a valid run configuration ({error})") from None
@@ -155,7 +158,8 @@ def parse_assignments(pairs: tuple[str, ...]) -> dict[str, str]:
 def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, Any]]:
     """Send each value (`length`, or prefixed: `task.length`) to the task, the model or the training settings (a
     dict by scope); the one check for unknown keys, and for a key two scopes share (a plugin task's `seed`), which
-    must be prefixed. A task's `data` path is made absolute: eval and sample may run from another directory."""
+    must be prefixed. A task's `data` and `cache_dir` paths are made absolute: eval and sample may run from another
+    directory."""
     names = {
         "task": set(field_types(task_type.Params)),
         "model": set(field_types(GPTConfig)) - set(TASK_FIXED_MODEL_FIELDS),
@@ -185,8 +189,9 @@ def route(values: dict[str, Any], task_type: type[Task]) -> dict[str, dict[str, 
                 f"--set {key} is both a {' and a '.join(owners)} key: write {' or '.join(f'{s}.{key}' for s in owners)}"
             )
         put(owners[0], key, key, value)
-    if isinstance(routed["task"].get("data"), str) and routed["task"]["data"]:
-        routed["task"]["data"] = str(Path(routed["task"]["data"]).expanduser().absolute())
+    for name in ("data", "cache_dir"):  # a task's paths, made absolute: eval and sample may run elsewhere
+        if isinstance(routed["task"].get(name), str) and routed["task"][name]:
+            routed["task"][name] = str(Path(routed["task"][name]).expanduser().absolute())
     return routed
 
 
@@ -274,11 +279,13 @@ def resolve_run_config(
             "cooldown_trigger starts a cool-down of cooldown_steps steps, and cooldown_steps is 0: give it too "
             "(with schedule=constant)"
         )
+    model = override(model, routed["model"] | shape, "model shape")
+    _check_given_settings_act(routed["train"], train, model)
     task_files = tuple(sorted(task.files()))
     config = RunConfig(
         task=task_name,
         task_params=dataclasses.asdict(task.params) | {name: RunLayout.task_file_name(name) for name in task_files},
-        model=override(model, routed["model"] | shape, "model shape"),
+        model=model,
         train=train,
         primary_metric=metric_key(HELDOUT, task.primary_metric),
         higher_is_better=task.higher_is_better,
@@ -291,6 +298,26 @@ def resolve_run_config(
     )
     check_float_range(config)
     return config, task
+
+
+def _check_given_settings_act(given: dict[str, Any], train: TrainSettings, model: GPTConfig) -> None:
+    """A training setting the user gave that the run would never read, refused: it trained as if it were unset."""
+    unread = {
+        "grokfast_alpha": (train.grokfast_lambda == 0, "weighs Grokfast's gradient average, and grokfast_lambda is 0 "
+                           "(Grokfast off): give grokfast_lambda above 0 too"),
+        "decay_position_embedding": (train.decay_position_embedding and model.pos != "learned",
+                                     f"decays the learned position table, and pos={model.pos} has none"),
+        "early_eval_every": (train.early_eval_every >= train.eval_every,
+                             f"adds evaluations between eval_every's ({train.eval_every}): give one below it"),
+        "early_eval_until": (train.early_eval_until > 0 and not 0 < train.early_eval_every < train.eval_every,
+                             "ends the early evaluations, and early_eval_every (below eval_every) sets none"),
+        "min_lr": (train.schedule == "constant" and not train.cooldown_steps,
+                   "is where the cosine schedule or a cool-down ends, and schedule=constant has no cool-down "
+                   "(cooldown_steps 0)"),
+    }  # fmt: skip
+    for name, (never_read, why) in unread.items():
+        if name in given and never_read:
+            raise ConfigError(f"{name} {why}")
 
 
 def _check_task_min_lr(task_name: str, defaults: dict[str, Any], given: dict[str, Any]) -> None:

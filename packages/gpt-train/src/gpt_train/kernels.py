@@ -20,16 +20,9 @@ from typing import Any
 
 import torch
 
-from gpt_core import (
-    DEFAULT_KERNELS,
-    KERNEL_SETS,
-    KERNEL_SLOTS,
-    Kernels,
-    Row,
-    kernel_report,
-    second_derivative_report,
-)
+from gpt_core import DEFAULT_KERNELS, KERNEL_SETS, KERNEL_SLOTS, Kernels
 from gpt_core import plugins as core_plugins
+from gpt_core.testing import Row, kernel_report, second_derivative_report
 from gpt_train.compiling import compile_off
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
@@ -275,7 +268,7 @@ def verify_kernel(
 def verify_second_derivatives(
     slot: str, kernel: Callable[..., Any], seed: int | None = None, dtype: torch.dtype = torch.float64
 ) -> list[Row]:
-    """A second derivative through `kernel` against PyTorch's (`gpt_core.second_derivative_report`)."""
+    """A second derivative through `kernel` against PyTorch's (`gpt_core.testing.second_derivative_report`)."""
     kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: output_checked(kernel)})
     return second_derivative_report(torch_references(), kernels, seed, TORCH_LABELS, slots=(slot,), dtype=dtype)
 

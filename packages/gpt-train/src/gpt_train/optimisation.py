@@ -60,7 +60,7 @@ class FusedAdamW:
                   lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
                   grad_scale=getattr(self, "grad_scale", None), found_inf=getattr(self, "found_inf", None))  # fmt: skip
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
         for group in self.param_groups:
             for param in group["params"]:
                 param.grad = None

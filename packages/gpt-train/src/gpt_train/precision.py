@@ -4,6 +4,8 @@ float32), fp16's loss scaling (its 5 exponent bits flush small gradients to zero
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -33,12 +35,28 @@ def check_precision(dtype: str, device: torch.device) -> None:
 def float32_matmuls(precision: str) -> Iterator[None]:
     """Within the block, float32 matrix products at `precision` ("highest", or "high": TF32 on CUDA); the process's
     own setting after it, so a run in a notebook or a test leaves the next computation as it found it."""
-    before = torch.get_float32_matmul_precision()
+    try:
+        before = torch.get_float32_matmul_precision()
+        restore = functools.partial(torch.set_float32_matmul_precision, before)
+    except RuntimeError:  # set by backend (torch.backends.*.fp32_precision), which the global getter refuses to read
+        restore = functools.partial(_set_backends, _backends())
     torch.set_float32_matmul_precision(precision)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(before)
+        restore()
+
+
+_BACKENDS = ("cuda.matmul", "mkldnn.matmul")  # what set_float32_matmul_precision sets
+
+
+def _backends() -> dict[str, str]:
+    return {name: operator.attrgetter(name)(torch.backends).fp32_precision for name in _BACKENDS}
+
+
+def _set_backends(precisions: dict[str, str]) -> None:
+    for name, precision in precisions.items():
+        operator.attrgetter(name)(torch.backends).fp32_precision = precision
 
 
 def full_float32() -> contextlib.AbstractContextManager[None]:

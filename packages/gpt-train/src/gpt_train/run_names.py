@@ -6,9 +6,7 @@ from pathlib import Path
 
 from gpt_train.runs import RunDirError
 from gpt_viz import run_names
-from gpt_viz.run_names import RUN, RUNS, RunNameError, newest_run_of
-
-__all__ = ["RUN", "RUNS", "newest_run_of", "resolve_run_dir"]
+from gpt_viz.run_names import RUNS, RunNameError
 
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:

@@ -25,6 +25,7 @@ from gpt_train.distributed import Rank
 from gpt_train.errors import TrainError
 from gpt_train.files import stale_temporaries, write_bytes_atomically
 from gpt_train.guard import failures_named
+from gpt_train.hf import read_weights
 from gpt_train.kernels import (
     KernelError,
     check_compilable,
@@ -123,6 +124,8 @@ def new_run(
         check_compilable(config.train.kernels, device)
     found = run_kernels(config, verify=True, device=device)
     check_precision(config.train.dtype, device)
+    if init_from is not None:  # read once here to check them, before --force removes the run they would replace
+        read_weights(init_from, config.model)
     layout = RunLayout(out if out is not None else _unused_run_dir(task_name, rank.is_main))
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
     lock = _prepare_directory(layout, config, force, task) if rank.is_main else None

@@ -279,7 +279,7 @@ class Trainer:
         batch = self.draw_batch(step)
         if step == self.first_step:
             checked_batch(self.task, batch)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         if s.kernels == "triton" and step == self.first_step and self.model.kernels is not KERNEL_SETS["fast"]:
             self._check_triton_step(batch)
         if s.compile and step == self.first_step:  # compilation happens on a process's first step
@@ -333,7 +333,7 @@ class Trainer:
         if anywhere:
             raise CompileError(problem or "--compile: another rank's compiled first step disagrees with its eager one")
         if draws:  # the step itself, with the training mode's draws
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()
             loss = self._gradients(batch, self.forward)
         return loss
 
@@ -378,7 +378,7 @@ class Trainer:
     def _step(self, batch, module: torch.nn.Module) -> Step:
         loss = float(self._gradients(batch, module))
         grads = {name: p.grad.clone() for name, p in self.model.named_parameters() if p.grad is not None}
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         return Step(loss, grads)
 
     def _float64_step(self, batch) -> Step | None:

@@ -33,7 +33,6 @@ from gpt_viz.run_data import (
 )
 from gpt_viz.run_layout import RunLayout, parse_metric_key
 
-PAGE_NAME = "explore.html"
 TEMPLATE = "explore_template.html"
 MARKER = re.compile(r"__([A-Z]+)__")  # where a page template takes a part: __HEAD__, __DATA__, ...
 MOST_POINTS = 2000  # of a series on the page, whose curves canvas is at most 1,100 pixels wide
@@ -60,7 +59,7 @@ def filled_page(package: str, template: str, title: str, parts: dict[str, str]) 
 def write_explorer(run_dir: PathLike, target: PathLike | None = None) -> Path:
     """The page at `target` (".html" added to another suffix, so that no run file is written over) or in the run."""
     page = explorer_page(run_dir)
-    path = file_target(target if target is not None else run_directory(run_dir) / PAGE_NAME, "the page")
+    path = file_target(target if target is not None else run_directory(run_dir) / RunLayout.EXPLORE_PAGE, "the page")
     if path.suffix.lower() not in (".html", ".htm"):
         path = path.with_name(f"{path.name}.html")
     try:

@@ -11,12 +11,10 @@ from matplotlib.figure import Figure
 
 from gpt_viz.canvas import caption_below, new_figure, use_log_scale
 from gpt_viz.errors import VizError
-from gpt_viz.run_data import Record, metric_series
+from gpt_viz.run_data import THRESHOLD, Record, metric_series
 from gpt_viz.run_layout import HELDOUT, TRAIN, metric_key
 
-FITTED = 0.99  # training accuracy that ends memorisation (t_fit)
 LEFT_CHANCE = 0.10  # held-out accuracy that starts cleanup: above it the held-out loss has begun its fall
-GENERALISED = 0.99  # held-out accuracy that ends cleanup (t_gen)
 MEASURES = ("restricted_loss", "excluded_loss", "weight_norm")
 
 
@@ -29,20 +27,17 @@ class Phases:
     generalised: int | None
 
 
-def _first_at_least(records: Sequence[Record], key: str, threshold: float, after: int = 0) -> int | None:
+def first_at_least(records: Sequence[Record], key: str, threshold: float, after: int = 0) -> int | None:
+    """The first logged step from `after` on at which `key` reaches `threshold`; None if it never does."""
     return next((int(r["step"]) for r in records if r["step"] >= after and r.get(key, -1.0) >= threshold), None)
 
 
 def grokking_phases(records: Sequence[Record]) -> Phases:
     train, heldout = metric_key(TRAIN, "accuracy"), metric_key(HELDOUT, "accuracy")
-    fit = _first_at_least(records, train, FITTED)
-    cleanup = None if fit is None else _first_at_least(records, heldout, LEFT_CHANCE, after=fit)
-    generalised = None if cleanup is None else _first_at_least(records, heldout, GENERALISED, after=cleanup)
+    fit = first_at_least(records, train, THRESHOLD)  # t_fit
+    cleanup = None if fit is None else first_at_least(records, heldout, LEFT_CHANCE, after=fit)
+    generalised = None if cleanup is None else first_at_least(records, heldout, THRESHOLD, after=cleanup)
     return Phases(fit, cleanup, generalised)
-
-
-def value_at(records: Sequence[Record], key: str, step: int) -> float:
-    return float(next(r[key] for r in records if r["step"] == step and key in r))
 
 
 def first_below(records: Sequence[Record], key: str, threshold: float) -> int | None:

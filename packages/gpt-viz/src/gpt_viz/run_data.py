@@ -196,13 +196,8 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
         weights = arrays["weights"].astype(np.float32)
     except (TypeError, ValueError) as error:
         raise VizError(f"{path}: weights are not numbers ({arrays['weights'].dtype})") from error
-    if weights.ndim == 4:  # one example, as runs wrote it before they kept several
-        return [_checked_snapshot(weights, np.asarray(tokens).ravel())]
-    if weights.ndim != 5:
-        raise VizError(
-            f"{path}: weights have shape {weights.shape}; expected (examples, n_layer, n_head, T, T), "
-            "or (n_layer, n_head, T, T) for one example"
-        )
+    if weights.ndim != 5 or weights.shape[-1] != weights.shape[-2]:
+        raise VizError(f"{path}: weights have shape {weights.shape}; expected (examples, n_layer, n_head, T, T)")
     lengths, prompts = arrays.get("lengths"), arrays.get("prompt_lengths")
     if lengths is None:
         raise VizError(f"{path} lacks the array 'lengths', which weights of five axes need")

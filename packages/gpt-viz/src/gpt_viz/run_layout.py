@@ -87,6 +87,9 @@ class RunLayout:
     INSPECTIONS = (HEADS_ABLATION, HEADS_PICTURE, LOGIT_LENS, LOGIT_LENS_PICTURE, READS, READS_PICTURE, PHASES,
                    PHASES_PICTURE, REPORT)  # fmt: skip
     """The inspect files of a fixed name (and the patching files): its model's, so a replaced run drops them."""
+    # What gpt-viz writes into the run where no --out is given: its model's pictures too, so a replaced run drops them.
+    EXPLORE_PAGE = "explore.html"  # gpt-viz explore
+    VIEW_PATTERNS = ("attention-layer*.png", "attention-layer*.svg", "curves.svg", "grokking.svg")
     SNAPSHOTS = "snapshots"  # with snapshot_every=N: the weights alone at step 0 and every N (checkpoint format)
     TASK_FILE_PREFIX = "task."  # a task's own files, one per parameter that points at it: task.tokenizer_file
 
@@ -138,8 +141,11 @@ class RunLayout:
         return dict(sorted(found.items()))
 
     def existing(self) -> list[Path]:
-        """The run files present: FILES, INSPECTIONS, then the patching files, task files and snapshots by name."""
-        named = [self.root / name for name in self.FILES + self.INSPECTIONS if (self.root / name).exists()]
+        """The run files present: FILES, INSPECTIONS, then the patching files, gpt-viz's views, task files and
+        snapshots by name."""
+        fixed = self.FILES + self.INSPECTIONS + (self.EXPLORE_PAGE,)
+        named = [self.root / name for name in fixed if (self.root / name).exists()]
         patched = [*self.root.glob(f"{self.PATCHING_PREFIX}*.json"), *self.root.glob(f"{self.PATCHING_PREFIX}*.png")]
+        views = [path for pattern in self.VIEW_PATTERNS for path in sorted(self.root.glob(pattern))]
         tasks = sorted(self.root.glob(self.task_file_name("*")))
-        return named + sorted(patched) + tasks + list(self.snapshots().values())
+        return named + sorted(patched) + views + tasks + list(self.snapshots().values())

@@ -40,6 +40,8 @@ def _task_of(run: Path) -> str | None:
 
 def resolve_run_dir(run: str | Path, runs: Path = RUNS) -> tuple[Path, bool]:
     """The run directory `run` names, and whether it was chosen as a task's newest run."""
+    if str(run) == "":  # an unset shell variable: not the current directory
+        raise RunNameError("the run named is empty; name a run directory or a task")
     path = Path(run)
     if path.exists():
         return path, False

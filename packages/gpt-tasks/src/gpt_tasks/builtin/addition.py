@@ -39,6 +39,7 @@ class AdditionTask(PromptAnswerTask):
     Params = AdditionParams
     primary_metric = "exact_match"
     token_metric = "digit_accuracy"
+    eval_fixed = ("heldout_fraction", "reverse")  # reverse decides what each answer position means
     vocab = CharVocab(ALPHABET)
 
     def __init__(self, params: AdditionParams):

@@ -88,6 +88,7 @@ class ModAddTask(Task):
     description = "a + b mod p on a fraction of the pairs, full batch: the grokking task (accuracy)"
     Params = ModAddParams
     primary_metric = "accuracy"
+    per_example_metrics = ("accuracy",)  # one answer token a pair
     eval_splits = ("train", "heldout")
     eval_fixed = ("train_fraction",)
 

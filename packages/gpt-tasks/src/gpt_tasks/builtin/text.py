@@ -244,6 +244,14 @@ class TextTask(Task):
                 f"no chunk of {self.params.chunk_size} characters holds a window of {window} tokens "
                 "(block_size + 1); raise chunk_size or lower block_size"
             )
+        short = np.flatnonzero(~usable)
+        if len(short) > 1 or (len(short) == 1 and short[0] != len(lengths) - 1):  # more than a short last chunk
+            share = float(cache.chars[short].sum() / cache.chars.sum())
+            say(
+                f"{len(short):,} of {len(lengths):,} chunks ({share:.1%} of the characters) hold fewer than "
+                f"block_size + 1 = {window} tokens: they are neither trained on nor scored; a larger chunk_size "
+                "keeps them"
+            )
         for split, numbers in self._chunks.items():
             if not len(numbers):
                 side, chunks = "training" if split == "train" else "held-out", "chunk" + "s" * (len(lengths) != 1)

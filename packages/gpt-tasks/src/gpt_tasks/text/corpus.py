@@ -36,9 +36,13 @@ class Corpus:
         if not path.is_dir():
             raise ValueError(f"{noun} not found: {path}")
         try:
-            matches = [p for p in path.glob(glob) if p.is_file() and not _hidden(p.relative_to(path))]
+            found = [p for p in path.glob(glob) if not _hidden(p.relative_to(path))]
         except (ValueError, NotImplementedError) as error:
             raise ValueError(f"glob {glob!r} cannot be used: {error}") from None
+        matches = [p for p in found if p.is_file()]
+        broken = next((p for p in found if p.is_symlink() and not p.exists()), None)
+        if broken is not None:  # a link to text that matched, which reading would skip
+            raise ValueError(f"{broken} matches glob {glob!r} but is a link to nothing ({os.readlink(broken)})")
         if (closed := _unlisted_directory(path, glob)) is not None:
             raise ValueError(f"cannot list {closed.filename} ({closed.strerror}): its files could match glob {glob!r}")
         if not matches:

@@ -149,6 +149,9 @@ class BpeTokenizer(Tokenizer):
             self.hf = hf.Tokenizer.from_str(data.decode())
         except Exception as error:  # tokenizers raises plain Exceptions for malformed JSON
             raise ValueError(f"not a Hugging Face tokenizers file ({str(error).splitlines()[0]})") from None
+        for setting in ("padding", "truncation"):  # each would pad or cut every chunk encoded in a batch
+            if getattr(self.hf, setting) is not None:
+                raise ValueError(f"the tokenizer has {setting} turned on, which would change the text it encodes")
         self.data = data
         self._bytes = self._token_bytes()
         if self.decode(self.encode(_PROBE).tolist()) != _PROBE:

@@ -30,8 +30,9 @@ def sampled_note(task: object, split: str) -> str:
 
 
 def wrong_count(fraction: float, examples: float) -> int | None:
-    """How many examples a per-example score (exact match, accuracy) got wrong; None when `fraction` is
-    not a whole number of `examples`, so it cannot be such a score."""
+    """How many examples a per-example score (one the task declares so: exact match) got wrong; None when
+    `fraction` is not a whole number of `examples`. A share of tokens can be a whole number of examples by chance,
+    so whether a score is per-example is the task's to say, never read from its value."""
     wrong = (1.0 - fraction) * examples
     return round(wrong) if 0.0 <= fraction <= 1.0 and abs(wrong - round(wrong)) < 1e-6 else None
 

@@ -57,7 +57,7 @@ def named_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """A path option's callback: an empty one (an unset shell variable, `--out "$DIR"`) refused, not the current
     directory, and one that is not UTF-8 text (a Latin-1 terminal's name), which safetensors cannot open again."""
     if value == "":
-        raise click.BadParameter("is empty; name a directory", ctx, param)
+        raise click.BadParameter("is empty; name a path", ctx, param)
     if value is not None and not is_utf8(value):
         raise click.BadParameter(f"{click.format_filename(value)} is not UTF-8 text; name it in UTF-8", ctx, param)
     return None if value is None else Path(value)

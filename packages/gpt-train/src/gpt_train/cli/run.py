@@ -74,11 +74,12 @@ from gpt_viz import (
 @set_option("Override a task, model or training parameter (repeatable), e.g. --set pos=rope.")
 @click.option(
     "--data",
-    type=click.Path(path_type=Path),
+    type=click.Path(),
+    callback=named_path,
     help="The corpus of tasks that read one: a UTF-8 file, or for text a directory (with --set glob=...).",
 )
 @click.option(
-    "--resume", type=click.Path(path_type=Path), help="Continue the run in this directory from its checkpoint."
+    "--resume", type=click.Path(), callback=named_path, help="Continue the run in this directory from its checkpoint."
 )
 @click.option("--kernels", type=KernelSetChoice(),
               help=KERNEL_SET_HELP + " [default: triton on a CUDA GPU of compute capability 8.0 or later where "
@@ -98,7 +99,8 @@ from gpt_viz import (
 )
 @click.option(
     "--init-from",
-    type=click.Path(path_type=Path),
+    type=click.Path(),
+    callback=named_path,
     help="Start from a Hugging Face GPT-2 directory's weights (config.json, model.safetensors); text uses its "
     "tokenizer.json.",
 )
@@ -203,7 +205,8 @@ def run(
         raise CommandError(outcome.detail, exit_code=1)
     if rank.is_main and not quiet:
         sampled = sampled_note(handed.task, "heldout")
-        click.echo(summary(handed.config, outcome.final, handed.layout.root, sampled))
+        per_example = handed.task.primary_metric in handed.task.per_example_metrics
+        click.echo(summary(handed.config, outcome.final, handed.layout.root, sampled, per_example))
 
 
 def resume_hint(rank: Rank, run_dir: Path) -> str:
@@ -254,14 +257,18 @@ def _refuse_settings_on_resume(given: dict[str, Any], assignments, data, force: 
         )
 
 
-def summary(config: RunConfig, final: dict[str, Any], run_dir: Path, sampled: str = "") -> str:
-    """The end-of-run line; a per-example score says how many were wrong, so 7 errors never read as none."""
+def summary(
+    config: RunConfig, final: dict[str, Any], run_dir: Path, sampled: str = "", per_example: bool = False
+) -> str:
+    """The end-of-run line; a primary metric the task declares per-example (`per_example`: a share of its examples
+    right, as exact_match) says how many were wrong, so 7 errors never read as none. Any other (a share of tokens
+    right) gives its example count alone: a count of wrong examples can be read from no other score."""
     primary = config.primary_metric
     parsed = parse_metric_key(primary)
     examples = final.get(metric_key(parsed.split, EXAMPLES)) if parsed else None
     value = final[primary]
     over = f" over {examples:,.0f} examples" if examples else ""
-    wrong = wrong_count(value, examples) if examples and config.higher_is_better else None
+    wrong = wrong_count(value, examples) if examples and per_example and config.higher_is_better else None
     if wrong is not None:
         over = f" ({wrong:,} of {examples:,.0f} wrong)"
     over += f" ({sampled})" if sampled else ""

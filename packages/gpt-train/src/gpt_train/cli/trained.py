@@ -22,10 +22,10 @@ from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, answer_tokens, cut_answer_note, untrained_prompt_note
 from gpt_train.record import not_finished
-from gpt_train.run_names import RUN
 from gpt_train.runs import opening_flags
 from gpt_train.trainer import checked_metrics
 from gpt_viz import SPLITS, RunLayout, metric_key
+from gpt_viz.run_names import RUN
 
 
 @click.command("eval", context_settings=CONTEXT)
@@ -93,7 +93,7 @@ def evaluate(run_dir: Path, split: str, assignments, limit, device, as_json, tru
 @click.command(context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN, required=False)
 @click.option(
-    "--hf", "hf_dir", type=click.Path(path_type=Path), help="Sample from a Hugging Face GPT-2 directory instead."
+    "--hf", "hf_dir", type=click.Path(), callback=named_path, help="Sample from a Hugging Face GPT-2 directory instead."
 )
 @click.option("--prompt", multiple=True, help="Prompt text (repeatable). [default: the task's example prompts]")
 @click.option(
@@ -210,15 +210,7 @@ LOGIT_SLOTS = ("attention", "layer_norm", "gelu")
 @click.command(context_settings=CONTEXT)
 @click.argument("run_dir", metavar="RUN", type=RUN)
 @click.argument("out", type=click.Path(), callback=named_path)
-@click.option(
-    "--format",
-    "format_",
-    type=click.Choice(["hf"]),
-    default="hf",
-    show_default=True,
-    help="hf: a Hugging Face GPT-2 directory (config.json, model.safetensors, tokenizer for BPE text).",
-)
-def export(run_dir: Path, out: Path, format_: str) -> None:
+def export(run_dir: Path, out: Path) -> None:
     """Write a trained run as a Hugging Face GPT-2 model directory OUT (new or empty).
 
     OUT holds config.json and model.safetensors: transformers.GPT2LMHeadModel.from_pretrained(OUT)
@@ -229,8 +221,8 @@ def export(run_dir: Path, out: Path, format_: str) -> None:
 
     \b
     Examples:
-      gpt-train export sort --format hf exported/sort
-      gpt-train export text --format hf exported/text            # the newest text run under ./runs
+      gpt-train export sort exported/sort
+      gpt-train export text exported/text     # the newest text run under ./runs
     """
     saved = load_run(run_dir, "cpu", with_kernels=False)  # verified kernels compute gpt-core's own to 1e-12
     unverified = [slot for slot in saved.config.unverified_kernels if slot in LOGIT_SLOTS]

@@ -100,7 +100,7 @@ def verify(
       gpt-train verify --kernel attention=flash          # after pip install ./examples/gpt-kernel-flash
       gpt-train verify --kernel layer_norm=mykernels:layer_norm
     """
-    from gpt_core import format_report, second_derivative_report, verification_report
+    from gpt_core.testing import format_report, second_derivative_report, verification_report
     from gpt_train.compiling import check_compiler
     from gpt_train.devices import resolve_device
     from gpt_train.verify import BF16_TOLERANCE, DTYPES, FP32_TOLERANCE, TORCH_LABELS, torch_references
@@ -170,7 +170,7 @@ def verify(
 
 
 def _second_derivatives(rows, tolerance: float, what: str, dtype: torch.dtype = torch.float64) -> None:
-    from gpt_core import format_report
+    from gpt_core.testing import format_report
 
     click.echo(
         f"\nsecond derivatives (create_graph=True) in {str(dtype).removeprefix('torch.')}: d<grad, u>/d(inputs, "

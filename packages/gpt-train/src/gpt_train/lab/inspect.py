@@ -25,9 +25,9 @@ from gpt_train.lab import records as record_checks
 from gpt_train.lab.common import prompt_answer_task
 from gpt_train.loading import load_run
 from gpt_train.pictures import draw_attention_picture
-from gpt_train.run_names import RUN
 from gpt_viz import HELDOUT, RunLayout
 from gpt_viz import inspect_pictures as pictures
+from gpt_viz.run_names import RUN
 
 DEVICE_OPTION = click.option("--device", default="auto", show_default=True, help=DEVICE_HELP)
 

@@ -16,8 +16,8 @@ import torch
 from gpt_tasks.builtin.modadd import ModAddTask
 from gpt_tasks.builtin.progress_measures import KEY_SHARE, ProgressMeasures, key_frequencies
 from gpt_train.lab.common import InspectError
-from gpt_viz import HELDOUT, TRAIN, RunLayout, metric_key
-from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, grokking_phases
+from gpt_viz import HELDOUT, THRESHOLD, TRAIN, RunLayout, metric_key
+from gpt_viz.phases import LEFT_CHANCE, Phases, grokking_phases
 
 SNAPSHOT_EVERY = 20  # what a run without snapshots is told to keep: modadd's evaluation interval
 SPIKE = 0.05  # nats: a training loss above it after the fit is a spike (a fitted modadd model's is below 0.01)
@@ -132,9 +132,9 @@ def table_rows(result: GrokkingProgress) -> list[tuple[str, ...]]:
     phases = result.phases
     named = [
         ("first snapshot", result.records[0]["step"]),
-        (f"t_fit (train acc >= {FITTED:g})", phases.fit),
+        (f"t_fit (train acc >= {THRESHOLD:g})", phases.fit),
         (f"cleanup from (held-out acc >= {LEFT_CHANCE:g})", phases.cleanup),
-        (f"t_gen (held-out acc >= {GENERALISED:g})", phases.generalised),
+        (f"t_gen (held-out acc >= {THRESHOLD:g})", phases.generalised),
         ("last snapshot", result.records[-1]["step"]),
     ]
     keys = (TRAIN_ACCURACY, HELDOUT_ACCURACY, TRAIN_LOSS, HELDOUT_LOSS, "restricted_loss", "excluded_loss")
@@ -165,14 +165,14 @@ def phases_findings(result: GrokkingProgress) -> list[str]:
     first, last = result.records[0]["step"], result.records[-1]["step"]
     if f.fit is None:
         found.append(
-            f"memorisation: train accuracy never reaches {FITTED:g} by step {last:,}; the run never fitted its "
+            f"memorisation: train accuracy never reaches {THRESHOLD:g} by step {last:,}; the run never fitted its "
             "training set, so no later phase can be told apart"
         )
         return found
     found.append(
-        f"memorisation, steps {first:,}-{f.fit:,}: train accuracy reaches {FITTED:g} at step {f.fit:,} while held-out "
-        f"accuracy is {at(HELDOUT_ACCURACY, f.fit):.2f}, and the excluded loss is {at('excluded_loss', f.fit):.2f} "
-        "nats"
+        f"memorisation, steps {first:,}-{f.fit:,}: train accuracy reaches {THRESHOLD:g} at step {f.fit:,} while "
+        f"held-out accuracy is {at(HELDOUT_ACCURACY, f.fit):.2f}, and the excluded loss is "
+        f"{at('excluded_loss', f.fit):.2f} nats"
     )
     end = f.cleanup if f.cleanup is not None else last
     formation = (
@@ -194,12 +194,12 @@ def phases_findings(result: GrokkingProgress) -> list[str]:
     )
     if f.generalised is None:
         found.append(
-            f"cleanup from step {f.cleanup:,}: held-out accuracy never reaches {GENERALISED:g} by step {last:,}; "
+            f"cleanup from step {f.cleanup:,}: held-out accuracy never reaches {THRESHOLD:g} by step {last:,}; "
             f"so far {cleanup}"
         )
     else:
         found.append(
-            f"cleanup, steps {f.cleanup:,}-{f.generalised:,}: held-out accuracy reaches {GENERALISED:g} at step "
+            f"cleanup, steps {f.cleanup:,}-{f.generalised:,}: held-out accuracy reaches {THRESHOLD:g} at step "
             f"{f.generalised:,}; {cleanup}"
         )
     spikes = result.spike_steps()

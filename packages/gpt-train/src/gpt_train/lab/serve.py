@@ -28,11 +28,11 @@ from gpt_train.lab.explain import explain_prompt
 from gpt_train.lab.findings import all_findings
 from gpt_train.loading import load_run
 from gpt_train.prompts import PromptError, Vocabulary
-from gpt_train.run_names import RUN
 from gpt_train.signals import ctrl_c_interrupts
 from gpt_viz import RunLayout, VizError
 from gpt_viz.explore import filled_page
 from gpt_viz.inspect_pictures import load_inspection, most_needed_head
+from gpt_viz.run_names import RUN
 
 PAGE = "serve_page.html"
 LOOPBACK = "127.0.0.1"

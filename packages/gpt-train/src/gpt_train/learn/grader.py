@@ -13,8 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gpt_core import Row
-from gpt_core.testing import LargestTensor
+from gpt_core.testing import LargestTensor, Row
 from gpt_core.testing.verification import compared
 from gpt_train.kernels import first_failure, output_checked, verify_kernel
 from gpt_train.learn import assembly, generation_check, training_step_check

@@ -70,7 +70,7 @@ def _train_and_score(task: PromptAnswerTask, path: Path) -> Verdict:
     for _ in range(STEPS):
         batch = task.batch(BATCH, generator)
         loss = model(batch.inputs, batch.targets).loss
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())

@@ -84,7 +84,7 @@ def gpt_train_step(model: nn.Module, optimizer: Any, inputs: Tensor, targets: Te
     """gpt-train's step on one batch as `Trainer.train_step` takes it (one micro-batch, no scaling, no Grokfast)."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, s)
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad()
     _, loss = model(inputs, targets)
     loss.backward()
     if s.grad_clip > 0:

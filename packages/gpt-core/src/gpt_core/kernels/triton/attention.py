@@ -51,8 +51,9 @@ f64 mma, though unmeasured on hardware). The saved log-sum-exp (B, H, Tq) is flo
 float64 inputs). P is rounded to the input dtype before P v, and dS before dS k and dS^T q, as every
 16-bit flash kernel does. Float32 matmuls: `tl.dot` on fp32 defaults to TF32
 (10-bit mantissa) on NVIDIA; this module follows PyTorch's own switch for matmuls instead:
-`input_precision="ieee"` (exact fp32) unless `torch.backends.cuda.matmul.allow_tf32` is set, which
-PyTorch leaves off by default. The scale and the dropout probability are compile-time constants
+`input_precision="ieee"` (exact fp32) unless `torch.backends.cuda.matmul.fp32_precision` is "tf32" (set by it,
+by `torch.backends.fp32_precision`, `allow_tf32` or `set_float32_matmul_precision("high")`), which PyTorch
+leaves off by default. The scale and the dropout probability are compile-time constants
 (`SM_SCALE`, `DROPOUT_P`): a runtime Python float reaches a Triton kernel as float32, which would cost
 float64 its precision; one compilation per head dim and per dropout rate.
 
@@ -386,7 +387,7 @@ def _tiles(dtype: torch.dtype, head_dim: int, precision: str) -> tuple[int, int,
 
 def _precision(dtype: torch.dtype) -> str:
     """`tl.dot`'s input precision: exact fp32 unless PyTorch's matmuls may use TF32."""
-    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+    if dtype == torch.float32 and torch.backends.cuda.matmul.fp32_precision == "tf32":  # however it was set
         return "tf32"
     return "ieee"
 

@@ -30,7 +30,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gpt_core.kernels.once import differentiates_once
-from gpt_core.kernels.triton.softmax import online_max_and_sum
+from gpt_core.kernels.triton.softmax import online_max_and_sum, warps_for
 from gpt_core.reference import IGNORE_INDEX
 
 
@@ -74,11 +74,6 @@ def _block_v(vocab: int) -> int:
     return min(triton.next_power_of_2(vocab), 4096)
 
 
-def _num_warps(block: int) -> int:
-    """More warps for wider blocks: about 256 elements a warp (8 a thread), between 1 and 16 warps."""
-    return min(max(block // 256, 1), 16)
-
-
 def _forward(logits: Tensor, targets: Tensor, ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
     """The mean loss (float32, float64 for float64 logits), the lse (N,) and the logits as passed to the kernel."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()  # (N, V), unit column stride
@@ -90,7 +85,7 @@ def _forward(logits: Tensor, targets: Tensor, ignore_index: int) -> tuple[Tensor
     block = _block_v(vocab)
     _cross_entropy_forward_kernel[(n,)](
         logits, targets, loss_rows, lse, logits.stride(0), vocab, ignore_index,
-        BLOCK_V=block, num_warps=_num_warps(block),
+        BLOCK_V=block, num_warps=warps_for(block),
     )  # fmt: skip
     n_scored = (targets != ignore_index).sum()  # stays on the device: 0 gives 0/0 = nan
     return loss_rows.sum() / n_scored, lse, logits
@@ -116,7 +111,7 @@ class _CrossEntropy(torch.autograd.Function):
         block = _block_v(vocab)
         _cross_entropy_backward_kernel[(n,)](
             logits, targets.contiguous(), lse, scale, dlogits, logits.stride(0), dlogits.stride(0), vocab,
-            ctx.ignore_index, BLOCK_V=block, num_warps=_num_warps(block),
+            ctx.ignore_index, BLOCK_V=block, num_warps=warps_for(block),
         )  # fmt: skip
         return dlogits, None, None
 
@@ -140,7 +135,7 @@ def _aot_specs() -> list[tuple]:
         for block in (128, 2048, 4096):  # a short vocabulary in one block; GPT-2's 50304 in blocks
             rows = {"Logits": f"*{dtype}", "Targets": "*i64", "Lse": "*fp32", "row_stride": "i32", "V": "i32"}
             rows |= {"ignore_index": "i32", "BLOCK_V": "constexpr"}
-            consts, options = {"BLOCK_V": block}, {"num_warps": _num_warps(block)}  # as launched
+            consts, options = {"BLOCK_V": block}, {"num_warps": warps_for(block)}  # as launched
             specs.append((_cross_entropy_forward_kernel, {**rows, "LossRows": "*fp32"}, consts, options))
             backward = {**rows, "Scale": "*fp32", "DLogits": f"*{dtype}", "d_row_stride": "i32"}
             specs.append((_cross_entropy_backward_kernel, backward, consts, options))

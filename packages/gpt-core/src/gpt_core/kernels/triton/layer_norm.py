@@ -31,6 +31,7 @@ import triton.language as tl
 from torch import Tensor
 
 from gpt_core.kernels.once import differentiates_once
+from gpt_core.kernels.triton.softmax import rows_of, warps_for
 
 
 @triton.jit
@@ -84,17 +85,6 @@ def _layer_norm_backward_kernel(
         tl.store(DB_partial + program * C + cols, db, mask=mask)
 
 
-def _num_warps(block: int) -> int:
-    """More warps for wider rows: about 256 elements a warp (8 a thread), between 1 and 16 warps."""
-    return min(max(block // 256, 1), 16)
-
-
-def _rows(t: Tensor, width: int) -> Tensor:
-    """t as (rows, width) with unit column stride: a view where one exists, else a contiguous copy."""
-    t = t.reshape(-1, width)
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
 def _stats_dtype(x: Tensor) -> torch.dtype:
     """The dtype of mean, rstd and the partial sums: float32, or float64 for float64 inputs."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -103,7 +93,7 @@ def _stats_dtype(x: Tensor) -> torch.dtype:
 def _forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """y in x's shape and dtype, and what the backward needs: x as (N, C) rows, mean and rstd (N,)."""
     width = x.shape[-1]
-    rows = _rows(x, width)  # (N, C)
+    rows = rows_of(x, width)  # (N, C)
     n = rows.shape[0]
     y = torch.empty((n, width), dtype=x.dtype, device=x.device)  # (N, C)
     mean = torch.empty(n, dtype=_stats_dtype(x), device=x.device)  # (N,)
@@ -115,7 +105,7 @@ def _forward(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> tupl
     # eps is a constexpr: exact in float64, where a float argument would be passed as float32
     _layer_norm_forward_kernel[(n,)](
         rows, weight, bias, y, mean, rstd, rows.stride(0), y.stride(0), width,
-        EPS=eps, HAS_BIAS=has_bias, BLOCK_C=block, num_warps=_num_warps(block),
+        EPS=eps, HAS_BIAS=has_bias, BLOCK_C=block, num_warps=warps_for(block),
     )  # fmt: skip
     return y.view(x.shape), rows, mean, rstd
 
@@ -142,8 +132,11 @@ class _LayerNorm(torch.autograd.Function):
     def backward(ctx, dy: Tensor):
         rows, weight, mean, rstd = ctx.saved_tensors
         n, width = rows.shape
-        dy_rows = _rows(dy, width)  # (N, C)
+        dy_rows = rows_of(dy, width)  # (N, C)
         dx = torch.empty_like(rows)  # (N, C), contiguous
+        if n == 0:  # no rows: no program to launch, and the weight and bias have no gradient to sum
+            zeros = torch.zeros_like(weight)
+            return dx.view(dy.shape), zeros, zeros.clone() if ctx.has_bias else None, None
         rows_per_program = triton.cdiv(n, min(n, _n_programs(rows.device)))
         n_programs = triton.cdiv(n, rows_per_program)
         dw_partial = torch.empty((n_programs, width), dtype=mean.dtype, device=rows.device)  # (n_programs, C)
@@ -152,7 +145,7 @@ class _LayerNorm(torch.autograd.Function):
         _layer_norm_backward_kernel[(n_programs,)](
             rows, weight.contiguous(), dy_rows, dx, mean, rstd, dw_partial, db_partial,
             rows.stride(0), dy_rows.stride(0), dx.stride(0), n, width, rows_per_program,
-            HAS_BIAS=ctx.has_bias, BLOCK_C=block, num_warps=_num_warps(block),
+            HAS_BIAS=ctx.has_bias, BLOCK_C=block, num_warps=warps_for(block),
         )  # fmt: skip
         dweight = dw_partial.sum(dim=0).to(weight.dtype)  # (C,), a fixed order: deterministic
         dbias = db_partial.sum(dim=0).to(weight.dtype) if ctx.has_bias else None
@@ -174,7 +167,7 @@ def _aot_specs() -> list[tuple]:
             rows = {"X": f"*{dtype}", "W": f"*{dtype}", "Mean": "*fp32", "Rstd": "*fp32", "C": "i32"}
             flags = {"HAS_BIAS": "constexpr", "BLOCK_C": "constexpr"}
             consts = {"HAS_BIAS": True, "BLOCK_C": triton.next_power_of_2(width)}
-            options = {"num_warps": _num_warps(consts["BLOCK_C"])}  # as launched
+            options = {"num_warps": warps_for(consts["BLOCK_C"])}  # as launched
             forward = {**rows, "B": f"*{dtype}", "Y": f"*{dtype}", "x_row_stride": "i32", "y_row_stride": "i32"}
             forward |= {**flags, "EPS": "constexpr"}
             specs.append((_layer_norm_forward_kernel, forward, {**consts, "EPS": 1e-5}, options))

@@ -85,12 +85,13 @@ def _block_c(width: int) -> int:
     return min(triton.next_power_of_2(width), 4096)
 
 
-def _num_warps(block: int) -> int:
-    """More warps for wider rows: about 256 elements a warp (8 a thread), between 1 and 16 warps."""
+def warps_for(block: int) -> int:
+    """More warps for wider rows (or blocks): about 256 elements a warp (8 a thread), between 1 and 16 warps. The
+    layer norm and the loss launch with it too."""
     return min(max(block // 256, 1), 16)
 
 
-def _rows(t: Tensor, width: int) -> Tensor:
+def rows_of(t: Tensor, width: int) -> Tensor:
     """t as (rows, width) with unit column stride: a view where one exists, else a contiguous copy."""
     t = t.reshape(-1, width)
     return t if t.stride(-1) == 1 else t.contiguous()
@@ -99,11 +100,11 @@ def _rows(t: Tensor, width: int) -> Tensor:
 def _forward(x: Tensor) -> Tensor:
     """softmax(x) over the last dimension, in x's shape and dtype (contiguous)."""
     width = x.shape[-1]
-    rows = _rows(x, width)  # (N, C)
+    rows = rows_of(x, width)  # (N, C)
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)  # (N, C)
     block = _block_c(width)
     _softmax_forward_kernel[(rows.shape[0],)](
-        rows, y, rows.stride(0), y.stride(0), width, BLOCK_C=block, num_warps=_num_warps(block)
+        rows, y, rows.stride(0), y.stride(0), width, BLOCK_C=block, num_warps=warps_for(block)
     )
     return y.view(x.shape)
 
@@ -122,12 +123,12 @@ class _Softmax(torch.autograd.Function):
     def backward(ctx, dy: Tensor) -> Tensor:
         (y,) = ctx.saved_tensors
         width = y.shape[-1]
-        y_rows, dy_rows = _rows(y, width), _rows(dy, width)  # (N, C) each
+        y_rows, dy_rows = rows_of(y, width), rows_of(dy, width)  # (N, C) each
         dx = torch.empty(y_rows.shape, dtype=y.dtype, device=y.device)  # (N, C)
         block = _block_c(width)
         _softmax_backward_kernel[(y_rows.shape[0],)](
             y_rows, dy_rows, dx, y_rows.stride(0), dy_rows.stride(0), dx.stride(0), width,
-            BLOCK_C=block, num_warps=_num_warps(block),
+            BLOCK_C=block, num_warps=warps_for(block),
         )  # fmt: skip
         return dx.view(y.shape)
 
@@ -144,7 +145,7 @@ AOT_SPECS = [
         kernel,
         {**tensors, **strides, "C": "i32", "BLOCK_C": "constexpr"},
         {"BLOCK_C": block},
-        {"num_warps": _num_warps(block)},
+        {"num_warps": warps_for(block)},
     )
     for dtype in ("fp32", "bf16", "fp16")
     for block in (128, 1024, 4096)  # attention rows of up to 128 and 1024 keys; a vocabulary in blocks
