@@ -22,7 +22,7 @@ def gpt_train(*args: object) -> None:
         assert not exit_.code, f"gpt-train {' '.join(map(str, args))} failed with exit status {exit_.code}"
 
 
-def trained_sort(out: Path) -> Path:
-    """A TWO_LAYER_SORT run trained into `out`."""
-    gpt_train(*TWO_LAYER_SORT, "--out", out)
+def trained_sort(out: Path, *extra: str) -> Path:
+    """A TWO_LAYER_SORT run (with `extra` options) trained into `out`."""
+    gpt_train(*TWO_LAYER_SORT, *extra, "--out", out)
     return out

@@ -55,6 +55,12 @@ def heads_record(
 
 
 # the rules on records either side of them ---------------------------------------------------
+def test_a_layer_whose_removal_improves_the_metric_is_used_not_nearly_unused():
+    """Its cost, below 0, was under 1%: "nearly unused ... it costs -50.00%", and the reads left it out."""
+    record = heads_record(baseline=0.4, zero=((0.4, 0.4), (0.4, 0.4)), layer_zero=(0.1, 0.6), examples=1000)
+    assert minor_layers(record) == [] and head_findings(record)[1].startswith("layer 1's attention is used")
+
+
 def test_a_layer_is_unused_within_a_tenth_of_a_percent_nearly_unused_within_one_percent():
     within, nearly, beyond = 1 - UNUSED_TOLERANCE / 2, 1 - NEEDED_COST / 2, 1 - 2 * NEEDED_COST
     record = heads_record(layer_zero=(beyond, within))

@@ -34,13 +34,15 @@ from gpt_train.lab import (
     ablation_hooks,
     baseline_and_means,
     corrupted_pairs,
+    head_reads,
     logit_lens,
     patch,
 )
+from gpt_train.lab.explain import explain_prompt
 from gpt_train.lab.heads import HeadMeans
 from gpt_train.lab.logit_lens import answer_sequences, decode
 from gpt_train.loading import load_run
-from gpt_viz import RunLayout, parse_metric_key, probe_key
+from gpt_viz import HELDOUT, RunLayout, parse_metric_key, probe_key
 
 CPU = torch.device("cpu")
 SAMPLE = 500
@@ -321,6 +323,7 @@ def test_inspect_logit_lens_and_patch_write_their_records_and_pictures_one_per_p
         (("heads", "--ablate", "2.0"), ("layer 2 is out of range",)),
         (("heads", "--ablate", "0.7"), ("head 7 is out of range",)),
         (("heads", "--ablate", "first"), ("--ablate takes LAYER.HEAD",)),
+        (("heads", "--ablate", "\u00b2.0"), ("--ablate takes LAYER.HEAD",)),  # '²'.isdigit(), and int('²') raises
         (("heads", "--ablate", "0.0", "--ablate", "0.0"), ("--ablate names head 0.0 more than once",)),
         (("heads", "--ablate", "all", "--ablate", "1.1"), ("--ablate names head 1.1 more than once",)),
         (("patch", "--corrupt", "-1"), ("corrupted position -1 is out of range",)),
@@ -350,3 +353,63 @@ def test_patch_and_logit_lens_refuse_a_task_without_prompt_answer_shape(cli, tmp
     heads = cli("inspect", run_dir, "heads", "--device", "cpu")  # ablation needs only the task's own scoring
     assert heads.code == 0, heads.err
     assert json.loads(RunLayout(run_dir).heads_ablation.read_text())["metric"] == "accuracy"
+
+
+# randomized positions: every analysis reads the ids the model trained at ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def randomized(tmp_path_factory):
+    """The two-layer sort run trained with randomized position ids (max_positions 24 for its 8 tokens)."""
+    run_dir = tmp_path_factory.mktemp("randomized") / "sort"
+    trained_sort(run_dir, "--set", "randomized_positions=true", "--set", "max_positions=24")
+    return load_run(run_dir, CPU)
+
+
+def test_a_randomized_models_logit_lens_ends_at_its_own_exact_match(randomized):
+    """Read at positions 0..T-1, which it never trained at, the model scored 0.0006 where it scores 0.27."""
+    scored = randomized.task.evaluate(randomized.model, HELDOUT, CPU, 1000)["exact_match"]
+    lens = logit_lens(randomized.task, randomized.model, CPU, 1000)
+    assert scored > 0.1 and lens.exact_match[-1] == pytest.approx(scored, abs=0.03)
+
+
+@pytest.mark.parametrize("analysis", ["logit-lens", "reads", "patch"])
+def test_every_forward_of_an_analysis_of_a_randomized_model_reads_drawn_position_ids(randomized, analysis):
+    model, seen = randomized.model, []
+    forward = model.forward
+
+    def spying(idx, *args, positions=None, **kwargs):
+        seen.append(positions)
+        return forward(idx, *args, positions=positions, **kwargs)
+
+    model.forward = spying
+    try:
+        if analysis == "logit-lens":
+            logit_lens(randomized.task, model, CPU, 50)
+        elif analysis == "reads":
+            head_reads(randomized.task, model, CPU, 50)
+        else:
+            patch(randomized.task, model, CPU, "resid_pre", 50)
+    finally:
+        del model.forward
+    assert seen and all(ids is not None and (ids[..., 1:] > ids[..., :-1]).all() for ids in seen)
+
+
+def test_the_explorer_explains_a_randomized_models_answer_at_the_ids_it_was_generated_with(randomized):
+    """Generated at drawn ids and explained at 0..T-1, the page's probabilities were not the answer's."""
+    view = explain_prompt(randomized.config.build_sampler(), randomized.model, CPU, "3914")
+    best = view.lens_probability[-1][3:]  # the last depth's top probability at the answer's queries
+    assert len(view.answer_probability) == 4 and view.answer_probability == pytest.approx(best, abs=1e-6)
+
+
+def test_reads_leaves_out_only_the_layers_this_checkpoints_head_ablation_finds_nearly_unused(cli, run_copy):
+    """A head ablation of an earlier checkpoint (the run resumed since) decided which layers the reads left out."""
+    assert cli("inspect", run_copy, "heads", "--examples", 200, "--device", "cpu").code == 0
+    path = RunLayout(run_copy).heads_ablation
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps(record | {"layer_zero": [0.0, record["baseline"]]}))  # layer 1: nearly unused
+    reads = cli("inspect", run_copy, "reads", "--examples", 200, "--device", "cpu")
+    assert reads.code == 0 and "layer 1's heads are left out" in reads.out
+    path.write_text(json.dumps(record | {"layer_zero": [0.0, record["baseline"]], "step": record["step"] - 1}))
+    reads = cli("inspect", run_copy, "reads", "--examples", 200, "--device", "cpu")
+    assert reads.code == 0 and "left out" not in reads.out

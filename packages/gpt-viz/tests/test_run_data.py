@@ -90,6 +90,19 @@ def test_invalid_json_line_names_the_file_and_line_number(run_dir):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("value", ["9" * 5000, "[" * 100_000 + "]" * 100_000], ids=["5,000 digits", "deep"])
+def test_json_python_cannot_read_is_one_line_naming_the_file(run_dir, value):
+    """An integer past 4,300 digits raised ValueError, nesting past the stack RecursionError: tracebacks."""
+    layout = RunLayout(run_dir)
+    layout.config.write_text(f'{{"task": {value}}}')
+    with pytest.raises(VizError, match="config.json is not JSON Python reads"):
+        load_config(run_dir)
+    layout.metrics.write_text(layout.metrics.read_text() + f'{{"step": 999, "loss": {value}}}\n')
+    with pytest.raises(VizError, match="metrics.jsonl line [0-9]+ is not JSON Python reads") as error:
+        load_metrics(run_dir)
+    assert "\n" not in str(error.value)
+
+
 def test_an_unfinished_last_line_is_left_out_as_a_run_still_writing_it(run_dir):
     """A run appends a line at a time: a reader can meet the last one half-written, before its newline."""
     path = RunLayout(run_dir).metrics

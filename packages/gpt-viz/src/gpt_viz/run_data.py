@@ -76,9 +76,15 @@ def read_json_object(path: Path) -> dict[str, Any]:
         value = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise VizError(f"{path} is not valid JSON: {error.msg} (line {error.lineno})") from error
+    except (ValueError, RecursionError) as error:  # an integer of over 4,300 digits; nesting deeper than the stack
+        raise VizError(f"{path} is not JSON Python reads ({_first_words(error)})") from None
     if not isinstance(value, dict):
         raise VizError(f"{path} must hold a JSON object, not {type(value).__name__}")
     return value
+
+
+def _first_words(error: Exception) -> str:
+    return " ".join(str(error).split()[:12]) or type(error).__name__
 
 
 def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
@@ -100,6 +106,8 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
             if number == len(lines) and not text.endswith("\n"):
                 break
             raise VizError(f"{path} line {number} is not valid JSON: {error.msg}") from error
+        except (ValueError, RecursionError) as error:  # as in read_json_object
+            raise VizError(f"{path} line {number} is not JSON Python reads ({_first_words(error)})") from None
         if not isinstance(record, dict):
             raise VizError(f"{path} line {number} is not a JSON object")
         if "step" not in record:

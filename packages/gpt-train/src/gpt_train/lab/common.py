@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+import torch
+
 from gpt_core import GPT, block_hook
 from gpt_tasks import PromptAnswerTask, Task
 from gpt_train.errors import TrainError
@@ -44,3 +46,15 @@ def prompt_answer_task(task: Task, analysis: str) -> PromptAnswerTask:
             "prompt followed by an answer"
         )
     return task
+
+
+def position_ids(model: GPT, n: int, length: int, generator: torch.Generator) -> torch.Tensor | None:
+    """A randomized-position model's ids for n sequences of `length` tokens, drawn as its evaluation draws them (None
+    for any other model: positions 0..length-1). Read without them, such a model sees positions it never trained at.
+    An analysis seeds `generator` once, so it reads the same positions at every run."""
+    return model.sample_positions(n, length, generator) if model.config.randomized_positions else None
+
+
+def seeded() -> torch.Generator:
+    """The generator an analysis draws position ids from: seeded as the task's evaluation seeds its own."""
+    return torch.Generator().manual_seed(0)

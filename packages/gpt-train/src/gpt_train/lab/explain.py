@@ -9,7 +9,7 @@ import torch
 
 from gpt_core import GPT, block_hook, generate, log_softmax
 from gpt_tasks import evaluating
-from gpt_train.lab.common import Record
+from gpt_train.lab.common import Record, position_ids, seeded
 from gpt_train.lab.logit_lens import decode, depths
 from gpt_train.prompts import PromptError, Vocabulary, answer_tokens, cut_answer_note, encoded, untrained_prompt_note
 
@@ -47,11 +47,14 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
     n_new = wanted if limit is None else min(wanted, limit + 1 - len(ids))
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
-        out = generate(model, prompt, n_new, 0.0, None, use_cache=True, slide=True)[0].tolist()
+        # greedy within the positions: generate's one draw from `seeded()` is the ids of all it reads, drawn again
+        # here for the pass that explains it (a randomized model's; None for others)
+        out = generate(model, prompt, n_new, 0.0, None, use_cache=True, generator=seeded(), slide=True)[0].tolist()
         read = torch.tensor([out[:-1]], device=device)  # (1, T): what the model reads
+        positions = position_ids(model, 1, read.shape[1], seeded())
         patterns = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
         residuals = list(depths(model))
-        logits, cache = model.run_with_cache(read, names=patterns + residuals)
+        logits, cache = model.run_with_cache(read, names=patterns + residuals, positions=positions)
         log_probs = log_softmax(logits[0].float())  # (T, V)
         answer = out[len(ids) :]
         positions = torch.arange(len(ids) - 1, len(out) - 1, device=log_probs.device)

@@ -53,7 +53,8 @@ def minor_layers(record: Record) -> list[int]:
     ablation cannot tell)."""
     if not judged(record):
         return []
-    return [layer for layer, value in enumerate(record.get("layer_zero", [])) if _cost(record, value) <= NEEDED_COST]
+    layers = enumerate(record.get("layer_zero", []))
+    return [layer for layer, value in layers if abs(_cost(record, value)) <= NEEDED_COST]  # not one removal improves
 
 
 def needed_heads(record: Record) -> list[tuple[int, int]]:

@@ -156,7 +156,7 @@ def parse_heads(values: Sequence[str], model: GPT) -> list[tuple[int, int]]:
             heads += [(layer, head) for layer in range(c.n_layer) for head in range(c.n_head)]
             continue
         layer, dot, head = value.partition(".")
-        if not (dot and layer.isdigit() and head.isdigit()):
+        if not (dot and all(part.isascii() and part.isdecimal() for part in (layer, head))):  # not '²'.isdigit()
             raise InspectError(f"--ablate takes LAYER.HEAD (e.g. 1.2) or all, got {value!r}")
         heads.append((int(layer), int(head)))
     twice = sorted({head for head in heads if heads.count(head) > 1})
@@ -313,14 +313,18 @@ def inspect_reads(run: Inspected, examples: int) -> dict[str, Any]:
                 (value, *(f"{weight:.1f}" for weight in row)) for value, row in zip(reads.values, table, strict=True)
             ]
             click.echo(format_table(("written", *reads.values), rows))
-    find = functools.partial(findings.reads_findings, unused=saved_minor_layers(run.layout, run.model))
+    find = functools.partial(findings.reads_findings, unused=saved_minor_layers(run.layout, run.model, run.step))
     paths = run.layout.reads, run.layout.reads_picture
     return save(reads.to_json(), run.step, pictures.head_reads_picture, paths, find)
 
 
-def saved_minor_layers(layout: RunLayout, model: GPT) -> list[int]:
+def saved_minor_layers(layout: RunLayout, model: GPT, step: int) -> list[int]:
+    """The nearly unused layers of the head ablation saved beside the run, if it is of this checkpoint's model."""
     try:
-        return findings.minor_layers(record_checks.heads(pictures.load_inspection(layout.heads_ablation), model.config))
+        saved = pictures.load_inspection(layout.heads_ablation)
+        if saved.get("step") != step:  # another checkpoint's (the run resumed since): not this model's heads
+            return []
+        return findings.minor_layers(record_checks.heads(saved, model.config))
     except (gpt_viz.VizError, record_checks.Unusable, KeyError):  # none saved, or not of this model
         return []
 

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from gpt_core import GPT, block_hook, log_softmax
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import Record, prompt_answer_task
+from gpt_train.lab.common import Record, position_ids, prompt_answer_task, seeded
 from gpt_viz import HELDOUT
 
 CHUNK = 1024  # sequences per forward pass
@@ -57,10 +57,12 @@ def logit_lens(task: Task, model: GPT, device: torch.device, examples: int) -> L
     names = list(depths(model))
     queries = task.answer_queries()
     right, losses = [], []  # per chunk: (depths, n, answer)
+    generator = seeded()
     with evaluating(model):
         for chunk in sequences.split(CHUNK):
             chunk = chunk.to(device)
-            _, cache = model.run_with_cache(chunk[:, :-1], names=names)
+            positions = position_ids(model, len(chunk), chunk.shape[1] - 1, generator)
+            _, cache = model.run_with_cache(chunk[:, :-1], names=names, positions=positions)
             targets = chunk[:, queries.start + 1 : queries.stop + 1]  # (n, answer)
             logits = torch.stack([decode(model, cache[name][:, queries]) for name in names]).float()  # (D, n, A, V)
             right.append((logits.argmax(dim=-1) == targets).cpu())

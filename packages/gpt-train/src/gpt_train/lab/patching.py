@@ -13,7 +13,15 @@ from torch import Tensor
 
 from gpt_core import GPT, HookFn
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import InspectError, Record, block_points, check_index, prompt_answer_task
+from gpt_train.lab.common import (
+    InspectError,
+    Record,
+    block_points,
+    check_index,
+    position_ids,
+    prompt_answer_task,
+    seeded,
+)
 from gpt_viz import HELDOUT
 
 HEAD_POINTS = frozenset({"q", "k", "v", "z", "pattern"})  # shaped (B, H, T, ...): position is dimension 2, not 1
@@ -143,10 +151,13 @@ def patch(
     clean, corrupted = pairs.clean.to(device), pairs.corrupted.to(device)
     clean_token, corrupted_token = clean[:, query + 1], corrupted[:, query + 1]
     clean_in, corrupted_in = clean[:, : query + 1], corrupted[:, : query + 1]
+    # a randomized model's ids for the whole input, as evaluation draws them, cut to what is read: the same for both
+    drawn = position_ids(model, len(clean), clean.shape[1] - 1, seeded())
+    positions = None if drawn is None else drawn[:, : query + 1]
     dim = 2 if point in HEAD_POINTS else 1
     with evaluating(model):
-        clean_logits, cache = model.run_with_cache(clean_in, names=names)
-        corrupted_logits = model(corrupted_in).logits
+        clean_logits, cache = model.run_with_cache(clean_in, names=names, positions=positions)
+        corrupted_logits = model(corrupted_in, positions=positions).logits
         clean_diff = logit_difference(clean_logits, clean_token, corrupted_token)
         corrupted_diff = logit_difference(corrupted_logits, clean_token, corrupted_token)
         check_restorable(clean_diff, corrupted_diff)
@@ -155,7 +166,8 @@ def patch(
             row = []
             for position in range(query + 1):
                 with model.hooks({name: copy_position(cache[name], position, dim)}):
-                    patched = logit_difference(model(corrupted_in).logits, clean_token, corrupted_token)
+                    patched = model(corrupted_in, positions=positions).logits
+                    patched = logit_difference(patched, clean_token, corrupted_token)
                 row.append((patched - corrupted_diff) / (clean_diff - corrupted_diff))
             restored.append(row)
     first = pairs.clean[0], pairs.corrupted[0]

@@ -10,7 +10,7 @@ import torch
 
 from gpt_core import GPT, block_hook
 from gpt_tasks import PromptAnswerTask, Task, evaluating
-from gpt_train.lab.common import InspectError, Record, prompt_answer_task
+from gpt_train.lab.common import InspectError, Record, position_ids, prompt_answer_task, seeded
 from gpt_train.lab.logit_lens import CHUNK, answer_sequences
 from gpt_viz import HELDOUT
 
@@ -57,10 +57,12 @@ def head_reads(task: Task, model: GPT, device: torch.device, examples: int) -> H
     on_answer = torch.zeros(c.n_layer, c.n_head, dtype=torch.float64, device="cpu")
     queries = range(p, p + task.answer_length - 1)  # input positions holding an answer token just written
     names = [block_hook(layer, "pattern") for layer in range(c.n_layer)]
+    generator = seeded()
     with evaluating(model):
         for chunk in sequences.split(CHUNK):
             inputs = chunk[:, :-1]
-            _, cache = model.run_with_cache(inputs.to(device), names=names)
+            positions = position_ids(model, len(inputs), inputs.shape[1], generator)
+            _, cache = model.run_with_cache(inputs.to(device), names=names, positions=positions)
             pattern = torch.stack([cache[name].cpu().double() for name in names])  # (L, n, H, T, T)
             for query in queries:
                 written = index[inputs[:, query]]  # (n,)
