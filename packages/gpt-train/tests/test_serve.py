@@ -20,7 +20,7 @@ from urllib.parse import quote
 import pytest
 import torch
 from lab_runs import gpt_train, trained_sort
-from train_helpers import serve_then_ctrl_c
+from train_helpers import assert_one_line_error, serve_then_ctrl_c
 
 from gpt_core import block_hook
 from gpt_train.lab import serve as serve_module
@@ -410,6 +410,11 @@ def test_serving_beyond_loopback_warns_that_other_machines_can_use_the_model(run
         f"gpt-train: warning: listening on 0.0.0.0, beyond this machine's loopback: anyone who can reach it on port "
         f"{port} can use the model"
     )
+
+
+def test_an_empty_host_is_refused_not_taken_for_every_address(cli, run_dir):
+    """ "" (an unset variable) listened on 0.0.0.0, with only a warning."""
+    assert_one_line_error(cli("serve", run_dir, "--host", "", "--port", 0), "--host is empty; name an address")
 
 
 def test_serve_listens_on_loopback_unless_told_otherwise():

@@ -305,6 +305,8 @@ def serve(run_dir: Path, port: int, host: str, allowed: tuple[str, ...], device:
       gpt-train serve sort --port 8000
       gpt-train serve sort --allow-host devbox.example   # reached through a proxy by that name
     """
+    if not host.strip():  # an unset variable: the socket would listen on every address
+        raise ServeError("--host is empty; name an address (127.0.0.1 by default, 0.0.0.0 for every one)")
     explorer = Explorer(run_dir, resolve_device(device), trust_kernels)
     try:
         server = make_server(explorer, host, port, allowed)
