@@ -24,7 +24,7 @@ from gpt_tasks import Batch, field_types, get_task, list_tasks
 from gpt_train.checkpoint import load_checkpoint
 from gpt_train.cli.run import resume_hint
 from gpt_train.config import ConfigError, RunConfig, train_settings
-from gpt_train.distributed import Rank, Unread
+from gpt_train.distributed import DistributedError, Rank, Unread, lost_a_rank
 from gpt_train.precision import Precision
 from gpt_train.progress import Progress
 from gpt_train.runs import Run
@@ -565,6 +565,38 @@ def test_under_torchrun_a_stop_read_a_step_late_stops_every_rank_after_the_step_
     assert (outcome.reason, outcome.step) == ("interrupted", 14)
     assert events[-5:] == [("take", [13]), ("read", [12]), ("take", [14]), ("read", [13]), ("read", [14])]
     assert load_checkpoint(run_dir / RunLayout.CHECKPOINT, "sort").step == 14
+
+
+GLOO_PEER_LOST = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:25763: "
+    "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application."
+)  # what gloo's all-reduce raised on rank 0 when torchrun's rank 1 was killed (torch 2.13)
+
+
+@pytest.mark.parametrize("kernel", [[], ["--kernel", "gelu=gpt_core.kernels.gelu:gelu"]], ids=["set", "chosen"])
+def test_under_torchrun_a_lost_rank_is_one_line_that_blames_no_kernel_of_this_one(cli, tmp_path, monkeypatch, kernel):
+    """Rank 0 ended in gloo's traceback, or, with kernels chosen, blamed its own kernel for the other rank's death."""
+    monkeypatch.setattr("gpt_train.trainer.DistributedDataParallel", lambda model, device_ids: model)
+    monkeypatch.setattr(Rank, "barrier", lambda self: None)
+    run_dir = tmp_path / "run"
+    assert cli(*TINY, *kernel, "--steps", "1", "--out", run_dir).code == 0, "a run to take the configuration of"
+    config = RunConfig.load(run_dir)
+    for name in (RunLayout.CHECKPOINT, RunLayout.METRICS, RunLayout.FINAL):
+        (run_dir / name).unlink()
+    run = Run(config, config.build_task(), RunLayout(run_dir), torch.device("cpu"), Rank(0, 0, 2), resume=False)
+    trainer = Trainer(run, quiet=True)
+
+    def lost(step):
+        raise RuntimeError(GLOO_PEER_LOST)
+
+    monkeypatch.setattr(trainer, "train_step", lost)
+    with pytest.raises(DistributedError, match="step 1: another rank stopped, or the connection to it broke") as error:
+        trainer.run()
+    assert "kernel" not in str(error.value) and "no checkpoint was written yet" in str(error.value)
+
+
+def test_only_a_collectives_error_on_losing_a_rank_is_read_as_one():
+    assert lost_a_rank(RuntimeError(GLOO_PEER_LOST)) is not None and lost_a_rank(RuntimeError("boom")) is None
 
 
 @pytest.mark.parametrize("extra", [[], TRIGGERED], ids=["plain", "triggered"])

@@ -23,7 +23,17 @@ then and abort the process. The main thread keeps it instead, and releases it.""
 
 
 class DistributedError(TrainError):
-    """torchrun's variables left in the environment, or set to what torchrun never sets."""
+    """torchrun's variables left in the environment, or set to what torchrun never sets; another rank lost."""
+
+
+def lost_a_rank(error: BaseException) -> DistributedError | None:
+    """The one line for a collective's error on losing another rank (its process died, or the connection to it
+    broke: gloo raises a RuntimeError from its transport, NCCL and the store a torch.distributed.DistError), whose
+    own error says why; None for any other error."""
+    if not (isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and "gloo/transport" in str(error))):
+        return None
+    said = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    return DistributedError(f"another rank stopped, or the connection to it broke ({said}); see that rank's error")
 
 
 class Unread:

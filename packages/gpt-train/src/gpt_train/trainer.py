@@ -34,7 +34,7 @@ from gpt_train.compiling import (
     step_disagreement,
 )
 from gpt_train.config import RunConfig
-from gpt_train.distributed import Unread
+from gpt_train.distributed import DistributedError, Unread, lost_a_rank
 from gpt_train.errors import TrainError
 from gpt_train.grokfast import Grokfast
 from gpt_train.guard import KernelExit, KernelFailure
@@ -570,6 +570,8 @@ class Trainer:
                 on_error()
             except Exception as also:  # the error that stopped the work is the one to tell
                 error.add_note(f"and the checkpoint could not be written: {type(also).__name__}: {also}")
+            if self.rank.distributed and (lost := lost_a_rank(error)):  # not this rank's kernels
+                raise DistributedError(f"{what}: {lost}; {self.record.last_checkpoint()}") from None
             if not self.config.kernels or (isinstance(error, TrainError) and not isinstance(error, KernelExit)):
                 raise
             kernels, unverified = self.config.kernels, self.config.unverified_kernels
@@ -602,6 +604,10 @@ def train(
                 outcome = replace(outcome, pictures_problem=draw_pictures(run.task, run.layout))
             rank.barrier()  # a gloo rank that tore down its group while rank 0 still drew aborted the process
         return outcome
+    except Exception as error:  # a collective outside a step or an evaluation (a barrier, the checksums)
+        if rank.distributed and (lost := lost_a_rank(error)):
+            raise lost from None
+        raise
     finally:
         rank.shutdown()
         run.close()
