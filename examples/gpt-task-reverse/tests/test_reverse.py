@@ -76,7 +76,6 @@ def test_text_round_trips_and_the_attention_example_is_a_reversal():
     assert len(example) == 7 and example[4:] == example[:4][::-1][:3]
 
 
-@pytest.mark.skipif(shutil.which("gpt-train") is None, reason="the gpt-train command is not installed")
 def test_single_token_corruptions_change_one_prompt_token_each():
     task = ReverseTask(ReverseParams(length=3))
     ids = torch.tensor([0, 507, 999])
@@ -84,6 +83,7 @@ def test_single_token_corruptions_change_one_prompt_token_each():
     assert (corrupted != task.sequences(ids)[:, None, :3]).sum(dim=-1).eq(1).all()
 
 
+@pytest.mark.skipif(shutil.which("gpt-train") is None, reason="the gpt-train command is not installed")
 def test_gpt_train_runs_the_plugin_task(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(

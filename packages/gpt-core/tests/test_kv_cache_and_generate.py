@@ -3,12 +3,13 @@ stopping at block_size for learned positions and running past it otherwise."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 import torch
 
-from gpt_core import GPT, KERNEL_SETS, GPTConfig, KVCache, generate, next_token, softmax
+from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SETS, GPTConfig, KVCache, generate, next_token, softmax
 
 V = 17
 
@@ -382,6 +383,33 @@ def test_generation_from_logits_that_are_not_finite_is_refused(gen, temperature)
         model.lm_head.weight[3, 0] = float("nan")
     with pytest.raises(ValueError, match=r"^the model gave logits that are nan or \+inf, or -inf for every token"):
         generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature, generator=gen)
+
+
+def _online_softmax(x: torch.Tensor, chunk: int = 4) -> torch.Tensor:
+    """Softmax over chunks of the vocabulary, its running max starting at -inf: a row whose first chunk is all -inf
+    (top-k's mask) comes out nan."""
+    m = torch.full((*x.shape[:-1], 1), float("-inf"), dtype=x.dtype)
+    s = torch.zeros_like(m)
+    for i in range(0, x.shape[-1], chunk):
+        c = x[..., i : i + chunk]
+        new = torch.maximum(m, c.amax(-1, keepdim=True))
+        s = s * torch.exp(m - new) + torch.exp(c - new).sum(-1, keepdim=True)
+        m = new
+    return torch.exp(x - m) / s
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_probabilities_a_sampling_softmax_kernel_makes_nan_are_refused_at_the_end(gen, static):
+    """A sampling_softmax kernel turning top-k's -inf rows into nan drew token 0 from them in silence (argmax of nan
+    over Exp(1) draws): `gpt-train sample --top-k 2` printed wrong tokens. The same read at the end refuses them."""
+    model = GPT(_model("learned").config, dataclasses.replace(DEFAULT_KERNELS, sampling_softmax=_online_softmax))
+    model = _sharpen(model.double().eval(), gen)
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    said = r"^the model's sampling_softmax kernel gave probabilities that are nan or infinite, its logits finite"
+    with pytest.raises(ValueError, match=said):
+        generate(model, prompt, 4, temperature=1.0, top_k=2, generator=gen, static=static)
+    assert generate(model, prompt, 4, temperature=1.0, generator=gen, static=static).shape == (2, 7)  # no -inf
+    assert generate(model, prompt, 4, temperature=0.0, top_k=2, static=static).shape == (2, 7)  # greedy: no softmax
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -159,33 +159,105 @@ def test_missing_references_are_named(torch_references):
 
 
 # kernel_report: a replacement kernel pinned on its slot's cases ------------------------------------
-def _own(slot: str):
-    """gpt-core's own kernel for `slot`, as a new function object (so the model treats it as swapped) with its
-    signature (so an attention kernel is seen to take dropout_p)."""
-    kernel = getattr(DEFAULT_KERNELS, slot)
+def _own(slot: str, kernels=DEFAULT_KERNELS):
+    """gpt-core's own kernel for `slot` (in `kernels`), as a new function object (so the model treats it as swapped)
+    with its signature (so an attention kernel is seen to take dropout_p)."""
+    kernel = getattr(kernels, slot)
     return functools.wraps(kernel)(lambda *args, **kwargs: kernel(*args, **kwargs))
 
 
-def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot(torch_references):
+STRIDED = {
+    "attention": ["sdpa causal, q, k, v strided (heads of one qkv tensor)",
+                  "sdpa non-causal, 133 positions, head size 5, q, k, v strided"],
+    "attention_weights": ["attention weights causal, q, k strided (heads of one qkv tensor)"],
+    "layer_norm": ["LayerNorm, x strided (a slice of a wider tensor)"],
+    "gelu": ["GELU (tanh), x strided (a slice of a wider tensor)"],
+}  # fmt: skip
+"""The cases kernel_report runs, beyond verify's table, on inputs strided as a model hands them over."""
+MASKED = ["softmax, -inf below each row's 5th best (top-k)", "softmax, the first 4100 of 4160 -inf",
+          "softmax, one finite entry per row"]  # fmt: skip
+"""The cases kernel_report runs, beyond verify's table, on logits holding -inf, as sampling gives them."""
+MODELS = [f"GPT forward and backward ({pos} positions)" for pos in ("learned", "rope", "none")]
+
+
+@pytest.mark.parametrize("kernels", [DEFAULT_KERNELS, REFERENCE_KERNELS], ids=["fast", "reference"])
+def test_kernel_report_passes_gpt_cores_own_kernels_in_every_slot(kernels, torch_references):
     for slot in KERNEL_SLOTS:
-        rows = kernel_report(slot, _own(slot), torch_references, seed=0)
+        rows = kernel_report(slot, _own(slot, kernels), torch_references, seed=0)
         assert rows and all(row.failure(1e-12) is None for row in rows), (slot, rows)
         names = [row.component for row in rows]
-        model = "GPT forward and backward" + ", pattern hooked" * (slot == "attention_weights")
-        assert (model in names) == (slot != "sampling_softmax"), slot
+        models = [f"{model}, pattern hooked" if slot == "attention_weights" else model for model in MODELS]
+        assert [name for name in names if name.startswith("GPT")] == models * (slot != "sampling_softmax"), slot
+        assert [name for name in names if name in sum(STRIDED.values(), MASKED)] == STRIDED.get(slot, []) + MASKED * (
+            slot == "sampling_softmax"
+        ), slot
     attention = [row.component for row in kernel_report("attention", _own("attention"), torch_references, seed=0)]
     assert [name for name in attention if name.startswith("sdpa")] == [
         name for name in EXPECTED_COMPONENTS if name.startswith("sdpa")
-    ]
+    ] + STRIDED["attention"]
     assert sum(name.startswith("KV-cache") for name in attention) == 3
     without_dropout = kernel_report("attention", lambda q, k, v, causal: _own("attention")(q, k, v, causal),
                                     torch_references, seed=0)  # fmt: skip
     assert [row.component for row in without_dropout] == [name for name in attention if "dropout" not in name]
     rows = kernel_report("attention_weights", _own("attention_weights"), torch_references, seed=0)
     weights = [row.component for row in rows]
-    assert weights == [name for name in EXPECTED_COMPONENTS if name.startswith("attention weights")] + [
-        "GPT forward and backward, pattern hooked"
-    ]
+    assert weights == [name for name in EXPECTED_COMPONENTS if name.startswith("attention weights")] + STRIDED[
+        "attention_weights"
+    ] + [f"{model}, pattern hooked" for model in MODELS]
+
+
+def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s memory read as if it were laid out contiguously: what a kernel handed data_ptr() without strides reads."""
+    return torch.as_strided(t, t.shape, torch.empty(t.shape, device="meta").stride(), t.storage_offset())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    ("slot", "in_the_model"),
+    [("attention", True), ("attention_weights", True), ("layer_norm", False), ("gelu", False)],
+)
+def test_a_kernel_reading_strided_inputs_as_contiguous_with_gradients_on_fails(slot, in_the_model, dtype,
+                                                                              torch_references):  # fmt: skip
+    """A model hands attention q and k strided, heads of one qkv projection, with gradients on (learned and no
+    positions; rope rotates them into copies); every case's were contiguous, and the cached decoding that strides
+    them runs without gradients. An attention kernel reading them as if contiguous there, and only there, passed
+    verification and trained sort to 0.45 exact match instead of 0.95. It fails the strided cases and the models
+    whose positions leave q and k strided; a LayerNorm or GELU doing the same fails its strided case."""
+    own, n_strided = getattr(DEFAULT_KERNELS, slot), 2 if slot.startswith("attention") else 1
+
+    def reads_memory_as_if_contiguous(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return own(*(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args), **kwargs)
+        return own(*map(_as_if_contiguous, args[:n_strided]), *args[n_strided:], **kwargs)
+
+    kernel = functools.wraps(own)(reads_memory_as_if_contiguous)
+    rows = kernel_report(slot, kernel, torch_references, dtype=dtype, seed=0)
+    failing = [row.component for row in rows if row.failure(1e-4) is not None]
+    hooked = ", pattern hooked" if slot == "attention_weights" else ""
+    models = [f"{MODELS[0]}{hooked}", f"{MODELS[2]}{hooked}"] if in_the_model else []
+    assert failing == STRIDED[slot] + models
+
+
+def test_a_softmax_that_turns_a_row_starting_with_minus_inf_into_nan_fails_the_masked_cases(torch_references):
+    """Top-k sampling masks logits with -inf (generate's next_token), static decoding the unfilled cache slots: an
+    online softmax whose running max starts at -inf makes a row whose first chunk is all -inf nan, so `sample
+    --top-k 2` drew token 0 in silence. It passed every case of finite logits, and fails each masked one."""
+
+    def online_softmax(x, chunk=4):
+        m = torch.full((*x.shape[:-1], 1), float("-inf"), dtype=x.dtype)
+        s = torch.zeros_like(m)
+        for i in range(0, x.shape[-1], chunk):
+            c = x[..., i : i + chunk]
+            new = torch.maximum(m, c.amax(-1, keepdim=True))
+            s = s * torch.exp(m - new) + torch.exp(c - new).sum(-1, keepdim=True)
+            m = new
+        return torch.exp(x - m) / s
+
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        rows = kernel_report("sampling_softmax", online_softmax, torch_references, dtype=dtype, seed=0)
+        failures = {row.component: row.failure(2.0**-4) for row in rows}
+        assert [name for name, failure in failures.items() if failure is not None] == MASKED, dtype
+        assert all(" is nan, expected 0" in failures[name] for name in MASKED), failures
 
 
 def test_a_kernel_that_writes_into_its_arguments_fails_naming_the_argument_and_the_pass(torch_references):

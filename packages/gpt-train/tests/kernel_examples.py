@@ -40,6 +40,12 @@ def mask_shifted_by_one(q, k, v, causal):
     return _attention(q, k, v, causal, q.shape[-1] ** -0.5, shift=1)
 
 
+def attention_wrong_in_16_bits(q, k, v, causal):
+    """Wrong where a bf16 or fp16 run computes: a 16-bit path of its own, its output scaled by 1.5."""
+    out = attention(q, k, v, causal)
+    return out * 1.5 if q.dtype in (torch.bfloat16, torch.float16) else out
+
+
 def unbiased_layer_norm(x, weight, bias, eps):
     """Wrong: the unbiased variance (over C - 1), where LayerNorm divides by C."""
     centred = x - x.mean(dim=-1, keepdim=True)

@@ -3,14 +3,17 @@ that record their kernels and refuse, in one line, to go on without them, and co
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
+import shutil
 import sys
 import textwrap
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import pytest
+import torch
 from kernel_examples import CALLS
 from train_helpers import TINY, assert_one_line_error, ctrl_c_in_the_final_evaluation
 
@@ -146,9 +149,10 @@ def test_a_plugin_that_fails_to_import_is_a_warning_and_the_others_work(plugin):
         ("raise RuntimeError('boom')", "RuntimeError: boom"),
         ("register('gelu', 'half', mine); register('attnetion', 'x', mine)", "slot among attention"),
         ("register('gelu', 'a:b', mine)", "a kernel name has no ':'"),
+        ("register('gelu', 'tab\\tname', mine)", "or whitespace"),  # it misaligned the kernels table
         ("register('gelu', 'mine', 42)", "takes a callable kernel"),
     ],
-    ids=["raises", "unknown slot", "bad name", "not callable"],
+    ids=["raises", "unknown slot", "bad name", "tab in name", "not callable"],
 )
 def test_a_plugin_that_fails_to_register_is_a_warning_and_registers_nothing(plugin, body, said):
     bad = kernel_plugin(plugin, "kp_bad", body=body)
@@ -197,8 +201,8 @@ def test_verify_passes_a_right_kernel(cli):
     result = cli("verify", "--seed", "0", "--kernel", RIGHT)
     assert result.code == 0, result.err
     assert result.out.startswith(f"kernel {RIGHT}\n")
-    assert f"kernel {RIGHT}: all 11 checks within 1e-12" in result.out
-    assert f"kernel {RIGHT} in float32: all 11 checks within 1e-04 in float32" in result.out
+    assert f"kernel {RIGHT}: all 15 checks within 1e-12" in result.out
+    assert f"kernel {RIGHT} in float32: all 15 checks within 1e-04 in float32" in result.out
     assert f"kernel {RIGHT}: second derivatives: all 2 checks within 1e-12" in result.out  # plain autograd answers
     assert f"kernel {RIGHT} in float32: second derivatives: all 2 checks within 1e-04 in float32" in result.out
 
@@ -218,8 +222,8 @@ def test_verify_fails_a_kernel_whose_second_derivative_is_silently_wrong_and_run
     result = cli("verify", "--seed", "0", "--kernel", SECOND_WRONG)
     said = f"kernel {SECOND_WRONG}: second derivatives: LayerNorm: d<grad, u>/d"
     assert_one_line_error(result, said, "differs from F.layer_norm", "exceeds the tolerance 1e-12", code=1)
-    assert f"kernel {SECOND_WRONG}: all 3 checks within 1e-12" in result.out  # its first derivatives are right
-    assert f"kernel {SECOND_WRONG} in float32: all 3 checks within 1e-04" in result.out
+    assert f"kernel {SECOND_WRONG}: all 6 checks within 1e-12" in result.out  # its first derivatives are right
+    assert f"kernel {SECOND_WRONG} in float32: all 6 checks within 1e-04" in result.out
     result = cli(*TINY, "--steps", "2", "--kernel", SECOND_WRONG, "--out", tmp_path / "run")
     assert result.code == 0, result.err  # training takes first derivatives only
 
@@ -230,10 +234,28 @@ FLOAT64_ONLY = "gelu=kernel_examples:gelu_right_in_float64_only"
 def test_a_kernel_right_in_float64_only_fails_verify_and_the_run_in_float32(cli, tmp_path):
     result = cli("verify", "--seed", "0", "--kernel", FLOAT64_ONLY)
     assert_one_line_error(result, f"kernel {FLOAT64_ONLY} in float32: GELU (tanh): output [", code=1)
-    assert f"kernel {FLOAT64_ONLY}: all 3 checks within 1e-12" in result.out  # float64 alone passes it
+    assert f"kernel {FLOAT64_ONLY}: all 6 checks within 1e-12" in result.out  # float64 alone passes it
     result = cli(*TINY, "--kernel", FLOAT64_ONLY, "--out", tmp_path / "run")
     assert_one_line_error(result, f"kernel {FLOAT64_ONLY} fails verification, in float32: GELU (tanh): output [")
     assert not (tmp_path / "run").exists()
+
+
+WRONG_IN_16_BITS = "attention=kernel_examples:attention_wrong_in_16_bits"
+
+
+def test_a_kernel_wrong_in_16_bits_only_is_refused_by_a_bf16_run_and_passes_a_float32_one(cli, tmp_path):
+    """A `--set dtype=bf16` run's kernels were checked in float64 and float32 only: one wrong on 16-bit inputs
+    trained without a word, though `verify --dtype bf16` fails it. A run checks them in its own dtype too."""
+    result = cli(*TINY, "--kernel", WRONG_IN_16_BITS, "--set", "dtype=bf16", "--out", tmp_path / "bf16")
+    said = f"kernel {WRONG_IN_16_BITS} fails verification, in bfloat16: sdpa causal: output ["
+    assert_one_line_error(result, said, "of the reference's scale", f"`gpt-train verify --kernel {WRONG_IN_16_BITS} "
+                          "--dtype bf16`")  # fmt: skip
+    assert not (tmp_path / "bf16").exists()
+    slot, name = WRONG_IN_16_BITS.split("=")
+    kernel = kernels_module.resolve_kernel(slot, name)
+    assert kernels_module.kernel_failure(slot, kernel, 0) is None  # a float32 run's checks pass it
+    assert kernels_module.kernel_failure(slot, kernel, 0, "fp16").startswith("in float16: sdpa causal: output [")
+    assert cli(*TINY, "--steps", "2", "--kernel", RIGHT, "--set", "dtype=bf16", "--out", tmp_path / "ok").code == 0
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))
@@ -453,6 +475,38 @@ def test_a_trusted_module_kernel_edited_since_training_is_refused_in_one_line(
         sys.modules.pop(module, None)
         result = cli(*opening(command, run_dir), "--trust-kernels")
         assert_one_line_error(result, f"{run_dir} was trained with kernels attention={module}:attention", said)
+
+
+MARKED_GELU = """
+    from gpt_core import DEFAULT_KERNELS
+    MARK = {mark!r}
+    CALLS = []
+    def gelu(x):
+        CALLS.append(MARK)
+        return DEFAULT_KERNELS.gelu(x)
+"""
+
+
+def test_two_runs_whose_folders_hold_modules_of_one_name_each_compute_with_their_own(tiny_run, tmp_path, fresh_module):
+    """One process opening two runs whose recorded folders each hold a `mymod.py` got the first one's module for
+    both: importlib hands back the module already imported. Each run computes with its own folder's, and the first
+    stays the one imported under that name."""
+    runs, module = {}, None
+    for mark in "AC":
+        module = fresh_module(tmp_path / mark, MARKED_GELU.format(mark=mark), name=module)
+        runs[mark] = tmp_path / f"run{mark}"
+        shutil.copytree(tiny_run, runs[mark])
+        path = runs[mark] / RunLayout.CONFIG
+        recorded = {"kernels": {"gelu": f"{module}:gelu"}, "kernel_folders": {"gelu": f"../{mark}"}}
+        path.write_text(json.dumps(json.loads(path.read_text()) | recorded))
+    for mark in "ACA":
+        loaded = gpt_train.load_run(runs[mark], trust_kernels=True)
+        own = inspect.unwrap(loaded.model.kernels.gelu).__globals__
+        assert own["MARK"] == mark and Path(own["__file__"]).resolve().parent == tmp_path / mark
+        before = len(own["CALLS"])
+        loaded.model(torch.zeros(1, 3, dtype=torch.long))
+        assert own["CALLS"][before:] == [mark]  # the one layer's MLP, computed with this run's module
+    assert sys.modules[module].MARK == "A"
 
 
 BATCH_LIMITED_ATTENTION = """

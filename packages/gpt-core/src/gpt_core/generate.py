@@ -21,8 +21,15 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     """One token per row of logits (B, V): argmax at temperature 0 (the lowest id of a tie), else sampled from the
     top_k (with every token tied with the k-th, as nanoGPT's); a logit of -inf is never drawn. A row holding nan or
     +inf, or -inf alone, gives a meaningless token, unread: `generate` refuses it at the end."""
+    return _sampled(logits, temperature, top_k, generator, softmax)[0]
+
+
+def _sampled(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None,
+             softmax: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """`next_token`'s tokens (B,) and whether each row's probabilities are finite (B,), None at temperature 0: a
+    softmax kernel's nan (an online softmax on a row starting with -inf) would draw token 0, unread till the end."""
     if temperature == 0.0:
-        return logits.argmax(dim=-1)
+        return logits.argmax(dim=-1), None
     logits = upcast(logits)  # divided in 16 bits, two logits a small T keeps apart can round to one (B, V)
     scaled = logits / temperature
     if temperature < 1.0:  # only dividing by less than 1 can overflow: a row that did is shifted by its best logit
@@ -37,8 +44,9 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
         logits = logits.masked_fill(logits < kth_best, float("-inf"))
     probs = softmax(logits)  # (B, V)
     # torch.multinomial's own draw of one sample, argmax p / q with q ~ Exp(1) (the Gumbel-max trick, exponentiated),
-    # without its two checks of probs, each a read that waits for a GPU: `generate` checks the logits once at the end
-    return (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(dim=-1)
+    # without its two checks of probs, each a read that waits for a GPU: `generate` checks them once at the end
+    token = (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(dim=-1)
+    return token, probs.isfinite().all(dim=-1)
 
 
 def generate(model: GPT, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
@@ -107,10 +115,12 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
         logits = model(idx, cache=cache, positions=None if use_cache else _first(positions, T)).logits
     tokens = [idx]
     best = []  # each step's best logit per row: finite unless a row holds nan or +inf or is -inf throughout
+    finite = []  # each sampled step's probabilities, finite per row: what the sampling_softmax kernel gave
     for step in range(n_new):
         last = logits[:, -1, :]  # (B, V)
         best.append(last.amax(dim=-1))  # (B,), one kernel a token, read once at the end; -inf alone bans a token
-        token = next_token(last, temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
+        token, probs_finite = _sampled(last, temperature, top_k, generator, model.kernels.sampling_softmax)  # (B,)
+        finite += [] if probs_finite is None else [probs_finite]
         tokens.append(token[:, None].to(idx.dtype))
         if step == n_new - 1:
             break
@@ -120,9 +130,17 @@ def _generate_once(model: GPT, idx: Tensor, max_new_tokens: int, temperature: fl
             logits = model(token[:, None], cache=cache).logits
         else:
             logits = model(torch.cat(tokens, dim=1), positions=_first(positions, T + step + 1)).logits
-    if not bool(torch.stack(best).isfinite().all()):
+    bad_logits = ~torch.stack(best).isfinite().all()
+    bad_probs = ~torch.stack(finite).all() if finite else torch.zeros((), dtype=torch.bool, device=idx.device)
+    verdict = int(bad_logits * 2 + bad_probs)  # one read for both: 2 or 3 the logits, 1 the probabilities alone
+    if verdict >= 2:
         raise ValueError(
             "the model gave logits that are nan or +inf, or -inf for every token: its tokens would be meaningless"
+        )
+    if verdict == 1:
+        raise ValueError(
+            "the model's sampling_softmax kernel gave probabilities that are nan or infinite, its logits finite: its "
+            "tokens would be meaningless"
         )
     return torch.cat(tokens, dim=1)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.machinery
 import inspect
 import os
 import re
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache, wraps
 from importlib.metadata import EntryPoint, version
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -26,7 +28,7 @@ from gpt_core.testing import Row, kernel_report, second_derivative_report
 from gpt_train.compiling import compile_off
 from gpt_train.errors import TrainError
 from gpt_train.guard import guarded
-from gpt_train.verify import FP32_TOLERANCE, TORCH_LABELS, torch_references
+from gpt_train.verify import BF16_TOLERANCE, FP32_TOLERANCE, TORCH_LABELS, torch_references
 
 ENTRY_POINT_GROUP = "gpt_kernels"
 HOOK = "register_kernels"
@@ -77,8 +79,8 @@ class KernelInfo:
 def _accept(origin: core_plugins.Origin, slot: Any, name: Any, function: Any) -> KernelInfo:
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"register() takes a slot among {', '.join(KERNEL_SLOTS)}, got {slot!r}")
-    if not isinstance(name, str) or not name or any(c in name for c in ":= ") or name == BUILTIN:
-        raise ValueError(f"a kernel name has no ':', '=' or spaces and is not {BUILTIN!r}, got {name!r}")
+    if not isinstance(name, str) or not name or any(c in ":=" or c.isspace() for c in name) or name == BUILTIN:
+        raise ValueError(f"a kernel name has no ':', '=' or whitespace and is not {BUILTIN!r}, got {name!r}")
     if not callable(function):
         raise TypeError(f"register() takes a callable kernel, got {function!r}")
     return KernelInfo(slot, name, function, origin.plugin, origin.distribution, origin.version)
@@ -199,7 +201,7 @@ def resolve_kernel(slot: str, name: str, saved: bool = False, folder: Path | Non
         sys.path.insert(0, cwd)
     module_name, _, attribute = name.partition(":")
     try:
-        found: Any = importlib.import_module(module_name)
+        found: Any = _imported(module_name, folder if saved else None)
         for part in attribute.split("."):
             found = getattr(found, part)
     except Exception as error:  # anything a user's module may raise while importing, or a missing name
@@ -213,14 +215,41 @@ def resolve_kernel(slot: str, name: str, saved: bool = False, folder: Path | Non
     return found
 
 
+def _imported(module_name: str, folder: Path | None) -> ModuleType:
+    """`module_name` imported (sys.path set by the caller); for a saved run (`folder`, the one it recorded), imported
+    afresh from `folder` where it holds the module and one of that name found elsewhere (another run's folder, the
+    working directory) is imported already: importlib would hand back that one. The other stays in sys.modules."""
+    top = module_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    if folder is None or loaded is None or _module_folder(loaded) == folder.resolve():
+        return importlib.import_module(module_name)
+    if importlib.machinery.PathFinder.find_spec(top, [str(folder)]) is None:  # not there: found as a new process would
+        return importlib.import_module(module_name)
+
+    def named(key: str) -> bool:
+        return key == top or key.startswith(f"{top}.")
+
+    held = {key: sys.modules.pop(key) for key in list(sys.modules) if named(key)}
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        for key in [key for key in sys.modules if named(key)]:
+            del sys.modules[key]
+        sys.modules.update(held)
+
+
+def _module_folder(module: ModuleType | None) -> Path | None:
+    """The folder a module (or package) was found in, else None."""
+    package = list(getattr(module, "__path__", None) or [])
+    where = package[0] if package else getattr(module, "__file__", None)
+    return Path(where).resolve().parent if where else None
+
+
 def kernel_folder(name: str) -> Path | None:
     """The folder an imported module-path kernel's module (or package) was found in, else None."""
     if not is_module_path(name):
         return None
-    top = sys.modules.get(name.partition(":")[0].split(".")[0])
-    package = list(getattr(top, "__path__", None) or [])
-    where = package[0] if package else getattr(top, "__file__", None)
-    return Path(where).resolve().parent if where else None
+    return _module_folder(sys.modules.get(name.partition(":")[0].split(".")[0]))
 
 
 def kernel_versions(choices: Mapping[str, str]) -> dict[str, str]:
@@ -281,11 +310,24 @@ KERNEL_CHECKS = ((torch.float64, TOLERANCE, ""), (torch.float32, FP32_TOLERANCE,
 """Where a chosen kernel is verified, and to what tolerance: float64, then float32, the dtype a model computes in (a
 kernel with a float64 path of its own must not pass on that path alone)."""
 
+SIXTEEN_BIT_CHECKS = {
+    "bf16": (torch.bfloat16, BF16_TOLERANCE, " in bfloat16"),
+    "fp16": (torch.float16, BF16_TOLERANCE, " in float16"),
+}
+"""The check KERNEL_CHECKS gain for a run computing in a 16-bit dtype (`--set dtype=bf16` or `fp16`), whose kernels
+take 16-bit inputs: `verify --dtype bf16`'s, relative to the reference's scale (a kernel with a 16-bit path of its
+own must not pass on its float paths alone)."""
 
-def kernel_failure(slot: str, kernel: Callable[..., Any], seed: int | None) -> str | None:
-    """The first case, in KERNEL_CHECKS' order, where `kernel` is not PyTorch's own."""
-    for dtype, tolerance, label in KERNEL_CHECKS:
-        if (found := first_failure(verify_kernel(slot, kernel, seed, dtype), tolerance)) is not None:
+
+def kernel_checks(dtype: str = "fp32") -> tuple[tuple[torch.dtype, float, str], ...]:
+    """The checks a chosen kernel of a run computing in `dtype` (fp32, bf16, fp16) must pass, in order."""
+    return KERNEL_CHECKS + ((SIXTEEN_BIT_CHECKS[dtype],) if dtype in SIXTEEN_BIT_CHECKS else ())
+
+
+def kernel_failure(slot: str, kernel: Callable[..., Any], seed: int | None, dtype: str = "fp32") -> str | None:
+    """The first case, in `kernel_checks(dtype)`'s order, where `kernel` is not PyTorch's own."""
+    for check_dtype, tolerance, label in kernel_checks(dtype):
+        if (found := first_failure(verify_kernel(slot, kernel, seed, check_dtype), tolerance)) is not None:
             return f"{label.strip()}: {found}" if label else found
     return None
 
@@ -298,9 +340,11 @@ def checked_kernels(
     unverified: Iterable[str] = (),
     base: Kernels = DEFAULT_KERNELS,
     saved: Mapping[str, Path] | None = None,
+    dtype: str = "fp32",
 ) -> Kernels:
     """The set `base` with each chosen kernel found, guarded and, with `verify` (True, or slots), pinned against
-    PyTorch (a KernelError, or a warning for a slot in `unverified`); `saved` (slot -> folder): a saved run's."""
+    PyTorch (a KernelError, or a warning for a slot in `unverified`) in the checks of a run computing in `dtype`;
+    `saved` (slot -> folder): a saved run's."""
     opened, folders = saved is not None, saved or {}
     found = {slot: resolve_kernel(slot, name, opened, folders.get(slot)) for slot, name in choices.items()}
     kernels = dataclasses.replace(
@@ -312,7 +356,7 @@ def checked_kernels(
         raise KernelError(f"kernel attention={choices['attention']}: {error}") from None
     checked = set(choices) if verify is True else set(verify or ())
     for slot, name in choices.items():
-        failure = kernel_failure(slot, getattr(kernels, slot), seed) if slot in checked else None
+        failure = kernel_failure(slot, getattr(kernels, slot), seed, dtype) if slot in checked else None
         if failure is None:
             continue
         said = f"kernel {slot}={name} fails verification, {failure}"
@@ -324,7 +368,8 @@ def checked_kernels(
         elif opened:
             raise KernelError(f"{said}: it does not compute what the run was trained with (edited since?)")
         else:
+            shown = " --dtype bf16" if failure.startswith("in bfloat16:") else ""  # verify has no fp16
             raise KernelError(
-                f"{said}; see `gpt-train verify --kernel {slot}={name}`, or train anyway with --unverified"
+                f"{said}; see `gpt-train verify --kernel {slot}={name}{shown}`, or train anyway with --unverified"
             )
     return kernels

@@ -343,7 +343,14 @@ def run_kernels(
     try:
         base = kernel_set_for(config.train.kernels, device)
         return checked_kernels(
-            config.kernels, config.model.dropout, config.train.seed, verify, config.unverified_kernels, base, saved
+            config.kernels,
+            config.model.dropout,
+            config.train.seed,
+            verify,
+            config.unverified_kernels,
+            base,
+            saved,
+            config.train.dtype,
         )
     except KernelError as error:
         if run_dir is None:

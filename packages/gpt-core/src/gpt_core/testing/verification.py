@@ -249,6 +249,77 @@ def _cases(ref: References, device: torch.device | str = "cpu") -> list[_Case]:
     ]  # fmt: skip
 
 
+def _heads(b: int, h: int, t: int, dh: int, n: int, causal: bool):
+    """Inputs (n of q, k, v, then `causal`) laid out as MultiHeadAttention hands them over: heads of one qkv
+    projection (B, T, 3, H, d), split and transposed to (B, H, T, d), strided."""
+
+    def make(g, dt):
+        qkv = torch.randn(b, t, 3, h, dh, generator=g, dtype=dt, device="cpu")
+        return [x.transpose(1, 2).requires_grad_() for x in qkv.unbind(2)[:n]] + [causal]
+
+    return make
+
+
+def _kernel_cases(ref: References) -> list[_Case]:
+    """The cases `kernel_report` runs on a chosen kernel beyond its slot's in verify's table. Inputs strided as a
+    model hands them over (heads split from one qkv projection; an activation that is a slice of a wider tensor),
+    which a kernel reading memory as if contiguous gets wrong; and logits holding -inf, as top-k sampling and
+    static decoding's unfilled cache slots give `sampling_softmax`, which a softmax whose running max starts at
+    -inf (an online one) turns into nan."""
+    B, H, T, d, C = 2, 4, 7, 16, 32
+    norm = ("x", "weight", "bias", "eps")
+
+    def sliced(g, dt, *shape: int) -> Tensor:
+        """(..., C) strided: the middle third of a (..., 3C) tensor, as k is of the qkv projection's output."""
+        wide = torch.randn(*shape[:-1], 3 * shape[-1], generator=g, dtype=dt, device="cpu")
+        return wide[..., shape[-1] : 2 * shape[-1]].requires_grad_()
+
+    def attention(component: str, *shape: int, causal: bool) -> _Case:
+        return _Case(component, "sdpa", "attention", ("q", "k", "v", "causal"), _heads(*shape, 3, causal),
+                     functools.partial(end_aligned, ref["sdpa"]))  # fmt: skip
+
+    def weights(q: Tensor, k: Tensor, causal: bool) -> Tensor:
+        identity = torch.eye(k.shape[-2], dtype=k.dtype, device=k.device).expand(*k.shape[:-1], k.shape[-2])
+        return ref["sdpa"](q, k, identity, causal)
+
+    def masked(fill: Callable[[torch.Generator, Tensor], Tensor], *shape: int):
+        def make(g, dt):
+            x = torch.randn(*shape, generator=g, dtype=dt, device="cpu")
+            return (fill(g, x).detach().requires_grad_(),)
+
+        return make
+
+    def top_k(g, x: Tensor) -> Tensor:  # as `generate` masks logits below the k-th best
+        return x.masked_fill(x < x.topk(5, dim=-1).values[..., -1:], float("-inf"))
+
+    def leading(g, x: Tensor) -> Tensor:  # a first block (every tile of a tiled kernel up to 4096) all -inf
+        return torch.cat((torch.full_like(x[..., :4100], float("-inf")), x[..., 4100:]), dim=-1)
+
+    def single(g, x: Tensor) -> Tensor:  # one finite entry per row: first, last, then anywhere
+        at = torch.randint(x.shape[-1], (*x.shape[:-1], 1), generator=g, device="cpu")
+        at.view(-1)[:2] = torch.tensor([0, x.shape[-1] - 1])
+        return torch.full_like(x, float("-inf")).scatter(-1, at, x.gather(-1, at))
+
+    softmax = ref["softmax"]
+    return [
+        _Case("LayerNorm, x strided (a slice of a wider tensor)", "layer_norm", "layer_norm", norm,
+              lambda g, dt: (sliced(g, dt, B, T, C), _randn(g, dt, C), _randn(g, dt, C), 1e-5),
+              lambda x, w, b, eps: ref["layer_norm"](x, w, b)),
+        _Case("GELU (tanh), x strided (a slice of a wider tensor)", "gelu", "gelu", ("x",),
+              lambda g, dt: (sliced(g, dt, B, T, 4 * C),), ref["gelu"]),
+        _Case("softmax, -inf below each row's 5th best (top-k)", "softmax", "sampling_softmax", ("x",),
+              masked(top_k, 2, 3, 1500), softmax),
+        _Case("softmax, the first 4100 of 4160 -inf", "softmax", "sampling_softmax", ("x",),
+              masked(leading, 2, 2, 4160), softmax),
+        _Case("softmax, one finite entry per row", "softmax", "sampling_softmax", ("x",), masked(single, 2, 3, 1500),
+              softmax),
+        attention("sdpa causal, q, k, v strided (heads of one qkv tensor)", B, H, T, d, causal=True),
+        attention("sdpa non-causal, 133 positions, head size 5, q, k, v strided", 1, 3, 133, 5, causal=False),
+        _Case("attention weights causal, q, k strided (heads of one qkv tensor)", "sdpa", "attention_weights",
+              ("q", "k", "causal"), _heads(B, H, T, d, 2, True), weights),
+    ]  # fmt: skip
+
+
 def slot_cases(slot: str, references: References, seed: int) -> list[tuple[str, str, tuple, Callable[..., Tensor]]]:
     """`slot`'s cases that call its kernel on their arguments, in float64 drawn from `seed`: (component, reference,
     the kernel's arguments, the reference on them)."""
@@ -403,13 +474,17 @@ def kv_cache_row(gen: torch.Generator, dtype: torch.dtype, pos: str = "rope", ra
     return _row(component, reference, dtype, difference("logits", torch.cat(steps, 1), full, is_relative(dtype)))
 
 
-def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_pattern: bool = False) -> Row:
-    """A whole GPT computed with `kernels` vs the same weights with gpt-core's own (`pattern` hooked if asked)."""
+def model_row(gen: torch.Generator, dtype: torch.dtype, kernels: Kernels, hook_pattern: bool = False,
+              pos: str = "rope") -> Row:  # fmt: skip
+    """A whole GPT computed with `kernels` vs the same weights with gpt-core's own (`pattern` hooked if asked), with
+    position encoding `pos`: learned and none hand attention q and k strided (heads of the qkv projection), rope
+    rotated copies."""
+    config = dataclasses.replace(_SMALL_GPT, pos=pos)
     with torch.device("cpu"):  # beside the inputs, whatever the default device
-        ours = GPT(_SMALL_GPT, kernels).to(dtype)
-        theirs = GPT(_SMALL_GPT).to(dtype)
+        ours = GPT(config, kernels).to(dtype)
+        theirs = GPT(config).to(dtype)
     theirs.load_state_dict(ours.state_dict())
-    component = "GPT forward and backward" + (", pattern hooked" if hook_pattern else "")
+    component = f"GPT forward and backward ({pos} positions)" + (", pattern hooked" if hook_pattern else "")
     hooked = [name for name in ours.hook_names() if name.endswith(".pattern")] if hook_pattern else []
     return _gpt_row(component, "GPT (gpt-core's kernels)", is_relative(dtype), ours, theirs, gen, hooked=hooked)
 
@@ -493,16 +568,19 @@ def dropout_report(kernels: Kernels, references: References, device: torch.devic
 def kernel_report(slot: str, kernel: Callable[..., Tensor], references: References,
                   dtype: torch.dtype = torch.float64, seed: int | None = None,
                   labels: Mapping[str, str] | None = None) -> list[Row]:  # fmt: skip
-    """Pin `kernel`, a replacement for `slot`, to the references on its cases, then in a whole model."""
+    """Pin `kernel`, a replacement for `slot`, to the references on its cases (verify's, then its inputs strided as a
+    model hands them over, or holding -inf as sampling does), then in a whole model with each position encoding."""
     if slot not in KERNEL_SLOTS:
         raise ValueError(f"unknown kernel slot {slot!r}; slots: {', '.join(KERNEL_SLOTS)}")
     _check_references(references)
     kernels = dataclasses.replace(DEFAULT_KERNELS, **{slot: kernel})
     with _inputs_from(seed) as gen:
-        cases = [case for case in _cases(references) if case.slot == slot and _checks(kernels, case)]
+        every = _cases(references) + _kernel_cases(references)
+        cases = [case for case in every if case.slot == slot and _checks(kernels, case)]
         rows = [_compare(case, kernels, gen, dtype, labels, "cpu") for case in cases]
         if slot != "sampling_softmax":  # a training step never calls it: only generate samples from it
-            rows.append(model_row(gen, dtype, kernels, hook_pattern=slot == "attention_weights"))
+            hooked = slot == "attention_weights"
+            rows += [model_row(gen, dtype, kernels, hooked, pos) for pos in ("learned", "rope", "none")]
         if slot == "attention":
             rows += [kv_cache_row(gen, dtype, pos, kernels=kernels) for pos in ("learned", "rope", "none")]
     return rows
