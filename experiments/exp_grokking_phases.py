@@ -27,7 +27,8 @@ import gpt_viz
 from gpt_tasks.builtin.progress_measures import KEY_SHARE
 from gpt_train.config import RunConfig
 from gpt_train.lab.phases import HELDOUT_LOSS, SPIKE, GrokkingProgress, measure_progress
-from gpt_viz.phases import FITTED, GENERALISED, LEFT_CHANCE, Phases, first_below
+from gpt_viz import THRESHOLD
+from gpt_viz.phases import LEFT_CHANCE, Phases, first_below
 
 PUBLISHED_SEEDS = (1, 2, 3)  # the seeds of docs/results/grokking.md
 OWN_SEEDS = (7, 42)
@@ -208,8 +209,8 @@ def run(ctx: Context):
             if set(seeds) & set(OWN_SEEDS)
             else ""
         )
-        + f". t_fit: the first evaluation with train accuracy >= {FITTED}; cleanup from: the first after it with "
-        f"held-out accuracy >= {LEFT_CHANCE}; t_gen: the first with held-out accuracy >= {GENERALISED}. Losses in "
+        + f". t_fit: the first evaluation with train accuracy >= {THRESHOLD}; cleanup from: the first after it with "
+        f"held-out accuracy >= {LEFT_CHANCE}; t_gen: the first with held-out accuracy >= {THRESHOLD}. Losses in "
         f"nats (chance ln({p}) = {chance:.2f}); the restricted loss is measured on the held-out pairs, the excluded "
         "loss on the training pairs, both with the key frequencies of the run's own trained model; only the number "
         "logits are projected (the logit of '=' is kept).\n\n"

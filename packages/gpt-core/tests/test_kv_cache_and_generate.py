@@ -108,6 +108,18 @@ def test_a_forward_through_the_cache_has_the_gradients_of_the_forward_without_it
         torch.testing.assert_close(param.grad, grad, rtol=0, atol=1e-12)
 
 
+def test_a_cached_forward_needing_no_gradient_after_one_that_did_leaves_that_ones_backward_intact(gen):
+    """Only k and v of the forward at hand decided the copy: the keys of an earlier forward, still in the graph, were
+    changed in place by the next layer's write."""
+    model = GPT(GPTConfig(vocab_size=V, block_size=8, n_layer=2, n_head=2, n_embd=16)).double()
+    x = torch.randint(V, (2, 8), generator=gen)
+    cache = model.new_cache(2, 8)
+    first = model(x[:, :3], cache=cache).logits.sum()
+    model.requires_grad_(False)
+    second = model(x[:, 3:], cache=cache).logits.sum()
+    (first + second).backward()
+
+
 def test_kv_cache_store_returns_every_filled_position():
     cache = KVCache(n_layer=2, batch_size=1, n_head=1, head_dim=2, max_length=5, device="cpu", dtype=torch.float64)
     k1, v1 = torch.ones(1, 1, 2, 2), 2 * torch.ones(1, 1, 2, 2)

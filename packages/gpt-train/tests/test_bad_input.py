@@ -207,7 +207,6 @@ def test_existing_run_is_refused_and_left_intact(cli, tiny_run):
         (["pos=rope", "decay_position_embedding=true"], "and pos=rope has none"),
         (["early_eval_every=10"], "give one below it"),
         (["early_eval_every=0", "early_eval_until=100"], "early_eval_until ends the early evaluations"),
-        (["schedule=constant", "min_lr=1e-5"], "schedule=constant has no cool-down"),
     ],
 )
 def test_a_training_setting_the_run_would_never_read_is_refused(cli, tmp_path, given, named):

@@ -276,6 +276,9 @@ def test_float32_matmuls_runs_and_restores_a_precision_set_by_backend(backend):
         with float32_matmuls("highest"):
             assert cuda.fp32_precision == "ieee"
         assert cuda.fp32_precision == "tf32"
+        if switch is torch.backends:  # cuda.matmul follows torch.backends' own again, as before the block
+            torch.backends.fp32_precision = "ieee"
+            assert cuda.fp32_precision == "ieee"
     finally:
         switch.fp32_precision = cuda.fp32_precision = torch.backends.fp32_precision = "none"
     assert torch.get_float32_matmul_precision() == "highest"  # the legacy getter reads again

@@ -597,6 +597,9 @@ def test_under_torchrun_a_lost_rank_is_one_line_that_blames_no_kernel_of_this_on
 
 def test_only_a_collectives_error_on_losing_a_rank_is_read_as_one():
     assert lost_a_rank(RuntimeError(GLOO_PEER_LOST)) is not None and lost_a_rank(RuntimeError("boom")) is None
+    nccl = torch.distributed.DistBackendError
+    assert lost_a_rank(nccl("NCCL error: remote process exited or there was a network error")) is not None
+    assert lost_a_rank(nccl("NCCL error: unhandled cuda error, an illegal memory access")) is None  # this rank's
 
 
 @pytest.mark.parametrize("extra", [[], TRIGGERED], ids=["plain", "triggered"])

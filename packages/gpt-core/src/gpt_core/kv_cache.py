@@ -49,7 +49,7 @@ class KVCache:
         self.keys[layer, :, :, self.length : end] = k
         self.values[layer, :, :, self.length : end] = v
         keys, values = self.keys[layer, :, :, :end], self.values[layer, :, :, :end]  # (B, H, end, d) views
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad):  # this write's or an earlier
             # the next layer's (or forward's) write changes the buffers in place: a backward needs its own copy
             return keys.clone(), values.clone()
         return keys, values

@@ -311,9 +311,6 @@ def _check_given_settings_act(given: dict[str, Any], train: TrainSettings, model
                              f"adds evaluations between eval_every's ({train.eval_every}): give one below it"),
         "early_eval_until": (train.early_eval_until > 0 and not 0 < train.early_eval_every < train.eval_every,
                              "ends the early evaluations, and early_eval_every (below eval_every) sets none"),
-        "min_lr": (train.schedule == "constant" and not train.cooldown_steps,
-                   "is where the cosine schedule or a cool-down ends, and schedule=constant has no cool-down "
-                   "(cooldown_steps 0)"),
     }  # fmt: skip
     for name, (never_read, why) in unread.items():
         if name in given and never_read:

@@ -26,13 +26,23 @@ class DistributedError(TrainError):
     """torchrun's variables left in the environment, or set to what torchrun never sets; another rank lost."""
 
 
+PEER_WORDS = ("remote", "peer", "connection", "timed out", "timeout")  # in a backend's error on losing another rank
+
+
 def lost_a_rank(error: BaseException) -> DistributedError | None:
     """The one line for a collective's error on losing another rank (its process died, or the connection to it
-    broke: gloo raises a RuntimeError from its transport, NCCL and the store a torch.distributed.DistError), whose
-    own error says why; None for any other error."""
-    if not (isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and "gloo/transport" in str(error))):
+    broke), whose own error says why; None for any other error. gloo raises a RuntimeError from its transport, the
+    store and the network a DistStoreError or DistNetworkError; NCCL's DistBackendError counts only where it names a
+    peer, a connection or a timeout (not this rank's own CUDA error, which a collective can be the first to meet)."""
+    said = str(error)
+    lost = (
+        isinstance(error, (dist.DistNetworkError, dist.DistStoreError))
+        or (isinstance(error, dist.DistBackendError) and any(word in said.lower() for word in PEER_WORDS))
+        or (isinstance(error, RuntimeError) and "gloo/transport" in said)
+    )
+    if not lost:
         return None
-    said = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    said = said.strip().splitlines()[0][:200] if said.strip() else type(error).__name__
     return DistributedError(f"another rank stopped, or the connection to it broke ({said}); see that rank's error")
 
 

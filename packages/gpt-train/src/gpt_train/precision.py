@@ -51,12 +51,19 @@ _BACKENDS = ("cuda.matmul", "mkldnn.matmul")  # what set_float32_matmul_precisio
 
 
 def _backends() -> dict[str, str]:
-    return {name: operator.attrgetter(name)(torch.backends).fp32_precision for name in _BACKENDS}
+    """torch.backends' own precision (under the key "") and each backend's as it reads: its own, or the one it
+    follows."""
+    return {"": torch.backends.fp32_precision} | {
+        name: operator.attrgetter(name)(torch.backends).fp32_precision for name in _BACKENDS
+    }
 
 
 def _set_backends(precisions: dict[str, str]) -> None:
-    for name, precision in precisions.items():
-        operator.attrgetter(name)(torch.backends).fp32_precision = precision
+    """Give back `_backends()`: a backend that read as torch.backends' own follows it again ("none")."""
+    torch.backends.fp32_precision = precisions[""]
+    for name in _BACKENDS:
+        own = precisions[name]
+        operator.attrgetter(name)(torch.backends).fp32_precision = "none" if own == precisions[""] else own
 
 
 def full_float32() -> contextlib.AbstractContextManager[None]:

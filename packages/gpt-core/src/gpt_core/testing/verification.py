@@ -297,7 +297,7 @@ def _kernel_cases(ref: References) -> list[_Case]:
 
     def single(g, x: Tensor) -> Tensor:  # one finite entry per row: first, last, then anywhere
         at = torch.randint(x.shape[-1], (*x.shape[:-1], 1), generator=g, device="cpu")
-        at.view(-1)[:2] = torch.tensor([0, x.shape[-1] - 1])
+        at.view(-1)[:2] = torch.tensor([0, x.shape[-1] - 1], device="cpu")
         return torch.full_like(x, float("-inf")).scatter(-1, at, x.gather(-1, at))
 
     softmax = ref["softmax"]

@@ -322,7 +322,9 @@ def saved_minor_layers(layout: RunLayout, model: GPT, step: int) -> list[int]:
     """The nearly unused layers of the head ablation saved beside the run, if it is of this checkpoint's model."""
     try:
         saved = pictures.load_inspection(layout.heads_ablation)
-        if saved.get("step") != step:  # another checkpoint's (the run resumed since): not this model's heads
+        if (
+            isinstance(saved.get("step"), int) and saved["step"] != step
+        ):  # another checkpoint's (the run resumed since): not this model's heads
             return []
         return findings.minor_layers(record_checks.heads(saved, model.config))
     except (gpt_viz.VizError, record_checks.Unusable, KeyError):  # none saved, or not of this model

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 import gpt_core
 from gpt_train.kernels import TOLERANCE
 from gpt_train.learn.cases import SEED, close, index_of
-from gpt_train.learn.loading import attempt
+from gpt_train.learn.loading import attempt, describe
 from gpt_train.learn.solutions.attention import attention
 from gpt_train.learn.solutions.cross_entropy import cross_entropy
 from gpt_train.learn.solutions.gelu import gelu
@@ -132,11 +132,13 @@ def _copy_weights(yours: nn.Module, theirs: nn.Module, cls_name: str) -> None:
 
 def _call(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
          forward: Callable[..., Any] | None = None) -> Outcome:  # fmt: skip
-    """The outputs on `inputs` and the gradients of the parameters and x for a fixed cotangent (the model's loss)."""
+    """The outputs on `inputs` and the gradients of the parameters and x for a fixed cotangent (the model's loss); a
+    model's logits without targets too."""
     got = (forward or module)(*inputs)
     if step.name == "model":
         logits, loss = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
-        outputs, end, cotangent, leaves = {"logits": logits, "loss": loss}, loss, None, {}
+        untargeted = _without_targets(forward or module, inputs[0])
+        outputs, end, cotangent, leaves = {"logits": logits, "loss": loss, UNTARGETED: untargeted}, loss, None, {}
     else:
         outputs, end, leaves = {"output": got}, got, {"x": inputs[0]}
         if isinstance(got, Tensor):
@@ -147,6 +149,26 @@ def _call(step: Step, module: nn.Module, inputs: tuple[Tensor, ...], seed: int,
     grads = torch.autograd.grad(end, list(leaves.values()), cotangent, allow_unused=True)
     return Outcome({k: v.detach() if isinstance(v, Tensor) else v for k, v in outputs.items()},
                    dict(zip(leaves, grads, strict=True)))  # fmt: skip
+
+
+UNTARGETED = "logits with targets=None"
+WITHOUT_TARGETS = "model(idx, None), as learn train's evaluation calls it"
+
+
+def _without_targets(forward: Callable[..., Any], idx: Tensor) -> Any:
+    """The logits of `forward(idx, None)`; Malformed unless it returns (logits, None)."""
+    try:
+        got = forward(idx, None)
+    except Exception as error:
+        raise Malformed(f"your GPT raised {describe(error)} on {WITHOUT_TARGETS}: with no targets there is no loss, "
+                        "return (logits, None)") from None  # fmt: skip
+    if not isinstance(got, tuple) or len(got) != 2:
+        what = f"a tuple of {len(got)}" if isinstance(got, tuple) else f"a {type(got).__name__}"
+        raise Malformed(f"your GPT returns {what} on {WITHOUT_TARGETS}: return the pair (logits, None)")
+    if got[1] is not None:
+        raise Malformed(f"your GPT returns a loss ({type(got[1]).__name__}) on {WITHOUT_TARGETS}: with no targets "
+                        "there is no loss, return (logits, None)")  # fmt: skip
+    return got[0]
 
 
 def reference(step: Step) -> list[Outcome]:

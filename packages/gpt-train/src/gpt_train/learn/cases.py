@@ -1,5 +1,6 @@
 """The inputs a learner's kernel and each classic mistake are both run on: `gpt-train verify`'s cases of its slot
-(odd sizes, one query, queries offset as in cached decoding, 133 positions, large inputs), and what a run gives."""
+(odd sizes, one query, queries offset as in cached decoding, 133 positions, large inputs), the course's own, the same
+in float32 (`in_float32`), and what a run gives."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from gpt_core import IGNORE_INDEX
@@ -37,19 +39,51 @@ class Outcome:
 
 
 def cases_for(kind: str, seed: int = 0) -> list[Case]:
-    """`gpt-train verify`'s cases of the kind's slot, then the course's own: cross_entropy on large logits too."""
+    """`gpt-train verify`'s cases of the kind's slot, then the course's own: cross_entropy on large logits, softmax on
+    the (B, V) logits generation samples from and on four dimensions, layer_norm with another eps where it matters."""
     references = torch_references()
     slot = SAMPLING_SOFTMAX_SLOT if kind == "softmax" else kind
     cases = [Case(name, args, theirs, TORCH_LABELS[reference])
              for name, reference, args, theirs in slot_cases(slot, references, seed)]  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "softmax":  # verify's are (B, T, V): a softmax over dim=2 must fail too
+        for name, shape in (
+            ("logits (B, V), as generation samples from", (3, 11)),
+            ("logits (B, H, T, V)", (2, 3, 4, 11)),
+        ):
+            x = torch.randn(shape, generator=gen, dtype=torch.float64, device="cpu").requires_grad_()
+            cases.append(Case(name, (x,), references["softmax"], TORCH_LABELS["softmax"]))
+    if kind == "layer_norm":  # verify's eps is always 1e-5: one written in for the argument passes them all
+        x = (torch.randn(2, 5, 32, generator=gen, dtype=torch.float64, device="cpu") * 0.01).requires_grad_()
+        weight, bias = (torch.randn(32, generator=gen, dtype=torch.float64, device="cpu").requires_grad_()
+                        for _ in range(2))  # fmt: skip
+        cases.append(
+            Case("eps 1e-3, rows of variance 1e-4", (x, weight, bias, 1e-3), _layer_norm, TORCH_LABELS["layer_norm"])
+        )
     if kind == "cross_entropy":
-        gen = torch.Generator().manual_seed(seed)
         logits = (torch.randn(14, 11, generator=gen, dtype=torch.float64, device="cpu") * 1e3).requires_grad_()
         targets = torch.randint(11, (14,), generator=gen, device="cpu")
         targets[::3] = IGNORE_INDEX
         label = TORCH_LABELS["cross_entropy"]
         cases.append(Case("ignore_index, logits x 1000", (logits, targets), references["cross_entropy"], label))
     return cases
+
+
+def _layer_norm(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
+    """F.layer_norm with the case's eps (verify's reference takes none: its eps is 1e-5)."""
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def in_float32(cases: list[Case]) -> list[Case]:
+    """`cases` in float32, the dtype a model computes in: each float tensor rounded to it, a leaf of its own."""
+    return [Case(f"{case.name}, in float32", tuple(_float32(arg) for arg in case.args), case.reference, case.label)
+            for case in cases]  # fmt: skip
+
+
+def _float32(arg: object) -> object:
+    if not isinstance(arg, Tensor) or not arg.is_floating_point():
+        return arg
+    return arg.detach().to(torch.float32).requires_grad_(arg.requires_grad)
 
 
 def run_case(kernel: Callable[..., Tensor], case: Case, seed: int = 0) -> Outcome:

@@ -43,6 +43,7 @@ CASES = (
     Case("temperature 2", 2.0, None, False, 4),
     Case("top-k 3 at temperature 2 with the KV cache", 2.0, 3, True, 5),
     Case("top-k 5 at temperature 1.5", 1.5, 5, False, 6),
+    Case("top-k 20 over a vocabulary of 13, with the KV cache", 1.0, 20, True, 7),  # gpt-core's keeps every token
 )
 
 

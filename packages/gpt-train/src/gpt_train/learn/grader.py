@@ -1,8 +1,10 @@
 """Grade a learner's kernel in float64, forward and backward, on `gpt-train verify`'s cases and the course's own
-(`cases`), then what the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor."""
+(`cases`), then in float32, the dtype a model computes in (its output's dtype the inputs', its values within
+FP32_TOLERANCE), then what the step asks beyond the numbers: a backward of the learner's own, or no (T, T) tensor."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -17,12 +19,13 @@ from gpt_core.testing import LargestTensor, Row
 from gpt_core.testing.verification import compared
 from gpt_train.kernels import first_failure, output_checked, verify_kernel
 from gpt_train.learn import assembly, generation_check, training_step_check
-from gpt_train.learn.cases import SEED, Case, Outcome, cases_for, close, run_case, try_case
-from gpt_train.learn.loading import AUTOGRAD_OFF, LearnerError, guarded, learner_function, load_module
+from gpt_train.learn.cases import SEED, Case, Outcome, cases_for, close, in_float32, run_case, try_case
+from gpt_train.learn.loading import AUTOGRAD_OFF, LearnerError, describe, guarded, learner_function, load_module, where
 from gpt_train.learn.steps import Step
 from gpt_train.learn.verdicts import Malformed, Verdict, grade_runs, judge, same_error
 from gpt_train.learn.watch import Watch
 from gpt_train.learn.zoo import MISTAKES, Mistake
+from gpt_train.verify import FP32_TOLERANCE
 
 FLASH_POSITIONS, FLASH_HEAD = 512, 16
 LARGEST_TILE = 128  # the tiled step refuses a tensor larger than this square or the inputs: (T, T) is 16 times it
@@ -68,24 +71,52 @@ def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, t
     watch = Watch(step.forbidden)
     kernel = _checked_return(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
-    cases = cases_for(step.function, SEED)
+    in_float64 = cases_for(step.function, SEED)
+    cases = in_float64 + in_float32(in_float64)
     with watch.on():  # the backward of the learner's output is the learner's too
         outcomes = [try_case(kernel, case, SEED) for case in cases]
     expected = [run_case(case.reference, case, SEED) for case in cases]
     kernel = guarded(kernel)  # from here a SystemExit is the kernel failing a check, as any exception is
+    n = len(in_float64)
+    if (raised := _raised_in_float32_alone(step, outcomes[:n], outcomes[n:], path)) is not None:
+        return Verdict(False, raised)
     rows: list[Row] = []
+    rows_float32: list[Row] = []
+
+    def malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+        return _malformed(step, cases, outcomes, expected)
 
     def difference(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-        rows.extend(verify_kernel(step.slot, kernel, seed=SEED))  # the check `run --kernel` makes, then the course's
-        rows.extend(_rows(step, outcomes, expected))
-        return first_failure(rows)
+        rows.extend(verify_kernel(step.slot, kernel, seed=SEED))  # the checks `run --kernel` makes, then the course's
+        rows.extend(_rows(step, cases[:n], outcomes[:n], expected[:n]))
+        if (failure := first_failure(rows)) is not None:
+            return failure
+        rows_float32.extend(dataclasses.replace(row, component=f"{row.component}, in float32")
+                            for row in verify_kernel(step.slot, kernel, SEED, torch.float32))  # fmt: skip
+        rows_float32.extend(_rows(step, cases[n:], outcomes[n:], expected[n:]))
+        return first_failure(rows_float32, FP32_TOLERANCE)
 
     def passed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str:
-        largest = max(max(row.forward, row.grad or 0.0) for row in rows)
-        return f"{len(rows)} checks forward and backward in float64, largest difference {largest:.1e}"
+        largest, largest_float32 = (max(max(row.forward, row.grad or 0.0) for row in some)
+                                    for some in (rows, rows_float32))  # fmt: skip
+        return (f"{len(rows)} checks forward and backward in float64, largest difference {largest:.1e}, and "
+                f"{len(rows_float32)} in float32, largest difference {largest_float32:.1e}")  # fmt: skip
 
-    return judge(step, path, watch, outcomes, expected, lambda: diagnose(step, outcomes, expected, tile), _malformed,
-                 difference, passed, lambda: _requirement_unmet(step, kernel))  # fmt: skip
+    return judge(step, path, watch, outcomes, expected, lambda: diagnose(step, outcomes[:n], expected[:n], tile),
+                 malformed, difference, passed, lambda: _requirement_unmet(step, kernel, cases))  # fmt: skip
+
+
+def _raised_in_float32_alone(step: Step, in_float64: list[Outcome], in_float32: list[Outcome],
+                             path: Path | None) -> str | None:  # fmt: skip
+    """What the kernel raised on float32 inputs where it ran on float64 ones (a float64 tensor of its own meeting
+    them), in one line naming the line."""
+    error = next((outcome.error for outcome in in_float32 if outcome.error is not None), None)
+    if error is None or isinstance(error, Malformed) or any(outcome.error is not None for outcome in in_float64):
+        return None
+    return (
+        f"{where(error, path)}: {step.function} raised {describe(error)} on float32 inputs, where float64 ones "
+        "run: make each tensor it creates in the inputs' dtype (dtype=x.dtype), not float64"
+    )
 
 
 def _checked_return(kernel: Callable[..., Any], function: str) -> Callable[..., Any]:
@@ -115,14 +146,15 @@ def _leaf_names(step: Step, case: Case) -> list[str]:
             if isinstance(arg, Tensor) and arg.requires_grad]  # fmt: skip
 
 
-def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
-    """What is wrong before any value: the dtype, the shape, a detached output, a hand-written gradient of None."""
-    fn, cases = step.function, cases_for(step.function, SEED)
+def _malformed(step: Step, cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> str | None:
+    """What is wrong before any value: the dtype (in float64 and in float32), the shape, a detached output, a
+    hand-written gradient of None."""
+    fn = step.function
     for case, got, want in zip(cases, outcomes, expected, strict=True):
         output, right = got.output, want.output
         if output.dtype != right.dtype:
             return (f"your {fn} returns {_dtype(output)} for {_dtype(right)} inputs: keep the inputs' dtype (no "
-                    ".float(); dtype=x.dtype for a tensor you make)")  # fmt: skip
+                    ".float() or .double(); dtype=x.dtype for a tensor you make)")  # fmt: skip
         if output.shape != right.shape:
             return f"your {fn} returns shape {tuple(output.shape)} where {tuple(right.shape)} is expected ({case.name})"
         if not got.grads:
@@ -135,10 +167,10 @@ def _malformed(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> 
     return None
 
 
-def _rows(step: Step, outcomes: list[Outcome], expected: list[Outcome]) -> list[Row]:
+def _rows(step: Step, cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> list[Row]:
     """The course's cases as `verify`'s rows, each difference over max(1, the reference's largest |value|)."""
     rows = []
-    for case, got, want in zip(cases_for(step.function, SEED), outcomes, expected, strict=True):
+    for case, got, want in zip(cases, outcomes, expected, strict=True):
         grads = zip(_leaf_names(step, case), got.grads, want.grads, strict=True)
         gradients = [(f"gradient of {name}", ours, theirs) for name, ours, theirs in grads if theirs is not None]
         outputs = [("output", got.output, want.output)]
@@ -174,28 +206,29 @@ def _agree(got: Outcome, mistaken: Outcome, with_gradients: bool) -> bool:
     return all(close(a, b) for a, b in pairs)
 
 
-def _requirement_unmet(step: Step, kernel: Callable[..., Tensor]) -> str | None:
+def _requirement_unmet(step: Step, kernel: Callable[..., Tensor], cases: list[Case]) -> str | None:
     if step.handwritten_backward:
-        return _autograd_derived(step, kernel)
+        return _autograd_derived(kernel, cases)
     if step.tiled:
         return _forms_square(kernel)
     return None
 
 
-def _autograd_derived(step: Step, kernel: Callable[..., Tensor]) -> str | None:
-    """Why the kernel's gradient is autograd's: an input reached from the output without a torch.autograd.Function."""
-    case = cases_for(step.function, SEED)[0]
-    output = kernel(*case.args)
-    pending, seen = [output.grad_fn], set()
-    while pending:
-        node = pending.pop()
-        if node is None or node in seen or isinstance(node, torch.autograd.function.BackwardCFunction):
-            continue
-        seen.add(node)
-        if type(node).__name__ == "AccumulateGrad":
-            return ("autograd derived this backward: write the gradient yourself in a torch.autograd.Function "
-                    "(forward and backward staticmethods) and return YourFunction.apply(...)")  # fmt: skip
-        pending += [next_node for next_node, _ in node.next_functions]
+def _autograd_derived(kernel: Callable[..., Tensor], cases: list[Case]) -> str | None:
+    """Why the kernel's gradient is autograd's: on some case (a branch of its own: no bias, not causal, float32), an
+    input reached from the output without a torch.autograd.Function."""
+    for case in cases:
+        pending, seen = [kernel(*case.args).grad_fn], set()
+        while pending:
+            node = pending.pop()
+            if node is None or node in seen or isinstance(node, torch.autograd.function.BackwardCFunction):
+                continue
+            seen.add(node)
+            if type(node).__name__ == "AccumulateGrad":
+                return (f"autograd derived this backward ({case.name}): write the gradient yourself in a "
+                        "torch.autograd.Function (forward and backward staticmethods) and return "
+                        "YourFunction.apply(...)")  # fmt: skip
+            pending += [next_node for next_node, _ in node.next_functions]
     return None
 
 

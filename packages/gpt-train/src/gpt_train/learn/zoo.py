@@ -118,6 +118,8 @@ LAYER_NORM = (
             (_layer_norm(("square().mean(dim=-1, keepdim=True)",
                           "square().sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)")),)),
     Mistake("no_eps", "epsilon is missing: divide by sqrt(var + eps)", (_layer_norm(("var + eps", "var")),)),
+    Mistake("eps_ignored", "the argument eps is ignored, a constant 1e-5 in its place: divide by sqrt(var + eps) with "
+            "the eps the caller passes", (_layer_norm(("var + eps", "var + 1e-5")),)),
     Mistake("no_root", "divided by the variance, not its square root",
             (_layer_norm(("torch.sqrt(var + eps)", "(var + eps)")),)),
     Mistake("no_bias", "the bias is never added", (_layer_norm(("y if bias is None else y + bias", "y")),)),
@@ -351,6 +353,8 @@ TRAINING_STEP = (
             "root and after the bias correction",
             (_step((_V_HAT, "(v / (1.0 - settings.beta2**t) + 1e-8).sqrt()")),
              _step((_V_HAT, "(v.sqrt() + 1e-8) / math.sqrt(1.0 - settings.beta2**t)")))),
+    Mistake("grads_not_cleared", "the gradients are never cleared: set param.grad = None (or zero them) before "
+            "backward(), or each step adds to the last's", (_step(("        param.grad = None\n", "        pass\n")),)),
 )  # fmt: skip
 
 _PROBABILITIES = "torch.multinomial(exp / exp.sum(dim=-1, keepdim=True)"
@@ -370,6 +374,9 @@ GENERATION = (
             "not the k-th best itself (<=)", (_answer("generation", ("logits < kth_best", "logits <= kth_best")),)),
     Mistake("top_k_fills_zero", "the logits outside the top k are set to 0, not -inf: exp(0) still gives them "
             "weight", (_answer("generation", ('kth_best, float("-inf")', "kth_best, 0.0")),)),
+    Mistake("top_k_over_vocabulary", "a top_k of V (the vocabulary's size) or more keeps every token, as gpt-core's "
+            "generate does: mask only when top_k < V (logits.topk(k) raises for k > V)",
+            (_answer("generation", ("top_k is not None and top_k < logits.shape[-1]", "top_k is not None")),)),
     Mistake("cache_positions_not_offset", "the cache's positions are not offset: a token fed after n cached "
             "positions sits at position n, wpe(torch.arange(n, n + T)), not at 0",
             (_answer("generation", ("start = cache[0][0].shape[2] if cache else 0", "start = 0")),)),

@@ -2,7 +2,7 @@
 last position's, picking a token, appending it, and going again.
 
     logits = logits[:, -1, :] / temperature        (B, V): the last position's, divided BEFORE the softmax
-    top-k:   every logit below the k-th best -> -inf   (k kept; none when top_k is None)
+    top-k:   every logit below the k-th best -> -inf   (k kept; all when top_k is None or >= V)
     probs = softmax(logits)                        (B, V)
     token = torch.multinomial(probs, 1, generator=generator)   (B, 1), one draw a row
     temperature 0 is greedy: token = logits.argmax(dim=-1), no draw at all

@@ -5,7 +5,8 @@
 
 eps sits under the square root, so a constant row gives 0, not 0/0.
 
-Check it with `gpt-train learn check layer_norm`: it refuses F.layer_norm and nn.LayerNorm.
+Check it with `gpt-train learn check layer_norm`: it refuses F.layer_norm and nn.LayerNorm, and tries an eps other
+than 1e-5: use the one passed in.
 """
 
 import torch

@@ -8,7 +8,8 @@
 The head is tied to the token embedding (GPT-2's): one (V, C) matrix reads a token in and scores every token out,
 so lm_head.weight IS wte.weight, not a copy. Your Block and LayerNorm come from block.py, step 10's file beside
 this one. The parameters carry gpt-core's names (wte, wpe, blocks.0.ln1 ..., ln_f, lm_head): the check copies
-gpt_core.GPT's weights into yours and compares the logits, the loss and every gradient in float64.
+gpt_core.GPT's weights into yours and compares the logits, the loss and every gradient in float64; called with
+targets=None (as `learn train`'s evaluation calls it), your GPT returns (logits, None).
 
 Check it with `gpt-train learn check model`: it hands your model `kernels`, with kernels.attention,
 kernels.layer_norm, kernels.gelu and kernels.cross_entropy(logits, targets) (your kernel steps' signatures).

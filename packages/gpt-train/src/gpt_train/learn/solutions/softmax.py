@@ -6,7 +6,8 @@ exp(1000) is inf in float64, so subtract each row's max first: softmax(x) = soft
 and now the largest exponent is exp(0) = 1.
 
 Check it with `gpt-train learn check softmax`: it refuses PyTorch's own softmax (torch.softmax, F.softmax,
-x.softmax, log_softmax) and gpt-core's, and tries logits x 1000.
+x.softmax, log_softmax) and gpt-core's, and tries logits x 1000, the (B, V) logits generation samples from, and
+float32 inputs, whose dtype the output keeps.
 """
 
 import torch
