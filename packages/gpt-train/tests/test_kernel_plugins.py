@@ -258,6 +258,16 @@ def test_a_kernel_wrong_in_16_bits_only_is_refused_by_a_bf16_run_and_passes_a_fl
     assert cli(*TINY, "--steps", "2", "--kernel", RIGHT, "--set", "dtype=bf16", "--out", tmp_path / "ok").code == 0
 
 
+def test_a_16_bit_run_checks_in_16_bits_only_the_slots_autocast_computes_in_16_bits():
+    """LayerNorm (float32 under autocast) and the sampling softmax (float32 logits) were checked in 16 bits too, inside
+    a whole GPT cast to fp16, which no run computes: a right LayerNorm written with rsqrt was refused on every seed."""
+    checks = kernels_module.kernel_checks
+    for slot in ("layer_norm", "sampling_softmax"):
+        assert checks("bf16", slot) == checks("fp16", slot) == kernels_module.KERNEL_CHECKS
+    for slot in ("attention", "attention_weights", "gelu", "cross_entropy", "dropout"):
+        assert [label for _, _, label in checks("bf16", slot)] == ["", " in float32", " in bfloat16"]
+
+
 @pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_verify_fails_each_wrong_kernel_pointing_at_the_mistake(cli, mistake):
     choice, said = MISTAKES[mistake]

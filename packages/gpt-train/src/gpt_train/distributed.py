@@ -26,7 +26,7 @@ class DistributedError(TrainError):
     """torchrun's variables left in the environment, or set to what torchrun never sets; another rank lost."""
 
 
-PEER_WORDS = ("remote", "peer", "connection", "timed out", "timeout")  # in a backend's error on losing another rank
+PEER_WORDS = ("remote process", "connection", "timed out", "timeout")  # in a backend's error on losing another rank
 
 
 def lost_a_rank(error: BaseException) -> DistributedError | None:

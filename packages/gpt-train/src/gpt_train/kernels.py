@@ -314,19 +314,25 @@ SIXTEEN_BIT_CHECKS = {
     "bf16": (torch.bfloat16, BF16_TOLERANCE, " in bfloat16"),
     "fp16": (torch.float16, BF16_TOLERANCE, " in float16"),
 }
-"""The check KERNEL_CHECKS gain for a run computing in a 16-bit dtype (`--set dtype=bf16` or `fp16`), whose kernels
-take 16-bit inputs: `verify --dtype bf16`'s, relative to the reference's scale (a kernel with a 16-bit path of its
-own must not pass on its float paths alone)."""
+"""The check KERNEL_CHECKS gain for a run training in a 16-bit dtype (`--set dtype=bf16` or `fp16`) in the slots
+autocast hands 16-bit inputs: `verify --dtype bf16`'s, relative to the reference's scale (a kernel with a 16-bit
+path of its own must not pass on its float paths alone)."""
+
+SIXTEEN_BIT_SLOTS = ("attention", "attention_weights", "gelu", "cross_entropy", "dropout")
+"""The slots a 16-bit training step computes in 16 bits; autocast runs LayerNorm in float32, and sampling (an
+evaluation's, generation's) is float32."""
 
 
-def kernel_checks(dtype: str = "fp32") -> tuple[tuple[torch.dtype, float, str], ...]:
-    """The checks a chosen kernel of a run computing in `dtype` (fp32, bf16, fp16) must pass, in order."""
-    return KERNEL_CHECKS + ((SIXTEEN_BIT_CHECKS[dtype],) if dtype in SIXTEEN_BIT_CHECKS else ())
+def kernel_checks(dtype: str = "fp32", slot: str | None = None) -> tuple[tuple[torch.dtype, float, str], ...]:
+    """The checks a chosen kernel in `slot` (None: any) of a run training in `dtype` (fp32, bf16, fp16) must pass,
+    in order."""
+    sixteen = dtype in SIXTEEN_BIT_CHECKS and (slot is None or slot in SIXTEEN_BIT_SLOTS)
+    return KERNEL_CHECKS + ((SIXTEEN_BIT_CHECKS[dtype],) if sixteen else ())
 
 
 def kernel_failure(slot: str, kernel: Callable[..., Any], seed: int | None, dtype: str = "fp32") -> str | None:
-    """The first case, in `kernel_checks(dtype)`'s order, where `kernel` is not PyTorch's own."""
-    for check_dtype, tolerance, label in kernel_checks(dtype):
+    """The first case, in `kernel_checks(dtype, slot)`'s order, where `kernel` is not PyTorch's own."""
+    for check_dtype, tolerance, label in kernel_checks(dtype, slot):
         if (found := first_failure(verify_kernel(slot, kernel, seed, check_dtype), tolerance)) is not None:
             return f"{label.strip()}: {found}" if label else found
     return None
@@ -356,7 +362,9 @@ def checked_kernels(
         raise KernelError(f"kernel attention={choices['attention']}: {error}") from None
     checked = set(choices) if verify is True else set(verify or ())
     for slot, name in choices.items():
-        failure = kernel_failure(slot, getattr(kernels, slot), seed, dtype) if slot in checked else None
+        # a saved run's kernel is checked for being the one it trained with: eval, sample, serve compute in float32
+        computed = "fp32" if opened else dtype
+        failure = kernel_failure(slot, getattr(kernels, slot), seed, computed) if slot in checked else None
         if failure is None:
             continue
         said = f"kernel {slot}={name} fails verification, {failure}"

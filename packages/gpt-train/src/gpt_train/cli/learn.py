@@ -107,8 +107,9 @@ def start(step_name: str, folder: Path) -> None:
     help="Seconds the check may take before it is stopped and fails, its start (about 5 s, importing torch) included.",
 )
 def check(step_name: str, folder: Path, time_limit: float) -> None:
-    """Grade DIR/STEP.py in float64, forward and backward, on `gpt-train verify`'s cases. Your code runs in a
-    process of its own, stopped after --time-limit seconds; the pass recorded is for the file as it was read.
+    """Grade DIR/STEP.py in float64 and float32, forward and backward, on `gpt-train verify`'s cases. Your code
+    runs in a process of its own, stopped after --time-limit seconds; the pass recorded is for the file as it was
+    read.
 
     \b
     Example:

@@ -387,9 +387,12 @@ def _tiles(dtype: torch.dtype, head_dim: int, precision: str) -> tuple[int, int,
 
 def _precision(dtype: torch.dtype) -> str:
     """`tl.dot`'s input precision: exact fp32 unless PyTorch's matmuls may use TF32."""
-    if dtype == torch.float32 and torch.backends.cuda.matmul.fp32_precision == "tf32":  # however it was set
-        return "tf32"
-    return "ieee"
+    return "tf32" if dtype == torch.float32 and _tf32_allowed() else "ieee"
+
+
+@torch.compiler.assume_constant_result  # read once as the compiler traces: the switch is no tensor to put in a graph
+def _tf32_allowed() -> bool:
+    return torch.backends.cuda.matmul.fp32_precision == "tf32"  # however it was set
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -134,10 +134,8 @@ class _LayerNorm(torch.autograd.Function):
         n, width = rows.shape
         dy_rows = rows_of(dy, width)  # (N, C)
         dx = torch.empty_like(rows)  # (N, C), contiguous
-        if n == 0:  # no rows: no program to launch, and the weight and bias have no gradient to sum
-            zeros = torch.zeros_like(weight)
-            return dx.view(dy.shape), zeros, zeros.clone() if ctx.has_bias else None, None
-        rows_per_program = triton.cdiv(n, min(n, _n_programs(rows.device)))
+        # at least one row a program: no rows (a batch of 0) launch no program, and the partial sums are empty
+        rows_per_program = max(triton.cdiv(n, _n_programs(rows.device)), 1)
         n_programs = triton.cdiv(n, rows_per_program)
         dw_partial = torch.empty((n_programs, width), dtype=mean.dtype, device=rows.device)  # (n_programs, C)
         db_partial = torch.empty_like(dw_partial) if ctx.has_bias else dw_partial
