@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from wrong_kernels import online_softmax
 
 from gpt_core import DEFAULT_KERNELS, GPT, KERNEL_SETS, GPTConfig, KVCache, generate, next_token, softmax
 
@@ -397,24 +398,11 @@ def test_generation_from_logits_that_are_not_finite_is_refused(gen, temperature)
         generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature, generator=gen)
 
 
-def _online_softmax(x: torch.Tensor, chunk: int = 4) -> torch.Tensor:
-    """Softmax over chunks of the vocabulary, its running max starting at -inf: a row whose first chunk is all -inf
-    (top-k's mask) comes out nan."""
-    m = torch.full((*x.shape[:-1], 1), float("-inf"), dtype=x.dtype)
-    s = torch.zeros_like(m)
-    for i in range(0, x.shape[-1], chunk):
-        c = x[..., i : i + chunk]
-        new = torch.maximum(m, c.amax(-1, keepdim=True))
-        s = s * torch.exp(m - new) + torch.exp(c - new).sum(-1, keepdim=True)
-        m = new
-    return torch.exp(x - m) / s
-
-
 @pytest.mark.parametrize("static", [False, True])
 def test_probabilities_a_sampling_softmax_kernel_makes_nan_are_refused_at_the_end(gen, static):
     """A sampling_softmax kernel turning top-k's -inf rows into nan drew token 0 from them in silence (argmax of nan
     over Exp(1) draws): `gpt-train sample --top-k 2` printed wrong tokens. The same read at the end refuses them."""
-    model = GPT(_model("learned").config, dataclasses.replace(DEFAULT_KERNELS, sampling_softmax=_online_softmax))
+    model = GPT(_model("learned").config, dataclasses.replace(DEFAULT_KERNELS, sampling_softmax=online_softmax))
     model = _sharpen(model.double().eval(), gen)
     prompt = torch.zeros(2, 3, dtype=torch.long)
     said = r"^the model's sampling_softmax kernel gave probabilities that are nan or infinite, its logits finite"

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
+from wrong_kernels import online_softmax
 
 import gpt_core.testing.verification as verification
 from gpt_core import DEFAULT_KERNELS, FAST_KERNELS, KERNEL_SLOTS, REFERENCE_KERNELS
@@ -242,16 +243,6 @@ def test_a_softmax_that_turns_a_row_starting_with_minus_inf_into_nan_fails_the_m
     """Top-k sampling masks logits with -inf (generate's next_token), static decoding the unfilled cache slots: an
     online softmax whose running max starts at -inf makes a row whose first chunk is all -inf nan, so `sample
     --top-k 2` drew token 0 in silence. It passed every case of finite logits, and fails each masked one."""
-
-    def online_softmax(x, chunk=4):
-        m = torch.full((*x.shape[:-1], 1), float("-inf"), dtype=x.dtype)
-        s = torch.zeros_like(m)
-        for i in range(0, x.shape[-1], chunk):
-            c = x[..., i : i + chunk]
-            new = torch.maximum(m, c.amax(-1, keepdim=True))
-            s = s * torch.exp(m - new) + torch.exp(c - new).sum(-1, keepdim=True)
-            m = new
-        return torch.exp(x - m) / s
 
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
         rows = kernel_report("sampling_softmax", online_softmax, torch_references, dtype=dtype, seed=0)

@@ -357,25 +357,25 @@ def test_a_task_whose_class_attributes_would_fail_after_training_started_is_refu
     assert [info.name for info in registry.tasks()] == ["fine"]
 
 
-def test_params_annotations_that_do_not_resolve_are_refused_when_it_registers(contract_plugin):
-    """A type imported under TYPE_CHECKING alone: get_type_hints raised NameError as the run parsed --set."""
-    broken, fine = contract_plugin("UnresolvedParams")
-    said = (
-        "task 'unresolved_params': UnresolvedParams.Params's annotations do not resolve (NameError: name 'Shape' is "
-        "not defined): a type a field names must be importable when the plugin runs, not only under TYPE_CHECKING"
-    )
-    with pytest.warns(PluginWarning, match=re.escape(said)):
-        registry = Registry(plugins=[broken, fine])
-    assert [info.name for info in registry.tasks()] == ["fine"]
-
-
-def test_a_params_field_of_a_type_coerce_cannot_read_is_refused_when_it_registers(contract_plugin):
-    """tuple[int, ...]: its default trained, then eval, sample and --resume refused the run's own config.json."""
-    broken, fine = contract_plugin("TupleParams")
-    said = (
-        "task 'tuple_params': TupleParams.Params field 'weights' is tuple[int, ...], which --set and config.json "
-        "cannot give: a task parameter is int, float, bool, str, a Literal of those, or one of them | None"
-    )
+@pytest.mark.parametrize(
+    ("task", "said"),
+    [
+        (  # a type imported under TYPE_CHECKING alone: get_type_hints raised NameError as the run parsed --set
+            "UnresolvedParams",
+            "task 'unresolved_params': UnresolvedParams.Params's annotations do not resolve (NameError: name 'Shape' "
+            "is not defined): a type a field names must be importable when the plugin runs, not only under "
+            "TYPE_CHECKING",
+        ),
+        (  # tuple[int, ...]: its default trained, then eval, sample and --resume refused the run's own config.json
+            "TupleParams",
+            "task 'tuple_params': TupleParams.Params field 'weights' is tuple[int, ...], which --set and config.json "
+            "cannot give: a task parameter is int, float, bool, str, a Literal of those, or one of them | None",
+        ),
+    ],
+    ids=["unresolved annotation", "unsupported type"],
+)
+def test_params_a_run_could_not_read_back_are_refused_when_it_registers(contract_plugin, task, said):
+    broken, fine = contract_plugin(task)
     with pytest.warns(PluginWarning, match=re.escape(said)):
         registry = Registry(plugins=[broken, fine])
     assert [info.name for info in registry.tasks()] == ["fine"]
