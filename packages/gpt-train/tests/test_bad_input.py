@@ -155,6 +155,17 @@ def test_running_out_of_memory_while_training_is_one_line(cli, tmp_path, monkeyp
     assert_one_line_error(result, "out of memory (DefaultCPUAllocator", "a smaller batch_size", code=1)
 
 
+def test_running_out_of_memory_while_sampling_names_the_tokens_asked_for(cli, tiny_run, monkeypatch):
+    """A model without a position limit caches every new token: the advice is fewer tokens, not a smaller batch."""
+
+    def allocate(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 99 bytes.")
+
+    monkeypatch.setattr("gpt_train.cli.trained.generate", allocate)
+    result = cli("sample", tiny_run, "--prompt", "1234", "--max-new-tokens", "1000000000")
+    assert_one_line_error(result, "out of memory (DefaultCPUAllocator", "fewer --max-new-tokens", code=1)
+
+
 def test_set_value_of_the_wrong_type(cli):
     assert_one_line_error(cli("run", "--task", "sort", "--set", "n_layer=three"), "n_layer must be an integer")
     assert_one_line_error(cli("run", "--task", "sort", "--set", "layernorm=maybe"), "layernorm must be true or false")

@@ -129,9 +129,12 @@ class _Group(click.Group):
             words = str(error).strip().splitlines()[0] if str(error).strip() else ""
             if "out of memory" not in words.lower() and "can't allocate memory" not in words:
                 raise
-            raise CommandError(
-                f"out of memory ({words[:160]}); a smaller batch_size, block_size or model needs less", exit_code=1
-            ) from None
+            smaller = (
+                "fewer --max-new-tokens"
+                if ctx.invoked_subcommand == "sample"
+                else "a smaller batch_size, block_size or model"
+            )
+            raise CommandError(f"out of memory ({words[:160]}); {smaller} needs less", exit_code=1) from None
         except SystemExit as exit_:  # click's own exits are click.exceptions.Exit, not SystemExit
             origin = exit_origin(exit_)
             raise CommandError(
