@@ -76,3 +76,11 @@ def test_evaluation_points_are_dotted_and_per_step_loss_is_not(ablation):
     (loss_ax,) = compare_runs(ablation, "loss").axes
     assert {line.get_marker() for line in eval_ax.get_lines()} == {"o"}
     assert {line.get_marker() for line in loss_ax.get_lines()} == {"None"}
+
+
+def test_a_label_or_run_name_starting_with_an_underscore_still_gets_its_legend_entry(make_run, recwarn):
+    """matplotlib hides a label starting with "_": `--label _x` drew no legend and warned."""
+    runs = [make_run("_base", attention=False), make_run("other", attention=False)]
+    assert legend_texts(compare_runs(runs, "loss")) == ["_base", "other"]
+    assert legend_texts(compare_runs(runs, "loss", labels=["_x", "_y"])) == ["_x", "_y"]
+    assert [str(warning.message) for warning in recwarn] == []

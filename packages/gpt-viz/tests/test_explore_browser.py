@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -283,4 +284,134 @@ def test_a_prompt_length_the_page_cannot_trust_draws_no_line(browser, run_dir):
     assert page.locator("#attention").evaluate("c => c.dataset.answer") == ""
     assert not red(pixels(page.locator("#attention").screenshot())).any()
     assert page.locator("img").count() == 0 and page.inner_text("#error") == ""
+    page.close()
+
+
+def opened(browser: Browser, run: Path) -> Page:
+    """A run's explorer page, written, loaded and its script finished without an error."""
+    page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+    page.goto(write_explorer(run).as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    assert page.inner_text("#error") == ""
+    return page
+
+
+def ablation_cell_colour(page: Page, kind: str, layer: int, head: int) -> np.ndarray:
+    """The RGB of a head-ablation cell near its top-left corner, away from the number written in its middle."""
+    canvas = page.locator(f"#ablation-{kind}")
+    grid = canvas.evaluate(
+        "c => ({left: +c.dataset.left, top: +c.dataset.top, w: +c.dataset.cellW, h: +c.dataset.cellH})"
+    )
+    image = pixels(canvas.screenshot())
+    return image[int(grid["top"] + layer * grid["h"] + 5), int(grid["left"] + head * grid["w"] + 5)]
+
+
+@pytest.mark.parametrize(("metric", "higher_is_better"), [("bits_per_char", False), ("exact_match", True)])
+def test_ablation_cells_are_red_where_a_head_removed_makes_the_metric_worse_as_the_table_says(
+    browser, run_dir, metric, higher_is_better
+):
+    """A text run's bits_per_char table (lower is better, no "loss" in its name) was coloured backwards."""
+    worse, better = (3.0, 1.0) if not higher_is_better else (1.0, 3.0)
+    table = ABLATION | {"metric": metric, "higher_is_better": higher_is_better, "baseline": 2.0}
+    table |= {"zero": [[worse, better, 2.0, 2.0], [2.0] * 4], "mean": [[2.0] * 4, [2.0] * 4]}
+    RunLayout(run_dir).heads_ablation.write_text(json.dumps(table))
+    page = opened(browser, run_dir)
+    red_cell, blue_cell = ablation_cell_colour(page, "zero", 0, 0), ablation_cell_colour(page, "zero", 0, 1)
+    assert red_cell[0] > 0.7 and red_cell[2] < 0.3, red_cell
+    assert blue_cell[2] > 0.6 and blue_cell[0] < 0.3, blue_cell
+    page.close()
+
+
+LOSS_RGB, METRIC_RGB = np.array([31, 119, 180]) / 255, np.array([255, 127, 14]) / 255  # the page's series colours
+
+
+def series_pixels(page: Page, rgb: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """Where the curves chart shows a series' colour inside its frame ((H, W) mask over the canvas), and where the
+    frame is: its left and right x and its first and last step, as the page records them."""
+    canvas = page.locator("#curves")
+    frame = canvas.evaluate(
+        "c => ({left: +c.dataset.left, right: +c.dataset.right, first: +c.dataset.first, last: +c.dataset.last})"
+    )
+    image = pixels(canvas.screenshot())
+    mask = np.all(np.abs(image - rgb) < 0.25, axis=-1)  # an antialiased 1.6-pixel line is no pixel quite its colour
+    inside = np.zeros_like(mask)
+    inside[18:286, int(frame["left"]) + 2 : int(frame["right"]) - 1] = True  # the frame's box: top 16, bottom H - 42
+    return mask & inside, frame
+
+
+def step_x(frame: dict[str, float], step: float) -> float:
+    return frame["left"] + (step - frame["first"]) / (frame["last"] - frame["first"]) * (frame["right"] - frame["left"])
+
+
+def test_a_run_of_one_logged_step_shows_its_point_in_the_middle_of_the_chart(browser, make_run):
+    run = make_run(records=[{"step": 10, "loss": 2.0}], attention=False)
+    page = opened(browser, run)
+    drawn, frame = series_pixels(page, LOSS_RGB)
+    columns = np.flatnonzero(drawn.any(axis=0))
+    assert columns.size, "the one training loss point is not drawn"
+    middle = (frame["left"] + frame["right"]) / 2
+    assert abs(columns.mean() - middle) < 3 and abs(step_x(frame, 10) - middle) < 1
+    page.close()
+
+
+def test_a_finite_value_between_gaps_is_drawn_as_a_dot(browser, make_run):
+    losses = [2.0, math.nan, 1.0, math.nan, 0.5, 0.4]  # step 20's loss has no neighbour to draw a line to
+    records = [{"step": 10 * i, "loss": loss} for i, loss in enumerate(losses)]
+    page = opened(browser, make_run(records=records, attention=False))
+    drawn, frame = series_pixels(page, LOSS_RGB)
+    at = step_x(frame, 20)
+    assert drawn[:, int(at) - 2 : int(at) + 3].any()
+    assert not drawn[:, int(step_x(frame, 10)) + 3 : int(at) - 4].any()  # and no line to it
+    page.close()
+
+
+@pytest.mark.parametrize("schedule", ["warm-up then decay", "constant"])
+def test_the_learning_rate_gets_an_axis_fitting_its_values_not_zero_to_one(browser, make_run, schedule):
+    """With no evaluation logged the right axis shows lr, which was drawn on a 0–1 axis: flat along the bottom."""
+    peak = 3e-3
+    rates = [peak * min(1, step / 20) * (1 - step / 200) for step in range(0, 101)]
+    rates = rates if schedule != "constant" else [peak] * 101
+    records = [{"step": step, "loss": 3.0 / (1 + step), "lr": rate} for step, rate in enumerate(rates)]
+    page = opened(browser, make_run(records=records, attention=False))
+    assert page.input_value("#metric") == "lr"
+    rows = np.flatnonzero(series_pixels(page, METRIC_RGB)[0].any(axis=1))
+    assert rows.size
+    top, bottom = 16, 330 - 42  # the frame, as the page draws it
+    if schedule == "constant":
+        assert abs(rows.mean() - (top + bottom) / 2) < 5  # a flat line in the middle
+    else:
+        assert rows.max() - rows.min() > 0.8 * (bottom - top)  # from 0 to its peak
+    page.close()
+
+
+def test_the_summary_counts_one_layer_head_and_logged_step_in_the_singular(browser, make_run):
+    config = {"task": "sort", "model": {"n_layer": 1, "n_head": 1, "n_embd": 32, "pos": "learned"}}
+    run = make_run(config=config, records=[{"step": 10, "loss": 2.0}], n_layer=1, n_head=1)
+    RunLayout(run).heads_ablation.write_text(json.dumps(ABLATION | {"examples": 1, "zero": [[0.5]], "mean": [[0.6]]}))
+    page = opened(browser, run)
+    assert (
+        page.inner_text("#summary")
+        == "1 layer \u00b7 1 head \u00b7 32 dimensions \u00b7 positions: learned \u00b7 1 logged step, step 10"
+    )
+    assert page.inner_text("#ablation-note").startswith("exact_match on 1 heldout example with each head ablated")
+    page.close()
+
+
+def test_the_axis_labels_of_a_few_tokens_heatmap_stay_on_its_canvas(browser, make_run, attention_examples):
+    """Three tokens drew a heatmap shorter than "← query position (reading)", which ran off the canvas."""
+    run = make_run(attention=False)
+    save_attention_examples(run, [attention_examples[0]._replace(weights=attention_examples[0].weights[..., :3, :3],
+                                                                 tokens=["a", "b", "c"])])  # fmt: skip
+    page = opened(browser, run)
+    image = pixels(page.locator("#attention").screenshot())
+    ink = image.mean(axis=-1) < 0.8
+    widths = page.evaluate(
+        "() => { const c = document.createElement('canvas').getContext('2d'); c.font = AXIS_FONT;"
+        " return [QUERY_AXIS, KEY_AXIS].map((text) => c.measureText(text).width); }"
+    )
+    rows = np.flatnonzero(ink[:, 2:16].any(axis=1))  # the query axis's label, turned up the left edge at x = 9
+    assert rows.max() - rows.min() >= widths[0] - 4 and rows.min() > 0 and rows.max() < ink.shape[0] - 1
+    bottom = int(heatmap_geometry(page)["top"] + 3 * heatmap_geometry(page)["cell"])
+    columns = np.flatnonzero(ink[bottom + 6 :, :].any(axis=0))  # the key axis's label, under the heatmap
+    assert columns.max() - columns.min() >= widths[1] - 4 and columns.min() > 0 and columns.max() < ink.shape[1] - 1
     page.close()

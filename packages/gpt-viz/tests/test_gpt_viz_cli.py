@@ -140,7 +140,7 @@ def test_compare_defaults_to_a_file_named_after_the_metric(runner, make_run, tmp
 def test_compare_with_wrong_label_count_is_a_one_line_error(runner, make_run):
     runs = [make_run("a", attention=False), make_run("b", attention=False)]
     result = runner.invoke(main, ["compare", *map(str, runs), "--metric", "loss", "--label", "only-one"])
-    assert_one_line_error(result, "got 1 labels for 2 runs")
+    assert_one_line_error(result, "got 1 label for 2 runs")
 
 
 def test_compare_on_a_log_axis_refuses_a_metric_at_zero(runner, make_run, tmp_path, monkeypatch):
@@ -192,7 +192,7 @@ def test_out_with_an_image_suffix_writes_that_format(runner, make_run, tmp_path,
     assert sorted(path.name for path in tmp_path.iterdir() if path.is_file()) == sorted(expected)
 
 
-@pytest.mark.parametrize("out", ["", ".", "folder", "new/"])
+@pytest.mark.parametrize("out", [".", "folder", "new/"])
 def test_out_naming_a_directory_is_a_one_line_error(runner, make_run, tmp_path, monkeypatch, out):
     """--out new/ (a directory not yet made) wrote new.png."""
     monkeypatch.chdir(tmp_path)
@@ -369,3 +369,69 @@ def test_each_picture_is_named_as_it_is_written_before_a_later_one_fails(runner,
     (tmp_path / "p.svg").mkdir()  # the SVG cannot be written
     result = runner.invoke(main, ["attention", str(make_run()), "--out", str(tmp_path / "p.png"), "--svg"])
     assert result.exit_code == 2 and written(result) == [tmp_path / "p.png"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.25])
+@pytest.mark.parametrize("command", ["attention", "curves", "explore"])
+def test_every_command_reading_attention_refuses_weights_that_are_not_probabilities_alike(
+    runner, make_run, attention_examples, command, value
+):
+    """`attention` and `curves` drew NaN weights as a saturated picture and exited 0, where `explore` refused them."""
+    run = make_run(attention=False)
+    spoiled = attention_examples[0].weights.copy()
+    spoiled[0, 1, 3, 0] = value
+    save_attention_examples(run, [attention_examples[0]._replace(weights=spoiled)])
+    result = runner.invoke(main, [command, str(run)])
+    wrong = "negative values" if value < 0 else "NaN or infinite values"
+    assert_one_line_error(result, f"{RunLayout(run).attention}: weights hold {wrong}")
+    assert [path.name for path in run.iterdir() if path.suffix in (".png", ".html")] == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        (["attention", "RUN", "--layer", "x"], "Invalid value for '--layer': 'x' is not a valid integer"),
+        (["compare", "RUN"], "Missing option '--metric'"),
+        (["attention"], "Missing argument 'RUN_DIR'"),
+        (["curves", "RUN", "--bogus"], "No such option: --bogus"),
+        (["--bogus"], "No such option: --bogus"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_a_usage_error_is_one_line_too(runner, make_run, arguments, fragment):
+    """Usage errors printed click's usage block, four lines, where the README promises one."""
+    run = str(make_run(attention=False))
+    result = runner.invoke(main, [run if argument == "RUN" else argument for argument in arguments])
+    assert_one_line_error(result)
+    assert fragment.replace("No such option: ", "") in result.stderr and "Usage:" not in result.stderr
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["compare", "--help"]])
+def test_help_asked_for_is_still_the_help(runner, arguments):
+    result = runner.invoke(main, arguments)
+    assert result.exit_code == 0 and result.stdout.startswith("Usage: ") and "Options:" in result.stdout
+
+
+def test_an_empty_out_says_it_is_empty_and_writes_nothing(runner, make_run, tmp_path, monkeypatch):
+    """--out "" said "cannot write a picture to : it is a directory"; curves wrote into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    run = str(make_run())
+    for command, fragment in [
+        (["attention", run], "cannot write a picture: the path is empty; name a file"),
+        (["compare", run, "--metric", "loss"], "cannot write a picture: the path is empty; name a file"),
+        (["explore", run], "cannot write the page: the path is empty; name a file"),
+        (["curves", run], "--out is empty; name a directory for the pictures"),
+    ]:
+        assert_one_line_error(runner.invoke(main, [*command, "--out", ""]), fragment)
+    assert [path.name for path in tmp_path.iterdir()] == ["runs"]
+
+
+@pytest.mark.parametrize("name", [RunLayout.CONFIG, RunLayout.METRICS, RunLayout.ATTENTION])
+@pytest.mark.parametrize("command", ["curves", "explore"])
+def test_a_run_file_that_is_a_directory_is_named_as_one_not_taken_as_missing(runner, make_run, name, command):
+    """A config.json directory was read as no config (the title lost its task); a metrics.jsonl one was "missing"."""
+    run = make_run()
+    path = run / name
+    path.unlink()
+    path.mkdir()
+    assert_one_line_error(runner.invoke(main, [command, str(run)]), f"{path} is a directory, not a file")

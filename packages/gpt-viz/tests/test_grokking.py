@@ -179,16 +179,37 @@ def test_each_collapse_after_the_crossing_is_shaded_in_its_splits_colour_and_cou
     assert "held-out below 0.99 again, once" in labels
 
 
-def test_the_caption_points_at_the_delay_and_names_the_collapses():
-    rows = [(10, 0.2, 0.01), (20, 1.0, 0.01), (30, 0.6, 0.01), (40, 1.0, 0.5), (50, 1.0, 0.995), (60, 1.0, 1.0)]
-    records = [{"step": s, "train_accuracy": t, "heldout_accuracy": h, "train_loss": 1.0, "heldout_loss": 1.0}
-               for s, t, h in rows]  # fmt: skip
-    assert grokking(records, loss="loss").get_supxlabel().splitlines() == [
+SLINGSHOT = [(10, 0.2, 0.01), (20, 1.0, 0.01), (30, 0.6, 0.01), (40, 1.0, 0.5), (50, 1.0, 0.995), (60, 1.0, 1.0)]
+
+
+def slingshot_records(train_losses: list[float]) -> list[dict]:
+    """Train accuracy fits at step 20 and collapses at step 30; held-out generalises at step 50."""
+    return [{"step": s, "train_accuracy": t, "heldout_accuracy": h, "train_loss": loss, "heldout_loss": 1.0}
+            for (s, t, h), loss in zip(SLINGSHOT, train_losses, strict=True)]  # fmt: skip
+
+
+def test_the_caption_points_at_the_delay_and_names_the_collapses_and_the_loss_spike_it_shows():
+    records = slingshot_records([2.0, 0.1, 0.5, 0.05, 0.04, 0.03])  # 5x the loss before the collapse
+    assert " ".join(grokking(records, loss="loss").get_supxlabel().split()) == (
         "Look at the gap between the dashed lines: train accuracy reaches 0.99 at step 20, held-out only at step 50 "
-        "(2.5x later).",
-        "Shaded: after the fit, train accuracy dips and recovers with a training-loss spike (bottom): the slingshot "
-        "(Thilak et al. 2022).",
-    ]
+        "(2.5x later). Shaded: after the fit, train accuracy dips and recovers, the training loss rising up to 5x "
+        "(bottom): the slingshot (Thilak et al. 2022)."
+    )
+
+
+@pytest.mark.parametrize("train_losses", [[1.0] * 6, [2.0, 0.1, 0.15, 0.05, 0.04, 0.03]])
+def test_a_collapse_without_a_loss_spike_is_captioned_without_one(train_losses):
+    """A flat training loss, or one rising 1.5x, was captioned "with a training-loss spike"."""
+    caption = " ".join(grokking(slingshot_records(train_losses), loss="loss").get_supxlabel().split())
+    assert "Shaded: after the fit, train accuracy dips and recovers: the slingshot" in caption
+    assert "loss" not in caption
+
+
+def test_a_collapse_the_run_ends_in_is_not_said_to_recover():
+    rows = [(10, 0.2, 0.01), (20, 1.0, 0.01), (30, 0.6, 0.01)]
+    records = [{"step": s, "train_accuracy": t, "heldout_accuracy": h} for s, t, h in rows]
+    caption = " ".join(grokking(records).get_supxlabel().split())
+    assert "train accuracy dips and is below 0.99 at the last step: the slingshot" in caption
 
 
 def test_a_run_that_never_generalises_has_no_gap_to_point_at(run_dir):

@@ -223,3 +223,18 @@ def test_the_curves_panel_leaves_per_head_probes_to_the_induction_picture():
     records = [{"step": 10, probe_key("icl_score"): -1.0, probe_key("induction_l1h0"): 0.5,
                 probe_key("previous_token_l0h1"): 0.9}]  # fmt: skip
     assert probe_keys(records) == [probe_key("icl_score")]
+
+
+@pytest.mark.parametrize("n_head", [1, 2])
+def test_the_head_ablation_title_fits_the_figure_of_a_model_with_few_heads(n_head):
+    """The 6.8-inch figure of one or two heads cut the title's ends off."""
+    record = HEADS | {"zero": [[0.5] * n_head] * 2, "mean": [[0.5] * n_head] * 2, "examples": 250050, "step": 123456}
+    figure = head_ablation_heatmap(record)
+    figure.canvas.draw()
+    (title,) = (text.get_window_extent() for text in figure.texts if text.get_text() == figure.get_suptitle())
+    assert title.x0 >= 0 and title.x1 <= figure.bbox.x1 and title.y1 <= figure.bbox.y1
+    assert "checkpoint of step 123,456" in " ".join(figure.get_suptitle().split())
+
+
+def test_the_head_ablation_title_counts_one_example_in_the_singular():
+    assert "on 1 held-out example," in head_ablation_heatmap(HEADS | {"examples": 1, "step": 5}).get_suptitle()

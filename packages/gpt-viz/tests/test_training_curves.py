@@ -77,6 +77,12 @@ def test_right_panel_is_the_last_layer_averaged_over_heads(run_dir):
     assert "mean of 4 heads" in attention_ax.get_title()
 
 
+def test_the_attention_panel_of_a_one_head_model_says_no_mean_of_1_heads(make_run):
+    figure = training_curves(make_run(n_layer=1, n_head=1))
+    (attention_ax,) = axes_with_xlabel(figure, "key position")
+    assert attention_ax.get_title() == "layer 0 attention (held-out example)"
+
+
 def test_tokens_label_the_attention_panel(run_dir, tokens):
     (attention_ax,) = axes_with_xlabel(training_curves(run_dir), "key position")
     expected = [display_token(token) for token in tokens]

@@ -54,6 +54,11 @@ def plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def counted(n: int, noun: str) -> str:
+    """ "1 head", "4 heads": a count with its noun, in the plural unless it is one."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def lone_marker(steps: np.ndarray) -> str | None:
     """A dot on a series of one point, which a line alone would not show."""
     return "o" if len(steps) < 2 else None

@@ -28,13 +28,34 @@ except KeyboardInterrupt:
     print("gpt-viz: aborted", file=sys.stderr)
     sys.exit(130)
 
-PATH = click.Path(path_type=Path)
 FILE = click.Path(path_type=str)  # kept as typed: a trailing "/" names a directory, which Path would drop
 IMAGE_SUFFIXES = FigureCanvasBase.get_supported_filetypes()
 SVG_OPTION = click.option("--svg", is_flag=True, help="Also write an SVG next to each picture.")
 
 
+# click 8.2+ raises it for `gpt-viz` alone, to print the help; 8.1 prints the help itself and raises nothing
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _OneLineError(click.ClickException):
+    """What bad input shows, a VizError or a usage error alike: one line `gpt-viz: error: ...`, exit status 2."""
+
+    exit_code = 2
+
+    def show(self, file: object = None) -> None:
+        message = self.format_message().replace("\n", " ")
+        click.echo(f"gpt-viz: error: {message}", err=True)
+
+
 class _VizGroup(click.Group):
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:  # the group's own options: `gpt-viz --bogus`
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _NO_ARGS_IS_HELP:
+            raise
+        except click.UsageError as error:
+            raise _OneLineError(error.format_message()) from None
+
     def invoke(self, ctx: click.Context) -> object:
         main_thread = threading.current_thread() is threading.main_thread()  # elsewhere signals stay as they are
         if main_thread:
@@ -43,10 +64,12 @@ class _VizGroup(click.Group):
             with warnings.catch_warnings():
                 warnings.showwarning = _show_warning  # matplotlib's (a glyph its font lacks): one line, no source
                 return super().invoke(ctx)
+        except _NO_ARGS_IS_HELP:
+            raise
+        except click.UsageError as error:  # a command's arguments: `--layer x`, a missing --metric, no such command
+            raise _OneLineError(error.format_message()) from None
         except VizError as error:
-            message = str(error).replace("\n", " ")
-            click.echo(f"gpt-viz: error: {message}", err=True)
-            ctx.exit(2)
+            raise _OneLineError(str(error)) from None
         except KeyboardInterrupt:
             click.echo("gpt-viz: aborted", err=True)
             ctx.exit(130)
@@ -74,10 +97,10 @@ def main() -> None:
 @click.argument("run_dirs", nargs=-1, required=True, type=RUN)
 @click.option("--metric", help="Held-out metric for the twin axis [default: config's primary_metric].")
 @click.option(
-    "--out", type=PATH, help="Directory for the pictures, named RUN-curves.png [default: curves.png in each run]."
+    "--out", type=FILE, help="Directory for the pictures, named RUN-curves.png [default: curves.png in each run]."
 )
 @SVG_OPTION
-def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg: bool) -> None:
+def curves(run_dirs: tuple[Path, ...], metric: str | None, out: str | None, svg: bool) -> None:
     """Loss, held-out metric and last-layer attention of each run.
 
     \b
@@ -88,15 +111,20 @@ def curves(run_dirs: tuple[Path, ...], metric: str | None, out: Path | None, svg
     if out is None:
         targets = [RunLayout(run_directory(run_dir)).curves_picture for run_dir in run_dirs]
     else:
-        if out.exists() and not out.is_dir():
-            raise VizError(f"--out {out} is a file; curves writes its pictures into a directory")
-        if not out.exists() and out.suffix.lower().lstrip(".") in IMAGE_SUFFIXES:
-            raise VizError(f"--out {out} names a picture; curves writes RUN-curves.png for each run into a directory")
+        if out == "":  # Path("") is the current directory
+            raise VizError("--out is empty; name a directory for the pictures")
+        folder = Path(out)
+        if folder.exists() and not folder.is_dir():
+            raise VizError(f"--out {folder} is a file; curves writes its pictures into a directory")
+        if not folder.exists() and folder.suffix.lower().lstrip(".") in IMAGE_SUFFIXES:
+            raise VizError(
+                f"--out {folder} names a picture; curves writes RUN-curves.png for each run into a directory"
+            )
         names = [run_directory(run_dir).resolve().name for run_dir in run_dirs]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
-            raise VizError(f"runs share the name {repeated[0]!r}, so their pictures in {out} would collide")
-        targets = [out / f"{name}-curves" for name in names]
+            raise VizError(f"runs share the name {repeated[0]!r}, so their pictures in {folder} would collide")
+        targets = [folder / f"{name}-curves" for name in names]
     for run_dir, target in zip(run_dirs, targets, strict=True):
         _save_and_report(training_curves(run_dir, metric=metric), target, svg)
 

@@ -11,9 +11,18 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from gpt_viz.attention import caption_axes, draw_attention
-from gpt_viz.canvas import legend_below, lone_marker, new_figure, plain, step_axis, use_log_scale
+from gpt_viz.canvas import counted, legend_below, lone_marker, new_figure, plain, step_axis, use_log_scale
 from gpt_viz.errors import VizError
-from gpt_viz.run_data import PathLike, Record, load_attention, load_config, load_metrics, metric_series, run_directory
+from gpt_viz.run_data import (
+    PathLike,
+    Record,
+    is_run_file,
+    load_attention,
+    load_config,
+    load_metrics,
+    metric_series,
+    run_directory,
+)
 from gpt_viz.run_layout import RunLayout, parse_metric_key
 
 LOSS_COLOUR = "tab:blue"
@@ -42,7 +51,7 @@ def training_curves(run_dir: PathLike, metric: str | None = None) -> Figure:
     alone = "training loss (config names no primary_metric)"
     if metric is None and (metric := config.get("primary_metric")) and all(metric not in r for r in records):
         alone, metric = f"training loss ({metric} is not logged yet)", None  # a run before its first evaluation
-    has_attention = RunLayout(run).attention.is_file()
+    has_attention = is_run_file(RunLayout(run).attention)
     probes = probe_keys(records)
 
     figure = new_figure(12.5 if has_attention else 7.0, 7.5 if probes else 5.0)
@@ -130,7 +139,8 @@ def _draw_last_layer_attention(figure: Figure, ax: Axes, run: Path) -> None:
     n_layer, n_head = snapshot.weights.shape[:2]
     prompt = snapshot.prompt_length
     image = draw_attention(ax, snapshot.weights[-1].mean(axis=0), snapshot.tokens, prompt_length=prompt)
-    ax.set_title(f"layer {n_layer - 1} attention, mean of {n_head} heads (held-out example)")
+    heads = f", mean of {counted(n_head, 'head')}" if n_head > 1 else ""  # one head is drawn as it is
+    ax.set_title(f"layer {n_layer - 1} attention{heads} (held-out example)")
     figure.colorbar(image, ax=ax, label="attention weight", shrink=0.85)
     caption_axes(ax, prompt, len(snapshot.tokens))
 
@@ -145,7 +155,7 @@ def compare_runs(
         raise VizError("compare needs at least one run directory")
     labels = [plain(RunLayout(run).name) for run in runs] if labels is None else [plain(label) for label in labels]
     if len(labels) != len(runs):
-        raise VizError(f"got {len(labels)} labels for {len(runs)} runs; give one label per run")
+        raise VizError(f"got {counted(len(labels), 'label')} for {counted(len(runs), 'run')}; give one label per run")
 
     series = [metric_series(load_metrics(run), metric, source=str(run)) for run in runs]
     logarithmic = is_loss(metric) if log_y is None else log_y
@@ -153,8 +163,9 @@ def compare_runs(
         raise VizError(f"{metric} has values at or below 0, which a log axis cannot show; use --linear-y")
     figure = new_figure(8.0, 5.0)
     ax = figure.add_subplot()
+    lines = []
     for (steps, values), label in zip(series, labels, strict=True):
-        ax.plot(steps, values, linewidth=1.3, marker=point_marker(metric, steps), markersize=3, label=label)
+        lines += ax.plot(steps, values, linewidth=1.3, marker=point_marker(metric, steps), markersize=3, label=label)
     if logarithmic:
         use_log_scale(ax, "y")
     label = "training loss" if metric == "loss" else metric
@@ -163,5 +174,5 @@ def compare_runs(
     ax.set_ylabel(label)
     ax.set_title(f"{label} by run")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(handles=lines)  # handed over: matplotlib leaves out of its own pick a label starting with "_"
     return figure

@@ -24,6 +24,8 @@ def in_the_way(folder: Path) -> str | None:
 def file_target(target: str | os.PathLike, what: str) -> Path:
     """`target` as a file path to write `what` to, or a one-line VizError: a directory, a name ending in a separator
     (``new/`` means a directory even before it exists), or a file or dead link above it."""
+    if str(target) == "":  # Path("") is the current directory
+        raise VizError(f"cannot write {what}: the path is empty; name a file")
     path = Path(target)
     if not path.name or path.is_dir() or str(target).endswith(("/", os.sep)):
         raise VizError(f"cannot write {what} to {target}: it is a directory; name a file")

@@ -25,6 +25,7 @@ from gpt_viz.run_data import (
     Record,
     available_metrics,
     is_prompt_length,
+    is_run_file,
     load_attention_examples,
     load_config,
     load_metrics,
@@ -147,15 +148,7 @@ def _series(records: list[Record], key: str) -> tuple[list[int], list[float | No
 
 def _attention_examples(run: Path) -> list[AttentionSnapshot]:
     """None before the run writes its attention file at its end."""
-    path = RunLayout(run).attention
-    if not path.is_file():
-        return []
-    examples = load_attention_examples(run)
-    if not all(np.all(np.isfinite(snapshot.weights)) for snapshot in examples):
-        raise VizError(f"{path}: weights hold NaN or infinite values")
-    if any(np.any(snapshot.weights < 0) for snapshot in examples):  # the page stores fractions of a row's largest
-        raise VizError(f"{path}: weights hold negative values; attention weights are probabilities")
-    return examples
+    return load_attention_examples(run) if is_run_file(RunLayout(run).attention) else []
 
 
 def attention_data(snapshot: AttentionSnapshot) -> dict[str, Any]:
@@ -180,7 +173,7 @@ def heads_ablation_data(run: Path, heads: tuple[int, int] | None) -> dict[str, A
     from another model is refused, not drawn."""
     layout = RunLayout(run)
     path = layout.heads_ablation
-    if not path.is_file():
+    if not is_run_file(path):
         return None
     table = read_json_object(path)
     if not isinstance(table.get("metric"), str):

@@ -25,6 +25,8 @@ from gpt_viz.run_data import (
 from gpt_viz.run_layout import HELDOUT, PROBE_PREFIX, TRAIN, metric_key, parse_metric_key
 
 METRIC = "accuracy"
+SPIKE = 2.0  # how many times its value before a collapse the training loss must reach in it to be called a spike
+Span = tuple[int, int | None]  # a collapse: its first step below the threshold, its first back at it or None
 _SPLIT_STYLE = ((TRAIN, "train", "tab:blue"), (HELDOUT, "held-out", "tab:red"))
 
 
@@ -81,12 +83,13 @@ def grokking(
         panel.grid(alpha=0.3, which="both")
     use_log_scale(axes[-1], "x")
     axes[-1].set_xlabel("step (log scale)")
-    caption_below(figure, *_what_to_look_at(label, threshold, [c for c, _ in crossings], collapsed[0], loss_keys))
+    rise = _loss_rise(records, loss_keys[0], collapsed[0], source) if loss_keys is not None else None
+    caption_below(figure, *_what_to_look_at(label, threshold, [c for c, _ in crossings], collapsed[0], rise))
     return figure
 
 
 def _what_to_look_at(
-    label: str, threshold: float, crossings: list[int | None], train_collapses: int, losses: list[str] | None
+    label: str, threshold: float, crossings: list[int | None], train_collapses: list[Span], loss_rise: float | None
 ) -> list[str]:
     lines = []
     fitted, generalised = crossings
@@ -96,11 +99,26 @@ def _what_to_look_at(
             f"held-out only at step {generalised} ({generalised / fitted:.2g}x later)."
         )
     if train_collapses:
-        spike = " with a training-loss spike (bottom)" if losses is not None else ""
+        recovers = "recovers" if train_collapses[-1][1] is not None else f"is below {threshold:g} at the last step"
+        spike = f", the training loss rising up to {loss_rise:.2g}x (bottom)" if loss_rise is not None else ""
         lines.append(
-            f"Shaded: after the fit, train {label} dips and recovers{spike}: the slingshot (Thilak et al. 2022)."
+            f"Shaded: after the fit, train {label} dips and {recovers}{spike}: the slingshot (Thilak et al. 2022)."
         )
     return lines
+
+
+def _loss_rise(records: Sequence[Record], key: str, spans: list[Span], source: str) -> float | None:
+    """How many times its value at the step before a collapse the training loss reaches within it, the largest over
+    the collapses; None unless that is at least SPIKE: a spike the loss panel shows."""
+    steps, values = _positive_steps(records, key, source)
+    finite = np.isfinite(values)
+    rises = []
+    for start, end in spans:
+        before = values[finite & (steps < start)]
+        within = values[finite & (steps >= start) & (steps < (np.inf if end is None else end))]
+        if before.size and within.size and before[-1] > 0:
+            rises.append(float(within.max() / before[-1]))
+    return max(rises) if rises and max(rises) >= SPIKE else None
 
 
 def _positive_steps(records: Sequence[Record], key: str, source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -140,8 +158,8 @@ def _split_keys(metric: str) -> list[str]:
 
 def _draw_split(
     ax: Axes, steps: np.ndarray, values: np.ndarray, prefix: str, label: str, colour: str, threshold: float
-) -> tuple[int | None, int]:
-    """One split's curve, crossing and collapses; returns the crossing (or None) and how many collapses."""
+) -> tuple[int | None, list[Span]]:
+    """One split's curve, crossing and collapses; returns the crossing (or None) and the collapses."""
     crossing = first_crossing(steps, values, threshold)
     reached = f"never reaches {threshold:g}" if crossing is None else f"≥ {threshold:g} at step {crossing}"
     ax.plot(
@@ -158,4 +176,4 @@ def _draw_split(
         ax.axvspan(
             start, float(steps[-1]) if end is None else end, color=colour, alpha=0.12, label=None if i else shaded
         )
-    return crossing, len(spans)
+    return crossing, spans

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from gpt_viz.canvas import new_figure, use_log_scale
+from gpt_viz.canvas import counted, new_figure, use_log_scale
 from gpt_viz.errors import VizError
 from gpt_viz.run_data import PathLike, read_json_object
 
@@ -84,10 +84,11 @@ def head_ablation_heatmap(record: Mapping[str, Any]) -> Figure:
         ax.set_xlabel("head")
     figure.colorbar(image, ax=axes, label=metric, shrink=0.9)
     examples = record.get("examples")
-    counted = isinstance(examples, int) and examples > 0
-    scored = f" on {examples:,} held-out examples" if counted else ""
-    digits = max(4, len(str(examples))) if counted else 4  # 2 wrong of 250,050 must not read as 1.0000
-    figure.suptitle(f"{metric} with one head removed (baseline {baseline:.{digits}f}){scored}{_at_step(record)}")
+    known = isinstance(examples, int) and examples > 0
+    scored = f" on {counted(examples, 'held-out example')}" if known else ""
+    digits = max(4, len(str(examples))) if known else 4  # 2 wrong of 250,050 must not read as 1.0000
+    title = f"{metric} with one head removed (baseline {baseline:.{digits}f}){scored}{_at_step(record)}"
+    figure.suptitle(title, wrap=True)  # a model of one or two heads draws a figure narrower than the title
     return figure
 
 

@@ -65,10 +65,20 @@ def read_text(path: Path) -> str:
         raise VizError(f"{path} is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line})") from error
 
 
+def is_run_file(path: Path) -> bool:
+    """Whether a run's file is there: False where nothing is; a one-line VizError where something else is (a
+    directory named like it), which would otherwise read as the file missing."""
+    if path.is_file():
+        return True
+    if path.exists():
+        raise VizError(f"{path} is a directory, not a file" if path.is_dir() else f"{path} is not a regular file")
+    return False
+
+
 def load_config(run_dir: PathLike) -> dict[str, Any]:
     """Read ``config.json``; a missing file gives ``{}`` so copied-out metrics still plot."""
     path = RunLayout(run_directory(run_dir)).config
-    return read_json_object(path) if path.is_file() else {}
+    return read_json_object(path) if is_run_file(path) else {}
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -92,7 +102,7 @@ def load_metrics(run_dir: PathLike) -> list[dict[str, Any]]:
     skipped, and an unfinished last line (no newline yet: a run writing it, or killed while it did) too.
     (`gpt-train run --resume` drops a damaged last line, newline or not.)"""
     path = RunLayout(run_directory(run_dir)).metrics
-    if not path.is_file():
+    if not is_run_file(path):
         raise VizError(f"{path} is missing")
     records = []
     text = read_text(path)
@@ -194,9 +204,9 @@ def load_attention(run_dir: PathLike) -> AttentionSnapshot:
 
 
 def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
-    """Every example, each cut to its own length."""
+    """Every example, each cut to its own length; weights that are not finite, or negative, are refused."""
     path = RunLayout(run_directory(run_dir)).attention
-    if not path.is_file():
+    if not is_run_file(path):
         raise VizError(f"{path} is missing")
     arrays = _read_npz_arrays(path, ("weights", "tokens"), optional=("lengths", "prompt_lengths"))
     tokens = arrays["tokens"]
@@ -226,10 +236,16 @@ def load_attention_examples(run_dir: PathLike) -> list[AttentionSnapshot]:
             f"{path}: prompt_lengths must be one whole number from 0 to its example's length per example, "
             f"got {prompts.tolist()}"
         )
-    return [
+    examples = [
         _checked_snapshot(example[:, :, :length, :length], labels[:length], prompt or None)
         for example, labels, length, prompt in zip(weights, tokens, lengths.tolist(), prompts.tolist(), strict=True)
     ]
+    # Here, so that every reader refuses them alike: a picture's colour scale runs from 0 to the largest weight.
+    if not all(np.all(np.isfinite(example.weights)) for example in examples):
+        raise VizError(f"{path}: weights hold NaN or infinite values")
+    if any(np.any(example.weights < 0) for example in examples):
+        raise VizError(f"{path}: weights hold negative values; attention weights are probabilities")
+    return examples
 
 
 def _whole_numbers(values: np.ndarray, low: int | np.ndarray, high: int | np.ndarray, shape: tuple) -> bool:
