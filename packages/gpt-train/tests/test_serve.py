@@ -162,6 +162,32 @@ def test_a_rope_model_is_explained_on_a_prompt_longer_than_its_block_as_sample_a
     assert len(view.tokens) == 256 and len(view.answer) == 7  # the answer cut where the page's tokens end
 
 
+def test_the_explorer_names_its_own_read_limit_when_it_cuts_a_rope_models_answer(tmp_path):
+    """The note blamed the model's positions, "the model reads None positions", for the explorer's own limit."""
+    run_dir = tmp_path / "rope"
+    gpt_train("run", "--task", "sort", "--set", "length=3", "--set", "pos=rope", "--steps", 2, "--device", "cpu",
+              "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    run = load_run(run_dir, CPU)
+    view = explain_prompt(run.config.build_sampler(), run.model, CPU, "5" * 200)
+    assert len(view.answer) == 57  # 257 tokens: the last of them is never read
+    said = (
+        "the answer is cut to 57 of its 200 tokens: the explorer reads at most 256 tokens, prompt and answer together"
+    )
+    assert view.note.endswith("; " + said)
+
+
+def test_the_explorer_answers_a_randomized_positions_model_as_sample_does(tmp_path, capsys):
+    """The page drew the position ids from the analyses' seed, sample from the prompt's: two answers to one prompt."""
+    run_dir = tmp_path / "randomized"
+    gpt_train("run", "--task", "sort", "--set", "randomized_positions=true", "--set", "max_positions=32",
+              "--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2", "--steps", 60, "--device", "cpu",
+              "--set", "final_eval_limit=50", "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    run = load_run(run_dir, CPU)
+    vocabulary = run.config.build_sampler()
+    for prompt in ("902714", "555123", "987654", "102030", "314159", "271828"):
+        assert explain_prompt(vocabulary, run.model, CPU, prompt).answer == sample_answer(run_dir, prompt, capsys)
+
+
 def test_a_text_prompt_longer_than_half_a_block_is_explained_within_the_positions(tmp_path):
     """sample's answer of at least half a block ran a learned-position model past its table in the page's pass."""
     corpus = tmp_path / "c.txt"
@@ -226,9 +252,45 @@ def test_hostile_prompts_are_answered_with_a_message_and_the_server_keeps_servin
     reply = raw(server, b"GET /api/prompt?text=\xff\xfe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.0 400") and b"cannot encode" in reply
     reply = raw(server, b"\x00\x01garbage\r\n\r\n")  # no HTTP version: answered the HTTP/0.9 way, a bare body
-    assert b"Error code: 400" in reply
+    assert json.loads(reply) == {"error": "Bad request syntax ('\\x00\\x01garbage')"}
     assert get(server, "/", method="POST")[0] == 405
     assert get(server, f"/api/prompt?text={PROMPT}")[0] == 200
+
+
+def reply_parts(reply: bytes) -> tuple[bytes, dict[str, str], bytes]:
+    """The status line, headers (lower-case names) and body of a raw HTTP reply."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    return status.encode(), {name.lower(): value for name, value in headers.items()}, body
+
+
+@pytest.mark.parametrize(
+    ("request_", "status", "error"),
+    [
+        (b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n", b"405", "only GET is served"),
+        (b"DELETE /api/run HTTP/1.1\r\nHost: localhost\r\n\r\n", b"405", "only GET is served"),
+        (b"OPTIONS / HTTP/1.1\r\nHost: localhost\r\n\r\n", b"501", "only GET is served"),
+        (b"BREW / HTTP/1.1\r\nHost: localhost\r\n\r\n", b"501", "only GET is served"),
+        (b"GET /?" + b"9" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414", "Request-URI Too Long"),
+        (b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"9" * 70_000 + b"\r\n\r\n", b"431", "Line too long"),
+        (b"GET / HTTP/1.1\r\n" + b"X-A: 1\r\n" * 101 + b"\r\n", b"431", "Too many headers"),
+    ],
+    ids=["POST", "DELETE", "OPTIONS", "unknown method", "URI too long", "header too long", "too many headers"],
+)
+def test_every_refusal_is_json_and_a_method_not_served_names_get_in_allow(server, request_, status, error):
+    """The standard library's refusals were its HTML error page, and a 405 lacked the Allow header HTTP asks for."""
+    line, headers, body = reply_parts(raw(server, request_))
+    assert line.startswith(b"HTTP/1.0 " + status), line
+    assert headers["content-type"] == "application/json" and headers["x-content-type-options"] == "nosniff"
+    assert json.loads(body) == {"error": error}
+    assert headers.get("allow") == ("GET" if status in (b"405", b"501") else None)
+
+
+def test_a_head_request_is_answered_with_headers_alone(server):
+    line, headers, body = reply_parts(raw(server, b"HEAD / HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+    assert line.startswith(b"HTTP/1.0 501") and headers["allow"] == "GET" and body == b""
+    assert headers["content-type"] == "application/json"
 
 
 REFUSED_HOSTS = ["attacker.example", "attacker.example:8765", "127.0.0.1.nip.io", "localhost.attacker.example",
@@ -402,6 +464,31 @@ def test_ctrl_c_stops_the_server_cleanly(run_dir, started):
     assert "warning" not in result.err  # loopback: nothing to warn of
 
 
+def test_a_text_run_whose_corpus_is_gone_is_served_without_example_prompts_and_a_note(tmp_path):
+    """The server did not start: a traceback ending in the task's "give --prompt", an option serve has not."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
+    run_dir = tmp_path / "text"
+    gpt_train("run", "--task", "text", "--data", corpus, "--set", "block_size=16", "--set", "chunk_size=64",
+              "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--steps", 2, "--device", "cpu",
+              "--set", "final_eval_limit=8", "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    corpus.unlink()
+    served = {}
+
+    def answers(line: str) -> None:
+        assert line.startswith(f"serving {run_dir} at "), line
+        base = line.split(" at ")[1].split("/ ")[0]
+        served["run"] = json.loads(get(base, "/api/run")[1])
+        served["prompt"] = get(base, "/api/prompt?text=the")
+
+    line, result = serve_then_ctrl_c(run_dir, "--port", 0, while_serving=answers)
+    assert line.startswith(f"serving {run_dir} at "), (line, result.err)
+    assert result.code == 0 and "Traceback" not in result.err
+    note = "gpt-train: note: the run's corpus is not at hand, so the page offers no example prompts: type one"
+    assert result.err.strip().splitlines()[-1] == note
+    assert served["run"]["examples"] == [] and served["prompt"][0] == 200
+
+
 def test_serving_beyond_loopback_warns_that_other_machines_can_use_the_model(run_dir):
     line, result = serve_then_ctrl_c(run_dir, "--host", "0.0.0.0", "--port", 0)
     assert line.startswith(f"serving {run_dir} at http://0.0.0.0:"), (line, result.err)
@@ -526,3 +613,76 @@ def test_the_page_survives_a_record_it_cannot_draw_and_says_what_was_left_out(br
         left_out = page.inner_text("#left-out")
         assert "inspect_reads.json" in left_out and "a record the page could not draw" in left_out
         page.close()
+
+
+def opened(browser, explorer: Explorer) -> Iterator[tuple[object, list[str]]]:
+    """The page of `explorer` served in this process, once it has drawn its first example's answer; and the errors
+    its console shows and its requests that fail, gathered as it goes."""
+    errors: list[str] = []
+
+    def console(message) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    def response(answer) -> None:
+        if answer.status >= 400:
+            errors.append(f"{answer.status} {answer.url}")
+
+    for host, port in serving_explorer(explorer):
+        page = browser.new_page()
+        page.on("console", console)
+        page.on("response", response)
+        page.goto(f"http://{host}:{port}/")
+        page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+        yield page, errors
+        page.close()
+
+
+def asked_twice(page, first: str, second: str) -> None:
+    """Ask `first`, then `second` before `first`'s reply (slowed by the test) comes, and wait for both replies."""
+    before = int(page.evaluate("+(document.body.dataset.answered || 0)"))
+    for prompt in (first, second):
+        page.fill("#prompt", prompt)
+        page.click("#go")
+    page.wait_for_function(f"() => +(document.body.dataset.answered || 0) >= {before + 2}", timeout=20_000)
+
+
+def test_only_the_latest_prompts_answer_is_drawn_whichever_reply_comes_last(browser, tiny_run):
+    """An earlier prompt's reply arriving last was drawn under the newer prompt, or over its error message."""
+    explorer = Explorer(tiny_run, CPU)
+    answer_of = explorer.prompt
+    slow = {"1234", "12y4"}  # answered after the prompt asked next
+
+    def prompt(text: str) -> dict:
+        if text in slow:
+            time.sleep(1.5)
+        return answer_of(text)
+
+    explorer.prompt = prompt
+    for page, _ in opened(browser, explorer):
+        asked_twice(page, "1234", "4321")
+        assert page.locator("#tokens span.prompt").all_inner_texts() == list("4321")
+        assert page.inner_text("#answer") == answer_of("4321")["answer"]
+        asked_twice(page, "1234", "12x4")
+        assert "cannot encode '12x4'" in page.inner_text("#message") and page.locator("#result").is_hidden()
+        asked_twice(page, "12y4", "4321")
+        assert page.inner_text("#message") == "" and page.locator("#result").is_visible()
+        assert page.locator("#tokens span.prompt").all_inner_texts() == list("4321")
+
+
+def test_the_answer_line_shows_the_answers_leading_spaces_and_newlines(browser, tiny_run):
+    """A text model's answer such as "\\nTo be" lost its newline and leading spaces on the answer line."""
+    explorer = Explorer(tiny_run, CPU)
+    answer_of = explorer.prompt
+    written = "  t>\nTo be"
+    explorer.prompt = lambda text: answer_of(text) | {"answer": written}
+    for page, _ in opened(browser, explorer):
+        assert page.inner_text("#answer") == written
+
+
+def test_the_summary_counts_one_layer_in_the_singular_and_the_console_shows_no_error(browser, tiny_run):
+    """'1 layers of 2 heads'; and the browser's request for /favicon.ico was a 404 in the console."""
+    for page, errors in opened(browser, Explorer(tiny_run, CPU)):
+        assert page.inner_text("#summary").startswith("1 layer of 2 heads, block of ")
+        page.wait_for_timeout(500)  # the browser asks for an icon after the page has loaded
+        assert errors == []

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+
+import torch
 
 from gpt_core import GPT
 from gpt_tasks import PromptAnswerTask, Task
@@ -41,6 +44,16 @@ def encoded(vocabulary: Vocabulary, model: GPT, text: str) -> list[int]:
     return ids
 
 
+def prompt_generator(device: torch.device, text: str, seed: int = 0, earlier: int = 0) -> torch.Generator:
+    """The generator of one prompt's draws (a randomized model's position ids, a sample's tokens), on `device`, seeded
+    from `seed`, the prompt's text and how many times that text came `earlier`: a sample depends on no other prompt,
+    two prompts do not draw the same numbers (which made their samples alike), and a prompt given again draws a new
+    sample. `gpt-train sample` and the explorer both draw from it, so the page's greedy answer is sample's on the
+    same device (a CUDA generator draws other numbers than a CPU one)."""
+    digest = hashlib.sha256(f"{seed}\0{earlier}\0{text}".encode()).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
 def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     """How many tokens answer a prompt of `n_prompt`: a prompt-answer task's answer within the model's positions,
     or for text as many as fill the block, and at least half a block after a long prompt."""
@@ -54,14 +67,21 @@ def answer_tokens(vocabulary: Vocabulary, model: GPT, n_prompt: int) -> int:
     return max(1, n_new if limit is None else min(n_new, limit + 1 - n_prompt))
 
 
-def cut_answer_note(vocabulary: Vocabulary, model: GPT, n_prompt: int, n_answer: int, wanted: int = 0) -> str:
-    """A sentence when an answer of `n_answer` tokens is cut short by the model's positions: a prompt-answer task's
-    whole answer, or `wanted` tokens of text."""
+def cut_answer_note(
+    vocabulary: Vocabulary, model: GPT, n_prompt: int, n_answer: int, wanted: int = 0, read_limit: int | None = None
+) -> str:
+    """A sentence when an answer of `n_answer` tokens is cut short: a prompt-answer task's whole answer, or `wanted`
+    tokens of text. The cut is the model's positions', or where the explorer reads at most `read_limit` tokens (its
+    page's size) and they end first."""
     full = vocabulary.answer_length_for(n_prompt) if isinstance(vocabulary, PromptAnswerTask) else wanted
     if n_answer >= full:
         return ""
-    limit = model.config.position_limit
-    return f"the answer is cut to {n_answer} of its {full} tokens: the model reads {limit} positions"
+    limit = model.config.position_limit  # None: rope and none positions run on, and only the explorer cuts
+    if read_limit is not None and (limit is None or read_limit < limit):
+        why = f"the explorer reads at most {read_limit} tokens, prompt and answer together"
+    else:
+        why = f"the model reads {limit} positions"
+    return f"the answer is cut to {n_answer} of its {full} tokens: {why}"
 
 
 def untrained_prompt_note(vocabulary: Vocabulary, ids: Sequence[int]) -> str:

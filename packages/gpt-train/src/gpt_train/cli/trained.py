@@ -3,7 +3,6 @@ Hugging Face GPT-2 directory)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -20,7 +19,7 @@ from gpt_train.config import RunConfig, field_types, parse_assignments, route, t
 from gpt_train.devices import resolve_device
 from gpt_train.hf import HFError, Pretrained, write_directory
 from gpt_train.loading import load_run
-from gpt_train.prompts import PromptError, answer_tokens, cut_answer_note, untrained_prompt_note
+from gpt_train.prompts import PromptError, answer_tokens, cut_answer_note, prompt_generator, untrained_prompt_note
 from gpt_train.record import not_finished
 from gpt_train.runs import opening_flags
 from gpt_train.trainer import checked_metrics
@@ -174,7 +173,7 @@ def sample(
         limit = model.config.position_limit
         if limit is not None and ids.shape[1] > limit:
             click.echo(f"note: the prompt is {ids.shape[1]} tokens; the model reads its last {limit}", err=True)
-        generator = torch.Generator(device=target).manual_seed(prompt_seed(seed, text, seen.count(text)))
+        generator = prompt_generator(target, text, seed, seen.count(text))
         seen.append(text)
         try:
             out = generate(
@@ -183,13 +182,6 @@ def sample(
         except ValueError as error:
             raise CommandError(str(error)) from None
         click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
-
-
-def prompt_seed(seed: int, text: str, earlier: int = 0) -> int:
-    """The seed of one prompt's draws, from --seed, its text and how many times that text came `earlier`: a sample
-    depends on no other prompt, two prompts do not draw the same numbers (which made their samples alike), and a
-    prompt given again draws a new sample."""
-    return int.from_bytes(hashlib.sha256(f"{seed}\0{earlier}\0{text}".encode()).digest()[:8], "little") >> 1
 
 
 def run_tokenizer(config: RunConfig) -> BpeTokenizer | None:

@@ -9,9 +9,17 @@ import torch
 
 from gpt_core import GPT, block_hook, generate, log_softmax
 from gpt_tasks import evaluating
-from gpt_train.lab.common import Record, position_ids, seeded
+from gpt_train.lab.common import Record, position_ids
 from gpt_train.lab.logit_lens import decode, depths
-from gpt_train.prompts import PromptError, Vocabulary, answer_tokens, cut_answer_note, encoded, untrained_prompt_note
+from gpt_train.prompts import (
+    PromptError,
+    Vocabulary,
+    answer_tokens,
+    cut_answer_note,
+    encoded,
+    prompt_generator,
+    untrained_prompt_note,
+)
 
 
 @dataclass(frozen=True)
@@ -42,16 +50,18 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         raise PromptError(
             f"the prompt is {len(ids):,} tokens long; the explorer reads at most {MAX_READ}, answer included"
         )
-    wanted = min(answer_tokens(vocabulary, model, len(ids)), MAX_READ + 1 - len(ids))
+    full = answer_tokens(vocabulary, model, len(ids))
+    wanted = min(full, MAX_READ + 1 - len(ids))
     limit = model.config.position_limit  # the page reads prompt and answer in one pass, within the positions
     n_new = wanted if limit is None else min(wanted, limit + 1 - len(ids))
     with evaluating(model):
         prompt = torch.tensor([ids], device=device)
-        # greedy within the positions: generate's one draw from `seeded()` is the ids of all it reads, drawn again
-        # here for the pass that explains it (a randomized model's; None for others)
-        out = generate(model, prompt, n_new, 0.0, None, use_cache=True, generator=seeded(), slide=True)[0].tolist()
+        # greedy within the positions: generate's one draw from sample's generator of this prompt is the ids of all
+        # it reads (a randomized model's; None for others), drawn again here for the pass that explains it
+        generator = prompt_generator(device, text)
+        out = generate(model, prompt, n_new, 0.0, None, use_cache=True, generator=generator, slide=True)[0].tolist()
         read = torch.tensor([out[:-1]], device=device)  # (1, T): what the model reads
-        positions = position_ids(model, 1, read.shape[1], seeded())
+        positions = position_ids(model, 1, read.shape[1], prompt_generator(device, text))
         patterns = [block_hook(layer, "pattern") for layer in range(model.config.n_layer)]
         residuals = list(depths(model))
         logits, cache = model.run_with_cache(read, names=patterns + residuals, positions=positions)
@@ -62,7 +72,8 @@ def explain_prompt(vocabulary: Vocabulary, model: GPT, device: torch.device, tex
         lens = torch.stack([log_softmax(decode(model, cache[name][0]).float()) for name in residuals])  # (D, T, V)
         top_log_prob, top = lens.max(dim=-1)  # (D, T)
         attention = torch.stack([cache[name][0] for name in patterns]).float()  # (L, H, T, T)
-    notes = untrained_prompt_note(vocabulary, ids), cut_answer_note(vocabulary, model, len(ids), len(answer), wanted)
+    cut = cut_answer_note(vocabulary, model, len(ids), len(answer), full, read_limit=MAX_READ)
+    notes = untrained_prompt_note(vocabulary, ids), cut
     return PromptView(
         prompt=text,
         answer=vocabulary.decode(answer),

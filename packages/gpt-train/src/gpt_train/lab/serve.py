@@ -88,6 +88,19 @@ def findings_of(records: dict[str, Any]) -> list[str]:
     return found
 
 
+def example_prompts(vocabulary: Vocabulary) -> list[str]:
+    """The prompts the page offers; none, with a note on stderr, for a text run whose corpus is gone (its examples
+    are held-out text of it): the page still answers a typed prompt."""
+    try:
+        return vocabulary.example_prompts()
+    except ValueError:
+        click.echo(
+            "gpt-train: note: the run's corpus is not at hand, so the page offers no example prompts: type one",
+            err=True,
+        )
+        return []
+
+
 class ServeError(TrainError):
     """The server cannot start: its address is taken or not this machine's."""
 
@@ -109,7 +122,7 @@ class Explorer:
             "heads": self.model.config.n_head,
             "block_size": self.model.config.block_size,
             "open": {"layer": layer, "head": head, "by": "ablation" if "heads" in records else "first layer"},
-            "examples": self.vocabulary.example_prompts(),
+            "examples": example_prompts(self.vocabulary),
             "findings": findings_of(records),
             "records": records,
             "left_out": left_out,
@@ -151,9 +164,10 @@ def names_this_machine(host: str | None, allowed: frozenset[str] = frozenset()) 
 
 
 class Handler(BaseHTTPRequestHandler):
-    """GET /, /api/run and /api/prompt?text=...; another path is 404, POST, PUT, DELETE and PATCH 405 (JSON, as every
-    answer), and a method the server knows nothing of (HEAD, OPTIONS) the standard library's 501. Listening on the
-    loopback, a request addressed to another name is 403."""
+    """GET /, /api/run and /api/prompt?text=...; another path is 404, POST, PUT, DELETE and PATCH 405, and a method the
+    server knows nothing of (HEAD, OPTIONS) 501, both with `Allow: GET`. Listening on the loopback, a request
+    addressed to another name is 403. Every answer but the page is JSON, the standard library's own refusals (a
+    request line or header too long, one it cannot parse) included."""
 
     explorer: Explorer  # set on the subclass make_server builds
     allowed: frozenset[str] = frozenset()  # the names --allow-host adds to the loopback's
@@ -199,21 +213,33 @@ class Handler(BaseHTTPRequestHandler):
             self.send(HTTPStatus.OK, body, "application/json")
 
     def do_POST(self) -> None:
-        self.send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "only GET is served"})
+        self.send_error(HTTPStatus.METHOD_NOT_ALLOWED)
 
     do_PUT = do_DELETE = do_PATCH = do_POST
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's error page as JSON: it calls this for a method without a do_ method (501), a
+        request line or header too long (414, 431) and a request it cannot parse (400)."""
+        status = HTTPStatus(code)
+        headers = {"Connection": "close"}  # as the standard library's (send_header then ends the connection)
+        if status in (HTTPStatus.METHOD_NOT_ALLOWED, HTTPStatus.NOT_IMPLEMENTED):
+            message = "only GET is served"
+            headers["Allow"] = "GET"
+        body = json.dumps({"error": message or status.phrase}).encode("utf-8")
+        self.send(status, body, "application/json", headers)
 
     def send_json(self, status: HTTPStatus, data: Any) -> None:
         self.send(status, json.dumps(data, allow_nan=False).encode("utf-8"), "application/json")
 
-    def send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+    def send(self, status: HTTPStatus, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for name, value in SECURITY_HEADERS.items():
+        for name, value in (SECURITY_HEADERS | (headers or {})).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # a HEAD request's answer is the headers alone
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the terminal shows the address and how to stop, not every request."""
