@@ -202,10 +202,18 @@ def gpt2(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def experiments(session: nox.Session) -> None:
-    """Run every experiment in quick mode: checks the machinery end to end, not the accuracies."""
+    """Run every experiment in quick mode: checks the machinery end to end, not the accuracies. run_all's
+    experiments, then exp_grokking_levers.py's, which run_all leaves out (a few seconds quick), then the benchmarks'
+    tests (their refusals of bad arguments and of a stale GPU pack); given arguments go to run_all alone
+    (`-- --only sort`). Not exp_nanogpt.py, whose quick mode trains nanoGPT from a clone of it with its
+    data prepared, which CI cannot download."""
     install_packages(session, "gpt-core", "gpt-tasks[bpe]", "gpt-viz", "gpt-train")
     jobs = str(os.cpu_count() or 1)  # runs in parallel, the threads split between them
     session.run("python", str(ROOT / "experiments" / "run_all.py"), "--quick", "--jobs", jobs, *session.posargs)
+    if not session.posargs:
+        session.run("python", str(ROOT / "experiments" / "exp_grokking_levers.py"), "--quick", "--jobs", jobs)
+        session.install(*CONSTRAINTS, "pytest")
+        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "benchmarks" / "tests"))
 
 
 @nox.session(python=PYTHON)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Spread, print_table, progress  # noqa: E402
+from common import ArgumentParser, Spread, checked_device, positive_int, print_table, progress  # noqa: E402
 
 from gpt_core import DEFAULT_KERNELS  # noqa: E402
 
@@ -77,16 +77,16 @@ def in_fresh_process(name: str, length: int, shape: tuple[int, int, int], device
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--kernel",
         default="attention=flash",
         metavar="attention=NAME",
         help="the attention kernel to measure beside gpt-core's plain one (default attention=flash)",
     )
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
-    parser.add_argument("--shape", type=int, nargs=3, default=[1, 4, 64], metavar=("B", "H", "d"))
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--shape", type=positive_int, nargs=3, default=[1, 4, 64], metavar=("B", "H", "d"))
+    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--one", nargs=6, help=argparse.SUPPRESS)  # name, T, B, H, d, device: one measurement
     args = parser.parse_args()
@@ -94,6 +94,7 @@ def main() -> None:
         name, length, b, h, d, device = args.one
         print(json.dumps(measure_once(name, int(length), (int(b), int(h), int(d)), device)))
         return
+    checked_device(parser, args.device)  # before any child process: no CUDA here is one line, not a child's traceback
     slot, _, name = args.kernel.partition("=")
     if slot != "attention" or not name:
         parser.error("--kernel takes attention=NAME")

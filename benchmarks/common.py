@@ -1,5 +1,5 @@
-"""Shared by the benchmarks: interleaved rounds and the spread of a ratio, peak memory, a matmul peak,
-and a table printer.
+"""Shared by the benchmarks: their argument parser (bad input is one line and exit 2) with its number types and
+device check, interleaved rounds and the spread of a ratio, peak memory, a matmul peak, and a table printer.
 
 The machine these run on is shared and noisy, so a ratio between two timings is never taken from
 one measurement of each side: the sides take turns within each round (in alternating order, so
@@ -14,12 +14,62 @@ import resource
 import statistics
 import sys
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 HEAPS = ("gpt-train", "glibc")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals are one line (`script.py: error: ...`) and exit 2, no usage block."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (rounds, steps, batches, tokens, lengths)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0 (sizes)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
+    return value
+
+
+def checked_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
+    """The device `name` (auto, cpu, cuda, cuda:N or mps) as gpt-train resolves it, when this machine has it; else
+    one line naming the devices it has, and exit 2, before anything is built."""
+    from gpt_train.devices import DeviceError, resolve_device
+
+    try:
+        return resolve_device(name)
+    except DeviceError as error:
+        parser.error(f"--device: {error}")
+
+
+def require_package(parser: argparse.ArgumentParser, src: Path, module: str) -> None:
+    """One line and exit 2 unless the folder `src` holds the package `module` (src/module/__init__.py): a tree
+    given to compare against must be a tree, not a path that imports whatever is installed instead."""
+    if not (src / module / "__init__.py").is_file():
+        what = "no such folder" if not src.is_dir() else f"no {module}/__init__.py in it"
+        parser.error(f"{src} holds no {module} package ({what})")
 
 
 def add_heap_option(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,9 @@
 #       gpu: 5,000 steps each, wall time and held-out loss on the same characters).
 # Each step's verdict (passed, failed, timed out, not packed) is appended to $OUT/steps.tsv as it ends, and the log
 # to $OUT/gpu_check.log; a step the BUDGET leaves no time for is skipped and named, so a second call can run it:
-# ONLY, a regular expression, picks steps by name. Exits non-zero if a step failed or was skipped, or none ran.
+# ONLY, a regular expression, picks steps by name. Exits 1 if a step failed or was skipped, or none ran, and 3 if it
+# cannot start: no wheels in the pack, a pack built from other sources than this tree's (its manifest,
+# $PACK/sources.sha256, checked against the files before anything is installed), or packages that do not import.
 #
 #   bash benchmarks/gpu_pack.sh NANOGPT_CLONE tinyshakespeare.txt   # here, with the network
 #   bash benchmarks/gpu_check.sh                                    # there; OUT (default /tmp/gpu-check) keeps it all
@@ -122,6 +124,11 @@ tests() {  # tests PYTEST_ARGS...: pytest for at most LIMIT seconds
     echo "gpu_check: cannot start: no wheels in $PACK/wheels; run benchmarks/gpu_pack.sh where there is a network"
     exit 3
   fi
+  if ! stale=$($PYTHON benchmarks/pack_sources.py check "$PACK/sources.sha256" 2>&1); then
+    echo "gpu_check: cannot start: $stale; pack this tree again where there is a network:" \
+      "bash benchmarks/gpu_pack.sh [NANOGPT_CLONE tinyshakespeare.txt]"
+    exit 3
+  fi
   rm -rf /tmp/site
   $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${wheels[@]}" \
     2>&1 | grep -v WARNING
@@ -168,6 +175,10 @@ print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', ve
   [ $ran -eq 0 ] && echo "gpu_check: no step ran (ONLY='$ONLY')"
   if [ ${#failed[@]} -gt 0 ]; then printf 'gpu_check: FAILED: %s\n' "${failed[@]}"; fi
   if [ ${#skipped[@]} -gt 0 ]; then printf 'gpu_check: SKIPPED (no time left): %s\n' "${skipped[@]}"; fi
-  if [ $ran -gt 0 ] && [ ${#failed[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then echo "gpu_check: every step passed"; fi
-} 2>&1 | tee "$OUT/gpu_check.log"
-grep -q "every step passed" "$OUT/gpu_check.log"
+  if [ $ran -gt 0 ] && [ ${#failed[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
+    echo "gpu_check: every step passed"
+    exit 0
+  fi
+  exit 1
+} 2>&1 | tee "$OUT/gpu_check.log"  # the block runs in a subshell: its exit code (3: cannot start) is the script's
+exit "${PIPESTATUS[0]}"

@@ -14,7 +14,10 @@ zero_grad, forward with the loss (under bf16 autocast in the bf16 modes), backwa
 
 Each round times `--steps` steps of every model in turn (the order rotates), so all see the same machine; the table
 gives each model's median step time, the median of the rounds' ratios to nanoGPT with their range, the MFU of
-each, and the peak memory of each measured alone (the model, its optimiser and one step, nothing else allocated).
+each, and the peak memory of each measured alone, once per mode after the timing (the model, its optimiser and one
+step, nothing else allocated): every other model is freed and the compiler's caches cleared, then a first step
+compiles and allocates AdamW's moments, and the peak of the two steps after it, above what was allocated before
+the model, is the figure. On a CPU the same steps run and the column reads n/a (its allocator keeps no counts).
 MFU is nanoGPT's own formula: 6N + 12 L H Q T FLOPs per token (N the parameters without the position table, L
 layers, H heads, Q head size, T the block), against the bf16 matrix-product peak measured in the same run (the
 best of 8,192-square products), so the percentage is of what this GPU reaches, not of a data-sheet figure.
@@ -23,6 +26,8 @@ best of 8,192-square products), so the percentage is of what this GPU reaches, n
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import importlib.util
 import statistics
 import sys
@@ -33,7 +38,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import StreamedTable, progress, synchronize  # noqa: E402
+from common import (  # noqa: E402
+    ArgumentParser,
+    StreamedTable,
+    checked_device,
+    positive_int,
+    progress,
+    synchronize,
+)
 
 from gpt_core import GPT, KERNEL_SETS, GPTConfig  # noqa: E402
 from gpt_core.compiling import compiled  # noqa: E402
@@ -77,7 +89,8 @@ def build(side: str, shape: Shape, nanogpt, device: torch.device) -> torch.nn.Mo
         config = nanogpt.GPTConfig(block_size=shape.block, vocab_size=shape.vocab, n_layer=shape.n_layer,
                                    n_head=shape.n_head, n_embd=shape.n_embd, dropout=shape.dropout,
                                    bias=False)  # fmt: skip
-        return nanogpt.GPT(config).to(device)
+        with contextlib.redirect_stdout(sys.stderr):  # its "number of parameters" line, kept out of the table
+            return nanogpt.GPT(config).to(device)
     config = GPTConfig(vocab_size=shape.vocab, block_size=shape.block, n_layer=shape.n_layer, n_head=shape.n_head,
                        n_embd=shape.n_embd, dropout=shape.dropout, bias=False)  # fmt: skip
     return GPT(config, KERNEL_SETS[side.split()[1]]).to(device)  # side: "ours fast", "ours triton", ...
@@ -141,28 +154,46 @@ def flops_per_step(shape: Shape) -> float:
     return per_token * shape.block * shape.batch
 
 
+def free_device_memory(device: torch.device) -> None:
+    """Free what earlier models left: Python's cycles, the compiler's caches (compiled graphs), the CUDA allocator's
+    cached blocks."""
+    gc.collect()
+    torch.compiler.reset()
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def peak_memory_mib(side: str, mode: str, shape: Shape, nanogpt, device: torch.device) -> float | None:
-    """Peak memory of one side alone: its model, optimiser and three steps (CUDA only)."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    """Peak memory of one side alone, MiB: its model, AdamW's state and one training step, everything else freed
+    first. The first step (compilation, the moments' first allocation) runs before the peak is reset, the peak is
+    of the two after it. None on a device whose allocator keeps no counts (a CPU), where the same steps still run."""
+    free_device_memory(device)
+    cuda = device.type == "cuda"
+    base = torch.cuda.memory_allocated(device) if cuda else 0
+    if base:
+        progress(f"  peak memory of {side}: {base / 2**20:,.0f} MiB allocated before its model, not counted")
     step = make_step(build(side, shape, nanogpt, device), mode, shape, device)
-    for _ in range(3):
+    step()
+    synchronize(device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)  # from here the peak starts at the model, its moments, its batch
+    for _ in range(2):
         step()
     synchronize(device)
-    peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+    peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if cuda else None
     del step
-    torch.cuda.empty_cache()
+    free_device_memory(device)
     return peak
 
 
-def time_mode(shape_name: str, shape: Shape, mode: str, sides: list[str], nanogpt, device, args, peak: float):
+def timed_rounds(shape_name: str, shape: Shape, mode: str, sides: list[str], nanogpt, device, args):
+    """Milliseconds per step of each side, per round; the models are freed when it returns."""
+    free_device_memory(device)
     steps = {side: make_step(build(side, shape, nanogpt, device), mode, shape, device) for side in sides}
-    for side, step in steps.items():  # warm-up: compilation, autotuning, the allocator's pools
+    for side in sides:  # warm-up: compilation, autotuning, the allocator's pools
         for _ in range(args.warmup):
-            step()
+            steps[side]()
         synchronize(device)
         progress(f"  {shape_name} {mode}: {side} warmed up")
     times: dict[str, list[float]] = {side: [] for side in sides}
@@ -175,40 +206,52 @@ def time_mode(shape_name: str, shape: Shape, mode: str, sides: list[str], nanogp
                 steps[side]()
             synchronize(device)
             times[side].append((time.perf_counter() - start) / args.steps * 1e3)
-    del steps
+    return times
+
+
+def time_mode(shape_name: str, shape: Shape, mode: str, sides: list[str], nanogpt, device, args, peak: float):
+    times = timed_rounds(shape_name, shape, mode, sides, nanogpt, device, args)
+    memory = {side: peak_memory_mib(side, mode, shape, nanogpt, device) for side in sides}  # each side once
     flops = flops_per_step(shape)
+    their_ms = statistics.median(times["nanoGPT"])
     rows = []
     for side in sides:
         if side == "nanoGPT":
             continue
         ratios = [ours / theirs for ours, theirs in zip(times[side], times["nanoGPT"], strict=True)]
-        ours_ms, their_ms = statistics.median(times[side]), statistics.median(times["nanoGPT"])
-        memory = [peak_memory_mib(s, mode, shape, nanogpt, device) for s in (side, "nanoGPT")]
+        ours_ms = statistics.median(times[side])
         rows.append([
             shape_name, mode, side.split()[1], f"{ours_ms:.2f}", f"{their_ms:.2f}",
             f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})",
             f"{flops / ours_ms / 1e9 / peak:.1%} / {flops / their_ms / 1e9 / peak:.1%}",
-            "-" if memory[0] is None else f"{memory[0]:,.0f} / {memory[1]:,.0f}",
+            "n/a" if memory[side] is None else f"{memory[side]:,.0f} / {memory['nanoGPT']:,.0f}",
         ])  # fmt: skip
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--shapes", default="small,gpt2", help=f"comma-separated: {', '.join(SHAPES)}")
+    parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu for a rehearsal (default cuda)")
+    parser.add_argument("--shapes", help=f"comma-separated, of: {', '.join(SHAPES)} (default: {','.join(SHAPES)})")
     parser.add_argument("--kernels", default=None,
                         help=f"kernel sets, comma-separated, of: {', '.join(TIMED_SETS)} (default: each the device "
                         "runs)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10, help="steps per side per round")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="a tiny shape in fp32: a rehearsal on any device")
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--steps", type=positive_int, default=10, help="steps per side per round")
+    parser.add_argument("--warmup", type=positive_int, default=5, help="untimed steps of each side first")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny shape of its own, fp32 eager and compiled: a rehearsal on any device")  # fmt: skip
     args = parser.parse_args()
-    device = torch.device(args.device)
+    device = checked_device(parser, args.device)
     sets = checked_sets(parser, args.kernels, device)
-    shapes = QUICK if args.quick else {name: SHAPES[name] for name in checked_shapes(parser, args.shapes)}
+    if args.quick and args.shapes:
+        parser.error("--quick times a tiny shape of its own; give --shapes or --quick, not both")
+    shapes = (
+        QUICK
+        if args.quick
+        else {name: SHAPES[name] for name in checked_shapes(parser, args.shapes or ",".join(SHAPES))}
+    )
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     nanogpt = load_nanogpt(args.nanogpt.resolve())

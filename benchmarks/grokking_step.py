@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import add_heap_option, interleaved_rounds, use_heap  # noqa: E402
+from common import ArgumentParser, add_heap_option, interleaved_rounds, positive_int, use_heap  # noqa: E402
 from twin import builtin_twin  # noqa: E402
 
 from gpt_train.distributed import Rank  # noqa: E402
@@ -32,9 +32,9 @@ from gpt_train.trainer import Trainer  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=40, help="run steps per round (a multiple of 20)")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--steps", type=positive_int, default=40, help="run steps per round (a multiple of 20)")
     add_heap_option(parser)
     args = parser.parse_args()
     heap = use_heap(args.heap)

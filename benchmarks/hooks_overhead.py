@@ -33,7 +33,15 @@ from types import ModuleType
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import interleaved_rounds, print_table, progress, ratio_spread  # noqa: E402
+from common import (  # noqa: E402
+    ArgumentParser,
+    interleaved_rounds,
+    positive_int,
+    print_table,
+    progress,
+    ratio_spread,
+    require_package,
+)
 from step_time import CONFIGS, make_step  # noqa: E402
 
 import gpt_core  # noqa: E402
@@ -42,9 +50,9 @@ DECODE_TOKENS = 32
 
 
 def import_tree(src: Path) -> ModuleType:
-    """The gpt_core package under `src`, imported beside the installed one: the installed modules are
-    set aside while it imports (its own `from gpt_core.x import y` lines then bind to it), and put back
-    after."""
+    """The gpt_core package under `src` (checked to be there: `common.require_package`), imported beside the
+    installed one: the installed modules are set aside while it imports (its own `from gpt_core.x import y` lines
+    then bind to it), and put back after."""
     ours = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "gpt_core"}
     for name in ours:
         del sys.modules[name]
@@ -56,8 +64,8 @@ def import_tree(src: Path) -> ModuleType:
         for name in [n for n in sys.modules if n.split(".")[0] == "gpt_core"]:
             del sys.modules[name]
         sys.modules.update(ours)
-    if Path(before.__file__).resolve().parent.parent != src.resolve():
-        raise SystemExit(f"hooks_overhead.py: {src} holds no gpt_core package")
+    if Path(before.__file__).resolve().parent.parent != src.resolve():  # an import hook chose another copy
+        raise SystemExit(f"hooks_overhead.py: gpt_core came from {Path(before.__file__).parent}, not from {src}")
     return before
 
 
@@ -126,13 +134,20 @@ def decoding_row(before: ModuleType | None, after: ModuleType, name: str, rounds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, help="an earlier tree's packages/gpt-core/src (default: none)")
     parser.add_argument("--after", type=Path, help="a tree with hook points (default: the installed gpt_core)")
-    parser.add_argument("--rounds", type=int, default=24, help="rounds, best a multiple of 6 orders (default 24)")
-    parser.add_argument("--steps-per-round", type=int, default=5, help="calls of each side per round (default 5)")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=24, help="rounds, best a multiple of 6 orders (default 24)"
+    )
+    parser.add_argument(
+        "--steps-per-round", type=positive_int, default=5, help="calls of each side per round (default 5)"
+    )
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     args = parser.parse_args()
+    for src in (args.before, args.after):
+        if src is not None:
+            require_package(parser, src, "gpt_core")
     before = import_tree(args.before) if args.before else None
     after = import_tree(args.after) if args.after else gpt_core
     if not hasattr(after.GPT, "hook_names"):

@@ -10,8 +10,9 @@ it has run about 10 ms (once for the slow rows). The times are medians over roun
 time in the round; the speedup is the median of the per-round ratios, with the lowest and highest
 round's in brackets.
 The decoding rows use the KV-cache benchmark's 6-layer, 384-dim model at batch 1 (random weights:
-speed does not depend on them). The last row scores sort's held-out examples with a random model at
-two evaluation chunk sizes.
+speed does not depend on them). The last two rows score sort's held-out examples with a random model in
+the chunks gpt-core's prompt-answer evaluation uses (`gpt_tasks.prompt_answer.EVAL_BATCH`), against chunks 4
+times larger and 4 times smaller.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import interleaved_rounds, peak_rss_mib, print_table, ratio_spread  # noqa: E402
+from common import ArgumentParser, interleaved_rounds, peak_rss_mib, positive_int, print_table, ratio_spread  # noqa: E402
 
 B, T, H, C = 12, 64, 4, 128
 ROUNDS = 20  # rounds per row by default
@@ -149,7 +150,9 @@ def function_bypass_rows():
     return "LayerNorm of one token, no grad", "forward alone", "autograd.Function.apply", (direct, through_function)
 
 
-def evaluation_rows():
+def evaluation_rows(factor: int):
+    """Sort's held-out scoring in the chunks gpt-core's prompt-answer evaluation uses (prompt_answer.EVAL_BATCH,
+    read, not restated) against chunks `factor` times larger (factor > 1) or smaller (factor < 1)."""
     import gpt_tasks.prompt_answer as prompt_answer
     from gpt_core import GPT, GPTConfig
     from gpt_tasks import get_task
@@ -157,6 +160,8 @@ def evaluation_rows():
     task = get_task("sort")
     model = GPT(GPTConfig(vocab_size=10, block_size=11, n_layer=2, n_head=4, n_embd=64))
     n = 50_000
+    ours = prompt_answer.EVAL_BATCH
+    other = max(1, round(ours * factor))
 
     def evaluate_in_chunks_of(size: int) -> Callable[[], object]:
         def run():
@@ -168,19 +173,27 @@ def evaluation_rows():
 
         return run
 
-    return (f"sort held-out scoring, {n:,} sequences", "chunks of 1,024", "chunks of 4,096",
-            (evaluate_in_chunks_of(1024), evaluate_in_chunks_of(4096)), 7)  # fmt: skip
+    return (f"sort held-out scoring, {n:,} sequences", f"chunks of {ours:,}", f"chunks of {other:,}",
+            (evaluate_in_chunks_of(ours), evaluate_in_chunks_of(other)), 7)  # fmt: skip
+
+
+def larger_chunk_rows():
+    return evaluation_rows(4)
+
+
+def smaller_chunk_rows():
+    return evaluation_rows(1 / 4)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per row (default {ROUNDS})")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=positive_int, default=ROUNDS, help=f"rounds per row (default {ROUNDS})")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("us: median over rounds; speedup: median of the per-round ratios (lowest-highest round)\n")
     rows = []
     makers = (exp_rows, mask_rows, sigmoid_rows, variance_rows, embedding_rows, adamw_rows, inference_mode_rows,
-              function_bypass_rows, evaluation_rows)  # fmt: skip
+              function_bypass_rows, larger_chunk_rows, smaller_chunk_rows)  # fmt: skip
     for make in makers:
         measure, ours, other, fns, *most = make()  # a slow row may cap its rounds
         rounds = min(most[0], args.rounds) if most else args.rounds

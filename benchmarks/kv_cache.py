@@ -3,7 +3,7 @@ that all three give the same tokens.
 
     python benchmarks/kv_cache.py                 # 255 new tokens, batch 1 and 64 (20 minutes on 2 idle cores)
     python benchmarks/kv_cache.py --batches 1     # a minute or two
-    python benchmarks/kv_cache.py --quick         # smoke test: batch 1, 8 tokens, 2 rounds
+    python benchmarks/kv_cache.py --quick         # smoke test: batch 1, 8 tokens, 2 rounds (unless given)
     python benchmarks/kv_cache.py --device cuda --models gpt2 --batches 1 8   # GPT-2 124M, 1,024 tokens
 
 Models (`--models`): "6l", a 6-layer, 6-head, 384-dim, block-256 GPT (prompt of 1 token, 255 new
@@ -46,10 +46,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import (  # noqa: E402
+    ArgumentParser,
     Spread,
     StreamedTable,
     add_heap_option,
+    checked_device,
     peak_rss_mib,
+    positive_int,
     progress,
     ratio_spread,
     synchronize,
@@ -69,6 +72,9 @@ MODELS = {  # key: (name, config, prompt length)
 }
 MODES = ("none", "cache", "static")  # the three sides: no cache, the cached forward, the static step
 HEARTBEAT = 30.0  # seconds between progress lines inside one long generation
+DEFAULTS = {"batches": [1, 64], "tokens": None, "rounds": 5, "min_rounds": 3}
+QUICK_DEFAULTS = {"batches": [1], "tokens": 8, "rounds": 2, "min_rounds": 2}
+"""--batches, --tokens, --rounds and --min-rounds when not given, without and with --quick."""
 ROUND_SECONDS = 0.5  # a fast configuration repeats each side's generation in a round until about this long
 
 
@@ -139,9 +145,8 @@ class Heartbeat:
         self.handle.remove()
 
 
-def measure(key: str, batch: int, args: argparse.Namespace) -> list[str]:
+def measure(key: str, batch: int, device: torch.device, args: argparse.Namespace) -> list[str]:
     name, config, prompt_len = MODELS[key]
-    device = torch.device(args.device)
     torch.manual_seed(0)
     model = GPT(config).to(device).eval()
     n_new = min(args.tokens or config.block_size - 1, config.block_size + 1 - prompt_len)
@@ -187,22 +192,25 @@ def measure(key: str, batch: int, args: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=["6l", "sort"], help="default: 6l sort")
-    parser.add_argument("--tokens", type=int, default=None, help="new tokens at most (default: fill the block)")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per configuration (default 5)")
-    parser.add_argument("--min-rounds", type=int, default=3, help="rounds a configuration gets even past --budget")
+    parser.add_argument("--tokens", type=positive_int, help="new tokens at most (default: fill the block)")
+    parser.add_argument("--batches", type=positive_int, nargs="+", help="batch sizes (default: 1 64)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
+    parser.add_argument("--rounds", type=positive_int, help="rounds per configuration (default 5)")
+    parser.add_argument("--min-rounds", type=positive_int, help="rounds a configuration gets even past --budget "
+                        "(default 3, at most --rounds)")  # fmt: skip
     parser.add_argument("--budget", type=float, default=300.0, help="seconds per configuration before --min-rounds")
-    parser.add_argument("--quick", action="store_true", help="smoke test: batch 1, 8 new tokens, 2 rounds")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: batch 1, 8 new tokens, 2 rounds, each unless given")  # fmt: skip
     add_heap_option(parser)
     args = parser.parse_args()
-    heap = use_heap(args.heap)
-    if args.quick:
-        args.batches, args.tokens, args.rounds, args.min_rounds = [1], 8, 2, 2
+    device = checked_device(parser, args.device)
+    for name, value in (QUICK_DEFAULTS if args.quick else DEFAULTS).items():  # what is given wins over --quick
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     args.min_rounds = min(args.min_rounds, args.rounds)
-    device = torch.device(args.device)
+    heap = use_heap(args.heap)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     static = "captured once per generation as a CUDA graph" if device.type == "cuda" else "run eagerly"
     print(f"torch {torch.__version__}, {where}, {heap}, greedy decoding, float32; the static step {static}")
@@ -213,7 +221,7 @@ def main() -> None:
     table = StreamedTable(HEADER, [widths.get(name, 0) for name in HEADER])
     for key in args.models:
         for batch in args.batches:
-            table.row(measure(key, batch, args))
+            table.row(measure(key, batch, device, args))
 
 
 HEADER = ["model", "batch", "new tokens", "rounds", "tokens/s no cache", "tokens/s cache", "tokens/s static",

@@ -35,11 +35,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import (  # noqa: E402
+    ArgumentParser,
     Spread,
     add_heap_option,
     interleaved_rounds,
     matmul_peak_gflops,
     peak_rss_mib,
+    positive_int,
     print_table,
     ratio_spread,
     use_heap,
@@ -136,9 +138,11 @@ def with_kernel(name: str, slot: str, kernel: str, kernels: Kernels, rounds: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=12, help="rounds (default 12)")
-    parser.add_argument("--steps-per-round", type=int, default=5, help="steps of each model per round (default 5)")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=positive_int, default=12, help="rounds (default 12)")
+    parser.add_argument(
+        "--steps-per-round", type=positive_int, default=5, help="steps of each model per round (default 5)"
+    )
     parser.add_argument("--eager-only", action="store_true")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--by-kernel", action="store_true",

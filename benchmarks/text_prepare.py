@@ -44,12 +44,25 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Spread, interleaved_rounds, peak_rss_mib, print_table, progress, ratio_spread  # noqa: E402
+from common import (  # noqa: E402
+    ArgumentParser,
+    Spread,
+    interleaved_rounds,
+    peak_rss_mib,
+    positive_float,
+    positive_int,
+    print_table,
+    progress,
+    ratio_spread,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZERS = {"char": {}, "byte": {}, "bpe 1024": {"tokenizer": "bpe", "vocab_size": 1024}}
 MB = 1e6
 PARTS = ("prepare", "speed", "memory")
+DEFAULTS = {"sizes": [10, 100], "rounds": 9, "calls": 10, "steps": 100}
+QUICK_DEFAULTS = {"sizes": [1, 4], "rounds": 2, "calls": 2, "steps": 20}
+"""--sizes, --rounds, --calls and --steps when not given, without and with --quick."""
 
 
 # corpora -------------------------------------------------------------------------------------------
@@ -236,16 +249,17 @@ def memory_table(corpora: dict[float, Path], workdir: Path, steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=float, nargs="+", default=[10, 100], help="corpus sizes in MB")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=positive_float, nargs="+", help="corpus sizes in MB (default: 10 100)")
     parser.add_argument("--data", type=Path, help="tiny-shakespeare [default: $GPT_DATA, else the task's cached copy]")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpt-text-bench"), help="corpora and caches")
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds of the speed comparison")
-    parser.add_argument("--calls", type=int, default=10, help="training steps per side per round")
-    parser.add_argument("--steps", type=int, default=100, help="training steps of each memory measurement")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, here and in the children")
+    parser.add_argument("--rounds", type=positive_int, help="interleaved rounds of the speed comparison (default 9)")
+    parser.add_argument("--calls", type=positive_int, help="training steps per side per round (default 10)")
+    parser.add_argument("--steps", type=positive_int, help="training steps of each memory measurement (default 100)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads, here and in the children")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which tables to measure")
-    parser.add_argument("--quick", action="store_true", help="1 and 4 MB, 2 rounds, 20 steps: a smoke test")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: 1 and 4 MB, 2 rounds of 2 calls, 20 steps, each unless given")  # fmt: skip
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -255,8 +269,9 @@ def main() -> None:
         else:
             print(json.dumps(child_train(Path(corpus), Path(cache_dir), rest[0] == "True", int(rest[1]))))
         return
-    if args.quick:
-        args.sizes, args.rounds, args.calls, args.steps = [1, 4], 2, 2, 20
+    for name, value in (QUICK_DEFAULTS if args.quick else DEFAULTS).items():  # what is given wins over --quick
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     source = args.data or default_source()
     if not source.is_file():
         sys.exit(

@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import ArgumentParser, positive_int, require_package  # noqa: E402
+
 PACKAGES = ("gpt-core", "gpt-tasks", "gpt-train", "gpt-viz")
 FILL_CACHE = "from gpt_tasks import get_task; get_task('sort')"
 UNTIL_THE_FIRST_STEP = (
@@ -78,13 +81,20 @@ def timed(args: list[str], env: dict[str, str], workdir: Path) -> Timing:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", type=Path, required=True, help="the source tree before (a checkout)")
     parser.add_argument("--after", type=Path, default=Path("."), help="the source tree after (default: here)")
     parser.add_argument("--waits", default=",".join(WAITS), help=f"comma-separated, of: {', '.join(WAITS)}")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=positive_int, default=3)
     args = parser.parse_args()
+    waits = args.waits.split(",")
+    for wait in waits:
+        if wait not in WAITS:
+            parser.error(f"--waits: no wait {wait!r}; choose among {', '.join(WAITS)}")
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    for tree in trees.values():  # a tree without the packages would time whatever is installed, on both sides
+        for name in PACKAGES:
+            require_package(parser, tree / "packages" / name / "src", name.replace("-", "_"))
     with tempfile.TemporaryDirectory(prefix="waits-") as scratch:
         workdir = Path(scratch)
         envs = {side: environment(tree, workdir / f"cache-{side}") for side, tree in trees.items()}
@@ -94,7 +104,7 @@ def main() -> None:
         print("| wait | before: wall (run's clock) | after: wall (run's clock) | after / before, median (spread) "
               "| page faults, before -> after | system s, before -> after |")  # fmt: skip
         print("|---|---|---|---|---|---|")
-        for wait in args.waits.split(","):
+        for wait in waits:
             times: dict[str, list[Timing]] = {"before": [], "after": []}
             for r in range(args.rounds):
                 for side in ("before", "after") if r % 2 == 0 else ("after", "before"):

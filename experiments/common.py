@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -204,9 +205,14 @@ REUSED = "its runs were recorded earlier with the same arguments and read back (
 
 def kept_section(path: Path, marker: str) -> str:
     """The end of the page at `path` from `marker` on (a section measured outside the experiment, which a
-    regenerated page keeps); "" when the page or the marker is absent."""
-    text = path.read_text() if path.is_file() else ""
-    return text[text.index(marker) :] if marker in text else ""
+    regenerated page keeps); the marker alone where there is no page yet. A page without the marker is refused:
+    rewriting it would drop whatever follows its generated part."""
+    if not path.is_file():
+        return marker + "\n"
+    text = path.read_text()
+    if marker not in text:
+        sys.exit(f"{path} has no line {marker}: put it above the section to keep (or remove the page), then run again")
+    return text[text.index(marker) :]
 
 
 def report(
@@ -218,15 +224,18 @@ def report(
     wall: float,
     question: str = "",
     kept: str = "",
+    took: str = "",
 ) -> Path:
     """docs-ready markdown: the question asked, the commands, one line naming the version and the machine (with
-    the experiment's wall time), the body (tables, pictures, what they mean) and, after it, `kept`."""
+    the experiment's wall time, or `took` where a page gives another duration), the body (tables, pictures, what
+    they mean) and, after it, `kept`."""
     command_block = "\n".join(commands)
     asked = f"{question}\n\n" if question else ""
+    took = took or f"the experiment takes about {wall:.0f} s"
     text = (
         f"## {title}\n\n{asked}```\n{command_block}\n```\n\n"
         f"Measured with gpt-from-scratch {gpt_core.__version__} on {ctx.machine()}; "
-        f"{REUSED if ctx.reuse else f'the experiment takes about {wall:.0f} s'}.\n\n{body.strip()}\n"
+        f"{REUSED if ctx.reuse else took}.\n\n{body.strip()}\n"
     )
     if kept:
         text += "\n" + kept
@@ -243,16 +252,34 @@ def copy_picture(ctx: Context, source: Path, name: str) -> str:
     return f"![{name}]({name})"
 
 
-def context_from_args(argv: Sequence[str] | None = None, description: str = "") -> Context:
-    import argparse
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals are one line (`exp_sort.py: error: ...`) and exit 2, no usage block."""
 
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse turns the ValueError into one line and exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
+def context_from_args(argv: Sequence[str] | None = None, description: str = "") -> Context:
+    parser = ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny settings: checks the machinery, not the results")
     parser.add_argument(
         "--out", type=Path, help="reports and pictures [default: docs/results, or a temp dir with --quick]"
     )
     parser.add_argument("--runs", type=Path, help="run directories [default: experiments/runs]")
-    parser.add_argument("--jobs", type=int, default=1, help="runs trained in parallel (threads are split between them)")
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, help="runs trained in parallel (threads are split between them)"
+    )
     parser.add_argument("--only", nargs="*", default=None, help="run_all: only these experiments")
     parser.add_argument(
         "--reuse",

@@ -4,8 +4,8 @@
     python experiments/exp_nanogpt.py --recipe gpu --nanogpt NANOGPT --data tinyshakespeare.txt --out /tmp/gpu-cmp
 
 NANOGPT is a clone of karpathy/nanoGPT with its character data prepared (`python data/shakespeare_char/prepare.py`,
-which reads data/shakespeare_char/input.txt when it is there). Three models are trained once each, 2,000 steps
-(a model already finished in `--out` is read back, not trained again):
+which reads data/shakespeare_char/input.txt when it is there). Three models are trained once each, 2,000 steps,
+into `--out`/cpu:
 
 - nanoGPT, by the command its README gives for a CPU: it trains on the first 90% of the text and validates on
   the rest (characters from int(0.9 * len(text)) on);
@@ -23,9 +23,15 @@ ids 0-64), and each of our runs must map every id to the same character.
 
 `--recipe gpu` is nanoGPT's GPU recipe instead, `python train.py config/train_shakespeare_char.py` (6 layers, 6 heads,
 384 dimensions, block 256, batch 64, dropout 0.2, 5,000 steps, bf16, compiled), against `gpt-train run --task
-shakespeare --device cuda` at the same settings (GPU_SETTINGS; no biases, as nanoGPT's model has none), each trained
-once on the first 90% and timed whole as a user runs it; both are scored on every window of the last 10%. `--quick`
-makes both tiny (a rehearsal of the machinery on any device, not a result).
+shakespeare --device cuda --compile` at the same settings (GPU_SETTINGS; no biases, as nanoGPT's model has none),
+both compiled by torch.compile, each trained once on the first 90% into `--out`/gpu and timed whole as a user runs
+it; both are scored on every window of the last 10%. With `--device cpu` neither is compiled and both train in
+float32. `--quick` makes either recipe's models tiny (2 layers, 2 heads, 64 dimensions, 30 steps; into
+`--out`/cpu-quick or gpu-quick), a rehearsal of the machinery on any device, not a result.
+
+Beside each finished model its record (NAME.recipe.json) holds the command and settings that trained it and the
+digest of its training text. A model whose record matches the current ones is read back, not trained again (and
+printed so); a model with another record, or none, is refused, naming `--force` (train it again) or a new `--out`.
 
 A difference is nanoGPT's loss minus ours over the shared targets; its 95% interval comes from 10,000
 bootstrap resamples of the 1,024-character chunks (the windows of one chunk are not independent), and the
@@ -36,10 +42,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.util
 import io
 import json
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -58,6 +66,7 @@ from gpt_train.loading import load_run
 from gpt_viz import HELDOUT, RunLayout, metric_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from common import ArgumentParser  # noqa: E402  benchmarks/common.py's: its refusals are one line
 from nanogpt_wall import NANOGPT_RECIPE, timed  # noqa: E402  nanoGPT README's CPU command, and a timed run
 
 BOUNDARY_FRACTION = 0.9  # nanoGPT's shakespeare_char split: validation from int(0.9 * len(text)) on
@@ -78,42 +87,93 @@ GPU_SETTINGS = {
 }  # fmt: skip
 """nanoGPT's config/train_shakespeare_char.py (and train.py's defaults it keeps) as `gpt-train run --set` values."""
 QUICK = {"n_layer": 2, "n_head": 2, "n_embd": 64, "steps": 30, "eval_every": 10}
-"""--quick: both sides this small, to rehearse the machinery."""
+"""--quick, either recipe: both sides this small, to rehearse the machinery."""
 NANOGPT_QUICK = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--max_iters=30", "--lr_decay_iters=30",
                  "--eval_interval=10", "--eval_iters=2"]  # fmt: skip
 
 
-def train_ours(data: Path, out: Path, settings: dict | None = None, device: str = "cpu") -> float | None:
-    """`gpt-train run --task shakespeare` on `data` into `out`, at the task's defaults or `settings` on `device`;
-    None when `out` already holds a finished run."""
-    if RunLayout(out).final.is_file():
-        return None
-    command = [sys.executable, "-m", "gpt_train", "run", "--task", "shakespeare", "--data", str(data)]
-    command += ["--device", device] + [f"--set={key}={value}" for key, value in (settings or {}).items()]
-    return timed([*command, "--quiet", "--no-pictures", "--force", "--out", str(out)], Path.cwd())
+def digest(*files: Path) -> str:
+    """sha256 of the files' bytes, one after another."""
+    hashed = hashlib.sha256()
+    for file in files:
+        hashed.update(file.read_bytes())
+    return hashed.hexdigest()
 
 
-def train_nanogpt(nanogpt: Path, out: Path, recipe: list[str] = NANOGPT_RECIPE) -> float | None:
-    """nanoGPT's `recipe` into `out`; None when a finished one is there (marked by `finished` beside ckpt.pt)."""
-    finished = out / "finished"
-    if finished.is_file():
+def record_of(model_dir: Path) -> Path:
+    """Beside a model's folder: the recipe that trained it (its command, settings and training text's digest)."""
+    return model_dir.with_name(f"{model_dir.name}.recipe.json")
+
+
+def read_back(model_dir: Path, finished: bool, recipe: dict, force: bool) -> bool:
+    """True when `model_dir` holds a finished model trained by `recipe` (read back, not trained again); False when it
+    is to be trained (nothing finished there, or `force`); refused when what it holds was trained otherwise, or has
+    no record (written only once its training has ended)."""
+    record = record_of(model_dir)
+    if force or not (finished or record.is_file()):
+        return False
+    recorded = json.loads(record.read_text()) if record.is_file() else None
+    if finished and recorded == recipe:
+        return True
+    if recorded is None:
+        why = "holds a model with no record of the recipe that trained it to the end"
+    elif not finished:
+        why = "holds an unfinished model"
+    else:
+        differ = sorted(key for key in recipe.keys() | recorded.keys() if recipe.get(key) != recorded.get(key))
+        why = f"holds a model trained with another {', '.join(differ)} ({record})"
+    fail(f"{model_dir} {why}; pass --force to train it again, or a new --out")
+
+
+def train_ours(data: Path, out: Path, settings: dict, device: str, compile: bool, force: bool) -> float | None:
+    """`gpt-train run --task shakespeare` on `data` into `out`, at the task's defaults changed by `settings`, on
+    `device`, compiled with `compile`; None when `out` holds a finished run of this recipe (see read_back)."""
+    command = ["gpt_train", "run", "--task", "shakespeare", "--device", device]
+    command += [f"--set={key}={value}" for key, value in settings.items()] + (["--compile"] if compile else [])
+    recipe = {"command": command, "data_sha256": digest(data)}
+    if read_back(out, RunLayout(out).final.is_file(), recipe, force):
         return None
-    wall = timed([sys.executable, *recipe, f"--out_dir={out}"], nanogpt)
-    finished.write_text(" ".join(recipe) + "\n")
+    record_of(out).unlink(missing_ok=True)
+    where = ["--data", str(data), "--out", str(out)]
+    wall = timed([sys.executable, "-m", *command, *where, "--quiet", "--no-pictures", "--force"], Path.cwd())
+    record_of(out).write_text(json.dumps(recipe, indent=1) + "\n")
     return wall
 
 
-def gpu_recipes(device: str, quick: bool) -> tuple[list[str], dict]:
-    """nanoGPT's GPU command (after `python`) and our settings, on `device`; tiny with `quick`."""
+def train_nanogpt(nanogpt: Path, out: Path, recipe: list[str], force: bool) -> float | None:
+    """nanoGPT's `recipe` (its command after `python`) into `out`; None when `out` holds a finished model of this
+    recipe, trained on the same train.bin and val.bin (see read_back)."""
+    folder = nanogpt / "data" / "shakespeare_char"
+    record = {"command": recipe, "data_sha256": digest(folder / "train.bin", folder / "val.bin")}
+    if read_back(out, (out / "ckpt.pt").is_file(), record, force):
+        return None
+    record_of(out).unlink(missing_ok=True)
+    if out.exists():
+        shutil.rmtree(out)  # nanoGPT saves a checkpoint only when its estimate improves: none of an earlier one kept
+    wall = timed([sys.executable, *recipe, f"--out_dir={out}"], nanogpt)
+    record_of(out).write_text(json.dumps(record, indent=1) + "\n")
+    return wall
+
+
+def cpu_recipes(quick: bool) -> tuple[list[str], dict]:
+    """nanoGPT README's CPU command (after `python`) and our settings (the task's defaults); tiny with `quick`."""
+    return (NANOGPT_RECIPE + NANOGPT_QUICK, dict(QUICK)) if quick else (list(NANOGPT_RECIPE), {})
+
+
+def gpu_recipes(device: str, quick: bool) -> tuple[list[str], dict, bool]:
+    """nanoGPT's GPU command (after `python`), our settings, and whether both compile, on `device`; tiny with
+    `quick`. nanoGPT compiles by default (train.py's compile=True, which its config keeps) and autocasts on CUDA
+    only: on a CPU neither side compiles and both train in float32."""
     nanogpt = ["train.py", "config/train_shakespeare_char.py", f"--device={device}", "--always_save_checkpoint=True"]
     ours = dict(GPU_SETTINGS)
     if quick:
         nanogpt += NANOGPT_QUICK
         ours |= QUICK
-    if device == "cpu":  # nanoGPT autocasts on CUDA only, and compiles for its GPU recipe
+    compile = not device.startswith("cpu")
+    if not compile:
         nanogpt += ["--dtype=float32", "--compile=False"]
         ours["dtype"] = "fp32"
-    return nanogpt, ours
+    return nanogpt, ours, compile
 
 
 def nanogpt_model(nanogpt: Path, out: Path, device: str = "cpu") -> tuple[Logits, dict]:
@@ -127,7 +187,8 @@ def nanogpt_model(nanogpt: Path, out: Path, device: str = "cpu") -> tuple[Logits
     state = {key.removeprefix("_orig_mod."): value for key, value in checkpoint["model"].items()}
     model.load_state_dict(state)
     model.to(device).eval()
-    record = {"iter_num": checkpoint["iter_num"], "best_val_loss": float(checkpoint["best_val_loss"])}
+    record = {"iter_num": checkpoint["iter_num"], "best_val_loss": float(checkpoint["best_val_loss"]),
+              "eval_iters": checkpoint["config"]["eval_iters"]}  # fmt: skip
     return (lambda ids: model(ids, ids.contiguous())[0]), record  # given targets, it returns every position's logits
 
 
@@ -206,21 +267,25 @@ def check_tokens(task, nanogpt: Path, boundary: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nanogpt", type=Path, required=True, help="a clone of karpathy/nanoGPT, data prepared")
     parser.add_argument("--data", type=Path, required=True, help="tinyshakespeare.txt")
     parser.add_argument("--out", type=Path, required=True, help="where the models are trained")
     parser.add_argument("--recipe", choices=("cpu", "gpu"), default="cpu", help="nanoGPT's CPU or GPU recipe")
     parser.add_argument("--device", help="where the gpu recipe trains and both are scored [default: cuda]")
-    parser.add_argument("--quick", action="store_true", help="the gpu recipe, tiny: a rehearsal, not a result")
+    parser.add_argument("--quick", action="store_true", help="either recipe, tiny: a rehearsal, not a result")
+    parser.add_argument("--force", action="store_true", help="train every model again, whatever --out holds")
     args = parser.parse_args()
     gpu = args.recipe == "gpu"
+    if not gpu and args.device not in (None, "cpu"):
+        fail(f"--device {args.device}: the cpu recipe trains and scores on the CPU; --recipe gpu takes a device")
     device = (args.device or "cuda") if gpu else "cpu"
     nanogpt, data, out = args.nanogpt.resolve(), args.data.resolve(), args.out.resolve()
     if not (nanogpt / "model.py").is_file() or not (nanogpt / "data" / "shakespeare_char" / "train.bin").is_file():
         fail(f"{nanogpt} is not a nanoGPT clone with data/shakespeare_char/train.bin; run its prepare.py first")
     if not data.is_file():
         fail(f"{data} is not a file")
+    out = out / (args.recipe + ("-quick" if args.quick else ""))  # each recipe's models in their own folder
     out.mkdir(parents=True, exist_ok=True)
     text = data.read_text(encoding="utf-8")
     boundary = int(len(text) * BOUNDARY_FRACTION)
@@ -229,17 +294,17 @@ def main() -> None:
 
     start = time.perf_counter()
     if gpu:
-        nanogpt_recipe, settings = gpu_recipes(device, args.quick)
+        nanogpt_recipe, settings, compile = gpu_recipes(device, args.quick)
         walls = {
-            "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt", nanogpt_recipe),
-            "ours, first 90%": train_ours(first90, out / "ours-first90", settings, device),
+            "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt", nanogpt_recipe, args.force),
+            "ours, first 90%": train_ours(first90, out / "ours-first90", settings, device, compile, args.force),
         }
     else:
-        settings = {}
+        (nanogpt_recipe, settings), compile = cpu_recipes(args.quick), False
         walls = {
-            "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt"),
-            "ours": train_ours(data, out / "ours"),
-            "ours, first 90%": train_ours(first90, out / "ours-first90"),
+            "nanoGPT": train_nanogpt(nanogpt, out / "nanogpt", nanogpt_recipe, args.force),
+            "ours": train_ours(data, out / "ours", settings, device, compile, args.force),
+            "ours, first 90%": train_ours(first90, out / "ours-first90", settings, device, compile, args.force),
         }
     task = get_task("shakespeare", data=str(data), **{k: v for k, v in settings.items() if k == "block_size"})
     check_tokens(task, nanogpt, boundary)
@@ -274,16 +339,17 @@ def main() -> None:
     own = json.loads(RunLayout(out / mine).final.read_text())[metric_key(HELDOUT, "loss")]
     torch_line = f"torch {torch.__version__}, Python {platform.python_version()}, {torch.get_num_threads()} threads"
     where = torch.cuda.get_device_name() if device.startswith("cuda") else device
-    print(f"gpt-from-scratch {gpt_core.__version__}, {torch_line}, {where}; nanoGPT's {args.recipe} recipe"
+    compiled = "both compiled" if compile else "neither compiled"
+    print(f"gpt-from-scratch {gpt_core.__version__}, {torch_line}, {where}; nanoGPT's {args.recipe} recipe, {compiled}"
           + (" (--quick: not a result)" if args.quick else ""))  # fmt: skip
     print(f"text: {len(text):,} characters; boundary at character {boundary:,}; windows of {block}")
     print("tokenisation: nanoGPT's train.bin + val.bin equal our token stream, id for id; vocabularies identical")
     print(f"nanoGPT's checkpoint: iteration {record['iter_num']}, its own validation estimate "
-          f"(20 random batches) {record['best_val_loss']:.4f}")  # fmt: skip
+          f"({record['eval_iters']} random batches) {record['best_val_loss']:.4f}")  # fmt: skip
     which = "first-90%" if gpu else "default"
     print(f"our {which} run's own held-out loss (every held-out window, final.json): {own:.4f}")
     for name, wall in walls.items():
-        print(f"{name}: " + (f"trained in {wall:.1f} s" if wall is not None else "read back from --out"))
+        print(f"{name}: " + (f"trained in {wall:.1f} s" if wall is not None else f"read back from {out}"))
     ours_name = "ours, first 90%" if gpu else "ours"
     if walls[ours_name] is not None and walls["nanoGPT"] is not None:
         print(f"wall time, {ours_name} / nanoGPT: {walls[ours_name] / walls['nanoGPT']:.2f}")

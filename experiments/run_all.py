@@ -44,6 +44,10 @@ EXPERIMENTS = {
     "induction": exp_induction,
 }
 
+OUTSIDE = {"grokking-levers": "python experiments/exp_grokking_levers.py (about ten runs of up to 15 minutes)"}
+"""The experiments whose page run_all leaves alone, each with the command that rewrites it (the nox `experiments`
+session runs its quick mode beside run_all's)."""
+
 # The quick mode's experiments side by side, the longest first, so that the lanes end together.
 QUICK_LONGEST_FIRST = ["positional", "text", "kv_cache", "ablations", "induction", "language", "grokking", "sort",
                        "grokking-phases", "addition"]  # fmt: skip
@@ -53,6 +57,10 @@ assert sorted(QUICK_LONGEST_FIRST) == sorted(EXPERIMENTS)
 def main() -> None:
     ctx = context_from_args(description=__doc__)
     chosen = ctx.only or list(EXPERIMENTS)
+    if outside := [name for name in chosen if name in OUTSIDE]:
+        sys.exit(
+            f"run_all: {outside[0]} is not one of run_all's experiments; its page comes from {OUTSIDE[outside[0]]}"
+        )
     unknown = sorted(set(chosen) - set(EXPERIMENTS))
     if unknown:
         sys.exit(f"run_all: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
@@ -93,7 +101,9 @@ def write_index(out: Path) -> Path:
     header = (
         "# Results\n\nOne page per experiment and benchmark: its command, the machine it was measured on, the "
         "table, the picture and what it means. `python experiments/run_all.py` rewrites the experiments' pages "
-        "(`--only NAME` one of them) and this list.\n\n"
+        "(`--only NAME` one of them) and this list, all but "
+        + ", ".join(f"{name}.md (`{command.split(' (')[0]}`)" for name, command in OUTSIDE.items())
+        + ".\n\n"
     )
     index = out / "README.md"
     _, heading, sections = index.read_text().partition("\n## ") if index.is_file() else ("", "", "")
