@@ -780,3 +780,23 @@ def test_a_changed_corpus_is_refused_by_eval_in_one_line_and_sample_warns(cli, t
     sampled = cli("sample", run_dir, "--prompt", "RO")  # with the tokenizer the run recorded, and a warning
     assert sampled.code == 0 and "is not the text this run was trained on" in sampled.err
     assert snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize("device", ["cuda", "mps"])
+def test_the_dropout_check_gives_back_the_accelerators_generator_it_reseeds(monkeypatch, device):
+    """The check seeds every generator (torch.manual_seed); on MPS its state was not given back, so every later mask
+    of the run came from seed 0, whatever its seed. Stood in for by spies on the device's generator state."""
+    module = torch.get_device_module(device)
+    state = {"now": "the run's"}
+    monkeypatch.setattr(module, "get_rng_state", lambda device=None: state["now"])
+    monkeypatch.setattr(module, "set_rng_state", lambda new, device=None: state.update(now=new))
+
+    def report(*args, **kwargs):
+        state["now"] = "seed 0"
+        return []
+
+    monkeypatch.setattr("gpt_train.trainer.dropout_report", report)
+    trainer = Trainer.__new__(Trainer)  # the check reads the device and the kernels alone
+    trainer.device, trainer.model = torch.device(device), type("Model", (), {"kernels": None})()
+    assert trainer._dropout_failure() is None
+    assert state["now"] == "the run's"

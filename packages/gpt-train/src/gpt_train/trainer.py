@@ -369,7 +369,7 @@ class Trainer:
     def _dropout_failure(self, compile: bool = False) -> str | None:
         """How the model's kernels' dropout (compiled, with `compile`) fails a check that holds for any draw, on the
         device, or None; the CPU's and the device's generators are left as they were: the run's masks come from them."""
-        devices = [self.device] if self.device.type == "cuda" else []
+        devices = [self.device] if self.device.type in ("cuda", "mps") else []  # torch.manual_seed reseeds both
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             rows = dropout_report(self.model.kernels, torch_references(), self.device, seed=0, compile=compile)
         failures = [failure for row in rows if (failure := row.failure(DROPOUT_CHECK_TOLERANCE))]
