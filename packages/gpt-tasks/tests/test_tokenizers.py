@@ -115,6 +115,16 @@ def test_identities_differ_between_tokenizers(bpe):
     assert len(identities) == 4
 
 
+def test_text_that_is_not_utf8_is_a_value_error_from_every_tokenizer(bpe):
+    """Python holds bytes that are not UTF-8 (a prompt such as $'\\xff') as lone surrogates; Hugging Face tokenizers
+    rejects them with a bare TypeError (a traceback from `gpt-train sample`), so BPE refuses them as the others do."""
+    text = b"the \xff".decode("utf-8", errors="surrogateescape")
+    for tokenizer in every_tokenizer(bpe):
+        for encode in (tokenizer.encode, lambda t, tok=tokenizer: tok.encode_batch(["fine", t])):
+            with pytest.raises(ValueError, match="can't encode character '\\\\udcff'"):
+                encode(text)
+
+
 def test_too_small_a_bpe_vocabulary_is_refused():
     with pytest.raises(ValueError, match="vocab_size must be at least 257"):
         train_bpe(["abc"], vocab_size=256)

@@ -386,6 +386,21 @@ def test_resume_of_a_finished_run_is_refused(cli, tiny_run):
     assert snapshot(tiny_run) == before
 
 
+@pytest.mark.parametrize("final", [True, False], ids=["finished", "stopped-in-its-final-evaluation"])
+def test_resume_of_a_checkpoint_past_the_steps_config_json_sets_is_refused(cli, tiny_run, final):
+    """A hand-edited train.steps below the checkpoint's step "finished" the run at the checkpoint's step, writing a
+    final.json of 30 steps for a config.json of 20, or called it finished at "30 of 20 steps"."""
+    config = json.loads((tiny_run / RunLayout.CONFIG).read_text())
+    config["train"]["steps"] = 20
+    (tiny_run / RunLayout.CONFIG).write_text(json.dumps(config))
+    if not final:
+        (tiny_run / RunLayout.FINAL).unlink()
+    before = snapshot(tiny_run)
+    refused = cli("run", "--resume", tiny_run)
+    assert_one_line_error(refused, "its checkpoint is at step 30, past the run's last step 20", "train.steps is 20")
+    assert snapshot(tiny_run) == before
+
+
 def test_missing_data_file_is_one_line(cli, tmp_path):
     result = cli("run", "--task", "shakespeare", "--data", tmp_path / "nowhere.txt", "--out", tmp_path / "run")
     assert_one_line_error(result, "task 'shakespeare'", "nowhere.txt")

@@ -183,6 +183,15 @@ def test_sample_hf_gives_what_the_run_itself_gives(cli, bpe_export):
     assert cached.out == from_hf.out
 
 
+def test_a_prompt_that_is_not_utf8_is_one_line_from_a_bpe_run_and_from_its_export(cli, bpe_export):
+    """A shell prompt such as $'the \\xff' reaches Python as a lone surrogate, which BPE refuses by name."""
+    run_dir, out = bpe_export
+    prompt = b"the \xff".decode("utf-8", errors="surrogateescape")
+    for source in ((run_dir,), ("--hf", out)):
+        result = cli("sample", *source, "--prompt", prompt, "--device", "cpu")
+        assert_one_line_error(result, "the text is not valid UTF-8", "surrogates not allowed")
+
+
 def test_init_from_starts_from_the_directorys_weights_and_tokenizer(cli, bpe_export, tmp_path):
     source_run, out = bpe_export
     corpus = tmp_path / "corpus.txt"  # bpe_run's corpus

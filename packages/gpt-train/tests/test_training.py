@@ -27,7 +27,7 @@ from gpt_train.config import ConfigError, RunConfig, train_settings
 from gpt_train.distributed import DistributedError, Rank, Unread, lost_a_rank
 from gpt_train.precision import Precision
 from gpt_train.progress import Progress
-from gpt_train.runs import Run
+from gpt_train.runs import Run, RunLock
 from gpt_train.settings import TrainSettings
 from gpt_train.signals import REPEAT_GRACE
 from gpt_train.trainer import (
@@ -625,6 +625,40 @@ def test_torchrun_trains_on_two_gloo_processes_that_agree_on_weights(tmp_path, e
     if extra:
         reached = next(r["step"] for r in records if r.get("heldout_exact_match", 0) >= 0.05)
         assert reached < 180 and records[-1]["step"] == reached + 20
+
+
+@pytest.mark.parametrize(
+    ("case", "port"), [("finished", "29519"), ("locked", "29520")], ids=["a-finished-run", "a-locked-run"]
+)
+def test_under_torchrun_rank_0_refusing_the_directory_ends_every_rank_at_once_in_one_line(
+    cli, tiny_run, tmp_path, case, port
+):
+    """Rank 0 alone lays out and locks the directory: its refusal ended rank 0 before it joined the process group,
+    and rank 1 waited there for it until torchrun killed it, 30 s later, in a traceback. Every rank now waits for
+    rank 0's verdict, so each ends at once with one line: rank 0 its reason, rank 1 naming it."""
+    args = [*TINY, "--out", str(tiny_run)] if case == "finished" else ["run", "--resume", str(tiny_run), "--quiet"]
+    reason = "already holds a finished run" if case == "finished" else "is in use by another gpt-train process"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    logs = tmp_path / "logs"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+               "--log-dir", str(logs), "--redirects", "3", "-m", "gpt_train", *args]  # fmt: skip
+    before = sorted(path.name for path in tiny_run.iterdir())
+    lock = RunLock(tiny_run).acquire() if case == "locked" else None  # as another gpt-train process holds it
+    try:
+        started = time.monotonic()
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        if lock is not None:
+            lock.release()
+    assert done.returncode != 0 and took < 20, (done.returncode, took)
+    said = {int(path.parent.name): path.read_text() for path in logs.rglob("stderr.log")}  # each rank's stderr
+    assert said.keys() == {0, 1}, done.stderr[-3000:]
+    for rank, err in said.items():
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and reason in lines[0], err
+        assert lines[0].startswith("gpt-train: error: " + "[rank 1] rank 0 refused the run: " * rank), err
+    assert sorted(path.name for path in tiny_run.iterdir()) == before
 
 
 def test_under_torchrun_each_rank_draws_its_own_dropout_masks_and_a_resumed_rank_the_same_ones(

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from gpt_core import to_device
-from gpt_train.errors import TrainError
+from gpt_train.errors import TrainError, message_of
 
 LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # what torchrun sets for each process
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # where the processes meet; init_process_group needs both
+T = TypeVar("T")
 LARGEST = 2**31 - 1  # the largest rank or world size PyTorch's process group takes (a C int)
 LAST_BARRIER: list[dist.Work] = []
 """The last barrier's work. gloo's barrier holds the collectives issued before it, and so their tensors: a gloo thread
@@ -127,6 +129,30 @@ class Rank:
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+
+    def on_main(self, work: Callable[[], T], device: torch.device) -> T | None:
+        """`work()` on rank 0 alone (laying out and locking the run directory, which it alone writes), with every
+        rank in the process group waiting for its verdict: rank 0's error ends each rank at once, rank 0 with that
+        error and the others with one line naming it. Without this the others waited to join the group for a rank 0
+        that had already exited, until torchrun killed them in a traceback. Returns `work()` on rank 0, None on the
+        others."""
+        if not self.distributed:
+            return work()
+        self.init(device)
+        result, refusal = None, None
+        if self.is_main:
+            try:
+                result = work()
+            except BaseException as error:  # Ctrl-C included: the others must not wait for a verdict never sent
+                refusal = error
+        verdict = [None if refusal is None else message_of(refusal) or type(refusal).__name__]
+        dist.broadcast_object_list(verdict, src=0)
+        if verdict[0] is not None:
+            self.shutdown()
+            if refusal is not None:
+                raise refusal
+            raise DistributedError(f"rank 0 refused the run: {verdict[0]}")
+        return result
 
     def shutdown(self) -> None:
         if self.distributed and dist.is_initialized():

@@ -115,8 +115,8 @@ def new_run(
     unverified: bool = False,
     init_from: Path | None = None,
 ) -> Run:
-    """Resolve the configuration and check its kernels, then lay out the run directory (rank 0) and write
-    config.json: nothing is written until the configuration is known to be valid."""
+    """Resolve the configuration and check its kernels, then lay out the run directory (rank 0, every rank waiting
+    for its verdict) and write config.json: nothing is written until the configuration is known to be valid."""
     config, task = resolve_run_config(task_name, values, kernels, unverified, init_from)
     check_memory(config.model, device)
     check_kernel_set(config.train.kernels, device)
@@ -128,7 +128,7 @@ def new_run(
         read_weights(init_from, config.model)
     layout = RunLayout(out if out is not None else _unused_run_dir(task_name, rank.is_main))
     config = dataclasses.replace(config, kernel_folders=recorded_folders(config.kernels, layout.root))
-    lock = _prepare_directory(layout, config, force, task) if rank.is_main else None
+    lock = rank.on_main(lambda: _prepare_directory(layout, config, force, task), device)
     return Run(config, task, layout, device, rank, resume=False, lock=lock, kernels=found)
 
 
@@ -253,9 +253,9 @@ def resumed_run(
     trust_kernels: bool = False,
     compile_now: bool | None = None,
 ) -> Run:
-    """The run saved in `run_dir`, locked (rank 0), with any half-written file a killed process left removed, and
-    its kernels found and verified (`saved_kernels`); `compile_now`, where given, compiles it from here on or not
-    (config.json keeps how the run started)."""
+    """The run saved in `run_dir`, locked (rank 0, every rank waiting for its verdict), with any half-written file a
+    killed process left removed, and its kernels found and verified (`saved_kernels`); `compile_now`, where given,
+    compiles it from here on or not (config.json keeps how the run started)."""
     if not run_dir.is_dir():
         missing = "is not a directory" if run_dir.exists() else "does not exist"
         raise RunDirError(f"cannot resume: run directory {run_dir} {missing}")
@@ -271,13 +271,9 @@ def resumed_run(
         check_fits_checkpoint(config.model, layout.checkpoint)  # before the trainer builds the model
     kernels = saved_kernels(config, run_dir, trust_kernels, verify_all=True, device=device)
     check_precision(config.train.dtype, device)
-    lock = RunLock(layout.root).acquire() if rank.is_main else None
+    lock = rank.on_main(lambda: _locked_and_tidied(layout, config), device)
     try:
         has_checkpoint = layout.checkpoint.exists()
-        if not has_checkpoint and layout.final.exists():
-            raise RunDirError(f"cannot resume: no checkpoint at {layout.checkpoint}")
-        if rank.is_main:
-            _tidy(layout, config)
         if not has_checkpoint:
             warnings.warn(
                 f"{run_dir} stopped before its first checkpoint; starting it again from step 0 with its saved "
@@ -289,8 +285,23 @@ def resumed_run(
     except BaseException:
         if lock is not None:
             lock.release()
+        rank.shutdown()
         raise
     return Run(config, task, layout, device, rank, has_checkpoint, lock=lock, kernels=kernels, continuing=True)
+
+
+def _locked_and_tidied(layout: RunLayout, config: RunConfig) -> RunLock:
+    """A resumed run's directory locked, refused if it finished without a checkpoint to go on from, and cleared of
+    what a killed process left half-written."""
+    lock = RunLock(layout.root).acquire()
+    try:
+        if not layout.checkpoint.exists() and layout.final.exists():
+            raise RunDirError(f"cannot resume: no checkpoint at {layout.checkpoint}")
+        _tidy(layout, config)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 def opening_flags(config: RunConfig) -> str:

@@ -48,7 +48,7 @@ from gpt_train.record import Record, finished_at
 from gpt_train.runs import Run, RunDirError, RunWarning, run_kernels
 from gpt_train.signals import StopRequest, ctrl_c_interrupts
 from gpt_train.verify import torch_references
-from gpt_viz import metric_key, probe_key
+from gpt_viz import RunLayout, metric_key, probe_key
 
 T = TypeVar("T")
 
@@ -162,6 +162,8 @@ class Trainer:
         self.loss: float | None = None  # the last step's training loss (a checkpoint's, before this process trains)
         if run.resume:
             self._restore(self.record.restore())
+        if self.step > self.last_step:  # config.json edited since: "finishing" would report steps it does not set
+            raise RunDirError(self._past_the_last_step(run.layout))
         if self.step >= self.last_step and finished_at(run.layout, self.step):
             raise RunDirError(f"the run in {run.layout.root} already finished ({self.step} of {self.last_step} steps)")
         self.record.start_at(self.step, final_only=self.step >= self.last_step)
@@ -217,6 +219,18 @@ class Trainer:
                 RunWarning,
                 stacklevel=2,
             )
+
+    def _past_the_last_step(self, layout: RunLayout) -> str:
+        s = self.settings
+        if self.last_step == s.steps:
+            ends, fix = f"train.steps is {s.steps}", f"set train.steps to {self.step} or more"
+        else:
+            ends = f"cooldown_steps is {s.cooldown_steps} after the cooldown began at step {self.cooldown_from}"
+            fix = f"set train.cooldown_steps to {self.step - self.cooldown_from} or more"
+        return (
+            f"cannot resume {layout.root}: its checkpoint is at step {self.step}, past the run's last step "
+            f"{self.last_step} ({ends} in {layout.config.name}); {fix} to go on from it"
+        )
 
     @property
     def last_step(self) -> int:

@@ -138,6 +138,16 @@ def byte_alphabet() -> dict[str, int]:
     return {chr(c): b for c, b in zip(chars, printable + others, strict=True)}
 
 
+def _utf8_text(text: str) -> str:
+    """`text`, refused in one line where it holds a lone surrogate (Python's stand-in for bytes that are not UTF-8),
+    which Hugging Face tokenizers would reject with a bare TypeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"the text is not valid UTF-8 ({error})") from None
+    return text
+
+
 class BpeTokenizer(Tokenizer):
     """A Hugging Face byte-level BPE tokenizer, defined by its JSON (the extra `gpt-tasks[bpe]`)."""
 
@@ -174,10 +184,10 @@ class BpeTokenizer(Tokenizer):
         return table
 
     def encode(self, text: str) -> np.ndarray:
-        return np.array(self.hf.encode(text).ids, dtype=np.int64)
+        return np.array(self.hf.encode(_utf8_text(text)).ids, dtype=np.int64)
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        return [np.array(e.ids, dtype=np.int64) for e in self.hf.encode_batch(list(texts))]
+        return [np.array(e.ids, dtype=np.int64) for e in self.hf.encode_batch([_utf8_text(t) for t in texts])]
 
     def token_bytes(self) -> list[bytes]:
         return self._bytes
