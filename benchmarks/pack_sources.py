@@ -76,7 +76,8 @@ def main() -> None:
     found = differences(read_manifest(args.manifest), now)
     if found:
         more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-        sys.exit(f"the pack was built from other sources: {len(found)} files differ: {', '.join(found[:SHOWN])}{more}")
+        files = "1 file differs" if len(found) == 1 else f"{len(found)} files differ"
+        sys.exit(f"the pack was built from other sources: {files}: {', '.join(found[:SHOWN])}{more}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -16,13 +17,27 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
 import gpt_core
 from gpt_viz import RunLayout
 from gpt_viz.phases import first_at_least
+
+
+def _benchmarks_common():
+    """benchmarks/common.py, the one owner of the scripts' argument parser (refusals one line, exit 2) and its
+    number types; loaded under its own name, as both folders name their shared module `common`."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "common.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_common", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+_BENCHMARKS = _benchmarks_common()
+ArgumentParser, positive_int = _BENCHMARKS.ArgumentParser, _BENCHMARKS.positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_VARIABLE = "GPT_DATA"
@@ -250,24 +265,6 @@ def copy_picture(ctx: Context, source: Path, name: str) -> str:
     target = ctx.out / name
     shutil.copyfile(source, target)
     return f"![{name}]({name})"
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser, whose refusals are one line (`exp_sort.py: error: ...`) and exit 2, no usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (argparse turns the ValueError into one line and exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return value
 
 
 def context_from_args(argv: Sequence[str] | None = None, description: str = "") -> Context:

@@ -25,13 +25,14 @@ ids 0-64), and each of our runs must map every id to the same character.
 384 dimensions, block 256, batch 64, dropout 0.2, 5,000 steps, bf16, compiled), against `gpt-train run --task
 shakespeare --device cuda --compile` at the same settings (GPU_SETTINGS; no biases, as nanoGPT's model has none),
 both compiled by torch.compile, each trained once on the first 90% into `--out`/gpu and timed whole as a user runs
-it; both are scored on every window of the last 10%. With `--device cpu` neither is compiled and both train in
-float32. `--quick` makes either recipe's models tiny (2 layers, 2 heads, 64 dimensions, 30 steps; into
+it; both are scored on every window of the last 10%. On another device than CUDA neither is compiled and both
+train in float32. `--quick` makes either recipe's models tiny (2 layers, 2 heads, 64 dimensions, 30 steps; into
 `--out`/cpu-quick or gpu-quick), a rehearsal of the machinery on any device, not a result.
 
 Beside each finished model its record (NAME.recipe.json) holds the command and settings that trained it and the
 digest of its training text. A model whose record matches the current ones is read back, not trained again (and
-printed so); a model with another record, or none, is refused, naming `--force` (train it again) or a new `--out`.
+printed so); one without a record (its training was cut off) is trained again; one with another record is
+refused, naming `--force` (train it again) or a new `--out`.
 
 A difference is nanoGPT's loss minus ours over the shared targets; its 95% interval comes from 10,000
 bootstrap resamples of the 1,024-character chunks (the windows of one chunk are not independent), and the
@@ -107,22 +108,17 @@ def record_of(model_dir: Path) -> Path:
 
 def read_back(model_dir: Path, finished: bool, recipe: dict, force: bool) -> bool:
     """True when `model_dir` holds a finished model trained by `recipe` (read back, not trained again); False when it
-    is to be trained (nothing finished there, or `force`); refused when what it holds was trained otherwise, or has
-    no record (written only once its training has ended)."""
+    is to be trained (`force`, nothing finished there, or no record: the record is written once training ends, so a
+    model without one was cut off); refused when its record names another recipe."""
     record = record_of(model_dir)
-    if force or not (finished or record.is_file()):
+    if force or not (finished and record.is_file()):
         return False
-    recorded = json.loads(record.read_text()) if record.is_file() else None
-    if finished and recorded == recipe:
+    recorded = json.loads(record.read_text())
+    if recorded == recipe:
         return True
-    if recorded is None:
-        why = "holds a model with no record of the recipe that trained it to the end"
-    elif not finished:
-        why = "holds an unfinished model"
-    else:
-        differ = sorted(key for key in recipe.keys() | recorded.keys() if recipe.get(key) != recorded.get(key))
-        why = f"holds a model trained with another {', '.join(differ)} ({record})"
-    fail(f"{model_dir} {why}; pass --force to train it again, or a new --out")
+    differ = sorted(key for key in recipe.keys() | recorded.keys() if recipe.get(key) != recorded.get(key))
+    fail(f"{model_dir} holds a model trained with another {', '.join(differ)} ({record}); pass --force to train it "
+         "again, or a new --out")  # fmt: skip
 
 
 def train_ours(data: Path, out: Path, settings: dict, device: str, compile: bool, force: bool) -> float | None:
@@ -163,13 +159,13 @@ def cpu_recipes(quick: bool) -> tuple[list[str], dict]:
 def gpu_recipes(device: str, quick: bool) -> tuple[list[str], dict, bool]:
     """nanoGPT's GPU command (after `python`), our settings, and whether both compile, on `device`; tiny with
     `quick`. nanoGPT compiles by default (train.py's compile=True, which its config keeps) and autocasts on CUDA
-    only: on a CPU neither side compiles and both train in float32."""
+    only: elsewhere neither side compiles and both train in float32."""
     nanogpt = ["train.py", "config/train_shakespeare_char.py", f"--device={device}", "--always_save_checkpoint=True"]
     ours = dict(GPU_SETTINGS)
     if quick:
         nanogpt += NANOGPT_QUICK
         ours |= QUICK
-    compile = not device.startswith("cpu")
+    compile = device.startswith("cuda")
     if not compile:
         nanogpt += ["--dtype=float32", "--compile=False"]
         ours["dtype"] = "fp32"

@@ -22,6 +22,15 @@ from gpt_train.signals import ctrl_c_interrupts, stop_when_the_reader_goes
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def out_of_memory(error: RuntimeError) -> str | None:
+    """The first words of `error` where it says an allocation failed (torch.OutOfMemoryError, the CPU allocator's
+    own), else None."""
+    words = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if "out of memory" not in words.lower() and "can't allocate memory" not in words:
+        return None
+    return words[:160]
+
+
 class CommandError(click.ClickException):
     """What the user sees of any failure: one line on stderr, `gpt-train: error: ...`, and an exit status."""
 
@@ -126,15 +135,11 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             raise Aborted() from None
         except RuntimeError as error:  # torch.OutOfMemoryError included
-            words = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            if "out of memory" not in words.lower() and "can't allocate memory" not in words:
+            if (words := out_of_memory(error)) is None:
                 raise
-            smaller = (
-                "fewer --max-new-tokens"
-                if ctx.invoked_subcommand == "sample"
-                else "a smaller batch_size, block_size or model"
-            )
-            raise CommandError(f"out of memory ({words[:160]}); {smaller} needs less", exit_code=1) from None
+            raise CommandError(
+                f"out of memory ({words}); a smaller batch_size, block_size or model needs less", exit_code=1
+            ) from None
         except SystemExit as exit_:  # click's own exits are click.exceptions.Exit, not SystemExit
             origin = exit_origin(exit_)
             raise CommandError(

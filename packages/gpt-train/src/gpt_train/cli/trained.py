@@ -13,7 +13,7 @@ import torch
 from gpt_core import generate
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.cli.formatting import format_metrics, sampled_note
-from gpt_train.cli.group import CONTEXT, CommandError
+from gpt_train.cli.group import CONTEXT, CommandError, out_of_memory
 from gpt_train.cli.options import DEVICE_HELP, SEED, TRUST_KERNELS_OPTION, named_path, set_option
 from gpt_train.config import RunConfig, field_types, parse_assignments, route, task_class
 from gpt_train.devices import resolve_device
@@ -181,6 +181,10 @@ def sample(
             )
         except ValueError as error:
             raise CommandError(str(error)) from None
+        except RuntimeError as error:  # a rope or no-position model caches every token asked for
+            if (words := out_of_memory(error)) is None:
+                raise
+            raise CommandError(f"out of memory ({words}); fewer --max-new-tokens need less", exit_code=1) from None
         click.echo(f"{text} -> {task.decode(out[0, ids.shape[1] :].tolist())}")
 
 

@@ -89,15 +89,12 @@ def findings_of(records: dict[str, Any]) -> list[str]:
 
 
 def example_prompts(vocabulary: Vocabulary) -> list[str]:
-    """The prompts the page offers; none, with a note on stderr, for a text run whose corpus is gone (its examples
-    are held-out text of it): the page still answers a typed prompt."""
+    """The prompts the page offers; none, with the task's reason on stderr, where it has none to give (a text run
+    whose corpus is gone: its examples are held-out text of it): the page still answers a typed prompt."""
     try:
         return vocabulary.example_prompts()
-    except ValueError:
-        click.echo(
-            "gpt-train: note: the run's corpus is not at hand, so the page offers no example prompts: type one",
-            err=True,
-        )
+    except ValueError as error:
+        click.echo(f"gpt-train: note: the page offers no example prompts ({error}); type one", err=True)
         return []
 
 
