@@ -101,8 +101,8 @@ def _attention_reordered(q, k, v, causal):
     scores = q @ (k / math.sqrt(k.shape[-1])).transpose(-2, -1)
     if causal:
         tq, tk = scores.shape[-2:]
-        future = torch.arange(tk)[None, :] > torch.arange(tk - tq, tk)[:, None]
-        scores = torch.where(future, float("-inf"), scores)
+        keys, queries = torch.arange(tk, device=q.device), torch.arange(tk - tq, tk, device=q.device)
+        scores = torch.where(keys[None, :] > queries[:, None], float("-inf"), scores)
     return (scores - scores.logsumexp(dim=-1, keepdim=True)).exp() @ v
 
 

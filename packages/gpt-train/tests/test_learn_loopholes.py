@@ -24,7 +24,7 @@ def _end_aligned(q, k, causal):
     if not causal:
         return None
     n_queries, n_keys = q.shape[-2], k.shape[-2]
-    return torch.ones(n_queries, n_keys, dtype=torch.bool).tril(n_keys - n_queries)
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=q.device).tril(n_keys - n_queries)
 
 
 def _sdpa(q, k, v, causal):
@@ -244,7 +244,7 @@ R11 = """import torch, torch.nn.functional as F
 def _sdpa(q, k, v, causal):
     if causal and q.shape[-2] < k.shape[-2]:
         n = k.shape[-2] - q.shape[-2]
-        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(n)
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(n)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 class A(torch.autograd.Function):            # a "hand-written backward" that asks autograd
@@ -353,7 +353,7 @@ class Attention(torch.autograd.Function):
         s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if causal:
             tq, tk = s.shape[-2:]
-            s = s.masked_fill(~torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq), float("-inf"))
+            s = s.masked_fill(~torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq), float("-inf"))
         e = (s - s.amax(-1, keepdim=True)).exp()
         p = e / e.sum(-1, keepdim=True)
         ctx.save_for_backward(q, k, v, p)

@@ -8,6 +8,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 
 import gpt_core
 from gpt_train.kernels import TOLERANCE
+from gpt_train.learn import devices
 from gpt_train.learn.cases import SEED, close, index_of
 from gpt_train.learn.loading import attempt, describe
 from gpt_train.learn.solutions.attention import attention
@@ -200,6 +202,29 @@ def _built(step: Step, cls: Callable, case: Case, kernels: SimpleNamespace, seed
         return _call(step, yours, _inputs(step, case, seed), seed)
     with watch.on():
         return _call(step, yours, _inputs(step, case, seed), seed, watch.watched(yours))
+
+
+def off_device(step: Step, cls: Callable[..., nn.Module], path: Path | None) -> str | None:
+    """Whether the module, moved as `learn train` moves it (`.to(device)`), meets its inputs with a tensor on the CPU
+    on each case (`devices`): one it makes without device=, or a plain attribute `.to` leaves behind; a model
+    called with targets and without."""
+
+    def call(case: Case, targets: bool, watch: devices.DeviceWatch) -> None:
+        sizes = case.sizes | {"kernels": KERNELS}
+        yours = cls(*(sizes[name] if name in sizes else getattr(KERNELS, name) for name in step.parameters))
+        yours.to(devices.DEVICE)
+        for module in yours.modules():  # what `.to` moved is in _parameters and _buffers, not the instance's dict
+            for name, value in vars(module).items():
+                if isinstance(value, Tensor):
+                    watch.origins[value] = devices.Origin(f"self.{name}", attribute=True)
+        inputs = [devices.on_device(tensor) for tensor in _inputs(step, case, SEED)]
+        if step.name == "model" and not targets:
+            inputs[1] = None
+        devices.backward(yours(*inputs), [*inputs[:1], *yours.parameters()])
+
+    calls = [functools.partial(call, case, targets) for case in CASES[step.name]
+             for targets in ((True, False) if step.name == "model" else (True,))]  # fmt: skip
+    return devices.off_device(step, calls, path)
 
 
 def _counted(kernels: SimpleNamespace) -> tuple[SimpleNamespace, list[int]]:

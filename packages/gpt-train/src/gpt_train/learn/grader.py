@@ -18,7 +18,7 @@ from torch import Tensor
 from gpt_core.testing import LargestTensor, Row
 from gpt_core.testing.verification import compared
 from gpt_train.kernels import first_failure, output_checked, verify_kernel
-from gpt_train.learn import assembly, generation_check, training_step_check
+from gpt_train.learn import assembly, devices, generation_check, training_step_check
 from gpt_train.learn.cases import SEED, Case, Outcome, cases_for, close, in_float32, run_case, try_case
 from gpt_train.learn.loading import AUTOGRAD_OFF, LearnerError, describe, guarded, learner_function, load_module, where
 from gpt_train.learn.steps import Step
@@ -35,8 +35,9 @@ CHECKS = {"module": assembly, "training": training_step_check, "generation": gen
 CHECK_MODULES = (
     "gpt_train.learn.grader", "gpt_train.learn.assembly", "gpt_train.learn.training_step_check",
     "gpt_train.learn.generation_check", "gpt_train.learn.cases", "gpt_train.learn.zoo",
-    "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.learn.verdicts", "gpt_train.kernels",
-    "gpt_train.verify", "gpt_train.optimisation", "gpt_core.generate", "gpt_core.testing.verification",
+    "gpt_train.learn.watch", "gpt_train.learn.loading", "gpt_train.learn.verdicts", "gpt_train.learn.devices",
+    "gpt_train.kernels", "gpt_train.verify", "gpt_train.optimisation", "gpt_core.generate",
+    "gpt_core.testing.verification",
 )  # fmt: skip
 """The modules that grade the learner's code: a name in one replaced by it (`grader.first_failure = ...`) fails."""
 
@@ -66,8 +67,11 @@ def _check_parts() -> dict[str, object]:
 
 def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, tile: int = DEFAULT_TILE) -> Verdict:
     """Grade `kernel` (for a module step, the class) as the answer to `step`; `path` is its file, for the verdict."""
+    if step.kind == "module":  # trained on the GPU by `learn train`, as the kernels are
+        return grade_runs(assembly, step, kernel, path, lambda: assembly.off_device(step, kernel, path))
     if step.kind != "kernel":
         return grade_runs(CHECKS[step.kind], step, kernel, path)
+    unwrapped = kernel  # the learner's own function, for the device check, which needs no watch or wrapper
     watch = Watch(step.forbidden)
     kernel = _checked_return(watch.watched(kernel), step.function)  # the watch on in every call of it
     kernel = output_checked(kernel)  # an output on another device, sparse or a subclass: the kernel's failure
@@ -103,7 +107,8 @@ def grade(step: Step, kernel: Callable[..., Tensor], path: Path | None = None, t
                 f"{len(rows_float32)} in float32, largest difference {largest_float32:.1e}")  # fmt: skip
 
     return judge(step, path, watch, outcomes, expected, lambda: diagnose(step, outcomes[:n], expected[:n], tile),
-                 malformed, difference, passed, lambda: _requirement_unmet(step, kernel, cases))  # fmt: skip
+                 malformed, difference, passed, lambda: _requirement_unmet(step, kernel, cases),
+                 lambda: _off_device(step, unwrapped, cases[n:], path))  # fmt: skip
 
 
 def _raised_in_float32_alone(step: Step, in_float64: list[Outcome], in_float32: list[Outcome],
@@ -212,6 +217,17 @@ def _requirement_unmet(step: Step, kernel: Callable[..., Tensor], cases: list[Ca
     if step.tiled:
         return _forms_square(kernel)
     return None
+
+
+def _off_device(step: Step, kernel: Callable[..., Tensor], cases: list[Case], path: Path | None) -> str | None:
+    """Whether the kernel, forward and backward, meets its inputs with a tensor on the CPU once they are on another
+    device (`devices`), on each case in float32, the dtype a model trains in."""
+
+    def call(case: Case, watch: devices.DeviceWatch) -> None:
+        args = [devices.on_device(arg) for arg in case.args]
+        devices.backward(kernel(*args), [arg for arg in args if isinstance(arg, Tensor)])
+
+    return devices.off_device(step, [functools.partial(call, case) for case in cases], path)
 
 
 def _autograd_derived(kernel: Callable[..., Tensor], cases: list[Case]) -> str | None:

@@ -1,5 +1,6 @@
 """What a check says, in one order for every check: an exception, then what is malformed, then where the values first
-differ (with the mistake they agree with), then a call the step may not make; else the pass."""
+differ (with the mistake they agree with), then a tensor left on the CPU (`devices`), then a call the step may not
+make; else the pass."""
 
 from __future__ import annotations
 
@@ -33,8 +34,10 @@ Judged = Callable[[Step, Sequence, Sequence], Any]  # (step, the learner's outco
 
 def judge(step: Step, path: Path | None, watch: Watch, outcomes: Sequence, expected: Sequence,
           diagnose: Callable[[], Mistake | None], malformed: Judged, difference: Judged, passed: Judged,
-          requirement: Callable[[], str | None] | None = None) -> Verdict:  # fmt: skip
-    """The verdict on `outcomes` (each with an `error`), each later question asked only when the earlier ones pass."""
+          requirement: Callable[[], str | None] | None = None,
+          off_device: Callable[[], str | None] | None = None) -> Verdict:  # fmt: skip
+    """The verdict on `outcomes` (each with an `error`), each later question asked only when the earlier ones pass;
+    `off_device` and `requirement` run the code again."""
     error = next((outcome.error for outcome in outcomes if outcome.error is not None), None)
     if error is not None:
         return raised(step, error, path, diagnose)
@@ -44,6 +47,8 @@ def judge(step: Step, path: Path | None, watch: Watch, outcomes: Sequence, expec
     if failure is not None:  # the mistake the results agree with, where they first differ, and a refused call too
         mistake = diagnose()
         said = f"{mistake.message}\n  first difference: {failure}" if mistake else failure
+        return Verdict(False, f"{step.name}: {said}" + (f"\n  and {refusal}" if refusal else ""))
+    if off_device is not None and (said := off_device()) is not None:  # right on the CPU, wrong on a GPU
         return Verdict(False, f"{step.name}: {said}" + (f"\n  and {refusal}" if refusal else ""))
     if refusal is None and requirement is not None:  # what the step asks beyond the numbers (it runs the code again)
         refusal = requirement() or watch.refusal(step)
@@ -73,9 +78,11 @@ def _raising_function(error: BaseException, path: Path | None, step: Step) -> st
     return names[-1] if names and step.kind in ("training", "generation") else step.function
 
 
-def grade_runs(check: ModuleType, step: Step, function: Callable[..., Any], path: Path | None) -> Verdict:
+def grade_runs(check: ModuleType, step: Step, function: Callable[..., Any], path: Path | None,
+               off_device: Callable[[], str | None] | None = None) -> Verdict:  # fmt: skip
     """The verdict of a check module (assembly, training_step_check, generation_check) on the learner's `function`:
-    its `run` watched and judged beside its `reference`, each of the step's mistakes run the same way."""
+    its `run` watched and judged beside its `reference`, each of the step's mistakes run the same way, and given
+    `off_device`, the device check."""
     watch = Watch(step.forbidden, allowed=check.allowed())
     outcomes = check.run(step, function, watch)
 
@@ -83,12 +90,16 @@ def grade_runs(check: ModuleType, step: Step, function: Callable[..., Any], path
         return first_mistake(step, outcomes, lambda variant: check.run(step, variant), check.agree)
 
     expected = check.reference(step)
-    return judge(step, path, watch, outcomes, expected, diagnose, check.malformed, check.difference, check.passed)
+    return judge(step, path, watch, outcomes, expected, diagnose, check.malformed, check.difference, check.passed,
+                 off_device=off_device)  # fmt: skip
 
 
 def first_mistake(step: Step, outcomes: Sequence, run: Callable[[Any], Sequence], agree: Callable) -> Mistake | None:
-    """The first of the step's mistakes with a variant whose outcomes (`run(variant)`) all agree with the learner's."""
+    """The first of the step's mistakes with a variant whose outcomes (`run(variant)`) all agree with the learner's
+    (a mistake with `matches` is recognised by what a kernel's results show, which a module's are not)."""
     for mistake in MISTAKES.get(step.name, ()):
+        if mistake.matches is not None:
+            continue
         for variant in mistake.kernels:
             if all(agree(got, made) for got, made in zip(outcomes, run(variant), strict=True)):
                 return mistake

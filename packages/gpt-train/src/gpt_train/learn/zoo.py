@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from gpt_train.learn.cases import Case, Outcome, close
+from gpt_train.learn.devices import Origin, made_on_cpu
 from gpt_train.learn.loading import load_module
 from gpt_train.learn.steps import BY_NAME, SOLUTIONS
 
@@ -45,6 +47,16 @@ def _overflows(cases: list[Case], outcomes: list[Outcome], expected: list[Outcom
         elif bool(want.output.isfinite().all()):
             overflowed = True
     return overflowed
+
+
+_DEVICE_MISMATCH = re.compile(r"on the same device|not on the expected device", re.IGNORECASE)
+
+
+def _meets_another_device(cases: list[Case], outcomes: list[Outcome], expected: list[Outcome]) -> bool:
+    """A case raised PyTorch's device mismatch: tensors made without device= land on the default device, which
+    torch.set_default_device can make another than the inputs'. Where the default is the CPU, the device check
+    (`devices`) names the same mistake; its kernels, right on the CPU, never name a kernel by its results."""
+    return any(got.error is not None and _DEVICE_MISMATCH.search(str(got.error)) for got in outcomes)
 
 
 def _answer(step: str, *edits: tuple[str, str]) -> Any:
@@ -107,6 +119,8 @@ ATTENTION = (
     Mistake("scale_after_softmax", "the scale is applied after the softmax: divide the scores q k^T by sqrt(d) "
             "before it, so that it shapes the weights",
             (_attention((_SCALE, ""), ("keepdim=True) @ v", "keepdim=True)" + _SCALE + " @ v")),)),
+    Mistake("mask_on_cpu", made_on_cpu(BY_NAME["attention"], Origin("torch.ones")),
+            (_attention((", device=q.device)", ")")),), matches=_meets_another_device),
 )  # fmt: skip
 
 
@@ -304,6 +318,9 @@ MODEL = (
             (_answer("model", ("self.lm_head.weight = self.wte.weight", "pass")),)),
     Mistake("no_final_norm", "the final norm ln_f is never applied before the head",
             (_answer("model", ("self.lm_head(self.ln_f(x))", "self.lm_head(x)")),)),
+    Mistake("positions_on_cpu", made_on_cpu(BY_NAME["model"], Origin("torch.arange")),
+            (_answer("model", ("wpe(torch.arange(T, device=idx.device))", "wpe(torch.arange(T))")),),
+            matches=_meets_another_device),
 )  # fmt: skip
 
 
