@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from gpt_core import GPT, GPTConfig
-from gpt_core.gpt2 import config_from_hf, hf_config, hf_state_dict, not_gpt2, state_dict_from_hf
+from gpt_core.gpt2 import (
+    DropoutRatesDiffer,
+    config_from_hf,
+    hf_config,
+    hf_state_dict,
+    not_gpt2,
+    state_dict_from_hf,
+)
 
 SMALL = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8)
 
@@ -54,7 +61,7 @@ def test_openai_layout_without_prefix_and_with_mask_buffers_loads():
     tensors = {name.removeprefix("transformer."): value for name, value in hf_state_dict(model).items()}
     tensors |= {f"h.{i}.attn.bias": torch.ones(1, 1, 8, 8) for i in range(2)}
     tensors["h.0.attn.masked_bias"] = torch.tensor(-1e4)
-    tensors["lm_head.weight"] = torch.zeros(11, 8)  # tied: the head is the embedding, whatever a file says
+    tensors["lm_head.weight"] = tensors["wte.weight"].clone()  # tied: a copy of the embedding, as such files hold
     weights = state_dict_from_hf(tensors, SMALL)
     assert set(weights) == {name for name, _ in model.named_parameters()}
     assert torch.equal(weights["wte.weight"], model.wte.weight)
@@ -131,3 +138,71 @@ def test_tensors_that_do_not_fit_are_named():
         state_dict_from_hf(tensors | {"transformer.h.2.ln_1.weight": torch.ones(8)}, SMALL)
     with pytest.raises(ValueError, match="'score.weight' is not part of a GPT-2 language model"):
         state_dict_from_hf(tensors | {"score.weight": torch.ones(2, 8)}, SMALL)
+
+
+def test_config_keys_under_transformers_other_names_are_honoured():
+    """GPT2Config's attribute_map: num_attention_heads is n_head, and so on; a config.json may use either name."""
+    aliased = {key: value for key, value in hf_config(SMALL).items() if key not in ("n_head", "n_embd", "n_layer")}
+    aliased.pop("n_positions")
+    aliased |= {"num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 2, "max_position_embeddings": 8}
+    assert config_from_hf(aliased) == SMALL
+    heads = config_from_hf({"model_type": "gpt2", "num_attention_heads": 4})
+    assert heads.n_head == 4  # not GPT-2's default of 12
+    assert config_from_hf(hf_config(SMALL) | {"num_attention_heads": 2}) == SMALL  # both names, one value
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("num_attention_heads", "n_head"),
+        ("hidden_size", "n_embd"),
+        ("num_hidden_layers", "n_layer"),
+        ("max_position_embeddings", "n_positions"),
+    ],
+)
+def test_a_setting_given_under_both_names_with_different_values_is_refused(alias, name):
+    config = hf_config(SMALL)
+    with pytest.raises(ValueError, match=f"{name} is {config[name]} but {alias}, its other name, is 4; give one"):
+        config_from_hf(config | {alias: 4})
+
+
+def test_a_tensor_stored_with_and_without_the_prefix_is_refused_naming_both():
+    tensors = hf_state_dict(random_model())
+    twice = tensors | {"wte.weight": torch.zeros(11, 8)}
+    with pytest.raises(ValueError, match="tensors 'transformer.wte.weight' and 'wte.weight' are one GPT-2 tensor"):
+        state_dict_from_hf(twice, SMALL)
+    same = tensors | {"h.0.ln_1.bias": tensors["transformer.h.0.ln_1.bias"].clone()}  # even with equal values
+    with pytest.raises(ValueError, match="'transformer.h.0.ln_1.bias' and 'h.0.ln_1.bias' are one GPT-2 tensor"):
+        state_dict_from_hf(same, SMALL)
+
+
+def test_a_tied_head_of_another_shape_than_the_embedding_is_refused():
+    tensors = hf_state_dict(random_model()) | {"lm_head.weight": torch.zeros(3, 3)}
+    with pytest.raises(ValueError, match=r"'lm_head.weight' has shape \(3, 3\); config.json's model needs \(11, 8\)"):
+        state_dict_from_hf(tensors, SMALL)
+    meta = {name: torch.empty(value.shape, device="meta") for name, value in tensors.items()}  # a header's shapes
+    with pytest.raises(ValueError, match="'lm_head.weight' has shape"):
+        state_dict_from_hf(meta, SMALL)
+
+
+def test_a_tied_head_whose_values_differ_from_the_embedding_is_refused():
+    """A tied model's head is its embedding: a file whose head differs is an untied model under a tied config."""
+    tensors = hf_state_dict(random_model())
+    head = tensors["transformer.wte.weight"].clone()
+    head[3, 4] += 1
+    with pytest.raises(ValueError, match="ties the head .* 'lm_head.weight' differs from 'transformer.wte.weight'"):
+        state_dict_from_hf(tensors | {"lm_head.weight": head}, SMALL)
+    same = tensors | {"transformer.wte.weight": tensors["transformer.wte.weight"].float()}
+    same["lm_head.weight"] = same["transformer.wte.weight"].double()  # the embedding's values, in another dtype
+    weights = state_dict_from_hf(same, SMALL)
+    assert "lm_head.weight" not in weights and weights["wte.weight"] is same["transformer.wte.weight"]
+
+
+def test_dropout_rates_that_differ_are_refused_unless_the_caller_sets_its_own():
+    """Inference has no dropout, and a run that sets its own rate needs none of config.json's three."""
+    differing = hf_config(dataclasses.replace(SMALL, dropout=0.1)) | {"attn_pdrop": 0.0}
+    with pytest.raises(DropoutRatesDiffer, match="resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.0"):
+        config_from_hf(differing)
+    assert config_from_hf(differing, own_dropout=True) == SMALL  # dropout 0.0
+    agreeing = hf_config(dataclasses.replace(SMALL, dropout=0.1))
+    assert config_from_hf(agreeing, own_dropout=True).dropout == 0.1  # the file's one rate, where it has one

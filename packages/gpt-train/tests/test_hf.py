@@ -156,7 +156,7 @@ def test_an_export_interrupted_after_its_config_leaves_nothing_behind(cli, tiny_
     monkeypatch.setattr(hf, "write_json_atomically", interrupted)
     result = cli("export", tiny_run, out)
     assert (result.code, result.err.strip()) == (130, "gpt-train: aborted")
-    assert list(out.iterdir()) == [] if into == "an empty folder" else list((tmp_path / "parent").iterdir()) == []
+    assert list(out.iterdir()) == [] if into == "an empty folder" else not (tmp_path / "parent").exists()
     monkeypatch.undo()
     export(cli, tiny_run, out)  # not refused as "not an empty directory"
 
@@ -437,7 +437,7 @@ def test_an_export_that_fails_part_way_leaves_nothing_and_can_be_run_again(cli, 
         patched.setattr(gpt_train.hf, "save_file", disk_full)
         result = cli("export", tiny_run, out)
     assert_one_line_error(result, f"cannot export to {out} (No space left on device); nothing was left there")
-    assert list(out.parent.iterdir()) == []
+    assert not out.parent.exists()  # the folder made for `out` removed as well
     export(cli, tiny_run, out)
     out.joinpath("config.json").unlink()
     out.joinpath("model.safetensors").unlink()  # an empty directory: the export is written into it
@@ -458,3 +458,119 @@ def test_an_export_needs_only_the_weights_not_the_runs_kernel_module(cli, tiny_r
 
     saved = load_checkpoint(RunLayout(tiny_run).checkpoint, "sort").model
     assert all(torch.equal(p, saved[name]) for name, p in load_model(tmp_path / "hf").named_parameters())
+
+
+def test_a_failed_export_removes_the_parent_folders_it_made_and_only_those(cli, tiny_run, tmp_path, monkeypatch):
+    """`nothing was left there` holds of the folders mkdir(parents=True) would have left too."""
+    import errno
+
+    import gpt_train.hf
+
+    def disk_full(tensors, path, metadata=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "kept").mkdir()
+    out = tmp_path / "kept" / "made" / "also made" / "out"
+    monkeypatch.setattr(gpt_train.hf, "save_file", disk_full)
+    assert_one_line_error(cli("export", tiny_run, out), "(No space left on device); nothing was left there")
+    assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
+
+
+def test_an_export_into_an_empty_folder_on_a_read_only_filesystem_is_one_line(cli, tiny_run, tmp_path, monkeypatch):
+    """Removing a file that was never written says EROFS there, not ENOENT: no traceback, the first error named."""
+    import errno
+
+    import gpt_train.hf
+
+    out = tmp_path / "mounted"
+    out.mkdir()
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    real_unlink = Path.unlink
+
+    def unlink(path, missing_ok=False):
+        if path.parent == out:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(gpt_train.hf, "write_json_atomically", read_only)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    result = cli("export", tiny_run, out)
+    assert_one_line_error(result, f"cannot export to {out} (Read-only file system); nothing was left there")
+
+
+# config.json and model.safetensors that say one thing twice ----------------------------------------------------
+ALIASES = {"num_attention_heads": "n_head", "hidden_size": "n_embd", "num_hidden_layers": "n_layer"}
+
+
+def test_a_config_giving_settings_by_transformers_other_names_loads_as_they_say(cli, tiny_run, exported):
+    """transformers' GPT2Config reads num_attention_heads as n_head (and so on): so does gpt-train."""
+    path = exported / "config.json"
+    config = json.loads(path.read_text())
+    for alias, name in ALIASES.items():
+        config[alias] = config.pop(name)
+    config["max_position_embeddings"] = config.pop("n_positions")
+    path.write_text(json.dumps(config))
+    assert load_model(exported).config == load_run(tiny_run, torch.device("cpu")).model.config  # 2 heads, not 12
+
+
+def test_a_setting_given_under_both_names_with_different_values_is_one_line(cli, exported):
+    edit_config(exported, num_attention_heads=4)
+    assert_one_line_error(sample_hf(cli, exported), "n_head is 2 but num_attention_heads, its other name, is 4")
+
+
+def test_a_tensor_stored_with_and_without_the_prefix_is_one_line_naming_both(cli, exported):
+    """Whichever copy came last was read, its shape checked as the embedding's; neither is chosen now."""
+    tensors = tensors_of(exported)
+    save_file(tensors | {"wte.weight": torch.zeros(3, 3)}, exported / "model.safetensors")
+    assert_one_line_error(
+        sample_hf(cli, exported), "tensors 'transformer.wte.weight' and 'wte.weight' are one GPT-2 tensor, stored twice"
+    )
+    save_file(
+        tensors | {"wte.weight": torch.randn_like(tensors["transformer.wte.weight"])}, exported / "model.safetensors"
+    )
+    assert_one_line_error(sample_hf(cli, exported), "'transformer.wte.weight' and 'wte.weight' are one GPT-2 tensor")
+
+
+def test_a_tied_head_that_is_not_the_embedding_is_one_line(cli, exported):
+    """A (3, 3) head was skipped unread; a head of other values was dropped for the embedding's."""
+    assert json.loads((exported / "config.json").read_text())["tie_word_embeddings"] is True
+    tensors = tensors_of(exported)
+    save_file(tensors | {"lm_head.weight": torch.zeros(3, 3)}, exported / "model.safetensors")
+    assert_one_line_error(sample_hf(cli, exported), "'lm_head.weight' has shape (3, 3); config.json's model needs")
+    other = torch.randn_like(tensors["transformer.wte.weight"])
+    save_file(tensors | {"lm_head.weight": other}, exported / "model.safetensors")
+    assert_one_line_error(
+        sample_hf(cli, exported),
+        "'lm_head.weight' differs from 'transformer.wte.weight'",
+        "set tie_word_embeddings to false",
+    )
+    save_file(tensors | {"lm_head.weight": tensors["transformer.wte.weight"].clone()}, exported / "model.safetensors")
+    assert load_model(exported).config.tie_weights  # the embedding's own values: the tied model it says
+
+
+DIFFERING_RATES = {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.0}
+
+
+def test_dropout_rates_that_differ_do_not_stop_inference(exported):
+    """`sample --hf` loads through load_model: a model in eval mode, where no dropout rate plays any part."""
+    edit_config(exported, **DIFFERING_RATES)
+    model = load_model(exported)
+    assert not model.training and model.config.dropout == 0.0
+
+
+def test_init_from_a_config_with_dropout_rates_that_differ_takes_the_one_set(cli, exported, tmp_path):
+    edit_config(exported, **DIFFERING_RATES)
+    sort = ("run", "--task", "sort", "--quiet", "--set", "length=4", *ONE_STEP, "--init-from", exported)
+    assert_one_line_error(
+        cli(*sort, "--out", tmp_path / "unset"),
+        "gpt-core has one dropout rate; config.json has resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.0",
+        "--set dropout=RATE",
+    )
+    assert not (tmp_path / "unset").exists()
+    for rate in (0.0, 0.2):
+        result = cli(*sort, "--set", f"dropout={rate}", "--out", tmp_path / f"set-{rate}")
+        assert result.code == 0, result.err
+        assert RunConfig.load(tmp_path / f"set-{rate}").model.dropout == rate

@@ -4,6 +4,7 @@ directory against its safetensors header before building anything, and never unp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,16 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from gpt_core import GPT, GPTConfig
-from gpt_core.gpt2 import IGNORED_BUFFERS, PREFIX, config_from_hf, hf_config, hf_state_dict, state_dict_from_hf
+from gpt_core.gpt2 import (
+    IGNORED_BUFFERS,
+    PREFIX,
+    DropoutRatesDiffer,
+    config_from_hf,
+    hf_config,
+    hf_state_dict,
+    state_dict_from_hf,
+    unprefixed,
+)
 from gpt_tasks import field_types
 from gpt_tasks.text.tokenizer import BpeTokenizer
 from gpt_train.checkpoint import HEADER_ERRORS, WEIGHT_DTYPES, load_weights, read_safetensors, safetensors_header
@@ -43,7 +53,9 @@ class HFError(TrainError):
 
 
 # reading -----------------------------------------------------------------------------------------
-def read_config(directory: Path) -> GPTConfig:
+def read_config(directory: Path, own_dropout: bool = False) -> GPTConfig:
+    """The model of a GPT-2 directory, checked against its weights' header. `own_dropout`: the caller sets its own
+    dropout rate, or needs none (see `config_from_hf`)."""
     if not directory.is_dir():
         raise HFError(f"{directory} is not a directory")
     path = directory / CONFIG
@@ -57,7 +69,9 @@ def read_config(directory: Path) -> GPTConfig:
         raise HFError(f"{path} is not a JSON object")
     try:
         _check_types(hf)
-        config = config_from_hf(hf)
+        config = config_from_hf(hf, own_dropout)
+    except DropoutRatesDiffer as error:  # a rate to train with, which --set dropout gives
+        raise HFError(f"{path}: {error}: choose the one to train with, --set dropout=RATE") from None
     except (ValueError, TypeError) as error:
         raise HFError(f"{path}: not a GPT-2 gpt-core can compute: {error}") from None
     _check_fits_weights(directory, config)
@@ -83,12 +97,15 @@ def _check_fits_weights(directory: Path, config: GPTConfig) -> None:
         raw = safetensors_header(path)
     except HEADER_ERRORS as error:
         raise HFError(f"{path} is not a readable safetensors file ({error})") from None
-    header = {name.removeprefix(PREFIX): slot for name, slot in raw.items()}
-    weights = {name: slot for name, slot in header.items() if not _is_buffer(name)}
+    try:
+        stored = unprefixed(raw)  # one tensor stored twice, with `transformer.` and without, is refused here
+    except ValueError as error:
+        raise HFError(f"{path}: {error}") from None
+    weights = {name: raw[stored[name]] for name in stored if not _is_buffer(name)}
     for name, (dtype, _) in weights.items():
         if dtype not in WEIGHT_DTYPES:
             raise HFError(
-                f"{path}: tensor {PREFIX + name!r} is {dtype}; GPT-2 weights are floats ({', '.join(WEIGHT_DTYPES)})"
+                f"{path}: tensor {stored[name]!r} is {dtype}; GPT-2 weights are floats ({', '.join(WEIGHT_DTYPES)})"
             )
     layers = {name.split(".")[1] for name in weights if name.startswith("h.")}
     if len(layers) != config.n_layer:
@@ -149,7 +166,8 @@ def _is_buffer(name: str) -> bool:
 
 
 def load_model(directory: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> GPT:
-    config = read_config(directory)
+    """The directory's model in eval mode, for inference: config.json's dropout rates do not matter."""
+    config = read_config(directory, own_dropout=True)
     weights = read_weights(directory, config)
     torch.manual_seed(0)  # the draws are overwritten; seeded so building the model disturbs nothing by chance
     model = GPT(config).to(dtype)
@@ -187,7 +205,7 @@ class Pretrained:
 # --init-from ---------------------------------------------------------------------------------------
 def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) -> dict[str, Any]:
     """For a task that reads a tokenizer file (text), the parameters that make it read the directory's."""
-    read_config(directory)  # a directory that is no GPT-2 is named as such before its tokenizer is looked for
+    read_config(directory, own_dropout=True)  # no GPT-2 is named as such before its tokenizer is looked for
     if "tokenizer_file" not in field_types(params_type):
         return {}
     tokenizer = read_tokenizer(directory)  # a directory without one is named as such before any --set is blamed
@@ -199,11 +217,12 @@ def tokenizer_params(directory: Path, params_type: type, given: dict[str, Any]) 
 
 
 def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, given: dict[str, Any]) -> GPTConfig:
-    """A run's model from `directory`: its GPT-2 shape on windows of `block_size`; only dropout may be set."""
+    """A run's model from `directory`: its GPT-2 shape on windows of `block_size`; only dropout may be set, and must
+    be where config.json's three rates differ."""
     refused = sorted(set(given) - {"dropout"})
     if refused:
         raise HFError(f"--init-from {directory} fixes the model; drop --set {', '.join(refused)}")
-    config = read_config(directory)
+    config = read_config(directory, own_dropout="dropout" in given)
     if vocab_size != config.vocab_size:
         raise HFError(f"the task has {vocab_size} tokens, but the model in {directory} has {config.vocab_size}")
     limit = config.block_size
@@ -215,8 +234,9 @@ def pretrained_model_config(directory: Path, vocab_size: int, block_size: int, g
 # writing ---------------------------------------------------------------------------------------
 def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None) -> list[Path]:
     """Write `model` (and the tokenizer's files) as a GPT-2 directory `out`, new or empty; returns the files written.
-    A failed export leaves nothing behind: a new `out` is built under a temporary name; an empty one (`.`, a link,
-    a folder with its own permissions) is written into and emptied again on failure."""
+    A failed export leaves nothing behind: a new `out` is built under a temporary name, in parent folders made for it
+    and removed again; an empty one (`.`, a link, a folder with its own permissions) is written into and emptied again
+    on failure."""
     try:
         config = hf_config(model.config)
         tensors = hf_state_dict(model)
@@ -232,24 +252,60 @@ def write_directory(model: GPT, out: Path, tokenizer: BpeTokenizer | None = None
         raise HFError(f"cannot export to {out}: {blocked}")
     fresh = not out.exists()
     building = temporary_path(out) if fresh else out
+    made: list[Path] = []  # the parent folders this export made, outermost first
     try:
         if fresh:
-            building.parent.mkdir(parents=True, exist_ok=True)
+            _make_folders(building.parent, made)
             building.mkdir()
         names = _write_files(building, config, tensors, tokenizer)
         if fresh:
             os.rename(building, out)
     except BaseException as error:  # Ctrl-C too: nothing is left half-exported
-        if fresh:
-            shutil.rmtree(building, ignore_errors=True)
-        else:  # only the export's own files: `out` was empty
-            for name in EXPORTED:
-                (out / name).unlink(missing_ok=True)
+        left = _remove_export(out, building if fresh else None, made)
         if not isinstance(error, (WriteError, OSError)):
             raise
         reason = error.reason if isinstance(error, WriteError) else error.strerror
-        raise WriteError(f"cannot export to {out} ({reason or error}); nothing was left there") from None
+        kept = f"could not remove {', '.join(map(str, left))}" if left else "nothing was left there"
+        raise WriteError(f"cannot export to {out} ({reason or error}); {kept}") from None
     return [out / name for name in names]
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    """Make `folder` and its missing parents, each one made added to `made` at once (outermost first), so that a
+    failure part-way still knows which to remove."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:  # made meanwhile by another process: not this export's to remove
+            continue
+        made.append(path)
+
+
+def _remove_export(out: Path, building: Path | None, made: list[Path]) -> list[Path]:
+    """Remove what a failed export wrote: the folder it was `building`, or else the files it may have written into the
+    empty `out`, then the parent folders it `made`; returns what could not be removed. Removing a file that is not
+    there is no failure, whatever the error says of it (a read-only filesystem says EROFS, not ENOENT)."""
+    if building is not None:
+        shutil.rmtree(building, ignore_errors=True)
+        paths = [building]
+    else:
+        paths = [out / name for name in EXPORTED]
+        for path in paths:
+            with contextlib.suppress(OSError):  # whether it is there is asked below, not of the error
+                path.unlink()
+    left = [path for path in paths if os.path.lexists(path)]
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # not empty (something else now in it) or not removable: named, never emptied
+            left.append(folder)
+    return left
 
 
 def _write_files(
