@@ -9,7 +9,7 @@ import pytest
 import torch
 from learn_transcript import checked, write
 
-from gpt_train.learn.devices import Origin, made_on_cpu
+from gpt_train.learn.devices import DeviceWatch, Origin, made_on_cpu, on_device
 from gpt_train.learn.grader import check_file, grade
 from gpt_train.learn.steps import BY_NAME
 
@@ -155,3 +155,39 @@ def test_a_wrong_answer_is_named_by_its_values_before_its_device():
     exec(compile(source, "attention.py", "exec"), namespace)
     verdict = grade(BY_NAME["attention"], namespace["attention"])
     assert verdict.message.splitlines()[0] == "attention: your scores are divided by d, not sqrt(d)"
+
+
+def _mismatched(code) -> bool:
+    watch = DeviceWatch(lambda file: False)
+    x = on_device(torch.randn(4, 8))
+    try:
+        with watch:
+            code(x)
+    except Exception:
+        pass
+    return watch.mismatched
+
+
+@pytest.mark.parametrize(
+    ("code", "cuda_refuses"),
+    [
+        (lambda x: x.index_put_((torch.arange(2),), torch.ones(2, 8)), True),  # values put from the CPU
+        (lambda x: x.index_select(0, torch.tensor(1)), True),  # a 0-dim index: index_select checks every device
+        (lambda x: x.gather(1, torch.zeros(4, 1, dtype=torch.long)), True),
+        (lambda x: x[torch.arange(2)], False),  # CPU indices, which CUDA moves
+        (lambda x: x.index_put_((torch.arange(2),), torch.tensor(1.0)), False),  # a 0-dim value: a number
+        (lambda x: x * torch.tensor(2.0), False),
+    ],
+    ids=[
+        "index_put-cpu-values",
+        "index_select-0-dim-index",
+        "gather-cpu-index",
+        "cpu-indices",
+        "0-dim-value",
+        "0-dim-factor",
+    ],  # fmt: skip
+)
+def test_a_cpu_tensor_beside_the_inputs_is_refused_where_cuda_refuses_it(code, cuda_refuses):
+    """CUDA takes CPU indices into a device tensor and a 0-dim CPU tensor as a number, but not values put from the
+    CPU, nor a 0-dim index for an operator that checks every tensor's device."""
+    assert _mismatched(code) == cuda_refuses

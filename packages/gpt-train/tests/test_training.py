@@ -657,7 +657,7 @@ def test_under_torchrun_rank_0_refusing_the_directory_ends_every_rank_at_once_in
     for rank, err in said.items():
         lines = err.strip().splitlines()
         assert len(lines) == 1 and reason in lines[0], err
-        assert lines[0].startswith("gpt-train: error: " + "[rank 1] rank 0 refused the run: " * rank), err
+        assert lines[0].startswith("gpt-train: error: " + "[rank 1] rank 0 stopped before training: " * rank), err
     assert sorted(path.name for path in tiny_run.iterdir()) == before
 
 

@@ -220,6 +220,8 @@ def _same_values(a: Tensor, b: Tensor) -> bool:
     """Whether two tensors hold the same values, whatever their dtypes (nan matching nan); true of shapes alone."""
     if a.is_meta or b.is_meta:
         return True
+    if a.dtype == b.dtype and torch.equal(a, b):  # the common case, without isclose's temporaries
+        return True
     common = torch.promote_types(a.dtype, b.dtype)
     return bool(torch.isclose(a.to(common), b.to(common), rtol=0, atol=0, equal_nan=True).all())
 

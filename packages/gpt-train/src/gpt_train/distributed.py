@@ -133,9 +133,8 @@ class Rank:
     def on_main(self, work: Callable[[], T], device: torch.device) -> T | None:
         """`work()` on rank 0 alone (laying out and locking the run directory, which it alone writes), with every
         rank in the process group waiting for its verdict: rank 0's error ends each rank at once, rank 0 with that
-        error and the others with one line naming it. Without this the others waited to join the group for a rank 0
-        that had already exited, until torchrun killed them in a traceback. Returns `work()` on rank 0, None on the
-        others."""
+        error and the others with one line naming it, none left waiting for a rank 0 that has exited. Returns
+        `work()` on rank 0, None on the others."""
         if not self.distributed:
             return work()
         self.init(device)
@@ -151,7 +150,7 @@ class Rank:
             self.shutdown()
             if refusal is not None:
                 raise refusal
-            raise DistributedError(f"rank 0 refused the run: {verdict[0]}")
+            raise DistributedError(f"rank 0 stopped before training: {verdict[0]}")
         return result
 
     def shutdown(self) -> None:

@@ -35,6 +35,10 @@ INDEXING = {_aten.index, _aten._unsafe_index, _aten.index_put, _aten.index_put_,
             _aten._unsafe_index_put}  # fmt: skip
 """Operators that take CPU indices into a tensor on any device (CUDA moves them), as `x[torch.arange(n)]` does; a
 CPU tensor indexed by device ones is still a mismatch."""
+NO_CPU_NUMBERS = {_aten.index_select, _aten.gather, _aten.embedding, _aten.scatter, _aten.scatter_add,
+                  _aten.scatter_add_, _aten.scatter_, _aten.take, _aten.take_along_dim}  # fmt: skip
+"""Operators that check every tensor's device, a 0-dim CPU one too (index_select(0, torch.tensor(1)) raises on
+CUDA); elsewhere a 0-dim CPU tensor is taken as a number."""
 MADE_FROM_DATA = {_aten.lift_fresh: "torch.tensor", _aten.lift_fresh_copy: "torch.tensor",
                   _aten.scalar_tensor: "torch.tensor"}  # fmt: skip
 """Operators behind a public function of another name; any other factory is named torch.<operator>."""
@@ -79,9 +83,10 @@ class OffDevice(Exception):
 
 
 class DeviceWatch(TorchDispatchMode):
-    """Refuses an operator given a CPU tensor (not a 0-dim one, which CUDA takes as a number) beside a tensor on
-    DEVICE, keeping what the CPU tensor came from in `found`; it records where each CPU tensor made under it comes
-    from, a factory's name and the line in a file `learners` owns, inherited by what is computed from it."""
+    """Refuses an operator given a CPU tensor beside a tensor on DEVICE (not a 0-dim one, which CUDA takes as a
+    number, but by NO_CPU_NUMBERS; not the indices of INDEXING), keeping what the CPU tensor came from in `found`; it
+    records where each CPU tensor made under it comes from, a factory's name and the line in a file `learners` owns,
+    inherited by what is computed from it."""
 
     def __init__(self, learners: Callable[[str], bool]):
         super().__init__()
@@ -94,10 +99,11 @@ class DeviceWatch(TorchDispatchMode):
         kwargs = kwargs or {}
         tensors = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, Tensor)]
         on_device = any(tensor.device == DEVICE for tensor in tensors)
-        on_cpu = [tensor for tensor in tensors if tensor.device.type == "cpu" and tensor.dim() > 0]
         packet = func.overloadpacket
-        if packet in INDEXING:  # indices may stay on the CPU; the tensor indexed may not
-            on_cpu = [tensor for tensor in on_cpu if tensor is args[0]]
+        on_cpu = [t for t in tensors if t.device.type == "cpu" and (t.dim() > 0 or packet in NO_CPU_NUMBERS)]
+        if packet in INDEXING:  # the indices may stay on the CPU; the tensor indexed and the values put may not
+            indices = [index for index in args[1] if index is not None]
+            on_cpu = [tensor for tensor in on_cpu if not any(tensor is index for index in indices)]
         if on_device and on_cpu and packet not in MOVES:
             if not self.mismatched:  # the first: a learner's `except` around it may go on to others
                 self.found, self.mismatched = self.origins.get(on_cpu[0]), True
