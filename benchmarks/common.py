@@ -53,6 +53,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def given_or_default(args: argparse.Namespace, defaults: dict[str, typing.Any]) -> None:
+    """Each option of `defaults` left unset (None) takes its default there: a --quick's smaller defaults never
+    override a value given."""
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 def checked_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
     """The device `name` (auto, cpu, cuda, cuda:N or mps) as gpt-train resolves it, when this machine has it; else
     one line naming the devices it has, and exit 2, before anything is built."""

@@ -51,6 +51,7 @@ from common import (  # noqa: E402
     StreamedTable,
     add_heap_option,
     checked_device,
+    given_or_default,
     peak_rss_mib,
     positive_int,
     progress,
@@ -206,9 +207,7 @@ def main() -> None:
     add_heap_option(parser)
     args = parser.parse_args()
     device = checked_device(parser, args.device)
-    for name, value in (QUICK_DEFAULTS if args.quick else DEFAULTS).items():  # what is given wins over --quick
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    given_or_default(args, QUICK_DEFAULTS if args.quick else DEFAULTS)
     args.min_rounds = min(args.min_rounds, args.rounds)
     heap = use_heap(args.heap)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import (  # noqa: E402
     ArgumentParser,
     Spread,
+    given_or_default,
     interleaved_rounds,
     peak_rss_mib,
     positive_float,
@@ -269,9 +270,7 @@ def main() -> None:
         else:
             print(json.dumps(child_train(Path(corpus), Path(cache_dir), rest[0] == "True", int(rest[1]))))
         return
-    for name, value in (QUICK_DEFAULTS if args.quick else DEFAULTS).items():  # what is given wins over --quick
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    given_or_default(args, QUICK_DEFAULTS if args.quick else DEFAULTS)
     source = args.data or default_source()
     if not source.is_file():
         sys.exit(

@@ -83,6 +83,14 @@ def sample_answer(run_dir: Path, prompt: str, capsys) -> str:
 
 
 # the model on a prompt -----------------------------------------------------------------------
+def tiny_text_run(corpus: Path, out: Path) -> Path:
+    """A 1-layer text run of 2 steps on `corpus`, block 16, trained into `out`."""
+    gpt_train("run", "--task", "text", "--data", corpus, "--set", "block_size=16", "--set", "chunk_size=64",
+              "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--steps", 2, "--device", "cpu",
+              "--set", "final_eval_limit=8", "--quiet", "--no-pictures", "--out", out)  # fmt: skip
+    return out
+
+
 def test_the_prompt_view_is_samples_answer_and_run_with_caches_attention(run_dir, capsys):
     run = load_run(run_dir, CPU)
     model, task = run.model, run.task
@@ -192,10 +200,7 @@ def test_a_text_prompt_longer_than_half_a_block_is_explained_within_the_position
     """sample's answer of at least half a block ran a learned-position model past its table in the page's pass."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("the night is young and so are we\n" * 300)
-    run_dir = tmp_path / "text"
-    gpt_train("run", "--task", "text", "--data", corpus, "--set", "block_size=16", "--set", "chunk_size=64",
-              "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--steps", 2, "--device", "cpu",
-              "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    run_dir = tiny_text_run(corpus, tmp_path / "text")
     run = load_run(run_dir, CPU)
     view = explain_prompt(run.config.build_sampler(), run.model, CPU, "the night is")  # 12 of 16 positions
     assert len(view.tokens) == 16 and len(view.answer) == 5
@@ -468,10 +473,7 @@ def test_a_text_run_whose_corpus_is_gone_is_served_without_example_prompts_and_a
     """The server did not start: a traceback ending in the task's "give --prompt", an option serve has not."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
-    run_dir = tmp_path / "text"
-    gpt_train("run", "--task", "text", "--data", corpus, "--set", "block_size=16", "--set", "chunk_size=64",
-              "--set", "n_layer=1", "--set", "n_embd=16", "--set", "n_head=2", "--steps", 2, "--device", "cpu",
-              "--set", "final_eval_limit=8", "--quiet", "--no-pictures", "--out", run_dir)  # fmt: skip
+    run_dir = tiny_text_run(corpus, tmp_path / "text")
     corpus.unlink()
     served = {}
 
